@@ -1,0 +1,253 @@
+//! Whole RoCEv2 packets: IP (v4 or v6) / UDP (port 4791) / InfiniBand packet / ICRC
+//! (SPEC T2; RoCEv2 annex A17).
+
+use std::net::IpAddr;
+
+use crate::error::{need, room, Error, Layer, Result};
+use crate::ethernet::{EtherType, EthernetRepr};
+use crate::ib::IbRepr;
+use crate::icrc::{self, ICRC_LEN};
+use crate::ipv4::{Ecn, Ipv4Packet, Ipv4Repr, PROTO_UDP};
+use crate::ipv6::{Ipv6Packet, Ipv6Repr};
+use crate::udp::{UdpPacket, UdpRepr, HEADER_LEN as UDP_LEN, ROCEV2_PORT};
+
+/// An IPv4 or IPv6 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpRepr {
+    /// IPv4.
+    V4(Ipv4Repr),
+    /// IPv6.
+    V6(Ipv6Repr),
+}
+
+impl IpRepr {
+    /// Source address.
+    pub fn src(&self) -> IpAddr {
+        match self {
+            IpRepr::V4(r) => r.src.into(),
+            IpRepr::V6(r) => r.src.into(),
+        }
+    }
+
+    /// Destination address.
+    pub fn dst(&self) -> IpAddr {
+        match self {
+            IpRepr::V4(r) => r.dst.into(),
+            IpRepr::V6(r) => r.dst.into(),
+        }
+    }
+
+    /// DSCP.
+    pub fn dscp(&self) -> u8 {
+        match self {
+            IpRepr::V4(r) => r.dscp,
+            IpRepr::V6(r) => r.dscp,
+        }
+    }
+
+    /// ECN bits.
+    pub fn ecn(&self) -> Ecn {
+        match self {
+            IpRepr::V4(r) => r.ecn,
+            IpRepr::V6(r) => r.ecn,
+        }
+    }
+
+    /// Sets the ECN bits (a switch marking CE does this).
+    pub fn set_ecn(&mut self, ecn: Ecn) {
+        match self {
+            IpRepr::V4(r) => r.ecn = ecn,
+            IpRepr::V6(r) => r.ecn = ecn,
+        }
+    }
+
+    /// Header length.
+    pub fn header_len(&self) -> usize {
+        match self {
+            IpRepr::V4(r) => r.buffer_len(),
+            IpRepr::V6(r) => r.buffer_len(),
+        }
+    }
+
+    /// Payload length.
+    pub fn payload_len(&self) -> usize {
+        match self {
+            IpRepr::V4(r) => r.payload_len,
+            IpRepr::V6(r) => r.payload_len,
+        }
+    }
+
+    /// Sets the payload length.
+    pub fn set_payload_len(&mut self, len: usize) {
+        match self {
+            IpRepr::V4(r) => r.payload_len = len,
+            IpRepr::V6(r) => r.payload_len = len,
+        }
+    }
+
+    /// The EtherType that carries it.
+    pub fn ethertype(&self) -> EtherType {
+        match self {
+            IpRepr::V4(_) => EtherType::Ipv4,
+            IpRepr::V6(_) => EtherType::Ipv6,
+        }
+    }
+
+    /// Writes the header at the start of `buf`.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            IpRepr::V4(r) => r.emit(buf),
+            IpRepr::V6(r) => r.emit(buf),
+        }
+    }
+}
+
+/// A RoCEv2 packet from the IP header to the ICRC, payload aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoceRepr {
+    /// IP header. Its protocol must be UDP; its payload length is derived on emission.
+    pub ip: IpRepr,
+    /// UDP header (destination port 4791).
+    pub udp: UdpRepr,
+    /// The InfiniBand packet.
+    pub ib: IbRepr,
+}
+
+/// A parsed RoCEv2 packet: its representation, its payload, and its ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RocePacket<'a> {
+    /// Headers.
+    pub repr: RoceRepr,
+    /// Payload bytes (without pad).
+    pub payload: &'a [u8],
+    /// Carried and computed ICRC. A bad ICRC is not a parse error: the packet is still decoded,
+    /// and a receiver drops it.
+    pub icrc: icrc::IcrcCheck,
+}
+
+impl RoceRepr {
+    /// Length of the IP payload this packet has: UDP header, IB packet, ICRC.
+    pub fn ip_payload_len(&self) -> usize {
+        UDP_LEN + self.ib.buffer_len() + ICRC_LEN
+    }
+
+    /// Length of the whole IP packet.
+    pub fn buffer_len(&self) -> usize {
+        self.ip.header_len() + self.ip_payload_len()
+    }
+
+    /// Parses a RoCEv2 packet from its IP header on. Bytes past the IP length (Ethernet padding)
+    /// are ignored.
+    pub fn parse(packet: &[u8]) -> Result<RocePacket<'_>> {
+        let (ip, ip_header, datagram) = match packet.first().map(|b| b >> 4) {
+            Some(4) => {
+                let v = Ipv4Packet::new_checked(packet)?;
+                let r = Ipv4Repr::parse(&v)?;
+                if r.protocol != PROTO_UDP {
+                    return Err(Error::Malformed {
+                        layer: Layer::Ipv4,
+                        what: "protocol is not UDP",
+                    });
+                }
+                (
+                    IpRepr::V4(r),
+                    &packet[..v.header_len()],
+                    &packet[v.payload_range()],
+                )
+            }
+            Some(6) => {
+                let v = Ipv6Packet::new_checked(packet)?;
+                let r = Ipv6Repr::parse(&v)?;
+                if r.next_header != PROTO_UDP {
+                    return Err(Error::Malformed {
+                        layer: Layer::Ipv6,
+                        what: "next header is not UDP",
+                    });
+                }
+                (
+                    IpRepr::V6(r),
+                    &packet[..r.buffer_len()],
+                    &packet[v.payload_range()],
+                )
+            }
+            Some(_) => {
+                return Err(Error::Malformed {
+                    layer: Layer::Ipv4,
+                    what: "IP version is neither 4 nor 6",
+                })
+            }
+            None => {
+                return Err(Error::Truncated {
+                    layer: Layer::Ipv4,
+                    need: 1,
+                    have: 0,
+                })
+            }
+        };
+        let u = UdpPacket::new_checked(datagram)?;
+        let udp = UdpRepr::parse(&u, ip.src(), ip.dst())?;
+        if udp.dst_port != ROCEV2_PORT {
+            return Err(Error::Malformed {
+                layer: Layer::Udp,
+                what: "destination port is not 4791",
+            });
+        }
+        let ib_bytes = &datagram[u.payload_range()];
+        need(Layer::Bth, ib_bytes, crate::bth::BTH_LEN)?;
+        need(Layer::Icrc, ib_bytes, crate::bth::BTH_LEN + ICRC_LEN)?;
+        let (body, tail) = ib_bytes.split_at(ib_bytes.len() - ICRC_LEN);
+        let carried = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+        let computed = icrc::compute(ip_header, &datagram[..UDP_LEN], body)?;
+        let (ib, payload) = IbRepr::parse(body)?;
+        Ok(RocePacket {
+            repr: RoceRepr { ip, udp, ib },
+            payload,
+            icrc: icrc::IcrcCheck { carried, computed },
+        })
+    }
+
+    /// Writes the IP packet — headers, `payload`, pad and ICRC — at the start of `buf`, deriving
+    /// the IP and UDP lengths. Returns [`RoceRepr::buffer_len`].
+    pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        let total = self.buffer_len();
+        room(buf.len(), total)?;
+        let mut ip = self.ip;
+        ip.set_payload_len(self.ip_payload_len());
+        let ip_len = ip.emit(buf)?;
+        let ib_at = ip_len + UDP_LEN;
+        let ib_len = self.ib.emit(&mut buf[ib_at..], payload)?;
+        let datagram_len = UDP_LEN + ib_len + ICRC_LEN;
+        self.udp.emit(
+            &mut buf[ip_len..ip_len + datagram_len],
+            ib_len + ICRC_LEN,
+            ip.src(),
+            ip.dst(),
+        )?;
+        let (head, icrc_out) = buf[..total].split_at_mut(total - ICRC_LEN);
+        let crc = icrc::compute(&head[..ip_len], &head[ip_len..ib_at], &head[ib_at..])?;
+        icrc_out.copy_from_slice(&crc.to_le_bytes());
+        // A UDP checksum, if any, covers the ICRC: write the ICRC first, then the checksum.
+        if self.udp.checksum == crate::udp::UdpChecksum::Computed {
+            self.udp.emit(
+                &mut buf[ip_len..ip_len + datagram_len],
+                ib_len + ICRC_LEN,
+                ip.src(),
+                ip.dst(),
+            )?;
+        }
+        Ok(total)
+    }
+
+    /// Writes an Ethernet frame holding this packet; `eth.ethertype` is set from the IP version.
+    /// Returns the frame length (no FCS).
+    pub fn emit_frame(&self, eth: &EthernetRepr, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        let eth = EthernetRepr {
+            ethertype: self.ip.ethertype(),
+            ..*eth
+        };
+        let l2 = eth.buffer_len();
+        room(buf.len(), l2 + self.buffer_len())?;
+        eth.emit(buf)?;
+        Ok(l2 + self.emit(&mut buf[l2..], payload)?)
+    }
+}
