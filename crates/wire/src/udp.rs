@@ -2,8 +2,11 @@
 //! so that ECMP keeps a QP on one path (SPEC T2).
 //!
 //! Linux rxe and most RoCE NICs send a zero checksum (the ICRC protects the packet). A zero
-//! checksum is accepted over IPv4 and, as the RoCEv2 annex allows, over IPv6; a non-zero checksum
-//! is verified.
+//! checksum is accepted over IPv4 and, as the RoCEv2 annex allows, over IPv6. A non-zero checksum
+//! is verified, and a wrong one is *recorded*, not rejected: packets captured on the sending host
+//! carry a partial sum that checksum offload completes later (Wireshark's "maybe caused by UDP
+//! checksum offload"), and for RoCEv2 the ICRC, not the UDP checksum, is what a receiver checks.
+//! Kernel UDP sockets have already dropped truly corrupt datagrams before a runtime sees them.
 
 use std::net::IpAddr;
 
@@ -133,14 +136,17 @@ fn to_v6(a: IpAddr) -> [u8; 16] {
     }
 }
 
-/// Whether a datagram carries a checksum.
+/// What a datagram's checksum field holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum UdpChecksum {
     /// Zero: no checksum, as Linux rxe sends RoCEv2.
     #[default]
     None,
-    /// Computed over the pseudo-header and the datagram.
+    /// The right checksum over the pseudo-header and the datagram (computed on emission).
     Computed,
+    /// A non-zero value that does not match (typically a checksum-offload partial sum seen in a
+    /// capture on the sending host). Emitted verbatim.
+    Mismatch(u16),
 }
 
 /// The high-level representation of a UDP header.
@@ -155,20 +161,19 @@ pub struct UdpRepr {
 }
 
 impl UdpRepr {
-    /// Parses a view, verifying a non-zero checksum against the IP addresses.
+    /// Parses a view, verifying a non-zero checksum against the IP addresses; a wrong one is
+    /// recorded as [`UdpChecksum::Mismatch`] (see the module documentation).
     pub fn parse<T: AsRef<[u8]>>(packet: &UdpPacket<T>, src: IpAddr, dst: IpAddr) -> Result<Self> {
         packet.check_len()?;
-        if !packet.verify_checksum(src, dst) {
-            return Err(Error::Checksum { layer: Layer::Udp });
-        }
+        let checksum = match packet.checksum() {
+            0 => UdpChecksum::None,
+            _ if packet.verify_checksum(src, dst) => UdpChecksum::Computed,
+            carried => UdpChecksum::Mismatch(carried),
+        };
         Ok(UdpRepr {
             src_port: packet.src_port(),
             dst_port: packet.dst_port(),
-            checksum: if packet.checksum() == 0 {
-                UdpChecksum::None
-            } else {
-                UdpChecksum::Computed
-            },
+            checksum,
         })
     }
 
@@ -195,12 +200,14 @@ impl UdpRepr {
         put_u16(datagram, 2, self.dst_port);
         put_u16(datagram, 4, len);
         put_u16(datagram, 6, 0);
-        if self.checksum == UdpChecksum::Computed {
-            let sum = match ones_finish(pseudo_sum(src, dst, len, &datagram[..usize::from(len)])) {
-                0 => 0xffff,
-                s => s,
-            };
-            put_u16(datagram, 6, sum);
+        match self.checksum {
+            UdpChecksum::None => {}
+            UdpChecksum::Computed => {
+                let sum = ones_finish(pseudo_sum(src, dst, len, &datagram[..usize::from(len)]));
+                // A computed zero is sent as all ones (RFC 768): zero means "no checksum".
+                put_u16(datagram, 6, if sum == 0 { 0xffff } else { sum });
+            }
+            UdpChecksum::Mismatch(v) => put_u16(datagram, 6, v),
         }
         Ok(HEADER_LEN)
     }
@@ -227,10 +234,13 @@ mod tests {
         assert_ne!(p.checksum(), 0);
         assert_eq!(UdpRepr::parse(&p, src, dst), Ok(repr));
         d[9] ^= 0x10;
+        let carried = u16::from_be_bytes([d[6], d[7]]);
         let p = UdpPacket::new_checked(&d[..]).expect("valid");
-        assert_eq!(
-            UdpRepr::parse(&p, src, dst),
-            Err(Error::Checksum { layer: Layer::Udp })
-        );
+        let r = UdpRepr::parse(&p, src, dst).expect("recorded, not rejected");
+        assert_eq!(r.checksum, UdpChecksum::Mismatch(carried));
+        // A mismatching checksum re-emits verbatim.
+        let mut again = d;
+        r.emit(&mut again, 5, src, dst).expect("fits");
+        assert_eq!(again, d);
     }
 }
