@@ -9,8 +9,9 @@
 //!
 //! Byte 4 is "Resv8a" in the base spec; RoCE NICs use its top two bits as FECN/BECN. The ICRC
 //! treats the whole byte as variant (it is masked to ones). `TVer` is 0 for standard traffic; IRN
-//! traffic carries 1, which a standard receiver must drop (IBTA C9-?: an unsupported transport
-//! header version is silently dropped), so IRN packets are never mistaken for standard ones.
+//! traffic carries 1. IBTA Vol. 1 §9.6 (transport header validation) has a receiver silently drop
+//! a packet whose TVer it does not support, and Linux rxe does so first thing in `hdr_check`, so
+//! IRN packets are never mistaken for standard ones (see `docs/WIRE.md`).
 
 use crate::bytes::{put_u16, put_u24, u16_at, u24_at};
 use crate::error::{room, Error, Layer, Result};

@@ -265,7 +265,7 @@ impl Opcode {
                         headers: Headers::AETH,
                         payload: PayloadRule::Empty,
                     }),
-                    0x07 | 0x08 | 0x09 => match operation_layout(op) {
+                    0x07..=0x09 => match operation_layout(op) {
                         Some(l) => Some(Layout {
                             headers: l.headers.with(Headers::RETH),
                             payload: l.payload,

@@ -185,6 +185,14 @@ impl RoceRepr {
             }
         };
         let u = UdpPacket::new_checked(datagram)?;
+        // Bytes inside the IP packet but past the UDP datagram have no place in a RoCEv2 packet
+        // (Ethernet padding lies outside the IP length): the lengths must agree.
+        if usize::from(u.len()) != datagram.len() {
+            return Err(Error::Malformed {
+                layer: Layer::Udp,
+                what: "UDP length differs from the IP payload length",
+            });
+        }
         let udp = UdpRepr::parse(&u, ip.src(), ip.dst())?;
         if udp.dst_port != ROCEV2_PORT {
             return Err(Error::Malformed {
@@ -249,5 +257,33 @@ impl RoceRepr {
         room(buf.len(), l2 + self.buffer_len())?;
         eth.emit(buf)?;
         Ok(l2 + self.emit(&mut buf[l2..], payload)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/decode_frame.rs`): an IPv4 total length 16 bytes
+    /// past the end of the UDP datagram. Accepting it made the parsed packet impossible to
+    /// re-emit as it was; it is malformed.
+    #[test]
+    fn udp_shorter_than_ip_payload_is_malformed() {
+        let frame: [u8; 94] = [
+            0x52, 0x54, 0x00, 0x99, 0x00, 0x11, 0x52, 0x54, 0x00, 0x99, 0x00, 0x12, 0x08, 0x00,
+            0x45, 0x00, 0x00, 0x48, 0x77, 0x8a, 0x40, 0x00, 0x40, 0x11, 0xae, 0x3e, 0x0a, 0x63,
+            0x00, 0x0c, 0x0a, 0x63, 0x00, 0x0b, 0xc2, 0x11, 0x12, 0xb7, 0x00, 0x24, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x38, 0x00, 0x00, 0x14, 0x40, 0x00, 0x40, 0x11, 0x1c,
+            0xea, 0x0a, 0x63, 0x00, 0x0b, 0x0a, 0x63, 0x00, 0x55, 0xb9, 0xb8, 0xfc, 0x44, 0x40,
+            0x00, 0x00, 0x08, 0xdc, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xb8, 0xad, 0x0b, 0xe4,
+        ];
+        assert_eq!(
+            RoceRepr::parse(&frame[14..]).map(|p| p.repr),
+            Err(Error::Malformed {
+                layer: Layer::Udp,
+                what: "UDP length differs from the IP payload length",
+            })
+        );
     }
 }
