@@ -26,27 +26,31 @@ pub const ICRC_LEN: usize = 4;
 /// nibble), the UDP header, and the InfiniBand packet from the BTH up to, not including, the
 /// ICRC.
 pub fn compute(ip_header: &[u8], udp_header: &[u8], ib: &[u8]) -> Result<u32> {
-    let mut ip = [0u8; ipv6::HEADER_LEN];
-    let ip = match ip_header.first().map(|b| b >> 4) {
+    // The masked pseudo-header (8 ones, IP, UDP, BTH) is assembled in one stack buffer so the CRC
+    // runs over two slices, not five (about 10 % off a frame parse; docs/BENCHMARKS.md).
+    const ONES: usize = 8;
+    let mut pseudo = [0xffu8; ONES + ipv6::HEADER_LEN + udp::HEADER_LEN + BTH_LEN];
+    let ip_len = match ip_header.first().map(|b| b >> 4) {
         Some(4) => {
             need(Layer::Ipv4, ip_header, ipv4::HEADER_LEN)?;
-            let h = &mut ip[..ipv4::HEADER_LEN];
+            let h = &mut pseudo[ONES..ONES + ipv4::HEADER_LEN];
             h.copy_from_slice(&ip_header[..ipv4::HEADER_LEN]);
             h[1] = 0xff; // TOS
             h[8] = 0xff; // TTL
             h[10] = 0xff; // header checksum
             h[11] = 0xff;
-            h
+            ipv4::HEADER_LEN
         }
         Some(6) => {
             need(Layer::Ipv6, ip_header, ipv6::HEADER_LEN)?;
-            ip.copy_from_slice(&ip_header[..ipv6::HEADER_LEN]);
-            ip[0] |= 0x0f; // traffic class, high nibble
-            ip[1] = 0xff; // traffic class low nibble + flow label
-            ip[2] = 0xff;
-            ip[3] = 0xff;
-            ip[7] = 0xff; // hop limit
-            &ip[..]
+            let h = &mut pseudo[ONES..ONES + ipv6::HEADER_LEN];
+            h.copy_from_slice(&ip_header[..ipv6::HEADER_LEN]);
+            h[0] |= 0x0f; // traffic class, high nibble
+            h[1] = 0xff; // traffic class low nibble + flow label
+            h[2] = 0xff;
+            h[3] = 0xff;
+            h[7] = 0xff; // hop limit
+            ipv6::HEADER_LEN
         }
         _ => {
             return Err(Error::Malformed {
@@ -57,19 +61,18 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], ib: &[u8]) -> Result<u32> {
     };
     need(Layer::Udp, udp_header, udp::HEADER_LEN)?;
     need(Layer::Bth, ib, BTH_LEN)?;
-    let mut udp = [0u8; udp::HEADER_LEN];
-    udp.copy_from_slice(&udp_header[..udp::HEADER_LEN]);
-    udp[6] = 0xff;
-    udp[7] = 0xff;
-    let mut bth = [0u8; BTH_LEN];
-    bth.copy_from_slice(&ib[..BTH_LEN]);
-    bth[4] = 0xff;
+    let udp_at = ONES + ip_len;
+    let u = &mut pseudo[udp_at..udp_at + udp::HEADER_LEN];
+    u.copy_from_slice(&udp_header[..udp::HEADER_LEN]);
+    u[6] = 0xff; // checksum
+    u[7] = 0xff;
+    let bth_at = udp_at + udp::HEADER_LEN;
+    let b = &mut pseudo[bth_at..bth_at + BTH_LEN];
+    b.copy_from_slice(&ib[..BTH_LEN]);
+    b[4] = 0xff; // FECN, BECN, reserved
 
     let mut h = crc32fast::Hasher::new();
-    h.update(&[0xff; 8]);
-    h.update(ip);
-    h.update(&udp);
-    h.update(&bth);
+    h.update(&pseudo[..bth_at + BTH_LEN]);
     h.update(&ib[BTH_LEN..]);
     Ok(h.finalize())
 }
