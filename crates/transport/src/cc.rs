@@ -1,0 +1,105 @@
+//! Congestion control as a trait object made per queue pair by a factory (the shape of
+//! quinn-proto's `congestion::Controller`), never an integer mode. SPEC T9.
+//!
+//! IRN decouples loss recovery from congestion control (IRN §3.1): the queue pair tells the
+//! controller what happened — packets sent, ACKs with RTT samples, CNPs, ECN echoes, losses,
+//! timeouts — and asks it two things: how fast it may send (a pacing rate) and how much it may
+//! have in flight (a window). Either may be unlimited. Controllers with their own timers (DCQCN's
+//! rate-increase and alpha timers) expose a deadline the queue pair folds into
+//! `poll_timeout`.
+//!
+//! This module ships the interface and [`NoCc`] (line rate, IRN's default). DCQCN, Timely, DCTCP
+//! and AIMD implement the same trait.
+
+use core::fmt::Debug;
+
+use crate::time::{Dur, Time};
+
+/// One queue pair's congestion controller.
+pub trait Controller: Debug + Send {
+    /// The algorithm's name, for reports.
+    fn name(&self) -> &'static str;
+
+    /// `bytes` (on the wire) were sent.
+    fn on_send(&mut self, _now: Time, _bytes: u64) {}
+
+    /// An ACK newly acknowledged `bytes`; `rtt` is a sample when the ACK allows one.
+    fn on_ack(&mut self, _now: Time, _bytes: u64, _rtt: Option<Dur>) {}
+
+    /// A congestion notification packet arrived (DCQCN's reaction point).
+    fn on_cnp(&mut self, _now: Time) {}
+
+    /// An ACK echoed ECN: `marked` of `total` acknowledged bytes had met CE (DCTCP).
+    fn on_ecn_echo(&mut self, _now: Time, _marked: u64, _total: u64) {}
+
+    /// Loss recovery detected a loss (a NACK or a selective-ACK gap).
+    fn on_loss(&mut self, _now: Time) {}
+
+    /// The retransmission timer expired.
+    fn on_timeout(&mut self, _now: Time) {}
+
+    /// The controller's own next deadline, if it has one.
+    fn next_timer(&self) -> Option<Time> {
+        None
+    }
+
+    /// Runs the controller's timers up to `now`.
+    fn on_timer(&mut self, _now: Time) {}
+
+    /// Pacing rate in bits per second; `None` = line rate.
+    fn rate_bps(&self) -> Option<u64>;
+
+    /// Bytes the queue pair may have in flight; `None` = no window.
+    fn window(&self) -> Option<u64>;
+}
+
+/// Makes a controller for each new queue pair.
+pub trait ControllerFactory: Debug + Send + Sync {
+    /// A controller for a queue pair created at `now` on a link of `line_rate_bps`.
+    fn build(&self, now: Time, line_rate_bps: u64) -> Box<dyn Controller>;
+}
+
+/// No congestion control: line rate, no window (the IRN paper's default configuration).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCc;
+
+impl Controller for NoCc {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn rate_bps(&self) -> Option<u64> {
+        None
+    }
+    fn window(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Factory of [`NoCc`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCcFactory;
+
+impl ControllerFactory for NoCcFactory {
+    fn build(&self, _now: Time, _line_rate_bps: u64) -> Box<dyn Controller> {
+        Box::new(NoCc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn none_is_unlimited_whatever_happens() {
+        let f: &dyn ControllerFactory = &NoCcFactory;
+        let mut c = f.build(Time::ZERO, 40_000_000_000);
+        c.on_send(Time::ZERO, 1024);
+        c.on_cnp(Time::ZERO);
+        c.on_loss(Time::ZERO);
+        c.on_timeout(Time::ZERO);
+        assert_eq!(c.name(), "none");
+        assert_eq!(c.rate_bps(), None);
+        assert_eq!(c.window(), None);
+        assert_eq!(c.next_timer(), None);
+    }
+}

@@ -1,0 +1,634 @@
+//! Application memory as the queue pair sees it: registered memory regions with keys, access
+//! flags and bounds (IBTA Vol. 1 §10.6; verbs `ibv_reg_mr`).
+//!
+//! The core reads and writes application memory only through [`Memory`]. Two implementations:
+//!
+//! * [`ByteMemory`] holds real bytes: the UDP runtime's model, and what data-integrity tests check
+//!   byte for byte;
+//! * [`CheckedMemory`] keeps the same regions, keys and checks but no bytes, so a simulator with
+//!   thousands of queue pairs and gigabytes "in flight" costs nothing per byte.
+//!
+//! Both check every access completely **before** touching anything: an access that fails a key,
+//! permission, bounds or alignment check changes no byte (the IBTA's "no memory is modified on a
+//! protection error").
+//!
+//! Address space: [`Regions::alloc`] hands out non-overlapping buffers at deterministic virtual
+//! addresses; [`Regions::register`] makes a memory region over part of one buffer. Two regions
+//! over the same buffer alias the same bytes, as two registrations of one buffer do in verbs.
+//! Keys come from a seeded generator: unguessable to a peer that does not know the seed, and
+//! reproducible in tests and simulations.
+
+use core::fmt;
+use std::collections::BTreeMap;
+
+/// Access rights of a memory region (verbs `ibv_access_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u8);
+
+impl Access {
+    /// Local read only (always allowed).
+    pub const LOCAL_READ: Access = Access(0);
+    /// The local HCA may write (receive buffers, Read response targets).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Remote peers may RDMA Write.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Remote peers may RDMA Read.
+    pub const REMOTE_READ: Access = Access(4);
+    /// Remote peers may do atomics.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Everything.
+    pub const ALL: Access = Access(15);
+
+    /// The union.
+    #[must_use]
+    pub const fn with(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+
+    /// Whether every right of `o` is granted.
+    pub const fn allows(self, o: Access) -> bool {
+        self.0 & o.0 == o.0
+    }
+
+    /// IBTA rule (verbs: `EINVAL`): remote write or atomic access requires local write.
+    pub const fn is_valid(self) -> bool {
+        let remote_mutating = self.0 & (Self::REMOTE_WRITE.0 | Self::REMOTE_ATOMIC.0) != 0;
+        !remote_mutating || self.allows(Self::LOCAL_WRITE)
+    }
+}
+
+/// Keys of a registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MrKeys {
+    /// Key for local access (scatter/gather entries).
+    pub lkey: u32,
+    /// Key a remote peer names in RETH / AtomicETH.
+    pub rkey: u32,
+}
+
+/// Why a memory access was refused. The queue pair maps these to completion statuses and NAKs
+/// (local protection error; remote access error; remote invalid request for misalignment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    /// No region has this key.
+    #[error("unknown key 0x{0:08x}")]
+    BadKey(u32),
+    /// The range leaves the region.
+    #[error("range outside the region")]
+    OutOfBounds,
+    /// The region does not grant the access.
+    #[error("access not granted by the region")]
+    NoAccess,
+    /// An atomic on an address not 8-byte aligned.
+    #[error("atomic address not 8-byte aligned")]
+    Misaligned,
+    /// Registration over memory that was never allocated, or with invalid access flags.
+    #[error("invalid registration")]
+    InvalidRegistration,
+}
+
+/// An atomic operation on 8 bytes (IBTA §9.4.5; big-endian is the wire's business, memory holds
+/// host-order u64 values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// If the value equals `compare`, replace it by `swap`.
+    CompareSwap {
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// Add `add` (wrapping).
+    FetchAdd {
+        /// Addend.
+        add: u64,
+    },
+}
+
+impl AtomicOp {
+    /// The new value given the old one.
+    pub const fn apply(self, old: u64) -> u64 {
+        match self {
+            AtomicOp::CompareSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+        }
+    }
+}
+
+/// Which key space an access uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// A local key from a scatter/gather entry.
+    Local(u32),
+    /// A remote key from a packet.
+    Remote(u32),
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Local(k) => write!(f, "lkey 0x{k:08x}"),
+            Key::Remote(k) => write!(f, "rkey 0x{k:08x}"),
+        }
+    }
+}
+
+/// What the queue pair needs from application memory.
+///
+/// Every method checks the whole access before doing any of it. `HOLDS_BYTES` tells the core
+/// whether reading gives real data; when it is `false`, reads leave the output untouched and
+/// writes only check, so the core can skip carrying payload bytes altogether.
+pub trait Memory {
+    /// Whether this memory stores bytes.
+    const HOLDS_BYTES: bool;
+
+    /// Checks that `len` bytes at `addr` may be accessed with `key` for `access`.
+    fn check(&self, key: Key, addr: u64, len: u64, access: Access) -> Result<(), MemError>;
+
+    /// Reads `out.len()` bytes at `addr` (local reads need no right; remote reads need
+    /// `REMOTE_READ`).
+    fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), MemError>;
+
+    /// Writes `data` at `addr` (local writes need `LOCAL_WRITE`, remote ones `REMOTE_WRITE`).
+    fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError>;
+
+    /// Applies an atomic operation to the 8 aligned bytes at `addr` (needs `REMOTE_ATOMIC`) and
+    /// returns the value before it.
+    fn atomic(&mut self, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+}
+
+/// The rights an access by `key` for reading or writing needs.
+const fn needed(key: Key, write: bool) -> Access {
+    match (key, write) {
+        (Key::Local(_), false) => Access::LOCAL_READ,
+        (Key::Local(_), true) => Access::LOCAL_WRITE,
+        (Key::Remote(_), false) => Access::REMOTE_READ,
+        (Key::Remote(_), true) => Access::REMOTE_WRITE,
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Region {
+    buffer: u64,
+    addr: u64,
+    len: u64,
+    access: Access,
+    keys: MrKeys,
+}
+
+/// Allocations, regions and keys: the bookkeeping both memories share.
+#[derive(Debug, Clone)]
+pub struct Regions {
+    /// Buffer start address → length.
+    buffers: BTreeMap<u64, u64>,
+    /// Next free address.
+    next_addr: u64,
+    /// lkey → region; rkey → lkey.
+    by_lkey: BTreeMap<u32, Region>,
+    by_rkey: BTreeMap<u32, u32>,
+    rng: u64,
+}
+
+impl Regions {
+    /// An empty address space whose keys and addresses derive from `seed`.
+    pub fn new(seed: u64) -> Regions {
+        let mut r = Regions {
+            buffers: BTreeMap::new(),
+            next_addr: 0,
+            by_lkey: BTreeMap::new(),
+            by_rkey: BTreeMap::new(),
+            rng: seed ^ 0x9e37_79b9_7f4a_7c15,
+        };
+        // A random-looking, page-aligned base in the lower half of the canonical user range.
+        r.next_addr = 0x1000_0000_0000 + (r.next_u64() & 0x0fff_ffff_f000);
+        r
+    }
+
+    /// splitmix64: small, fast, good enough to make keys unpredictable without the seed.
+    fn next_u64(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn fresh_key(&mut self) -> u32 {
+        loop {
+            let k = self.next_u64() as u32;
+            if k != 0 && !self.by_lkey.contains_key(&k) && !self.by_rkey.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+
+    /// Reserves `len` bytes at a fresh, page-aligned virtual address and returns it. Buffers never
+    /// overlap and are separated by an unmapped guard page.
+    pub fn alloc(&mut self, len: u64) -> u64 {
+        let addr = self.next_addr;
+        self.buffers.insert(addr, len);
+        let pages = len.div_ceil(4096) + 1;
+        self.next_addr = addr + pages * 4096;
+        addr
+    }
+
+    /// Registers `[addr, addr + len)`, which must lie in one allocated buffer, with `access`.
+    pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MrKeys, MemError> {
+        if !access.is_valid() {
+            return Err(MemError::InvalidRegistration);
+        }
+        let (&buffer, &blen) = self
+            .buffers
+            .range(..=addr)
+            .next_back()
+            .ok_or(MemError::InvalidRegistration)?;
+        let end = addr.checked_add(len).ok_or(MemError::InvalidRegistration)?;
+        if end > buffer + blen {
+            return Err(MemError::InvalidRegistration);
+        }
+        let lkey = self.fresh_key();
+        let rkey = loop {
+            let k = self.fresh_key();
+            if k != lkey {
+                break k;
+            }
+        };
+        let keys = MrKeys { lkey, rkey };
+        self.by_lkey.insert(
+            lkey,
+            Region {
+                buffer,
+                addr,
+                len,
+                access,
+                keys,
+            },
+        );
+        self.by_rkey.insert(keys.rkey, keys.lkey);
+        Ok(keys)
+    }
+
+    /// Deregisters the region with this lkey; its keys stop working at once.
+    pub fn deregister(&mut self, lkey: u32) -> Result<(), MemError> {
+        let r = self.by_lkey.remove(&lkey).ok_or(MemError::BadKey(lkey))?;
+        self.by_rkey.remove(&r.keys.rkey);
+        Ok(())
+    }
+
+    /// Checks an access and returns (buffer start, offset of `addr` in it).
+    fn resolve(
+        &self,
+        key: Key,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(u64, u64), MemError> {
+        let region = match key {
+            Key::Local(k) => self.by_lkey.get(&k),
+            Key::Remote(k) => self.by_rkey.get(&k).and_then(|l| self.by_lkey.get(l)),
+        };
+        let k = match key {
+            Key::Local(k) | Key::Remote(k) => k,
+        };
+        let r = region.ok_or(MemError::BadKey(k))?;
+        if !r.access.allows(access) {
+            return Err(MemError::NoAccess);
+        }
+        let end = addr.checked_add(len).ok_or(MemError::OutOfBounds)?;
+        if addr < r.addr || end > r.addr + r.len {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok((r.buffer, addr - r.buffer))
+    }
+
+    fn check_atomic(&self, rkey: u32, addr: u64) -> Result<(u64, u64), MemError> {
+        let at = self.resolve(Key::Remote(rkey), addr, 8, Access::REMOTE_ATOMIC)?;
+        if addr % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        Ok(at)
+    }
+}
+
+/// Memory that holds bytes.
+#[derive(Debug, Clone)]
+pub struct ByteMemory {
+    regions: Regions,
+    bytes: BTreeMap<u64, Vec<u8>>,
+}
+
+impl ByteMemory {
+    /// Empty memory; keys and addresses derive from `seed`.
+    pub fn new(seed: u64) -> ByteMemory {
+        ByteMemory {
+            regions: Regions::new(seed),
+            bytes: BTreeMap::new(),
+        }
+    }
+
+    /// Allocates a zeroed buffer of `len` bytes; returns its address.
+    pub fn alloc(&mut self, len: usize) -> u64 {
+        let addr = self.regions.alloc(len as u64);
+        self.bytes.insert(addr, vec![0; len]);
+        addr
+    }
+
+    /// Allocates a buffer holding `data`; returns its address.
+    pub fn alloc_with(&mut self, data: &[u8]) -> u64 {
+        let addr = self.alloc(data.len());
+        if let Some(b) = self.bytes.get_mut(&addr) {
+            b.copy_from_slice(data);
+        }
+        addr
+    }
+
+    /// Registers a memory region (see [`Regions::register`]).
+    pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MrKeys, MemError> {
+        self.regions.register(addr, len, access)
+    }
+
+    /// Deregisters a region.
+    pub fn deregister(&mut self, lkey: u32) -> Result<(), MemError> {
+        self.regions.deregister(lkey)
+    }
+
+    /// The bytes of the allocation at `addr` (for tests and applications, not the QP).
+    pub fn buffer(&self, addr: u64) -> Option<&[u8]> {
+        self.bytes.get(&addr).map(Vec::as_slice)
+    }
+
+    /// Mutable bytes of the allocation at `addr`.
+    pub fn buffer_mut(&mut self, addr: u64) -> Option<&mut [u8]> {
+        self.bytes.get_mut(&addr).map(Vec::as_mut_slice)
+    }
+
+    fn slice_mut(&mut self, buffer: u64, off: u64, len: usize) -> &mut [u8] {
+        // `resolve` has checked the range lies in a registered region of this buffer.
+        let off = off as usize;
+        match self.bytes.get_mut(&buffer) {
+            Some(b) => &mut b[off..off + len],
+            None => &mut [],
+        }
+    }
+}
+
+impl Memory for ByteMemory {
+    const HOLDS_BYTES: bool = true;
+
+    fn check(&self, key: Key, addr: u64, len: u64, access: Access) -> Result<(), MemError> {
+        self.regions.resolve(key, addr, len, access).map(|_| ())
+    }
+
+    fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let (buffer, off) =
+            self.regions
+                .resolve(key, addr, out.len() as u64, needed(key, false))?;
+        let off = off as usize;
+        if let Some(b) = self.bytes.get(&buffer) {
+            out.copy_from_slice(&b[off..off + out.len()]);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let (buffer, off) =
+            self.regions
+                .resolve(key, addr, data.len() as u64, needed(key, true))?;
+        self.slice_mut(buffer, off, data.len())
+            .copy_from_slice(data);
+        Ok(())
+    }
+
+    fn atomic(&mut self, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let (buffer, off) = self.regions.check_atomic(rkey, addr)?;
+        let cell = self.slice_mut(buffer, off, 8);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(cell);
+        let old = u64::from_ne_bytes(v);
+        cell.copy_from_slice(&op.apply(old).to_ne_bytes());
+        Ok(old)
+    }
+}
+
+/// Memory that checks keys, rights and bounds but stores nothing: reads leave the output as it
+/// is, atomics return 0.
+#[derive(Debug, Clone)]
+pub struct CheckedMemory {
+    regions: Regions,
+}
+
+impl CheckedMemory {
+    /// Empty; keys and addresses derive from `seed`.
+    pub fn new(seed: u64) -> CheckedMemory {
+        CheckedMemory {
+            regions: Regions::new(seed),
+        }
+    }
+
+    /// Reserves address space for a buffer of `len` bytes.
+    pub fn alloc(&mut self, len: u64) -> u64 {
+        self.regions.alloc(len)
+    }
+
+    /// Registers a memory region.
+    pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MrKeys, MemError> {
+        self.regions.register(addr, len, access)
+    }
+}
+
+impl Memory for CheckedMemory {
+    const HOLDS_BYTES: bool = false;
+
+    fn check(&self, key: Key, addr: u64, len: u64, access: Access) -> Result<(), MemError> {
+        self.regions.resolve(key, addr, len, access).map(|_| ())
+    }
+
+    fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.check(key, addr, out.len() as u64, needed(key, false))
+    }
+
+    fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.check(key, addr, data.len() as u64, needed(key, true))
+    }
+
+    fn atomic(&mut self, rkey: u32, addr: u64, _op: AtomicOp) -> Result<u64, MemError> {
+        self.regions.check_atomic(rkey, addr).map(|_| 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (ByteMemory, u64, MrKeys) {
+        let mut m = ByteMemory::new(7);
+        let a = m.alloc(4096);
+        let k = m
+            .register(a, 4096, Access::LOCAL_WRITE.with(Access::REMOTE_WRITE))
+            .expect("valid");
+        (m, a, k)
+    }
+
+    #[test]
+    fn remote_write_within_bounds_lands_and_outside_writes_nothing() {
+        let (mut m, a, k) = setup();
+        m.write(Key::Remote(k.rkey), a + 10, b"abc")
+            .expect("allowed");
+        assert_eq!(&m.buffer(a).expect("alloc")[10..13], b"abc");
+        let before = m.buffer(a).expect("alloc").to_vec();
+        // One byte past the end: refused, nothing written (not even the bytes in bounds).
+        assert_eq!(
+            m.write(Key::Remote(k.rkey), a + 4094, b"xyz"),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            m.write(Key::Remote(k.rkey ^ 1), a, b"x"),
+            Err(MemError::BadKey(k.rkey ^ 1))
+        );
+        assert_eq!(
+            m.read(Key::Remote(k.rkey), a, &mut [0; 4]),
+            Err(MemError::NoAccess)
+        );
+        assert_eq!(m.buffer(a).expect("alloc"), &before[..]);
+    }
+
+    #[test]
+    fn address_overflow_is_out_of_bounds_not_a_panic() {
+        let (mut m, _, k) = setup();
+        assert_eq!(
+            m.write(Key::Remote(k.rkey), u64::MAX - 1, b"abcd"),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(Key::Local(k.lkey), u64::MAX, u64::MAX, Access::LOCAL_READ),
+            Err(MemError::OutOfBounds)
+        );
+    }
+
+    #[test]
+    fn atomics_need_alignment_and_rights_and_return_the_old_value() {
+        let mut m = ByteMemory::new(1);
+        let a = m.alloc(64);
+        let k = m
+            .register(a, 64, Access::LOCAL_WRITE.with(Access::REMOTE_ATOMIC))
+            .expect("valid");
+        assert_eq!(
+            m.atomic(k.rkey, a + 8, AtomicOp::FetchAdd { add: 5 }),
+            Ok(0)
+        );
+        assert_eq!(
+            m.atomic(k.rkey, a + 8, AtomicOp::FetchAdd { add: 5 }),
+            Ok(5)
+        );
+        assert_eq!(
+            m.atomic(
+                k.rkey,
+                a + 8,
+                AtomicOp::CompareSwap {
+                    compare: 10,
+                    swap: 99
+                }
+            ),
+            Ok(10)
+        );
+        assert_eq!(
+            m.atomic(
+                k.rkey,
+                a + 8,
+                AtomicOp::CompareSwap {
+                    compare: 10,
+                    swap: 1
+                }
+            ),
+            Ok(99)
+        );
+        assert_eq!(
+            m.atomic(k.rkey, a + 4, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::Misaligned)
+        );
+        let no_atomic = m.register(a, 64, Access::LOCAL_WRITE).expect("valid");
+        assert_eq!(
+            m.atomic(no_atomic.rkey, a, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::NoAccess)
+        );
+    }
+
+    #[test]
+    fn aliasing_registrations_share_bytes_and_deregistration_revokes() {
+        let mut m = ByteMemory::new(3);
+        let a = m.alloc(100);
+        let k1 = m.register(a, 100, Access::ALL).expect("valid");
+        let k2 = m.register(a + 50, 50, Access::ALL).expect("valid");
+        assert_ne!(k1.rkey, k2.rkey);
+        m.write(Key::Remote(k2.rkey), a + 60, &[9]).expect("ok");
+        let mut b = [0u8; 1];
+        m.read(Key::Local(k1.lkey), a + 60, &mut b).expect("ok");
+        assert_eq!(b, [9]);
+        m.deregister(k2.lkey).expect("registered");
+        assert_eq!(
+            m.write(Key::Remote(k2.rkey), a + 60, &[1]),
+            Err(MemError::BadKey(k2.rkey))
+        );
+    }
+
+    #[test]
+    fn registration_rules() {
+        let mut m = ByteMemory::new(4);
+        let a = m.alloc(10);
+        assert_eq!(
+            m.register(a, 10, Access::REMOTE_WRITE),
+            Err(MemError::InvalidRegistration),
+            "remote write needs local write"
+        );
+        assert_eq!(
+            m.register(a, 11, Access::LOCAL_WRITE),
+            Err(MemError::InvalidRegistration)
+        );
+        assert_eq!(
+            m.register(a + 4096, 1, Access::LOCAL_WRITE),
+            Err(MemError::InvalidRegistration),
+            "guard page is not memory"
+        );
+    }
+
+    #[test]
+    fn checked_memory_checks_exactly_like_byte_memory() {
+        let mut b = ByteMemory::new(11);
+        let mut c = CheckedMemory::new(11);
+        let ab = b.alloc(4096);
+        let ac = c.alloc(4096);
+        assert_eq!(ab, ac, "same seed, same addresses");
+        let kb = b.register(ab, 1000, Access::LOCAL_WRITE.with(Access::REMOTE_READ));
+        let kc = c.register(ac, 1000, Access::LOCAL_WRITE.with(Access::REMOTE_READ));
+        assert_eq!(kb, kc, "same seed, same keys");
+        let k = kb.expect("valid");
+        for (key, addr, len) in [
+            (Key::Remote(k.rkey), ab, 1000u64),
+            (Key::Remote(k.rkey), ab + 1, 1000),
+            (Key::Local(k.lkey), ab + 999, 1),
+            (Key::Remote(k.lkey ^ k.rkey), ab, 1),
+        ] {
+            let mut buf = vec![0u8; len as usize];
+            assert_eq!(b.read(key, addr, &mut buf), c.read(key, addr, &mut buf));
+            assert_eq!(b.write(key, addr, &buf), c.write(key, addr, &buf));
+        }
+    }
+
+    #[test]
+    fn keys_differ_across_seeds() {
+        let mut x = ByteMemory::new(1);
+        let mut y = ByteMemory::new(2);
+        let ax = x.alloc(8);
+        let ay = y.alloc(8);
+        assert_ne!(
+            x.register(ax, 8, Access::ALL).expect("ok"),
+            y.register(ay, 8, Access::ALL).expect("ok")
+        );
+    }
+}
