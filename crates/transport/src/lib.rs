@@ -13,7 +13,10 @@
 //! * [`memory`]: application memory behind the [`Memory`] trait (regions, keys, rights, bounds),
 //!   with a byte-holding and a check-only implementation;
 //! * [`wr`]: work requests and completions with the verbs statuses;
-//! * [`cc`]: the congestion-control trait and factory, with `none`.
+//! * [`cc`]: the congestion-control trait and factory, with `none`;
+//! * [`config`]: loss-recovery configuration — retransmission scheme, BDP-FC, timeouts, wire
+//!   format — with the paper's defaults and a preset for RoCE, IRN and each factor-analysis
+//!   variant.
 //!
 //! The queue pair itself (requester, responder, go-back-0/go-back-N/IRN loss recovery, BDP-FC,
 //! timers) follows, with its contract in the shape of quinn-proto's `Connection`:
@@ -24,12 +27,14 @@
 #![warn(missing_docs)]
 
 pub mod cc;
+pub mod config;
 pub mod memory;
 pub mod state;
 pub mod time;
 pub mod wr;
 
 pub use cc::{Controller, ControllerFactory, NoCc, NoCcFactory};
+pub use config::{RecoveryConfig, Retransmission, RtoPolicy};
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
 pub use state::{AttrMask, ModifyError, PostRule, QpState};
 pub use time::{Dur, Time};
