@@ -35,25 +35,12 @@ pub fn eth() -> EthernetRepr {
 
 /// A whole Ethernet frame carrying `ib` with `payload`.
 pub fn frame(ib: IbRepr, payload: &[u8]) -> Vec<u8> {
-    let roce = RoceRepr {
-        ip: IpRepr::V4(Ipv4Repr {
-            src: Ipv4Addr::new(10, 99, 0, 12),
-            dst: Ipv4Addr::new(10, 99, 0, 11),
-            protocol: 17,
-            dscp: 0,
-            ecn: Ecn::Ect0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
-        }),
-        udp: UdpRepr {
-            src_port: 0xc123,
-            dst_port: ROCEV2_PORT,
-            checksum: UdpChecksum::None,
-        },
+    let roce = RoceRepr::ipv4(
+        Ipv4Addr::new(10, 99, 0, 12),
+        Ipv4Addr::new(10, 99, 0, 11),
+        0xc123,
         ib,
-    };
+    );
     let e = eth();
     let mut buf = vec![0u8; e.buffer_len() + roce.buffer_len()];
     roce.emit_frame(&e, &mut buf, payload)

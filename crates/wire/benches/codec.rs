@@ -10,25 +10,15 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use irn_wire::*;
 
 fn frame(ib: IbRepr, payload: &[u8]) -> Vec<u8> {
-    let roce = RoceRepr {
-        ip: IpRepr::V4(Ipv4Repr {
-            src: Ipv4Addr::new(10, 0, 0, 1),
-            dst: Ipv4Addr::new(10, 0, 0, 2),
-            protocol: 17,
-            dscp: 26,
-            ecn: Ecn::Ect0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
-        }),
-        udp: UdpRepr {
-            src_port: 0xc000,
-            dst_port: ROCEV2_PORT,
-            checksum: UdpChecksum::None,
-        },
+    let mut roce = RoceRepr::ipv4(
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 2),
+        0xc000,
         ib,
-    };
+    );
+    if let IpRepr::V4(ip) = &mut roce.ip {
+        ip.dscp = 26;
+    }
     let eth = EthernetRepr {
         src: MacAddr([2, 0, 0, 0, 0, 1]),
         dst: MacAddr([2, 0, 0, 0, 0, 2]),

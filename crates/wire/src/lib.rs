@@ -29,8 +29,7 @@
 //! ## Example
 //!
 //! ```
-//! use irn_wire::{BthRepr, IbRepr, Opcode, Psn, RethRepr, RoceRepr, IpRepr, Ipv4Repr, UdpRepr,
-//!                UdpChecksum, Ecn, ROCEV2_PORT, DEFAULT_PKEY, TVER_STANDARD};
+//! use irn_wire::{BthRepr, IbRepr, Opcode, Psn, RethRepr, RoceRepr, DEFAULT_PKEY, TVER_STANDARD};
 //! use std::net::Ipv4Addr;
 //!
 //! let mut ib = IbRepr::new(BthRepr {
@@ -40,15 +39,8 @@
 //! });
 //! ib.reth = Some(RethRepr { va: 0x1000, rkey: 0x1234, dma_len: 5 });
 //! ib.payload_len = 5;
-//! let packet = RoceRepr {
-//!     ip: IpRepr::V4(Ipv4Repr {
-//!         src: Ipv4Addr::new(10, 0, 0, 1), dst: Ipv4Addr::new(10, 0, 0, 2),
-//!         protocol: 17, dscp: 26, ecn: Ecn::Ect0, ident: 0, dont_frag: true, ttl: 64,
-//!         payload_len: 0, // derived on emission
-//!     }),
-//!     udp: UdpRepr { src_port: 0xc000, dst_port: ROCEV2_PORT, checksum: UdpChecksum::None },
-//!     ib,
-//! };
+//! // IPv4 ID 0, DF, TTL 64, ECT(0), UDP port 4791: as a Linux UDP socket sends it.
+//! let packet = RoceRepr::ipv4(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), 0xc000, ib);
 //! let mut buf = vec![0u8; packet.buffer_len()];
 //! packet.emit(&mut buf, b"hello").unwrap();
 //!

@@ -126,6 +126,39 @@ pub struct RocePacket<'a> {
 }
 
 impl RoceRepr {
+    /// A RoCEv2-over-IPv4 packet as Linux sends it from an unconnected UDP socket with
+    /// `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: IP ID 0 (which makes the ICRC predictable), DF set,
+    /// TTL 64, DSCP 0, ECN-capable (ECT(0)), destination port 4791, no UDP checksum (as rxe).
+    /// Adjust the fields afterwards for anything else.
+    pub fn ipv4(
+        src: std::net::Ipv4Addr,
+        dst: std::net::Ipv4Addr,
+        src_port: u16,
+        ib: IbRepr,
+    ) -> RoceRepr {
+        let mut r = RoceRepr {
+            ip: IpRepr::V4(Ipv4Repr {
+                src,
+                dst,
+                protocol: PROTO_UDP,
+                dscp: 0,
+                ecn: Ecn::Ect0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+                payload_len: 0,
+            }),
+            udp: UdpRepr {
+                src_port,
+                dst_port: ROCEV2_PORT,
+                checksum: crate::udp::UdpChecksum::None,
+            },
+            ib,
+        };
+        r.ip.set_payload_len(r.ip_payload_len());
+        r
+    }
+
     /// Length of the IP payload this packet has: UDP header, IB packet, ICRC.
     pub fn ip_payload_len(&self) -> usize {
         UDP_LEN + self.ib.buffer_len() + ICRC_LEN
