@@ -47,6 +47,10 @@ pub enum RtoPolicy {
         /// N (3 in the paper).
         n: u32,
     },
+    /// The verbs `timeout` attribute of the queue pair: 4.096 µs × 2^timeout, 0 = never
+    /// (IBTA §9.7.6.1.3). What a standard RoCE NIC (and Linux rxe) does; the UDP runtime uses it
+    /// to behave like rxe towards rxe.
+    FromAttr,
 }
 
 impl RtoPolicy {
@@ -56,6 +60,8 @@ impl RtoPolicy {
             RtoPolicy::Disabled => None,
             RtoPolicy::Fixed(d) => Some(d),
             RtoPolicy::Irn { low, high, n } => Some(if in_flight <= n { low } else { high }),
+            // Resolved by the queue pair into `Fixed` or `Disabled` when the attribute is set.
+            RtoPolicy::FromAttr => None,
         }
     }
 }
@@ -183,7 +189,7 @@ impl RecoveryConfig {
             _ => {}
         }
         let zero = match self.rto {
-            RtoPolicy::Disabled => false,
+            RtoPolicy::Disabled | RtoPolicy::FromAttr => false,
             RtoPolicy::Fixed(d) => d == Dur::ZERO,
             RtoPolicy::Irn { low, high, .. } => low == Dur::ZERO || high == Dur::ZERO,
         };

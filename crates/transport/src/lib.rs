@@ -29,13 +29,17 @@
 pub mod cc;
 pub mod config;
 pub mod memory;
+pub mod pair;
+pub mod qp;
 pub mod state;
 pub mod time;
+mod window;
 pub mod wr;
 
 pub use cc::{Controller, ControllerFactory, NoCc, NoCcFactory};
 pub use config::{RecoveryConfig, Retransmission, RtoPolicy};
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
+pub use qp::{Counters, PostError, QpAttr, QpConfig, QueuePair, Transmit, MAX_MESSAGE};
 pub use state::{AttrMask, ModifyError, PostRule, QpState};
 pub use time::{Dur, Time};
 pub use wr::{Completion, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus};

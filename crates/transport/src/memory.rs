@@ -161,6 +161,10 @@ pub trait Memory {
     /// Applies an atomic operation to the 8 aligned bytes at `addr` (needs `REMOTE_ATOMIC`) and
     /// returns the value before it.
     fn atomic(&mut self, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+
+    /// Revokes remote access through `rkey` (Send with Invalidate, IBTA §10.6.7.2): later
+    /// remote accesses with it fail with a bad key.
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError>;
 }
 
 /// The rights an access by `key` for reading or writing needs.
@@ -279,6 +283,14 @@ impl Regions {
         let r = self.by_lkey.remove(&lkey).ok_or(MemError::BadKey(lkey))?;
         self.by_rkey.remove(&r.keys.rkey);
         Ok(())
+    }
+
+    /// Revokes the remote key `rkey`; the region stays usable locally.
+    pub fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.by_rkey
+            .remove(&rkey)
+            .map(|_| ())
+            .ok_or(MemError::BadKey(rkey))
     }
 
     /// Checks an access and returns (buffer start, offset of `addr` in it).
@@ -414,6 +426,10 @@ impl Memory for ByteMemory {
         cell.copy_from_slice(&op.apply(old).to_ne_bytes());
         Ok(old)
     }
+
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.regions.invalidate(rkey)
+    }
 }
 
 /// Memory that checks keys, rights and bounds but stores nothing: reads leave the output as it
@@ -459,6 +475,10 @@ impl Memory for CheckedMemory {
 
     fn atomic(&mut self, rkey: u32, addr: u64, _op: AtomicOp) -> Result<u64, MemError> {
         self.regions.check_atomic(rkey, addr).map(|_| 0)
+    }
+
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.regions.invalidate(rkey)
     }
 }
 
