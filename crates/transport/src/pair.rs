@@ -297,10 +297,11 @@ impl Pair {
         self.links[from as usize].cfg = cfg;
     }
 
-    /// Lets both queue pairs send everything they want to now, collects completions.
+    /// Lets each queue pair send while its port is free (a NIC pulls the next packet when the
+    /// previous one has been serialized), collects completions.
     fn flush(&mut self) {
         for side in [Side::A, Side::B] {
-            loop {
+            while self.links[side as usize].busy_until <= self.now {
                 let (qp, mem) = match side {
                     Side::A => (&mut self.a, &self.mem_a),
                     Side::B => (&mut self.b, &self.mem_b),
@@ -365,9 +366,12 @@ impl Pair {
 
     /// The next time anything happens: an arrival or a queue pair's deadline.
     fn next_event(&self) -> Option<Time> {
+        let free = |l: &Link| (l.busy_until > self.now).then_some(l.busy_until);
         [
             self.links[0].next_arrival(),
             self.links[1].next_arrival(),
+            free(&self.links[0]),
+            free(&self.links[1]),
             self.a.poll_timeout(),
             self.b.poll_timeout(),
         ]

@@ -144,21 +144,64 @@ proptest! {
     }
 }
 
+/// Seeded soak: `IRN_SOAK=N cargo test --test qp_pair soak -- --nocapture` runs N random cases
+/// and prints each before running it (replay one with `IRN_SOAK_FROM`).
 #[test]
-fn debug_trace() {
-    let mut pair = pair_for(RecoveryConfig::roce(), LinkConfig::default(), 1, 1024);
-    let ops: Vec<Op> = every_kind(0)
-        .into_iter()
-        .filter(|o| o.kind == Kind::Read)
-        .collect();
-    let w = Workload::post(&mut pair, &ops, 1);
-    pair.set_tap(|to, p| {
+fn soak() {
+    let n: u64 = std::env::var("IRN_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let from: u64 = std::env::var("IRN_SOAK_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for seed in from..from + n {
+        let mut rng = Rng::new(seed);
+        let mode = rng.below(5) as usize;
+        let link = LinkConfig {
+            loss: rng.unit() * 0.2,
+            reorder: rng.unit() * 0.3,
+            duplicate: rng.unit() * 0.05,
+            ..LinkConfig::default()
+        };
+        let mtu = 256 << rng.below(5);
+        let ops: Vec<Op> = (0..1 + rng.below(11))
+            .map(|_| {
+                let kind = ALL_KINDS[rng.below(7) as usize];
+                let len = match rng.below(10) {
+                    0 => 70_000 + rng.below(1_000_000) as usize,
+                    1..=3 => 2048 + rng.below(68_000) as usize,
+                    _ => rng.below(2048) as usize,
+                };
+                Op {
+                    kind,
+                    len: if matches!(kind, Kind::FetchAdd | Kind::CompareSwap) {
+                        8
+                    } else {
+                        len
+                    },
+                    signaled: rng.chance(0.5),
+                    fence: rng.chance(0.1),
+                    sges: 1 + rng.below(3) as usize,
+                }
+            })
+            .collect();
         eprintln!(
-            "-> {to:?} {} psn={} len={} aeth={:?} reth={:?}",
-            p.ib.bth.opcode, p.ib.bth.psn, p.ib.payload_len, p.ib.aeth, p.ib.reth
+            "seed {seed}: {} mtu {mtu} {link:?} {ops:?}",
+            modes()[mode].0
         );
-        true
-    });
-    pair.drive_until(Time::ZERO + Dur::from_millis(5), 100);
-    eprintln!("{:?}", w.check(&pair));
+        let mut pair = pair_for(modes()[mode].1, link, seed, mtu);
+        let w = Workload::post(&mut pair, &ops, seed);
+        let idle = pair.drive_until(Time::ZERO + Dur::from_millis(10_000), 3_000_000);
+        assert!(
+            idle,
+            "seed {seed}: not idle at {:?}, sent {}",
+            pair.now(),
+            pair.packets_sent
+        );
+        if let Err(e) = w.check(&pair) {
+            panic!("seed {seed}: {e}");
+        }
+    }
 }

@@ -1,0 +1,814 @@
+//! Scripted, packet-by-packet tests of the queue pair (smoltcp style): exact packets in, exact
+//! packets out.
+
+use irn_transport::pair::{connect, LinkConfig, Pair, PairConfig};
+use irn_transport::{
+    Access, ByteMemory, Dur, Memory, QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr,
+    Remote, SendOp, SendWr, Sge, Time, WcStatus,
+};
+use irn_wire::{
+    AethRepr, AtomicEthRepr, BthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, NakCode, Opcode, Psn,
+    RethRepr, Syndrome, DEFAULT_PKEY, TVER_IRN, TVER_STANDARD,
+};
+
+const T0: Time = Time::ZERO;
+const SQ_PSN: u32 = 100;
+const RQ_PSN: u32 = 500;
+
+fn qp(recovery: RecoveryConfig) -> QueuePair {
+    let mut q = QueuePair::new(
+        T0,
+        QpConfig {
+            qpn: 0x11,
+            recovery,
+            ..QpConfig::default()
+        },
+    );
+    connect(
+        &mut q,
+        &QpAttr::default(),
+        0x22,
+        Psn::new(SQ_PSN),
+        Psn::new(RQ_PSN),
+    );
+    q
+}
+
+fn drain(q: &mut QueuePair, now: Time, mem: &ByteMemory) -> Vec<IbRepr> {
+    let mut buf = Vec::new();
+    std::iter::from_fn(|| q.poll_transmit(now, mem, &mut buf).map(|t| t.ib)).collect()
+}
+
+fn bth(opcode: Opcode, psn: u32, irn: bool) -> BthRepr {
+    BthRepr {
+        opcode,
+        solicited: false,
+        mig_req: false,
+        tver: if irn { TVER_IRN } else { TVER_STANDARD },
+        pkey: DEFAULT_PKEY,
+        fecn: false,
+        becn: false,
+        dest_qpn: 0x11,
+        ack_req: true,
+        psn: Psn::new(psn),
+    }
+}
+
+fn ack(psn: u32, syndrome: Syndrome, sack: Option<u32>, irn: bool) -> IbRepr {
+    let mut ib = IbRepr::new(bth(Opcode::RC_ACKNOWLEDGE, psn, irn));
+    ib.aeth = Some(AethRepr { syndrome, msn: 0 });
+    if irn {
+        ib.irn = Some(IrnEthRepr {
+            sack_psn: sack.map(Psn::new),
+            ..IrnEthRepr::default()
+        });
+    }
+    ib
+}
+
+const NAK_SEQ: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+const ACK: Syndrome = Syndrome::Ack(CreditCode::INVALID);
+
+/// A memory with a source buffer of `len` bytes and a remotely writable target.
+fn memory(len: usize) -> (ByteMemory, Sge, Remote, u64) {
+    let mut m = ByteMemory::new(9);
+    let src = m.alloc_with(&vec![0xab; len]);
+    let k = m
+        .register(src, len as u64, Access::LOCAL_WRITE)
+        .expect("register");
+    let dst = m.alloc(len);
+    let dk = m.register(dst, len as u64, Access::ALL).expect("register");
+    (
+        m,
+        Sge {
+            addr: src,
+            len: len as u32,
+            lkey: k.lkey,
+        },
+        Remote {
+            addr: dst,
+            rkey: dk.rkey,
+        },
+        dst,
+    )
+}
+
+fn write_wr(sge: Sge, remote: Remote) -> SendWr {
+    SendWr {
+        wr_id: 1,
+        op: SendOp::Write(remote),
+        sg_list: vec![sge],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    }
+}
+
+fn psns(pkts: &[IbRepr]) -> Vec<u32> {
+    pkts.iter().map(|p| p.bth.psn.value() - SQ_PSN).collect()
+}
+
+// ---- IRN sender (T5) -------------------------------------------------------------------------
+
+#[test]
+fn irn_sender_retransmits_the_cumulative_ack_first_and_then_only_sacked_holes() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mem, sge, remote, _) = memory(10 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    let sent = drain(&mut q, T0, &mem);
+    assert_eq!(psns(&sent), (0..10).collect::<Vec<_>>());
+    assert!(
+        sent.iter().all(|p| p.reth.is_some()),
+        "RETH on every packet"
+    );
+    // Packets 1 and 4 lost. Packet 2 arrives: NACK(expected 1, sack 2).
+    let mut m = mem.clone();
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN, ACK, Some(SQ_PSN), true),
+        &[],
+        Ecn::NotEct,
+        &mut m,
+    );
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 2), true),
+        &[],
+        Ecn::NotEct,
+        &mut m,
+    );
+    assert_eq!(
+        psns(&drain(&mut q, T0, &mem)),
+        vec![1],
+        "cumulative ACK PSN first"
+    );
+    // 3 arrives: NACK(1, sack 3): nothing new is lost (2 and 3 sacked, 1 just resent).
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 3), true),
+        &[],
+        Ecn::NotEct,
+        &mut m,
+    );
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), Vec::<u32>::new());
+    // 5 arrives: 4 is now lost (a higher PSN was selectively acked).
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 5), true),
+        &[],
+        Ecn::NotEct,
+        &mut m,
+    );
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
+    assert_eq!(q.counters().retransmitted, 2);
+    assert_eq!(q.counters().nacks_received, 3);
+    // Everything through 9 acknowledged: recovery over, WQE complete.
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 9, ACK, Some(SQ_PSN + 9), true),
+        &[],
+        Ecn::NotEct,
+        &mut m,
+    );
+    assert_eq!(q.in_flight(), 0);
+    let c = q.poll_completion().expect("completion");
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    assert!(q.poll_completion().is_none(), "exactly one completion");
+}
+
+#[test]
+fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past_the_recovery_sequence(
+) {
+    let mut cfg = RecoveryConfig::irn();
+    cfg.bdp_cap = Some(4);
+    let mut q = qp(cfg);
+    let (mut mem, sge, remote, _) = memory(8 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(
+        psns(&drain(&mut q, T0, &mem)),
+        vec![0, 1, 2, 3],
+        "BDP cap of 4"
+    );
+    // 0 lost; 1 arrives: NACK(0, sack 1). Recovery sequence = 3.
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 1), true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(
+        psns(&drain(&mut q, T0, &mem)),
+        vec![0],
+        "BDP-FC: cum 0 + cap 4 = 3 max"
+    );
+    // The retransmitted 0 arrives with 1..2 already there: cum = 3 (ACK of 2).
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 2, ACK, Some(SQ_PSN), true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    // Still in recovery (cum 3 is not past 3) but nothing is lost: new packets 4, 5, 6.
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4, 5, 6]);
+    // A NACK now (4 lost, 5 arrived) does not restart recovery: the retransmission cursor
+    // continues and 3 (not sacked, below sack 5) is resent, then 4.
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 3, NAK_SEQ, Some(SQ_PSN + 5), true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![3, 4]);
+}
+
+#[test]
+fn irn_timeout_is_rto_low_with_few_packets_in_flight_and_rto_high_otherwise() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mem, sge, remote, _) = memory(10 * 1024);
+    let small = Sge { len: 100, ..sge };
+    q.post_send(write_wr(small, remote)).expect("post");
+    assert_eq!(drain(&mut q, T0, &mem).len(), 1);
+    assert_eq!(
+        q.poll_timeout(),
+        Some(T0 + Dur::from_micros(100)),
+        "RTO_low, N = 3"
+    );
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(drain(&mut q, T0, &mem).len(), 10);
+    assert_eq!(
+        q.poll_timeout(),
+        Some(T0 + Dur::from_micros(320)),
+        "RTO_high"
+    );
+    // The timeout retransmits the cumulative-ACK PSN and enters recovery.
+    let t = T0 + Dur::from_micros(320);
+    q.handle_timeout(t);
+    assert_eq!(psns(&drain(&mut q, t, &mem)), vec![0]);
+    assert_eq!(q.counters().timeouts, 1);
+}
+
+#[test]
+fn irn_without_sack_recovers_one_hole_per_round_trip() {
+    let mut q = qp(RecoveryConfig::irn_without_sack());
+    let (mut mem, sge, remote, _) = memory(10 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    drain(&mut q, T0, &mem);
+    // 0 and 3 lost.
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 4), true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(
+        psns(&drain(&mut q, T0, &mem)),
+        vec![0],
+        "only the cumulative-ACK PSN"
+    );
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 2, ACK, Some(SQ_PSN), true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(
+        psns(&drain(&mut q, T0, &mem)),
+        vec![3],
+        "the next hole, a round trip later"
+    );
+}
+
+// ---- receivers --------------------------------------------------------------------------------
+
+fn write_pkt(psn_off: u32, len: usize, remote: Remote, total: u32, irn: bool) -> IbRepr {
+    let n = total.div_ceil(1024).max(1);
+    let op = match (psn_off == 0, psn_off + 1 == n) {
+        (true, true) => Opcode::RC_RDMA_WRITE_ONLY,
+        (true, false) => Opcode::RC_RDMA_WRITE_FIRST,
+        (false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (false, true) => Opcode::RC_RDMA_WRITE_LAST,
+    };
+    let mut ib = IbRepr::new(bth(op, RQ_PSN + psn_off, irn));
+    ib.bth.ack_req = irn || psn_off + 1 == n;
+    if irn || psn_off == 0 {
+        ib.reth = Some(RethRepr {
+            va: remote.addr,
+            rkey: remote.rkey,
+            dma_len: total,
+        });
+    }
+    if irn {
+        ib.irn = Some(IrnEthRepr {
+            psn_offset: Some(psn_off),
+            ..IrnEthRepr::default()
+        });
+    }
+    ib.payload_len = len;
+    ib
+}
+
+fn summary(p: &IbRepr) -> (Opcode, u32, Option<Syndrome>, Option<u32>) {
+    (
+        p.bth.opcode,
+        p.bth.psn.value().wrapping_sub(RQ_PSN),
+        p.aeth.map(|a| a.syndrome),
+        p.irn
+            .and_then(|i| i.sack_psn)
+            .map(|s| s.value().wrapping_sub(RQ_PSN)),
+    )
+}
+
+#[test]
+fn irn_receiver_places_out_of_order_packets_and_nacks_each_with_a_sack() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mut mem, _, remote, dst) = memory(4096);
+    let data: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 1024]).collect();
+    for i in [0u32, 2, 3, 1] {
+        let p = write_pkt(i, 1024, remote, 4096, true);
+        q.handle_packet(T0, &p, &data[i as usize], Ecn::NotEct, &mut mem);
+    }
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    let a = Opcode::RC_ACKNOWLEDGE;
+    assert_eq!(
+        out,
+        vec![
+            (a, 0, Some(ACK), Some(0)),
+            (a, 1, Some(NAK_SEQ), Some(2)),
+            (a, 1, Some(NAK_SEQ), Some(3)),
+            (a, 3, Some(ACK), Some(1)),
+        ],
+        "per-packet ACKs; NACK = expected PSN + triggering PSN; cum jumps when the hole fills"
+    );
+    let got = mem.buffer(dst).expect("dst");
+    for i in 0..4 {
+        assert!(got[i * 1024..(i + 1) * 1024]
+            .iter()
+            .all(|&b| b == i as u8 + 1));
+    }
+    assert_eq!(q.counters().out_of_order, 2);
+}
+
+#[test]
+fn roce_receiver_discards_out_of_order_and_naks_once_per_gap_like_rxe() {
+    let mut q = qp(RecoveryConfig::roce());
+    let (mut mem, _, remote, dst) = memory(4096);
+    let data = vec![7u8; 1024];
+    for i in [0u32, 2, 3] {
+        let p = write_pkt(i, 1024, remote, 4096, false);
+        q.handle_packet(T0, &p, &data, Ecn::NotEct, &mut mem);
+    }
+    // rxe: one NAK (syndrome 0x60, PSN = expected) for the sequence error, none for later
+    // out-of-order packets of the same gap; no ACK for packet 0 (AckReq clear).
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    assert_eq!(out, vec![(Opcode::RC_ACKNOWLEDGE, 1, Some(NAK_SEQ), None)]);
+    assert_eq!(
+        mem.buffer(dst).expect("dst")[2048..]
+            .iter()
+            .filter(|&&b| b != 0)
+            .count(),
+        0,
+        "out-of-order data is discarded"
+    );
+    // The go-back-N retransmission from 1 completes the message; a duplicate is re-ACKed.
+    for i in [1u32, 2, 3, 2] {
+        let p = write_pkt(i, 1024, remote, 4096, false);
+        q.handle_packet(T0, &p, &data, Ecn::NotEct, &mut mem);
+    }
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    assert_eq!(
+        out,
+        vec![(Opcode::RC_ACKNOWLEDGE, 3, Some(ACK), None)],
+        "ACKs coalesce"
+    );
+    assert_eq!(q.counters().duplicates, 1);
+}
+
+#[test]
+fn roce_sender_goes_back_n_on_a_nak() {
+    let mut q = qp(RecoveryConfig::roce());
+    let (mut mem, sge, remote, _) = memory(6 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    let first = drain(&mut q, T0, &mem);
+    assert_eq!(psns(&first), vec![0, 1, 2, 3, 4, 5]);
+    assert!(
+        first[1].reth.is_none(),
+        "standard RoCE: RETH only on the first packet"
+    );
+    assert!(!first[0].bth.ack_req && first[5].bth.ack_req);
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN + 2, NAK_SEQ, None, false),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![2, 3, 4, 5]);
+    // A timeout goes back to the oldest unacknowledged PSN.
+    let t = T0 + Dur::from_micros(320);
+    q.handle_timeout(t);
+    assert_eq!(psns(&drain(&mut q, t, &mem)), vec![2, 3, 4, 5]);
+}
+
+// ---- go-back-0 livelock (E11) ---------------------------------------------------------------
+
+fn big_write(rec: RecoveryConfig, loss: f64, run_for: Dur) -> (bool, u64) {
+    let link = LinkConfig {
+        loss,
+        ..LinkConfig::default()
+    };
+    let mut cfg = PairConfig::new(rec, link, 42);
+    cfg.qp.retry_limit = Some(1 << 20);
+    let mut p = Pair::new(cfg);
+    let len = 4 << 20;
+    let src = p.mem_a.alloc_with(&vec![0x5a; len]);
+    let k = p
+        .mem_a
+        .register(src, len as u64, Access::LOCAL_WRITE)
+        .expect("reg");
+    let dst = p.mem_b.alloc(len);
+    let dk = p.mem_b.register(dst, len as u64, Access::ALL).expect("reg");
+    p.a.post_send(write_wr(
+        Sge {
+            addr: src,
+            len: len as u32,
+            lkey: k.lkey,
+        },
+        Remote {
+            addr: dst,
+            rkey: dk.rkey,
+        },
+    ))
+    .expect("post");
+    p.drive_until(T0 + run_for, u64::MAX);
+    let done = p.done_a.iter().any(|c| c.status == WcStatus::Success);
+    (done, p.packets_sent)
+}
+
+#[test]
+fn go_back_0_livelocks_at_one_in_256_loss_while_go_back_n_and_irn_complete() {
+    // 4 MB at 1 KB MTU = 4096 packets; P(no loss in one attempt) = (255/256)^4096 ≈ 1e-7.
+    let run = Dur::from_millis(30);
+    let (done, sent) = big_write(RecoveryConfig::roce_go_back_0(), 1.0 / 256.0, run);
+    assert!(!done, "go-back-0 completed");
+    assert!(
+        sent > 20_000,
+        "the link stayed busy ({sent} packets): a livelock, not a stall"
+    );
+    for rec in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
+        let (done, _) = big_write(rec, 1.0 / 256.0, run);
+        assert!(done, "{rec:?} did not complete the 4 MB Write");
+    }
+    // Without loss go-back-0 completes too: the livelock is the loss's doing.
+    assert!(big_write(RecoveryConfig::roce_go_back_0(), 0.0, run).0);
+}
+
+// ---- hostile input ------------------------------------------------------------------------------
+
+#[test]
+fn wrong_qpn_pkey_tver_or_length_is_dropped_and_counted_silently() {
+    let mut q = qp(RecoveryConfig::roce());
+    let (mut mem, _, remote, dst) = memory(1024);
+    let before = mem.buffer(dst).expect("dst").to_vec();
+    let good = write_pkt(0, 16, remote, 16, false);
+    let mut wrong_qpn = good;
+    wrong_qpn.bth.dest_qpn = 0x99;
+    let mut wrong_pkey = good;
+    wrong_pkey.bth.pkey = 0x1234;
+    let mut wrong_tver = good;
+    wrong_tver.bth.tver = TVER_IRN;
+    for p in [wrong_qpn, wrong_pkey, wrong_tver] {
+        q.handle_packet(T0, &p, &[1; 16], Ecn::NotEct, &mut mem);
+    }
+    // Payload shorter than the header says.
+    q.handle_packet(T0, &good, &[1; 15], Ecn::NotEct, &mut mem);
+    assert_eq!(q.counters().dropped_invalid, 4);
+    assert!(drain(&mut q, T0, &mem).is_empty());
+    assert_eq!(mem.buffer(dst).expect("dst"), &before[..]);
+    assert_eq!(q.state(), QpState::Rts);
+}
+
+fn expect_error_nak(q: &mut QueuePair, mem: &ByteMemory, code: NakCode) {
+    let out = drain(q, T0, mem);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].aeth.map(|a| a.syndrome), Some(Syndrome::Nak(code)));
+    assert_eq!(q.state(), QpState::Err);
+}
+
+#[test]
+fn opcode_out_of_sequence_is_an_invalid_request() {
+    let mut q = qp(RecoveryConfig::roce());
+    let (mut mem, _, remote, _) = memory(4096);
+    // A MIDDLE with no message in progress.
+    let mut p = write_pkt(1, 1024, remote, 4096, false);
+    p.bth.psn = Psn::new(RQ_PSN);
+    q.handle_packet(T0, &p, &[0; 1024], Ecn::NotEct, &mut mem);
+    expect_error_nak(&mut q, &mem, NakCode::InvalidRequest);
+}
+
+#[test]
+fn bad_rkey_and_length_past_the_region_are_remote_access_errors_and_write_nothing() {
+    for irn in [false, true] {
+        let rec = if irn {
+            RecoveryConfig::irn()
+        } else {
+            RecoveryConfig::roce()
+        };
+        for (rkey_delta, va_delta) in [(1u32, 0u64), (0, 1)] {
+            let mut q = qp(rec);
+            let (mut mem, _, remote, dst) = memory(1024);
+            let before = mem.buffer(dst).expect("dst").to_vec();
+            let r = Remote {
+                addr: remote.addr + va_delta,
+                rkey: remote.rkey ^ rkey_delta,
+            };
+            // 1024 bytes at dst + 1 runs one byte past the region.
+            let p = write_pkt(0, 1024, r, 1024, irn);
+            q.handle_packet(T0, &p, &[0xee; 1024], Ecn::NotEct, &mut mem);
+            expect_error_nak(&mut q, &mem, NakCode::RemoteAccessError);
+            assert_eq!(
+                mem.buffer(dst).expect("dst"),
+                &before[..],
+                "a byte was written"
+            );
+        }
+    }
+}
+
+#[test]
+fn psn_ahead_of_the_window_gets_a_sequence_nak_and_far_behind_is_a_duplicate() {
+    let mut q = qp(RecoveryConfig::roce());
+    let (mut mem, _, remote, _) = memory(1024);
+    let mut p = write_pkt(0, 16, remote, 16, false);
+    p.bth.psn = Psn::new(RQ_PSN + 1_000_000);
+    q.handle_packet(T0, &p, &[0; 16], Ecn::NotEct, &mut mem);
+    let out = drain(&mut q, T0, &mem);
+    assert_eq!(
+        out.iter().map(summary).collect::<Vec<_>>(),
+        vec![(Opcode::RC_ACKNOWLEDGE, 0, Some(NAK_SEQ), None)]
+    );
+    p.bth.psn = Psn::new(RQ_PSN.wrapping_sub(1_000_000));
+    q.handle_packet(T0, &p, &[0; 16], Ecn::NotEct, &mut mem);
+    assert_eq!(q.counters().duplicates, 1);
+    assert_eq!(q.state(), QpState::Rts);
+}
+
+fn pair(rec: RecoveryConfig) -> Pair {
+    let mut cfg = PairConfig::new(rec, LinkConfig::default(), 3);
+    cfg.attr.min_rnr_timer = 1; // 10 µs
+    Pair::new(cfg)
+}
+
+fn one_op(p: &mut Pair, op: SendOp, local: Sge) {
+    p.a.post_send(SendWr {
+        wr_id: 77,
+        op,
+        sg_list: vec![local],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    })
+    .expect("post");
+    p.a.post_send(SendWr {
+        wr_id: 78,
+        op: SendOp::Send,
+        sg_list: vec![],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    })
+    .expect("post");
+    p.drive_until(T0 + Dur::from_millis(100), 100_000);
+}
+
+#[test]
+fn read_without_remote_read_access_completes_with_remote_access_error_then_flushes() {
+    for rec in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
+        let mut p = pair(rec);
+        let src = p.mem_b.alloc_with(&[1; 64]);
+        let sk = p
+            .mem_b
+            .register(src, 64, Access::LOCAL_WRITE.with(Access::REMOTE_WRITE))
+            .expect("reg");
+        let dst = p.mem_a.alloc(64);
+        let dk = p.mem_a.register(dst, 64, Access::LOCAL_WRITE).expect("reg");
+        one_op(
+            &mut p,
+            SendOp::Read(Remote {
+                addr: src,
+                rkey: sk.rkey,
+            }),
+            Sge {
+                addr: dst,
+                len: 64,
+                lkey: dk.lkey,
+            },
+        );
+        let st: Vec<_> = p.done_a.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(
+            st,
+            vec![(77, WcStatus::RemAccessErr), (78, WcStatus::WrFlushErr)],
+            "{rec:?}"
+        );
+        assert_eq!(p.a.state(), QpState::Err);
+        assert_eq!(p.mem_a.buffer(dst).expect("dst"), &[0; 64][..]);
+    }
+}
+
+#[test]
+fn misaligned_atomic_is_a_remote_invalid_request() {
+    for rec in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
+        let mut p = pair(rec);
+        let t = p.mem_b.alloc(64);
+        let tk = p.mem_b.register(t, 64, Access::ALL).expect("reg");
+        let dst = p.mem_a.alloc(8);
+        let dk = p.mem_a.register(dst, 8, Access::LOCAL_WRITE).expect("reg");
+        one_op(
+            &mut p,
+            SendOp::FetchAdd {
+                remote: Remote {
+                    addr: t + 4,
+                    rkey: tk.rkey,
+                },
+                add: 1,
+            },
+            Sge {
+                addr: dst,
+                len: 8,
+                lkey: dk.lkey,
+            },
+        );
+        assert_eq!(p.done_a[0].status, WcStatus::RemInvReqErr, "{rec:?}");
+        assert_eq!(
+            p.mem_b.buffer(t).expect("t"),
+            &[0; 64][..],
+            "nothing executed"
+        );
+    }
+}
+
+#[test]
+fn send_without_a_receive_gets_rnr_naks_until_one_is_posted() {
+    for rec in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
+        let mut p = pair(rec);
+        let src = p.mem_a.alloc_with(b"hello");
+        let k = p.mem_a.register(src, 5, Access::LOCAL_WRITE).expect("reg");
+        p.a.post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            sg_list: vec![Sge {
+                addr: src,
+                len: 5,
+                lkey: k.lkey,
+            }],
+            signaled: true,
+            fence: false,
+            solicited: false,
+        })
+        .expect("post");
+        p.drive_until(T0 + Dur::from_micros(55), 10_000);
+        assert!(p.b.counters().rnr_naks_sent >= 2, "{rec:?}");
+        assert!(p.done_a.is_empty());
+        let dst = p.mem_b.alloc(16);
+        let dk = p.mem_b.register(dst, 16, Access::LOCAL_WRITE).expect("reg");
+        p.b.post_recv(RecvWr {
+            wr_id: 9,
+            sg_list: vec![Sge {
+                addr: dst,
+                len: 16,
+                lkey: dk.lkey,
+            }],
+        })
+        .expect("post");
+        p.drive_until(T0 + Dur::from_millis(10), 10_000);
+        assert_eq!(p.done_a.len(), 1);
+        assert_eq!(p.done_a[0].status, WcStatus::Success);
+        assert_eq!((p.done_b[0].wr_id, p.done_b[0].byte_len), (9, 5));
+        assert_eq!(&p.mem_b.buffer(dst).expect("dst")[..5], b"hello");
+    }
+}
+
+#[test]
+fn rnr_retry_exceeded_and_transport_retry_exceeded_complete_with_their_status() {
+    let mut cfg = PairConfig::new(RecoveryConfig::roce(), LinkConfig::default(), 5);
+    cfg.attr.rnr_retry = 2;
+    cfg.attr.min_rnr_timer = 1;
+    let mut p = Pair::new(cfg);
+    let (mem, sge, _, _) = memory(64);
+    p.mem_a = mem;
+    one_op(&mut p, SendOp::Send, sge);
+    assert_eq!(p.done_a[0].status, WcStatus::RnrRetryExcErr);
+    assert_eq!(p.done_a[1].status, WcStatus::WrFlushErr);
+
+    let dead = LinkConfig {
+        loss: 1.0,
+        ..LinkConfig::default()
+    };
+    let mut cfg = PairConfig::new(RecoveryConfig::irn(), dead, 5);
+    cfg.attr.retry_cnt = 3;
+    let mut p = Pair::new(cfg);
+    let (mem, sge, remote, _) = memory(64);
+    p.mem_a = mem;
+    one_op(&mut p, SendOp::Write(remote), sge);
+    let st: Vec<_> = p.done_a.iter().map(|c| c.status).collect();
+    assert_eq!(st, vec![WcStatus::RetryExcErr, WcStatus::WrFlushErr]);
+    assert_eq!(
+        p.a.counters().timeouts,
+        4,
+        "retry_cnt 3: the fourth timeout gives up"
+    );
+}
+
+#[test]
+fn verbs_in_the_wrong_state_are_typed_errors() {
+    let mut q = QueuePair::new(T0, QpConfig::default());
+    let wr = SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sg_list: vec![],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    };
+    assert!(q.post_send(wr.clone()).is_err());
+    assert!(q
+        .post_recv(RecvWr {
+            wr_id: 1,
+            sg_list: vec![]
+        })
+        .is_err());
+    assert!(q
+        .modify(
+            T0,
+            QpState::Rts,
+            &QpAttr::default(),
+            irn_transport::AttrMask::NONE
+        )
+        .is_err());
+    // In ERR, posts complete at once, flushed.
+    q.modify(
+        T0,
+        QpState::Err,
+        &QpAttr::default(),
+        irn_transport::AttrMask::NONE,
+    )
+    .expect("any state may go to ERR");
+    q.post_send(wr).expect("flushes");
+    assert_eq!(
+        q.poll_completion().map(|c| c.status),
+        Some(WcStatus::WrFlushErr)
+    );
+}
+
+#[test]
+fn ce_marked_arrivals_make_rate_limited_cnps() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mut mem, _, remote, _) = memory(4096);
+    for (i, us) in [(0u32, 0u64), (1, 10), (2, 60)] {
+        let p = write_pkt(i, 1024, remote, 4096, true);
+        q.handle_packet(T0 + Dur::from_micros(us), &p, &[0; 1024], Ecn::Ce, &mut mem);
+    }
+    let cnps: Vec<_> = drain(&mut q, T0, &mem)
+        .into_iter()
+        .filter(|p| p.bth.opcode == Opcode::CNP)
+        .collect();
+    assert_eq!(cnps.len(), 2, "one per 50 µs");
+    assert_eq!(cnps[0].bth.dest_qpn, 0x22);
+    assert_eq!(cnps[0].bth.psn, Psn::new(0));
+    assert!(cnps[0].check().is_ok());
+    assert_eq!(
+        q.counters().cnps_sent + q.counters().ecn_marked,
+        3 + q.counters().cnps_sent
+    );
+}
+
+#[test]
+fn duplicate_atomic_is_answered_from_saved_state_not_executed_twice() {
+    let mut q = qp(RecoveryConfig::roce());
+    let mut mem = ByteMemory::new(1);
+    let t = mem.alloc(8);
+    let tk = mem.register(t, 8, Access::ALL).expect("reg");
+    let mut ib = IbRepr::new(bth(Opcode::RC_FETCH_ADD, RQ_PSN, false));
+    ib.atomic_eth = Some(AtomicEthRepr {
+        va: t,
+        rkey: tk.rkey,
+        swap_add: 5,
+        compare: 0,
+    });
+    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    let out = drain(&mut q, T0, &mem);
+    assert_eq!(out.len(), 2);
+    assert!(out
+        .iter()
+        .all(|p| p.bth.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE
+            && p.atomic_ack_eth.map(|a| a.orig) == Some(0)));
+    let mut v = [0u8; 8];
+    mem.read(irn_transport::Key::Local(tk.lkey), t, &mut v)
+        .expect("read");
+    assert_eq!(u64::from_ne_bytes(v), 5, "executed once");
+}
