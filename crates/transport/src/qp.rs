@@ -828,20 +828,11 @@ impl QueuePair {
         }
         self.complete_sends();
         if self.state != QpState::Err {
-            // Earlier reads still waiting: the error cannot be reported out of order, so the
-            // QP errs now and flushes them (what a NIC does on a fatal NAK).
-            if let Some(w) = self.sq.iter_mut().find(|w| w.error.is_some()) {
-                w.error = Some(status);
-            }
-            self.enter_error_reporting_first(status);
+            // Earlier Reads still wait for responses: the error cannot be reported out of
+            // order, so the queue pair errs now; the failed WQE keeps its status and those
+            // before it are flushed (what a NIC does on a fatal NAK).
+            self.enter_error();
         }
-    }
-
-    fn enter_error_reporting_first(&mut self, status: WcStatus) {
-        // Unreachable in practice (complete_sends reaches the errored WQE when everything before
-        // it is done); keep the status on the WQE that failed.
-        let _ = status;
-        self.enter_error();
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1507,7 +1498,7 @@ impl QueuePair {
                     } else {
                         self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce);
                     }
-                } else if ib.bth.ack_req && !ib.bth.opcode.is_read_or_atomic_request() {
+                } else if ib.bth.ack_req && !is_read_or_atomic_request(ib.bth.opcode) {
                     let e = self.rwin.epsn().sub(1);
                     self.push_resp_ack(e, Syndrome::Ack(CreditCode::INVALID), ce);
                 }
@@ -2682,7 +2673,7 @@ impl QueuePair {
                 }
             }
         }
-        let last_of_msg = data && last || !data;
+        let last_of_msg = last || !data;
         ib.bth.ack_req = irn
             || last_of_msg
             || (mode != Retransmission::GoBack0
@@ -2711,18 +2702,12 @@ enum Refused {
     Fatal(NakCode, Option<(u32, WcStatus)>),
 }
 
-/// Extension of [`Opcode`] for the responder.
-trait OpcodeExt {
-    fn is_read_or_atomic_request(self) -> bool;
-}
-
-impl OpcodeExt for Opcode {
-    fn is_read_or_atomic_request(self) -> bool {
-        matches!(
-            self,
-            Opcode::RC_RDMA_READ_REQUEST | Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD
-        )
-    }
+/// Read and atomic requests: answered by responses, not ACKs.
+fn is_read_or_atomic_request(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::RC_RDMA_READ_REQUEST | Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD
+    )
 }
 
 /// Walks a scatter/gather list from byte `off` for `len` bytes, calling `f(sge, addr, at, n)`

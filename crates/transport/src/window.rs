@@ -98,10 +98,6 @@ impl SendWindow {
         self.recovery.is_some() || self.go_back.is_some()
     }
 
-    pub(crate) fn retries(&self) -> u32 {
-        self.retries
-    }
-
     /// Whether `psn` lies in `[una, next)`.
     pub(crate) fn outstanding(&self, psn: Psn) -> bool {
         let d = self.una.distance(psn);
@@ -243,16 +239,6 @@ impl SendWindow {
         }
     }
 
-    /// Whether `psn` is known to have arrived (selectively acknowledged).
-    pub(crate) fn is_sacked(&self, psn: Psn) -> bool {
-        self.outstanding(psn)
-            && self
-                .sacked
-                .get(self.una.distance(psn) as usize)
-                .copied()
-                .unwrap_or(false)
-    }
-
     /// Selective repeat enters loss recovery (on a NACK or a timeout); a no-op when already in
     /// it, unless `restart` (a timeout restarts recovery from the cumulative ACK).
     pub(crate) fn enter_recovery(&mut self, restart: bool) {
@@ -379,11 +365,6 @@ impl<A> RecvWindow<A> {
         self.slots.clear();
     }
 
-    /// Whether any PSN beyond the expected one has arrived.
-    pub(crate) fn has_holes(&self) -> bool {
-        self.slots.iter().any(|s| s.arrived)
-    }
-
     /// Classifies `psn`.
     pub(crate) fn classify(&self, psn: Psn) -> Arrival {
         let d = self.epsn.distance(psn);
@@ -435,11 +416,6 @@ impl<A> RecvWindow<A> {
         self.epsn = self.epsn.add(1);
         self.nak_sent = false;
         Some((psn, s.action))
-    }
-
-    /// Forgets everything beyond the expected PSN (go-back-0 discards a partial message).
-    pub(crate) fn clear_ahead(&mut self) {
-        self.slots.clear();
     }
 }
 
