@@ -1524,6 +1524,16 @@ impl QueuePair {
             }) = found
             {
                 let k = u64::from(first.distance(psn) as u32) * u64::from(self.mtu());
+                // One replay per Read (as rxe restarts its read resource): a newer duplicate
+                // supersedes responses of the same Read still queued.
+                let npsn = packets(len, self.mtu());
+                self.resp.retain(|j| match j {
+                    RespJob::Read { psn: jp, .. } => {
+                        let d = first.distance(*jp);
+                        !(d >= 0 && (d as u32) < npsn)
+                    }
+                    _ => true,
+                });
                 self.resp.push_back(RespJob::Read {
                     psn,
                     va: va + k,

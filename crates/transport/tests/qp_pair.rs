@@ -157,6 +157,21 @@ fn soak() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     for seed in from..from + n {
+        soak_case(seed);
+    }
+}
+
+/// Seeds that once failed: 137 (go-back-N behind an unbounded link queue), 809 (RoCE
+/// duplicate Reads each queued a full replay and starved new Reads).
+#[test]
+fn soak_regressions() {
+    for seed in [137, 809] {
+        soak_case(seed);
+    }
+}
+
+fn soak_case(seed: u64) {
+    {
         let mut rng = Rng::new(seed);
         let mode = rng.below(5) as usize;
         let link = LinkConfig {
