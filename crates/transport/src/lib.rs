@@ -1,27 +1,48 @@
-//! # irn-transport: the queue-pair core of irn (in progress)
+//! # irn-transport: the queue-pair core of irn
 //!
 //! One deterministic, *sans-IO* implementation of an RDMA reliable-connected queue pair
-//! (SPEC T1, T3–T7), to be run unchanged by the simulator and by the UDP runtime: no sockets,
-//! threads, clock reads or unseeded randomness inside. Time is the project's own integer
-//! [`Time`], passed into every call.
+//! (SPEC T1, T3–T7, with T9's congestion-control hooks), run unchanged by the simulator and by
+//! the UDP runtime: no sockets, threads, clock reads or unseeded randomness inside. Time is the
+//! project's own integer [`Time`] (picoseconds), passed into every call.
 //!
-//! This crate is being built in steps. Present today — the parts every later step stands on:
+//! [`QueuePair`] is the whole contract; its documentation says in which order a driver calls
+//! it. In short: verbs ([`QueuePair::modify`], [`QueuePair::post_send`],
+//! [`QueuePair::post_recv`]) and [`QueuePair::handle_packet`] / [`QueuePair::handle_timeout`]
+//! in; [`QueuePair::poll_transmit`], [`QueuePair::poll_completion`] and
+//! [`QueuePair::poll_timeout`] out. Packets are [`irn_wire::IbRepr`] descriptions plus payload
+//! bytes when the memory holds any, so the simulator forwards them without serializing and the
+//! UDP runtime serializes them with `irn-wire`.
 //!
-//! * [`time`]: picosecond [`Time`] and [`Dur`];
-//! * [`state`]: the QP state diagram as a declarative transition table, and which verbs each
-//!   state accepts;
+//! ## Loss recovery, selectable per queue pair ([`RecoveryConfig`])
+//!
+//! * **go-back-0** (T3): the responder discards a partial message on a sequence error and the
+//!   requester restarts it from its first packet — the livelock of E11;
+//! * **go-back-N** (T4): the responder discards out-of-order packets and NAKs once per gap
+//!   with its expected PSN, as Linux rxe does; the requester resends everything from there;
+//! * **IRN selective repeat** (T5): per-packet ACKs and NACKs carrying the cumulative ACK and
+//!   the triggering PSN, a SACK bitmap at the sender, recovery that retransmits the cumulative
+//!   ACK PSN first and a later PSN only below a selectively acked one, ending when the
+//!   cumulative ACK passes the recovery sequence; RTO_low / RTO_high by packets in flight;
+//! * **BDP-FC** (T6), and the factor-analysis variants of E5 (IRN with go-back-N, without
+//!   BDP-FC, without the SACK bitmap).
+//!
+//! IRN's out-of-order machinery (T7): data placed directly at its final address, a receive
+//! bitmap sized by the BDP cap holding one deferred action per PSN (the 2-bitmap: MSN update,
+//! premature CQE, Read/atomic execution), `recv_WQE_SN` / `read_WQE_SN` matching, split sPSN /
+//! rPSN spaces with read (N)ACKs and a Read responder that runs its own timeouts. Duplicate Reads
+//! and atomics are answered from saved state, never executed twice.
+//!
+//! ## Modules
+//!
+//! * [`qp`]: the queue pair; [`pair`]: two queue pairs through seeded lossy links (tests,
+//!   fuzzing, examples);
+//! * `window` (internal): the sender and receiver engines of one PSN space;
+//! * [`state`]: the QP state diagram as a declarative transition table;
 //! * [`memory`]: application memory behind the [`Memory`] trait (regions, keys, rights, bounds),
 //!   with a byte-holding and a check-only implementation;
 //! * [`wr`]: work requests and completions with the verbs statuses;
 //! * [`cc`]: the congestion-control trait and factory, with `none`;
-//! * [`config`]: loss-recovery configuration — retransmission scheme, BDP-FC, timeouts, wire
-//!   format — with the paper's defaults and a preset for RoCE, IRN and each factor-analysis
-//!   variant.
-//!
-//! The queue pair itself (requester, responder, go-back-0/go-back-N/IRN loss recovery, BDP-FC,
-//! timers) follows, with its contract in the shape of quinn-proto's `Connection`:
-//! `handle_packet` / `handle_timeout` / verbs in, `poll_transmit` / `poll_timeout` /
-//! `poll_completion` out, packets as [`irn_wire::IbRepr`] descriptions.
+//! * [`config`]: loss-recovery configuration with the paper's defaults and presets.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
