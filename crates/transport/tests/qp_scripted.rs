@@ -812,3 +812,30 @@ fn duplicate_atomic_is_answered_from_saved_state_not_executed_twice() {
         .expect("read");
     assert_eq!(u64::from_ne_bytes(v), 5, "executed once");
 }
+
+#[test]
+fn send_longer_than_the_receive_buffer_is_a_local_length_error_there_and_invalid_request_here() {
+    for rec in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
+        let mut p = pair(rec);
+        let dst = p.mem_b.alloc(100);
+        let dk = p
+            .mem_b
+            .register(dst, 100, Access::LOCAL_WRITE)
+            .expect("reg");
+        p.b.post_recv(RecvWr {
+            wr_id: 9,
+            sg_list: vec![Sge {
+                addr: dst,
+                len: 100,
+                lkey: dk.lkey,
+            }],
+        })
+        .expect("post");
+        let (mem, sge, _, _) = memory(3000);
+        p.mem_a = mem;
+        one_op(&mut p, SendOp::Send, sge);
+        assert_eq!(p.done_a[0].status, WcStatus::RemInvReqErr, "{rec:?}");
+        assert_eq!(p.done_b[0].status, WcStatus::LocLenErr, "{rec:?}");
+        assert_eq!(p.b.state(), QpState::Err);
+    }
+}
