@@ -655,15 +655,12 @@ impl QueuePair {
         match post_send_rule(self.state) {
             PostRule::Reject => return Err(PostError::InvalidState(self.state)),
             PostRule::Flush => {
-                self.completions.push_back(Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: wr.op.wc_opcode(),
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_rkey: None,
-                    qp_num: self.cfg.qpn,
-                });
+                self.completions.push_back(Completion::bare(
+                    wr.wr_id,
+                    wr.op.wc_opcode(),
+                    WcStatus::WrFlushErr,
+                    self.cfg.qpn,
+                ));
                 return Ok(());
             }
             PostRule::Accept => {}
@@ -700,15 +697,12 @@ impl QueuePair {
         match post_recv_rule(self.state) {
             PostRule::Reject => return Err(PostError::InvalidState(self.state)),
             PostRule::Flush => {
-                self.completions.push_back(Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_rkey: None,
-                    qp_num: self.cfg.qpn,
-                });
+                self.completions.push_back(Completion::bare(
+                    wr.wr_id,
+                    WcOpcode::Recv,
+                    WcStatus::WrFlushErr,
+                    self.cfg.qpn,
+                ));
                 return Ok(());
             }
             PostRule::Accept => {}
@@ -741,26 +735,20 @@ impl QueuePair {
         self.state = QpState::Err;
         let qpn = self.cfg.qpn;
         for w in self.sq.drain(..) {
-            self.completions.push_back(Completion {
-                wr_id: w.wr.wr_id,
-                status: w.error.unwrap_or(WcStatus::WrFlushErr),
-                opcode: w.wr.op.wc_opcode(),
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                qp_num: qpn,
-            });
+            self.completions.push_back(Completion::bare(
+                w.wr.wr_id,
+                w.wr.op.wc_opcode(),
+                w.error.unwrap_or(WcStatus::WrFlushErr),
+                qpn,
+            ));
         }
         for r in self.rq.drain(..) {
-            self.completions.push_back(Completion {
-                wr_id: r.wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                qp_num: qpn,
-            });
+            self.completions.push_back(Completion::bare(
+                r.wr.wr_id,
+                WcOpcode::Recv,
+                WcStatus::WrFlushErr,
+                qpn,
+            ));
         }
         self.tx_idx = 0;
         self.tx_off = 0;
@@ -777,15 +765,12 @@ impl QueuePair {
         while let Some(w) = self.sq.front() {
             if let Some(status) = w.error {
                 let w = &self.sq[0];
-                self.completions.push_back(Completion {
-                    wr_id: w.wr.wr_id,
+                self.completions.push_back(Completion::bare(
+                    w.wr.wr_id,
+                    w.wr.op.wc_opcode(),
                     status,
-                    opcode: w.wr.op.wc_opcode(),
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_rkey: None,
-                    qp_num: self.cfg.qpn,
-                });
+                    self.cfg.qpn,
+                ));
                 self.sq.pop_front();
                 self.tx_idx = self.tx_idx.saturating_sub(1);
                 self.enter_error();
@@ -2105,9 +2090,18 @@ impl QueuePair {
                 return None;
             }
         }
-        let t = self
+        let Some(t) = self
             .next_response(now, mem, payload)
-            .or_else(|| self.next_request(now, mem, payload))?;
+            .or_else(|| self.next_request(now, mem, payload))
+        else {
+            // A fault found while building a packet queued a NAK and ended the connection:
+            // send that NAK now.
+            return if self.state == QpState::Err {
+                self.poll_transmit(now, mem, payload)
+            } else {
+                None
+            };
+        };
         self.count_tx(&t);
         if t.ib.payload_len > 0 || t.ib.bth.opcode.is_request() {
             let bytes = (t.ib.buffer_len() + 4 + 8 + 20) as u64;
@@ -2240,12 +2234,7 @@ impl QueuePair {
                 let chunk = (len - done).min(mtu);
                 let first = done == 0;
                 let last = done + chunk >= len;
-                let opcode = match (first, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                };
+                let opcode = read_response_opcode(first, last);
                 let this_psn = psn.add(k);
                 if last {
                     self.resp.pop_front();
@@ -2263,32 +2252,11 @@ impl QueuePair {
                 if M::HOLDS_BYTES && chunk > 0 {
                     payload.resize(chunk as usize, 0);
                     if mem.read(Key::Remote(rkey), va + done, payload).is_err() {
-                        // The region went away under the Read: answer with an error instead.
+                        // The region went away under the Read: answer with an error instead
+                        // (`poll_transmit` sends the NAK this queues).
                         payload.clear();
                         self.responder_fatal(this_psn, NakCode::RemoteAccessError, None);
-                        return self.resp.pop_front().map(|j| match j {
-                            RespJob::Ack {
-                                psn,
-                                syndrome,
-                                msn,
-                                becn,
-                            } => self.build_ack(
-                                Opcode::RC_ACKNOWLEDGE,
-                                psn,
-                                syndrome,
-                                msn,
-                                None,
-                                becn,
-                            ),
-                            _ => self.build_ack(
-                                Opcode::RC_ACKNOWLEDGE,
-                                this_psn,
-                                Syndrome::Nak(NakCode::RemoteAccessError),
-                                msn,
-                                None,
-                                false,
-                            ),
-                        });
+                        return None;
                     }
                 }
                 Some(Transmit { ib, ecn: Ecn::Ect0 })
@@ -2353,12 +2321,7 @@ impl QueuePair {
                 let chunk = (len - done.min(len)).min(mtu);
                 let first = k == 0;
                 let last = k + 1 == e.npkts;
-                let opcode = match (first, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                };
+                let opcode = read_response_opcode(first, last);
                 let mut ib = IbRepr::new(self.bth(opcode, rpsn));
                 ib.irn = Some(IrnEthRepr::default());
                 if first || last {
@@ -2710,6 +2673,16 @@ enum Refused {
     Rnr,
     /// A fatal error with its NAK code and maybe a failed receive WQE.
     Fatal(NakCode, Option<(u32, WcStatus)>),
+}
+
+/// The opcode of a Read response packet.
+fn read_response_opcode(first: bool, last: bool) -> Opcode {
+    match (first, last) {
+        (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+        (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+        (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+    }
 }
 
 /// Read and atomic requests: answered by responses, not ACKs.

@@ -227,3 +227,18 @@ pub struct Completion {
     /// The local QP number.
     pub qp_num: u32,
 }
+
+impl Completion {
+    /// A completion that carries no data: an error, a flush, or a success without a length.
+    pub const fn bare(wr_id: u64, opcode: WcOpcode, status: WcStatus, qp_num: u32) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            qp_num,
+        }
+    }
+}

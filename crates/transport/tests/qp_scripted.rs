@@ -839,3 +839,44 @@ fn send_longer_than_the_receive_buffer_is_a_local_length_error_there_and_invalid
         assert_eq!(p.b.state(), QpState::Err);
     }
 }
+
+#[test]
+fn region_deregistered_under_a_read_answers_with_a_remote_access_nak() {
+    for irn in [false, true] {
+        let rec = if irn {
+            RecoveryConfig::irn()
+        } else {
+            RecoveryConfig::roce()
+        };
+        let mut q = qp(rec);
+        let mut mem = ByteMemory::new(4);
+        let src = mem.alloc_with(&[3; 2048]);
+        let k = mem.register(src, 2048, Access::ALL).expect("reg");
+        let mut ib = IbRepr::new(bth(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, irn));
+        ib.reth = Some(RethRepr {
+            va: src,
+            rkey: k.rkey,
+            dma_len: 2048,
+        });
+        if irn {
+            ib.irn = Some(IrnEthRepr {
+                wqe_sn: Some(0),
+                ..IrnEthRepr::default()
+            });
+        }
+        q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+        mem.deregister(k.lkey).expect("deregister");
+        let out = drain(&mut q, T0, &mem);
+        let last = out.last().expect("a NAK");
+        assert_eq!(
+            last.aeth.map(|a| a.syndrome),
+            Some(Syndrome::Nak(NakCode::RemoteAccessError)),
+            "{out:?}"
+        );
+        assert!(
+            out.iter().all(|p| p.payload_len == 0),
+            "no data from a revoked region"
+        );
+        assert_eq!(q.state(), QpState::Err);
+    }
+}
