@@ -121,7 +121,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Random verbs under random impairment, in every mode but go-back-0: every work request
     /// completes exactly once and successfully, in order; memory equals the reference model;
