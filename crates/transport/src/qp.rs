@@ -326,6 +326,8 @@ enum RespJob {
 /// IRN: a response in the rPSN space (responder side).
 #[derive(Debug, Clone, Copy)]
 struct RspEntry {
+    /// The request's sPSN (error NAKs name it).
+    req_psn: Psn,
     rpsn: Psn,
     npkts: u32,
     kind: SavedKind,
@@ -592,6 +594,12 @@ impl QueuePair {
         if mask.contains(AttrMask::TIMEOUT) && attr.timeout > 31 {
             return Err(ModifyError::InvalidValue("timeout"));
         }
+        if self.state == QpState::Sqd
+            && mask.contains(AttrMask::SQ_PSN)
+            && (self.swin.in_flight() > 0 || self.sq.iter().any(|w| w.started))
+        {
+            return Err(ModifyError::InvalidValue("sq_psn (send queue not drained)"));
+        }
         if mask.contains(AttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
             return Err(ModifyError::InvalidValue("min_rnr_timer"));
         }
@@ -634,9 +642,11 @@ impl QueuePair {
             // requests start, which both sides know.
             self.rsp_win = SendWindow::new(mode, self.attr.rq_psn);
         }
-        if (self.state == QpState::Rtr && to == QpState::Rts)
-            || (self.state == QpState::Sqd && mask.contains(AttrMask::SQ_PSN))
-        {
+        if self.state == QpState::Sqd && mask.contains(AttrMask::SQ_PSN) {
+            // A drained send queue restarts its sPSNs; the rPSN space of responses continues.
+            self.swin = SendWindow::new(mode, self.attr.sq_psn);
+        }
+        if self.state == QpState::Rtr && to == QpState::Rts {
             self.swin = SendWindow::new(mode, self.attr.sq_psn);
             self.next_rpsn = self.attr.sq_psn;
             self.rrecv = RecvWindow::new(
@@ -858,6 +868,9 @@ impl QueuePair {
 
     /// Runs every timer that expired by `now`.
     pub fn handle_timeout(&mut self, now: Time) {
+        if self.pacing_until <= now {
+            self.pacing_until = Time::ZERO;
+        }
         if self.cc.next_timer().is_some_and(|t| t <= now) {
             self.cc.on_timer(now);
         }
@@ -1034,17 +1047,26 @@ impl QueuePair {
                 self.counters.nacks_received += 1;
                 self.cc.on_loss(now);
                 match self.mode() {
-                    Retransmission::GoBack0 => {
-                        // The responder discarded the partial message and asks for it again
-                        // from its first packet.
-                        if self.swin.una().distance(psn) < 0 {
+                    Retransmission::GoBack0 | Retransmission::GoBackN
+                        if self.swin.una().distance(psn) < 0 =>
+                    {
+                        // Before the oldest unacknowledged PSN. Go-back-0's responder
+                        // discarded the partial message holding `una` and asks for it from its
+                        // first packet; anything else is a stale or duplicated NAK.
+                        let una = self.swin.una();
+                        let restart = self.mode() == Retransmission::GoBack0
+                            && self
+                                .sq
+                                .iter()
+                                .any(|w| w.contains(una) && w.first_psn == psn);
+                        if restart {
                             self.swin.rewind(psn);
+                            self.swin.restart_timer(now);
                         } else {
-                            self.ack_requests(now, psn, false);
-                            self.swin.go_back(psn);
+                            self.counters.unexpected += 1;
                         }
                     }
-                    Retransmission::GoBackN => {
+                    Retransmission::GoBack0 | Retransmission::GoBackN => {
                         self.ack_requests(now, psn, false);
                         self.swin.go_back(psn);
                     }
@@ -1080,11 +1102,18 @@ impl QueuePair {
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     _ => WcStatus::RemInvReqErr,
                 };
-                if !self.swin.outstanding(psn) {
+                if self.swin.outstanding(psn) {
+                    self.ack_requests(now, psn, false);
+                } else if !self
+                    .sq
+                    .iter()
+                    .any(|w| w.contains(psn) && w.needs_response() && !w.done())
+                {
+                    // Neither outstanding nor a Read still waiting for its responses (an IRN
+                    // responder fails a Read it already acknowledged this way).
                     self.counters.unexpected += 1;
                     return;
                 }
-                self.ack_requests(now, psn, false);
                 self.fail_send(Some(psn), status);
             }
             Syndrome::Reserved(_) => self.counters.dropped_invalid += 1,
@@ -1274,7 +1303,8 @@ impl QueuePair {
                 self.counters.out_of_order += 1;
                 if !self.rrecv.nak_sent {
                     self.rrecv.nak_sent = true;
-                    self.queue_read_ack(Syndrome::Nak(NakCode::PsnSequenceError), Some(psn));
+                    // Discarded: no SACK for it.
+                    self.queue_read_ack(Syndrome::Nak(NakCode::PsnSequenceError), None);
                 }
             }
             a @ (Arrival::Expected | Arrival::Ahead(_)) => {
@@ -1400,7 +1430,6 @@ impl QueuePair {
         mem: &mut M,
     ) {
         let psn = ib.bth.psn;
-        let op = ib.bth.opcode;
         let irn = self.irn_wire();
         match self.rwin.classify(psn) {
             Arrival::Duplicate => {
@@ -1426,7 +1455,7 @@ impl QueuePair {
                 }
                 if !self.rwin.nak_sent {
                     self.rwin.nak_sent = true;
-                    self.queue_nak_seq(psn, ce);
+                    self.queue_nak_seq(ce);
                 }
             }
             a @ (Arrival::Expected | Arrival::Ahead(_)) => {
@@ -1434,14 +1463,23 @@ impl QueuePair {
                 if ahead {
                     self.counters.out_of_order += 1;
                 }
-                let covers = if !irn && op == Opcode::RC_RDMA_READ_REQUEST {
-                    ib.reth
-                        .map_or(1, |r| packets(u64::from(r.dma_len), self.mtu()))
-                } else {
-                    1
-                };
                 let action = match self.place_request(ib, payload, mem) {
                     Ok(a) => a,
+                    Err(Refused::Rnr) if ahead => {
+                        // An RNR NAK names a PSN and acknowledges everything before it, which
+                        // has not all arrived: refuse the packet without a SACK instead, and
+                        // let it be resent (a NACK for the expected PSN).
+                        self.counters.nacks_sent += 1;
+                        let e = self.rwin.epsn();
+                        self.ctrl.push_back(Ctrl::Ack {
+                            psn: e,
+                            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                            msn: self.msn,
+                            sack: None,
+                            becn: ce,
+                        });
+                        return;
+                    }
                     Err(Refused::Rnr) => {
                         self.counters.rnr_naks_sent += 1;
                         let timer = RnrTimer(self.attr.min_rnr_timer);
@@ -1460,7 +1498,19 @@ impl QueuePair {
                     }
                     Err(Refused::Fatal(nak, recv)) => Some(ReqAction::Fatal { nak, recv }),
                 };
-                self.rwin.accept(psn, covers, action);
+                if let Some(ReqAction::Read { npsn, .. }) = action {
+                    if !irn && npsn > 1 {
+                        // A standard Read takes ⌈len / MTU⌉ PSNs (validated to fit the PSN
+                        // window): run it and step the expected PSN over them in one go.
+                        if let Some(a) = action {
+                            self.run_action(now, psn, a, mem);
+                        }
+                        self.rwin.set_epsn(psn.add(npsn));
+                        self.rwin.nak_sent = false;
+                        return;
+                    }
+                }
+                self.rwin.accept(psn, 1, action);
                 while let Some((p, action)) = self.rwin.pop_ready() {
                     if let Some(a) = action {
                         self.run_action(now, p, a, mem);
@@ -1554,7 +1604,9 @@ impl QueuePair {
         self.push_resp_ack(e, Syndrome::Ack(CreditCode::INVALID), false);
     }
 
-    fn queue_nak_seq(&mut self, psn: Psn, ce: bool) {
+    /// A sequence-error NAK for a discarded packet: the expected PSN, no SACK (the packet
+    /// did not stay).
+    fn queue_nak_seq(&mut self, ce: bool) {
         self.counters.nacks_sent += 1;
         let e = self.rwin.epsn();
         if self.irn_wire() {
@@ -1562,7 +1614,7 @@ impl QueuePair {
                 psn: e,
                 syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 msn: self.msn,
-                sack: Some(psn),
+                sack: None,
                 becn: ce,
             });
         } else {
@@ -1701,11 +1753,9 @@ impl QueuePair {
                 });
             }
             if last {
+                // Send with Invalidate (IBTA §9.4.1.2): the key is revoked when the message
+                // completes, in PSN order (an earlier Write may still need it).
                 let inv = ib.ieth;
-                if let Some(rkey) = inv {
-                    // Send with Invalidate (IBTA §9.4.1.2): revoke the key now.
-                    let _ = mem.invalidate(rkey);
-                }
                 return Ok(Some(ReqAction::MsgEnd {
                     recv: Some(RecvDone {
                         sn,
@@ -1804,7 +1854,9 @@ impl QueuePair {
                     return Err(Refused::Fatal(NakCode::InvalidRequest, None));
                 }
                 let len = u64::from(reth.dma_len);
-                if len > MAX_MESSAGE {
+                // Standard RoCE: its responses use as many PSNs, which must stay within the
+                // PSN window (IBTA §9.7.1).
+                if len > MAX_MESSAGE || (!irn && packets(len, mtu) >= Psn::HALF / 2) {
                     return Err(Refused::Fatal(NakCode::InvalidRequest, None));
                 }
                 if mem
@@ -1891,6 +1943,9 @@ impl QueuePair {
             ReqAction::MsgEnd { recv } => {
                 self.msn = (self.msn + 1) & Psn::MASK;
                 if let Some(r) = recv {
+                    if let Some(rkey) = r.inv {
+                        let _ = mem.invalidate(rkey);
+                    }
                     self.complete_recv(r, WcStatus::Success);
                 }
             }
@@ -1905,6 +1960,7 @@ impl QueuePair {
                 if self.irn_wire() {
                     let rpsn = self.rsp_win_next_assign();
                     self.rsp_q.push_back(RspEntry {
+                        req_psn: psn,
                         rpsn,
                         npkts: packets(len, self.mtu()),
                         kind: SavedKind::Read { va, rkey, len },
@@ -1940,6 +1996,7 @@ impl QueuePair {
                 if self.irn_wire() {
                     let rpsn = self.rsp_win_next_assign();
                     self.rsp_q.push_back(RspEntry {
+                        req_psn: psn,
                         rpsn,
                         npkts: 1,
                         kind: SavedKind::Atomic { orig },
@@ -2058,6 +2115,9 @@ impl QueuePair {
         payload: &mut Vec<u8>,
     ) -> Option<Transmit> {
         payload.clear();
+        if self.pacing_until <= now {
+            self.pacing_until = Time::ZERO;
+        }
         if matches!(self.state, QpState::Reset | QpState::Init) {
             return None;
         }
@@ -2335,7 +2395,7 @@ impl QueuePair {
                     payload.resize(chunk as usize, 0);
                     if mem.read(Key::Remote(rkey), va + done, payload).is_err() {
                         payload.clear();
-                        self.responder_fatal(rpsn, NakCode::RemoteAccessError, None);
+                        self.responder_fatal(e.req_psn, NakCode::RemoteAccessError, None);
                         return None;
                     }
                 }
@@ -2355,8 +2415,12 @@ impl QueuePair {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.rnr_until.is_some() {
             return None;
         }
-        if let Some(psn) = self.swin.next_retransmit() {
-            let idx = self.sq.iter().position(|w| w.contains(psn))?;
+        while let Some(psn) = self.swin.next_retransmit() {
+            let Some(idx) = self.sq.iter().position(|w| w.contains(psn)) else {
+                // Nothing holds it any more (completed meanwhile): skip it.
+                self.swin.on_retransmitted(now, psn, 1);
+                continue;
+            };
             let (t, covers) = self.build_request(idx, psn, mem, payload);
             self.swin.on_retransmitted(now, psn, covers);
             self.counters.retransmitted += 1;
@@ -2427,7 +2491,9 @@ impl QueuePair {
             mem.check(Key::Local(s.lkey), s.addr, u64::from(s.len), need)
                 .is_err()
         });
-        let status = if w.len > MAX_MESSAGE {
+        let too_many_psns =
+            !irn && matches!(w.wr.op, SendOp::Read(_)) && packets(w.len, mtu) >= Psn::HALF / 2;
+        let status = if w.len > MAX_MESSAGE || too_many_psns {
             Some(WcStatus::LocLenErr)
         } else if bad_sge {
             Some(WcStatus::LocProtErr)

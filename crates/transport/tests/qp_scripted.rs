@@ -880,3 +880,144 @@ fn region_deregistered_under_a_read_answers_with_a_remote_access_nak() {
         assert_eq!(q.state(), QpState::Err);
     }
 }
+
+// ---- regressions from review ------------------------------------------------------------------
+
+fn send_pkt(psn_off: u32, wqe_sn: u32, inv: Option<u32>) -> IbRepr {
+    let op = if inv.is_some() {
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE
+    } else {
+        Opcode::RC_SEND_ONLY
+    };
+    let mut ib = IbRepr::new(bth(op, RQ_PSN + psn_off, true));
+    ib.ieth = inv;
+    ib.irn = Some(IrnEthRepr {
+        wqe_sn: Some(wqe_sn),
+        psn_offset: Some(0),
+        ..IrnEthRepr::default()
+    });
+    ib
+}
+
+#[test]
+fn irn_out_of_order_send_without_a_receive_is_nacked_not_rnr_nacked() {
+    // An RNR NAK for PSN 1 would acknowledge PSN 0, which never arrived.
+    let mut q = qp(RecoveryConfig::irn());
+    let mut mem = ByteMemory::new(1);
+    q.handle_packet(T0, &send_pkt(1, 1, None), &[], Ecn::NotEct, &mut mem);
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    assert_eq!(out, vec![(Opcode::RC_ACKNOWLEDGE, 0, Some(NAK_SEQ), None)]);
+    assert_eq!(q.counters().rnr_naks_sent, 0);
+}
+
+#[test]
+fn send_with_invalidate_revokes_its_key_in_psn_order() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mut mem, _, remote, dst) = memory(1024);
+    let r = mem.alloc(64);
+    let rk = mem.register(r, 64, Access::LOCAL_WRITE).expect("reg");
+    q.post_recv(RecvWr {
+        wr_id: 3,
+        sg_list: vec![Sge {
+            addr: r,
+            len: 64,
+            lkey: rk.lkey,
+        }],
+    })
+    .expect("post");
+    // PSN 1 (Send with Invalidate of the Write's key) overtakes PSN 0 (the Write).
+    q.handle_packet(
+        T0,
+        &send_pkt(1, 0, Some(remote.rkey)),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    q.handle_packet(
+        T0,
+        &write_pkt(0, 16, remote, 16, true),
+        &[9; 16],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(q.state(), QpState::Rts);
+    assert_eq!(&mem.buffer(dst).expect("dst")[..16], &[9; 16]);
+    let c = q.poll_completion().expect("recv completion");
+    assert_eq!(
+        (c.wr_id, c.status, c.invalidated_rkey),
+        (3, WcStatus::Success, Some(remote.rkey))
+    );
+    assert!(mem
+        .check(
+            irn_transport::Key::Remote(remote.rkey),
+            dst,
+            1,
+            Access::REMOTE_WRITE
+        )
+        .is_err());
+}
+
+#[test]
+fn irn_nack_for_a_packet_beyond_the_window_carries_no_sack() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mut mem, _, remote, _) = memory(1024);
+    let mut p = write_pkt(0, 16, remote, 16, true);
+    p.bth.psn = Psn::new(RQ_PSN + 500); // BDP cap 110
+    q.handle_packet(T0, &p, &[0; 16], Ecn::NotEct, &mut mem);
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    assert_eq!(out, vec![(Opcode::RC_ACKNOWLEDGE, 0, Some(NAK_SEQ), None)]);
+}
+
+#[test]
+fn a_stale_go_back_nak_neither_rewinds_nor_hangs() {
+    for rec in [RecoveryConfig::roce_go_back_0(), RecoveryConfig::roce()] {
+        let mut q = qp(rec);
+        let (mut mem, sge, remote, _) = memory(4096);
+        q.post_send(write_wr(sge, remote)).expect("post");
+        drain(&mut q, T0, &mem);
+        q.handle_packet(
+            T0,
+            &ack(SQ_PSN + 3, ACK, None, false),
+            &[],
+            Ecn::NotEct,
+            &mut mem,
+        );
+        assert_eq!(
+            q.poll_completion().map(|c| c.status),
+            Some(WcStatus::Success)
+        );
+        // A NAK for the (completed) message's first PSN arrives late.
+        q.handle_packet(
+            T0,
+            &ack(SQ_PSN, NAK_SEQ, None, false),
+            &[],
+            Ecn::NotEct,
+            &mut mem,
+        );
+        assert!(
+            drain(&mut q, T0, &mem).is_empty(),
+            "{rec:?} resent completed work"
+        );
+        assert_eq!(q.in_flight(), 0);
+        // The next work request still goes out.
+        q.post_send(write_wr(Sge { len: 10, ..sge }, remote))
+            .expect("post");
+        assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4], "{rec:?}");
+    }
+}
+
+#[test]
+fn a_hostile_read_length_is_refused_without_tracking_its_psns() {
+    let mut q = qp(RecoveryConfig::roce());
+    let mut mem = ByteMemory::new(1);
+    let a = mem.alloc(64);
+    let k = mem.register(a, 64, Access::ALL).expect("reg");
+    let mut ib = IbRepr::new(bth(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, false));
+    ib.reth = Some(RethRepr {
+        va: a,
+        rkey: k.rkey,
+        dma_len: u32::MAX,
+    });
+    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    expect_error_nak(&mut q, &mem, NakCode::InvalidRequest);
+}
