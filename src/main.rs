@@ -3,6 +3,8 @@
 //! Subcommands:
 //! * `irn decode FILE.pcap [--json] [--strict]` — decode RoCEv2, PFC/PAUSE and DRP traffic in a
 //!   capture, checking every ICRC.
+//! * `irn sim [FILE.toml] [--seed N] [--json OUT] [--csv DIR] [--set KEY=VALUE]… [--plot OUT.svg]`
+//!   — run a simulation experiment (with no file: the built-in E1–E3 comparison).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -11,6 +13,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod plot;
+mod sim_cmd;
 
 #[derive(Parser)]
 #[command(name = "irn", version, about = "IRN: RDMA over lossy Ethernet", long_about = None)]
@@ -32,6 +36,38 @@ enum Command {
         /// Exit with status 1 if any packet is malformed or has a bad ICRC.
         #[arg(long)]
         strict: bool,
+    },
+    /// Run a datacenter simulation experiment. With no file: IRN, IRN+PFC, RoCE+PFC and RoCE on
+    /// the IRN paper's default fat-tree (about a minute), printing average slowdown, average
+    /// and 99th-percentile FCT with ratios to RoCE+PFC. Exit status 0 only if every flow of
+    /// every run completed intact.
+    Sim {
+        /// Experiment file (TOML; see docs/SIMULATOR.md). Absent: the built-in default.
+        file: Option<PathBuf>,
+        /// Seed of every run (overrides the file's).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Write `{"runs": [...]}` with one summary object per run.
+        #[arg(long, value_name = "OUT")]
+        json: Option<PathBuf>,
+        /// Write per-flow records, one CSV per run, into this directory.
+        #[arg(long, value_name = "DIR")]
+        csv: Option<PathBuf>,
+        /// Override a configuration key of every run, e.g. `--set workload.load=0.5`.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Runs in parallel (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// The run the ratios compare with (default: the first RoCE run with PFC).
+        #[arg(long)]
+        baseline: Option<String>,
+        /// Draw the three metrics of every run, relative to the baseline, as an SVG.
+        #[arg(long, value_name = "OUT.svg")]
+        plot: Option<PathBuf>,
+        /// No progress bars.
+        #[arg(long, short)]
+        quiet: bool,
     },
 }
 
@@ -59,6 +95,28 @@ fn main() -> ExitCode {
                     }
                 })
         }
+        Command::Sim {
+            file,
+            seed,
+            json,
+            csv,
+            sets,
+            jobs,
+            baseline,
+            plot,
+            quiet,
+        } => sim_cmd::run(sim_cmd::SimArgs {
+            file,
+            seed,
+            json,
+            csv,
+            sets,
+            jobs,
+            baseline,
+            quiet,
+            plot,
+        })
+        .map(|ok| if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }),
     };
     match result {
         Ok(code) => code,

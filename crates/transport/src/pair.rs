@@ -14,7 +14,7 @@ use irn_wire::{Ecn, IbRepr, Psn};
 use crate::config::RecoveryConfig;
 use crate::memory::ByteMemory;
 use crate::qp::{QpAttr, QpConfig, QueuePair};
-use crate::state::{AttrMask, QpState};
+use crate::state::{AttrMask, ModifyError, QpState};
 use crate::time::{Dur, Time};
 use crate::wr::Completion;
 
@@ -441,8 +441,25 @@ impl Pair {
     }
 }
 
-/// Brings `qp` from RESET to RTS against a peer `dest_qpn`.
+/// Brings `qp` from RESET to RTS against a peer `dest_qpn`; panics if that fails (a test
+/// harness's set-up).
 pub fn connect(qp: &mut QueuePair, attr: &QpAttr, dest_qpn: u32, sq_psn: Psn, rq_psn: Psn) {
+    if let Err(e) = connect_qp(qp, Time::ZERO, attr, dest_qpn, sq_psn, rq_psn) {
+        panic!("bring-up of a test queue pair failed: {e}");
+    }
+}
+
+/// Brings a queue pair from RESET to RTS towards `dest_qpn` (INIT, RTR, RTS with the
+/// attributes each transition needs, as `ibv_modify_qp` callers do), with `attr`'s other
+/// settings.
+pub fn connect_qp(
+    qp: &mut QueuePair,
+    now: Time,
+    attr: &QpAttr,
+    dest_qpn: u32,
+    sq_psn: Psn,
+    rq_psn: Psn,
+) -> Result<(), ModifyError> {
     let attr = QpAttr {
         dest_qpn,
         sq_psn,
@@ -469,8 +486,7 @@ pub fn connect(qp: &mut QueuePair, attr: &QpAttr, dest_qpn: u32, sq_psn: Psn, rq
         ),
     ];
     for (to, mask) in steps {
-        if let Err(e) = qp.modify(Time::ZERO, to, &attr, mask) {
-            panic!("bring-up of a test queue pair failed: {e}");
-        }
+        qp.modify(now, to, &attr, mask)?;
     }
+    Ok(())
 }

@@ -2174,6 +2174,39 @@ impl QueuePair {
         Some(t)
     }
 
+    /// Like [`poll_transmit`](QueuePair::poll_transmit) but returns only control packets:
+    /// ACKs, NAKs, read (N)ACKs and CNPs, never data. A driver whose data priority is paused
+    /// (PFC) while control packets travel at another priority calls this instead, so that
+    /// acknowledgements are not held behind paused data. No congestion-control hook runs: control
+    /// packets are neither paced nor counted as data.
+    pub fn poll_control<M: Memory>(&mut self, _mem: &M, payload: &mut Vec<u8>) -> Option<Transmit> {
+        payload.clear();
+        if matches!(self.state, QpState::Reset | QpState::Init) {
+            return None;
+        }
+        let t = if let Some(c) = self.ctrl.pop_front() {
+            self.build_ctrl(c, payload, M::HOLDS_BYTES)
+        } else if let Some(&RespJob::Ack {
+            psn,
+            syndrome,
+            msn,
+            becn,
+        }) = self.resp.front()
+        {
+            self.resp.pop_front();
+            self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, None, becn)
+        } else {
+            return None;
+        };
+        self.count_tx(&t);
+        Some(t)
+    }
+
+    /// Whether a control packet (see [`poll_control`](QueuePair::poll_control)) is waiting.
+    pub fn has_control(&self) -> bool {
+        !self.ctrl.is_empty() || matches!(self.resp.front(), Some(RespJob::Ack { .. }))
+    }
+
     fn count_tx(&mut self, t: &Transmit) {
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += t.ib.payload_len as u64;

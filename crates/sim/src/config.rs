@@ -1,0 +1,794 @@
+//! Simulation configuration: TOML, validated in two stages (ripgrep's pattern): serde with
+//! `deny_unknown_fields` turns text into typed settings — a misspelled key is an error that
+//! names the key and the file — and [`SimConfig::validate`] checks the values against each
+//! other.
+//!
+//! Every field has a default, documented next to it; `docs/SIMULATOR.md` lists them all. An
+//! experiment file holds one base configuration plus, optionally, `[[run]]` tables (named
+//! variants, each a set of overrides) and a `[sweep]` table (parameter → list of values; every
+//! combination runs). `--set key=value` on the command line overrides any key of the base.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// An error in a configuration: which file (or `--set`), and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {msg}")]
+pub struct ConfigError {
+    /// The file, `--set`, or run the error comes from.
+    pub origin: String,
+    /// What is wrong, naming the key.
+    pub msg: String,
+}
+
+impl ConfigError {
+    fn new(origin: impl Into<String>, msg: impl Into<String>) -> Self {
+        ConfigError {
+            origin: origin.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+/// A value given once for every tier, or per tier from the hosts up (the last value repeats).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PerTier {
+    /// The same for every tier.
+    One(f64),
+    /// Tier 0 = host links, 1 = edge–aggregation (leaf–spine), 2 = aggregation–core.
+    Many(Vec<f64>),
+}
+
+impl PerTier {
+    /// The value of tier `t`.
+    pub fn tier(&self, t: usize) -> f64 {
+        match self {
+            PerTier::One(v) => *v,
+            PerTier::Many(v) => v
+                .get(t)
+                .or_else(|| v.last())
+                .copied()
+                .unwrap_or(f64::NAN),
+        }
+    }
+
+    fn values(&self) -> Vec<f64> {
+        match self {
+            PerTier::One(v) => vec![*v],
+            PerTier::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// Which topology to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyKind {
+    /// A k-ary fat-tree (Al-Fares et al., SIGCOMM 2008): k pods of k/2 edge and k/2
+    /// aggregation switches, (k/2)² core switches, k³/4 hosts. Full bisection bandwidth.
+    FatTree,
+    /// Two tiers: `leaves` leaf switches with `hosts_per_leaf` hosts each, every leaf linked
+    /// to every one of `spines` spine switches.
+    LeafSpine,
+    /// Two switches joined by one link, `hosts_per_side` hosts on each.
+    Dumbbell,
+    /// Read from `file` (format in `docs/SIMULATOR.md`).
+    File,
+}
+
+/// `[topology]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopologyConfig {
+    /// `fat-tree` (default), `leaf-spine`, `dumbbell` or `file`.
+    pub kind: TopologyKind,
+    /// Fat-tree arity (even, ≥ 2). Default 6: 54 hosts, 45 switches (IRN's E0).
+    pub k: u32,
+    /// Leaf-spine: leaf switches. Default 4.
+    pub leaves: u32,
+    /// Leaf-spine: spine switches. Default 2.
+    pub spines: u32,
+    /// Leaf-spine: hosts per leaf. Default 8.
+    pub hosts_per_leaf: u32,
+    /// Dumbbell: hosts on each side. Default 4.
+    pub hosts_per_side: u32,
+    /// Topology file, for `kind = "file"` (relative to the configuration file).
+    pub file: Option<PathBuf>,
+    /// Link rate in Gb/s, one value or one per tier. Default 40 (IRN's E0).
+    pub link_gbps: PerTier,
+    /// One-way propagation delay in ns, one value or one per tier. Default 2000 (IRN's E0).
+    pub link_delay_ns: PerTier,
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        TopologyConfig {
+            kind: TopologyKind::FatTree,
+            k: 6,
+            leaves: 4,
+            spines: 2,
+            hosts_per_leaf: 8,
+            hosts_per_side: 4,
+            file: None,
+            link_gbps: PerTier::One(40.0),
+            link_delay_ns: PerTier::One(2000.0),
+        }
+    }
+}
+
+/// The switch architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SwitchModel {
+    /// The IRN paper's switch (SPEC N7): input-queued with virtual output queues, round-robin
+    /// among inputs at every output, a private buffer per input port; PFC at
+    /// buffer − headroom.
+    InputQueued,
+    /// A shared-buffer output-queued switch with dynamic thresholds (Choudhury & Hahne), as
+    /// production switches have: a packet is admitted at an ingress (port, priority) while its
+    /// occupancy is below α × the free shared buffer.
+    SharedBuffer,
+}
+
+/// ECN marking at switch egress queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EcnMode {
+    /// No marking (the default: the paper's default runs have no congestion control).
+    Off,
+    /// RED-style: probability 0 below `kmin_bytes`, rising linearly to `pmax` at `kmax_bytes`,
+    /// 1 above (DCQCN's setting).
+    Red,
+    /// DCTCP-style: mark every packet that finds more than `kmin_bytes` queued.
+    Threshold,
+}
+
+/// `[switch]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwitchConfig {
+    /// `input-queued` (default, the IRN paper's) or `shared-buffer`.
+    pub model: SwitchModel,
+    /// Input-queued: buffer per input port in bytes. Shared-buffer: the whole switch's buffer.
+    /// Default 240 000 (IRN: 2 × the 120 KB BDP).
+    pub buffer_bytes: u64,
+    /// PFC headroom in bytes: an ingress queue pauses its upstream at buffer − headroom
+    /// (input-queued) or at its dynamic threshold (shared-buffer), and the headroom absorbs
+    /// what the upstream link still delivers. Default: absent = the upstream link's
+    /// round-trip bytes plus two MTU-sized frames (20 KB + 2 frames in E0; the paper: 20 KB).
+    pub pfc_headroom_bytes: Option<u64>,
+    /// PFC resume (XON) hysteresis in bytes: resume once the queue is this far below the pause
+    /// threshold. Default 2048.
+    pub pfc_resume_gap_bytes: u64,
+    /// Shared-buffer dynamic threshold α. Default 1.0.
+    pub dt_alpha: f64,
+    /// ECN marking: `off` (default), `red` or `threshold`.
+    pub ecn: EcnMode,
+    /// ECN Kmin in bytes. Default 5000.
+    pub ecn_kmin_bytes: u64,
+    /// ECN Kmax in bytes. Default 200 000.
+    pub ecn_kmax_bytes: u64,
+    /// ECN Pmax. Default 0.01.
+    pub ecn_pmax: f64,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig {
+            model: SwitchModel::InputQueued,
+            buffer_bytes: 240_000,
+            pfc_headroom_bytes: None,
+            pfc_resume_gap_bytes: 2048,
+            dt_alpha: 1.0,
+            ecn: EcnMode::Off,
+            ecn_kmin_bytes: 5_000,
+            ecn_kmax_bytes: 200_000,
+            ecn_pmax: 0.01,
+        }
+    }
+}
+
+/// `[network]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Priority flow control (802.1Qbb) on the lossless priorities. Default false.
+    pub pfc: bool,
+    /// Priorities that are lossless when `pfc` is on. Default [3].
+    pub lossless_priorities: Vec<u8>,
+    /// Path MTU in bytes (256–4096). Default 1024 (IRN's E0).
+    pub mtu: u32,
+    /// DSCP of data packets (requests and read responses). Default 26 (priority 3).
+    pub data_dscp: u8,
+    /// DSCP of ACKs, NAKs and CNPs when `control_priority` is on. Default 48 (priority 6).
+    pub control_dscp: u8,
+    /// ACK/NAK/CNP travel at `control_dscp`, ahead of data and never paused with it. Default
+    /// true. Off: they share the data packets' DSCP (and PFC class).
+    pub control_priority: bool,
+    /// DSCP → priority map (SPEC N2), 64 entries; absent = the usual DSCP ÷ 8.
+    pub dscp_to_priority: Option<Vec<u8>>,
+    /// Probability that a link loses a packet (random loss, for fault experiments). Default 0.
+    pub link_loss: f64,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            pfc: false,
+            lossless_priorities: vec![3],
+            mtu: 1024,
+            data_dscp: 26,
+            control_dscp: 48,
+            control_priority: true,
+            dscp_to_priority: None,
+            link_loss: 0.0,
+        }
+    }
+}
+
+impl NetworkConfig {
+    /// The priority of a DSCP.
+    pub fn priority(&self, dscp: u8) -> u8 {
+        match &self.dscp_to_priority {
+            Some(m) => m.get(usize::from(dscp)).copied().unwrap_or(0),
+            None => dscp >> 3,
+        }
+    }
+}
+
+/// Loss recovery, by the names of IRN's evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recovery {
+    /// IRN: selective repeat with SACK, BDP-FC, RTO_low/RTO_high (T5, T6).
+    Irn,
+    /// IRN with go-back-N (E5).
+    IrnGoBackN,
+    /// IRN without BDP-FC (E5).
+    IrnNoBdpFc,
+    /// IRN's selective retransmit without a SACK bitmap (E5).
+    IrnNoSack,
+    /// RoCE: go-back-N, standard headers (T4). Timeouts: `roce_rto_us`, or none over PFC.
+    Roce,
+    /// Early RoCE: go-back-0 (T3).
+    RoceGoBack0,
+}
+
+impl Recovery {
+    /// The name used in reports (`transport` in JSON).
+    pub fn name(self) -> &'static str {
+        match self {
+            Recovery::Irn => "irn",
+            Recovery::IrnGoBackN => "irn-go-back-n",
+            Recovery::IrnNoBdpFc => "irn-no-bdp-fc",
+            Recovery::IrnNoSack => "irn-no-sack",
+            Recovery::Roce => "roce",
+            Recovery::RoceGoBack0 => "roce-go-back-0",
+        }
+    }
+
+    /// Whether this is one of IRN's variants.
+    pub fn is_irn(self) -> bool {
+        !matches!(self, Recovery::Roce | Recovery::RoceGoBack0)
+    }
+}
+
+/// The RDMA operation each flow uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlowOp {
+    /// RDMA Write (default): the flow completes when the last byte is acknowledged.
+    Write,
+    /// Send to a posted receive.
+    Send,
+    /// RDMA Read by the destination from the source (data flows source → destination; the
+    /// flow completes at the reader).
+    Read,
+}
+
+/// Congestion control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CcKind {
+    /// None: line rate (IRN's default).
+    None,
+}
+
+impl CcKind {
+    /// Report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CcKind::None => "none",
+        }
+    }
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportConfig {
+    /// `irn` (default), `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`, `roce`,
+    /// `roce-go-back-0`.
+    pub recovery: Recovery,
+    /// BDP cap in packets; absent = the longest path's round-trip propagation × the host link
+    /// rate ÷ the wire size of an MTU packet (≈ 110 in E0, as in the paper).
+    pub bdp_cap: Option<u32>,
+    /// IRN RTO_low in µs. Default 100.
+    pub rto_low_us: f64,
+    /// IRN RTO_high in µs. Default 320.
+    pub rto_high_us: f64,
+    /// IRN's N: RTO_low applies with at most N packets in flight. Default 3.
+    pub rto_n: u32,
+    /// RoCE's fixed timeout in µs. Default 320 (RTO_high, as the paper sets it).
+    pub roce_rto_us: f64,
+    /// RoCE keeps its timeout over PFC. Default false (the paper disables it: nothing is lost).
+    pub roce_timeout_with_pfc: bool,
+    /// Congestion control: `none` (default).
+    pub cc: CcKind,
+    /// Operation of every flow: `write` (default), `send`, `read`.
+    pub op: FlowOp,
+    /// Carry real payload bytes and check every delivered byte (slower). Default false.
+    pub payload: bool,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            recovery: Recovery::Irn,
+            bdp_cap: None,
+            rto_low_us: 100.0,
+            rto_high_us: 320.0,
+            rto_n: 3,
+            roce_rto_us: 320.0,
+            roce_timeout_with_pfc: false,
+            cc: CcKind::None,
+            op: FlowOp::Write,
+            payload: false,
+        }
+    }
+}
+
+/// How flows arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// Poisson arrivals at every host at `load` of its link rate, sizes from `sizes`,
+    /// destinations uniformly random among the other hosts (IRN's E0).
+    Poisson,
+    /// Incast (E8): `incast_bytes` striped over `incast_senders` random senders to one random
+    /// receiver, `incast_repetitions` times one after the other, optionally over Poisson
+    /// background traffic at `load`.
+    Incast,
+    /// Flows listed in `flows_file` (CSV: `start_us,src,dst,bytes`).
+    Flows,
+}
+
+/// `[workload]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadConfig {
+    /// `poisson` (default), `incast` or `flows`.
+    pub kind: WorkloadKind,
+    /// Offered load as a fraction of each host's link rate. Default 0.7 (IRN's E0). For
+    /// incast, the background load (0 = none).
+    pub load: f64,
+    /// Flow sizes: `irn` (default: the IRN paper's distribution, built as `docs/SIMULATOR.md`
+    /// describes), `websearch`, `fb_hadoop`, `data_mining`, `ali_storage`, `google_rpc`, or a
+    /// path to a `.cdf` file (`SIZE CUMULATIVE_PERCENT` per line).
+    pub sizes: String,
+    /// Flows start during this many µs of simulated time. Default 2000.
+    pub duration_us: f64,
+    /// At most this many flows (absent = no limit).
+    pub max_flows: Option<u64>,
+    /// The run stops this many µs after the last flow started, finished or not (unfinished
+    /// flows are reported). Default 50 000.
+    pub drain_us: f64,
+    /// Incast: senders per request. Default 30.
+    pub incast_senders: u32,
+    /// Incast: bytes per request, striped evenly. Default 150 000 000 (E8).
+    pub incast_bytes: u64,
+    /// Incast: requests, one after the other. Default 1.
+    pub incast_repetitions: u32,
+    /// Flows: the CSV file (relative to the configuration file).
+    pub flows_file: Option<PathBuf>,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            kind: WorkloadKind::Poisson,
+            load: 0.7,
+            sizes: "irn".into(),
+            duration_us: 2000.0,
+            max_flows: None,
+            drain_us: 50_000.0,
+            incast_senders: 30,
+            incast_bytes: 150_000_000,
+            incast_repetitions: 1,
+            flows_file: None,
+        }
+    }
+}
+
+/// One simulation run's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// The run's name in reports. Default "run".
+    pub name: String,
+    /// Seed of every random choice. Default 1.
+    pub seed: u64,
+    /// `[topology]`.
+    pub topology: TopologyConfig,
+    /// `[switch]`.
+    pub switch: SwitchConfig,
+    /// `[network]`.
+    pub network: NetworkConfig,
+    /// `[transport]`.
+    pub transport: TransportConfig,
+    /// `[workload]`.
+    pub workload: WorkloadConfig,
+    /// Directory that relative paths are resolved against (the configuration file's).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            name: "run".into(),
+            seed: 1,
+            topology: TopologyConfig::default(),
+            switch: SwitchConfig::default(),
+            network: NetworkConfig::default(),
+            transport: TransportConfig::default(),
+            workload: WorkloadConfig::default(),
+            base_dir: PathBuf::from("."),
+        }
+    }
+}
+
+fn check(ok: bool, key: &str, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("`{key}` {what}"))
+    }
+}
+
+impl SimConfig {
+    /// Checks values against each other; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let t = &self.topology;
+        match t.kind {
+            TopologyKind::FatTree => {
+                check(t.k >= 2 && t.k % 2 == 0 && t.k <= 64, "topology.k", "must be even, 2–64")?
+            }
+            TopologyKind::LeafSpine => {
+                check(t.leaves >= 1, "topology.leaves", "must be at least 1")?;
+                check(t.spines >= 1, "topology.spines", "must be at least 1")?;
+                check(t.hosts_per_leaf >= 1, "topology.hosts_per_leaf", "must be at least 1")?;
+                check(
+                    t.leaves * t.hosts_per_leaf >= 2,
+                    "topology.leaves",
+                    "× hosts_per_leaf must be at least 2",
+                )?;
+            }
+            TopologyKind::Dumbbell => {
+                check(t.hosts_per_side >= 1, "topology.hosts_per_side", "must be at least 1")?
+            }
+            TopologyKind::File => check(t.file.is_some(), "topology.file", "is required")?,
+        }
+        for v in t.link_gbps.values() {
+            check(v > 0.0 && v.is_finite() && v <= 100_000.0, "topology.link_gbps", "must be in (0, 100000]")?;
+        }
+        for v in t.link_delay_ns.values() {
+            check(v >= 0.0 && v.is_finite(), "topology.link_delay_ns", "must be ≥ 0")?;
+        }
+        let s = &self.switch;
+        check(s.buffer_bytes >= 4096, "switch.buffer_bytes", "must be at least 4096")?;
+        if let Some(h) = s.pfc_headroom_bytes {
+            check(h < s.buffer_bytes, "switch.pfc_headroom_bytes", "must be below buffer_bytes")?;
+        }
+        check(s.dt_alpha > 0.0 && s.dt_alpha.is_finite(), "switch.dt_alpha", "must be positive")?;
+        check(s.ecn_kmin_bytes <= s.ecn_kmax_bytes, "switch.ecn_kmin_bytes", "must be ≤ ecn_kmax_bytes")?;
+        check((0.0..=1.0).contains(&s.ecn_pmax), "switch.ecn_pmax", "must be in [0, 1]")?;
+        let n = &self.network;
+        check(
+            matches!(n.mtu, 256 | 512 | 1024 | 2048 | 4096),
+            "network.mtu",
+            "must be 256, 512, 1024, 2048 or 4096",
+        )?;
+        check(n.data_dscp < 64, "network.data_dscp", "must be below 64")?;
+        check(n.control_dscp < 64, "network.control_dscp", "must be below 64")?;
+        check(n.lossless_priorities.iter().all(|&p| p < 8), "network.lossless_priorities", "must be 0–7")?;
+        if let Some(m) = &n.dscp_to_priority {
+            check(m.len() == 64, "network.dscp_to_priority", "must have 64 entries")?;
+            check(m.iter().all(|&p| p < 8), "network.dscp_to_priority", "entries must be 0–7")?;
+        }
+        check((0.0..1.0).contains(&n.link_loss), "network.link_loss", "must be in [0, 1)")?;
+        let tr = &self.transport;
+        check(tr.bdp_cap != Some(0), "transport.bdp_cap", "must be at least 1")?;
+        check(tr.rto_low_us > 0.0 && tr.rto_low_us.is_finite(), "transport.rto_low_us", "must be positive")?;
+        check(tr.rto_high_us >= tr.rto_low_us && tr.rto_high_us.is_finite(), "transport.rto_high_us", "must be ≥ rto_low_us")?;
+        check(tr.roce_rto_us > 0.0 && tr.roce_rto_us.is_finite(), "transport.roce_rto_us", "must be positive")?;
+        let w = &self.workload;
+        check(w.load >= 0.0 && w.load <= 1.5, "workload.load", "must be in [0, 1.5]")?;
+        check(
+            w.kind != WorkloadKind::Poisson || w.load > 0.0,
+            "workload.load",
+            "must be positive for Poisson arrivals",
+        )?;
+        check(w.duration_us > 0.0 && w.duration_us.is_finite(), "workload.duration_us", "must be positive")?;
+        check(w.drain_us >= 0.0 && w.drain_us.is_finite(), "workload.drain_us", "must be ≥ 0")?;
+        if w.kind == WorkloadKind::Incast {
+            check(w.incast_senders >= 1, "workload.incast_senders", "must be at least 1")?;
+            check(w.incast_bytes >= u64::from(w.incast_senders), "workload.incast_bytes", "must be at least one byte per sender")?;
+            check(w.incast_repetitions >= 1, "workload.incast_repetitions", "must be at least 1")?;
+        }
+        if w.kind == WorkloadKind::Flows {
+            check(w.flows_file.is_some(), "workload.flows_file", "is required")?;
+        }
+        Ok(())
+    }
+
+    /// A path from the configuration, resolved against its file's directory.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+}
+
+/// An experiment: the runs one file (or the built-in default) describes.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    /// The configurations to run, in order.
+    pub runs: Vec<SimConfig>,
+}
+
+/// Parses a `--set` value: TOML if it parses as a value, else a bare string.
+pub fn parse_value(text: &str) -> toml::Value {
+    let doc = format!("v = {text}");
+    match toml::from_str::<toml::Table>(&doc) {
+        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(text.into())),
+        Err(_) => toml::Value::String(text.into()),
+    }
+}
+
+/// Sets dotted `key` in `table` to `value`, creating tables on the way.
+fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts.pop().filter(|s| !s.is_empty()).ok_or_else(|| format!("empty key `{key}`"))?;
+    let mut t = table;
+    for p in parts {
+        let entry = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("`{key}`: `{p}` is not a table"))?;
+    }
+    t.insert(last.to_string(), value);
+    Ok(())
+}
+
+/// Merges `over` into `base`, table by table.
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+fn build(table: &toml::Table, origin: &str, base_dir: &Path) -> Result<SimConfig, ConfigError> {
+    let text = toml::to_string(table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    let mut cfg: SimConfig = toml::from_str(&text)
+        .map_err(|e| ConfigError::new(origin, e.message().to_string()))?;
+    cfg.base_dir = base_dir.to_path_buf();
+    cfg.validate().map_err(|m| ConfigError::new(origin, m))?;
+    Ok(cfg)
+}
+
+/// Loads an experiment from TOML text. `origin` names the file in errors; `sets` are
+/// `key=value` overrides applied to the base before the runs' own; `seed` overrides every
+/// run's seed.
+pub fn load_experiment(
+    text: &str,
+    origin: &str,
+    base_dir: &Path,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Experiment, ConfigError> {
+    // Stage 1: the whole file against the schema, so that errors carry line numbers.
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    let runs = match table.remove("run") {
+        None => Vec::new(),
+        Some(toml::Value::Array(a)) => a,
+        Some(_) => return Err(ConfigError::new(origin, "`run` must be an array of tables ([[run]])")),
+    };
+    let sweep = match table.remove("sweep") {
+        None => toml::Table::new(),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => return Err(ConfigError::new(origin, "`sweep` must be a table ([sweep])")),
+    };
+    let base_text = toml::to_string(&table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    if let Err(e) = toml::from_str::<SimConfig>(text_for_schema(text, &base_text)) {
+        return Err(ConfigError::new(origin, e.to_string()));
+    }
+    for s in sets {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
+        set_path(&mut table, k.trim(), parse_value(v.trim())).map_err(|m| ConfigError::new("--set", m))?;
+    }
+    if let Some(seed) = seed {
+        table.insert("seed".into(), toml::Value::Integer(seed as i64));
+    }
+    // Stage 2: every run (and sweep point), merged and validated.
+    let mut variants: Vec<(String, toml::Table)> = Vec::new();
+    if runs.is_empty() {
+        variants.push((String::new(), table.clone()));
+    }
+    for (i, r) in runs.iter().enumerate() {
+        let Some(rt) = r.as_table() else {
+            return Err(ConfigError::new(origin, format!("run {} is not a table", i + 1)));
+        };
+        let mut t = table.clone();
+        merge(&mut t, rt);
+        if seed.is_some() {
+            t.insert("seed".into(), table["seed"].clone());
+        }
+        let label = rt
+            .get("name")
+            .and_then(|v| v.as_str())
+            .map_or_else(|| format!("run {}", i + 1), |n| format!("run '{n}'"));
+        variants.push((label, t));
+    }
+    let mut out = Vec::new();
+    let points = sweep_points(&sweep).map_err(|m| ConfigError::new(origin, m))?;
+    for (label, t) in &variants {
+        for (suffix, sets) in &points {
+            let mut t = t.clone();
+            for (k, v) in sets {
+                set_path(&mut t, k, v.clone()).map_err(|m| ConfigError::new(origin, m))?;
+            }
+            if !suffix.is_empty() {
+                let name = t.get("name").and_then(|v| v.as_str()).unwrap_or("run").to_string();
+                t.insert("name".into(), toml::Value::String(format!("{name} {suffix}")));
+            }
+            let o = if label.is_empty() {
+                origin.to_string()
+            } else {
+                format!("{origin}, {label}")
+            };
+            out.push(build(&t, &o, base_dir)?);
+        }
+    }
+    Ok(Experiment { runs: out })
+}
+
+/// The text to check in stage 1: the original (for its line numbers) when it parses without
+/// `[[run]]`/`[sweep]`, else the re-serialized base.
+fn text_for_schema<'a>(text: &'a str, base_text: &'a str) -> &'a str {
+    let has_extra = text.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("[[run]]") || l.starts_with("[sweep]") || l.starts_with("[run")
+    });
+    if has_extra {
+        base_text
+    } else {
+        text
+    }
+}
+
+/// Every combination of the sweep's values, with a label like `load=0.5 mtu=1024`.
+#[allow(clippy::type_complexity)]
+fn sweep_points(sweep: &toml::Table) -> Result<Vec<(String, Vec<(String, toml::Value)>)>, String> {
+    let mut points: Vec<(String, Vec<(String, toml::Value)>)> = vec![(String::new(), Vec::new())];
+    // BTreeMap order (toml::Table is ordered by key without preserve_order): deterministic.
+    let ordered: BTreeMap<&String, &toml::Value> = sweep.iter().collect();
+    for (k, v) in ordered {
+        let vals = v
+            .as_array()
+            .ok_or_else(|| format!("sweep `{k}` must be a list of values"))?;
+        if vals.is_empty() {
+            return Err(format!("sweep `{k}` is empty"));
+        }
+        let short = k.rsplit('.').next().unwrap_or(k);
+        let mut next = Vec::new();
+        for (label, sets) in &points {
+            for val in vals {
+                let mut s = sets.clone();
+                s.push((k.clone(), val.clone()));
+                let l = if label.is_empty() {
+                    format!("{short}={val}")
+                } else {
+                    format!("{label} {short}={val}")
+                };
+                next.push((l, s));
+            }
+        }
+        points = next;
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, sets: &[&str]) -> Result<Experiment, ConfigError> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        load_experiment(text, "test.toml", Path::new("."), &sets, None)
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let e = load("", &[]).expect("valid");
+        assert_eq!(e.runs.len(), 1);
+        let mut d = SimConfig::default();
+        d.base_dir = PathBuf::from(".");
+        assert_eq!(e.runs[0], d);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        let e = load("[workload]\nlod = 0.5\n", &[]).expect_err("typo");
+        let s = e.to_string();
+        assert!(s.contains("test.toml") && s.contains("lod"), "{s}");
+        let e = load("[[run]]\nname = \"a\"\nnetwork.pfcc = true\n", &[]).expect_err("typo");
+        let s = e.to_string();
+        assert!(s.contains("test.toml") && s.contains("pfcc") && s.contains("'a'"), "{s}");
+        let e = load("", &["switch.bufer_bytes=5"]).expect_err("typo");
+        assert!(e.to_string().contains("bufer_bytes"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = load("[topology]\nk = 5\n", &[]).expect_err("odd k");
+        assert!(e.to_string().contains("topology.k"), "{e}");
+        let e = load("[network]\nmtu = 1500\n", &[]).expect_err("mtu");
+        assert!(e.to_string().contains("network.mtu"), "{e}");
+    }
+
+    #[test]
+    fn runs_sets_and_sweeps_combine() {
+        let text = r#"
+name = "base"
+[workload]
+load = 0.5
+[[run]]
+name = "IRN"
+[[run]]
+name = "RoCE+PFC"
+transport.recovery = "roce"
+network.pfc = true
+[sweep]
+"workload.load" = [0.3, 0.9]
+"#;
+        let e = load(text, &["topology.k=4"]).expect("valid");
+        let names: Vec<&str> = e.runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["IRN load=0.3", "IRN load=0.9", "RoCE+PFC load=0.3", "RoCE+PFC load=0.9"]);
+        assert!(e.runs.iter().all(|r| r.topology.k == 4));
+        assert_eq!(e.runs[3].transport.recovery, Recovery::Roce);
+        assert!(e.runs[3].network.pfc && !e.runs[0].network.pfc);
+        assert_eq!(e.runs[1].workload.load, 0.9);
+    }
+
+    #[test]
+    fn per_tier_values() {
+        let e = load("[topology]\nlink_gbps = [10, 40]\n", &[]).expect("valid");
+        let t = &e.runs[0].topology;
+        assert_eq!((t.link_gbps.tier(0), t.link_gbps.tier(1), t.link_gbps.tier(2)), (10.0, 40.0, 40.0));
+    }
+}

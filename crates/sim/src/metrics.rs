@@ -1,0 +1,265 @@
+//! What a run reports: per-flow records (CSV) and a summary (JSON, table).
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::net::{FlowRecord, NetStats};
+
+/// Size buckets of the summary: single packets, short, medium and long flows.
+pub const BUCKETS: [(&str, u64, u64); 4] = [
+    ("<=1KB", 0, 1024),
+    ("1KB-100KB", 1025, 100_000),
+    ("100KB-1MB", 100_001, 1_000_000),
+    (">1MB", 1_000_001, u64::MAX),
+];
+
+/// Statistics of a set of flows.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct FlowStats {
+    /// Completed flows counted.
+    pub flows: usize,
+    /// Mean slowdown (FCT ÷ ideal FCT).
+    pub avg_slowdown: f64,
+    /// Mean FCT in µs.
+    pub avg_fct_us: f64,
+    /// Median FCT in µs.
+    pub p50_fct_us: f64,
+    /// 95th-percentile FCT in µs.
+    pub p95_fct_us: f64,
+    /// 99th-percentile FCT in µs.
+    pub p99_fct_us: f64,
+    /// 99.9th-percentile FCT in µs.
+    pub p999_fct_us: f64,
+    /// Median slowdown.
+    pub p50_slowdown: f64,
+    /// 95th-percentile slowdown.
+    pub p95_slowdown: f64,
+    /// 99th-percentile slowdown.
+    pub p99_slowdown: f64,
+    /// 99.9th-percentile slowdown.
+    pub p999_slowdown: f64,
+}
+
+/// The nearest-rank percentile `p` (0–100) of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl FlowStats {
+    /// Statistics of the completed, successful flows among `records`.
+    pub fn of<'a>(records: impl Iterator<Item = &'a FlowRecord>) -> FlowStats {
+        let mut fct = Vec::new();
+        let mut sd = Vec::new();
+        for r in records {
+            if let (Some(f), Some(s)) = (r.fct(), r.slowdown()) {
+                if r.status == Some(irn_transport::WcStatus::Success) {
+                    fct.push(f.as_micros_f64());
+                    sd.push(s);
+                }
+            }
+        }
+        let n = fct.len();
+        let avg = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+        let (afct, asd) = (avg(&fct), avg(&sd));
+        fct.sort_by(f64::total_cmp);
+        sd.sort_by(f64::total_cmp);
+        FlowStats {
+            flows: n,
+            avg_slowdown: asd,
+            avg_fct_us: afct,
+            p50_fct_us: percentile(&fct, 50.0),
+            p95_fct_us: percentile(&fct, 95.0),
+            p99_fct_us: percentile(&fct, 99.0),
+            p999_fct_us: percentile(&fct, 99.9),
+            p50_slowdown: percentile(&sd, 50.0),
+            p95_slowdown: percentile(&sd, 95.0),
+            p99_slowdown: percentile(&sd, 99.0),
+            p999_slowdown: percentile(&sd, 99.9),
+        }
+    }
+}
+
+/// A size bucket's statistics.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Bucket {
+    /// Its label.
+    pub size: &'static str,
+    /// Statistics of its flows.
+    #[serde(flatten)]
+    pub stats: FlowStats,
+}
+
+/// Pause and drop activity of one port.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PortReport {
+    /// Node number (hosts first, then switches).
+    pub node: u32,
+    /// Port number on the node.
+    pub port: u16,
+    /// PFC frames sent upstream.
+    pub pause_sent: u64,
+    /// PFC frames received.
+    pub pause_received: u64,
+    /// Time the port's egress was paused, µs.
+    pub paused_us: f64,
+    /// Packets dropped at this port.
+    pub drops: u64,
+}
+
+/// Incast requests (E8).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IncastReport {
+    /// Requests whose every flow completed.
+    pub requests: usize,
+    /// Mean request completion time, µs.
+    pub avg_rct_us: f64,
+    /// Longest request completion time, µs.
+    pub max_rct_us: f64,
+    /// Statistics of the background flows (flows of no request).
+    pub background: FlowStats,
+}
+
+/// The summary of one run: the JSON object of `irn sim --json`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunSummary {
+    /// Run name.
+    pub name: String,
+    /// Loss recovery (`irn`, `roce`, …).
+    pub transport: String,
+    /// PFC on.
+    pub pfc: bool,
+    /// Congestion control.
+    pub cc: String,
+    /// Seed.
+    pub seed: u64,
+    /// Topology, in words.
+    pub topology: String,
+    /// Switch model.
+    pub switch: String,
+    /// Offered load.
+    pub load: f64,
+    /// Flows in the workload.
+    pub flows: usize,
+    /// Flows completed successfully.
+    pub flows_completed: usize,
+    /// Flows that completed with an error status.
+    pub flows_failed: usize,
+    /// Flows unfinished when the run stopped.
+    pub flows_unfinished: usize,
+    /// Flows whose delivered bytes differ from the source (payload runs only).
+    pub flows_corrupted: usize,
+    /// All completed flows.
+    #[serde(flatten)]
+    pub all: FlowStats,
+    /// By flow size.
+    pub by_size: Vec<Bucket>,
+    /// Packets dropped ÷ packets sent by hosts.
+    pub drop_rate: f64,
+    /// Packets dropped.
+    pub drops: u64,
+    /// Packets sent by hosts.
+    pub packets: u64,
+    /// PFC frames sent (pause and resume).
+    pub pause_frames: u64,
+    /// Time ports spent paused, summed over ports, µs.
+    pub paused_us: f64,
+    /// Lossless packets admitted beyond a buffer (PFC headroom too small): should be 0.
+    pub headroom_overflow: u64,
+    /// Packets retransmitted by queue pairs.
+    pub retransmissions: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// NACKs sent by receivers.
+    pub nacks: u64,
+    /// BDP cap in packets, when BDP-FC is on.
+    pub bdp_cap: Option<u32>,
+    /// The most packets one queue pair had in flight.
+    pub max_in_flight: u32,
+    /// Incast requests, for incast workloads.
+    pub incast: Option<IncastReport>,
+    /// Simulated time, ms.
+    pub sim_time_ms: f64,
+    /// Wall-clock time of the run, s.
+    pub wall_s: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Ports with pause or drop activity.
+    pub ports: Vec<PortReport>,
+}
+
+/// Builds the fields that come from the records and network counters.
+pub fn summarize(records: &[FlowRecord], net: &NetStats) -> (FlowStats, Vec<Bucket>, Option<IncastReport>) {
+    let all = FlowStats::of(records.iter());
+    let by_size = BUCKETS
+        .iter()
+        .map(|&(label, lo, hi)| Bucket {
+            size: label,
+            stats: FlowStats::of(records.iter().filter(|r| (lo..=hi).contains(&r.flow.size))),
+        })
+        .collect();
+    let _ = net;
+    let groups = records.iter().filter_map(|r| r.flow.group).max();
+    let incast = groups.map(|g| {
+        let mut rcts = Vec::new();
+        for gi in 0..=g {
+            let members: Vec<&FlowRecord> = records.iter().filter(|r| r.flow.group == Some(gi)).collect();
+            if members.iter().all(|r| r.end.is_some()) && !members.is_empty() {
+                let start = members.iter().map(|r| r.flow.start).min();
+                let end = members.iter().filter_map(|r| r.end).max();
+                if let (Some(s), Some(e)) = (start, end) {
+                    rcts.push((e - s).as_micros_f64());
+                }
+            }
+        }
+        IncastReport {
+            requests: rcts.len(),
+            avg_rct_us: if rcts.is_empty() { 0.0 } else { rcts.iter().sum::<f64>() / rcts.len() as f64 },
+            max_rct_us: rcts.iter().copied().fold(0.0, f64::max),
+            background: FlowStats::of(records.iter().filter(|r| r.flow.group.is_none())),
+        }
+    });
+    (all, by_size, incast)
+}
+
+/// Writes the per-flow CSV: `id,src,dst,bytes,start_us,fct_us,ideal_fct_us,slowdown,status`
+/// (FCT and slowdown empty for unfinished flows).
+pub fn write_csv(out: &mut dyn Write, records: &[FlowRecord]) -> std::io::Result<()> {
+    writeln!(out, "id,src,dst,bytes,start_us,fct_us,ideal_fct_us,slowdown,status")?;
+    for (i, r) in records.iter().enumerate() {
+        let start = r.flow.start.as_picos() as f64 / 1e6;
+        let (fct, sd) = match (r.fct(), r.slowdown()) {
+            (Some(f), Some(s)) => (format!("{:.3}", f.as_micros_f64()), format!("{s:.4}")),
+            _ => (String::new(), String::new()),
+        };
+        let status = r.status.map_or_else(|| "UNFINISHED".to_string(), |s| s.to_string());
+        writeln!(
+            out,
+            "{i},{},{},{},{start:.3},{fct},{:.3},{sd},{status}",
+            r.flow.src,
+            r.flow.dst,
+            r.flow.size,
+            r.ideal.as_micros_f64()
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 99.9), 100.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+}

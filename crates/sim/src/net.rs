@@ -1,0 +1,1392 @@
+//! The network model: NICs running irn-transport queue pairs, switches with virtual output
+//! queues or a shared buffer, PFC and ECN, links with rate and delay — and the event loop that
+//! drives them.
+//!
+//! # Model, as built (differences from the IRN paper's simulator are listed in
+//! `docs/RESULTS.md`)
+//!
+//! - **Links** serialize one frame at a time at their rate and deliver it after the
+//!   propagation delay (store-and-forward everywhere). A frame's wire size is its RoCEv2
+//!   packet (BTH onward, as `irn_wire` would emit it, plus ICRC) + UDP + IPv4 + Ethernet
+//!   header and FCS; preamble and inter-frame gap are not counted.
+//! - **NICs** pull packets from their queue pairs when their link is free (so a NIC never
+//!   queues): queue pairs with something to send are served round-robin, one packet each;
+//!   ACK/NAK/CNP travel at a control priority when configured, and are still sent while the
+//!   data priority is paused by PFC.
+//! - **Switches**: see [`SwitchModel`]. Priorities come from the DSCP (SPEC N2); per priority,
+//!   lossless (PFC) or lossy (drop-tail); strict priority between classes at each output;
+//!   ECMP by a hash of the 5-tuple (source and destination host and the queue pair numbers,
+//!   from which RoCEv2 derives its UDP source port) salted per switch.
+//! - **PFC** (802.1Qbb, SPEC N1): an ingress (port, priority) above its threshold sends a
+//!   pause frame upstream; once it has drained `pfc_resume_gap_bytes` below, a resume frame.
+//!   A pause holds until the resume (real switches refresh the pause before its quanta
+//!   expire; those refreshes are not modelled or counted). A pause frame reaches the peer
+//!   after its 64-byte serialization and the propagation delay, overtaking data frames.
+//!
+//! Queue pairs are created when their flow starts and destroyed when the requester's work
+//! request completes (the responder's with it).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use irn_transport::{
+    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, Counters, Dur, Key, Memory,
+    MrKeys, NoCcFactory, QpAttr, QpConfig, QueuePair, RecoveryConfig, Remote, RtoPolicy, SendOp, SendWr,
+    Sge, RecvWr, Time, WcStatus,
+};
+use irn_wire::{Ecn, IbRepr, Opcode, Psn};
+
+use crate::config::{EcnMode, FlowOp, Recovery, SimConfig, SwitchModel};
+use crate::engine::EventQueue;
+use crate::rng::{mix, Rng};
+use crate::topology::Topology;
+use crate::workload::Flow;
+
+/// Ethernet header (14) + FCS (4) + IPv4 (20) + UDP (8) + ICRC (4) around the BTH onward.
+pub const FRAME_OVERHEAD: u32 = 14 + 4 + 20 + 8 + 4;
+/// A PFC frame on the wire: the 64-byte minimum Ethernet frame.
+const PFC_FRAME: u64 = 64;
+
+/// Application memory as the simulator needs it: one buffer per flow end.
+pub trait SimMemory: Memory + Sized {
+    /// An empty memory.
+    fn create(seed: u64) -> Self;
+    /// A registered buffer of `len` bytes for one end of a flow, filled from `fill` when the
+    /// memory holds bytes. Returns its address and keys.
+    fn flow_buffer(&mut self, len: u64, fill: Option<u64>) -> (u64, MrKeys);
+    /// Whether the `len` bytes at `addr` are those `fill` makes (always true when no bytes are
+    /// held).
+    fn verify(&self, addr: u64, len: u64, fill: u64) -> bool;
+    /// Releases a flow's buffer.
+    fn release(&mut self, addr: u64, keys: MrKeys);
+}
+
+const ALL_ACCESS: Access = Access::LOCAL_WRITE
+    .with(Access::REMOTE_WRITE)
+    .with(Access::REMOTE_READ)
+    .with(Access::REMOTE_ATOMIC);
+
+/// Memory that only checks keys and bounds: one region, large enough for any flow, that every
+/// flow of the host shares.
+#[derive(Debug)]
+pub struct SharedChecked {
+    mem: CheckedMemory,
+    addr: u64,
+    keys: MrKeys,
+}
+
+impl Memory for SharedChecked {
+    const HOLDS_BYTES: bool = false;
+    fn check(&self, key: Key, addr: u64, len: u64, access: Access) -> Result<(), irn_transport::MemError> {
+        self.mem.check(key, addr, len, access)
+    }
+    fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), irn_transport::MemError> {
+        self.mem.read(key, addr, out)
+    }
+    fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), irn_transport::MemError> {
+        self.mem.write(key, addr, data)
+    }
+    fn atomic(&mut self, rkey: u32, addr: u64, op: irn_transport::AtomicOp) -> Result<u64, irn_transport::MemError> {
+        self.mem.atomic(rkey, addr, op)
+    }
+    fn invalidate(&mut self, rkey: u32) -> Result<(), irn_transport::MemError> {
+        self.mem.invalidate(rkey)
+    }
+}
+
+impl SimMemory for SharedChecked {
+    fn create(seed: u64) -> Self {
+        let mut mem = CheckedMemory::new(seed);
+        let len = 1u64 << 40;
+        let addr = mem.alloc(len);
+        let keys = mem
+            .register(addr, len, ALL_ACCESS)
+            .unwrap_or(MrKeys { lkey: 0, rkey: 0 });
+        SharedChecked { mem, addr, keys }
+    }
+    fn flow_buffer(&mut self, _len: u64, _fill: Option<u64>) -> (u64, MrKeys) {
+        (self.addr, self.keys)
+    }
+    fn verify(&self, _addr: u64, _len: u64, _fill: u64) -> bool {
+        true
+    }
+    fn release(&mut self, _addr: u64, _keys: MrKeys) {}
+}
+
+fn pattern(seed: u64, len: u64) -> Vec<u8> {
+    let mut r = Rng::new(seed, 77);
+    let mut v = Vec::with_capacity(len as usize);
+    while (v.len() as u64) < len {
+        v.extend_from_slice(&r.next_u64().to_le_bytes());
+    }
+    v.truncate(len as usize);
+    v
+}
+
+impl SimMemory for ByteMemory {
+    fn create(seed: u64) -> Self {
+        ByteMemory::new(seed)
+    }
+    fn flow_buffer(&mut self, len: u64, fill: Option<u64>) -> (u64, MrKeys) {
+        let addr = match fill {
+            Some(seed) => self.alloc_with(&pattern(seed, len)),
+            None => self.alloc(len as usize),
+        };
+        let keys = self
+            .register(addr, len.max(1), ALL_ACCESS)
+            .unwrap_or(MrKeys { lkey: 0, rkey: 0 });
+        (addr, keys)
+    }
+    fn verify(&self, addr: u64, len: u64, fill: u64) -> bool {
+        self.buffer(addr)
+            .is_some_and(|b| b.len() as u64 >= len && b[..len as usize] == pattern(fill, len)[..])
+    }
+    fn release(&mut self, _addr: u64, keys: MrKeys) {
+        let _ = self.deregister(keys.lkey);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packets and events
+
+/// What switches look at, kept apart from the headers so that forwarding touches 16 bytes a
+/// packet, not the 300-odd of its [`IbRepr`].
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    dst: u32,
+    hash: u32,
+    wire: u32,
+    prio: u8,
+    ecn: Ecn,
+}
+
+/// What only the receiving NIC reads.
+#[derive(Debug)]
+struct Packet {
+    ib: IbRepr,
+    payload: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    /// A frame has fully arrived at `node` through `port`.
+    Arrive { node: u32, port: u16, pkt: u32 },
+    /// `node` finished serializing a frame on `port`.
+    TxDone { node: u32, port: u16 },
+    /// A PFC frame for `prio` arrived at `node` through `port`.
+    Pfc { node: u32, port: u16, prio: u8, pause: bool },
+    /// A queue pair's timer.
+    QpTimer { host: u32, slot: u32, gen: u32 },
+    /// The next flow of the workload starts.
+    FlowStart,
+}
+
+/// Counters of one port (NIC or switch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames sent (data and control, not PFC).
+    pub tx_packets: u64,
+    /// Bytes sent on the wire.
+    pub tx_bytes: u64,
+    /// Packets dropped at this port's ingress (buffer full, lossy) or on its incoming link.
+    pub drops: u64,
+    /// PFC pause frames (pause and resume) sent upstream through this port.
+    pub pause_sent: u64,
+    /// PFC frames received.
+    pub pause_received: u64,
+    /// Time this port's egress spent paused (any priority).
+    pub paused: Dur,
+    /// Lossless packets admitted beyond the buffer (headroom too small).
+    pub headroom_overflow: u64,
+    /// Packets marked CE at this egress.
+    pub ecn_marked: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Switches
+
+#[derive(Debug)]
+struct Switch {
+    nports: usize,
+    /// Number of priority classes in use.
+    nc: usize,
+    /// Per input port, bytes buffered.
+    occ: Vec<u64>,
+    /// Per (input, class), bytes buffered.
+    occ_c: Vec<u64>,
+    /// Per (input, class): a pause is in force upstream.
+    xoff: Vec<bool>,
+    /// Input-queued: per (input, output, class), the virtual output queue.
+    voq: Vec<VecDeque<u32>>,
+    /// Input-queued: per (output, class), inputs with packets, in round-robin order.
+    active: Vec<VecDeque<u16>>,
+    /// Shared-buffer: per (output, class), FIFO of (packet, input).
+    oq: Vec<VecDeque<(u32, u16)>>,
+    /// Per (output, class), bytes queued.
+    egress_bytes: Vec<u64>,
+    /// Shared-buffer: bytes in the whole switch.
+    used: u64,
+    /// Per output: serializing until then.
+    busy_until: Vec<Time>,
+    /// Per output: a `TxDone` event is pending (at most one).
+    wake: Vec<bool>,
+    /// Per (output, class): paused by the downstream peer.
+    paused: Vec<bool>,
+    paused_since: Vec<Time>,
+    salt: u64,
+    stats: Vec<PortStats>,
+}
+
+impl Switch {
+    fn new(nports: usize, nc: usize, salt: u64, model: SwitchModel) -> Switch {
+        let iq = model == SwitchModel::InputQueued;
+        Switch {
+            nports,
+            nc,
+            occ: vec![0; nports],
+            occ_c: vec![0; nports * nc],
+            xoff: vec![false; nports * nc],
+            voq: if iq { (0..nports * nports * nc).map(|_| VecDeque::new()).collect() } else { Vec::new() },
+            active: if iq { (0..nports * nc).map(|_| VecDeque::new()).collect() } else { Vec::new() },
+            oq: if iq { Vec::new() } else { (0..nports * nc).map(|_| VecDeque::new()).collect() },
+            egress_bytes: vec![0; nports * nc],
+            used: 0,
+            busy_until: vec![Time::ZERO; nports],
+            wake: vec![false; nports],
+            paused: vec![false; nports * nc],
+            paused_since: vec![Time::ZERO; nports * nc],
+            salt,
+            stats: vec![PortStats::default(); nports],
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NICs
+
+#[derive(Debug)]
+struct Slot {
+    qp: Option<QueuePair>,
+    gen: u32,
+    /// Time of the timer event in the queue, if one is.
+    timer: Option<Time>,
+    ready: bool,
+    flow: u32,
+}
+
+#[derive(Debug)]
+struct Nic<M> {
+    mem: M,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    ready: VecDeque<u32>,
+    busy_until: Time,
+    /// A `TxDone` event is pending.
+    wake: bool,
+    paused: [bool; 8],
+    paused_since: [Time; 8],
+    stats: PortStats,
+}
+
+/// QPN of slot `s` (QPN 0 and 1 are special in InfiniBand).
+fn qpn_of(slot: u32) -> u32 {
+    slot + 2
+}
+
+fn slot_of(qpn: u32) -> Option<u32> {
+    qpn.checked_sub(2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flows
+
+/// What happened to one flow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowRecord {
+    /// The flow.
+    pub flow: Flow,
+    /// Completion time, if it completed.
+    pub end: Option<Time>,
+    /// Its status (success unless the transport gave up).
+    pub status: Option<WcStatus>,
+    /// Flow completion time in an empty network (see [`Simulation::ideal_fct`]).
+    pub ideal: Dur,
+    /// Data intact at the destination (only checked when payload bytes are carried).
+    pub intact: bool,
+}
+
+impl FlowRecord {
+    /// The flow completion time.
+    pub fn fct(&self) -> Option<Dur> {
+        self.end.map(|e| e - self.flow.start)
+    }
+    /// FCT ÷ ideal FCT.
+    pub fn slowdown(&self) -> Option<f64> {
+        self.fct()
+            .map(|f| (f.as_picos() as f64 / self.ideal.as_picos().max(1) as f64).max(1.0))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FlowState {
+    req: (u32, u32),
+    resp: (u32, u32),
+    /// (address, keys) of the data's source and sink buffers.
+    src_buf: (u64, MrKeys),
+    dst_buf: (u64, MrKeys),
+}
+
+/// Totals over the run.
+#[derive(Debug, Clone, Default)]
+pub struct NetStats {
+    /// Packets sent by NICs.
+    pub host_packets: u64,
+    /// Packets dropped anywhere.
+    pub drops: u64,
+    /// PFC frames sent by all ports.
+    pub pause_frames: u64,
+    /// Summed queue-pair counters of destroyed queue pairs.
+    pub qp: Counters,
+    /// Per (node, port), for ports with pause or drop activity.
+    pub ports: Vec<(u32, u16, PortStats)>,
+    /// Lossless packets admitted beyond the buffer.
+    pub headroom_overflow: u64,
+    /// The most packets any queue pair had in flight (requests or responses), measured after
+    /// every packet a queue pair sent: BDP-FC keeps it at or below the cap.
+    pub max_in_flight: u32,
+}
+
+/// One simulation, generic over whether memory holds bytes.
+pub struct Simulation<M: SimMemory> {
+    cfg: SimConfig,
+    topo: Topology,
+    q: EventQueue<Ev>,
+    packets: Vec<Packet>,
+    meta: Vec<Meta>,
+    free_packets: Vec<u32>,
+    switches: Vec<Switch>,
+    nics: Vec<Nic<M>>,
+    flows: Vec<Flow>,
+    records: Vec<FlowRecord>,
+    states: Vec<Option<FlowState>>,
+    next_flow: usize,
+    done_flows: usize,
+    qp_cfg: QpConfig,
+    qp_attr: QpAttr,
+    /// Priority → class index (255: unused).
+    class_of: [u8; 8],
+    /// Class → priority, highest priority first.
+    classes: Vec<u8>,
+    lossless: [bool; 8],
+    data_prio: u8,
+    ctrl_prio: u8,
+    xoff_bytes: u64,
+    loss_rng: Rng,
+    ecn_rng: Rng,
+    buf: Vec<u8>,
+    totals: Counters,
+    end_time: Time,
+    max_in_flight: u32,
+}
+
+impl<M: SimMemory> std::fmt::Debug for Simulation<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation")
+            .field("name", &self.cfg.name)
+            .field("now", &self.q.now())
+            .field("flows", &self.flows.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn add_counters(a: &mut Counters, b: &Counters) {
+    a.tx_packets += b.tx_packets;
+    a.tx_bytes += b.tx_bytes;
+    a.retransmitted += b.retransmitted;
+    a.rx_packets += b.rx_packets;
+    a.acks_sent += b.acks_sent;
+    a.nacks_sent += b.nacks_sent;
+    a.nacks_received += b.nacks_received;
+    a.rnr_naks_sent += b.rnr_naks_sent;
+    a.rnr_naks_received += b.rnr_naks_received;
+    a.error_naks_sent += b.error_naks_sent;
+    a.timeouts += b.timeouts;
+    a.duplicates += b.duplicates;
+    a.out_of_order += b.out_of_order;
+    a.cnps_sent += b.cnps_sent;
+    a.cnps_received += b.cnps_received;
+    a.ecn_marked += b.ecn_marked;
+    a.dropped_invalid += b.dropped_invalid;
+    a.dropped_state += b.dropped_state;
+    a.unexpected += b.unexpected;
+}
+
+/// Scatter/gather entries covering `len` bytes at `addr` (an entry holds at most 2^32 − 1).
+fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
+    const CHUNK: u64 = 1 << 30;
+    let mut v = Vec::with_capacity(1);
+    let mut off = 0;
+    while off < len || (len == 0 && v.is_empty()) {
+        let n = (len - off).min(CHUNK);
+        v.push(Sge {
+            addr: addr + off,
+            len: n as u32,
+            lkey,
+        });
+        off += n;
+        if len == 0 {
+            break;
+        }
+    }
+    v
+}
+
+fn is_control(op: Opcode) -> bool {
+    op == Opcode::RC_ACKNOWLEDGE || op == Opcode::RC_IRN_READ_ACK || op == Opcode::CNP
+}
+
+impl<M: SimMemory> Simulation<M> {
+    /// Sets up the network and the flows; nothing runs yet.
+    pub fn new(cfg: SimConfig, topo: Topology, flows: Vec<Flow>) -> Simulation<M> {
+        let net = &cfg.network;
+        let data_prio = net.priority(net.data_dscp);
+        let ctrl_prio = if net.control_priority { net.priority(net.control_dscp) } else { data_prio };
+        let mut classes = vec![data_prio, ctrl_prio];
+        classes.sort_unstable_by(|a, b| b.cmp(a));
+        classes.dedup();
+        let mut class_of = [255u8; 8];
+        for (i, &p) in classes.iter().enumerate() {
+            class_of[p as usize] = i as u8;
+        }
+        let mut lossless = [false; 8];
+        if net.pfc {
+            for &p in &net.lossless_priorities {
+                lossless[p as usize & 7] = true;
+            }
+        }
+        let host_rate = topo.host_port(0).rate_bps;
+        let mtu_wire = u64::from(cfg.network.mtu + FRAME_OVERHEAD + 12 + 16 + 16);
+        let headroom = cfg.switch.pfc_headroom_bytes.unwrap_or_else(|| {
+            // Upstream link round trip at its rate, plus a frame in flight each way.
+            let p = topo.nodes.iter().flat_map(|n| n.ports.iter()).fold((0u64, Dur::ZERO), |(r, d), p| {
+                (r.max(p.rate_bps), d.max(p.delay))
+            });
+            let rtt_bytes = (u128::from(p.0) * u128::from(p.1.as_picos()) * 2 / 8 / 1_000_000_000_000) as u64;
+            rtt_bytes + 2 * mtu_wire
+        });
+        let xoff_bytes = cfg.switch.buffer_bytes.saturating_sub(headroom).max(mtu_wire);
+        let nc = classes.len();
+        let switches = (topo.hosts..topo.nodes.len() as u32)
+            .map(|n| {
+                Switch::new(
+                    topo.nodes[n as usize].ports.len(),
+                    nc,
+                    mix(cfg.seed ^ (u64::from(n) << 32)),
+                    cfg.switch.model,
+                )
+            })
+            .collect();
+        let nics = (0..topo.hosts)
+            .map(|h| Nic {
+                mem: M::create(mix(cfg.seed ^ 0xA5A5 ^ u64::from(h))),
+                slots: Vec::new(),
+                free: Vec::new(),
+                ready: VecDeque::new(),
+                busy_until: Time::ZERO,
+                wake: false,
+                paused: [false; 8],
+                paused_since: [Time::ZERO; 8],
+                stats: PortStats::default(),
+            })
+            .collect();
+        let tr = &cfg.transport;
+        let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
+        let bdp_cap = tr.bdp_cap.unwrap_or_else(|| {
+            bdp_cap_packets(host_rate, topo.max_rtt(), cfg.network.mtu + FRAME_OVERHEAD + 12 + 16 + 16)
+        });
+        let irn_rto = RtoPolicy::Irn {
+            low: us(tr.rto_low_us),
+            high: us(tr.rto_high_us),
+            n: tr.rto_n,
+        };
+        let roce_rto = if net.pfc && !tr.roce_timeout_with_pfc {
+            RtoPolicy::Disabled
+        } else {
+            RtoPolicy::Fixed(us(tr.roce_rto_us))
+        };
+        let recovery = match tr.recovery {
+            Recovery::Irn => RecoveryConfig::irn(),
+            Recovery::IrnGoBackN => RecoveryConfig::irn_go_back_n(),
+            Recovery::IrnNoBdpFc => RecoveryConfig::irn_without_bdp_fc(),
+            Recovery::IrnNoSack => RecoveryConfig::irn_without_sack(),
+            Recovery::Roce => RecoveryConfig::roce(),
+            Recovery::RoceGoBack0 => RecoveryConfig::roce_go_back_0(),
+        };
+        let recovery = RecoveryConfig {
+            bdp_cap: recovery.bdp_cap.map(|_| bdp_cap),
+            rto: if tr.recovery.is_irn() { irn_rto } else { roce_rto },
+            ..recovery
+        };
+        let qp_cfg = QpConfig {
+            qpn: 0,
+            recovery,
+            cc: Arc::new(NoCcFactory),
+            line_rate_bps: host_rate,
+            retry_limit: Some(u32::MAX / 2),
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            ..QpConfig::default()
+        };
+        let qp_attr = QpAttr {
+            path_mtu: cfg.network.mtu,
+            ..QpAttr::default()
+        };
+        let mut sim = Simulation {
+            records: flows
+                .iter()
+                .map(|&f| FlowRecord {
+                    flow: f,
+                    end: None,
+                    status: None,
+                    ideal: Dur::ZERO,
+                    intact: true,
+                })
+                .collect(),
+            states: vec![None; flows.len()],
+            loss_rng: Rng::new(cfg.seed, 11),
+            ecn_rng: Rng::new(cfg.seed, 12),
+            q: EventQueue::new(),
+            packets: Vec::new(),
+            meta: Vec::new(),
+            free_packets: Vec::new(),
+            switches,
+            nics,
+            next_flow: 0,
+            done_flows: 0,
+            qp_cfg,
+            qp_attr,
+            class_of,
+            classes,
+            lossless,
+            data_prio,
+            ctrl_prio,
+            xoff_bytes,
+            buf: Vec::new(),
+            totals: Counters::default(),
+            end_time: Time::ZERO,
+            max_in_flight: 0,
+            flows,
+            topo,
+            cfg,
+        };
+        for i in 0..sim.records.len() {
+            let f = sim.flows[i];
+            sim.records[i].ideal = sim.ideal_fct(f.src, f.dst, f.size);
+        }
+        if let Some(f) = sim.flows.first() {
+            sim.q.push(f.start, Ev::FlowStart);
+        }
+        let last = sim.flows.last().map_or(Time::ZERO, |f| f.start);
+        sim.end_time = last + Dur::from_picos((sim.cfg.workload.drain_us * 1e6) as u64);
+        sim
+    }
+
+    /// The BDP cap the queue pairs use (packets), if BDP-FC is on.
+    pub fn bdp_cap(&self) -> Option<u32> {
+        self.qp_cfg.recovery.bdp_cap
+    }
+
+    /// The pause threshold of an input-queued switch port, in bytes.
+    pub fn xoff_bytes(&self) -> u64 {
+        self.xoff_bytes
+    }
+
+    /// The completion time of a `size`-byte Write from `src` to `dst` alone in the network:
+    /// every byte serialized once at the slowest rate, the largest packet's serialization once
+    /// more at each further hop (store and forward), the propagation delay of every link, and the ACK's way back. Packets
+    /// count a fixed 78 bytes of headers (standard RoCE Write: Ethernet, IPv4, UDP, BTH, RETH,
+    /// ICRC, FCS) whatever the transport, so that slowdowns of different transports share
+    /// their denominator.
+    pub fn ideal_fct(&self, src: u32, dst: u32, size: u64) -> Dur {
+        let links = u64::from(self.topo.hops(src, dst));
+        let rate = self.topo.slowest_rate();
+        let mtu = u64::from(self.cfg.network.mtu);
+        let n = size.div_ceil(mtu).max(1);
+        let largest = size.min(mtu);
+        let delay = self.topo.host_port(src).delay;
+        let ser = |b: u64| Dur::transmission(b, rate);
+        // Through equal-rate store-and-forward links, the last packet leaves the last link
+        // after every byte's serialization plus, per further link, the largest packet's.
+        ser(size + 78 * n)
+            + ser(largest + 78).saturating_mul(links.saturating_sub(1))
+            + (delay + ser(66)).saturating_mul(links)
+            + delay.saturating_mul(links)
+    }
+
+    /// Runs to the end; `progress` is called now and then with the fraction of flows done.
+    pub fn run(&mut self, mut progress: impl FnMut(f64)) {
+        let total = self.flows.len().max(1);
+        let mut tick = 0u32;
+        while let Some((now, ev)) = self.q.pop() {
+            if now > self.end_time {
+                break;
+            }
+            self.dispatch(now, ev);
+            tick = tick.wrapping_add(1);
+            if tick % (1 << 16) == 0 {
+                progress(self.done_flows as f64 / total as f64);
+            }
+        }
+        progress(self.done_flows as f64 / total as f64);
+        self.finish();
+    }
+
+    fn dispatch(&mut self, now: Time, ev: Ev) {
+        match ev {
+            Ev::Arrive { node, port, pkt } => {
+                if self.cfg.network.link_loss > 0.0 && self.loss_rng.chance(self.cfg.network.link_loss) {
+                    self.drop_packet(node, port, pkt);
+                } else if node < self.topo.hosts {
+                    self.nic_receive(now, node, pkt);
+                } else {
+                    self.switch_receive(now, node, port, pkt);
+                }
+            }
+            Ev::TxDone { node, port } => {
+                if node < self.topo.hosts {
+                    self.nics[node as usize].wake = false;
+                    self.nic_send(now, node);
+                } else {
+                    let s = (node - self.topo.hosts) as usize;
+                    self.switches[s].wake[port as usize] = false;
+                    self.switch_send(now, node, port as usize);
+                }
+            }
+            Ev::Pfc { node, port, prio, pause } => self.pfc_receive(now, node, port, prio, pause),
+            Ev::QpTimer { host, slot, gen } => {
+                let s = &mut self.nics[host as usize].slots[slot as usize];
+                if s.gen != gen || s.timer != Some(now) {
+                    return;
+                }
+                s.timer = None;
+                if let Some(qp) = s.qp.as_mut() {
+                    if qp.poll_timeout().is_some_and(|t| t <= now) {
+                        qp.handle_timeout(now);
+                    }
+                }
+                self.touch(now, host, slot);
+            }
+            Ev::FlowStart => {
+                let i = self.next_flow;
+                self.next_flow += 1;
+                if let Some(f) = self.flows.get(self.next_flow) {
+                    self.q.push(f.start, Ev::FlowStart);
+                }
+                self.start_flow(now, i);
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Flows and queue pairs
+
+    fn new_qp(&mut self, now: Time, host: u32, flow: u32) -> u32 {
+        let nic = &mut self.nics[host as usize];
+        let slot = match nic.free.pop() {
+            Some(s) => s,
+            None => {
+                nic.slots.push(Slot {
+                    qp: None,
+                    gen: 0,
+                    timer: None,
+                    ready: false,
+                    flow,
+                });
+                (nic.slots.len() - 1) as u32
+            }
+        };
+        let cfg = QpConfig {
+            qpn: qpn_of(slot),
+            ..self.qp_cfg.clone()
+        };
+        let s = &mut nic.slots[slot as usize];
+        s.qp = Some(QueuePair::new(now, cfg));
+        s.flow = flow;
+        s.timer = None;
+        s.ready = false;
+        slot
+    }
+
+    fn start_flow(&mut self, now: Time, i: usize) {
+        let f = self.flows[i];
+        let payload = M::HOLDS_BYTES;
+        let fill = payload.then(|| mix(self.cfg.seed ^ (i as u64) << 1));
+        let src_buf = self.nics[f.src as usize].mem.flow_buffer(f.size, fill);
+        let dst_buf = self.nics[f.dst as usize].mem.flow_buffer(f.size, None);
+        let (req_host, resp_host) = match self.cfg.transport.op {
+            FlowOp::Read => (f.dst, f.src),
+            _ => (f.src, f.dst),
+        };
+        let req = self.new_qp(now, req_host, i as u32);
+        let resp = self.new_qp(now, resp_host, i as u32);
+        let attr = self.qp_attr;
+        let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
+        let (p1, p2) = (psn(self.cfg.seed ^ i as u64), psn(!(self.cfg.seed ^ i as u64)));
+        let mut setup_ok = true;
+        if let Some(qp) = self.nics[req_host as usize].slots[req as usize].qp.as_mut() {
+            setup_ok &= connect_qp(qp, now, &attr, qpn_of(resp), p1, p2).is_ok();
+        }
+        if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize].qp.as_mut() {
+            setup_ok &= connect_qp(qp, now, &attr, qpn_of(req), p2, p1).is_ok();
+        }
+        let len = f.size;
+        let (local, remote) = match self.cfg.transport.op {
+            FlowOp::Read => (dst_buf, src_buf),
+            _ => (src_buf, dst_buf),
+        };
+        let sge = sg_list(local.0, len, local.1.lkey);
+        let remote = Remote {
+            addr: remote.0,
+            rkey: remote.1.rkey,
+        };
+        let op = match self.cfg.transport.op {
+            FlowOp::Write => SendOp::Write(remote),
+            FlowOp::Read => SendOp::Read(remote),
+            FlowOp::Send => SendOp::Send,
+        };
+        if self.cfg.transport.op == FlowOp::Send {
+            if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize].qp.as_mut() {
+                setup_ok &= qp.post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sg_list: sg_list(dst_buf.0, len, dst_buf.1.lkey),
+                }).is_ok();
+            }
+        }
+        if let Some(qp) = self.nics[req_host as usize].slots[req as usize].qp.as_mut() {
+            let posted = qp.post_send(SendWr {
+                wr_id: i as u64,
+                op,
+                sg_list: sge,
+                signaled: true,
+                fence: false,
+                solicited: false,
+            });
+            setup_ok &= posted.is_ok();
+        }
+        self.states[i] = Some(FlowState {
+            req: (req_host, req),
+            resp: (resp_host, resp),
+            src_buf,
+            dst_buf,
+        });
+        if !setup_ok {
+            // Cannot happen with a valid configuration; reported, never hidden.
+            self.finish_flow(now, i, WcStatus::LocQpOpErr);
+            return;
+        }
+        self.touch(now, req_host, req);
+        self.touch(now, resp_host, resp);
+    }
+
+    /// After anything happened to a queue pair: collect completions, re-arm its timer, and
+    /// let its NIC send.
+    fn touch(&mut self, now: Time, host: u32, slot: u32) {
+        let nic = &mut self.nics[host as usize];
+        let s = &mut nic.slots[slot as usize];
+        let Some(qp) = s.qp.as_mut() else { return };
+        let flow = s.flow as usize;
+        let mut finished: Option<Completion> = None;
+        while let Some(c) = qp.poll_completion() {
+            if c.wr_id == flow as u64 && self.states[flow].is_some_and(|st| st.req == (host, slot)) {
+                finished = Some(c);
+            }
+        }
+        if let Some(c) = finished {
+            self.finish_flow(now, flow, c.status);
+            return;
+        }
+        Self::arm_timer(&mut self.q, s, host, slot);
+        if !s.ready {
+            s.ready = true;
+            nic.ready.push_back(slot);
+        }
+        self.kick_nic(now, host);
+    }
+
+    /// Lets a NIC send now if its link is free, or once it is.
+    fn kick_nic(&mut self, now: Time, host: u32) {
+        let nic = &mut self.nics[host as usize];
+        if nic.wake {
+            return;
+        }
+        if now >= nic.busy_until {
+            self.nic_send(now, host);
+        } else {
+            nic.wake = true;
+            self.q.push(nic.busy_until, Ev::TxDone { node: host, port: 0 });
+        }
+    }
+
+    /// Lets a switch output send now if it is free, or once it is.
+    fn kick_port(&mut self, now: Time, node: u32, out: usize) {
+        let sw = &mut self.switches[(node - self.topo.hosts) as usize];
+        if sw.wake[out] {
+            return;
+        }
+        if now >= sw.busy_until[out] {
+            self.switch_send(now, node, out);
+        } else {
+            sw.wake[out] = true;
+            self.q.push(sw.busy_until[out], Ev::TxDone { node, port: out as u16 });
+        }
+    }
+
+    /// Makes sure an event wakes the queue pair at its next deadline (at most one pending
+    /// event per queue pair, unless its deadline moved earlier).
+    fn arm_timer(q: &mut EventQueue<Ev>, s: &mut Slot, host: u32, slot: u32) {
+        if let Some(d) = s.qp.as_ref().and_then(QueuePair::poll_timeout) {
+            if s.timer.is_none_or(|t| d < t) {
+                s.timer = Some(d);
+                q.push(d, Ev::QpTimer { host, slot, gen: s.gen });
+            }
+        }
+    }
+
+    fn finish_flow(&mut self, now: Time, i: usize, status: WcStatus) {
+        let Some(st) = self.states[i].take() else { return };
+        let r = &mut self.records[i];
+        r.end = Some(now);
+        r.status = Some(status);
+        self.done_flows += 1;
+        if M::HOLDS_BYTES && status == WcStatus::Success {
+            let f = self.flows[i];
+            let fill = mix(self.cfg.seed ^ (i as u64) << 1);
+            r.intact = self.nics[f.dst as usize].mem.verify(st.dst_buf.0, f.size, fill);
+        }
+        for (h, s) in [st.req, st.resp] {
+            let nic = &mut self.nics[h as usize];
+            let slot = &mut nic.slots[s as usize];
+            if let Some(qp) = slot.qp.take() {
+                add_counters(&mut self.totals, qp.counters());
+            }
+            slot.gen = slot.gen.wrapping_add(1);
+            slot.timer = None;
+            nic.free.push(s);
+        }
+        let f = self.flows[i];
+        self.nics[f.src as usize].mem.release(st.src_buf.0, st.src_buf.1);
+        self.nics[f.dst as usize].mem.release(st.dst_buf.0, st.dst_buf.1);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // NICs
+
+    fn alloc_packet(&mut self, p: Packet, m: Meta) -> u32 {
+        match self.free_packets.pop() {
+            Some(i) => {
+                self.packets[i as usize] = p;
+                self.meta[i as usize] = m;
+                i
+            }
+            None => {
+                self.packets.push(p);
+                self.meta.push(m);
+                (self.packets.len() - 1) as u32
+            }
+        }
+    }
+
+    fn free_packet(&mut self, i: u32) {
+        let p = &mut self.packets[i as usize];
+        if !p.payload.is_empty() {
+            p.payload = Vec::new();
+        }
+        self.free_packets.push(i);
+    }
+
+    fn nic_send(&mut self, now: Time, host: u32) {
+        let data_paused = self.nics[host as usize].paused[self.data_prio as usize];
+        let ctrl_paused = self.nics[host as usize].paused[self.ctrl_prio as usize];
+        let separate = self.ctrl_prio != self.data_prio;
+        let nic = &mut self.nics[host as usize];
+        if now < nic.busy_until {
+            return;
+        }
+        let mut tries = nic.ready.len();
+        while tries > 0 {
+            tries -= 1;
+            let Some(slot) = nic.ready.pop_front() else { break };
+            let s = &mut nic.slots[slot as usize];
+            let Some(qp) = s.qp.as_mut() else {
+                s.ready = false;
+                continue;
+            };
+            let t = if !data_paused && !(separate && ctrl_paused && qp.has_control()) {
+                qp.poll_transmit(now, &nic.mem, &mut self.buf)
+            } else if separate && !ctrl_paused {
+                qp.poll_control(&nic.mem, &mut self.buf)
+            } else {
+                None
+            };
+            let Some(t) = t else {
+                if data_paused || ctrl_paused {
+                    // It may still have data once the pause ends.
+                    nic.ready.push_back(slot);
+                } else {
+                    s.ready = false;
+                }
+                continue;
+            };
+            nic.ready.push_back(slot);
+            self.max_in_flight = self.max_in_flight.max(qp.in_flight()).max(qp.responses_in_flight());
+            // Sending may have started the retransmission timer.
+            Self::arm_timer(&mut self.q, s, host, slot);
+            let dest_qpn = t.ib.bth.dest_qpn;
+            let peer_host = self.states[s.flow as usize].map_or(host, |st| {
+                if st.req.0 == host && st.req.1 == slot {
+                    st.resp.0
+                } else {
+                    st.req.0
+                }
+            });
+            let control = is_control(t.ib.bth.opcode);
+            let prio = if control { self.ctrl_prio } else { self.data_prio };
+            let wire = t.ib.buffer_len() as u32 + FRAME_OVERHEAD;
+            let hash = mix((u64::from(host) << 40) ^ (u64::from(peer_host) << 20) ^ u64::from(dest_qpn) ^ (u64::from(qpn_of(slot)) << 48)) as u32;
+            let payload = if M::HOLDS_BYTES { std::mem::take(&mut self.buf) } else { Vec::new() };
+            // The QP may have written bytes into `buf` even when the memory holds none: keep
+            // the allocation for next time.
+            let pkt = self.alloc_packet(
+                Packet { ib: t.ib, payload },
+                Meta {
+                    dst: peer_host,
+                    hash,
+                    wire,
+                    prio,
+                    ecn: t.ecn,
+                },
+            );
+            let nic = &mut self.nics[host as usize];
+            nic.stats.tx_packets += 1;
+            nic.stats.tx_bytes += u64::from(wire);
+            let port = *self.topo.host_port(host);
+            let ser = Dur::transmission(u64::from(wire), port.rate_bps);
+            nic.busy_until = now + ser;
+            // The queue pairs likely have more: look again when the link is free.
+            nic.wake = true;
+            self.q.push(now + ser, Ev::TxDone { node: host, port: 0 });
+            self.q.push(
+                now + ser + port.delay,
+                Ev::Arrive {
+                    node: port.peer,
+                    port: port.peer_port,
+                    pkt,
+                },
+            );
+            return;
+        }
+    }
+
+    fn nic_receive(&mut self, now: Time, host: u32, pkt: u32) {
+        let p = &self.packets[pkt as usize];
+        let Some(slot) = slot_of(p.ib.bth.dest_qpn) else {
+            self.free_packet(pkt);
+            return;
+        };
+        let nic = &mut self.nics[host as usize];
+        let live = nic
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.qp.as_mut());
+        match live {
+            Some(qp) => qp.handle_packet(now, &p.ib, &p.payload, self.meta[pkt as usize].ecn, &mut nic.mem),
+            None => {
+                // A straggler for a queue pair already destroyed.
+                self.free_packet(pkt);
+                return;
+            }
+        }
+        self.free_packet(pkt);
+        self.touch(now, host, slot);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Switches
+
+    fn drop_packet(&mut self, node: u32, port: u16, pkt: u32) {
+        self.free_packet(pkt);
+        let st = if node < self.topo.hosts {
+            &mut self.nics[node as usize].stats
+        } else {
+            &mut self.switches[(node - self.topo.hosts) as usize].stats[port as usize]
+        };
+        st.drops += 1;
+    }
+
+    fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32) {
+        let si = (node - self.topo.hosts) as usize;
+        let Meta { dst, hash, prio, wire, .. } = self.meta[pkt as usize];
+        let wire = u64::from(wire);
+        let hops = self.topo.next_hops(node, dst);
+        let sw = &mut self.switches[si];
+        let out = match hops.len() {
+            0 => {
+                self.drop_packet(node, inp, pkt);
+                return;
+            }
+            1 => hops[0] as usize,
+            n => hops[(mix(u64::from(hash) ^ sw.salt) % n as u64) as usize] as usize,
+        };
+        let c = self.class_of[prio as usize & 7];
+        let c = if c == 255 { self.classes.len() - 1 } else { c as usize };
+        let lossless = self.lossless[prio as usize & 7];
+        let i = inp as usize;
+        let ic = i * sw.nc + c;
+        let oc = out * sw.nc + c;
+        let buffer = self.cfg.switch.buffer_bytes;
+        // Admission.
+        match self.cfg.switch.model {
+            SwitchModel::InputQueued => {
+                if sw.occ[i] + wire > buffer {
+                    if lossless {
+                        sw.stats[i].headroom_overflow += 1;
+                    } else {
+                        sw.stats[i].drops += 1;
+                        self.free_packet(pkt);
+                        return;
+                    }
+                }
+            }
+            SwitchModel::SharedBuffer => {
+                let free = buffer.saturating_sub(sw.used);
+                let limit = (self.cfg.switch.dt_alpha * free as f64) as u64;
+                if lossless {
+                    if sw.used + wire > buffer {
+                        sw.stats[i].headroom_overflow += 1;
+                    }
+                } else if sw.used + wire > buffer || sw.egress_bytes[oc] + wire > limit {
+                    sw.stats[i].drops += 1;
+                    self.free_packet(pkt);
+                    return;
+                }
+            }
+        }
+        // ECN marking on the egress queue this packet joins.
+        let ecn_mode = self.cfg.switch.ecn;
+        if ecn_mode != EcnMode::Off {
+            let p = &mut self.meta[pkt as usize];
+            if matches!(p.ecn, Ecn::Ect0 | Ecn::Ect1) {
+                let q = sw.egress_bytes[oc];
+                let s = &self.cfg.switch;
+                let mark = match ecn_mode {
+                    EcnMode::Threshold => q > s.ecn_kmin_bytes,
+                    EcnMode::Red => {
+                        if q <= s.ecn_kmin_bytes {
+                            false
+                        } else if q >= s.ecn_kmax_bytes {
+                            true
+                        } else {
+                            let pr = s.ecn_pmax * (q - s.ecn_kmin_bytes) as f64 / (s.ecn_kmax_bytes - s.ecn_kmin_bytes).max(1) as f64;
+                            self.ecn_rng.chance(pr)
+                        }
+                    }
+                    EcnMode::Off => false,
+                };
+                if mark {
+                    p.ecn = Ecn::Ce;
+                    sw.stats[out].ecn_marked += 1;
+                }
+            }
+        }
+        sw.occ[i] += wire;
+        sw.occ_c[ic] += wire;
+        sw.egress_bytes[oc] += wire;
+        sw.used += wire;
+        match self.cfg.switch.model {
+            SwitchModel::InputQueued => {
+                let v = &mut sw.voq[(i * sw.nports + out) * sw.nc + c];
+                v.push_back(pkt);
+                if v.len() == 1 {
+                    sw.active[oc].push_back(inp);
+                }
+            }
+            SwitchModel::SharedBuffer => sw.oq[oc].push_back((pkt, inp)),
+        }
+        // PFC: pause the upstream of this ingress (port, priority).
+        if lossless && !sw.xoff[ic] {
+            let threshold = self.pause_threshold(si);
+            let sw = &mut self.switches[si];
+            if sw.occ_c[ic] > threshold {
+                sw.xoff[ic] = true;
+                self.send_pfc(now, node, inp, prio, true);
+            }
+        }
+        self.kick_port(now, node, out);
+    }
+
+    /// The ingress occupancy above which a lossless (port, priority) pauses its upstream.
+    fn pause_threshold(&self, si: usize) -> u64 {
+        match self.cfg.switch.model {
+            SwitchModel::InputQueued => self.xoff_bytes,
+            SwitchModel::SharedBuffer => {
+                // Dynamic threshold over the shared part (the buffer minus every port's
+                // headroom reservation).
+                let sw = &self.switches[si];
+                let headroom = self.cfg.switch.buffer_bytes - self.xoff_bytes.min(self.cfg.switch.buffer_bytes);
+                let shared = self.cfg.switch.buffer_bytes.saturating_sub(headroom * sw.nports as u64);
+                let free = shared.saturating_sub(sw.used);
+                ((self.cfg.switch.dt_alpha * free as f64) as u64).max(2048)
+            }
+        }
+    }
+
+    fn switch_send(&mut self, now: Time, node: u32, out: usize) {
+        let si = (node - self.topo.hosts) as usize;
+        let model = self.cfg.switch.model;
+        let sw = &mut self.switches[si];
+        if now < sw.busy_until[out] {
+            return;
+        }
+        for c in 0..sw.nc {
+            let oc = out * sw.nc + c;
+            if sw.paused[oc] {
+                continue;
+            }
+            let picked = match model {
+                SwitchModel::InputQueued => match sw.active[oc].pop_front() {
+                    Some(i) => {
+                        let v = &mut sw.voq[(i as usize * sw.nports + out) * sw.nc + c];
+                        let pkt = v.pop_front();
+                        if !v.is_empty() {
+                            sw.active[oc].push_back(i);
+                        }
+                        pkt.map(|p| (p, i))
+                    }
+                    None => None,
+                },
+                SwitchModel::SharedBuffer => sw.oq[oc].pop_front(),
+            };
+            let Some((pkt, inp)) = picked else { continue };
+            let Meta { wire, prio, .. } = self.meta[pkt as usize];
+            let wire = u64::from(wire);
+            let i = inp as usize;
+            let ic = i * sw.nc + c;
+            sw.occ[i] -= wire;
+            sw.occ_c[ic] -= wire;
+            sw.egress_bytes[oc] -= wire;
+            sw.used -= wire;
+            sw.stats[out].tx_packets += 1;
+            sw.stats[out].tx_bytes += wire;
+            let resume = if sw.xoff[ic] {
+                let t = self.pause_threshold(si);
+                let sw = &mut self.switches[si];
+                if sw.occ_c[ic] + self.cfg.switch.pfc_resume_gap_bytes <= t || sw.occ_c[ic] == 0 {
+                    sw.xoff[ic] = false;
+                    true
+                } else {
+                    false
+                }
+            } else {
+                false
+            };
+            if resume {
+                self.send_pfc(now, node, inp, prio, false);
+            }
+            let port = self.topo.nodes[node as usize].ports[out];
+            let ser = Dur::transmission(wire, port.rate_bps);
+            let sw = &mut self.switches[si];
+            sw.busy_until[out] = now + ser;
+            // Wake up when this frame is out only if something else waits for this output.
+            if (0..sw.nc).any(|c| sw.egress_bytes[out * sw.nc + c] > 0) {
+                sw.wake[out] = true;
+                self.q.push(now + ser, Ev::TxDone { node, port: out as u16 });
+            }
+            self.q.push(
+                now + ser + port.delay,
+                Ev::Arrive {
+                    node: port.peer,
+                    port: port.peer_port,
+                    pkt,
+                },
+            );
+            return;
+        }
+    }
+
+    fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+        let p = self.topo.nodes[node as usize].ports[port as usize];
+        let sw = &mut self.switches[(node - self.topo.hosts) as usize];
+        sw.stats[port as usize].pause_sent += 1;
+        let at = now + Dur::transmission(PFC_FRAME, p.rate_bps) + p.delay;
+        self.q.push(
+            at,
+            Ev::Pfc {
+                node: p.peer,
+                port: p.peer_port,
+                prio,
+                pause,
+            },
+        );
+    }
+
+    fn pfc_receive(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+        if node < self.topo.hosts {
+            let nic = &mut self.nics[node as usize];
+            nic.stats.pause_received += 1;
+            let p = prio as usize & 7;
+            if pause && !nic.paused[p] {
+                nic.paused[p] = true;
+                nic.paused_since[p] = now;
+            } else if !pause && nic.paused[p] {
+                nic.paused[p] = false;
+                nic.stats.paused = nic.stats.paused + (now - nic.paused_since[p]);
+                // Queue pairs with data were kept in the ready list while paused.
+                self.kick_nic(now, node);
+            }
+            return;
+        }
+        let si = (node - self.topo.hosts) as usize;
+        let c = self.class_of[prio as usize & 7];
+        let sw = &mut self.switches[si];
+        sw.stats[port as usize].pause_received += 1;
+        if c == 255 {
+            return;
+        }
+        let oc = port as usize * sw.nc + c as usize;
+        if pause && !sw.paused[oc] {
+            sw.paused[oc] = true;
+            sw.paused_since[oc] = now;
+        } else if !pause && sw.paused[oc] {
+            sw.paused[oc] = false;
+            let d = now - sw.paused_since[oc];
+            sw.stats[port as usize].paused = sw.stats[port as usize].paused + d;
+            self.kick_port(now, node, port as usize);
+        }
+    }
+
+    fn finish(&mut self) {
+        let now = self.q.now();
+        // Close pause intervals still open, and count live queue pairs.
+        for nic in &mut self.nics {
+            for p in 0..8 {
+                if nic.paused[p] {
+                    nic.stats.paused = nic.stats.paused + (now - nic.paused_since[p]);
+                    nic.paused[p] = false;
+                }
+            }
+            for s in &nic.slots {
+                if let Some(qp) = &s.qp {
+                    add_counters(&mut self.totals, qp.counters());
+                }
+            }
+        }
+        for sw in &mut self.switches {
+            for oc in 0..sw.paused.len() {
+                if sw.paused[oc] {
+                    let port = oc / sw.nc;
+                    sw.stats[port].paused = sw.stats[port].paused + (now - sw.paused_since[oc]);
+                    sw.paused[oc] = false;
+                }
+            }
+        }
+    }
+
+    /// The state of flow `i`'s queue pairs, for debugging a stuck flow.
+    pub fn debug_flow(&self, i: usize) -> String {
+        let Some(st) = self.states.get(i).copied().flatten() else {
+            return format!("flow {i}: no live queue pairs");
+        };
+        let mut out = String::new();
+        for (h, s) in [st.req, st.resp] {
+            let slot = &self.nics[h as usize].slots[s as usize];
+            out += &format!(
+                "host {h} slot {s} timer {:?} ready {}: {:#?}\n",
+                slot.timer,
+                slot.ready,
+                slot.qp.as_ref().map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
+            );
+            out += &format!("{:?}\n", slot.qp);
+        }
+        out
+    }
+
+    /// The per-flow records, in flow order.
+    pub fn records(&self) -> &[FlowRecord] {
+        &self.records
+    }
+
+    /// Simulated time reached.
+    pub fn now(&self) -> Time {
+        self.q.now()
+    }
+
+    /// The most events ever pending at once.
+    pub fn max_queue(&self) -> usize {
+        self.q.max_len()
+    }
+
+    /// Events processed.
+    pub fn events(&self) -> u64 {
+        self.q.processed()
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// Network totals.
+    pub fn stats(&self) -> NetStats {
+        let mut s = NetStats {
+            qp: self.totals,
+            max_in_flight: self.max_in_flight,
+            ..NetStats::default()
+        };
+        let mut port = |node: u32, p: u16, st: &PortStats| {
+            s.drops += st.drops;
+            s.pause_frames += st.pause_sent;
+            s.headroom_overflow += st.headroom_overflow;
+            if st.drops + st.pause_sent + st.pause_received > 0 {
+                s.ports.push((node, p, *st));
+            }
+        };
+        for (h, nic) in self.nics.iter().enumerate() {
+            port(h as u32, 0, &nic.stats);
+        }
+        for (i, sw) in self.switches.iter().enumerate() {
+            for (p, st) in sw.stats.iter().enumerate() {
+                port(self.topo.hosts + i as u32, p as u16, st);
+            }
+        }
+        s.host_packets = self.nics.iter().map(|n| n.stats.tx_packets).sum();
+        s
+    }
+
+    /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (si, sw) in self.switches.iter().enumerate() {
+            let mut occ = vec![0u64; sw.nports];
+            let mut queued = 0u64;
+            let mut count = |pkt: u32, i: u16| {
+                let w = u64::from(self.meta[pkt as usize].wire);
+                occ[i as usize] += w;
+                queued += w;
+            };
+            for (k, v) in sw.voq.iter().enumerate() {
+                let i = k / sw.nc / sw.nports;
+                for &p in v {
+                    count(p, i as u16);
+                }
+            }
+            for v in &sw.oq {
+                for &(p, i) in v {
+                    count(p, i);
+                }
+            }
+            if occ != sw.occ || queued != sw.used {
+                return Err(format!("switch {si}: occupancy {:?} but queues hold {occ:?}", sw.occ));
+            }
+        }
+        Ok(())
+    }
+}

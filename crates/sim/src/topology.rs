@@ -1,0 +1,477 @@
+//! Topologies and routes.
+//!
+//! Nodes `0..hosts` are hosts (one port each), the rest switches. Every link is two ports that
+//! name each other. Routes are precomputed once (htsim's lesson: no per-packet path search):
+//! for every switch and destination host, the ports on a shortest path — several of them where
+//! paths are equal-cost, and ECMP picks one by the flow's 5-tuple hash.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use irn_transport::Dur;
+
+use crate::config::{TopologyConfig, TopologyKind};
+
+/// One end of a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    /// The node at the other end.
+    pub peer: u32,
+    /// Its port number there.
+    pub peer_port: u16,
+    /// Link rate in bits per second.
+    pub rate_bps: u64,
+    /// One-way propagation delay.
+    pub delay: Dur,
+}
+
+/// A node: a host or a switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Ports in order.
+    pub ports: Vec<Port>,
+    /// 0 for hosts; 1 for edge/leaf switches, 2 for aggregation/spine, 3 for core.
+    pub tier: u8,
+}
+
+/// A network and its routes.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// Hosts first, then switches.
+    pub nodes: Vec<Node>,
+    /// Number of hosts.
+    pub hosts: u32,
+    /// `routes[(node - hosts) * hosts + dst]` = range in `route_ports`.
+    route_index: Vec<(u32, u16)>,
+    route_ports: Vec<u16>,
+    /// Links between every pair of hosts (hops), for ideal FCTs.
+    host_dist: Vec<u16>,
+}
+
+/// Why a topology could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// The topology file could not be read.
+    #[error("{path}: {err}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// A line of the topology file is wrong.
+    #[error("{path}:{line}: {msg}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Line number (1-based).
+        line: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// Some host cannot reach another.
+    #[error("host {0} cannot reach host {1}")]
+    Disconnected(u32, u32),
+}
+
+struct Builder {
+    nodes: Vec<Node>,
+    rates: Vec<u64>,
+    delays: Vec<Dur>,
+}
+
+impl Builder {
+    fn new(cfg: &TopologyConfig, tiers: usize) -> Builder {
+        let rates = (0..tiers.max(1))
+            .map(|t| (cfg.link_gbps.tier(t) * 1e9).round() as u64)
+            .collect();
+        let delays = (0..tiers.max(1))
+            .map(|t| Dur::from_picos((cfg.link_delay_ns.tier(t) * 1000.0).round() as u64))
+            .collect();
+        Builder {
+            nodes: Vec::new(),
+            rates,
+            delays,
+        }
+    }
+
+    fn add(&mut self, tier: u8) -> u32 {
+        self.nodes.push(Node {
+            ports: Vec::new(),
+            tier,
+        });
+        (self.nodes.len() - 1) as u32
+    }
+
+    fn link(&mut self, a: u32, b: u32, tier: usize) {
+        let (rate, delay) = (self.rates[tier.min(self.rates.len() - 1)], self.delays[tier.min(self.delays.len() - 1)]);
+        self.link_with(a, b, rate, delay);
+    }
+
+    fn link_with(&mut self, a: u32, b: u32, rate_bps: u64, delay: Dur) {
+        let pa = self.nodes[a as usize].ports.len() as u16;
+        let pb = self.nodes[b as usize].ports.len() as u16;
+        self.nodes[a as usize].ports.push(Port {
+            peer: b,
+            peer_port: pb,
+            rate_bps,
+            delay,
+        });
+        self.nodes[b as usize].ports.push(Port {
+            peer: a,
+            peer_port: pa,
+            rate_bps,
+            delay,
+        });
+    }
+}
+
+impl Topology {
+    /// Builds the configured topology; `base_dir` resolves a topology file's path.
+    pub fn build(cfg: &TopologyConfig, base_dir: &Path) -> Result<Topology, TopologyError> {
+        match cfg.kind {
+            TopologyKind::FatTree => Ok(Self::fat_tree(cfg)),
+            TopologyKind::LeafSpine => Ok(Self::leaf_spine(cfg)),
+            TopologyKind::Dumbbell => Ok(Self::dumbbell(cfg)),
+            TopologyKind::File => {
+                let p = cfg.file.as_deref().unwrap_or(Path::new(""));
+                let p = if p.is_absolute() { p.to_path_buf() } else { base_dir.join(p) };
+                let text = std::fs::read_to_string(&p).map_err(|err| TopologyError::Io {
+                    path: p.display().to_string(),
+                    err,
+                })?;
+                Self::parse(&text, &p.display().to_string())
+            }
+        }
+        .and_then(Topology::finish)
+    }
+
+    /// A k-ary fat-tree: hosts, then per pod its edge and aggregation switches, then the core.
+    fn fat_tree(cfg: &TopologyConfig) -> Topology {
+        let k = cfg.k as u32;
+        let half = k / 2;
+        let mut b = Builder::new(cfg, 3);
+        let hosts: Vec<u32> = (0..k * k * k / 4).map(|_| b.add(0)).collect();
+        let mut edges = Vec::new();
+        let mut aggs = Vec::new();
+        for _pod in 0..k {
+            edges.push((0..half).map(|_| b.add(1)).collect::<Vec<_>>());
+            aggs.push((0..half).map(|_| b.add(2)).collect::<Vec<_>>());
+        }
+        let cores: Vec<u32> = (0..half * half).map(|_| b.add(3)).collect();
+        for pod in 0..k as usize {
+            for (e, &edge) in edges[pod].iter().enumerate() {
+                for h in 0..half {
+                    let host = hosts[(pod as u32 * half * half + e as u32 * half + h) as usize];
+                    b.link(host, edge, 0);
+                }
+                for &agg in &aggs[pod] {
+                    b.link(edge, agg, 1);
+                }
+            }
+            for (a, &agg) in aggs[pod].iter().enumerate() {
+                for c in 0..half {
+                    b.link(agg, cores[(a as u32 * half + c) as usize], 2);
+                }
+            }
+        }
+        Topology::raw(b, hosts.len() as u32)
+    }
+
+    fn leaf_spine(cfg: &TopologyConfig) -> Topology {
+        let mut b = Builder::new(cfg, 2);
+        let n = cfg.leaves * cfg.hosts_per_leaf;
+        let hosts: Vec<u32> = (0..n).map(|_| b.add(0)).collect();
+        let leaves: Vec<u32> = (0..cfg.leaves).map(|_| b.add(1)).collect();
+        let spines: Vec<u32> = (0..cfg.spines).map(|_| b.add(2)).collect();
+        for (i, &h) in hosts.iter().enumerate() {
+            b.link(h, leaves[i / cfg.hosts_per_leaf as usize], 0);
+        }
+        for &l in &leaves {
+            for &s in &spines {
+                b.link(l, s, 1);
+            }
+        }
+        Topology::raw(b, n)
+    }
+
+    fn dumbbell(cfg: &TopologyConfig) -> Topology {
+        let mut b = Builder::new(cfg, 2);
+        let n = cfg.hosts_per_side * 2;
+        let hosts: Vec<u32> = (0..n).map(|_| b.add(0)).collect();
+        let left = b.add(1);
+        let right = b.add(1);
+        for (i, &h) in hosts.iter().enumerate() {
+            b.link(h, if (i as u32) < cfg.hosts_per_side { left } else { right }, 0);
+        }
+        b.link(left, right, 1);
+        Topology::raw(b, n)
+    }
+
+    /// The topology file format: `#` comments; `hosts N`; `switches N` (numbered after the
+    /// hosts); `link A B GBPS DELAY_NS` (A, B node numbers). Hosts have exactly one link.
+    fn parse(text: &str, path: &str) -> Result<Topology, TopologyError> {
+        let err = |line: usize, msg: String| TopologyError::Parse {
+            path: path.to_string(),
+            line,
+            msg,
+        };
+        let mut hosts: Option<u32> = None;
+        let mut b = Builder {
+            nodes: Vec::new(),
+            rates: vec![0],
+            delays: vec![Dur::ZERO],
+        };
+        for (i, raw) in text.lines().enumerate() {
+            let ln = i + 1;
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let num = |s: &str| s.parse::<u64>().map_err(|_| err(ln, format!("`{s}` is not a number")));
+            match w.as_slice() {
+                ["hosts", n] => {
+                    if hosts.is_some() || !b.nodes.is_empty() {
+                        return Err(err(ln, "`hosts` must come first, once".into()));
+                    }
+                    let n = num(n)?;
+                    if !(2..=1 << 20).contains(&n) {
+                        return Err(err(ln, "hosts must be 2 to 2^20".into()));
+                    }
+                    hosts = Some(n as u32);
+                    for _ in 0..n {
+                        b.add(0);
+                    }
+                }
+                ["switches", n] => {
+                    if hosts.is_none() {
+                        return Err(err(ln, "`hosts` must come before `switches`".into()));
+                    }
+                    let n = num(n)?;
+                    if n > 1 << 20 {
+                        return Err(err(ln, "too many switches".into()));
+                    }
+                    for _ in 0..n {
+                        b.add(1);
+                    }
+                }
+                ["link", a, c, gbps, delay] => {
+                    let (a, c) = (num(a)?, num(c)?);
+                    let n = b.nodes.len() as u64;
+                    if a >= n || c >= n || a == c {
+                        return Err(err(ln, format!("link {a} {c}: no such pair of nodes")));
+                    }
+                    let g: f64 = gbps.parse().map_err(|_| err(ln, format!("`{gbps}` is not a rate")))?;
+                    if !(g > 0.0 && g <= 100_000.0) {
+                        return Err(err(ln, "rate must be in (0, 100000] Gb/s".into()));
+                    }
+                    let d = num(delay)?;
+                    if b.nodes[a as usize].ports.len() >= u16::MAX as usize {
+                        return Err(err(ln, "too many ports".into()));
+                    }
+                    b.link_with(a as u32, c as u32, (g * 1e9).round() as u64, Dur::from_nanos(d));
+                }
+                _ => return Err(err(ln, format!("cannot read `{line}`"))),
+            }
+        }
+        let hosts = hosts.ok_or_else(|| err(0, "no `hosts` line".into()))?;
+        for h in 0..hosts {
+            if b.nodes[h as usize].ports.len() != 1 {
+                return Err(err(0, format!("host {h} must have exactly one link")));
+            }
+            let peer = b.nodes[h as usize].ports[0].peer;
+            if peer < hosts {
+                return Err(err(0, format!("host {h} links to host {peer}; hosts link to switches")));
+            }
+        }
+        Ok(Topology::raw(b, hosts))
+    }
+
+    fn raw(b: Builder, hosts: u32) -> Topology {
+        Topology {
+            nodes: b.nodes,
+            hosts,
+            route_index: Vec::new(),
+            route_ports: Vec::new(),
+            host_dist: Vec::new(),
+        }
+    }
+
+    /// Computes routes: a breadth-first search from every host over the switches.
+    fn finish(mut self) -> Result<Topology, TopologyError> {
+        let n = self.nodes.len();
+        let h = self.hosts as usize;
+        let switches = n - h;
+        let mut index = vec![(0u32, 0u16); switches * h];
+        let mut ports = Vec::new();
+        let mut host_dist = vec![0u16; h * h];
+        let mut dist = vec![u32::MAX; n];
+        let mut queue = VecDeque::new();
+        for dst in 0..h {
+            dist.fill(u32::MAX);
+            dist[dst] = 0;
+            queue.clear();
+            queue.push_back(dst);
+            while let Some(u) = queue.pop_front() {
+                // Hosts do not forward: only the destination itself expands.
+                if u < h && u != dst {
+                    continue;
+                }
+                for p in &self.nodes[u].ports {
+                    let v = p.peer as usize;
+                    if dist[v] == u32::MAX {
+                        dist[v] = dist[u] + 1;
+                        queue.push_back(v);
+                    }
+                }
+            }
+            for (src, d) in host_dist[dst * h..(dst + 1) * h].iter_mut().enumerate() {
+                if dist[src] == u32::MAX {
+                    return Err(TopologyError::Disconnected(src as u32, dst as u32));
+                }
+                *d = dist[src] as u16;
+            }
+            for s in 0..switches {
+                let node = h + s;
+                let start = ports.len();
+                if dist[node] != u32::MAX {
+                    for (pi, p) in self.nodes[node].ports.iter().enumerate() {
+                        let v = p.peer as usize;
+                        // Next hop one step closer; never through another host.
+                        if dist[v] + 1 == dist[node] && (v >= h || v == dst) {
+                            ports.push(pi as u16);
+                        }
+                    }
+                }
+                index[s * h + dst] = (start as u32, (ports.len() - start) as u16);
+            }
+        }
+        self.route_index = index;
+        self.route_ports = ports;
+        self.host_dist = host_dist;
+        Ok(self)
+    }
+
+    /// Equal-cost next-hop ports at switch `node` towards host `dst`.
+    pub fn next_hops(&self, node: u32, dst: u32) -> &[u16] {
+        let h = self.hosts as usize;
+        let (start, len) = self.route_index[(node as usize - h) * h + dst as usize];
+        &self.route_ports[start as usize..start as usize + len as usize]
+    }
+
+    /// Links on a shortest path between two hosts.
+    pub fn hops(&self, a: u32, b: u32) -> u32 {
+        u32::from(self.host_dist[b as usize * self.hosts as usize + a as usize])
+    }
+
+    /// The most links between any two hosts.
+    pub fn diameter(&self) -> u32 {
+        self.host_dist.iter().copied().max().map_or(0, u32::from)
+    }
+
+    /// Number of switches.
+    pub fn switches(&self) -> u32 {
+        self.nodes.len() as u32 - self.hosts
+    }
+
+    /// The host link of host `h`.
+    pub fn host_port(&self, h: u32) -> &Port {
+        &self.nodes[h as usize].ports[0]
+    }
+
+    /// The slowest link rate and the longest one-way delay in the network (for ideal FCTs and
+    /// the BDP cap).
+    pub fn slowest_rate(&self) -> u64 {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.ports.iter().map(|p| p.rate_bps))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The round-trip propagation delay of the longest path, assuming its links have the
+    /// largest delay of the network.
+    pub fn max_rtt(&self) -> Dur {
+        let d = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.ports.iter().map(|p| p.delay))
+            .max()
+            .unwrap_or(Dur::ZERO);
+        d.saturating_mul(2 * u64::from(self.diameter()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(kind: TopologyKind) -> TopologyConfig {
+        TopologyConfig {
+            kind,
+            ..TopologyConfig::default()
+        }
+    }
+
+    #[test]
+    fn fat_tree_k6_is_the_papers_network() {
+        let t = Topology::build(&cfg(TopologyKind::FatTree), Path::new(".")).expect("builds");
+        assert_eq!(t.hosts, 54);
+        assert_eq!(t.switches(), 45);
+        // Every switch has k = 6 ports.
+        assert!(t.nodes[54..].iter().all(|n| n.ports.len() == 6));
+        assert_eq!(t.diameter(), 6);
+        // Same edge switch: 2 links; same pod: 4; other pod: 6.
+        assert_eq!(t.hops(0, 1), 2);
+        assert_eq!(t.hops(0, 3), 4);
+        assert_eq!(t.hops(0, 53), 6);
+        // An edge switch going up has k/2 = 3 equal-cost choices; going down, one.
+        let edge0 = t.host_port(0).peer;
+        assert_eq!(t.next_hops(edge0, 53).len(), 3);
+        assert_eq!(t.next_hops(edge0, 1).len(), 1);
+        // BDP: 24 µs round trip × 40 Gb/s = 120 KB (SPEC E0).
+        assert_eq!(t.max_rtt(), Dur::from_micros(24));
+    }
+
+    #[test]
+    fn routes_lead_to_the_destination() {
+        for kind in [TopologyKind::FatTree, TopologyKind::LeafSpine, TopologyKind::Dumbbell] {
+            let mut c = cfg(kind);
+            c.k = 4;
+            let t = Topology::build(&c, Path::new(".")).expect("builds");
+            for src in 0..t.hosts {
+                for dst in 0..t.hosts {
+                    if src == dst {
+                        continue;
+                    }
+                    // Follow the first choice (and, separately, the last) hop by hop.
+                    for pick_last in [false, true] {
+                        let mut node = t.host_port(src).peer;
+                        let mut links = 1;
+                        while node >= t.hosts {
+                            let hops = t.next_hops(node, dst);
+                            assert!(!hops.is_empty());
+                            let p = if pick_last { hops[hops.len() - 1] } else { hops[0] };
+                            node = t.nodes[node as usize].ports[p as usize].peer;
+                            links += 1;
+                        }
+                        assert_eq!(node, dst);
+                        assert_eq!(links, t.hops(src, dst));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn topology_file_parses_and_reports_errors_with_lines() {
+        let text = "# a tiny star\nhosts 3\nswitches 1\nlink 0 3 10 1000\nlink 1 3 10 1000\nlink 2 3 10 1000\n";
+        let t = Topology::parse(text, "t.topo").and_then(Topology::finish).expect("valid");
+        assert_eq!((t.hosts, t.switches(), t.hops(0, 2)), (3, 1, 2));
+        let e = Topology::parse("hosts 2\nswitches 1\nlink 0 9 10 1\n", "t.topo").expect_err("bad");
+        assert!(e.to_string().starts_with("t.topo:3:"), "{e}");
+        let e = Topology::parse("hosts 2\nswitches 1\nlink 0 2 10 1\n", "t.topo").expect_err("bad");
+        assert!(e.to_string().contains("exactly one link"), "{e}");
+    }
+}

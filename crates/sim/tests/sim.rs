@@ -1,0 +1,219 @@
+//! Behaviour of the simulator at small scale: determinism, data integrity through loss, the
+//! PFC and BDP-FC invariants, fairness of the switch, and the models' basic physics.
+
+use std::path::Path;
+
+use irn_sim::config::{
+    load_experiment, FlowOp, Recovery, SimConfig, SwitchModel, TopologyKind, WorkloadKind,
+};
+use irn_sim::{run, RunOutput};
+
+fn small(recovery: Recovery, pfc: bool) -> SimConfig {
+    let mut c = SimConfig::default();
+    c.topology.k = 4;
+    c.transport.recovery = recovery;
+    c.network.pfc = pfc;
+    c.workload.duration_us = 300.0;
+    c.workload.load = 0.8;
+    c
+}
+
+fn go(c: &SimConfig) -> RunOutput {
+    run(c, |_| {}).expect("valid configuration")
+}
+
+fn all_done(o: &RunOutput) {
+    let s = &o.summary;
+    assert!(s.flows > 20, "too few flows to mean anything: {}", s.flows);
+    assert_eq!(
+        (s.flows_completed, s.flows_failed, s.flows_unfinished, s.flows_corrupted),
+        (s.flows, 0, 0, 0),
+        "{}",
+        s.name
+    );
+}
+
+#[test]
+fn same_seed_same_everything_other_seed_other_traffic() {
+    let c = small(Recovery::Irn, false);
+    let a = go(&c);
+    let b = go(&c);
+    assert_eq!(a.records, b.records);
+    let (mut sa, mut sb) = (a.summary.clone(), b.summary.clone());
+    sa.wall_s = 0.0;
+    sb.wall_s = 0.0;
+    assert_eq!(sa, sb);
+    let mut c2 = c.clone();
+    c2.seed = 2;
+    assert_ne!(go(&c2).records, a.records);
+}
+
+#[test]
+fn every_byte_arrives_through_heavy_loss_in_every_recovery_mode() {
+    for (recovery, pfc) in [
+        (Recovery::Irn, false),
+        (Recovery::IrnGoBackN, false),
+        (Recovery::IrnNoBdpFc, false),
+        (Recovery::IrnNoSack, false),
+        (Recovery::Roce, false),
+        (Recovery::Roce, true),
+    ] {
+        let mut c = small(recovery, pfc);
+        c.transport.payload = true;
+        c.network.link_loss = 0.01;
+        c.workload.duration_us = 200.0;
+        c.workload.load = 0.5;
+        if pfc {
+            // RoCE over PFC keeps no timer by default; random loss needs one.
+            c.transport.roce_timeout_with_pfc = true;
+        }
+        let o = go(&c);
+        all_done(&o);
+        assert!(o.summary.drops > 0 && o.summary.retransmissions > 0, "{recovery:?}: loss was exercised");
+    }
+}
+
+#[test]
+fn send_and_read_flows_deliver_their_bytes_too() {
+    for op in [FlowOp::Send, FlowOp::Read] {
+        let mut c = small(Recovery::Irn, false);
+        c.transport.payload = true;
+        c.transport.op = op;
+        c.network.link_loss = 0.005;
+        c.workload.duration_us = 100.0;
+        let o = go(&c);
+        all_done(&o);
+    }
+}
+
+#[test]
+fn pfc_never_drops_and_its_headroom_suffices() {
+    for model in [SwitchModel::InputQueued, SwitchModel::SharedBuffer] {
+        for recovery in [Recovery::Irn, Recovery::Roce] {
+            let mut c = small(recovery, true);
+            c.switch.model = model;
+            if model == SwitchModel::SharedBuffer {
+                c.switch.buffer_bytes = 1_000_000;
+            }
+            c.workload.load = 0.9;
+            c.workload.duration_us = 400.0;
+            let o = go(&c);
+            all_done(&o);
+            let s = &o.summary;
+            assert_eq!((s.drops, s.headroom_overflow), (0, 0), "{model:?} {recovery:?}");
+            if recovery == Recovery::Roce {
+                assert!(s.pause_frames > 0, "{model:?}: this load must congest RoCE");
+                assert_eq!((s.timeouts, s.retransmissions), (0, 0), "RoCE over PFC keeps no timer");
+            }
+        }
+    }
+}
+
+#[test]
+fn bdp_fc_caps_packets_in_flight() {
+    let mut c = small(Recovery::Irn, false);
+    c.workload.sizes = "websearch".into();
+    c.workload.duration_us = 1000.0;
+    let o = go(&c);
+    all_done(&o);
+    let cap = o.summary.bdp_cap.expect("IRN has a cap");
+    assert!(o.summary.max_in_flight <= cap, "{} > {cap}", o.summary.max_in_flight);
+    assert!(o.summary.max_in_flight >= cap / 2, "large flows fill the window");
+    // Without BDP-FC the window is not capped.
+    let mut c = c.clone();
+    c.transport.recovery = Recovery::IrnNoBdpFc;
+    let o = go(&c);
+    assert!(o.summary.bdp_cap.is_none());
+    assert!(o.summary.max_in_flight > cap, "{}", o.summary.max_in_flight);
+}
+
+/// One flow alone in the network finishes in its ideal time (the slowdown's denominator is
+/// the model's own physics, not a formula that disagrees with it).
+#[test]
+fn a_lone_flow_takes_its_ideal_time() {
+    for size in [1u64, 1000, 1024, 1025, 100_000, 3_000_000] {
+        let dir = std::env::temp_dir().join(format!("irn-sim-lone-{size}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("flows.csv"), format!("start_us,src,dst,bytes\n0,0,15,{size}\n")).expect("write");
+        let text = "[topology]\nk = 4\n[workload]\nkind = \"flows\"\nflows_file = \"flows.csv\"\n[transport]\nrecovery = \"roce\"\n";
+        let e = load_experiment(text, "t.toml", &dir, &[], None).expect("valid");
+        let o = go(&e.runs[0]);
+        let r = o.records[0];
+        let sd = r.slowdown().expect("done");
+        assert!((1.0..1.02).contains(&sd), "{size} B: slowdown {sd}, fct {:?} ideal {:?}", r.fct(), r.ideal);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Four senders into one receiver through an input-queued switch: round-robin among the
+/// inputs shares the receiver's link fairly and keeps it busy. RoCE overflows the input
+/// buffers (drops without PFC, pauses with it); IRN's BDP-FC keeps each sender's share below
+/// the buffer, so IRN neither drops nor pauses (IRN §3.2).
+#[test]
+fn incast_shares_the_bottleneck_fairly() {
+    let mut c = SimConfig::default();
+    c.topology.kind = TopologyKind::LeafSpine;
+    c.topology.leaves = 1;
+    c.topology.spines = 1;
+    c.topology.hosts_per_leaf = 5;
+    c.workload.kind = WorkloadKind::Incast;
+    c.workload.load = 0.0;
+    c.workload.incast_senders = 4;
+    c.workload.incast_bytes = 4_000_000;
+    for recovery in [Recovery::Roce, Recovery::Irn] {
+        for pfc in [false, true] {
+            c.transport.recovery = recovery;
+            c.network.pfc = pfc;
+            let o = go(&c);
+            let what = format!("{recovery:?} pfc {pfc}");
+            assert_eq!(o.summary.flows_completed, 4, "{what}");
+            let fcts: Vec<f64> = o.records.iter().map(|r| r.fct().expect("done").as_micros_f64()).collect();
+            let (min, max) = fcts.iter().fold((f64::MAX, 0.0f64), |(a, b), &f| (a.min(f), b.max(f)));
+            let rct = o.summary.incast.as_ref().expect("incast").max_rct_us;
+            let s = &o.summary;
+            match (recovery, pfc) {
+                (Recovery::Roce, false) => assert!(s.drops > 0, "{what}"),
+                (Recovery::Roce, true) => {
+                    assert!(s.drops == 0 && s.pause_frames > 0, "{what}");
+                    assert!(max / min < 1.1, "{what}: {fcts:?}");
+                    // 4 MB through one 40 Gb/s link takes ≥ 800 µs.
+                    assert!((800.0..900.0).contains(&rct), "{what}: {rct}");
+                }
+                _ => {
+                    assert_eq!((s.drops, s.pause_frames), (0, 0), "{what}");
+                    assert!(max / min < 1.1, "{what}: {fcts:?}");
+                    assert!((800.0..900.0).contains(&rct), "{what}: {rct}");
+                }
+            }
+        }
+    }
+}
+
+/// PFC spreads congestion (SPEC N3): with PFC, an incast pauses the senders' NICs, and pauses
+/// reach switches that the incast does not even cross the bottleneck of.
+#[test]
+fn pauses_propagate_upstream() {
+    let mut c = SimConfig::default();
+    c.topology.k = 4;
+    c.network.pfc = true;
+    c.transport.recovery = Recovery::Roce;
+    c.workload.kind = WorkloadKind::Incast;
+    c.workload.load = 0.0;
+    c.workload.incast_senders = 12;
+    c.workload.incast_bytes = 6_000_000;
+    let o = go(&c);
+    assert_eq!(o.summary.flows_completed, 12);
+    let hosts = 16;
+    let nic_paused = o.summary.ports.iter().filter(|p| p.node < hosts && p.pause_received > 0).count();
+    let switches_paused = o.summary.ports.iter().filter(|p| p.node >= hosts && p.pause_received > 0).count();
+    assert!(nic_paused > 0, "senders' NICs are paused");
+    assert!(switches_paused > 0, "switch-to-switch pauses");
+    assert_eq!(o.summary.drops, 0);
+}
+
+#[test]
+fn config_errors_name_the_key_and_the_file() {
+    let e = load_experiment("[switch]\nbuffer = 1\n", "exp.toml", Path::new("."), &[], None).expect_err("typo");
+    let m = e.to_string();
+    assert!(m.contains("exp.toml") && m.contains("buffer"), "{m}");
+}

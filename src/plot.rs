@@ -1,0 +1,103 @@
+//! Plots made by irn itself (SVG, through plotters): the paper's three metrics of every run,
+//! as ratios to a baseline run — the form of the IRN paper's bar charts (Figures 1–3).
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+use irn_sim::metrics::RunSummary;
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Grouped bars: for each metric (average slowdown, average FCT, 99th-percentile FCT), one
+/// bar per run, divided by the baseline run's value (the run named `baseline`, else the first
+/// RoCE run with PFC, else the first run).
+pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<()> {
+    if runs.is_empty() {
+        return Err(anyhow!("nothing to plot"));
+    }
+    let base = match baseline {
+        Some(n) => runs.iter().find(|r| r.name == n),
+        None => runs.iter().find(|r| r.transport == "roce" && r.pfc),
+    }
+    .unwrap_or(&runs[0]);
+    let metrics: [(&str, fn(&RunSummary) -> f64); 3] = [
+        ("avg slowdown", |r| r.all.avg_slowdown),
+        ("avg FCT", |r| r.all.avg_fct_us),
+        ("p99 FCT", |r| r.all.p99_fct_us),
+    ];
+    let ratio = |r: &RunSummary, f: fn(&RunSummary) -> f64| {
+        let b = f(base);
+        if b > 0.0 {
+            f(r) / b
+        } else {
+            0.0
+        }
+    };
+    let ymax = runs
+        .iter()
+        .flat_map(|r| metrics.iter().map(move |(_, f)| ratio(r, *f)))
+        .fold(1.0f64, f64::max)
+        * 1.15;
+    let n = runs.len();
+    let group = n + 1;
+    let width = (3 * group) as f64;
+    let root = SVGBackend::new(path, (200 + 90 * n as u32 * 3, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("relative to {}", base.name), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..width, 0.0..ymax)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(3)
+        .x_label_formatter(&|x| {
+            let g = (*x / group as f64).floor() as usize;
+            metrics.get(g).map_or(String::new(), |m| m.0.to_string())
+        })
+        .y_desc("ratio")
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    for (ri, r) in runs.iter().enumerate() {
+        let color = COLORS[ri % COLORS.len()];
+        let rects: Vec<Rectangle<(f64, f64)>> = metrics
+            .iter()
+            .enumerate()
+            .map(|(mi, (_, f))| {
+                let x0 = (mi * group + ri) as f64 + 0.5;
+                Rectangle::new([(x0, 0.0), (x0 + 0.9, ratio(r, *f))], color.filled())
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(|e| anyhow!("{e}"))?
+            .label(r.name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .draw_series(std::iter::once(PathElement::new(vec![(0.0, 1.0), (width, 1.0)], BLACK.stroke_width(1))))
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! `irn sim`: run an experiment (the built-in E1–E3 comparison by default), in parallel, with
+//! progress, and print the table of the paper's three metrics with ratios to a baseline.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use irn_sim::config::{load_experiment, SimConfig};
+use irn_sim::metrics::{write_csv, RunSummary};
+use irn_sim::RunOutput;
+
+/// The experiment `irn sim` runs without a file: E1–E3 at a scale that takes about a minute.
+pub const DEFAULT_EXPERIMENT: &str = include_str!("../experiments/default.toml");
+
+/// Options of `irn sim`.
+pub struct SimArgs {
+    pub file: Option<PathBuf>,
+    pub seed: Option<u64>,
+    pub json: Option<PathBuf>,
+    pub csv: Option<PathBuf>,
+    pub sets: Vec<String>,
+    pub jobs: Option<usize>,
+    pub baseline: Option<String>,
+    pub quiet: bool,
+    pub plot: Option<PathBuf>,
+}
+
+pub fn run(args: SimArgs) -> Result<bool> {
+    let (text, origin, dir) = match &args.file {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            let dir = f.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            (text, f.display().to_string(), dir)
+        }
+        None => (DEFAULT_EXPERIMENT.to_string(), "built-in default experiment".to_string(), PathBuf::from(".")),
+    };
+    let exp = load_experiment(&text, &origin, &dir, &args.sets, args.seed)?;
+    let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
+    let summaries: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    print_table(&mut out, &summaries, args.baseline.as_deref())?;
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({ "runs": summaries });
+        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        serde_json::to_writer_pretty(&mut f, &doc)?;
+        writeln!(f)?;
+    }
+    if let Some(dir) = &args.csv {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for o in &outputs {
+            let name: String = o
+                .summary
+                .name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+                .collect();
+            let path = dir.join(format!("{name}.csv"));
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+            );
+            write_csv(&mut f, &o.records)?;
+            f.flush()?;
+        }
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::bars(path, &summaries, args.baseline.as_deref())?;
+    }
+    // Success means every flow of every run completed intact.
+    Ok(summaries
+        .iter()
+        .all(|s| s.flows_failed == 0 && s.flows_corrupted == 0))
+}
+
+fn run_all(runs: &[SimConfig], jobs: Option<usize>, quiet: bool) -> Result<Vec<RunOutput>> {
+    let jobs = jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, runs.len().max(1));
+    let multi = MultiProgress::new();
+    if quiet {
+        multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let style = ProgressStyle::with_template("{prefix:>24} [{bar:30}] {percent:>3}% {elapsed}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let bars: Vec<ProgressBar> = runs
+        .iter()
+        .map(|r| {
+            let b = multi.add(ProgressBar::new(1000));
+            b.set_style(style.clone());
+            b.set_prefix(r.name.clone());
+            b
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<RunOutput>>>> = Mutex::new((0..runs.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(cfg) = runs.get(i) else { break };
+                let bar = &bars[i];
+                let r = irn_sim::run(cfg, |f| bar.set_position((f * 1000.0) as u64))
+                    .with_context(|| format!("run '{}'", cfg.name));
+                bar.finish();
+                if let Ok(mut v) = results.lock() {
+                    v[i] = Some(r);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().map_err(|_| anyhow::anyhow!("a run panicked"))?;
+    let mut out = Vec::new();
+    for r in results {
+        match r {
+            Some(r) => out.push(r?),
+            None => bail!("a run did not finish"),
+        }
+    }
+    Ok(out)
+}
+
+/// The baseline of the ratio columns: the run named `name`, or the first RoCE run with PFC.
+fn baseline<'a>(runs: &'a [RunSummary], name: Option<&str>) -> Option<&'a RunSummary> {
+    match name {
+        Some(n) => runs.iter().find(|r| r.name == n),
+        None => runs.iter().find(|r| r.transport == "roce" && r.pfc),
+    }
+}
+
+fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> Result<()> {
+    let b = baseline(runs, base);
+    let bname = b.map_or("", |b| b.name.as_str());
+    writeln!(
+        out,
+        "{:<22} {:>8} {:>10} {:>12} {:>12} {:>9} {:>8} {:>8}   {}",
+        "run",
+        "flows",
+        "avg slowdn",
+        "avg FCT µs",
+        "p99 FCT µs",
+        "drop rate",
+        "pauses",
+        "wall s",
+        if b.is_some() { format!("÷ {bname}: slowdown / avg FCT / p99 FCT") } else { String::new() }
+    )?;
+    for r in runs {
+        let ratio = b.map_or(String::new(), |b| {
+            let q = |a: f64, c: f64| if c > 0.0 { format!("{:.2}", a / c) } else { "-".into() };
+            format!(
+                "{} / {} / {}",
+                q(r.all.avg_slowdown, b.all.avg_slowdown),
+                q(r.all.avg_fct_us, b.all.avg_fct_us),
+                q(r.all.p99_fct_us, b.all.p99_fct_us)
+            )
+        });
+        let unfinished = if r.flows_unfinished + r.flows_failed > 0 {
+            format!(" ({} unfinished, {} failed)", r.flows_unfinished, r.flows_failed)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "{:<22} {:>8} {:>10.3} {:>12.1} {:>12.1} {:>8.3}% {:>8} {:>8.1}   {}{}",
+            r.name,
+            r.flows_completed,
+            r.all.avg_slowdown,
+            r.all.avg_fct_us,
+            r.all.p99_fct_us,
+            r.drop_rate * 100.0,
+            r.pause_frames,
+            r.wall_s,
+            ratio,
+            unfinished
+        )?;
+    }
+    Ok(())
+}
