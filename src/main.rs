@@ -116,7 +116,13 @@ fn main() -> ExitCode {
             quiet,
             plot,
         })
-        .map(|ok| if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }),
+        .map(|ok| {
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }),
     };
     match result {
         Ok(code) => code,

@@ -8,6 +8,9 @@ use plotters::prelude::*;
 
 use irn_sim::metrics::RunSummary;
 
+/// A metric's name and how to read it off a run.
+type Metric = (&'static str, fn(&RunSummary) -> f64);
+
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -31,7 +34,7 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
         None => runs.iter().find(|r| r.transport == "roce" && r.pfc),
     }
     .unwrap_or(&runs[0]);
-    let metrics: [(&str, fn(&RunSummary) -> f64); 3] = [
+    let metrics: [Metric; 3] = [
         ("avg slowdown", |r| r.all.avg_slowdown),
         ("avg FCT", |r| r.all.avg_fct_us),
         ("p99 FCT", |r| r.all.p99_fct_us),
@@ -89,7 +92,10 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
     chart
-        .draw_series(std::iter::once(PathElement::new(vec![(0.0, 1.0), (width, 1.0)], BLACK.stroke_width(1))))
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, 1.0), (width, 1.0)],
+            BLACK.stroke_width(1),
+        )))
         .map_err(|e| anyhow!("{e}"))?;
     chart
         .configure_series_labels()

@@ -31,11 +31,18 @@ pub struct SimArgs {
 pub fn run(args: SimArgs) -> Result<bool> {
     let (text, origin, dir) = match &args.file {
         Some(f) => {
-            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            let dir = f.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            let dir = f
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
             (text, f.display().to_string(), dir)
         }
-        None => (DEFAULT_EXPERIMENT.to_string(), "built-in default experiment".to_string(), PathBuf::from(".")),
+        None => (
+            DEFAULT_EXPERIMENT.to_string(),
+            "built-in default experiment".to_string(),
+            PathBuf::from("."),
+        ),
     };
     let exp = load_experiment(&text, &origin, &dir, &args.sets, args.seed)?;
     let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
@@ -45,7 +52,8 @@ pub fn run(args: SimArgs) -> Result<bool> {
     print_table(&mut out, &summaries, args.baseline.as_deref())?;
     if let Some(path) = &args.json {
         let doc = serde_json::json!({ "runs": summaries });
-        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(&mut f, &doc)?;
         writeln!(f)?;
     }
@@ -56,11 +64,18 @@ pub fn run(args: SimArgs) -> Result<bool> {
                 .summary
                 .name
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
             let path = dir.join(format!("{name}.csv"));
             let mut f = std::io::BufWriter::new(
-                std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+                std::fs::File::create(&path)
+                    .with_context(|| format!("creating {}", path.display()))?,
             );
             write_csv(&mut f, &o.records)?;
             f.flush()?;
@@ -96,7 +111,8 @@ fn run_all(runs: &[SimConfig], jobs: Option<usize>, quiet: bool) -> Result<Vec<R
         })
         .collect();
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<RunOutput>>>> = Mutex::new((0..runs.len()).map(|_| None).collect());
+    let results: Mutex<Vec<Option<Result<RunOutput>>>> =
+        Mutex::new((0..runs.len()).map(|_| None).collect());
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| loop {
@@ -112,7 +128,9 @@ fn run_all(runs: &[SimConfig], jobs: Option<usize>, quiet: bool) -> Result<Vec<R
             });
         }
     });
-    let results = results.into_inner().map_err(|_| anyhow::anyhow!("a run panicked"))?;
+    let results = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a run panicked"))?;
     let mut out = Vec::new();
     for r in results {
         match r {
@@ -145,11 +163,21 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
         "drop rate",
         "pauses",
         "wall s",
-        if b.is_some() { format!("÷ {bname}: slowdown / avg FCT / p99 FCT") } else { String::new() }
+        if b.is_some() {
+            format!("÷ {bname}: slowdown / avg FCT / p99 FCT")
+        } else {
+            String::new()
+        }
     )?;
     for r in runs {
         let ratio = b.map_or(String::new(), |b| {
-            let q = |a: f64, c: f64| if c > 0.0 { format!("{:.2}", a / c) } else { "-".into() };
+            let q = |a: f64, c: f64| {
+                if c > 0.0 {
+                    format!("{:.2}", a / c)
+                } else {
+                    "-".into()
+                }
+            };
             format!(
                 "{} / {} / {}",
                 q(r.all.avg_slowdown, b.all.avg_slowdown),
@@ -158,7 +186,10 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
             )
         });
         let unfinished = if r.flows_unfinished + r.flows_failed > 0 {
-            format!(" ({} unfinished, {} failed)", r.flows_unfinished, r.flows_failed)
+            format!(
+                " ({} unfinished, {} failed)",
+                r.flows_unfinished, r.flows_failed
+            )
         } else {
             String::new()
         };

@@ -47,11 +47,7 @@ impl PerTier {
     pub fn tier(&self, t: usize) -> f64 {
         match self {
             PerTier::One(v) => *v,
-            PerTier::Many(v) => v
-                .get(t)
-                .or_else(|| v.last())
-                .copied()
-                .unwrap_or(f64::NAN),
+            PerTier::Many(v) => v.get(t).or_else(|| v.last()).copied().unwrap_or(f64::NAN),
         }
     }
 
@@ -464,38 +460,74 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), String> {
         let t = &self.topology;
         match t.kind {
-            TopologyKind::FatTree => {
-                check(t.k >= 2 && t.k % 2 == 0 && t.k <= 64, "topology.k", "must be even, 2–64")?
-            }
+            TopologyKind::FatTree => check(
+                t.k >= 2 && t.k % 2 == 0 && t.k <= 64,
+                "topology.k",
+                "must be even, 2–64",
+            )?,
             TopologyKind::LeafSpine => {
                 check(t.leaves >= 1, "topology.leaves", "must be at least 1")?;
                 check(t.spines >= 1, "topology.spines", "must be at least 1")?;
-                check(t.hosts_per_leaf >= 1, "topology.hosts_per_leaf", "must be at least 1")?;
+                check(
+                    t.hosts_per_leaf >= 1,
+                    "topology.hosts_per_leaf",
+                    "must be at least 1",
+                )?;
                 check(
                     t.leaves * t.hosts_per_leaf >= 2,
                     "topology.leaves",
                     "× hosts_per_leaf must be at least 2",
                 )?;
             }
-            TopologyKind::Dumbbell => {
-                check(t.hosts_per_side >= 1, "topology.hosts_per_side", "must be at least 1")?
-            }
+            TopologyKind::Dumbbell => check(
+                t.hosts_per_side >= 1,
+                "topology.hosts_per_side",
+                "must be at least 1",
+            )?,
             TopologyKind::File => check(t.file.is_some(), "topology.file", "is required")?,
         }
         for v in t.link_gbps.values() {
-            check(v > 0.0 && v.is_finite() && v <= 100_000.0, "topology.link_gbps", "must be in (0, 100000]")?;
+            check(
+                v > 0.0 && v.is_finite() && v <= 100_000.0,
+                "topology.link_gbps",
+                "must be in (0, 100000]",
+            )?;
         }
         for v in t.link_delay_ns.values() {
-            check(v >= 0.0 && v.is_finite(), "topology.link_delay_ns", "must be ≥ 0")?;
+            check(
+                v >= 0.0 && v.is_finite(),
+                "topology.link_delay_ns",
+                "must be ≥ 0",
+            )?;
         }
         let s = &self.switch;
-        check(s.buffer_bytes >= 4096, "switch.buffer_bytes", "must be at least 4096")?;
+        check(
+            s.buffer_bytes >= 4096,
+            "switch.buffer_bytes",
+            "must be at least 4096",
+        )?;
         if let Some(h) = s.pfc_headroom_bytes {
-            check(h < s.buffer_bytes, "switch.pfc_headroom_bytes", "must be below buffer_bytes")?;
+            check(
+                h < s.buffer_bytes,
+                "switch.pfc_headroom_bytes",
+                "must be below buffer_bytes",
+            )?;
         }
-        check(s.dt_alpha > 0.0 && s.dt_alpha.is_finite(), "switch.dt_alpha", "must be positive")?;
-        check(s.ecn_kmin_bytes <= s.ecn_kmax_bytes, "switch.ecn_kmin_bytes", "must be ≤ ecn_kmax_bytes")?;
-        check((0.0..=1.0).contains(&s.ecn_pmax), "switch.ecn_pmax", "must be in [0, 1]")?;
+        check(
+            s.dt_alpha > 0.0 && s.dt_alpha.is_finite(),
+            "switch.dt_alpha",
+            "must be positive",
+        )?;
+        check(
+            s.ecn_kmin_bytes <= s.ecn_kmax_bytes,
+            "switch.ecn_kmin_bytes",
+            "must be ≤ ecn_kmax_bytes",
+        )?;
+        check(
+            (0.0..=1.0).contains(&s.ecn_pmax),
+            "switch.ecn_pmax",
+            "must be in [0, 1]",
+        )?;
         let n = &self.network;
         check(
             matches!(n.mtu, 256 | 512 | 1024 | 2048 | 4096),
@@ -503,31 +535,91 @@ impl SimConfig {
             "must be 256, 512, 1024, 2048 or 4096",
         )?;
         check(n.data_dscp < 64, "network.data_dscp", "must be below 64")?;
-        check(n.control_dscp < 64, "network.control_dscp", "must be below 64")?;
-        check(n.lossless_priorities.iter().all(|&p| p < 8), "network.lossless_priorities", "must be 0–7")?;
+        check(
+            n.control_dscp < 64,
+            "network.control_dscp",
+            "must be below 64",
+        )?;
+        check(
+            n.lossless_priorities.iter().all(|&p| p < 8),
+            "network.lossless_priorities",
+            "must be 0–7",
+        )?;
         if let Some(m) = &n.dscp_to_priority {
-            check(m.len() == 64, "network.dscp_to_priority", "must have 64 entries")?;
-            check(m.iter().all(|&p| p < 8), "network.dscp_to_priority", "entries must be 0–7")?;
+            check(
+                m.len() == 64,
+                "network.dscp_to_priority",
+                "must have 64 entries",
+            )?;
+            check(
+                m.iter().all(|&p| p < 8),
+                "network.dscp_to_priority",
+                "entries must be 0–7",
+            )?;
         }
-        check((0.0..1.0).contains(&n.link_loss), "network.link_loss", "must be in [0, 1)")?;
+        check(
+            (0.0..1.0).contains(&n.link_loss),
+            "network.link_loss",
+            "must be in [0, 1)",
+        )?;
         let tr = &self.transport;
-        check(tr.bdp_cap != Some(0), "transport.bdp_cap", "must be at least 1")?;
-        check(tr.rto_low_us > 0.0 && tr.rto_low_us.is_finite(), "transport.rto_low_us", "must be positive")?;
-        check(tr.rto_high_us >= tr.rto_low_us && tr.rto_high_us.is_finite(), "transport.rto_high_us", "must be ≥ rto_low_us")?;
-        check(tr.roce_rto_us > 0.0 && tr.roce_rto_us.is_finite(), "transport.roce_rto_us", "must be positive")?;
+        check(
+            tr.bdp_cap != Some(0),
+            "transport.bdp_cap",
+            "must be at least 1",
+        )?;
+        check(
+            tr.rto_low_us > 0.0 && tr.rto_low_us.is_finite(),
+            "transport.rto_low_us",
+            "must be positive",
+        )?;
+        check(
+            tr.rto_high_us >= tr.rto_low_us && tr.rto_high_us.is_finite(),
+            "transport.rto_high_us",
+            "must be ≥ rto_low_us",
+        )?;
+        check(
+            tr.roce_rto_us > 0.0 && tr.roce_rto_us.is_finite(),
+            "transport.roce_rto_us",
+            "must be positive",
+        )?;
         let w = &self.workload;
-        check(w.load >= 0.0 && w.load <= 1.5, "workload.load", "must be in [0, 1.5]")?;
+        check(
+            w.load >= 0.0 && w.load <= 1.5,
+            "workload.load",
+            "must be in [0, 1.5]",
+        )?;
         check(
             w.kind != WorkloadKind::Poisson || w.load > 0.0,
             "workload.load",
             "must be positive for Poisson arrivals",
         )?;
-        check(w.duration_us > 0.0 && w.duration_us.is_finite(), "workload.duration_us", "must be positive")?;
-        check(w.drain_us >= 0.0 && w.drain_us.is_finite(), "workload.drain_us", "must be ≥ 0")?;
+        check(
+            w.duration_us > 0.0 && w.duration_us.is_finite(),
+            "workload.duration_us",
+            "must be positive",
+        )?;
+        check(
+            w.drain_us >= 0.0 && w.drain_us.is_finite(),
+            "workload.drain_us",
+            "must be ≥ 0",
+        )?;
         if w.kind == WorkloadKind::Incast {
-            check(w.incast_senders >= 1, "workload.incast_senders", "must be at least 1")?;
-            check(w.incast_bytes >= u64::from(w.incast_senders), "workload.incast_bytes", "must be at least one byte per sender")?;
-            check(w.incast_repetitions >= 1, "workload.incast_repetitions", "must be at least 1")?;
+            check(
+                w.incast_senders >= 1,
+                "workload.incast_senders",
+                "must be at least 1",
+            )?;
+            check(
+                w.incast_bytes >= u64::from(w.incast_senders),
+                "workload.incast_bytes",
+                "must be at least one byte per sender",
+            )?;
+            check(
+                w.incast_repetitions >= 1,
+                "workload.incast_repetitions",
+                "must be at least 1",
+            )?;
         }
         if w.kind == WorkloadKind::Flows {
             check(w.flows_file.is_some(), "workload.flows_file", "is required")?;
@@ -556,7 +648,9 @@ pub struct Experiment {
 pub fn parse_value(text: &str) -> toml::Value {
     let doc = format!("v = {text}");
     match toml::from_str::<toml::Table>(&doc) {
-        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(text.into())),
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(text.into())),
         Err(_) => toml::Value::String(text.into()),
     }
 }
@@ -564,7 +658,10 @@ pub fn parse_value(text: &str) -> toml::Value {
 /// Sets dotted `key` in `table` to `value`, creating tables on the way.
 fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
     let mut parts: Vec<&str> = key.split('.').collect();
-    let last = parts.pop().filter(|s| !s.is_empty()).ok_or_else(|| format!("empty key `{key}`"))?;
+    let last = parts
+        .pop()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| format!("empty key `{key}`"))?;
     let mut t = table;
     for p in parts {
         let entry = t
@@ -592,8 +689,8 @@ fn merge(base: &mut toml::Table, over: &toml::Table) {
 
 fn build(table: &toml::Table, origin: &str, base_dir: &Path) -> Result<SimConfig, ConfigError> {
     let text = toml::to_string(table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
-    let mut cfg: SimConfig = toml::from_str(&text)
-        .map_err(|e| ConfigError::new(origin, e.message().to_string()))?;
+    let mut cfg: SimConfig =
+        toml::from_str(&text).map_err(|e| ConfigError::new(origin, e.message().to_string()))?;
     cfg.base_dir = base_dir.to_path_buf();
     cfg.validate().map_err(|m| ConfigError::new(origin, m))?;
     Ok(cfg)
@@ -610,16 +707,27 @@ pub fn load_experiment(
     seed: Option<u64>,
 ) -> Result<Experiment, ConfigError> {
     // Stage 1: the whole file against the schema, so that errors carry line numbers.
-    let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    let mut table: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::new(origin, e.to_string()))?;
     let runs = match table.remove("run") {
         None => Vec::new(),
         Some(toml::Value::Array(a)) => a,
-        Some(_) => return Err(ConfigError::new(origin, "`run` must be an array of tables ([[run]])")),
+        Some(_) => {
+            return Err(ConfigError::new(
+                origin,
+                "`run` must be an array of tables ([[run]])",
+            ))
+        }
     };
     let sweep = match table.remove("sweep") {
         None => toml::Table::new(),
         Some(toml::Value::Table(t)) => t,
-        Some(_) => return Err(ConfigError::new(origin, "`sweep` must be a table ([sweep])")),
+        Some(_) => {
+            return Err(ConfigError::new(
+                origin,
+                "`sweep` must be a table ([sweep])",
+            ))
+        }
     };
     let base_text = toml::to_string(&table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
     if let Err(e) = toml::from_str::<SimConfig>(text_for_schema(text, &base_text)) {
@@ -629,7 +737,8 @@ pub fn load_experiment(
         let (k, v) = s
             .split_once('=')
             .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
-        set_path(&mut table, k.trim(), parse_value(v.trim())).map_err(|m| ConfigError::new("--set", m))?;
+        set_path(&mut table, k.trim(), parse_value(v.trim()))
+            .map_err(|m| ConfigError::new("--set", m))?;
     }
     if let Some(seed) = seed {
         table.insert("seed".into(), toml::Value::Integer(seed as i64));
@@ -641,7 +750,10 @@ pub fn load_experiment(
     }
     for (i, r) in runs.iter().enumerate() {
         let Some(rt) = r.as_table() else {
-            return Err(ConfigError::new(origin, format!("run {} is not a table", i + 1)));
+            return Err(ConfigError::new(
+                origin,
+                format!("run {} is not a table", i + 1),
+            ));
         };
         let mut t = table.clone();
         merge(&mut t, rt);
@@ -663,8 +775,15 @@ pub fn load_experiment(
                 set_path(&mut t, k, v.clone()).map_err(|m| ConfigError::new(origin, m))?;
             }
             if !suffix.is_empty() {
-                let name = t.get("name").and_then(|v| v.as_str()).unwrap_or("run").to_string();
-                t.insert("name".into(), toml::Value::String(format!("{name} {suffix}")));
+                let name = t
+                    .get("name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("run")
+                    .to_string();
+                t.insert(
+                    "name".into(),
+                    toml::Value::String(format!("{name} {suffix}")),
+                );
             }
             let o = if label.is_empty() {
                 origin.to_string()
@@ -736,8 +855,10 @@ mod tests {
     fn empty_file_is_the_default() {
         let e = load("", &[]).expect("valid");
         assert_eq!(e.runs.len(), 1);
-        let mut d = SimConfig::default();
-        d.base_dir = PathBuf::from(".");
+        let d = SimConfig {
+            base_dir: PathBuf::from("."),
+            ..SimConfig::default()
+        };
         assert_eq!(e.runs[0], d);
     }
 
@@ -748,7 +869,10 @@ mod tests {
         assert!(s.contains("test.toml") && s.contains("lod"), "{s}");
         let e = load("[[run]]\nname = \"a\"\nnetwork.pfcc = true\n", &[]).expect_err("typo");
         let s = e.to_string();
-        assert!(s.contains("test.toml") && s.contains("pfcc") && s.contains("'a'"), "{s}");
+        assert!(
+            s.contains("test.toml") && s.contains("pfcc") && s.contains("'a'"),
+            "{s}"
+        );
         let e = load("", &["switch.bufer_bytes=5"]).expect_err("typo");
         assert!(e.to_string().contains("bufer_bytes"), "{e}");
     }
@@ -778,7 +902,15 @@ network.pfc = true
 "#;
         let e = load(text, &["topology.k=4"]).expect("valid");
         let names: Vec<&str> = e.runs.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["IRN load=0.3", "IRN load=0.9", "RoCE+PFC load=0.3", "RoCE+PFC load=0.9"]);
+        assert_eq!(
+            names,
+            [
+                "IRN load=0.3",
+                "IRN load=0.9",
+                "RoCE+PFC load=0.3",
+                "RoCE+PFC load=0.9"
+            ]
+        );
         assert!(e.runs.iter().all(|r| r.topology.k == 4));
         assert_eq!(e.runs[3].transport.recovery, Recovery::Roce);
         assert!(e.runs[3].network.pfc && !e.runs[0].network.pfc);
@@ -789,6 +921,13 @@ network.pfc = true
     fn per_tier_values() {
         let e = load("[topology]\nlink_gbps = [10, 40]\n", &[]).expect("valid");
         let t = &e.runs[0].topology;
-        assert_eq!((t.link_gbps.tier(0), t.link_gbps.tier(1), t.link_gbps.tier(2)), (10.0, 40.0, 40.0));
+        assert_eq!(
+            (
+                t.link_gbps.tier(0),
+                t.link_gbps.tier(1),
+                t.link_gbps.tier(2)
+            ),
+            (10.0, 40.0, 40.0)
+        );
     }
 }

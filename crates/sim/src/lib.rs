@@ -95,10 +95,17 @@ fn describe(cfg: &SimConfig, topo: &Topology) -> String {
         TopologyKind::Dumbbell => "dumbbell".to_string(),
         TopologyKind::File => "file".to_string(),
     };
-    format!("{shape}: {} hosts, {} switches", topo.hosts, topo.switches())
+    format!(
+        "{shape}: {} hosts, {} switches",
+        topo.hosts,
+        topo.switches()
+    )
 }
 
-fn run_with<M: SimMemory>(cfg: &SimConfig, progress: impl FnMut(f64)) -> Result<RunOutput, SimError> {
+fn run_with<M: SimMemory>(
+    cfg: &SimConfig,
+    progress: impl FnMut(f64),
+) -> Result<RunOutput, SimError> {
     let started = Instant::now();
     let topo = Topology::build(&cfg.topology, &cfg.base_dir)?;
     let flows = workload::generate(cfg, topo.hosts, topo.host_port(0).rate_bps)?;
@@ -132,7 +139,11 @@ fn run_with<M: SimMemory>(cfg: &SimConfig, progress: impl FnMut(f64)) -> Result<
         flows_corrupted: records.iter().filter(|r| !r.intact).count(),
         all,
         by_size,
-        drop_rate: if net.host_packets == 0 { 0.0 } else { net.drops as f64 / net.host_packets as f64 },
+        drop_rate: if net.host_packets == 0 {
+            0.0
+        } else {
+            net.drops as f64 / net.host_packets as f64
+        },
         drops: net.drops,
         packets: net.host_packets,
         pause_frames: net.pause_frames,

@@ -64,7 +64,13 @@ impl FlowStats {
             }
         }
         let n = fct.len();
-        let avg = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+        let avg = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
         let (afct, asd) = (avg(&fct), avg(&sd));
         fct.sort_by(f64::total_cmp);
         sd.sort_by(f64::total_cmp);
@@ -193,7 +199,10 @@ pub struct RunSummary {
 }
 
 /// Builds the fields that come from the records and network counters.
-pub fn summarize(records: &[FlowRecord], net: &NetStats) -> (FlowStats, Vec<Bucket>, Option<IncastReport>) {
+pub fn summarize(
+    records: &[FlowRecord],
+    net: &NetStats,
+) -> (FlowStats, Vec<Bucket>, Option<IncastReport>) {
     let all = FlowStats::of(records.iter());
     let by_size = BUCKETS
         .iter()
@@ -207,7 +216,10 @@ pub fn summarize(records: &[FlowRecord], net: &NetStats) -> (FlowStats, Vec<Buck
     let incast = groups.map(|g| {
         let mut rcts = Vec::new();
         for gi in 0..=g {
-            let members: Vec<&FlowRecord> = records.iter().filter(|r| r.flow.group == Some(gi)).collect();
+            let members: Vec<&FlowRecord> = records
+                .iter()
+                .filter(|r| r.flow.group == Some(gi))
+                .collect();
             if members.iter().all(|r| r.end.is_some()) && !members.is_empty() {
                 let start = members.iter().map(|r| r.flow.start).min();
                 let end = members.iter().filter_map(|r| r.end).max();
@@ -218,7 +230,11 @@ pub fn summarize(records: &[FlowRecord], net: &NetStats) -> (FlowStats, Vec<Buck
         }
         IncastReport {
             requests: rcts.len(),
-            avg_rct_us: if rcts.is_empty() { 0.0 } else { rcts.iter().sum::<f64>() / rcts.len() as f64 },
+            avg_rct_us: if rcts.is_empty() {
+                0.0
+            } else {
+                rcts.iter().sum::<f64>() / rcts.len() as f64
+            },
             max_rct_us: rcts.iter().copied().fold(0.0, f64::max),
             background: FlowStats::of(records.iter().filter(|r| r.flow.group.is_none())),
         }
@@ -229,14 +245,19 @@ pub fn summarize(records: &[FlowRecord], net: &NetStats) -> (FlowStats, Vec<Buck
 /// Writes the per-flow CSV: `id,src,dst,bytes,start_us,fct_us,ideal_fct_us,slowdown,status`
 /// (FCT and slowdown empty for unfinished flows).
 pub fn write_csv(out: &mut dyn Write, records: &[FlowRecord]) -> std::io::Result<()> {
-    writeln!(out, "id,src,dst,bytes,start_us,fct_us,ideal_fct_us,slowdown,status")?;
+    writeln!(
+        out,
+        "id,src,dst,bytes,start_us,fct_us,ideal_fct_us,slowdown,status"
+    )?;
     for (i, r) in records.iter().enumerate() {
         let start = r.flow.start.as_picos() as f64 / 1e6;
         let (fct, sd) = match (r.fct(), r.slowdown()) {
             (Some(f), Some(s)) => (format!("{:.3}", f.as_micros_f64()), format!("{s:.4}")),
             _ => (String::new(), String::new()),
         };
-        let status = r.status.map_or_else(|| "UNFINISHED".to_string(), |s| s.to_string());
+        let status = r
+            .status
+            .map_or_else(|| "UNFINISHED".to_string(), |s| s.to_string());
         writeln!(
             out,
             "{i},{},{},{},{start:.3},{fct},{:.3},{sd},{status}",

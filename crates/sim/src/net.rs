@@ -30,9 +30,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use irn_transport::{
-    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, Counters, Dur, Key, Memory,
-    MrKeys, NoCcFactory, QpAttr, QpConfig, QueuePair, RecoveryConfig, Remote, RtoPolicy, SendOp, SendWr,
-    Sge, RecvWr, Time, WcStatus,
+    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, Counters, Dur, Key,
+    Memory, MrKeys, NoCcFactory, QpAttr, QpConfig, QueuePair, RecoveryConfig, RecvWr, Remote,
+    RtoPolicy, SendOp, SendWr, Sge, Time, WcStatus,
 };
 use irn_wire::{Ecn, IbRepr, Opcode, Psn};
 
@@ -77,7 +77,13 @@ pub struct SharedChecked {
 
 impl Memory for SharedChecked {
     const HOLDS_BYTES: bool = false;
-    fn check(&self, key: Key, addr: u64, len: u64, access: Access) -> Result<(), irn_transport::MemError> {
+    fn check(
+        &self,
+        key: Key,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), irn_transport::MemError> {
         self.mem.check(key, addr, len, access)
     }
     fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), irn_transport::MemError> {
@@ -86,7 +92,12 @@ impl Memory for SharedChecked {
     fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), irn_transport::MemError> {
         self.mem.write(key, addr, data)
     }
-    fn atomic(&mut self, rkey: u32, addr: u64, op: irn_transport::AtomicOp) -> Result<u64, irn_transport::MemError> {
+    fn atomic(
+        &mut self,
+        rkey: u32,
+        addr: u64,
+        op: irn_transport::AtomicOp,
+    ) -> Result<u64, irn_transport::MemError> {
         self.mem.atomic(rkey, addr, op)
     }
     fn invalidate(&mut self, rkey: u32) -> Result<(), irn_transport::MemError> {
@@ -174,7 +185,12 @@ enum Ev {
     /// `node` finished serializing a frame on `port`.
     TxDone { node: u32, port: u16 },
     /// A PFC frame for `prio` arrived at `node` through `port`.
-    Pfc { node: u32, port: u16, prio: u8, pause: bool },
+    Pfc {
+        node: u32,
+        port: u16,
+        prio: u8,
+        pause: bool,
+    },
     /// A queue pair's timer.
     QpTimer { host: u32, slot: u32, gen: u32 },
     /// The next flow of the workload starts.
@@ -246,9 +262,21 @@ impl Switch {
             occ: vec![0; nports],
             occ_c: vec![0; nports * nc],
             xoff: vec![false; nports * nc],
-            voq: if iq { (0..nports * nports * nc).map(|_| VecDeque::new()).collect() } else { Vec::new() },
-            active: if iq { (0..nports * nc).map(|_| VecDeque::new()).collect() } else { Vec::new() },
-            oq: if iq { Vec::new() } else { (0..nports * nc).map(|_| VecDeque::new()).collect() },
+            voq: if iq {
+                (0..nports * nports * nc).map(|_| VecDeque::new()).collect()
+            } else {
+                Vec::new()
+            },
+            active: if iq {
+                (0..nports * nc).map(|_| VecDeque::new()).collect()
+            } else {
+                Vec::new()
+            },
+            oq: if iq {
+                Vec::new()
+            } else {
+                (0..nports * nc).map(|_| VecDeque::new()).collect()
+            },
             egress_bytes: vec![0; nports * nc],
             used: 0,
             busy_until: vec![Time::ZERO; nports],
@@ -450,7 +478,11 @@ impl<M: SimMemory> Simulation<M> {
     pub fn new(cfg: SimConfig, topo: Topology, flows: Vec<Flow>) -> Simulation<M> {
         let net = &cfg.network;
         let data_prio = net.priority(net.data_dscp);
-        let ctrl_prio = if net.control_priority { net.priority(net.control_dscp) } else { data_prio };
+        let ctrl_prio = if net.control_priority {
+            net.priority(net.control_dscp)
+        } else {
+            data_prio
+        };
         let mut classes = vec![data_prio, ctrl_prio];
         classes.sort_unstable_by(|a, b| b.cmp(a));
         classes.dedup();
@@ -468,13 +500,22 @@ impl<M: SimMemory> Simulation<M> {
         let mtu_wire = u64::from(cfg.network.mtu + FRAME_OVERHEAD + 12 + 16 + 16);
         let headroom = cfg.switch.pfc_headroom_bytes.unwrap_or_else(|| {
             // Upstream link round trip at its rate, plus a frame in flight each way.
-            let p = topo.nodes.iter().flat_map(|n| n.ports.iter()).fold((0u64, Dur::ZERO), |(r, d), p| {
-                (r.max(p.rate_bps), d.max(p.delay))
-            });
-            let rtt_bytes = (u128::from(p.0) * u128::from(p.1.as_picos()) * 2 / 8 / 1_000_000_000_000) as u64;
+            let p = topo
+                .nodes
+                .iter()
+                .flat_map(|n| n.ports.iter())
+                .fold((0u64, Dur::ZERO), |(r, d), p| {
+                    (r.max(p.rate_bps), d.max(p.delay))
+                });
+            let rtt_bytes =
+                (u128::from(p.0) * u128::from(p.1.as_picos()) * 2 / 8 / 1_000_000_000_000) as u64;
             rtt_bytes + 2 * mtu_wire
         });
-        let xoff_bytes = cfg.switch.buffer_bytes.saturating_sub(headroom).max(mtu_wire);
+        let xoff_bytes = cfg
+            .switch
+            .buffer_bytes
+            .saturating_sub(headroom)
+            .max(mtu_wire);
         let nc = classes.len();
         let switches = (topo.hosts..topo.nodes.len() as u32)
             .map(|n| {
@@ -502,7 +543,11 @@ impl<M: SimMemory> Simulation<M> {
         let tr = &cfg.transport;
         let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
         let bdp_cap = tr.bdp_cap.unwrap_or_else(|| {
-            bdp_cap_packets(host_rate, topo.max_rtt(), cfg.network.mtu + FRAME_OVERHEAD + 12 + 16 + 16)
+            bdp_cap_packets(
+                host_rate,
+                topo.max_rtt(),
+                cfg.network.mtu + FRAME_OVERHEAD + 12 + 16 + 16,
+            )
         });
         let irn_rto = RtoPolicy::Irn {
             low: us(tr.rto_low_us),
@@ -524,7 +569,11 @@ impl<M: SimMemory> Simulation<M> {
         };
         let recovery = RecoveryConfig {
             bdp_cap: recovery.bdp_cap.map(|_| bdp_cap),
-            rto: if tr.recovery.is_irn() { irn_rto } else { roce_rto },
+            rto: if tr.recovery.is_irn() {
+                irn_rto
+            } else {
+                roce_rto
+            },
             ..recovery
         };
         let qp_cfg = QpConfig {
@@ -644,7 +693,9 @@ impl<M: SimMemory> Simulation<M> {
     fn dispatch(&mut self, now: Time, ev: Ev) {
         match ev {
             Ev::Arrive { node, port, pkt } => {
-                if self.cfg.network.link_loss > 0.0 && self.loss_rng.chance(self.cfg.network.link_loss) {
+                if self.cfg.network.link_loss > 0.0
+                    && self.loss_rng.chance(self.cfg.network.link_loss)
+                {
                     self.drop_packet(node, port, pkt);
                 } else if node < self.topo.hosts {
                     self.nic_receive(now, node, pkt);
@@ -662,7 +713,12 @@ impl<M: SimMemory> Simulation<M> {
                     self.switch_send(now, node, port as usize);
                 }
             }
-            Ev::Pfc { node, port, prio, pause } => self.pfc_receive(now, node, port, prio, pause),
+            Ev::Pfc {
+                node,
+                port,
+                prio,
+                pause,
+            } => self.pfc_receive(now, node, port, prio, pause),
             Ev::QpTimer { host, slot, gen } => {
                 let s = &mut self.nics[host as usize].slots[slot as usize];
                 if s.gen != gen || s.timer != Some(now) {
@@ -731,12 +787,18 @@ impl<M: SimMemory> Simulation<M> {
         let resp = self.new_qp(now, resp_host, i as u32);
         let attr = self.qp_attr;
         let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
-        let (p1, p2) = (psn(self.cfg.seed ^ i as u64), psn(!(self.cfg.seed ^ i as u64)));
+        let (p1, p2) = (
+            psn(self.cfg.seed ^ i as u64),
+            psn(!(self.cfg.seed ^ i as u64)),
+        );
         let mut setup_ok = true;
         if let Some(qp) = self.nics[req_host as usize].slots[req as usize].qp.as_mut() {
             setup_ok &= connect_qp(qp, now, &attr, qpn_of(resp), p1, p2).is_ok();
         }
-        if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize].qp.as_mut() {
+        if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize]
+            .qp
+            .as_mut()
+        {
             setup_ok &= connect_qp(qp, now, &attr, qpn_of(req), p2, p1).is_ok();
         }
         let len = f.size;
@@ -755,11 +817,16 @@ impl<M: SimMemory> Simulation<M> {
             FlowOp::Send => SendOp::Send,
         };
         if self.cfg.transport.op == FlowOp::Send {
-            if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize].qp.as_mut() {
-                setup_ok &= qp.post_recv(RecvWr {
-                    wr_id: i as u64,
-                    sg_list: sg_list(dst_buf.0, len, dst_buf.1.lkey),
-                }).is_ok();
+            if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize]
+                .qp
+                .as_mut()
+            {
+                setup_ok &= qp
+                    .post_recv(RecvWr {
+                        wr_id: i as u64,
+                        sg_list: sg_list(dst_buf.0, len, dst_buf.1.lkey),
+                    })
+                    .is_ok();
             }
         }
         if let Some(qp) = self.nics[req_host as usize].slots[req as usize].qp.as_mut() {
@@ -797,7 +864,8 @@ impl<M: SimMemory> Simulation<M> {
         let flow = s.flow as usize;
         let mut finished: Option<Completion> = None;
         while let Some(c) = qp.poll_completion() {
-            if c.wr_id == flow as u64 && self.states[flow].is_some_and(|st| st.req == (host, slot)) {
+            if c.wr_id == flow as u64 && self.states[flow].is_some_and(|st| st.req == (host, slot))
+            {
                 finished = Some(c);
             }
         }
@@ -823,7 +891,13 @@ impl<M: SimMemory> Simulation<M> {
             self.nic_send(now, host);
         } else {
             nic.wake = true;
-            self.q.push(nic.busy_until, Ev::TxDone { node: host, port: 0 });
+            self.q.push(
+                nic.busy_until,
+                Ev::TxDone {
+                    node: host,
+                    port: 0,
+                },
+            );
         }
     }
 
@@ -837,7 +911,13 @@ impl<M: SimMemory> Simulation<M> {
             self.switch_send(now, node, out);
         } else {
             sw.wake[out] = true;
-            self.q.push(sw.busy_until[out], Ev::TxDone { node, port: out as u16 });
+            self.q.push(
+                sw.busy_until[out],
+                Ev::TxDone {
+                    node,
+                    port: out as u16,
+                },
+            );
         }
     }
 
@@ -847,13 +927,22 @@ impl<M: SimMemory> Simulation<M> {
         if let Some(d) = s.qp.as_ref().and_then(QueuePair::poll_timeout) {
             if s.timer.is_none_or(|t| d < t) {
                 s.timer = Some(d);
-                q.push(d, Ev::QpTimer { host, slot, gen: s.gen });
+                q.push(
+                    d,
+                    Ev::QpTimer {
+                        host,
+                        slot,
+                        gen: s.gen,
+                    },
+                );
             }
         }
     }
 
     fn finish_flow(&mut self, now: Time, i: usize, status: WcStatus) {
-        let Some(st) = self.states[i].take() else { return };
+        let Some(st) = self.states[i].take() else {
+            return;
+        };
         let r = &mut self.records[i];
         r.end = Some(now);
         r.status = Some(status);
@@ -861,7 +950,9 @@ impl<M: SimMemory> Simulation<M> {
         if M::HOLDS_BYTES && status == WcStatus::Success {
             let f = self.flows[i];
             let fill = mix(self.cfg.seed ^ (i as u64) << 1);
-            r.intact = self.nics[f.dst as usize].mem.verify(st.dst_buf.0, f.size, fill);
+            r.intact = self.nics[f.dst as usize]
+                .mem
+                .verify(st.dst_buf.0, f.size, fill);
         }
         for (h, s) in [st.req, st.resp] {
             let nic = &mut self.nics[h as usize];
@@ -874,8 +965,12 @@ impl<M: SimMemory> Simulation<M> {
             nic.free.push(s);
         }
         let f = self.flows[i];
-        self.nics[f.src as usize].mem.release(st.src_buf.0, st.src_buf.1);
-        self.nics[f.dst as usize].mem.release(st.dst_buf.0, st.dst_buf.1);
+        self.nics[f.src as usize]
+            .mem
+            .release(st.src_buf.0, st.src_buf.1);
+        self.nics[f.dst as usize]
+            .mem
+            .release(st.dst_buf.0, st.dst_buf.1);
     }
 
     // -----------------------------------------------------------------------------------------
@@ -915,13 +1010,15 @@ impl<M: SimMemory> Simulation<M> {
         let mut tries = nic.ready.len();
         while tries > 0 {
             tries -= 1;
-            let Some(slot) = nic.ready.pop_front() else { break };
+            let Some(slot) = nic.ready.pop_front() else {
+                break;
+            };
             let s = &mut nic.slots[slot as usize];
             let Some(qp) = s.qp.as_mut() else {
                 s.ready = false;
                 continue;
             };
-            let t = if !data_paused && !(separate && ctrl_paused && qp.has_control()) {
+            let t = if !(data_paused || separate && ctrl_paused && qp.has_control()) {
                 qp.poll_transmit(now, &nic.mem, &mut self.buf)
             } else if separate && !ctrl_paused {
                 qp.poll_control(&nic.mem, &mut self.buf)
@@ -938,7 +1035,10 @@ impl<M: SimMemory> Simulation<M> {
                 continue;
             };
             nic.ready.push_back(slot);
-            self.max_in_flight = self.max_in_flight.max(qp.in_flight()).max(qp.responses_in_flight());
+            self.max_in_flight = self
+                .max_in_flight
+                .max(qp.in_flight())
+                .max(qp.responses_in_flight());
             // Sending may have started the retransmission timer.
             Self::arm_timer(&mut self.q, s, host, slot);
             let dest_qpn = t.ib.bth.dest_qpn;
@@ -950,10 +1050,21 @@ impl<M: SimMemory> Simulation<M> {
                 }
             });
             let control = is_control(t.ib.bth.opcode);
-            let prio = if control { self.ctrl_prio } else { self.data_prio };
+            let prio = if control {
+                self.ctrl_prio
+            } else {
+                self.data_prio
+            };
             let wire = t.ib.buffer_len() as u32 + FRAME_OVERHEAD;
-            let hash = mix((u64::from(host) << 40) ^ (u64::from(peer_host) << 20) ^ u64::from(dest_qpn) ^ (u64::from(qpn_of(slot)) << 48)) as u32;
-            let payload = if M::HOLDS_BYTES { std::mem::take(&mut self.buf) } else { Vec::new() };
+            let hash = mix((u64::from(host) << 40)
+                ^ (u64::from(peer_host) << 20)
+                ^ u64::from(dest_qpn)
+                ^ (u64::from(qpn_of(slot)) << 48)) as u32;
+            let payload = if M::HOLDS_BYTES {
+                std::mem::take(&mut self.buf)
+            } else {
+                Vec::new()
+            };
             // The QP may have written bytes into `buf` even when the memory holds none: keep
             // the allocation for next time.
             let pkt = self.alloc_packet(
@@ -974,7 +1085,13 @@ impl<M: SimMemory> Simulation<M> {
             nic.busy_until = now + ser;
             // The queue pairs likely have more: look again when the link is free.
             nic.wake = true;
-            self.q.push(now + ser, Ev::TxDone { node: host, port: 0 });
+            self.q.push(
+                now + ser,
+                Ev::TxDone {
+                    node: host,
+                    port: 0,
+                },
+            );
             self.q.push(
                 now + ser + port.delay,
                 Ev::Arrive {
@@ -994,12 +1111,15 @@ impl<M: SimMemory> Simulation<M> {
             return;
         };
         let nic = &mut self.nics[host as usize];
-        let live = nic
-            .slots
-            .get_mut(slot as usize)
-            .and_then(|s| s.qp.as_mut());
+        let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
         match live {
-            Some(qp) => qp.handle_packet(now, &p.ib, &p.payload, self.meta[pkt as usize].ecn, &mut nic.mem),
+            Some(qp) => qp.handle_packet(
+                now,
+                &p.ib,
+                &p.payload,
+                self.meta[pkt as usize].ecn,
+                &mut nic.mem,
+            ),
             None => {
                 // A straggler for a queue pair already destroyed.
                 self.free_packet(pkt);
@@ -1025,7 +1145,13 @@ impl<M: SimMemory> Simulation<M> {
 
     fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32) {
         let si = (node - self.topo.hosts) as usize;
-        let Meta { dst, hash, prio, wire, .. } = self.meta[pkt as usize];
+        let Meta {
+            dst,
+            hash,
+            prio,
+            wire,
+            ..
+        } = self.meta[pkt as usize];
         let wire = u64::from(wire);
         let hops = self.topo.next_hops(node, dst);
         let sw = &mut self.switches[si];
@@ -1038,7 +1164,11 @@ impl<M: SimMemory> Simulation<M> {
             n => hops[(mix(u64::from(hash) ^ sw.salt) % n as u64) as usize] as usize,
         };
         let c = self.class_of[prio as usize & 7];
-        let c = if c == 255 { self.classes.len() - 1 } else { c as usize };
+        let c = if c == 255 {
+            self.classes.len() - 1
+        } else {
+            c as usize
+        };
         let lossless = self.lossless[prio as usize & 7];
         let i = inp as usize;
         let ic = i * sw.nc + c;
@@ -1086,7 +1216,8 @@ impl<M: SimMemory> Simulation<M> {
                         } else if q >= s.ecn_kmax_bytes {
                             true
                         } else {
-                            let pr = s.ecn_pmax * (q - s.ecn_kmin_bytes) as f64 / (s.ecn_kmax_bytes - s.ecn_kmin_bytes).max(1) as f64;
+                            let pr = s.ecn_pmax * (q - s.ecn_kmin_bytes) as f64
+                                / (s.ecn_kmax_bytes - s.ecn_kmin_bytes).max(1) as f64;
                             self.ecn_rng.chance(pr)
                         }
                     }
@@ -1132,8 +1263,13 @@ impl<M: SimMemory> Simulation<M> {
                 // Dynamic threshold over the shared part (the buffer minus every port's
                 // headroom reservation).
                 let sw = &self.switches[si];
-                let headroom = self.cfg.switch.buffer_bytes - self.xoff_bytes.min(self.cfg.switch.buffer_bytes);
-                let shared = self.cfg.switch.buffer_bytes.saturating_sub(headroom * sw.nports as u64);
+                let headroom = self.cfg.switch.buffer_bytes
+                    - self.xoff_bytes.min(self.cfg.switch.buffer_bytes);
+                let shared = self
+                    .cfg
+                    .switch
+                    .buffer_bytes
+                    .saturating_sub(headroom * sw.nports as u64);
                 let free = shared.saturating_sub(sw.used);
                 ((self.cfg.switch.dt_alpha * free as f64) as u64).max(2048)
             }
@@ -1199,7 +1335,13 @@ impl<M: SimMemory> Simulation<M> {
             // Wake up when this frame is out only if something else waits for this output.
             if (0..sw.nc).any(|c| sw.egress_bytes[out * sw.nc + c] > 0) {
                 sw.wake[out] = true;
-                self.q.push(now + ser, Ev::TxDone { node, port: out as u16 });
+                self.q.push(
+                    now + ser,
+                    Ev::TxDone {
+                        node,
+                        port: out as u16,
+                    },
+                );
             }
             self.q.push(
                 now + ser + port.delay,
@@ -1303,7 +1445,9 @@ impl<M: SimMemory> Simulation<M> {
                 "host {h} slot {s} timer {:?} ready {}: {:#?}\n",
                 slot.timer,
                 slot.ready,
-                slot.qp.as_ref().map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
+                slot.qp
+                    .as_ref()
+                    .map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
             );
             out += &format!("{:?}\n", slot.qp);
         }
@@ -1384,7 +1528,10 @@ impl<M: SimMemory> Simulation<M> {
                 }
             }
             if occ != sw.occ || queued != sw.used {
-                return Err(format!("switch {si}: occupancy {:?} but queues hold {occ:?}", sw.occ));
+                return Err(format!(
+                    "switch {si}: occupancy {:?} but queues hold {occ:?}",
+                    sw.occ
+                ));
             }
         }
         Ok(())

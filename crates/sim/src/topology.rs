@@ -104,7 +104,10 @@ impl Builder {
     }
 
     fn link(&mut self, a: u32, b: u32, tier: usize) {
-        let (rate, delay) = (self.rates[tier.min(self.rates.len() - 1)], self.delays[tier.min(self.delays.len() - 1)]);
+        let (rate, delay) = (
+            self.rates[tier.min(self.rates.len() - 1)],
+            self.delays[tier.min(self.delays.len() - 1)],
+        );
         self.link_with(a, b, rate, delay);
     }
 
@@ -135,7 +138,11 @@ impl Topology {
             TopologyKind::Dumbbell => Ok(Self::dumbbell(cfg)),
             TopologyKind::File => {
                 let p = cfg.file.as_deref().unwrap_or(Path::new(""));
-                let p = if p.is_absolute() { p.to_path_buf() } else { base_dir.join(p) };
+                let p = if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    base_dir.join(p)
+                };
                 let text = std::fs::read_to_string(&p).map_err(|err| TopologyError::Io {
                     path: p.display().to_string(),
                     err,
@@ -148,7 +155,7 @@ impl Topology {
 
     /// A k-ary fat-tree: hosts, then per pod its edge and aggregation switches, then the core.
     fn fat_tree(cfg: &TopologyConfig) -> Topology {
-        let k = cfg.k as u32;
+        let k = cfg.k;
         let half = k / 2;
         let mut b = Builder::new(cfg, 3);
         let hosts: Vec<u32> = (0..k * k * k / 4).map(|_| b.add(0)).collect();
@@ -202,7 +209,15 @@ impl Topology {
         let left = b.add(1);
         let right = b.add(1);
         for (i, &h) in hosts.iter().enumerate() {
-            b.link(h, if (i as u32) < cfg.hosts_per_side { left } else { right }, 0);
+            b.link(
+                h,
+                if (i as u32) < cfg.hosts_per_side {
+                    left
+                } else {
+                    right
+                },
+                0,
+            );
         }
         b.link(left, right, 1);
         Topology::raw(b, n)
@@ -229,7 +244,10 @@ impl Topology {
                 continue;
             }
             let w: Vec<&str> = line.split_whitespace().collect();
-            let num = |s: &str| s.parse::<u64>().map_err(|_| err(ln, format!("`{s}` is not a number")));
+            let num = |s: &str| {
+                s.parse::<u64>()
+                    .map_err(|_| err(ln, format!("`{s}` is not a number")))
+            };
             match w.as_slice() {
                 ["hosts", n] => {
                     if hosts.is_some() || !b.nodes.is_empty() {
@@ -262,7 +280,9 @@ impl Topology {
                     if a >= n || c >= n || a == c {
                         return Err(err(ln, format!("link {a} {c}: no such pair of nodes")));
                     }
-                    let g: f64 = gbps.parse().map_err(|_| err(ln, format!("`{gbps}` is not a rate")))?;
+                    let g: f64 = gbps
+                        .parse()
+                        .map_err(|_| err(ln, format!("`{gbps}` is not a rate")))?;
                     if !(g > 0.0 && g <= 100_000.0) {
                         return Err(err(ln, "rate must be in (0, 100000] Gb/s".into()));
                     }
@@ -270,7 +290,12 @@ impl Topology {
                     if b.nodes[a as usize].ports.len() >= u16::MAX as usize {
                         return Err(err(ln, "too many ports".into()));
                     }
-                    b.link_with(a as u32, c as u32, (g * 1e9).round() as u64, Dur::from_nanos(d));
+                    b.link_with(
+                        a as u32,
+                        c as u32,
+                        (g * 1e9).round() as u64,
+                        Dur::from_nanos(d),
+                    );
                 }
                 _ => return Err(err(ln, format!("cannot read `{line}`"))),
             }
@@ -282,7 +307,10 @@ impl Topology {
             }
             let peer = b.nodes[h as usize].ports[0].peer;
             if peer < hosts {
-                return Err(err(0, format!("host {h} links to host {peer}; hosts link to switches")));
+                return Err(err(
+                    0,
+                    format!("host {h} links to host {peer}; hosts link to switches"),
+                ));
             }
         }
         Ok(Topology::raw(b, hosts))
@@ -436,7 +464,11 @@ mod tests {
 
     #[test]
     fn routes_lead_to_the_destination() {
-        for kind in [TopologyKind::FatTree, TopologyKind::LeafSpine, TopologyKind::Dumbbell] {
+        for kind in [
+            TopologyKind::FatTree,
+            TopologyKind::LeafSpine,
+            TopologyKind::Dumbbell,
+        ] {
             let mut c = cfg(kind);
             c.k = 4;
             let t = Topology::build(&c, Path::new(".")).expect("builds");
@@ -452,7 +484,11 @@ mod tests {
                         while node >= t.hosts {
                             let hops = t.next_hops(node, dst);
                             assert!(!hops.is_empty());
-                            let p = if pick_last { hops[hops.len() - 1] } else { hops[0] };
+                            let p = if pick_last {
+                                hops[hops.len() - 1]
+                            } else {
+                                hops[0]
+                            };
                             node = t.nodes[node as usize].ports[p as usize].peer;
                             links += 1;
                         }
@@ -467,7 +503,9 @@ mod tests {
     #[test]
     fn topology_file_parses_and_reports_errors_with_lines() {
         let text = "# a tiny star\nhosts 3\nswitches 1\nlink 0 3 10 1000\nlink 1 3 10 1000\nlink 2 3 10 1000\n";
-        let t = Topology::parse(text, "t.topo").and_then(Topology::finish).expect("valid");
+        let t = Topology::parse(text, "t.topo")
+            .and_then(Topology::finish)
+            .expect("valid");
         assert_eq!((t.hosts, t.switches(), t.hops(0, 2)), (3, 1, 2));
         let e = Topology::parse("hosts 2\nswitches 1\nlink 0 9 10 1\n", "t.topo").expect_err("bad");
         assert!(e.to_string().starts_with("t.topo:3:"), "{e}");

@@ -61,7 +61,9 @@ impl SizeCdf {
                 return Err(err(i + 1, "expected `SIZE PERCENT`"));
             };
             let s: f64 = s.parse().map_err(|_| err(i + 1, "size is not a number"))?;
-            let p: f64 = p.parse().map_err(|_| err(i + 1, "percent is not a number"))?;
+            let p: f64 = p
+                .parse()
+                .map_err(|_| err(i + 1, "percent is not a number"))?;
             if !(s.is_finite() && s >= 0.0 && (0.0..=100.0).contains(&p)) {
                 return Err(err(i + 1, "size must be ≥ 0 and percent 0–100"));
             }
@@ -76,7 +78,10 @@ impl SizeCdf {
         }
         match points.last() {
             Some(&(s, p)) if p == 100.0 && s >= 1.0 => Ok(SizeCdf { points }),
-            _ => Err(err(0, "the last point must be at 100 % with a size of at least 1 byte")),
+            _ => Err(err(
+                0,
+                "the last point must be at 100 % with a size of at least 1 byte",
+            )),
         }
     }
 
@@ -90,7 +95,8 @@ impl SizeCdf {
         }
         let p = base_dir.join(name);
         if name.ends_with(".cdf") || p.exists() {
-            let text = std::fs::read_to_string(&p).map_err(|e| WorkloadError::Io(p.display().to_string(), e))?;
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| WorkloadError::Io(p.display().to_string(), e))?;
             return SizeCdf::parse(&text, &p.display().to_string());
         }
         Err(WorkloadError::Unknown(name.into()))
@@ -146,7 +152,11 @@ pub struct Flow {
 }
 
 /// The flows of a run, sorted by start time (ties: generation order).
-pub fn generate(cfg: &SimConfig, hosts: u32, host_rate_bps: u64) -> Result<Vec<Flow>, WorkloadError> {
+pub fn generate(
+    cfg: &SimConfig,
+    hosts: u32,
+    host_rate_bps: u64,
+) -> Result<Vec<Flow>, WorkloadError> {
     let w = &cfg.workload;
     let duration = Dur::from_picos((w.duration_us * 1e6) as u64);
     let max = w.max_flows.unwrap_or(u64::MAX);
@@ -154,18 +164,38 @@ pub fn generate(cfg: &SimConfig, hosts: u32, host_rate_bps: u64) -> Result<Vec<F
     match w.kind {
         WorkloadKind::Poisson => {
             let cdf = SizeCdf::named(&w.sizes, &cfg.base_dir)?;
-            poisson(&mut flows, &cdf, cfg.seed, hosts, host_rate_bps, w.load, duration, max);
+            poisson(
+                &mut flows,
+                &cdf,
+                cfg.seed,
+                hosts,
+                host_rate_bps,
+                w.load,
+                duration,
+                max,
+            );
         }
         WorkloadKind::Incast => {
             if w.load > 0.0 {
                 let cdf = SizeCdf::named(&w.sizes, &cfg.base_dir)?;
-                poisson(&mut flows, &cdf, cfg.seed, hosts, host_rate_bps, w.load, duration, max);
+                poisson(
+                    &mut flows,
+                    &cdf,
+                    cfg.seed,
+                    hosts,
+                    host_rate_bps,
+                    w.load,
+                    duration,
+                    max,
+                );
             }
             let mut rng = Rng::new(cfg.seed, 3);
             let m = w.incast_senders.min(hosts - 1);
             // Requests one after the other: each starts when the previous could have ended at
             // the receiver's line rate, plus 10 %.
-            let gap = Dur::from_picos(Dur::transmission(w.incast_bytes, host_rate_bps).as_picos() / 10 * 11);
+            let gap = Dur::from_picos(
+                Dur::transmission(w.incast_bytes, host_rate_bps).as_picos() / 10 * 11,
+            );
             for r in 0..w.incast_repetitions {
                 let start = Time::ZERO + gap.saturating_mul(u64::from(r));
                 let dst = rng.below(u64::from(hosts)) as u32;
@@ -191,7 +221,8 @@ pub fn generate(cfg: &SimConfig, hosts: u32, host_rate_bps: u64) -> Result<Vec<F
         WorkloadKind::Flows => {
             let p = cfg.resolve(w.flows_file.as_deref().unwrap_or(Path::new("")));
             let origin = p.display().to_string();
-            let text = std::fs::read_to_string(&p).map_err(|e| WorkloadError::Io(origin.clone(), e))?;
+            let text =
+                std::fs::read_to_string(&p).map_err(|e| WorkloadError::Io(origin.clone(), e))?;
             for (i, raw) in text.lines().enumerate() {
                 let line = raw.split('#').next().unwrap_or("").trim();
                 if line.is_empty() || line.starts_with("start") {
@@ -212,7 +243,9 @@ pub fn generate(cfg: &SimConfig, hosts: u32, host_rate_bps: u64) -> Result<Vec<F
                     }
                 }
                 if src == dst || size == 0 || !(start >= 0.0 && start.is_finite()) {
-                    return Err(bad("a flow needs two different hosts, a size and a start ≥ 0"));
+                    return Err(bad(
+                        "a flow needs two different hosts, a size and a start ≥ 0",
+                    ));
                 }
                 flows.push(Flow {
                     src,
@@ -276,14 +309,22 @@ mod tests {
         let n = 200_000;
         let sizes: Vec<u64> = (0..n).map(|_| cdf.sample(&mut rng)).collect();
         let single = sizes.iter().filter(|&&s| (32..=1024).contains(&s)).count() as f64 / n as f64;
-        let large = sizes.iter().filter(|&&s| (200_000..=3_000_000).contains(&s)).count() as f64 / n as f64;
+        let large = sizes
+            .iter()
+            .filter(|&&s| (200_000..=3_000_000).contains(&s))
+            .count() as f64
+            / n as f64;
         assert!((single - 0.50).abs() < 0.01, "{single}");
         assert!((large - 0.15).abs() < 0.01, "{large}");
         let total: u64 = sizes.iter().sum();
         let big: u64 = sizes.iter().filter(|&&s| s >= 200_000).sum();
         assert!(big as f64 / total as f64 > 0.8, "most bytes in large flows");
         let mean = total as f64 / n as f64;
-        assert!((mean / cdf.mean() - 1.0).abs() < 0.03, "{mean} vs {}", cdf.mean());
+        assert!(
+            (mean / cdf.mean() - 1.0).abs() < 0.03,
+            "{mean} vs {}",
+            cdf.mean()
+        );
     }
 
     #[test]
@@ -297,7 +338,10 @@ mod tests {
         assert!(SizeCdf::parse("10 5\n20 100\n", "x").is_err());
         assert!(SizeCdf::parse("10 0\n5 100\n", "x").is_err());
         assert!(SizeCdf::parse("10 0\n20 90\n", "x").is_err());
-        assert!(matches!(SizeCdf::named("nope", Path::new(".")), Err(WorkloadError::Unknown(_))));
+        assert!(matches!(
+            SizeCdf::named("nope", Path::new(".")),
+            Err(WorkloadError::Unknown(_))
+        ));
     }
 
     #[test]

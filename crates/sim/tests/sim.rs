@@ -26,7 +26,12 @@ fn all_done(o: &RunOutput) {
     let s = &o.summary;
     assert!(s.flows > 20, "too few flows to mean anything: {}", s.flows);
     assert_eq!(
-        (s.flows_completed, s.flows_failed, s.flows_unfinished, s.flows_corrupted),
+        (
+            s.flows_completed,
+            s.flows_failed,
+            s.flows_unfinished,
+            s.flows_corrupted
+        ),
         (s.flows, 0, 0, 0),
         "{}",
         s.name
@@ -69,7 +74,10 @@ fn every_byte_arrives_through_heavy_loss_in_every_recovery_mode() {
         }
         let o = go(&c);
         all_done(&o);
-        assert!(o.summary.drops > 0 && o.summary.retransmissions > 0, "{recovery:?}: loss was exercised");
+        assert!(
+            o.summary.drops > 0 && o.summary.retransmissions > 0,
+            "{recovery:?}: loss was exercised"
+        );
     }
 }
 
@@ -100,10 +108,18 @@ fn pfc_never_drops_and_its_headroom_suffices() {
             let o = go(&c);
             all_done(&o);
             let s = &o.summary;
-            assert_eq!((s.drops, s.headroom_overflow), (0, 0), "{model:?} {recovery:?}");
+            assert_eq!(
+                (s.drops, s.headroom_overflow),
+                (0, 0),
+                "{model:?} {recovery:?}"
+            );
             if recovery == Recovery::Roce {
                 assert!(s.pause_frames > 0, "{model:?}: this load must congest RoCE");
-                assert_eq!((s.timeouts, s.retransmissions), (0, 0), "RoCE over PFC keeps no timer");
+                assert_eq!(
+                    (s.timeouts, s.retransmissions),
+                    (0, 0),
+                    "RoCE over PFC keeps no timer"
+                );
             }
         }
     }
@@ -117,8 +133,15 @@ fn bdp_fc_caps_packets_in_flight() {
     let o = go(&c);
     all_done(&o);
     let cap = o.summary.bdp_cap.expect("IRN has a cap");
-    assert!(o.summary.max_in_flight <= cap, "{} > {cap}", o.summary.max_in_flight);
-    assert!(o.summary.max_in_flight >= cap / 2, "large flows fill the window");
+    assert!(
+        o.summary.max_in_flight <= cap,
+        "{} > {cap}",
+        o.summary.max_in_flight
+    );
+    assert!(
+        o.summary.max_in_flight >= cap / 2,
+        "large flows fill the window"
+    );
     // Without BDP-FC the window is not capped.
     let mut c = c.clone();
     c.transport.recovery = Recovery::IrnNoBdpFc;
@@ -134,13 +157,22 @@ fn a_lone_flow_takes_its_ideal_time() {
     for size in [1u64, 1000, 1024, 1025, 100_000, 3_000_000] {
         let dir = std::env::temp_dir().join(format!("irn-sim-lone-{size}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        std::fs::write(dir.join("flows.csv"), format!("start_us,src,dst,bytes\n0,0,15,{size}\n")).expect("write");
+        std::fs::write(
+            dir.join("flows.csv"),
+            format!("start_us,src,dst,bytes\n0,0,15,{size}\n"),
+        )
+        .expect("write");
         let text = "[topology]\nk = 4\n[workload]\nkind = \"flows\"\nflows_file = \"flows.csv\"\n[transport]\nrecovery = \"roce\"\n";
         let e = load_experiment(text, "t.toml", &dir, &[], None).expect("valid");
         let o = go(&e.runs[0]);
         let r = o.records[0];
         let sd = r.slowdown().expect("done");
-        assert!((1.0..1.02).contains(&sd), "{size} B: slowdown {sd}, fct {:?} ideal {:?}", r.fct(), r.ideal);
+        assert!(
+            (1.0..1.02).contains(&sd),
+            "{size} B: slowdown {sd}, fct {:?} ideal {:?}",
+            r.fct(),
+            r.ideal
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -167,8 +199,14 @@ fn incast_shares_the_bottleneck_fairly() {
             let o = go(&c);
             let what = format!("{recovery:?} pfc {pfc}");
             assert_eq!(o.summary.flows_completed, 4, "{what}");
-            let fcts: Vec<f64> = o.records.iter().map(|r| r.fct().expect("done").as_micros_f64()).collect();
-            let (min, max) = fcts.iter().fold((f64::MAX, 0.0f64), |(a, b), &f| (a.min(f), b.max(f)));
+            let fcts: Vec<f64> = o
+                .records
+                .iter()
+                .map(|r| r.fct().expect("done").as_micros_f64())
+                .collect();
+            let (min, max) = fcts
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(a, b), &f| (a.min(f), b.max(f)));
             let rct = o.summary.incast.as_ref().expect("incast").max_rct_us;
             let s = &o.summary;
             match (recovery, pfc) {
@@ -204,8 +242,18 @@ fn pauses_propagate_upstream() {
     let o = go(&c);
     assert_eq!(o.summary.flows_completed, 12);
     let hosts = 16;
-    let nic_paused = o.summary.ports.iter().filter(|p| p.node < hosts && p.pause_received > 0).count();
-    let switches_paused = o.summary.ports.iter().filter(|p| p.node >= hosts && p.pause_received > 0).count();
+    let nic_paused = o
+        .summary
+        .ports
+        .iter()
+        .filter(|p| p.node < hosts && p.pause_received > 0)
+        .count();
+    let switches_paused = o
+        .summary
+        .ports
+        .iter()
+        .filter(|p| p.node >= hosts && p.pause_received > 0)
+        .count();
     assert!(nic_paused > 0, "senders' NICs are paused");
     assert!(switches_paused > 0, "switch-to-switch pauses");
     assert_eq!(o.summary.drops, 0);
@@ -213,7 +261,14 @@ fn pauses_propagate_upstream() {
 
 #[test]
 fn config_errors_name_the_key_and_the_file() {
-    let e = load_experiment("[switch]\nbuffer = 1\n", "exp.toml", Path::new("."), &[], None).expect_err("typo");
+    let e = load_experiment(
+        "[switch]\nbuffer = 1\n",
+        "exp.toml",
+        Path::new("."),
+        &[],
+        None,
+    )
+    .expect_err("typo");
     let m = e.to_string();
     assert!(m.contains("exp.toml") && m.contains("buffer"), "{m}");
 }

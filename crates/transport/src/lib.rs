@@ -58,10 +58,10 @@ mod window;
 pub mod wr;
 
 pub use cc::{Controller, ControllerFactory, NoCc, NoCcFactory};
+pub use config::bdp_cap_packets;
 pub use config::{RecoveryConfig, Retransmission, RtoPolicy};
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
 pub use pair::connect_qp;
-pub use config::bdp_cap_packets;
 pub use qp::{Counters, PostError, QpAttr, QpConfig, QueuePair, Transmit, MAX_MESSAGE};
 pub use state::{AttrMask, ModifyError, PostRule, QpState};
 pub use time::{Dur, Time};
