@@ -1,0 +1,96 @@
+//! `irn sim` end to end: the JSON keys other tools read, exit statuses, and errors that name
+//! the key and the file.
+
+use std::process::Command;
+
+fn irn() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_irn"))
+}
+
+#[test]
+fn json_has_the_documented_keys_and_runs_are_named() {
+    let dir = std::env::temp_dir().join(format!("irn-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cfg = dir.join("tiny.toml");
+    std::fs::write(
+        &cfg,
+        "[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n",
+    )
+    .expect("write");
+    let json = dir.join("out.json");
+    let csv = dir.join("csv");
+    let svg = dir.join("plot.svg");
+    let out = irn()
+        .args(["sim", "-q", "--seed", "3", "--json"])
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--plot")
+        .arg(&svg)
+        .arg(&cfg)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("IRN") && table.contains("÷ RoCE+PFC"),
+        "{table}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid JSON");
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2);
+    for key in [
+        "name",
+        "transport",
+        "pfc",
+        "cc",
+        "flows",
+        "avg_slowdown",
+        "avg_fct_us",
+        "p99_fct_us",
+        "drop_rate",
+        "pause_frames",
+        "sim_time_ms",
+        "wall_s",
+        "events",
+    ] {
+        assert!(runs.iter().all(|r| r.get(key).is_some()), "missing {key}");
+    }
+    assert_eq!(runs[1]["transport"], "roce");
+    assert_eq!(runs[1]["pfc"], true);
+    assert_eq!(runs[0]["seed"], 3);
+    let records = std::fs::read_to_string(csv.join("IRN.csv")).expect("csv");
+    assert!(records.starts_with("id,src,dst,bytes,start_us,fct_us,ideal_fct_us,slowdown,status"));
+    assert_eq!(
+        records.lines().count() as u64,
+        runs[0]["flows"].as_u64().expect("flows") + 1
+    );
+    assert!(std::fs::read_to_string(&svg)
+        .expect("svg")
+        .starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_misspelled_key_is_an_error_naming_key_and_file() {
+    let dir = std::env::temp_dir().join(format!("irn-sim-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[workload]\nlaod = 0.5\n").expect("write");
+    let out = irn().args(["sim", "-q"]).arg(&cfg).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("laod"), "{err}");
+    let out = irn()
+        .args(["sim", "-q", "--set", "network.pfcc=true"])
+        .arg(&cfg)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
