@@ -427,28 +427,6 @@ impl<M: SimMemory> std::fmt::Debug for Simulation<M> {
     }
 }
 
-fn add_counters(a: &mut Counters, b: &Counters) {
-    a.tx_packets += b.tx_packets;
-    a.tx_bytes += b.tx_bytes;
-    a.retransmitted += b.retransmitted;
-    a.rx_packets += b.rx_packets;
-    a.acks_sent += b.acks_sent;
-    a.nacks_sent += b.nacks_sent;
-    a.nacks_received += b.nacks_received;
-    a.rnr_naks_sent += b.rnr_naks_sent;
-    a.rnr_naks_received += b.rnr_naks_received;
-    a.error_naks_sent += b.error_naks_sent;
-    a.timeouts += b.timeouts;
-    a.duplicates += b.duplicates;
-    a.out_of_order += b.out_of_order;
-    a.cnps_sent += b.cnps_sent;
-    a.cnps_received += b.cnps_received;
-    a.ecn_marked += b.ecn_marked;
-    a.dropped_invalid += b.dropped_invalid;
-    a.dropped_state += b.dropped_state;
-    a.unexpected += b.unexpected;
-}
-
 /// Scatter/gather entries covering `len` bytes at `addr` (an entry holds at most 2^32 − 1).
 fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
     const CHUNK: u64 = 1 << 30;
@@ -958,7 +936,7 @@ impl<M: SimMemory> Simulation<M> {
             let nic = &mut self.nics[h as usize];
             let slot = &mut nic.slots[s as usize];
             if let Some(qp) = slot.qp.take() {
-                add_counters(&mut self.totals, qp.counters());
+                self.totals += *qp.counters();
             }
             slot.gen = slot.gen.wrapping_add(1);
             slot.timer = None;
@@ -1418,7 +1396,7 @@ impl<M: SimMemory> Simulation<M> {
             }
             for s in &nic.slots {
                 if let Some(qp) = &s.qp {
-                    add_counters(&mut self.totals, qp.counters());
+                    self.totals += *qp.counters();
                 }
             }
         }

@@ -183,6 +183,52 @@ pub struct Counters {
     pub unexpected: u64,
 }
 
+impl core::ops::AddAssign for Counters {
+    /// Field-wise sum (totals over many queue pairs).
+    fn add_assign(&mut self, o: Counters) {
+        let Counters {
+            tx_packets,
+            tx_bytes,
+            retransmitted,
+            rx_packets,
+            acks_sent,
+            nacks_sent,
+            nacks_received,
+            rnr_naks_sent,
+            rnr_naks_received,
+            error_naks_sent,
+            timeouts,
+            duplicates,
+            out_of_order,
+            cnps_sent,
+            cnps_received,
+            ecn_marked,
+            dropped_invalid,
+            dropped_state,
+            unexpected,
+        } = o;
+        self.tx_packets += tx_packets;
+        self.tx_bytes += tx_bytes;
+        self.retransmitted += retransmitted;
+        self.rx_packets += rx_packets;
+        self.acks_sent += acks_sent;
+        self.nacks_sent += nacks_sent;
+        self.nacks_received += nacks_received;
+        self.rnr_naks_sent += rnr_naks_sent;
+        self.rnr_naks_received += rnr_naks_received;
+        self.error_naks_sent += error_naks_sent;
+        self.timeouts += timeouts;
+        self.duplicates += duplicates;
+        self.out_of_order += out_of_order;
+        self.cnps_sent += cnps_sent;
+        self.cnps_received += cnps_received;
+        self.ecn_marked += ecn_marked;
+        self.dropped_invalid += dropped_invalid;
+        self.dropped_state += dropped_state;
+        self.unexpected += unexpected;
+    }
+}
+
 /// A packet the queue pair wants sent. Its payload, when the memory holds bytes, is in the
 /// buffer given to [`QueuePair::poll_transmit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
