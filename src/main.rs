@@ -41,34 +41,7 @@ enum Command {
     /// the IRN paper's default fat-tree (about a minute), printing average slowdown, average
     /// and 99th-percentile FCT with ratios to RoCE+PFC. Exit status 0 only if every flow of
     /// every run completed intact.
-    Sim {
-        /// Experiment file (TOML; see docs/SIMULATOR.md). Absent: the built-in default.
-        file: Option<PathBuf>,
-        /// Seed of every run (overrides the file's).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Write `{"runs": [...]}` with one summary object per run.
-        #[arg(long, value_name = "OUT")]
-        json: Option<PathBuf>,
-        /// Write per-flow records, one CSV per run, into this directory.
-        #[arg(long, value_name = "DIR")]
-        csv: Option<PathBuf>,
-        /// Override a configuration key of every run, e.g. `--set workload.load=0.5`.
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// Runs in parallel (default: all cores).
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// The run the ratios compare with (default: the first RoCE run with PFC).
-        #[arg(long)]
-        baseline: Option<String>,
-        /// Draw the three metrics of every run, relative to the baseline, as an SVG.
-        #[arg(long, value_name = "OUT.svg")]
-        plot: Option<PathBuf>,
-        /// No progress bars.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Sim(sim_cmd::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -95,28 +68,7 @@ fn main() -> ExitCode {
                     }
                 })
         }
-        Command::Sim {
-            file,
-            seed,
-            json,
-            csv,
-            sets,
-            jobs,
-            baseline,
-            plot,
-            quiet,
-        } => sim_cmd::run(sim_cmd::SimArgs {
-            file,
-            seed,
-            json,
-            csv,
-            sets,
-            jobs,
-            baseline,
-            quiet,
-            plot,
-        })
-        .map(|ok| {
+        Command::Sim(args) => sim_cmd::run(args).map(|ok| {
             if ok {
                 ExitCode::SUCCESS
             } else {

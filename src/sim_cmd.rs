@@ -16,16 +16,34 @@ use irn_sim::RunOutput;
 pub const DEFAULT_EXPERIMENT: &str = include_str!("../experiments/default.toml");
 
 /// Options of `irn sim`.
+#[derive(clap::Args)]
 pub struct SimArgs {
+    /// Experiment file (TOML; see docs/SIMULATOR.md). Absent: the built-in default.
     pub file: Option<PathBuf>,
+    /// Seed of every run (overrides the file's).
+    #[arg(long)]
     pub seed: Option<u64>,
+    /// Write `{"runs": [...]}` with one summary object per run.
+    #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
+    /// Write per-flow records, one CSV per run, into this directory.
+    #[arg(long, value_name = "DIR")]
     pub csv: Option<PathBuf>,
+    /// Override a configuration key of every run, e.g. `--set workload.load=0.5`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+    /// Runs in parallel (default: all cores).
+    #[arg(long)]
     pub jobs: Option<usize>,
+    /// The run the ratios compare with (default: the first RoCE run with PFC).
+    #[arg(long)]
     pub baseline: Option<String>,
-    pub quiet: bool,
+    /// Draw the three metrics of every run, relative to the baseline, as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 pub fn run(args: SimArgs) -> Result<bool> {

@@ -114,7 +114,7 @@ fn run_with<M: SimMemory>(
     sim.run(progress);
     let records = sim.records().to_vec();
     let net = sim.stats();
-    let (all, by_size, incast) = summarize(&records, &net);
+    let (all, by_size, incast) = summarize(&records);
     let completed = records
         .iter()
         .filter(|r| r.status == Some(irn_transport::WcStatus::Success))

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::net::{FlowRecord, NetStats};
+use crate::net::FlowRecord;
 
 /// Size buckets of the summary: single packets, short, medium and long flows.
 pub const BUCKETS: [(&str, u64, u64); 4] = [
@@ -198,11 +198,8 @@ pub struct RunSummary {
     pub ports: Vec<PortReport>,
 }
 
-/// Builds the fields that come from the records and network counters.
-pub fn summarize(
-    records: &[FlowRecord],
-    net: &NetStats,
-) -> (FlowStats, Vec<Bucket>, Option<IncastReport>) {
+/// Builds the fields that come from the per-flow records.
+pub fn summarize(records: &[FlowRecord]) -> (FlowStats, Vec<Bucket>, Option<IncastReport>) {
     let all = FlowStats::of(records.iter());
     let by_size = BUCKETS
         .iter()
@@ -211,7 +208,6 @@ pub fn summarize(
             stats: FlowStats::of(records.iter().filter(|r| (lo..=hi).contains(&r.flow.size))),
         })
         .collect();
-    let _ = net;
     let groups = records.iter().filter_map(|r| r.flow.group).max();
     let incast = groups.map(|g| {
         let mut rcts = Vec::new();

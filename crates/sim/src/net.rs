@@ -751,10 +751,15 @@ impl<M: SimMemory> Simulation<M> {
         slot
     }
 
+    /// The seed of flow `i`'s source bytes (payload runs).
+    fn fill_seed(&self, i: usize) -> u64 {
+        mix(self.cfg.seed ^ ((i as u64) << 1))
+    }
+
     fn start_flow(&mut self, now: Time, i: usize) {
         let f = self.flows[i];
         let payload = M::HOLDS_BYTES;
-        let fill = payload.then(|| mix(self.cfg.seed ^ (i as u64) << 1));
+        let fill = payload.then(|| self.fill_seed(i));
         let src_buf = self.nics[f.src as usize].mem.flow_buffer(f.size, fill);
         let dst_buf = self.nics[f.dst as usize].mem.flow_buffer(f.size, None);
         let (req_host, resp_host) = match self.cfg.transport.op {
@@ -921,17 +926,17 @@ impl<M: SimMemory> Simulation<M> {
         let Some(st) = self.states[i].take() else {
             return;
         };
+        let intact = !(M::HOLDS_BYTES && status == WcStatus::Success) || {
+            let f = self.flows[i];
+            self.nics[f.dst as usize]
+                .mem
+                .verify(st.dst_buf.0, f.size, self.fill_seed(i))
+        };
         let r = &mut self.records[i];
         r.end = Some(now);
         r.status = Some(status);
+        r.intact = intact;
         self.done_flows += 1;
-        if M::HOLDS_BYTES && status == WcStatus::Success {
-            let f = self.flows[i];
-            let fill = mix(self.cfg.seed ^ (i as u64) << 1);
-            r.intact = self.nics[f.dst as usize]
-                .mem
-                .verify(st.dst_buf.0, f.size, fill);
-        }
         for (h, s) in [st.req, st.resp] {
             let nic = &mut self.nics[h as usize];
             let slot = &mut nic.slots[s as usize];
@@ -1058,28 +1063,46 @@ impl<M: SimMemory> Simulation<M> {
             let nic = &mut self.nics[host as usize];
             nic.stats.tx_packets += 1;
             nic.stats.tx_bytes += u64::from(wire);
-            let port = *self.topo.host_port(host);
-            let ser = Dur::transmission(u64::from(wire), port.rate_bps);
-            nic.busy_until = now + ser;
             // The queue pairs likely have more: look again when the link is free.
+            let done = self.put_on_link(now, host, 0, pkt, u64::from(wire), true);
+            let nic = &mut self.nics[host as usize];
+            nic.busy_until = done;
             nic.wake = true;
-            self.q.push(
-                now + ser,
-                Ev::TxDone {
-                    node: host,
-                    port: 0,
-                },
-            );
-            self.q.push(
-                now + ser + port.delay,
-                Ev::Arrive {
-                    node: port.peer,
-                    port: port.peer_port,
-                    pkt,
-                },
-            );
             return;
         }
+    }
+
+    /// Serializes `pkt` onto `node`'s port `out` from `now`: schedules its arrival at the peer
+    /// and, when `wake`, the node's `TxDone` for that port. Returns when the link is free.
+    fn put_on_link(
+        &mut self,
+        now: Time,
+        node: u32,
+        out: usize,
+        pkt: u32,
+        wire: u64,
+        wake: bool,
+    ) -> Time {
+        let port = self.topo.nodes[node as usize].ports[out];
+        let done = now + Dur::transmission(wire, port.rate_bps);
+        if wake {
+            self.q.push(
+                done,
+                Ev::TxDone {
+                    node,
+                    port: out as u16,
+                },
+            );
+        }
+        self.q.push(
+            done + port.delay,
+            Ev::Arrive {
+                node: port.peer,
+                port: port.peer_port,
+                pkt,
+            },
+        );
+        done
     }
 
     fn nic_receive(&mut self, now: Time, host: u32, pkt: u32) {
@@ -1306,29 +1329,13 @@ impl<M: SimMemory> Simulation<M> {
             if resume {
                 self.send_pfc(now, node, inp, prio, false);
             }
-            let port = self.topo.nodes[node as usize].ports[out];
-            let ser = Dur::transmission(wire, port.rate_bps);
-            let sw = &mut self.switches[si];
-            sw.busy_until[out] = now + ser;
             // Wake up when this frame is out only if something else waits for this output.
-            if (0..sw.nc).any(|c| sw.egress_bytes[out * sw.nc + c] > 0) {
-                sw.wake[out] = true;
-                self.q.push(
-                    now + ser,
-                    Ev::TxDone {
-                        node,
-                        port: out as u16,
-                    },
-                );
-            }
-            self.q.push(
-                now + ser + port.delay,
-                Ev::Arrive {
-                    node: port.peer,
-                    port: port.peer_port,
-                    pkt,
-                },
-            );
+            let sw = &self.switches[si];
+            let wake = (0..sw.nc).any(|c| sw.egress_bytes[out * sw.nc + c] > 0);
+            let done = self.put_on_link(now, node, out, pkt, wire, wake);
+            let sw = &mut self.switches[si];
+            sw.busy_until[out] = done;
+            sw.wake[out] = wake;
             return;
         }
     }

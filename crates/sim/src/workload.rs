@@ -161,34 +161,23 @@ pub fn generate(
     let duration = Dur::from_picos((w.duration_us * 1e6) as u64);
     let max = w.max_flows.unwrap_or(u64::MAX);
     let mut flows = Vec::new();
+    // Poisson arrivals: the whole workload, or an incast's background traffic.
+    if w.kind == WorkloadKind::Poisson || (w.kind == WorkloadKind::Incast && w.load > 0.0) {
+        let cdf = SizeCdf::named(&w.sizes, &cfg.base_dir)?;
+        poisson(
+            &mut flows,
+            &cdf,
+            cfg.seed,
+            hosts,
+            host_rate_bps,
+            w.load,
+            duration,
+            max,
+        );
+    }
     match w.kind {
-        WorkloadKind::Poisson => {
-            let cdf = SizeCdf::named(&w.sizes, &cfg.base_dir)?;
-            poisson(
-                &mut flows,
-                &cdf,
-                cfg.seed,
-                hosts,
-                host_rate_bps,
-                w.load,
-                duration,
-                max,
-            );
-        }
+        WorkloadKind::Poisson => {}
         WorkloadKind::Incast => {
-            if w.load > 0.0 {
-                let cdf = SizeCdf::named(&w.sizes, &cfg.base_dir)?;
-                poisson(
-                    &mut flows,
-                    &cdf,
-                    cfg.seed,
-                    hosts,
-                    host_rate_bps,
-                    w.load,
-                    duration,
-                    max,
-                );
-            }
             let mut rng = Rng::new(cfg.seed, 3);
             let m = w.incast_senders.min(hosts - 1);
             // Requests one after the other: each starts when the previous could have ended at
