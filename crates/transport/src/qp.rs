@@ -380,6 +380,15 @@ struct RspEntry {
     msn: u32,
 }
 
+/// Where a Read response packet's payload comes from, and the PSN a fault is NAKed at.
+#[derive(Debug, Clone, Copy)]
+struct ReadSource {
+    rkey: u32,
+    va: u64,
+    len: u64,
+    nak_psn: Psn,
+}
+
 /// High-priority control packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ctrl {
@@ -2380,27 +2389,47 @@ impl QueuePair {
                 } else if let RespJob::Read { done: d, .. } = job {
                     *d += chunk;
                 }
-                let mut ib = IbRepr::new(self.bth(opcode, this_psn));
-                if first || last {
-                    ib.aeth = Some(AethRepr {
-                        syndrome: Syndrome::Ack(CreditCode::INVALID),
-                        msn,
-                    });
-                }
-                ib.payload_len = chunk as usize;
-                if M::HOLDS_BYTES && chunk > 0 {
-                    payload.resize(chunk as usize, 0);
-                    if mem.read(Key::Remote(rkey), va + done, payload).is_err() {
-                        // The region went away under the Read: answer with an error instead
-                        // (`poll_transmit` sends the NAK this queues).
-                        payload.clear();
-                        self.responder_fatal(this_psn, NakCode::RemoteAccessError, None);
-                        return None;
-                    }
-                }
-                Some(Transmit { ib, ecn: Ecn::Ect0 })
+                let ib = IbRepr::new(self.bth(opcode, this_psn));
+                let src = ReadSource {
+                    rkey,
+                    va: va + done,
+                    len: chunk,
+                    nak_psn: this_psn,
+                };
+                self.finish_read_response(ib, first || last, msn, src, mem, payload)
             }
         }
+    }
+
+    /// Completes a Read response packet: the AETH on its first and last packets, `src.len`
+    /// payload bytes read from the responder's memory. If the region went away under the Read,
+    /// queues a remote-access NAK at `src.nak_psn` instead (`poll_transmit` sends it) and
+    /// returns `None`.
+    fn finish_read_response<M: Memory>(
+        &mut self,
+        mut ib: IbRepr,
+        with_aeth: bool,
+        msn: u32,
+        src: ReadSource,
+        mem: &M,
+        payload: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if with_aeth {
+            ib.aeth = Some(AethRepr {
+                syndrome: Syndrome::Ack(CreditCode::INVALID),
+                msn,
+            });
+        }
+        ib.payload_len = src.len as usize;
+        if M::HOLDS_BYTES && src.len > 0 {
+            payload.resize(src.len as usize, 0);
+            if mem.read(Key::Remote(src.rkey), src.va, payload).is_err() {
+                payload.clear();
+                self.responder_fatal(src.nak_psn, NakCode::RemoteAccessError, None);
+                return None;
+            }
+        }
+        Some(Transmit { ib, ecn: Ecn::Ect0 })
     }
 
     fn next_response_irn<M: Memory>(
@@ -2463,22 +2492,13 @@ impl QueuePair {
                 let opcode = read_response_opcode(first, last);
                 let mut ib = IbRepr::new(self.bth(opcode, rpsn));
                 ib.irn = Some(IrnEthRepr::default());
-                if first || last {
-                    ib.aeth = Some(AethRepr {
-                        syndrome: Syndrome::Ack(CreditCode::INVALID),
-                        msn: e.msn,
-                    });
-                }
-                ib.payload_len = chunk as usize;
-                if M::HOLDS_BYTES && chunk > 0 {
-                    payload.resize(chunk as usize, 0);
-                    if mem.read(Key::Remote(rkey), va + done, payload).is_err() {
-                        payload.clear();
-                        self.responder_fatal(e.req_psn, NakCode::RemoteAccessError, None);
-                        return None;
-                    }
-                }
-                Some(Transmit { ib, ecn: Ecn::Ect0 })
+                let src = ReadSource {
+                    rkey,
+                    va: va + done,
+                    len: chunk,
+                    nak_psn: e.req_psn,
+                };
+                self.finish_read_response(ib, first || last, e.msn, src, mem, payload)
             }
         }
     }
