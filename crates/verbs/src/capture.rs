@@ -1,0 +1,72 @@
+//! pcap capture of everything a device sends and receives, as raw IP packets (link type 101,
+//! `LINKTYPE_RAW`), readable by `irn decode`, tshark and Wireshark.
+//!
+//! Sent packets are written exactly as the kernel puts them on the wire from an unconnected
+//! socket with `IP_PMTUDISC_DO` (IPv4 ID 0, DF, TTL 64), so their ICRC checks. Received packets
+//! come from a UDP socket, which hides the sender's IP header: the capture rebuilds it with the
+//! same conventions, so a packet from a sender that uses another IP ID (Linux rxe increments
+//! it) shows an ICRC mismatch in the capture although nothing was wrong on the wire. That is the
+//! unprivileged mode's limit, stated in `docs/VERBS.md`.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::DataLink;
+
+/// An open capture file.
+pub(crate) struct Capture {
+    /// `None` only while dropping.
+    w: Option<PcapWriter<BufWriter<File>>>,
+    pub(crate) written: u64,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture")
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl Capture {
+    pub(crate) fn create(path: &Path) -> std::io::Result<Capture> {
+        let file = BufWriter::new(File::create(path)?);
+        let header = PcapHeader {
+            datalink: DataLink::RAW,
+            snaplen: 65535,
+            ..PcapHeader::default()
+        };
+        let w = PcapWriter::with_header(file, header).map_err(std::io::Error::other)?;
+        Ok(Capture {
+            w: Some(w),
+            written: 0,
+        })
+    }
+
+    /// Appends one IP packet; a failure to write is reported once by the caller's counter, never
+    /// a panic.
+    pub(crate) fn write(&mut self, ip_packet: &[u8]) -> bool {
+        let ts = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        let len = ip_packet.len() as u32;
+        let ok = self
+            .w
+            .as_mut()
+            .is_some_and(|w| w.write_packet(&PcapPacket::new(ts, len, ip_packet)).is_ok());
+        self.written += u64::from(ok);
+        ok
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Some(w) = self.w.take() {
+            let _ = w.into_writer().flush();
+        }
+    }
+}

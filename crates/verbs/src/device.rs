@@ -1,0 +1,1380 @@
+//! The device: one UDP socket, the queue pairs, memory and completion queues behind it, and the
+//! engine thread that receives packets and runs timers.
+//!
+//! # Concurrency
+//!
+//! Everything mutable lives in one [`Core`] behind a mutex. Application threads lock it to post
+//! work and then transmit what the queue pair has to send *on their own thread* (no hand-off,
+//! so a post costs no context switch); the engine thread blocks in `poll(2)` on the socket with
+//! the earliest queue-pair deadline as timeout, then locks the core to hand it a burst of
+//! received packets, fire expired timers and transmit the answers. Completions go to their CQ,
+//! and a condition variable wakes the threads blocked in [`Cq::wait`].
+//!
+//! # Wire (unprivileged mode)
+//!
+//! The socket is an unconnected UDP socket bound to the device's address and port (4791 unless
+//! told otherwise) with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends every datagram with
+//! DF set and IPv4 ID 0 (`ip_select_ident_segs` with no connected peer), so the ICRC computed
+//! here over the IP pseudo-header is the one a standard receiver (Linux rxe, a RoCE NIC)
+//! recomputes. Received ICRCs cannot be checked: a UDP socket hides the sender's IP header.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use irn_transport::{
+    Access, AttrMask, ByteMemory, Completion, Counters, Dur, MemError, ModifyError, PostError,
+    QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time, Transmit,
+    WcOpcode, WcStatus,
+};
+use irn_wire::{Ecn, IbRepr, IpRepr, Ipv6Repr, RoceRepr, ICRC_LEN};
+
+use irn_wire::udp::HEADER_LEN as UDP_LEN;
+
+use crate::capture::Capture;
+use crate::impair::{Fate, Impairment, Rng};
+use crate::Gid;
+
+/// The UDP port of RoCEv2 (IANA).
+pub const ROCE_PORT: u16 = irn_wire::ROCEV2_PORT;
+
+/// Largest datagram handled: a 4096-byte MTU packet with every header.
+const MAX_DATAGRAM: usize = 4096 + 128;
+/// Packets received per lock of the core.
+const RX_BURST: usize = 64;
+/// The engine thread wakes at least this often (to notice a closed device).
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// How a device is opened.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Local address to bind (IPv4 or IPv6). Peers name this device by its GID, derived from it.
+    pub addr: IpAddr,
+    /// UDP port to bind and to send from; 4791 for interoperability, 0 for any free port
+    /// (tests running side by side).
+    pub port: u16,
+    /// Impairment of packets this device sends.
+    pub tx_impairment: Impairment,
+    /// Impairment of packets this device receives.
+    pub rx_impairment: Impairment,
+    /// Seed of the impairment draws (the keys are always from the OS's random source).
+    pub seed: u64,
+    /// Capture every packet sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Socket buffer sizes in bytes (0 = the system default).
+    pub socket_buffer: usize,
+}
+
+impl DeviceConfig {
+    /// Defaults on `addr`: port 4791, no impairment, no capture, 4 MB socket buffers.
+    pub fn new(addr: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            addr,
+            port: ROCE_PORT,
+            tx_impairment: Impairment::default(),
+            rx_impairment: Impairment::default(),
+            seed: 1,
+            pcap: None,
+            socket_buffer: 4 << 20,
+        }
+    }
+}
+
+/// Loss recovery of a queue pair; both ends must use the same (agreed out of band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QpMode {
+    /// What Linux rxe and RoCE NICs speak: standard headers, go-back-N recovery, the local ACK
+    /// timeout from the `timeout` attribute.
+    #[default]
+    Roce,
+    /// IRN: selective repeat, BDP-FC, IRN's headers (SPEC T5–T7).
+    Irn,
+}
+
+impl QpMode {
+    /// `roce` or `irn`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpMode::Roce => "roce",
+            QpMode::Irn => "irn",
+        }
+    }
+
+    /// The recovery configuration of this mode for a runtime on real hosts. RoCE mode times out
+    /// as the `timeout` attribute says (rxe does the same); IRN's RTO_low / RTO_high are the
+    /// paper's 100 / 320 µs stretched to 500 µs / 2 ms, because a user-space engine is woken by
+    /// the kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds.
+    pub fn recovery(self) -> RecoveryConfig {
+        match self {
+            QpMode::Roce => RecoveryConfig {
+                rto: irn_transport::RtoPolicy::FromAttr,
+                ..RecoveryConfig::roce()
+            },
+            QpMode::Irn => {
+                let mut r = RecoveryConfig::irn();
+                r.rto = irn_transport::RtoPolicy::Irn {
+                    low: Dur::from_micros(500),
+                    high: Dur::from_micros(2_000),
+                    n: 3,
+                };
+                r
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for QpMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<QpMode, String> {
+        match s {
+            "roce" => Ok(QpMode::Roce),
+            "irn" => Ok(QpMode::Irn),
+            _ => Err(format!("mode is roce or irn, not {s:?}")),
+        }
+    }
+}
+
+/// Everything the verbs calls can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A socket or file operation failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The work request is not accepted in the queue pair's state (`EINVAL` from
+    /// `ibv_post_send` in RESET/INIT, for instance).
+    #[error("work request refused in queue-pair state {0}")]
+    InvalidState(QpState),
+    /// The send or receive queue is full (`ENOMEM`).
+    #[error("work queue full")]
+    QueueFull,
+    /// The work request is malformed (e.g. an atomic whose buffer is not 8 bytes).
+    #[error("invalid work request: {0}")]
+    InvalidWr(&'static str),
+    /// The completion queue could receive more completions than it holds (`ENOMEM`: verbs
+    /// would overrun it; irn refuses the post instead).
+    #[error("completion queue {0} full: poll it before posting more")]
+    CqFull(u32),
+    /// A completion arrived at a full completion queue; completions were lost
+    /// (`IBV_EVENT_CQ_ERR`).
+    #[error("completion queue {0} overran")]
+    CqOverrun(u32),
+    /// `modify` refused the transition or an attribute.
+    #[error("{0}")]
+    Modify(#[from] ModifyError),
+    /// RTR needs the peer's address.
+    #[error("moving to RTR needs the remote address (GID and port)")]
+    NoRemote,
+    /// Memory registration failed.
+    #[error("{0}")]
+    Memory(#[from] MemError),
+    /// A memory-region access outside the region.
+    #[error("access of {len} bytes at offset {offset} outside a {size}-byte region")]
+    OutOfRange {
+        /// Offset asked.
+        offset: u64,
+        /// Length asked.
+        len: u64,
+        /// Region size.
+        size: u64,
+    },
+    /// The object no longer exists (destroyed, or its device closed).
+    #[error("the object was destroyed")]
+    Gone,
+    /// The remote address's family differs from the device's.
+    #[error("remote {0} is not reachable from a device bound to {1}")]
+    AddressFamily(IpAddr, IpAddr),
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        match e {
+            PostError::InvalidState(s) => Error::InvalidState(s),
+            PostError::QueueFull => Error::QueueFull,
+            PostError::InvalidWr(w) => Error::InvalidWr(w),
+        }
+    }
+}
+
+/// Result of the verbs calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A completion (verbs `struct ibv_wc`).
+pub type Wc = Completion;
+
+/// Device-wide counters (the driver's, next to each queue pair's own [`Counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// Bytes sent (UDP payloads).
+    pub tx_bytes: u64,
+    /// Datagrams received.
+    pub rx_packets: u64,
+    /// Bytes received (UDP payloads).
+    pub rx_bytes: u64,
+    /// Received datagrams that do not parse as an InfiniBand packet (dropped).
+    pub rx_malformed: u64,
+    /// Received packets for a queue pair this device does not have (dropped, as rxe does).
+    pub rx_unknown_qp: u64,
+    /// Received packets whose source is not the queue pair's peer (dropped, as rxe does).
+    pub rx_wrong_source: u64,
+    /// Sends the kernel refused (buffer full, unreachable): the packet is lost.
+    pub tx_errors: u64,
+    /// Packets dropped by the send impairment.
+    pub tx_impaired_drops: u64,
+    /// Packets dropped by the receive impairment.
+    pub rx_impaired_drops: u64,
+    /// Packets duplicated, reordered or delayed by either impairment.
+    pub impaired_other: u64,
+    /// Packets written to the capture.
+    pub captured: u64,
+}
+
+struct QpEntry {
+    qp: QueuePair,
+    pd: u32,
+    send_cq: u32,
+    recv_cq: u32,
+    remote: Option<SocketAddr>,
+}
+
+struct CqState {
+    entries: VecDeque<Wc>,
+    depth: usize,
+    /// Completions that may still arrive: posted receive WRs and signaled send WRs not yet
+    /// completed, bounding what could land in `entries`.
+    reserved: usize,
+    overrun: bool,
+}
+
+struct PdState {
+    mem: ByteMemory,
+    /// The handle was dropped; the memory goes when its last queue pair does.
+    closed: bool,
+}
+
+/// A packet held back by an impairment.
+struct Held {
+    at: Instant,
+    tx: bool,
+    peer: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+/// The device's state, behind one mutex.
+pub(crate) struct Core {
+    local: SocketAddr,
+    pds: BTreeMap<u32, PdState>,
+    cqs: BTreeMap<u32, CqState>,
+    qps: BTreeMap<u32, QpEntry>,
+    next_id: u32,
+    tx_imp: Impairment,
+    rx_imp: Impairment,
+    rng: Rng,
+    /// Packets delayed by an impairment, released by the engine thread.
+    delayed: Vec<Held>,
+    /// A packet held for reordering in each direction (tx, rx).
+    reorder: [Option<Held>; 2],
+    counters: DeviceCounters,
+    capture: Option<Capture>,
+    ip_buf: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) core: Mutex<Core>,
+    pub(crate) cq_ready: Condvar,
+    sock: UdpSocket,
+    epoch: Instant,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("sock", &self.sock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock is a bug in irn; the state is still the best there
+        // is, so keep going rather than poison every later call.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Time {
+        Time::from_picos(self.epoch.elapsed().as_nanos() as u64 * 1000)
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// An open device: a UDP socket with its engine thread (`ibv_open_device` + `ibv_alloc_pd`'s
+/// context). Closing it (dropping) stops the engine; queue pairs left open stop moving.
+pub struct Device {
+    shared: Arc<Shared>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("local", &self.local_addr())
+            .finish()
+    }
+}
+
+fn random_u64() -> u64 {
+    // The OS's random source: keys a peer cannot guess. Should it fail, the clock is better
+    // than a constant.
+    getrandom::u64().unwrap_or_else(|_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x5eed, |d| d.as_nanos() as u64)
+    })
+}
+
+impl Device {
+    /// Opens a device: binds the UDP socket, starts the engine thread.
+    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        if !cfg.tx_impairment.is_valid() || !cfg.rx_impairment.is_valid() {
+            return Err(Error::Config("impairment probabilities must be in 0–1"));
+        }
+        let sock = UdpSocket::bind(SocketAddr::new(cfg.addr, cfg.port))?;
+        sock.set_nonblocking(true)?;
+        use rustix::net::sockopt;
+        match cfg.addr {
+            IpAddr::V4(_) => {
+                sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)
+                    .map_err(io::Error::from)?;
+            }
+            IpAddr::V6(_) => {
+                sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)
+                    .map_err(io::Error::from)?;
+            }
+        }
+        if cfg.socket_buffer > 0 {
+            // Best effort: the kernel caps these at net.core.{r,w}mem_max.
+            let _ = sockopt::set_socket_recv_buffer_size(&sock, cfg.socket_buffer);
+            let _ = sockopt::set_socket_send_buffer_size(&sock, cfg.socket_buffer);
+        }
+        let local = sock.local_addr()?;
+        let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
+        let core = Core {
+            local,
+            pds: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            next_id: 1,
+            tx_imp: cfg.tx_impairment,
+            rx_imp: cfg.rx_impairment,
+            rng: Rng::new(cfg.seed),
+            delayed: Vec::new(),
+            reorder: [None, None],
+            counters: DeviceCounters::default(),
+            capture,
+            ip_buf: vec![0; MAX_DATAGRAM + 64],
+            payload: Vec::with_capacity(MAX_DATAGRAM),
+        };
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            cq_ready: Condvar::new(),
+            sock,
+            epoch: Instant::now(),
+            closed: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let engine = std::thread::Builder::new()
+            .name(format!("irn-engine {local}"))
+            .spawn(move || engine(&s))?;
+        Ok(Device {
+            shared,
+            engine: Some(engine),
+        })
+    }
+
+    /// The bound address and port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.lock().local
+    }
+
+    /// This device's GID (IPv4-mapped for an IPv4 device), what peers put in their RTR.
+    pub fn gid(&self) -> Gid {
+        Gid::from(self.local_addr().ip())
+    }
+
+    /// Device-wide counters.
+    pub fn counters(&self) -> DeviceCounters {
+        let core = self.shared.lock();
+        let mut c = core.counters;
+        c.captured = core.capture.as_ref().map_or(0, |cap| cap.written);
+        c
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`): a memory space whose regions the queue
+    /// pairs of the domain may access.
+    pub fn alloc_pd(&self) -> Pd {
+        let mut core = self.shared.lock();
+        let id = core.fresh_id();
+        core.pds.insert(
+            id,
+            PdState {
+                mem: ByteMemory::new(random_u64()),
+                closed: false,
+            },
+        );
+        Pd {
+            shared: self.shared.clone(),
+            id,
+        }
+    }
+
+    /// Creates a completion queue of `depth` entries (`ibv_create_cq`).
+    pub fn create_cq(&self, depth: usize) -> Result<Cq> {
+        if depth == 0 {
+            return Err(Error::Config("completion queue depth must be at least 1"));
+        }
+        let mut core = self.shared.lock();
+        let id = core.fresh_id();
+        core.cqs.insert(
+            id,
+            CqState {
+                entries: VecDeque::with_capacity(depth.min(1 << 16)),
+                depth,
+                reserved: 0,
+                overrun: false,
+            },
+        );
+        Ok(Cq {
+            shared: self.shared.clone(),
+            id,
+        })
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        if let Some(t) = self.engine.take() {
+            let _ = t.join();
+        }
+        let mut core = self.shared.lock();
+        core.capture = None;
+        for e in core.qps.values_mut() {
+            let now = self.shared.now();
+            let _ =
+                e.qp.modify(now, QpState::Err, &QpAttr::default(), AttrMask::NONE);
+        }
+        drop(core);
+        self.shared.cq_ready.notify_all();
+    }
+}
+
+/// A protection domain (`struct ibv_pd`).
+#[derive(Debug)]
+pub struct Pd {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+/// A memory region (`struct ibv_mr`): `len` bytes owned by the device, read and written
+/// through [`Mr::read`] and [`Mr::write`], named in work requests by [`Mr::sge`] and by peers
+/// through [`Mr::addr`] and [`Mr::rkey`].
+#[derive(Debug)]
+pub struct Mr {
+    shared: Arc<Shared>,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    lkey: u32,
+    rkey: u32,
+}
+
+/// A completion queue (`struct ibv_cq`).
+#[derive(Debug)]
+pub struct Cq {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+/// Creation parameters of a queue pair (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit {
+    /// Loss recovery.
+    pub mode: QpMode,
+    /// Send queue depth.
+    pub max_send_wr: usize,
+    /// Receive queue depth.
+    pub max_recv_wr: usize,
+    /// Link rate the congestion controller and BDP-FC assume, bits per second.
+    pub line_rate_bps: u64,
+}
+
+impl Default for QpInit {
+    fn default() -> Self {
+        QpInit {
+            mode: QpMode::Roce,
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            line_rate_bps: 10_000_000_000,
+        }
+    }
+}
+
+/// A reliable-connected queue pair (`struct ibv_qp`, `IBV_QPT_RC`). Dropping it destroys it.
+#[derive(Debug)]
+pub struct Qp {
+    shared: Arc<Shared>,
+    qpn: u32,
+}
+
+impl Core {
+    fn fresh_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn cq_mut(&mut self, id: u32) -> Result<&mut CqState> {
+        self.cqs.get_mut(&id).ok_or(Error::Gone)
+    }
+
+    /// Moves the completions of queue pair `qpn` to their CQs. Returns whether any moved.
+    fn drain_completions(&mut self, qpn: u32) -> bool {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        let mut any = false;
+        while let Some(wc) = e.qp.poll_completion() {
+            any = true;
+            let to = match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
+                _ => e.send_cq,
+            };
+            if let Some(cq) = self.cqs.get_mut(&to) {
+                cq.reserved = cq.reserved.saturating_sub(1);
+                if cq.entries.len() >= cq.depth {
+                    cq.overrun = true;
+                } else {
+                    cq.entries.push_back(wc);
+                }
+            }
+        }
+        any
+    }
+
+    /// Sends everything queue pair `qpn` has to send.
+    fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) {
+        let mut payload = std::mem::take(&mut self.payload);
+        while let Some(e) = self.qps.get_mut(&qpn) {
+            let (Some(peer), Some(pd)) = (e.remote, self.pds.get(&e.pd)) else {
+                break;
+            };
+            let Some(t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
+                break;
+            };
+            let Some((hdr, len)) = build(&mut self.ip_buf, self.local, peer, &t, &payload) else {
+                continue;
+            };
+            if !self.tx_imp.is_active() {
+                let packet = &self.ip_buf[..len];
+                send_now(
+                    sock,
+                    &mut self.counters,
+                    &mut self.capture,
+                    peer,
+                    packet,
+                    hdr,
+                );
+                continue;
+            }
+            let imp = self.tx_imp;
+            match imp.fate(&mut self.rng) {
+                Fate::Drop => self.counters.tx_impaired_drops += 1,
+                Fate::Deliver {
+                    copies,
+                    hold,
+                    delay,
+                } => {
+                    let bytes = self.ip_buf[..len].to_vec();
+                    for _ in 0..copies {
+                        deliver(self, sock, now, true, peer, &bytes, hold, delay);
+                    }
+                }
+            }
+        }
+        self.payload = payload;
+    }
+
+    /// Handles one received datagram (UDP payload: BTH to ICRC) from `from`.
+    fn receive(&mut self, sock: &UdpSocket, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += datagram.len() as u64;
+        let Some(body) = datagram.len().checked_sub(ICRC_LEN).map(|n| &datagram[..n]) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let Ok((ib, payload)) = IbRepr::parse(body) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        if self.capture.is_some() {
+            // Rebuild the IP and UDP headers as the sender most likely sent them.
+            let t = Transmit {
+                ib,
+                ecn: Ecn::NotEct,
+            };
+            let local = self.local;
+            if let Some((_, len)) = build_raw(&mut self.ip_buf, from, local, &t, datagram) {
+                if let Some(c) = self.capture.as_mut() {
+                    c.write(&self.ip_buf[..len]);
+                }
+            }
+        }
+        let qpn = ib.bth.dest_qpn;
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        };
+        if e.remote.is_some_and(|r| r.ip() != from.ip()) {
+            self.counters.rx_wrong_source += 1;
+            return;
+        }
+        let Some(pd) = self.pds.get_mut(&e.pd) else {
+            return;
+        };
+        e.qp.handle_packet(now, &ib, payload, Ecn::NotEct, &mut pd.mem);
+        self.transmit(sock, now, qpn);
+        self.drain_completions(qpn);
+    }
+
+    /// Fires expired timers; returns the earliest deadline left.
+    fn timers(&mut self, sock: &UdpSocket, now: Time) -> (bool, Option<Time>) {
+        let mut any = false;
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, e)| e.qp.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(&q, _)| q)
+            .collect();
+        for qpn in due {
+            if let Some(e) = self.qps.get_mut(&qpn) {
+                e.qp.handle_timeout(now);
+                self.transmit(sock, now, qpn);
+                any |= self.drain_completions(qpn);
+            }
+        }
+        let next = self.qps.values().filter_map(|e| e.qp.poll_timeout()).min();
+        (any, next)
+    }
+}
+
+/// Puts one IP packet (headers `hdr` bytes long) on the wire: its UDP payload to `peer`.
+fn send_now(
+    sock: &UdpSocket,
+    counters: &mut DeviceCounters,
+    capture: &mut Option<Capture>,
+    peer: SocketAddr,
+    ip_packet: &[u8],
+    hdr: usize,
+) {
+    if let Some(c) = capture.as_mut() {
+        c.write(ip_packet);
+    }
+    let datagram = &ip_packet[hdr..];
+    loop {
+        match sock.send_to(datagram, peer) {
+            Ok(_) => {
+                counters.tx_packets += 1;
+                counters.tx_bytes += datagram.len() as u64;
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // The socket buffer is full: wait for room (the kernel drains it at line
+                // rate), as a NIC's doorbell would wait for a free descriptor.
+                let fd = rustix::event::PollFd::new(sock, rustix::event::PollFlags::OUT);
+                let ts = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 10_000_000,
+                };
+                let _ = rustix::event::poll(&mut [fd], Some(&ts));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                counters.tx_errors += 1;
+                return;
+            }
+        }
+    }
+}
+
+/// Builds the IP packet of `t` from `local` to `peer` in `buf`, with the ICRC a standard
+/// receiver computes; returns (IP + UDP header length, total length).
+fn build(
+    buf: &mut [u8],
+    local: SocketAddr,
+    peer: SocketAddr,
+    t: &Transmit,
+    payload: &[u8],
+) -> Option<(usize, usize)> {
+    let repr = roce_repr(local, peer, t)?;
+    let len = repr.buffer_len();
+    repr.emit(buf.get_mut(..len)?, payload).ok()?;
+    Some((repr.ip.header_len() + UDP_LEN, len))
+}
+
+/// Like [`build`] for a received datagram whose IB bytes (with ICRC) are `datagram`: the
+/// capture's reconstruction.
+fn build_raw(
+    buf: &mut [u8],
+    from: SocketAddr,
+    local: SocketAddr,
+    t: &Transmit,
+    datagram: &[u8],
+) -> Option<(usize, usize)> {
+    let mut repr = roce_repr(from, local, t)?;
+    repr.udp.dst_port = local.port();
+    let hdr = repr.ip.header_len() + UDP_LEN;
+    let len = hdr + datagram.len();
+    let mut ip = repr.ip;
+    ip.set_payload_len(UDP_LEN + datagram.len());
+    let n = ip.emit(buf.get_mut(..len)?).ok()?;
+    let udp = buf.get_mut(n..n + UDP_LEN)?;
+    udp[0..2].copy_from_slice(&from.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&local.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&((UDP_LEN + datagram.len()) as u16).to_be_bytes());
+    udp[6..8].copy_from_slice(&[0, 0]);
+    buf.get_mut(hdr..len)?.copy_from_slice(datagram);
+    Some((hdr, len))
+}
+
+fn roce_repr(src: SocketAddr, dst: SocketAddr, t: &Transmit) -> Option<RoceRepr> {
+    let mut repr = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => RoceRepr::ipv4(s, d, src.port(), t.ib),
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut r = RoceRepr::ipv4(
+                std::net::Ipv4Addr::UNSPECIFIED,
+                std::net::Ipv4Addr::UNSPECIFIED,
+                src.port(),
+                t.ib,
+            );
+            r.ip = IpRepr::V6(Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: 17,
+                dscp: 0,
+                ecn: Ecn::NotEct,
+                flow_label: 0,
+                hop_limit: 64,
+                payload_len: 0,
+            });
+            let n = r.ip_payload_len();
+            r.ip.set_payload_len(n);
+            r
+        }
+        _ => return None,
+    };
+    repr.udp.dst_port = dst.port();
+    // What a UDP socket sends: no ECN marking unless IP_TOS says so.
+    repr.ip.set_ecn(Ecn::NotEct);
+    Some(repr)
+}
+
+/// Applies the hold / delay part of an impairment to a packet in direction `tx` (true: an IP
+/// packet to send to `peer`; false: a datagram received from `peer`), or delivers it now.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    core: &mut Core,
+    sock: &UdpSocket,
+    now: Time,
+    tx: bool,
+    peer: SocketAddr,
+    bytes: &[u8],
+    hold: bool,
+    delay: bool,
+) {
+    let imp = if tx { core.tx_imp } else { core.rx_imp };
+    if hold || delay {
+        core.counters.impaired_other += 1;
+    }
+    if delay {
+        core.delayed.push(Held {
+            at: Instant::now() + Duration::from_micros(imp.delay_us),
+            tx,
+            peer,
+            bytes: bytes.to_vec(),
+        });
+        return;
+    }
+    let slot = usize::from(!tx);
+    if hold && core.reorder[slot].is_none() {
+        core.reorder[slot] = Some(Held {
+            // Released after the next packet, or by the engine a millisecond later.
+            at: Instant::now() + Duration::from_millis(1),
+            tx,
+            peer,
+            bytes: bytes.to_vec(),
+        });
+        return;
+    }
+    release(core, sock, now, tx, peer, bytes);
+    if let Some(h) = core.reorder[slot].take() {
+        release(core, sock, now, h.tx, h.peer, &h.bytes);
+    }
+}
+
+/// Delivers a packet: sends it (`tx`: an IP packet) or processes it (a received datagram).
+fn release(core: &mut Core, sock: &UdpSocket, now: Time, tx: bool, peer: SocketAddr, bytes: &[u8]) {
+    if tx {
+        let hdr = ip_header_len(bytes);
+        send_now(
+            sock,
+            &mut core.counters,
+            &mut core.capture,
+            peer,
+            bytes,
+            hdr,
+        );
+    } else {
+        core.receive(sock, now, peer, bytes);
+    }
+}
+
+/// The engine thread: receive, process, fire timers, sleep until the next deadline.
+fn engine(shared: &Shared) {
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut next_deadline: Option<Time> = None;
+    let mut burst: Vec<(SocketAddr, Vec<u8>)> = Vec::with_capacity(RX_BURST);
+    while !shared.closed() {
+        // Sleep until a packet comes or the next timer is due.
+        let now = shared.now();
+        let mut sleep = MAX_SLEEP;
+        if let Some(d) = next_deadline {
+            sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+        }
+        {
+            let core = shared.lock();
+            let soonest = core
+                .delayed
+                .iter()
+                .map(|h| h.at)
+                .chain(core.reorder.iter().flatten().map(|h| h.at))
+                .min();
+            if let Some(at) = soonest {
+                sleep = sleep.min(at.saturating_duration_since(Instant::now()));
+            }
+        }
+        if !sleep.is_zero() {
+            let fd = rustix::event::PollFd::new(&shared.sock, rustix::event::PollFlags::IN);
+            let ts = rustix::event::Timespec {
+                tv_sec: sleep.as_secs() as i64,
+                tv_nsec: i64::from(sleep.subsec_nanos()),
+            };
+            let _ = rustix::event::poll(&mut [fd], Some(&ts));
+        }
+        // A burst of datagrams, read without the lock.
+        burst.clear();
+        while burst.len() < RX_BURST {
+            match shared.sock.recv_from(&mut buf) {
+                Ok((n, from)) => burst.push((from, buf[..n].to_vec())),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let mut core = shared.lock();
+        let now = shared.now();
+        let sock = &shared.sock;
+        let mut woke = false;
+        for (from, d) in burst.drain(..) {
+            woke = true;
+            if !core.rx_imp.is_active() {
+                core.receive(sock, now, from, &d);
+                continue;
+            }
+            let imp = core.rx_imp;
+            match imp.fate(&mut core.rng) {
+                Fate::Drop => core.counters.rx_impaired_drops += 1,
+                Fate::Deliver {
+                    copies,
+                    hold,
+                    delay,
+                } => {
+                    for _ in 0..copies {
+                        deliver(&mut core, sock, now, false, from, &d, hold, delay);
+                    }
+                }
+            }
+        }
+        // Impaired packets whose time has come.
+        let t = Instant::now();
+        let mut due = Vec::new();
+        let mut i = 0;
+        while i < core.delayed.len() {
+            if core.delayed[i].at <= t {
+                due.push(core.delayed.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        for slot in 0..2 {
+            if core.reorder[slot].as_ref().is_some_and(|h| h.at <= t) {
+                due.extend(core.reorder[slot].take());
+            }
+        }
+        for h in due {
+            release(&mut core, sock, now, h.tx, h.peer, &h.bytes);
+            woke = true;
+        }
+        let (fired, next) = core.timers(sock, now);
+        next_deadline = next;
+        drop(core);
+        if woke || fired {
+            shared.cq_ready.notify_all();
+        }
+    }
+}
+
+/// Length of the IP + UDP headers at the start of an IP packet this device built.
+fn ip_header_len(p: &[u8]) -> usize {
+    let ip = match p.first().map(|b| b >> 4) {
+        Some(4) => usize::from(p[0] & 0x0f) * 4,
+        _ => 40,
+    };
+    ip + UDP_LEN
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protection domains and memory regions
+
+impl Pd {
+    /// Registers a new zeroed memory region of `len` bytes with `access` rights
+    /// (`ibv_reg_mr` over a fresh buffer).
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        let mut core = self.shared.lock();
+        let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
+        let addr = pd.mem.alloc(len);
+        let keys = pd.mem.register(addr, len as u64, access)?;
+        Ok(Mr {
+            shared: self.shared.clone(),
+            pd: self.id,
+            addr,
+            len: len as u64,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+        })
+    }
+
+    /// Creates a reliable-connected queue pair in RESET (`ibv_create_qp`).
+    pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, init: QpInit) -> Result<Qp> {
+        if init.max_send_wr == 0 || init.max_recv_wr == 0 {
+            return Err(Error::Config("queue depths must be at least 1"));
+        }
+        let mut core = self.shared.lock();
+        if !core.pds.contains_key(&self.id) {
+            return Err(Error::Gone);
+        }
+        if !core.cqs.contains_key(&send_cq.id) || !core.cqs.contains_key(&recv_cq.id) {
+            return Err(Error::Gone);
+        }
+        // A random 24-bit QPN above the special ones (0, 1), not in use.
+        let qpn = loop {
+            let q = (random_u64() as u32) & 0x00ff_ffff;
+            if q > 1 && !core.qps.contains_key(&q) {
+                break q;
+            }
+        };
+        let mut recovery = init.mode.recovery();
+        if recovery.bdp_cap.is_some() {
+            // BDP-FC for this host's link: a 100 µs software round trip.
+            recovery.bdp_cap = Some(irn_transport::bdp_cap_packets(
+                init.line_rate_bps,
+                Dur::from_micros(100),
+                1024,
+            ));
+        }
+        let cfg = QpConfig {
+            qpn,
+            recovery,
+            line_rate_bps: init.line_rate_bps,
+            max_send_wr: init.max_send_wr,
+            max_recv_wr: init.max_recv_wr,
+            ..QpConfig::default()
+        };
+        let now = self.shared.now();
+        core.qps.insert(
+            qpn,
+            QpEntry {
+                qp: QueuePair::new(now, cfg),
+                pd: self.id,
+                send_cq: send_cq.id,
+                recv_cq: recv_cq.id,
+                remote: None,
+            },
+        );
+        Ok(Qp {
+            shared: self.shared.clone(),
+            qpn,
+        })
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        let mut core = self.shared.lock();
+        let id = self.id;
+        let used = core.qps.values().any(|e| e.pd == id);
+        if used {
+            if let Some(pd) = core.pds.get_mut(&id) {
+                pd.closed = true;
+            }
+        } else {
+            core.pds.remove(&id);
+        }
+    }
+}
+
+impl Mr {
+    /// Virtual address of the first byte (what a peer puts in a RETH).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// A scatter/gather entry for `len` bytes at `offset`.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.addr + offset,
+            len,
+            lkey: self.lkey,
+        }
+    }
+
+    fn range(&self, offset: u64, len: usize) -> Result<std::ops::Range<usize>> {
+        let end = offset.checked_add(len as u64).filter(|&e| e <= self.len);
+        match end {
+            Some(end) => Ok(offset as usize..end as usize),
+            None => Err(Error::OutOfRange {
+                offset,
+                len: len as u64,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copies `data` into the region at `offset` (the application writing its own buffer).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let r = self.range(offset, data.len())?;
+        let mut core = self.shared.lock();
+        let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer_mut(self.addr).ok_or(Error::Gone)?;
+        buf[r].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` out of the region.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let r = self.range(offset, out.len())?;
+        let core = self.shared.lock();
+        let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer(self.addr).ok_or(Error::Gone)?;
+        out.copy_from_slice(&buf[r]);
+        Ok(())
+    }
+
+    /// Runs `f` over the region's bytes, under the device lock (hashing, checking).
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let core = self.shared.lock();
+        let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer(self.addr).ok_or(Error::Gone)?;
+        Ok(f(buf))
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let mut core = self.shared.lock();
+        if let Some(pd) = core.pds.get_mut(&self.pd) {
+            let _ = pd.mem.deregister(self.lkey);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completion queues
+
+impl Cq {
+    /// Takes up to `max` completions (`ibv_poll_cq`). An overrun CQ reports
+    /// [`Error::CqOverrun`] once, then goes on.
+    pub fn poll(&self, max: usize) -> Result<Vec<Wc>> {
+        let mut core = self.shared.lock();
+        let cq = core.cq_mut(self.id)?;
+        if std::mem::take(&mut cq.overrun) {
+            return Err(Error::CqOverrun(self.id));
+        }
+        let n = max.min(cq.entries.len());
+        Ok(cq.entries.drain(..n).collect())
+    }
+
+    /// Takes one completion, waiting up to `timeout` for it (`ibv_get_cq_event` + poll).
+    /// `Ok(None)` when none came in time.
+    pub fn wait(&self, timeout: Duration) -> Result<Option<Wc>> {
+        let deadline = Instant::now() + timeout;
+        let mut core = self.shared.lock();
+        loop {
+            let cq = core.cq_mut(self.id)?;
+            if std::mem::take(&mut cq.overrun) {
+                return Err(Error::CqOverrun(self.id));
+            }
+            if let Some(wc) = cq.entries.pop_front() {
+                return Ok(Some(wc));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.shared.closed() {
+                return Ok(None);
+            }
+            core = self
+                .shared
+                .cq_ready
+                .wait_timeout(core, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.shared
+            .lock()
+            .cqs
+            .get(&self.id)
+            .map_or(0, |c| c.entries.len())
+    }
+
+    /// Whether no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        self.shared.lock().cqs.remove(&self.id);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queue pairs
+
+impl Qp {
+    /// The queue pair number (24 bits), what the peer puts in its RTR as `dest_qpn`.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Core, &UdpSocket, Time) -> Result<R>) -> Result<R> {
+        let mut core = self.shared.lock();
+        if !core.qps.contains_key(&self.qpn) {
+            return Err(Error::Gone);
+        }
+        let now = self.shared.now();
+        let r = f(&mut core, &self.shared.sock, now);
+        core.transmit(&self.shared.sock, now, self.qpn);
+        let any = core.drain_completions(self.qpn);
+        drop(core);
+        if any {
+            self.shared.cq_ready.notify_all();
+        }
+        r
+    }
+
+    /// Moves the queue pair to `to` (`ibv_modify_qp`) with the attributes `mask` names.
+    /// INIT → RTR also needs `remote`: the peer's address (from its GID) and UDP port.
+    pub fn modify(
+        &self,
+        to: QpState,
+        attr: &QpAttr,
+        mask: AttrMask,
+        remote: Option<SocketAddr>,
+    ) -> Result<()> {
+        let qpn = self.qpn;
+        self.with(|core, _, now| {
+            let local = core.local;
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            if to == QpState::Rtr && e.qp.state() == QpState::Init {
+                let r = remote.ok_or(Error::NoRemote)?;
+                if r.is_ipv4() != local.is_ipv4() {
+                    return Err(Error::AddressFamily(r.ip(), local.ip()));
+                }
+            }
+            e.qp.modify(now, to, attr, mask)?;
+            if let Some(r) = remote {
+                e.remote = Some(r);
+            }
+            Ok(())
+        })
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote` (its address and port, QPN and first PSN),
+    /// sending from `local_psn`, with `attr`'s other settings: the three `ibv_modify_qp` calls
+    /// of `ibv_rc_pingpong`.
+    pub fn connect(&self, attr: &QpAttr, remote: &RemoteQp, local_psn: u32) -> Result<()> {
+        let attr = QpAttr {
+            dest_qpn: remote.qpn,
+            rq_psn: irn_wire::Psn::new(remote.psn),
+            sq_psn: irn_wire::Psn::new(local_psn),
+            ..*attr
+        };
+        let addr = SocketAddr::new(remote.gid.ip(), remote.port);
+        self.modify(
+            QpState::Init,
+            &attr,
+            AttrMask::ACCESS_FLAGS.with(AttrMask::PKEY),
+            None,
+        )?;
+        self.modify(
+            QpState::Rtr,
+            &attr,
+            AttrMask::PATH_MTU
+                .with(AttrMask::DEST_QPN)
+                .with(AttrMask::RQ_PSN)
+                .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                .with(AttrMask::MIN_RNR_TIMER),
+            Some(addr),
+        )?;
+        self.modify(
+            QpState::Rts,
+            &attr,
+            AttrMask::SQ_PSN
+                .with(AttrMask::TIMEOUT)
+                .with(AttrMask::RETRY_CNT)
+                .with(AttrMask::RNR_RETRY)
+                .with(AttrMask::MAX_QP_RD_ATOMIC),
+            None,
+        )
+    }
+
+    /// Posts a send work request (`ibv_post_send`): Send, Write, Write with immediate, Read,
+    /// atomics. Refused with [`Error::CqFull`] when the send CQ could overflow.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        let qpn = self.qpn;
+        self.with(|core, _, _| {
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            let cq_id = e.send_cq;
+            let cq = core.cqs.get(&cq_id).ok_or(Error::Gone)?;
+            // Every WR may complete (errors are always reported), signaled or not.
+            if cq.entries.len() + cq.reserved >= cq.depth {
+                return Err(Error::CqFull(cq_id));
+            }
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            let signaled = wr.signaled;
+            e.qp.post_send(wr)?;
+            if signaled {
+                if let Some(cq) = core.cqs.get_mut(&cq_id) {
+                    cq.reserved += 1;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let qpn = self.qpn;
+        self.with(|core, _, _| {
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            let cq_id = e.recv_cq;
+            let cq = core.cqs.get(&cq_id).ok_or(Error::Gone)?;
+            if cq.entries.len() + cq.reserved >= cq.depth {
+                return Err(Error::CqFull(cq_id));
+            }
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            e.qp.post_recv(wr)?;
+            if let Some(cq) = core.cqs.get_mut(&cq_id) {
+                cq.reserved += 1;
+            }
+            Ok(())
+        })
+    }
+
+    /// The queue pair's state.
+    pub fn state(&self) -> QpState {
+        self.shared
+            .lock()
+            .qps
+            .get(&self.qpn)
+            .map_or(QpState::Err, |e| e.qp.state())
+    }
+
+    /// The queue pair's counters (packets, retransmissions, NAKs, …).
+    pub fn counters(&self) -> Counters {
+        self.shared
+            .lock()
+            .qps
+            .get(&self.qpn)
+            .map_or_else(Counters::default, |e| *e.qp.counters())
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let mut core = self.shared.lock();
+        if let Some(e) = core.qps.remove(&self.qpn) {
+            let pd = e.pd;
+            let orphan = core.pds.get(&pd).is_some_and(|p| p.closed)
+                && !core.qps.values().any(|q| q.pd == pd);
+            if orphan {
+                core.pds.remove(&pd);
+            }
+        }
+    }
+}
+
+/// The peer of a queue pair, as exchanged out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteQp {
+    /// Its GID (its IP address).
+    pub gid: Gid,
+    /// Its UDP port (4791 for a standard peer).
+    pub port: u16,
+    /// Its queue pair number.
+    pub qpn: u32,
+    /// The first PSN it sends.
+    pub psn: u32,
+}
+
+/// Flushed or failed work requests and every other completion carry a verbs status; this
+/// says whether a status is an error.
+pub fn is_error(status: WcStatus) -> bool {
+    status != WcStatus::Success
+}

@@ -1,0 +1,1 @@
+//! Out-of-band connection set-up over TCP (placeholder, filled in below).

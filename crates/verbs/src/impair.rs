@@ -1,0 +1,113 @@
+//! Seeded impairment of the send and receive paths: what a lossy Ethernet does to packets,
+//! reproducibly, so that loss recovery can be exercised on a loopback interface.
+//!
+//! Each direction draws, per packet and in this order: drop, duplicate, reorder (hold the
+//! packet back until after the next one), delay (release it `delay_us` later). The generator
+//! is a SplitMix64 seeded from the configuration, so the same seed and the same packet sequence
+//! give the same impairments.
+
+/// Probabilities (0–1) of each impairment in one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Impairment {
+    /// Packet dropped.
+    pub drop: f64,
+    /// Packet delivered twice.
+    pub duplicate: f64,
+    /// Packet held back and delivered after the next packet.
+    pub reorder: f64,
+    /// Packet delivered `delay_us` later than it would have been.
+    pub delay: f64,
+    /// The extra delay of a delayed packet, in microseconds.
+    pub delay_us: u64,
+}
+
+impl Impairment {
+    /// Only random loss with probability `p`.
+    pub fn loss(p: f64) -> Impairment {
+        Impairment {
+            drop: p,
+            ..Impairment::default()
+        }
+    }
+
+    /// Whether every probability is a number in 0–1.
+    pub fn is_valid(&self) -> bool {
+        [self.drop, self.duplicate, self.reorder, self.delay]
+            .iter()
+            .all(|p| (0.0..=1.0).contains(p))
+    }
+
+    /// Whether anything is impaired.
+    pub fn is_active(&self) -> bool {
+        self.drop > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0 || self.delay > 0.0
+    }
+}
+
+/// What to do with one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    Drop,
+    Deliver { copies: u8, hold: bool, delay: bool },
+}
+
+/// SplitMix64 (Steele, Lea & Flood, OOPSLA 2014): small, fast, and good enough to draw
+/// impairments.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p`.
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.next_u64() >> 11) as f64) < p * (1u64 << 53) as f64
+    }
+}
+
+impl Impairment {
+    pub(crate) fn fate(&self, rng: &mut Rng) -> Fate {
+        if rng.chance(self.drop) {
+            return Fate::Drop;
+        }
+        Fate::Deliver {
+            copies: if rng.chance(self.duplicate) { 2 } else { 1 },
+            hold: rng.chance(self.reorder),
+            delay: rng.chance(self.delay),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_rate_is_close_to_asked_and_seeded() {
+        let imp = Impairment::loss(0.05);
+        let run = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..100_000)
+                .filter(|_| imp.fate(&mut rng) == Fate::Drop)
+                .count()
+        };
+        let n = run(7);
+        assert_eq!(n, run(7));
+        assert!((4_500..5_500).contains(&n), "{n} drops of 100 000 at 5 %");
+        assert_eq!(
+            (0..1000)
+                .filter(|_| Impairment::default().fate(&mut Rng::new(1)) == Fate::Drop)
+                .count(),
+            0
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! Two connected devices on loopback, for the tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use irn_verbs::{
+    Access, Cq, Device, DeviceConfig, Impairment, Mr, Pd, Qp, QpAttr, QpInit, QpMode, Remote,
+    RemoteQp, SendOp, SendWr, Sge, Wc,
+};
+
+pub struct Side {
+    pub dev: Device,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+}
+
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+}
+
+pub fn device(loss: f64, seed: u64) -> Device {
+    let mut cfg = DeviceConfig::new("127.0.0.1".parse().expect("address"));
+    cfg.port = 0;
+    cfg.seed = seed;
+    // Each packet is impaired once, on its way out.
+    cfg.tx_impairment = Impairment::loss(loss);
+    Device::open(cfg).expect("open a device on 127.0.0.1")
+}
+
+pub fn side(dev: Device, mode: QpMode, cq_depth: usize) -> Side {
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(cq_depth).expect("cq");
+    let qp = pd
+        .create_qp(
+            &cq,
+            &cq,
+            QpInit {
+                mode,
+                max_send_wr: 4096,
+                max_recv_wr: 4096,
+                ..QpInit::default()
+            },
+        )
+        .expect("qp");
+    Side { dev, pd, cq, qp }
+}
+
+pub fn remote(s: &Side, psn: u32) -> RemoteQp {
+    RemoteQp {
+        gid: s.dev.gid(),
+        port: s.dev.local_addr().port(),
+        qpn: s.qp.qpn(),
+        psn,
+    }
+}
+
+/// Two connected queue pairs; `loss` impairs both directions on both sides.
+pub fn pair(mode: QpMode, loss: f64, attr: &QpAttr) -> Pair {
+    let a = side(device(loss, 11), mode, 8192);
+    let b = side(device(loss, 22), mode, 8192);
+    a.qp.connect(attr, &remote(&b, 0xb0b), 0xa11)
+        .expect("connect a");
+    b.qp.connect(attr, &remote(&a, 0xa11), 0xb0b)
+        .expect("connect b");
+    Pair { a, b }
+}
+
+pub fn wr(wr_id: u64, op: SendOp, sg: Vec<Sge>) -> SendWr {
+    SendWr {
+        wr_id,
+        op,
+        sg_list: sg,
+        signaled: true,
+        fence: false,
+        solicited: false,
+    }
+}
+
+pub fn remote_of(mr: &Mr, offset: u64) -> Remote {
+    Remote {
+        addr: mr.addr() + offset,
+        rkey: mr.rkey(),
+    }
+}
+
+/// The next completion, or a test failure after `secs` seconds.
+pub fn wait(cq: &Cq, secs: u64) -> Wc {
+    match cq.wait(Duration::from_secs(secs)) {
+        Ok(Some(wc)) => wc,
+        Ok(None) => panic!("no completion within {secs} s"),
+        Err(e) => panic!("cq: {e}"),
+    }
+}
+
+pub fn all() -> Access {
+    Access::ALL
+}
+
+/// Deterministic bytes for a message.
+pub fn pattern(seed: u64, out: &mut [u8]) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
