@@ -5,6 +5,8 @@
 //!   capture, checking every ICRC.
 //! * `irn sim [FILE.toml] [--seed N] [--json OUT] [--csv DIR] [--set KEY=VALUE]… [--plot OUT.svg]`
 //!   — run a simulation experiment (with no file: the built-in E1–E3 comparison).
+//! * `irn perf write|read|send|atomic [HOST]` — perftest-style bandwidth and latency over UDP.
+//! * `irn pingpong [HOST]` — `ibv_rc_pingpong` over UDP.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -13,6 +15,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod perf_cmd;
+mod pingpong_cmd;
 mod plot;
 mod sim_cmd;
 
@@ -42,6 +46,20 @@ enum Command {
     /// and 99th-percentile FCT with ratios to RoCE+PFC. Exit status 0 only if every flow of
     /// every run completed intact.
     Sim(sim_cmd::SimArgs),
+    /// perftest over irn: `irn perf write|read|send|atomic` is a server; with a HOST, the
+    /// client, which prints perftest's bandwidth (or, with --latency, latency) columns. Exit
+    /// status 0 only if every operation succeeded (and, with --verify, the data checked).
+    Perf(perf_cmd::PerfArgs),
+    /// `ibv_rc_pingpong` over irn: same flags (-p -s -n -g -m -r), exchange and output.
+    Pingpong(pingpong_cmd::PingpongArgs),
+}
+
+fn exit_code(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn main() -> ExitCode {
@@ -68,13 +86,9 @@ fn main() -> ExitCode {
                     }
                 })
         }
-        Command::Sim(args) => sim_cmd::run(args).map(|ok| {
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }),
+        Command::Perf(args) => perf_cmd::run(args).map(exit_code),
+        Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
+        Command::Sim(args) => sim_cmd::run(args).map(exit_code),
     };
     match result {
         Ok(code) => code,

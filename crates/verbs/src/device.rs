@@ -43,10 +43,19 @@ use crate::Gid;
 /// The UDP port of RoCEv2 (IANA).
 pub const ROCE_PORT: u16 = irn_wire::ROCEV2_PORT;
 
+/// In-flight bound of a RoCE-mode queue pair, as Linux rxe's.
+const ROCE_MAX_UNACKED_PSNS: u32 = 128;
+
 /// Largest datagram handled: a 4096-byte MTU packet with every header.
 const MAX_DATAGRAM: usize = 4096 + 128;
 /// Packets received per lock of the core.
 const RX_BURST: usize = 64;
+/// Packets one queue pair sends per turn. Bounding the turn keeps the lock short, so ACKs and
+/// NAKs are processed while a deep send queue drains (without it, a go-back-N sender with
+/// thousands of packets posted would send them all before hearing that the first was lost,
+/// and its retransmission timer would expire behind its own burst), and shares the link
+/// fairly among queue pairs.
+const TX_BURST: usize = 32;
 /// The engine thread wakes at least this often (to notice a closed device).
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
@@ -113,6 +122,10 @@ impl QpMode {
         match self {
             QpMode::Roce => RecoveryConfig {
                 rto: irn_transport::RtoPolicy::FromAttr,
+                // Linux rxe never has more than RXE_MAX_UNACKED_PSNS = 128 PSNs unacknowledged
+                // (`rxe_param.h`, checked in `rxe_req.c`); a software receiver behind a socket
+                // buffer needs the same bound, or go-back-N drowns in its own retransmissions.
+                bdp_cap: Some(ROCE_MAX_UNACKED_PSNS),
                 ..RecoveryConfig::roce()
             },
             QpMode::Irn => {
@@ -283,6 +296,8 @@ pub(crate) struct Core {
     delayed: Vec<Held>,
     /// A packet held for reordering in each direction (tx, rx).
     reorder: [Option<Held>; 2],
+    /// Queue pairs whose last turn ended with packets left to send.
+    tx_pending: std::collections::BTreeSet<u32>,
     counters: DeviceCounters,
     capture: Option<Capture>,
     ip_buf: Vec<u8>,
@@ -293,6 +308,9 @@ pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     pub(crate) cq_ready: Condvar,
     sock: UdpSocket,
+    /// An eventfd the engine polls with the socket: application threads write it when a
+    /// queue pair has more to send than its turn allowed.
+    wake: rustix::fd::OwnedFd,
     epoch: Instant,
     closed: AtomicBool,
 }
@@ -319,6 +337,10 @@ impl Shared {
     fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
+
+    fn wake_engine(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
 }
 
 /// An open device: a UDP socket with its engine thread (`ibv_open_device` + `ibv_alloc_pd`'s
@@ -344,6 +366,11 @@ fn random_u64() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x5eed, |d| d.as_nanos() as u64)
     })
+}
+
+/// A random 24-bit packet sequence number, as verbs programs pick their first PSN.
+pub fn random_psn() -> u32 {
+    (random_u64() as u32) & 0x00ff_ffff
 }
 
 impl Device {
@@ -383,6 +410,7 @@ impl Device {
             rng: Rng::new(cfg.seed),
             delayed: Vec::new(),
             reorder: [None, None],
+            tx_pending: std::collections::BTreeSet::new(),
             counters: DeviceCounters::default(),
             capture,
             ip_buf: vec![0; MAX_DATAGRAM + 64],
@@ -392,6 +420,11 @@ impl Device {
             core: Mutex::new(core),
             cq_ready: Condvar::new(),
             sock,
+            wake: rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+            )
+            .map_err(io::Error::from)?,
             epoch: Instant::now(),
             closed: AtomicBool::new(false),
         });
@@ -575,10 +608,18 @@ impl Core {
         any
     }
 
-    /// Sends everything queue pair `qpn` has to send.
-    fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) {
+    /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets. Returns whether it may have
+    /// more (then it is in `tx_pending`).
+    fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) -> bool {
         let mut payload = std::mem::take(&mut self.payload);
+        let mut budget = TX_BURST;
+        let mut more = false;
         while let Some(e) = self.qps.get_mut(&qpn) {
+            if budget == 0 {
+                more = true;
+                break;
+            }
+            budget -= 1;
             let (Some(peer), Some(pd)) = (e.remote, self.pds.get(&e.pd)) else {
                 break;
             };
@@ -616,6 +657,12 @@ impl Core {
             }
         }
         self.payload = payload;
+        if more {
+            self.tx_pending.insert(qpn);
+        } else {
+            self.tx_pending.remove(&qpn);
+        }
+        more
     }
 
     /// Handles one received datagram (UDP payload: BTH to ICRC) from `from`.
@@ -876,13 +923,19 @@ fn engine(shared: &Shared) {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
         }
-        if !sleep.is_zero() {
-            let fd = rustix::event::PollFd::new(&shared.sock, rustix::event::PollFlags::IN);
+        if !core_has_pending(shared) && !sleep.is_zero() {
+            use rustix::event::{PollFd, PollFlags};
             let ts = rustix::event::Timespec {
                 tv_sec: sleep.as_secs() as i64,
                 tv_nsec: i64::from(sleep.subsec_nanos()),
             };
-            let _ = rustix::event::poll(&mut [fd], Some(&ts));
+            let mut fds = [
+                PollFd::new(&shared.sock, PollFlags::IN),
+                PollFd::new(&shared.wake, PollFlags::IN),
+            ];
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+            let mut drain = [0u8; 8];
+            let _ = rustix::io::read(&shared.wake, &mut drain);
         }
         // A burst of datagrams, read without the lock.
         burst.clear();
@@ -939,11 +992,21 @@ fn engine(shared: &Shared) {
         }
         let (fired, next) = core.timers(sock, now);
         next_deadline = next;
+        // Queue pairs with more to send get another turn each.
+        let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
+        for qpn in pending {
+            core.transmit(sock, now, qpn);
+            woke |= core.drain_completions(qpn);
+        }
         drop(core);
         if woke || fired {
             shared.cq_ready.notify_all();
         }
     }
+}
+
+fn core_has_pending(shared: &Shared) -> bool {
+    !shared.lock().tx_pending.is_empty()
 }
 
 /// Length of the IP + UDP headers at the start of an IP packet this device built.
@@ -996,7 +1059,7 @@ impl Pd {
             }
         };
         let mut recovery = init.mode.recovery();
-        if recovery.bdp_cap.is_some() {
+        if init.mode == QpMode::Irn {
             // BDP-FC for this host's link: a 100 µs software round trip.
             recovery.bdp_cap = Some(irn_transport::bdp_cap_packets(
                 init.line_rate_bps,
@@ -1209,9 +1272,12 @@ impl Qp {
         }
         let now = self.shared.now();
         let r = f(&mut core, &self.shared.sock, now);
-        core.transmit(&self.shared.sock, now, self.qpn);
+        let more = core.transmit(&self.shared.sock, now, self.qpn);
         let any = core.drain_completions(self.qpn);
         drop(core);
+        if more {
+            self.shared.wake_engine();
+        }
         if any {
             self.shared.cq_ready.notify_all();
         }
@@ -1245,7 +1311,17 @@ impl Qp {
         })
     }
 
-    /// RESET → INIT → RTR → RTS towards `remote` (its address and port, QPN and first PSN),
+    /// RESET → INIT with `attr`'s access flags and P_Key: receives may be posted from here on.
+    pub fn init(&self, attr: &QpAttr) -> Result<()> {
+        self.modify(
+            QpState::Init,
+            attr,
+            AttrMask::ACCESS_FLAGS.with(AttrMask::PKEY),
+            None,
+        )
+    }
+
+    /// (RESET →) INIT → RTR → RTS towards `remote` (its address and port, QPN and first PSN),
     /// sending from `local_psn`, with `attr`'s other settings: the three `ibv_modify_qp` calls
     /// of `ibv_rc_pingpong`.
     pub fn connect(&self, attr: &QpAttr, remote: &RemoteQp, local_psn: u32) -> Result<()> {
@@ -1256,12 +1332,9 @@ impl Qp {
             ..*attr
         };
         let addr = SocketAddr::new(remote.gid.ip(), remote.port);
-        self.modify(
-            QpState::Init,
-            &attr,
-            AttrMask::ACCESS_FLAGS.with(AttrMask::PKEY),
-            None,
-        )?;
+        if self.state() == QpState::Reset {
+            self.init(&attr)?;
+        }
         self.modify(
             QpState::Rtr,
             &attr,

@@ -93,8 +93,8 @@ mod gid;
 mod impair;
 
 pub use device::{
-    is_error, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp, QpInit, QpMode,
-    RemoteQp, Result, Wc, ROCE_PORT,
+    is_error, random_psn, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp, QpInit,
+    QpMode, RemoteQp, Result, Wc, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;

@@ -1,0 +1,309 @@
+//! `irn pingpong [HOST]`: `ibv_rc_pingpong` on irn-verbs — the same flags, the same
+//! out-of-band exchange on TCP 18515, the same message pattern and the same output lines, so
+//! either side can be rdma-core's tool.
+//!
+//! The pattern (rdma-core `libibverbs/examples/rc_pingpong.c`): both sides post `rx_depth`
+//! receives of `size` bytes; the client sends first; a side posts its next Send once its
+//! previous Send completed *and* a message from the peer arrived; each side stops after
+//! `iters` Sends and `iters` receives.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use irn_verbs::exchange::{self, PingpongDest};
+use irn_verbs::{
+    Access, Device, DeviceConfig, Gid, Impairment, QpAttr, QpInit, QpMode, RecvWr, RemoteQp,
+    SendOp, SendWr, WcStatus, ROCE_PORT,
+};
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `irn pingpong` flags (`ibv_rc_pingpong`'s, plus irn's).
+#[derive(clap::Args, Debug)]
+pub struct PingpongArgs {
+    /// The server to connect to; without it, be the server.
+    host: Option<String>,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    size: u32,
+    /// Iterations (messages each way).
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    iters: u64,
+    /// GID index (accepted for compatibility: the GID is the address of the TCP connection).
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u32>,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    mtu: u32,
+    /// Receives posted at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Loss recovery: `roce` (what rxe speaks) or `irn` (both ends must be irn).
+    #[arg(long, default_value = "roce")]
+    mode: QpMode,
+    /// Drop this fraction (0–1) of the packets sent and received (seeded).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Seed of the impairment.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Capture every packet to this pcap file.
+    #[arg(long)]
+    pcap: Option<std::path::PathBuf>,
+    /// UDP port to use (both ends must agree; standard peers use 4791).
+    #[arg(long, default_value_t = ROCE_PORT)]
+    udp_port: u16,
+    /// Print the queue pair's counters at the end.
+    #[arg(long)]
+    counters: bool,
+}
+
+/// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
+pub(crate) fn wc_status_number(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::LocLenErr => 1,
+        WcStatus::LocQpOpErr => 2,
+        WcStatus::LocProtErr => 4,
+        WcStatus::WrFlushErr => 5,
+        WcStatus::BadRespErr => 7,
+        WcStatus::RemInvReqErr => 9,
+        WcStatus::RemAccessErr => 10,
+        WcStatus::RemOpErr => 11,
+        WcStatus::RetryExcErr => 12,
+        WcStatus::RnrRetryExcErr => 13,
+    }
+}
+
+/// Connects (client) or accepts one connection (server) for the exchange.
+pub(crate) fn oob_connect(host: Option<&str>, port: u16) -> anyhow::Result<TcpStream> {
+    match host {
+        Some(h) => {
+            let addrs: Vec<SocketAddr> = (h, port)
+                .to_socket_addrs()
+                .with_context(|| format!("resolving {h}"))?
+                .collect();
+            let mut last = None;
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
+                    Ok(s) => return Ok(s),
+                    Err(e) => last = Some(e),
+                }
+            }
+            match last {
+                Some(e) => Err(e).with_context(|| format!("connecting to {h}:{port}")),
+                None => bail!("{h} has no address"),
+            }
+        }
+        None => {
+            let l = TcpListener::bind(("::", port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+                .with_context(|| format!("listening on TCP port {port}"))?;
+            let (s, _) = l.accept().context("accepting the out-of-band connection")?;
+            Ok(s)
+        }
+    }
+}
+
+/// The local address the exchange runs from: the device binds it, so the peer's packets and
+/// its GID agree (rxe checks that a packet's source is the GID it was told).
+pub(crate) fn local_ip(s: &TcpStream) -> anyhow::Result<IpAddr> {
+    let ip = s.local_addr()?.ip();
+    Ok(match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    })
+}
+
+pub(crate) fn device_config(
+    ip: IpAddr,
+    udp_port: u16,
+    loss: f64,
+    seed: u64,
+    pcap: Option<std::path::PathBuf>,
+) -> anyhow::Result<DeviceConfig> {
+    if !(0.0..=1.0).contains(&loss) {
+        bail!("--loss is a probability in 0–1, not {loss}");
+    }
+    let mut cfg = DeviceConfig::new(ip);
+    cfg.port = udp_port;
+    cfg.seed = seed;
+    cfg.tx_impairment = Impairment::loss(loss);
+    cfg.rx_impairment = Impairment::loss(loss);
+    cfg.pcap = pcap;
+    Ok(cfg)
+}
+
+pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
+    if ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
+        bail!(
+            "-m: the MTU is 256, 512, 1024, 2048 or 4096, not {}",
+            args.mtu
+        );
+    }
+    if args.rx_depth == 0 || args.iters == 0 {
+        bail!("-r and -n must be at least 1");
+    }
+    let _ = args.gid_idx;
+    let mut tcp = oob_connect(args.host.as_deref(), args.port)?;
+    let ip = local_ip(&tcp)?;
+    let dev = Device::open(device_config(
+        ip,
+        args.udp_port,
+        args.loss,
+        args.seed,
+        args.pcap.clone(),
+    )?)
+    .with_context(|| format!("opening a device on {ip} port {}", args.udp_port))?;
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(args.rx_depth as usize + 1)?;
+    let qp = pd.create_qp(
+        &cq,
+        &cq,
+        QpInit {
+            mode: args.mode,
+            max_send_wr: 1,
+            max_recv_wr: args.rx_depth as usize,
+            ..QpInit::default()
+        },
+    )?;
+    let buf = pd.reg_mr(args.size as usize, Access::LOCAL_WRITE)?;
+    let attr = QpAttr {
+        path_mtu: args.mtu,
+        max_dest_rd_atomic: 1,
+        max_rd_atomic: 1,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        access: Access::LOCAL_WRITE,
+        ..QpAttr::default()
+    };
+    // As rc_pingpong: INIT, then the receives, then the exchange.
+    qp.init(&attr)?;
+    let post_recvs = |n: u32| -> anyhow::Result<u32> {
+        for _ in 0..n {
+            qp.post_recv(RecvWr {
+                wr_id: RECV_WRID,
+                sg_list: vec![buf.sge(0, args.size)],
+            })?;
+        }
+        Ok(n)
+    };
+    let mut routs = post_recvs(args.rx_depth)?;
+
+    let me = PingpongDest {
+        lid: 0,
+        qpn: qp.qpn(),
+        psn: irn_verbs::random_psn(),
+        gid: Gid::from(ip),
+    };
+    println!("  local address:  {}", me.describe());
+    let connect = |peer: &PingpongDest| {
+        qp.connect(
+            &attr,
+            &RemoteQp {
+                gid: peer.gid,
+                port: args.udp_port,
+                qpn: peer.qpn,
+                psn: peer.psn,
+            },
+            me.psn,
+        )
+    };
+    let peer = if args.host.is_some() {
+        exchange::write_all(&mut tcp, &me.to_wire())?;
+        let peer = PingpongDest::parse(&exchange::read_exact(
+            &mut tcp,
+            PingpongDest::LEN,
+            EXCHANGE_TIMEOUT,
+        )?)?;
+        connect(&peer)?;
+        exchange::write_all(&mut tcp, b"done\0")?;
+        peer
+    } else {
+        let peer = PingpongDest::parse(&exchange::read_exact(
+            &mut tcp,
+            PingpongDest::LEN,
+            EXCHANGE_TIMEOUT,
+        )?)?;
+        // The server is in RTS before it answers.
+        connect(&peer)?;
+        exchange::write_all(&mut tcp, &me.to_wire())?;
+        let _ = exchange::read_exact(&mut tcp, 5, EXCHANGE_TIMEOUT)?;
+        peer
+    };
+    println!("  remote address: {}", peer.describe());
+
+    let send = || {
+        qp.post_send(SendWr {
+            wr_id: SEND_WRID,
+            op: SendOp::Send,
+            sg_list: vec![buf.sge(0, args.size)],
+            signaled: true,
+            fence: false,
+            solicited: false,
+        })
+    };
+    let start = Instant::now();
+    let mut pending = RECV_WRID;
+    if args.host.is_some() {
+        send()?;
+        pending |= SEND_WRID;
+    }
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    // Generous: rxe's retries at timeout 14 take 7 × 67 ms; an idle peer is a failure.
+    let idle = Duration::from_secs(30);
+    while rcnt < args.iters || scnt < args.iters {
+        let Some(wc) = cq.wait(idle)? else {
+            bail!("no completion for {idle:?} (after {scnt} sends, {rcnt} receives)");
+        };
+        if wc.status != WcStatus::Success {
+            bail!(
+                "Failed status {} ({}) for wr_id {}",
+                wc.status,
+                wc_status_number(wc.status),
+                wc.wr_id
+            );
+        }
+        match wc.wr_id {
+            SEND_WRID => scnt += 1,
+            RECV_WRID => {
+                routs -= 1;
+                if routs <= 1 {
+                    routs += post_recvs(args.rx_depth - routs)?;
+                }
+                rcnt += 1;
+            }
+            other => bail!("Completion for unknown wr_id {other}"),
+        }
+        pending &= !wc.wr_id;
+        if scnt < args.iters && pending == 0 {
+            send()?;
+            pending = RECV_WRID | SEND_WRID;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let usec = secs * 1e6;
+    let bytes = u64::from(args.size) * args.iters * 2;
+    println!(
+        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        args.iters,
+        usec / args.iters as f64
+    );
+    if args.counters {
+        println!("qp counters: {:?}", qp.counters());
+        println!("device counters: {:?}", dev.counters());
+    }
+    Ok(true)
+}
