@@ -1,0 +1,260 @@
+//! `irn perf` and `irn pingpong` end to end: two processes on the loopback interface, every
+//! operation in both modes through injected loss with the data verified, the output columns
+//! other tools parse, exit statuses, and a capture that decodes with every ICRC correct.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn irn() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_irn"))
+}
+
+fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn spawn(args: &[&str]) -> Child {
+    irn()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("irn runs")
+}
+
+/// Waits for a child, killing it after `secs`.
+fn finish(mut c: Child, secs: u64) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return c.wait_with_output().expect("output");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let out = c.wait_with_output().expect("output");
+    panic!(
+        "still running after {secs} s: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs a server and a client with the same extra flags; returns (server, client) output.
+fn perf(op: &str, client_extra: &[&str], server_extra: &[&str]) -> (Output, Output) {
+    let port = free_tcp_port().to_string();
+    let mut s = vec!["perf", op, "-p", &port, "--udp-port", "0"];
+    s.extend_from_slice(server_extra);
+    let server = spawn(&s);
+    // The server listens as soon as it starts; the client retries its connection briefly.
+    let mut c = vec!["perf", op, "127.0.0.1", "-p", &port, "--udp-port", "0"];
+    c.extend_from_slice(client_extra);
+    let mut client_out = None;
+    for _ in 0..50 {
+        let out = finish(spawn(&c), 120);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.contains("Connection refused") {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        client_out = Some(out);
+        break;
+    }
+    let client = client_out.expect("the server never listened");
+    (finish(server, 60), client)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn every_operation_in_both_modes_through_loss_with_verification() {
+    for mode in ["irn", "roce"] {
+        for op in ["write", "read", "send", "atomic"] {
+            let flags = [
+                "--mode", mode, "--verify", "--loss", "0.01", "-n", "300", "-s", "16384",
+            ];
+            let (server, client) = perf(op, &flags, &["--loss", "0.01"]);
+            assert!(
+                client.status.success(),
+                "{mode} {op}: client\n{}",
+                text(&client)
+            );
+            assert!(
+                server.status.success(),
+                "{mode} {op}: server\n{}",
+                text(&server)
+            );
+            let out = String::from_utf8_lossy(&client.stdout);
+            assert!(
+                out.contains("#bytes")
+                    && out.contains("BW average[MB/sec]")
+                    && out.contains("MsgRate[Mpps]"),
+                "{out}"
+            );
+            let size = if op == "atomic" { "8" } else { "16384" };
+            let row = out
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(size))
+                .unwrap_or_else(|| panic!("no result row: {out}"));
+            let cols: Vec<f64> = row
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect();
+            assert_eq!(cols.len(), 5, "{row}");
+            assert_eq!(cols[1], 300.0);
+            assert!(
+                cols[3] > 0.0 && cols[2] >= cols[3],
+                "peak ≥ average > 0: {row}"
+            );
+            assert!(out.contains("verify: ok"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn latency_columns() {
+    let (server, client) = perf("write", &["--latency", "-n", "200", "-s", "64"], &[]);
+    assert!(
+        client.status.success() && server.status.success(),
+        "{}",
+        text(&client)
+    );
+    let out = String::from_utf8_lossy(&client.stdout);
+    for col in [
+        "t_min[usec]",
+        "t_max[usec]",
+        "t_typical[usec]",
+        "t_avg[usec]",
+        "t_stdev[usec]",
+        "99% percentile[usec]",
+        "99.9% percentile[usec]",
+    ] {
+        assert!(out.contains(col), "{col}: {out}");
+    }
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("64 "))
+        .expect("row");
+    let v: Vec<f64> = row
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    assert_eq!(v.len(), 9, "{row}");
+    assert!(
+        v[2] > 0.0 && v[2] <= v[4] && v[4] <= v[3],
+        "min ≤ typical ≤ max: {row}"
+    );
+}
+
+#[test]
+fn errors_exit_non_zero_with_a_message() {
+    // Nobody listens.
+    let port = free_tcp_port().to_string();
+    let out = irn()
+        .args(["perf", "write", "127.0.0.1", "-p", &port])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("connecting to 127.0.0.1"),
+        "{}",
+        text(&out)
+    );
+    let out = irn()
+        .args(["perf", "write", "127.0.0.1", "--loss", "2"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--loss"),
+        "{}",
+        text(&out)
+    );
+    let out = irn()
+        .args(["pingpong", "-m", "1500"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+}
+
+#[test]
+fn pingpong_like_ibv_rc_pingpong_and_its_capture_decodes() {
+    let dir = std::env::temp_dir().join(format!("irn-verbs-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for mode in ["roce", "irn"] {
+        let port = free_tcp_port().to_string();
+        let pcap = dir.join(format!("pingpong-{mode}.pcap"));
+        let pcap_s = pcap.to_string_lossy().to_string();
+        // The server answers on 127.0.0.2, the client comes from 127.0.0.1: both on UDP 4791,
+        // as two RoCE hosts are.
+        let server = spawn(&[
+            "pingpong", "-p", &port, "-n", "50", "-s", "3000", "--mode", mode,
+        ]);
+        let mut client = None;
+        for _ in 0..50 {
+            let out = finish(
+                spawn(&[
+                    "pingpong",
+                    "127.0.0.2",
+                    "-p",
+                    &port,
+                    "-n",
+                    "50",
+                    "-s",
+                    "3000",
+                    "--mode",
+                    mode,
+                    "--pcap",
+                    &pcap_s,
+                    "--loss",
+                    "0.02",
+                ]),
+                120,
+            );
+            if String::from_utf8_lossy(&out.stderr).contains("Connection refused") {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            client = Some(out);
+            break;
+        }
+        let client = client.expect("server listening");
+        let server = finish(server, 60);
+        assert!(client.status.success(), "{mode}: {}", text(&client));
+        assert!(server.status.success(), "{mode}: {}", text(&server));
+        let out = String::from_utf8_lossy(&client.stdout);
+        assert!(
+            out.contains("  local address:  LID 0x0000, QPN 0x"),
+            "{out}"
+        );
+        assert!(out.contains("GID ::ffff:127.0.0.1"), "{out}");
+        assert!(out.contains("  remote address: LID 0x0000"), "{out}");
+        assert!(out.contains("300000 bytes in "), "{out}");
+        assert!(out.contains("50 iters in "), "{out}");
+        // Every packet in the capture is RoCEv2 with a correct ICRC.
+        let d = irn()
+            .args(["decode", "--json"])
+            .arg(&pcap)
+            .output()
+            .expect("decode");
+        let summary = String::from_utf8_lossy(&d.stdout);
+        let last = summary.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("\"icrc_bad\":0")
+                && last.contains("\"malformed\":0")
+                && last.contains("\"other\":0"),
+            "{last}"
+        );
+        assert!(!last.contains("\"rocev2\":0,"), "{last}");
+    }
+}
