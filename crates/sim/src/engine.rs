@@ -212,7 +212,7 @@ impl<E> EventQueue<E> {
             i = next;
         }
         self.cur
-            .sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+            .sort_unstable_by_key(|&(at, seq, _)| std::cmp::Reverse((at, seq)));
         Some(())
     }
 
