@@ -27,7 +27,7 @@ use irn_verbs::{
     WcStatus, ROCE_PORT,
 };
 
-use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number};
+use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// Memory per queue pair for the rotating message slots.
@@ -55,30 +55,19 @@ pub struct PerfArgs {
     /// Loss recovery: `roce` or `irn` (the client's choice; the server follows).
     #[arg(long, default_value = "irn")]
     mode: QpMode,
-    /// Drop this fraction (0–1) of the packets this side sends and receives (seeded).
-    #[arg(long, default_value_t = 0.0)]
-    loss: f64,
-    /// Seed of the impairment.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
     /// Latency test (one operation outstanding) instead of bandwidth.
     #[arg(long)]
     latency: bool,
     /// Check the data.
     #[arg(long)]
     verify: bool,
-    /// Capture every packet to this pcap file.
-    #[arg(long)]
-    pcap: Option<std::path::PathBuf>,
     /// Operations outstanding per queue pair in a bandwidth test.
     #[arg(short = 't', long, default_value_t = 128)]
     tx_depth: u32,
-    /// UDP port (the peer learns it in the exchange; taken if free, else any free port).
-    #[arg(long, default_value_t = ROCE_PORT)]
-    udp_port: u16,
-    /// Print each queue pair's counters at the end.
-    #[arg(long)]
-    counters: bool,
+    /// Device flags; in `irn perf` the UDP port is told to the peer, and 4791 taken falls back
+    /// to any free port.
+    #[command(flatten)]
+    link: LinkArgs,
 }
 
 /// Bytes of message `i` of queue pair `q`.
@@ -103,20 +92,12 @@ struct Side {
 
 fn setup(p: &PerfParams, tcp: &std::net::TcpStream, args: &PerfArgs) -> anyhow::Result<Side> {
     let ip = local_ip(tcp)?;
-    let open = |port| {
-        Device::open(device_config(
-            ip,
-            port,
-            args.loss,
-            args.seed,
-            args.pcap.clone(),
-        )?)
-        .map_err(anyhow::Error::from)
-    };
-    let dev = match open(args.udp_port) {
+    let open =
+        |port| Device::open(device_config(ip, port, &args.link)?).map_err(anyhow::Error::from);
+    let dev = match open(args.link.udp_port) {
         Ok(d) => d,
         // Both ends on one address: the peer has 4791; the exchange carries ours.
-        Err(e) if args.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0)?,
+        Err(e) if args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0)?,
         Err(e) => return Err(e).context(format!("opening a device on {ip}")),
     };
     let pd = dev.alloc_pd();
@@ -229,8 +210,8 @@ fn connect(side: &Side, theirs: &[PerfKey], psns: &[u32], udp_port: u16) -> anyh
 }
 
 pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
-    if !(0.0..=1.0).contains(&args.loss) {
-        bail!("--loss is a probability in 0–1, not {}", args.loss);
+    if !(0.0..=1.0).contains(&args.link.loss) {
+        bail!("--loss is a probability in 0–1, not {}", args.link.loss);
     }
     if args.qps == 0 || args.qps > 1024 || args.iters == 0 || args.tx_depth == 0 {
         bail!("--qps (1–1024), --iters and --tx-depth must be positive");
@@ -291,7 +272,7 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         }
     }
     exchange::write_all(&mut tcp, if ok { b"OK\n" } else { b"MISMATCH\n" })?;
-    if args.counters {
+    if args.link.counters {
         print_counters(&side);
     }
     Ok(ok)
@@ -422,7 +403,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
     if p.verify {
         println!("verify: {}", if ok { "ok" } else { "FAILED" });
     }
-    if args.counters {
+    if args.link.counters {
         print_counters(&side);
     }
     Ok(ok)

@@ -47,21 +47,28 @@ pub struct PingpongArgs {
     /// Loss recovery: `roce` (what rxe speaks) or `irn` (both ends must be irn).
     #[arg(long, default_value = "roce")]
     mode: QpMode,
-    /// Drop this fraction (0–1) of the packets sent and received (seeded).
+    #[command(flatten)]
+    link: LinkArgs,
+}
+
+/// The flags both tools share: the device's UDP port, impairment, capture and counters.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LinkArgs {
+    /// Drop this fraction (0–1) of the packets this side sends and receives (seeded).
     #[arg(long, default_value_t = 0.0)]
-    loss: f64,
+    pub(crate) loss: f64,
     /// Seed of the impairment.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Capture every packet to this pcap file.
+    pub(crate) seed: u64,
+    /// Capture every packet sent and received to this pcap file.
     #[arg(long)]
-    pcap: Option<std::path::PathBuf>,
-    /// UDP port to use (both ends must agree; standard peers use 4791).
+    pub(crate) pcap: Option<std::path::PathBuf>,
+    /// UDP port (standard peers use 4791; `irn perf` tells its peer, `irn pingpong` cannot).
     #[arg(long, default_value_t = ROCE_PORT)]
-    udp_port: u16,
-    /// Print the queue pair's counters at the end.
+    pub(crate) udp_port: u16,
+    /// Print the queue pairs' and the device's counters at the end.
     #[arg(long)]
-    counters: bool,
+    pub(crate) counters: bool,
 }
 
 /// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
@@ -121,22 +128,21 @@ pub(crate) fn local_ip(s: &TcpStream) -> anyhow::Result<IpAddr> {
     })
 }
 
+/// The device configuration of `link` on `ip`, at UDP port `port`.
 pub(crate) fn device_config(
     ip: IpAddr,
-    udp_port: u16,
-    loss: f64,
-    seed: u64,
-    pcap: Option<std::path::PathBuf>,
+    port: u16,
+    link: &LinkArgs,
 ) -> anyhow::Result<DeviceConfig> {
-    if !(0.0..=1.0).contains(&loss) {
-        bail!("--loss is a probability in 0–1, not {loss}");
+    if !(0.0..=1.0).contains(&link.loss) {
+        bail!("--loss is a probability in 0–1, not {}", link.loss);
     }
     let mut cfg = DeviceConfig::new(ip);
-    cfg.port = udp_port;
-    cfg.seed = seed;
-    cfg.tx_impairment = Impairment::loss(loss);
-    cfg.rx_impairment = Impairment::loss(loss);
-    cfg.pcap = pcap;
+    cfg.port = port;
+    cfg.seed = link.seed;
+    cfg.tx_impairment = Impairment::loss(link.loss);
+    cfg.rx_impairment = Impairment::loss(link.loss);
+    cfg.pcap = link.pcap.clone();
     Ok(cfg)
 }
 
@@ -153,14 +159,9 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     let _ = args.gid_idx;
     let mut tcp = oob_connect(args.host.as_deref(), args.port)?;
     let ip = local_ip(&tcp)?;
-    let dev = Device::open(device_config(
-        ip,
-        args.udp_port,
-        args.loss,
-        args.seed,
-        args.pcap.clone(),
-    )?)
-    .with_context(|| format!("opening a device on {ip} port {}", args.udp_port))?;
+    let port = args.link.udp_port;
+    let dev = Device::open(device_config(ip, port, &args.link)?)
+        .with_context(|| format!("opening a device on {ip} port {port}"))?;
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(args.rx_depth as usize + 1)?;
     let qp = pd.create_qp(
@@ -210,7 +211,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
             &attr,
             &RemoteQp {
                 gid: peer.gid,
-                port: args.udp_port,
+                port: args.link.udp_port,
                 qpn: peer.qpn,
                 psn: peer.psn,
             },
@@ -301,7 +302,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
         args.iters,
         usec / args.iters as f64
     );
-    if args.counters {
+    if args.link.counters {
         println!("qp counters: {:?}", qp.counters());
         println!("device counters: {:?}", dev.counters());
     }

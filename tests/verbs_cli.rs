@@ -4,7 +4,10 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+
+mod common;
+use common::{finish, text};
+use std::time::Duration;
 
 fn irn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_irn"))
@@ -24,24 +27,6 @@ fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("irn runs")
-}
-
-/// Waits for a child, killing it after `secs`.
-fn finish(mut c: Child, secs: u64) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = c.try_wait() {
-            return c.wait_with_output().expect("output");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    let out = c.wait_with_output().expect("output");
-    panic!(
-        "still running after {secs} s: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Runs a server and a client with the same extra flags; returns (server, client) output.
@@ -66,14 +51,6 @@ fn perf(op: &str, client_extra: &[&str], server_extra: &[&str]) -> (Output, Outp
     }
     let client = client_out.expect("the server never listened");
     (finish(server, 60), client)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

@@ -6,7 +6,10 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+
+mod common;
+use common::{finish, text};
+use std::time::Duration;
 
 struct Netns {
     a: String,
@@ -70,31 +73,6 @@ impl Drop for Netns {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
-}
-
-fn finish(mut c: Child, secs: u64) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = c.try_wait() {
-            return c.wait_with_output().expect("output");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    let out = c.wait_with_output().expect("output");
-    panic!(
-        "still running after {secs} s: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Server in `b`, client in `a`; retries the client while the server starts.

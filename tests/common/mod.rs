@@ -135,3 +135,30 @@ pub fn write_pcap(path: &Path, frames: &[(Vec<u8>, u32)]) {
 pub fn irn_bin() -> &'static str {
     env!("CARGO_BIN_EXE_irn")
 }
+
+/// Waits for a child process, killing it (and failing the test with its output) after `secs`.
+pub fn finish(mut c: std::process::Child, secs: u64) -> std::process::Output {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return c.wait_with_output().expect("output");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let out = c.wait_with_output().expect("output");
+    panic!(
+        "still running after {secs} s: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A process's stdout and stderr, for failure messages.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
