@@ -383,10 +383,18 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             args.tx_depth
         },
     };
-    let outcome = if p.latency {
-        run.latency()?
+    let outcome = match if p.latency {
+        run.latency()
     } else {
-        run.bandwidth()?
+        run.bandwidth()
+    } {
+        Ok(o) => o,
+        Err(e) => {
+            if args.link.counters {
+                print_counters(&side);
+            }
+            return Err(e);
+        }
     };
     let mut ok = outcome.ok;
     let crc = if p.verify {
@@ -476,15 +484,15 @@ impl Runner<'_> {
 
     /// Handles one completion; checks Read data when verifying.
     fn complete(&self, wc: irn_verbs::Wc, buf: &mut [u8], want: &mut [u8]) -> anyhow::Result<bool> {
+        let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
         if wc.status != WcStatus::Success {
             bail!(
-                "work request {} failed: {} ({})",
-                wc.wr_id & ((1 << 40) - 1),
+                "work request {i} on QP {q} (0x{:06x}) failed: {} ({})",
+                wc.qp_num,
                 wc.status,
                 wc_status_number(wc.status)
             );
         }
-        let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
         if self.p.verify && self.p.op == PerfOp::Read {
             self.side.mrs[q].read(self.slot_off(i), buf)?;
             pattern(q as u32, i % self.side.slots, want);
