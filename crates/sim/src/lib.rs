@@ -20,8 +20,9 @@
 //!
 //! ## Shape (htsim's lessons, without its globals)
 //!
-//! - [`engine`]: one event heap per simulation, integer picosecond time, ties broken by
-//!   insertion order: the same configuration and seed give byte-identical output.
+//! - [`engine`]: one event list per simulation (a timing wheel over a heap), integer picosecond
+//!   time, ties broken by insertion order: the same configuration and seed give byte-identical
+//!   output.
 //! - Packets are metadata: the transport's structured header description
 //!   ([`irn_wire::IbRepr`]) plus a wire size; payload bytes only when
 //!   `transport.payload = true` (then every delivered byte is checked).
