@@ -946,8 +946,11 @@ impl QueuePair {
             self.cc.on_timeout(now);
             let retries = self.swin.on_timeout(now);
             if retries > self.retry_limit() {
-                let una = self.swin.una();
-                self.fail_send(Some(una), WcStatus::RetryExcErr);
+                // The oldest work request is the one that went unanswered (IBTA §9.7.6.1.3:
+                // the requester reports the retry error on the WQE it was retrying); the rest
+                // flush after it, in order. Naming the WQE of `una` instead would report a later
+                // request's error after the flushes of earlier Reads still awaiting responses.
+                self.fail_send(None, WcStatus::RetryExcErr);
                 return;
             }
             self.recover_requests_after_timeout();
@@ -1381,6 +1384,12 @@ impl QueuePair {
                 }
                 if advanced > 0 {
                     self.credit_responses();
+                    // Responses moving in order are progress of the requester's outstanding
+                    // Reads: the local ACK timeout measures time without a response, so it
+                    // restarts and the retry count resets, as an ACK would (IBTA §9.7.6.1.3).
+                    // Without this, a long Read whose responses recover slowly through IRN's
+                    // read NACKs exhausts `retry_cnt` while data is still arriving.
+                    self.swin.progress(now);
                 }
                 if matches!(a, Arrival::Ahead(_)) {
                     self.counters.out_of_order += 1;
@@ -1388,7 +1397,6 @@ impl QueuePair {
                 } else {
                     self.queue_read_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn));
                 }
-                let _ = now;
             }
         }
     }

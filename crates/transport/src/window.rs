@@ -225,6 +225,13 @@ impl SendWindow {
         Acked { psns: n, rtt }
     }
 
+    /// Progress other than an ACK of this space (Read responses arriving in order): restarts the
+    /// timer and resets the retry count.
+    pub(crate) fn progress(&mut self, now: Time) {
+        self.retries = 0;
+        self.timer_base = (self.in_flight() > 0).then_some(now);
+    }
+
     /// `psn` was selectively acknowledged (the PSN that triggered a NACK).
     pub(crate) fn sack(&mut self, psn: Psn) {
         if self.mode != Retransmission::SelectiveRepeat || !self.outstanding(psn) {
