@@ -30,10 +30,11 @@ use std::time::{Duration, Instant};
 use irn_transport::{
     Access, AttrMask, ByteMemory, Completion, Counters, Dur, MemError, ModifyError, PostError,
     QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time, Transmit,
-    WcOpcode, WcStatus,
+    WcOpcode,
 };
-use irn_wire::{Ecn, IbRepr, IpRepr, Ipv6Repr, RoceRepr, ICRC_LEN};
+use irn_wire::{Ecn, IbRepr, IpRepr, Ipv4Repr, Ipv6Repr, RoceRepr, UdpChecksum, UdpRepr, ICRC_LEN};
 
+use irn_wire::ipv4::PROTO_UDP;
 use irn_wire::udp::HEADER_LEN as UDP_LEN;
 
 use crate::capture::Capture;
@@ -669,6 +670,15 @@ impl Core {
     fn receive(&mut self, sock: &UdpSocket, now: Time, from: SocketAddr, datagram: &[u8]) {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += datagram.len() as u64;
+        if self.capture.is_some() {
+            // Everything received, malformed or not, with the IP and UDP headers rebuilt as the
+            // sender most likely sent them.
+            if let Some(len) = build_received(&mut self.ip_buf, from, self.local, datagram) {
+                if let Some(c) = self.capture.as_mut() {
+                    c.write(&self.ip_buf[..len]);
+                }
+            }
+        }
         let Some(body) = datagram.len().checked_sub(ICRC_LEN).map(|n| &datagram[..n]) else {
             self.counters.rx_malformed += 1;
             return;
@@ -677,19 +687,6 @@ impl Core {
             self.counters.rx_malformed += 1;
             return;
         };
-        if self.capture.is_some() {
-            // Rebuild the IP and UDP headers as the sender most likely sent them.
-            let t = Transmit {
-                ib,
-                ecn: Ecn::NotEct,
-            };
-            let local = self.local;
-            if let Some((_, len)) = build_raw(&mut self.ip_buf, from, local, &t, datagram) {
-                if let Some(c) = self.capture.as_mut() {
-                    c.write(&self.ip_buf[..len]);
-                }
-            }
-        }
         let qpn = ib.bth.dest_qpn;
         let Some(e) = self.qps.get_mut(&qpn) else {
             self.counters.rx_unknown_qp += 1;
@@ -767,6 +764,42 @@ fn send_now(
     }
 }
 
+/// The IP and UDP headers of a datagram from `src` to `dst` as Linux sends it from an
+/// unconnected UDP socket with `IP_PMTUDISC_DO`: IPv4 ID 0 and DF (hence a predictable ICRC),
+/// TTL / hop limit 64, no ECN marking, no UDP checksum. Lengths are set on emission.
+fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRepr)> {
+    let ip = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
+            src,
+            dst,
+            protocol: PROTO_UDP,
+            dscp: 0,
+            ecn: Ecn::NotEct,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            payload_len: 0,
+        }),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6(Ipv6Repr {
+            src,
+            dst,
+            next_header: PROTO_UDP,
+            dscp: 0,
+            ecn: Ecn::NotEct,
+            flow_label: 0,
+            hop_limit: 64,
+            payload_len: 0,
+        }),
+        _ => return None,
+    };
+    let udp = UdpRepr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        checksum: UdpChecksum::None,
+    };
+    Some((ip, udp))
+}
+
 /// Builds the IP packet of `t` from `local` to `peer` in `buf`, with the ICRC a standard
 /// receiver computes; returns (IP + UDP header length, total length).
 fn build(
@@ -776,67 +809,31 @@ fn build(
     t: &Transmit,
     payload: &[u8],
 ) -> Option<(usize, usize)> {
-    let repr = roce_repr(local, peer, t)?;
+    let (ip, udp) = headers(local, peer)?;
+    let repr = RoceRepr { ip, udp, ib: t.ib };
     let len = repr.buffer_len();
     repr.emit(buf.get_mut(..len)?, payload).ok()?;
-    Some((repr.ip.header_len() + UDP_LEN, len))
+    Some((ip.header_len() + UDP_LEN, len))
 }
 
-/// Like [`build`] for a received datagram whose IB bytes (with ICRC) are `datagram`: the
-/// capture's reconstruction.
-fn build_raw(
+/// The IP packet a received `datagram` (BTH to ICRC) most likely was, in `buf`, for the
+/// capture; returns its length.
+fn build_received(
     buf: &mut [u8],
     from: SocketAddr,
     local: SocketAddr,
-    t: &Transmit,
     datagram: &[u8],
-) -> Option<(usize, usize)> {
-    let mut repr = roce_repr(from, local, t)?;
-    repr.udp.dst_port = local.port();
-    let hdr = repr.ip.header_len() + UDP_LEN;
-    let len = hdr + datagram.len();
-    let mut ip = repr.ip;
+) -> Option<usize> {
+    let (mut ip, udp) = headers(from, local)?;
     ip.set_payload_len(UDP_LEN + datagram.len());
-    let n = ip.emit(buf.get_mut(..len)?).ok()?;
-    let udp = buf.get_mut(n..n + UDP_LEN)?;
-    udp[0..2].copy_from_slice(&from.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&local.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&((UDP_LEN + datagram.len()) as u16).to_be_bytes());
-    udp[6..8].copy_from_slice(&[0, 0]);
-    buf.get_mut(hdr..len)?.copy_from_slice(datagram);
-    Some((hdr, len))
-}
-
-fn roce_repr(src: SocketAddr, dst: SocketAddr, t: &Transmit) -> Option<RoceRepr> {
-    let mut repr = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => RoceRepr::ipv4(s, d, src.port(), t.ib),
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut r = RoceRepr::ipv4(
-                std::net::Ipv4Addr::UNSPECIFIED,
-                std::net::Ipv4Addr::UNSPECIFIED,
-                src.port(),
-                t.ib,
-            );
-            r.ip = IpRepr::V6(Ipv6Repr {
-                src: s,
-                dst: d,
-                next_header: 17,
-                dscp: 0,
-                ecn: Ecn::NotEct,
-                flow_label: 0,
-                hop_limit: 64,
-                payload_len: 0,
-            });
-            let n = r.ip_payload_len();
-            r.ip.set_payload_len(n);
-            r
-        }
-        _ => return None,
-    };
-    repr.udp.dst_port = dst.port();
-    // What a UDP socket sends: no ECN marking unless IP_TOS says so.
-    repr.ip.set_ecn(Ecn::NotEct);
-    Some(repr)
+    let hdr = ip.header_len() + UDP_LEN;
+    let len = hdr + datagram.len();
+    let buf = buf.get_mut(..len)?;
+    let n = ip.emit(buf).ok()?;
+    buf[hdr..].copy_from_slice(datagram);
+    udp.emit(&mut buf[n..], datagram.len(), ip.src(), ip.dst())
+        .ok()?;
+    Some(len)
 }
 
 /// Applies the hold / delay part of an impairment to a packet in direction `tx` (true: an IP
@@ -1444,10 +1441,4 @@ pub struct RemoteQp {
     pub qpn: u32,
     /// The first PSN it sends.
     pub psn: u32,
-}
-
-/// Flushed or failed work requests and every other completion carry a verbs status; this
-/// says whether a status is an error.
-pub fn is_error(status: WcStatus) -> bool {
-    status != WcStatus::Success
 }

@@ -93,8 +93,8 @@ mod gid;
 mod impair;
 
 pub use device::{
-    is_error, random_psn, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp, QpInit,
-    QpMode, RemoteQp, Result, Wc, ROCE_PORT,
+    random_psn, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp, QpInit, QpMode,
+    RemoteQp, Result, Wc, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;
