@@ -898,9 +898,10 @@ fn release(core: &mut Core, sock: &UdpSocket, now: Time, tx: bool, peer: SocketA
 
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 fn engine(shared: &Shared) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    // Receive buffers reused burst after burst: no allocation per datagram.
+    let mut bufs: Vec<Vec<u8>> = (0..RX_BURST).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
+    let mut burst: Vec<(SocketAddr, usize)> = Vec::with_capacity(RX_BURST);
     let mut next_deadline: Option<Time> = None;
-    let mut burst: Vec<(SocketAddr, Vec<u8>)> = Vec::with_capacity(RX_BURST);
     while !shared.closed() {
         // Sleep until a packet comes or the next timer is due.
         let now = shared.now();
@@ -908,7 +909,7 @@ fn engine(shared: &Shared) {
         if let Some(d) = next_deadline {
             sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
         }
-        {
+        let busy = {
             let core = shared.lock();
             let soonest = core
                 .delayed
@@ -919,8 +920,10 @@ fn engine(shared: &Shared) {
             if let Some(at) = soonest {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
-        }
-        if !core_has_pending(shared) && !sleep.is_zero() {
+            // Queue pairs with more to send: no sleeping.
+            !core.tx_pending.is_empty()
+        };
+        if !busy && !sleep.is_zero() {
             use rustix::event::{PollFd, PollFlags};
             let ts = rustix::event::Timespec {
                 tv_sec: sleep.as_secs() as i64,
@@ -937,8 +940,8 @@ fn engine(shared: &Shared) {
         // A burst of datagrams, read without the lock.
         burst.clear();
         while burst.len() < RX_BURST {
-            match shared.sock.recv_from(&mut buf) {
-                Ok((n, from)) => burst.push((from, buf[..n].to_vec())),
+            match shared.sock.recv_from(&mut bufs[burst.len()]) {
+                Ok((n, from)) => burst.push((from, n)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
@@ -947,10 +950,11 @@ fn engine(shared: &Shared) {
         let now = shared.now();
         let sock = &shared.sock;
         let mut woke = false;
-        for (from, d) in burst.drain(..) {
+        for (&(from, n), buf) in burst.iter().zip(&bufs) {
+            let d = &buf[..n];
             woke = true;
             if !core.rx_imp.is_active() {
-                core.receive(sock, now, from, &d);
+                core.receive(sock, now, from, d);
                 continue;
             }
             let imp = core.rx_imp;
@@ -962,7 +966,7 @@ fn engine(shared: &Shared) {
                     delay,
                 } => {
                     for _ in 0..copies {
-                        deliver(&mut core, sock, now, false, from, &d, hold, delay);
+                        deliver(&mut core, sock, now, false, from, d, hold, delay);
                     }
                 }
             }
@@ -1000,10 +1004,6 @@ fn engine(shared: &Shared) {
             shared.cq_ready.notify_all();
         }
     }
-}
-
-fn core_has_pending(shared: &Shared) -> bool {
-    !shared.lock().tx_pending.is_empty()
 }
 
 /// Length of the IP + UDP headers at the start of an IP packet this device built.
