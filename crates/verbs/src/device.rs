@@ -118,8 +118,10 @@ impl QpMode {
     /// The recovery configuration of this mode for a runtime on real hosts. RoCE mode times out
     /// as the `timeout` attribute says (rxe does the same); IRN's RTO_low / RTO_high are the
     /// paper's 100 / 320 µs stretched to 500 µs / 2 ms, because a user-space engine is woken by
-    /// the kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds.
-    pub fn recovery(self) -> RecoveryConfig {
+    /// the kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds;
+    /// IRN's BDP-FC cap is the bandwidth-delay product of `line_rate_bps` over a 100 µs software
+    /// round trip in 1 KB packets.
+    pub fn recovery(self, line_rate_bps: u64) -> RecoveryConfig {
         match self {
             QpMode::Roce => RecoveryConfig {
                 rto: irn_transport::RtoPolicy::FromAttr,
@@ -129,15 +131,19 @@ impl QpMode {
                 bdp_cap: Some(ROCE_MAX_UNACKED_PSNS),
                 ..RecoveryConfig::roce()
             },
-            QpMode::Irn => {
-                let mut r = RecoveryConfig::irn();
-                r.rto = irn_transport::RtoPolicy::Irn {
+            QpMode::Irn => RecoveryConfig {
+                rto: irn_transport::RtoPolicy::Irn {
                     low: Dur::from_micros(500),
                     high: Dur::from_micros(2_000),
                     n: 3,
-                };
-                r
-            }
+                },
+                bdp_cap: Some(irn_transport::bdp_cap_packets(
+                    line_rate_bps,
+                    Dur::from_micros(100),
+                    1024,
+                )),
+                ..RecoveryConfig::irn()
+            },
         }
     }
 }
@@ -1055,18 +1061,9 @@ impl Pd {
                 break q;
             }
         };
-        let mut recovery = init.mode.recovery();
-        if init.mode == QpMode::Irn {
-            // BDP-FC for this host's link: a 100 µs software round trip.
-            recovery.bdp_cap = Some(irn_transport::bdp_cap_packets(
-                init.line_rate_bps,
-                Dur::from_micros(100),
-                1024,
-            ));
-        }
         let cfg = QpConfig {
             qpn,
-            recovery,
+            recovery: init.mode.recovery(init.line_rate_bps),
             line_rate_bps: init.line_rate_bps,
             max_send_wr: init.max_send_wr,
             max_recv_wr: init.max_recv_wr,
@@ -1262,13 +1259,15 @@ impl Qp {
         self.qpn
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Core, &UdpSocket, Time) -> Result<R>) -> Result<R> {
+    /// Runs `f` on the core, then gives the queue pair its transmit turn and moves its
+    /// completions: what every verb on a queue pair ends with.
+    fn with<R>(&self, f: impl FnOnce(&mut Core, Time) -> Result<R>) -> Result<R> {
         let mut core = self.shared.lock();
         if !core.qps.contains_key(&self.qpn) {
             return Err(Error::Gone);
         }
         let now = self.shared.now();
-        let r = f(&mut core, &self.shared.sock, now);
+        let r = f(&mut core, now);
         let more = core.transmit(&self.shared.sock, now, self.qpn);
         let any = core.drain_completions(self.qpn);
         drop(core);
@@ -1291,7 +1290,7 @@ impl Qp {
         remote: Option<SocketAddr>,
     ) -> Result<()> {
         let qpn = self.qpn;
-        self.with(|core, _, now| {
+        self.with(|core, now| {
             let local = core.local;
             let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
             if to == QpState::Rtr && e.qp.state() == QpState::Init {
@@ -1357,40 +1356,34 @@ impl Qp {
     /// Posts a send work request (`ibv_post_send`): Send, Write, Write with immediate, Read,
     /// atomics. Refused with [`Error::CqFull`] when the send CQ could overflow.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        let qpn = self.qpn;
-        self.with(|core, _, _| {
-            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
-            let cq_id = e.send_cq;
-            let cq = core.cqs.get(&cq_id).ok_or(Error::Gone)?;
-            // Every WR may complete (errors are always reported), signaled or not.
-            if cq.entries.len() + cq.reserved >= cq.depth {
-                return Err(Error::CqFull(cq_id));
-            }
-            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
-            let signaled = wr.signaled;
-            e.qp.post_send(wr)?;
-            if signaled {
-                if let Some(cq) = core.cqs.get_mut(&cq_id) {
-                    cq.reserved += 1;
-                }
-            }
-            Ok(())
-        })
+        // Every WR may complete (errors are always reported); only signaled ones surely do.
+        let signaled = wr.signaled;
+        self.post(|e| e.send_cq, signaled, |qp| qp.post_send(wr))
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post(|e| e.recv_cq, true, |qp| qp.post_recv(wr))
+    }
+
+    /// Hands a work request to the queue pair (`post`) if the completion queue `cq_of` names
+    /// has room for one more completion, which it reserves when `reserve`.
+    fn post(
+        &self,
+        cq_of: fn(&QpEntry) -> u32,
+        reserve: bool,
+        post: impl FnOnce(&mut QueuePair) -> Result<(), PostError>,
+    ) -> Result<()> {
         let qpn = self.qpn;
-        self.with(|core, _, _| {
+        self.with(|core, _| {
             let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
-            let cq_id = e.recv_cq;
-            let cq = core.cqs.get(&cq_id).ok_or(Error::Gone)?;
+            let cq_id = cq_of(e);
+            let cq = core.cqs.get_mut(&cq_id).ok_or(Error::Gone)?;
             if cq.entries.len() + cq.reserved >= cq.depth {
                 return Err(Error::CqFull(cq_id));
             }
-            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
-            e.qp.post_recv(wr)?;
-            if let Some(cq) = core.cqs.get_mut(&cq_id) {
+            post(&mut e.qp)?;
+            if reserve {
                 cq.reserved += 1;
             }
             Ok(())
