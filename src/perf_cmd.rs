@@ -383,12 +383,13 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             args.tx_depth
         },
     };
-    let outcome = match if p.latency {
+    let measured = if p.latency {
         run.latency()
     } else {
         run.bandwidth()
-    } {
-        Ok(o) => o,
+    };
+    let mut ok = match measured {
+        Ok(ok) => ok,
         Err(e) => {
             if args.link.counters {
                 print_counters(&side);
@@ -396,7 +397,6 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             return Err(e);
         }
     };
-    let mut ok = outcome.ok;
     let crc = if p.verify {
         run.expected_remote_crc()
     } else {
@@ -431,10 +431,6 @@ struct Runner<'a> {
     p: &'a PerfParams,
     theirs: &'a [PerfKey],
     depth: u32,
-}
-
-struct Outcome {
-    ok: bool,
 }
 
 const LINE: &str =
@@ -504,7 +500,8 @@ impl Runner<'_> {
         Ok(true)
     }
 
-    fn bandwidth(&self) -> anyhow::Result<Outcome> {
+    /// Returns whether every checked Read matched.
+    fn bandwidth(&self) -> anyhow::Result<bool> {
         let p = self.p;
         let nq = self.side.qps.len();
         let total = p.iters * nq as u64;
@@ -567,10 +564,11 @@ impl Runner<'_> {
             total as f64 / secs / 1e6
         );
         println!("{LINE}");
-        Ok(Outcome { ok })
+        Ok(ok)
     }
 
-    fn latency(&self) -> anyhow::Result<Outcome> {
+    /// Returns whether every checked Read matched.
+    fn latency(&self) -> anyhow::Result<bool> {
         let p = self.p;
         let mut buf = vec![0u8; p.size as usize];
         let mut want = vec![0u8; p.size as usize];
@@ -609,7 +607,7 @@ impl Runner<'_> {
             at(0.999)
         );
         println!("{LINE}");
-        Ok(Outcome { ok })
+        Ok(ok)
     }
 
     /// What the server's regions must hold after a verified Write or atomic run.

@@ -218,28 +218,24 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
             me.psn,
         )
     };
-    let peer = if args.host.is_some() {
+    let client = args.host.is_some();
+    if client {
         exchange::write_all(&mut tcp, &me.to_wire())?;
-        let peer = PingpongDest::parse(&exchange::read_exact(
-            &mut tcp,
-            PingpongDest::LEN,
-            EXCHANGE_TIMEOUT,
-        )?)?;
-        connect(&peer)?;
+    }
+    let peer = PingpongDest::parse(&exchange::read_exact(
+        &mut tcp,
+        PingpongDest::LEN,
+        EXCHANGE_TIMEOUT,
+    )?)?;
+    // Either way the queue pair is in RTS before the next message: the server's answer, or the
+    // client's `done`.
+    connect(&peer)?;
+    if client {
         exchange::write_all(&mut tcp, b"done\0")?;
-        peer
     } else {
-        let peer = PingpongDest::parse(&exchange::read_exact(
-            &mut tcp,
-            PingpongDest::LEN,
-            EXCHANGE_TIMEOUT,
-        )?)?;
-        // The server is in RTS before it answers.
-        connect(&peer)?;
         exchange::write_all(&mut tcp, &me.to_wire())?;
         let _ = exchange::read_exact(&mut tcp, 5, EXCHANGE_TIMEOUT)?;
-        peer
-    };
+    }
     println!("  remote address: {}", peer.describe());
 
     let send = || {
@@ -254,7 +250,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     };
     let start = Instant::now();
     let mut pending = RECV_WRID;
-    if args.host.is_some() {
+    if client {
         send()?;
         pending |= SEND_WRID;
     }
