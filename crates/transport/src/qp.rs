@@ -714,21 +714,29 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Posts a send work request (`ibv_post_send`). In the error state it completes at once with
-    /// `WrFlushErr`.
-    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        match post_send_rule(self.state) {
-            PostRule::Reject => return Err(PostError::InvalidState(self.state)),
+    /// Applies the state's posting rule to a work request: an error when refused, `false` when
+    /// it was flushed at once (completed with `WrFlushErr`), `true` when it is to be queued.
+    fn admit(&mut self, rule: PostRule, wr_id: u64, opcode: WcOpcode) -> Result<bool, PostError> {
+        match rule {
+            PostRule::Reject => Err(PostError::InvalidState(self.state)),
             PostRule::Flush => {
                 self.completions.push_back(Completion::bare(
-                    wr.wr_id,
-                    wr.op.wc_opcode(),
+                    wr_id,
+                    opcode,
                     WcStatus::WrFlushErr,
                     self.cfg.qpn,
                 ));
-                return Ok(());
+                Ok(false)
             }
-            PostRule::Accept => {}
+            PostRule::Accept => Ok(true),
+        }
+    }
+
+    /// Posts a send work request (`ibv_post_send`). In the error state it completes at once with
+    /// `WrFlushErr`.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if !self.admit(post_send_rule(self.state), wr.wr_id, wr.op.wc_opcode())? {
+            return Ok(());
         }
         if self.sq.len() >= self.cfg.max_send_wr {
             return Err(PostError::QueueFull);
@@ -759,18 +767,8 @@ impl QueuePair {
     /// Posts a receive work request (`ibv_post_recv`). In the error state it completes at once
     /// with `WrFlushErr`.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        match post_recv_rule(self.state) {
-            PostRule::Reject => return Err(PostError::InvalidState(self.state)),
-            PostRule::Flush => {
-                self.completions.push_back(Completion::bare(
-                    wr.wr_id,
-                    WcOpcode::Recv,
-                    WcStatus::WrFlushErr,
-                    self.cfg.qpn,
-                ));
-                return Ok(());
-            }
-            PostRule::Accept => {}
+        if !self.admit(post_recv_rule(self.state), wr.wr_id, WcOpcode::Recv)? {
+            return Ok(());
         }
         if self.rq.len() >= self.cfg.max_recv_wr {
             return Err(PostError::QueueFull);

@@ -220,13 +220,12 @@ impl SendWindow {
                 rec.force = true;
             }
         }
-        self.retries = 0;
-        self.timer_base = (self.in_flight() > 0).then_some(now);
+        self.progress(now);
         Acked { psns: n, rtt }
     }
 
-    /// Progress other than an ACK of this space (Read responses arriving in order): restarts the
-    /// timer and resets the retry count.
+    /// Progress — an ACK of this space, or Read responses arriving in order: restarts the timer
+    /// and resets the retry count.
     pub(crate) fn progress(&mut self, now: Time) {
         self.retries = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
