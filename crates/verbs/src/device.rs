@@ -648,20 +648,8 @@ impl Core {
                 );
                 continue;
             }
-            let imp = self.tx_imp;
-            match imp.fate(&mut self.rng) {
-                Fate::Drop => self.counters.tx_impaired_drops += 1,
-                Fate::Deliver {
-                    copies,
-                    hold,
-                    delay,
-                } => {
-                    let bytes = self.ip_buf[..len].to_vec();
-                    for _ in 0..copies {
-                        deliver(self, sock, now, true, peer, &bytes, hold, delay);
-                    }
-                }
-            }
+            let bytes = self.ip_buf[..len].to_vec();
+            impair(self, sock, now, true, peer, &bytes);
         }
         self.payload = payload;
         if more {
@@ -842,6 +830,26 @@ fn build_received(
     Some(len)
 }
 
+/// Passes a packet through the impairment of its direction (`tx`: an IP packet to send to
+/// `peer`; otherwise a datagram received from `peer`): dropped, or delivered once or twice,
+/// now, held back or delayed.
+fn impair(core: &mut Core, sock: &UdpSocket, now: Time, tx: bool, peer: SocketAddr, bytes: &[u8]) {
+    let imp = if tx { core.tx_imp } else { core.rx_imp };
+    match imp.fate(&mut core.rng) {
+        Fate::Drop if tx => core.counters.tx_impaired_drops += 1,
+        Fate::Drop => core.counters.rx_impaired_drops += 1,
+        Fate::Deliver {
+            copies,
+            hold,
+            delay,
+        } => {
+            for _ in 0..copies {
+                deliver(core, sock, now, tx, peer, bytes, hold, delay);
+            }
+        }
+    }
+}
+
 /// Applies the hold / delay part of an impairment to a packet in direction `tx` (true: an IP
 /// packet to send to `peer`; false: a datagram received from `peer`), or delivers it now.
 #[allow(clippy::too_many_arguments)]
@@ -963,19 +971,7 @@ fn engine(shared: &Shared) {
                 core.receive(sock, now, from, d);
                 continue;
             }
-            let imp = core.rx_imp;
-            match imp.fate(&mut core.rng) {
-                Fate::Drop => core.counters.rx_impaired_drops += 1,
-                Fate::Deliver {
-                    copies,
-                    hold,
-                    delay,
-                } => {
-                    for _ in 0..copies {
-                        deliver(&mut core, sock, now, false, from, d, hold, delay);
-                    }
-                }
-            }
+            impair(&mut core, sock, now, false, from, d);
         }
         // Impaired packets whose time has come.
         let t = Instant::now();
