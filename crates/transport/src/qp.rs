@@ -616,6 +616,20 @@ impl QueuePair {
             .unwrap_or(u32::from(self.attr.retry_cnt))
     }
 
+    /// How often a retry is counted while no progress is made: `None` when every timeout is
+    /// one (the timer is the verbs local ACK timeout, [`RtoPolicy::FromAttr`]); otherwise the
+    /// local ACK timeout of the `timeout` attribute, so that a queue pair whose RTO is shorter
+    /// (IRN's) still gives up after `retry_cnt + 1` local ACK timeouts without progress — what
+    /// the verbs attributes promise (IBTA §9.7.6.1.3) — rather than after `retry_cnt + 1` of
+    /// its own much shorter timeouts, which a busy host's scheduling delays alone can add up
+    /// to. A `timeout` of 0 (infinite) never counts.
+    fn retry_every(&self) -> Option<Dur> {
+        if self.cfg.recovery.rto == RtoPolicy::FromAttr {
+            return None;
+        }
+        Some(ib_timeout(self.attr.timeout).unwrap_or(Dur::MAX))
+    }
+
     fn ooo_capacity(&self) -> u32 {
         self.cfg.recovery.bdp_cap.unwrap_or(self.cfg.ooo_window)
     }
@@ -942,7 +956,7 @@ impl QueuePair {
         {
             self.counters.timeouts += 1;
             self.cc.on_timeout(now);
-            let retries = self.swin.on_timeout(now);
+            let retries = self.swin.on_timeout(now, self.retry_every());
             if retries > self.retry_limit() {
                 // The oldest work request is the one that went unanswered (IBTA §9.7.6.1.3:
                 // the requester reports the retry error on the WQE it was retrying); the rest
@@ -955,7 +969,7 @@ impl QueuePair {
         }
         if self.rsp_win.deadline(&self.rto).is_some_and(|d| d <= now) {
             self.counters.timeouts += 1;
-            let retries = self.rsp_win.on_timeout(now);
+            let retries = self.rsp_win.on_timeout(now, self.retry_every());
             if retries > self.retry_limit() {
                 // The requester stopped acknowledging responses: give the connection up.
                 self.enter_error();

@@ -49,7 +49,10 @@ pub(crate) struct SendWindow {
     recovery: Option<Recovery>,
     /// When the retransmission timer was (re)started; `None` = not running.
     timer_base: Option<Time>,
-    /// Consecutive timeouts without progress.
+    /// When the current stretch without progress began: the timer's start from idle, or the
+    /// last progress. `None` while nothing is in flight.
+    stall_base: Option<Time>,
+    /// Retries counted in the current stretch without progress.
     retries: u32,
     /// When each outstanding PSN was first sent; `Time::MAX` once retransmitted (Karn: no RTT
     /// sample from a retransmitted packet).
@@ -76,6 +79,7 @@ impl SendWindow {
             highest_sack: None,
             recovery: None,
             timer_base: None,
+            stall_base: None,
             retries: 0,
             sent_at: VecDeque::new(),
         }
@@ -125,6 +129,7 @@ impl SendWindow {
         }
         if self.timer_base.is_none() {
             self.timer_base = Some(now);
+            self.stall_base.get_or_insert(now);
         }
     }
 
@@ -184,6 +189,7 @@ impl SendWindow {
         }
         if self.timer_base.is_none() {
             self.timer_base = Some(now);
+            self.stall_base.get_or_insert(now);
         }
     }
 
@@ -229,6 +235,7 @@ impl SendWindow {
     pub(crate) fn progress(&mut self, now: Time) {
         self.retries = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
+        self.stall_base = self.timer_base;
     }
 
     /// `psn` was selectively acknowledged (the PSN that triggered a NACK).
@@ -307,10 +314,22 @@ impl SendWindow {
         self.timer_base = (self.in_flight() > 0).then_some(now);
     }
 
-    /// The retransmission timer expired: counts a retry and restarts the timer. The caller
-    /// starts the retransmission its mode calls for.
-    pub(crate) fn on_timeout(&mut self, now: Time) -> u32 {
-        self.retries += 1;
+    /// The retransmission timer expired: restarts it and returns the retries counted so far
+    /// without progress. The caller starts the retransmission its mode calls for.
+    ///
+    /// With `retry_every` `None`, every expiry is a retry (the timer is the verbs local ACK
+    /// timeout). With `Some(t)` (a retransmission timer shorter than the local ACK timeout
+    /// `t`, as IRN's), the retries are the whole `t`s elapsed without progress, so a queue
+    /// pair gives up after `retry_cnt + 1` local ACK timeouts whatever its RTO.
+    pub(crate) fn on_timeout(&mut self, now: Time, retry_every: Option<crate::time::Dur>) -> u32 {
+        match retry_every {
+            None => self.retries += 1,
+            Some(t) => {
+                let base = *self.stall_base.get_or_insert(now);
+                let stalled = now.since(base).as_picos() / t.as_picos().max(1);
+                self.retries = self.retries.max(u32::try_from(stalled).unwrap_or(u32::MAX));
+            }
+        }
         self.timer_base = Some(now);
         self.retries
     }

@@ -4,7 +4,7 @@
 use irn_transport::pair::{connect, LinkConfig, Pair, PairConfig};
 use irn_transport::{
     Access, ByteMemory, Dur, Memory, QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr,
-    Remote, SendOp, SendWr, Sge, Time, WcStatus,
+    Remote, RtoPolicy, SendOp, SendWr, Sge, Time, WcStatus,
 };
 use irn_wire::{
     AethRepr, AtomicEthRepr, BthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, NakCode, Opcode, Psn,
@@ -708,8 +708,44 @@ fn rnr_retry_exceeded_and_transport_retry_exceeded_complete_with_their_status() 
         loss: 1.0,
         ..LinkConfig::default()
     };
+    // IRN retransmits at its own RTO (100 µs here) but gives up, as the verbs attributes say,
+    // after retry_cnt + 1 local ACK timeouts without progress: 4 × 4.096 µs × 2^10 = 16.8 ms.
     let mut cfg = PairConfig::new(RecoveryConfig::irn(), dead, 5);
     cfg.attr.retry_cnt = 3;
+    cfg.attr.timeout = 10;
+    let mut p = Pair::new(cfg);
+    let (mem, sge, remote, _) = memory(64);
+    p.mem_a = mem;
+    for (id, op, sg) in [
+        (77, SendOp::Write(remote), vec![sge]),
+        (78, SendOp::Send, vec![]),
+    ] {
+        p.a.post_send(SendWr {
+            wr_id: id,
+            op,
+            sg_list: sg,
+            signaled: true,
+            fence: false,
+            solicited: false,
+        })
+        .expect("post");
+    }
+    p.drive_until(T0 + Dur::from_micros(16_700), 100_000);
+    assert!(p.done_a.is_empty(), "gave up before 4 local ACK timeouts");
+    let irn_timeouts = p.a.counters().timeouts;
+    assert!(
+        irn_timeouts > 20,
+        "IRN's RTO kept retransmitting: {irn_timeouts}"
+    );
+    p.drive_until(T0 + Dur::from_millis(30), 100_000);
+    let st: Vec<_> = p.done_a.iter().map(|c| c.status).collect();
+    assert_eq!(st, vec![WcStatus::RetryExcErr, WcStatus::WrFlushErr]);
+
+    // With the local ACK timeout as the RTO (RoCE towards rxe), every timeout is a retry.
+    let mut cfg = PairConfig::new(RecoveryConfig::roce(), dead, 5);
+    cfg.qp.recovery.rto = RtoPolicy::FromAttr;
+    cfg.attr.retry_cnt = 3;
+    cfg.attr.timeout = 10;
     let mut p = Pair::new(cfg);
     let (mem, sge, remote, _) = memory(64);
     p.mem_a = mem;
