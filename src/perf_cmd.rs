@@ -347,6 +347,7 @@ fn print_counters(side: &Side) {
         println!("qp {i} (0x{:06x}) counters: {:?}", qp.qpn(), qp.counters());
     }
     println!("device counters: {:?}", side.dev.counters());
+    println!("receive path: {}", side.dev.receive_path());
 }
 
 fn client(args: PerfArgs) -> anyhow::Result<bool> {

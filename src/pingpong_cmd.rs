@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use irn_verbs::exchange::{self, PingpongDest};
 use irn_verbs::{
-    Access, Device, DeviceConfig, Gid, Impairment, QpAttr, QpInit, QpMode, RecvWr, RemoteQp,
-    SendOp, SendWr, WcStatus, ROCE_PORT,
+    Access, Device, DeviceConfig, Gid, Impairment, QpAttr, QpInit, QpMode, ReceivePath, RecvWr,
+    RemoteQp, SendOp, SendWr, WcStatus, ROCE_PORT,
 };
 
 const RECV_WRID: u64 = 1;
@@ -69,6 +69,11 @@ pub(crate) struct LinkArgs {
     /// Print the queue pairs' and the device's counters at the end.
     #[arg(long)]
     pub(crate) counters: bool,
+    /// Receive path: `raw` (needs CAP_NET_RAW; IPv4; sees whole packets, so every ICRC is
+    /// verified and the capture holds the real bytes), `udp` (unprivileged; IPv4 ICRCs not
+    /// verifiable), or `auto` (raw when permitted).
+    #[arg(long, default_value_t = ReceivePath::Auto)]
+    pub(crate) rx: ReceivePath,
 }
 
 /// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
@@ -143,6 +148,7 @@ pub(crate) fn device_config(
     cfg.tx_impairment = Impairment::loss(link.loss);
     cfg.rx_impairment = Impairment::loss(link.loss);
     cfg.pcap = link.pcap.clone();
+    cfg.receive = link.rx;
     Ok(cfg)
 }
 
@@ -301,6 +307,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     if args.link.counters {
         println!("qp counters: {:?}", qp.counters());
         println!("device counters: {:?}", dev.counters());
+        println!("receive path: {}", dev.receive_path());
     }
     Ok(true)
 }

@@ -10,13 +10,12 @@
 //! received packets, fire expired timers and transmit the answers. Completions go to their CQ,
 //! and a condition variable wakes the threads blocked in [`Cq::wait`].
 //!
-//! # Wire (unprivileged mode)
+//! # Wire
 //!
-//! The socket is an unconnected UDP socket bound to the device's address and port (4791 unless
-//! told otherwise) with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends every datagram with
-//! DF set and IPv4 ID 0 (`ip_select_ident_segs` with no connected peer), so the ICRC computed
-//! here over the IP pseudo-header is the one a standard receiver (Linux rxe, a RoCE NIC)
-//! recomputes. Received ICRCs cannot be checked: a UDP socket hides the sender's IP header.
+//! Packets leave through an unconnected UDP socket whose IPv4 ID is predictable, so their ICRC
+//! is right; they arrive through that socket (unprivileged) or a raw socket (privileged, every
+//! ICRC verified). The `net` module has the details ([`ReceivePath`]). Either way the engine
+//! handles whole IP packets: on the UDP path their headers are rebuilt in front of the payload.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -32,13 +31,13 @@ use irn_transport::{
     QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time, Transmit,
     WcOpcode,
 };
-use irn_wire::{Ecn, IbRepr, IpRepr, Ipv4Repr, Ipv6Repr, RoceRepr, UdpChecksum, UdpRepr, ICRC_LEN};
+use irn_wire::{Ecn, IbRepr, RoceRepr};
 
-use irn_wire::ipv4::PROTO_UDP;
 use irn_wire::udp::HEADER_LEN as UDP_LEN;
 
 use crate::capture::Capture;
 use crate::impair::{Fate, Impairment, Rng};
+use crate::net::{self, ReceivePath, Reject, RxBatch, Sockets};
 use crate::Gid;
 
 /// The UDP port of RoCEv2 (IANA).
@@ -47,7 +46,7 @@ pub const ROCE_PORT: u16 = irn_wire::ROCEV2_PORT;
 /// In-flight bound of a RoCE-mode queue pair, as Linux rxe's.
 const ROCE_MAX_UNACKED_PSNS: u32 = 128;
 
-/// Largest datagram handled: a 4096-byte MTU packet with every header.
+/// Largest IP packet handled: a 4096-byte MTU packet with every header.
 const MAX_DATAGRAM: usize = 4096 + 128;
 /// Packets received per lock of the core.
 const RX_BURST: usize = 64;
@@ -78,10 +77,15 @@ pub struct DeviceConfig {
     pub pcap: Option<PathBuf>,
     /// Socket buffer sizes in bytes (0 = the system default).
     pub socket_buffer: usize,
+    /// How packets are received: through the UDP socket, or a raw socket that sees (and so
+    /// verifies the ICRC of) every packet whole. [`ReceivePath::Auto`] takes the raw path
+    /// when the process may.
+    pub receive: ReceivePath,
 }
 
 impl DeviceConfig {
-    /// Defaults on `addr`: port 4791, no impairment, no capture, 4 MB socket buffers.
+    /// Defaults on `addr`: port 4791, no impairment, no capture, 4 MB socket buffers, the
+    /// raw receive path if permitted.
     pub fn new(addr: IpAddr) -> DeviceConfig {
         DeviceConfig {
             addr,
@@ -91,6 +95,7 @@ impl DeviceConfig {
             seed: 1,
             pcap: None,
             socket_buffer: 4 << 20,
+            receive: ReceivePath::Auto,
         }
     }
 }
@@ -242,6 +247,9 @@ pub struct DeviceCounters {
     pub rx_bytes: u64,
     /// Received datagrams that do not parse as an InfiniBand packet (dropped).
     pub rx_malformed: u64,
+    /// Received packets whose ICRC is wrong (dropped, as rxe drops them). Counted only where
+    /// received ICRCs can be verified: on the raw path, and for IPv6.
+    pub rx_icrc_errors: u64,
     /// Received packets for a queue pair this device does not have (dropped, as rxe does).
     pub rx_unknown_qp: u64,
     /// Received packets whose source is not the queue pair's peer (dropped, as rxe does).
@@ -284,8 +292,9 @@ struct PdState {
 /// A packet held back by an impairment.
 struct Held {
     at: Instant,
-    tx: bool,
-    peer: SocketAddr,
+    /// `Some(peer)`: a packet to send to `peer`; `None`: a received one.
+    to: Option<SocketAddr>,
+    /// The IP packet.
     bytes: Vec<u8>,
 }
 
@@ -307,6 +316,8 @@ pub(crate) struct Core {
     tx_pending: std::collections::BTreeSet<u32>,
     counters: DeviceCounters,
     capture: Option<Capture>,
+    /// Received packets carry all their ICRC covers (see [`ReceivePath`]).
+    verify_icrc: bool,
     ip_buf: Vec<u8>,
     payload: Vec<u8>,
 }
@@ -314,7 +325,7 @@ pub(crate) struct Core {
 pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     pub(crate) cq_ready: Condvar,
-    sock: UdpSocket,
+    socks: Sockets,
     /// An eventfd the engine polls with the socket: application threads write it when a
     /// queue pair has more to send than its turn allowed.
     wake: rustix::fd::OwnedFd,
@@ -325,7 +336,7 @@ pub(crate) struct Shared {
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
-            .field("sock", &self.sock)
+            .field("socks", &self.socks)
             .finish_non_exhaustive()
     }
 }
@@ -386,25 +397,8 @@ impl Device {
         if !cfg.tx_impairment.is_valid() || !cfg.rx_impairment.is_valid() {
             return Err(Error::Config("impairment probabilities must be in 0–1"));
         }
-        let sock = UdpSocket::bind(SocketAddr::new(cfg.addr, cfg.port))?;
-        sock.set_nonblocking(true)?;
-        use rustix::net::sockopt;
-        match cfg.addr {
-            IpAddr::V4(_) => {
-                sockopt::set_ip_mtu_discover(&sock, sockopt::Ipv4PathMtuDiscovery::DO)
-                    .map_err(io::Error::from)?;
-            }
-            IpAddr::V6(_) => {
-                sockopt::set_ipv6_mtu_discover(&sock, sockopt::Ipv6PathMtuDiscovery::DO)
-                    .map_err(io::Error::from)?;
-            }
-        }
-        if cfg.socket_buffer > 0 {
-            // Best effort: the kernel caps these at net.core.{r,w}mem_max.
-            let _ = sockopt::set_socket_recv_buffer_size(&sock, cfg.socket_buffer);
-            let _ = sockopt::set_socket_send_buffer_size(&sock, cfg.socket_buffer);
-        }
-        let local = sock.local_addr()?;
+        let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
+        let local = socks.local();
         let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
         let core = Core {
             local,
@@ -420,13 +414,14 @@ impl Device {
             tx_pending: std::collections::BTreeSet::new(),
             counters: DeviceCounters::default(),
             capture,
+            verify_icrc: socks.verifies_icrc(),
             ip_buf: vec![0; MAX_DATAGRAM + 64],
             payload: Vec::with_capacity(MAX_DATAGRAM),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             cq_ready: Condvar::new(),
-            sock,
+            socks,
             wake: rustix::event::eventfd(
                 0,
                 rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
@@ -448,6 +443,11 @@ impl Device {
     /// The bound address and port.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.lock().local
+    }
+
+    /// The receive path in use ([`ReceivePath::Udp`] or [`ReceivePath::Raw`]).
+    pub fn receive_path(&self) -> ReceivePath {
+        self.shared.socks.path()
     }
 
     /// This device's GID (IPv4-mapped for an IPv4 device), what peers put in their RTR.
@@ -649,7 +649,7 @@ impl Core {
                 continue;
             }
             let bytes = self.ip_buf[..len].to_vec();
-            impair(self, sock, now, true, peer, &bytes);
+            impair(self, sock, now, Some(peer), &bytes);
         }
         self.payload = payload;
         if more {
@@ -660,24 +660,27 @@ impl Core {
         more
     }
 
-    /// Handles one received datagram (UDP payload: BTH to ICRC) from `from`.
-    fn receive(&mut self, sock: &UdpSocket, now: Time, from: SocketAddr, datagram: &[u8]) {
+    /// Handles one received IP packet.
+    fn receive(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) {
         self.counters.rx_packets += 1;
-        self.counters.rx_bytes += datagram.len() as u64;
-        if self.capture.is_some() {
-            // Everything received, malformed or not, with the IP and UDP headers rebuilt as the
-            // sender most likely sent them.
-            if let Some(len) = build_received(&mut self.ip_buf, from, self.local, datagram) {
-                if let Some(c) = self.capture.as_mut() {
-                    c.write(&self.ip_buf[..len]);
-                }
-            }
+        if let Some(c) = self.capture.as_mut() {
+            // Everything received, malformed or not.
+            c.write(packet);
         }
-        let Some(body) = datagram.len().checked_sub(ICRC_LEN).map(|n| &datagram[..n]) else {
-            self.counters.rx_malformed += 1;
-            return;
+        let rx = match net::split(packet, self.verify_icrc) {
+            Ok(rx) => rx,
+            Err(Reject::Malformed) => {
+                self.counters.rx_malformed += 1;
+                return;
+            }
+            Err(Reject::Icrc) => {
+                self.counters.rx_icrc_errors += 1;
+                return;
+            }
         };
-        let Ok((ib, payload)) = IbRepr::parse(body) else {
+        self.counters.rx_bytes += rx.datagram_len as u64;
+        let from = rx.from;
+        let Ok((ib, payload)) = IbRepr::parse(rx.ib) else {
             self.counters.rx_malformed += 1;
             return;
         };
@@ -758,42 +761,6 @@ fn send_now(
     }
 }
 
-/// The IP and UDP headers of a datagram from `src` to `dst` as Linux sends it from an
-/// unconnected UDP socket with `IP_PMTUDISC_DO`: IPv4 ID 0 and DF (hence a predictable ICRC),
-/// TTL / hop limit 64, no ECN marking, no UDP checksum. Lengths are set on emission.
-fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRepr)> {
-    let ip = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
-            src,
-            dst,
-            protocol: PROTO_UDP,
-            dscp: 0,
-            ecn: Ecn::NotEct,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
-        }),
-        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6(Ipv6Repr {
-            src,
-            dst,
-            next_header: PROTO_UDP,
-            dscp: 0,
-            ecn: Ecn::NotEct,
-            flow_label: 0,
-            hop_limit: 64,
-            payload_len: 0,
-        }),
-        _ => return None,
-    };
-    let udp = UdpRepr {
-        src_port: src.port(),
-        dst_port: dst.port(),
-        checksum: UdpChecksum::None,
-    };
-    Some((ip, udp))
-}
-
 /// Builds the IP packet of `t` from `local` to `peer` in `buf`, with the ICRC a standard
 /// receiver computes; returns (IP + UDP header length, total length).
 fn build(
@@ -803,40 +770,24 @@ fn build(
     t: &Transmit,
     payload: &[u8],
 ) -> Option<(usize, usize)> {
-    let (ip, udp) = headers(local, peer)?;
+    let (ip, udp) = net::headers(local, peer)?;
     let repr = RoceRepr { ip, udp, ib: t.ib };
     let len = repr.buffer_len();
     repr.emit(buf.get_mut(..len)?, payload).ok()?;
     Some((ip.header_len() + UDP_LEN, len))
 }
 
-/// The IP packet a received `datagram` (BTH to ICRC) most likely was, in `buf`, for the
-/// capture; returns its length.
-fn build_received(
-    buf: &mut [u8],
-    from: SocketAddr,
-    local: SocketAddr,
-    datagram: &[u8],
-) -> Option<usize> {
-    let (mut ip, udp) = headers(from, local)?;
-    ip.set_payload_len(UDP_LEN + datagram.len());
-    let hdr = ip.header_len() + UDP_LEN;
-    let len = hdr + datagram.len();
-    let buf = buf.get_mut(..len)?;
-    let n = ip.emit(buf).ok()?;
-    buf[hdr..].copy_from_slice(datagram);
-    udp.emit(&mut buf[n..], datagram.len(), ip.src(), ip.dst())
-        .ok()?;
-    Some(len)
-}
-
-/// Passes a packet through the impairment of its direction (`tx`: an IP packet to send to
-/// `peer`; otherwise a datagram received from `peer`): dropped, or delivered once or twice,
-/// now, held back or delayed.
-fn impair(core: &mut Core, sock: &UdpSocket, now: Time, tx: bool, peer: SocketAddr, bytes: &[u8]) {
-    let imp = if tx { core.tx_imp } else { core.rx_imp };
+/// Passes an IP packet through the impairment of its direction (`to`: `Some(peer)` for a
+/// packet to send, `None` for a received one): dropped, or delivered once or twice, now, held
+/// back or delayed.
+fn impair(core: &mut Core, sock: &UdpSocket, now: Time, to: Option<SocketAddr>, bytes: &[u8]) {
+    let imp = if to.is_some() {
+        core.tx_imp
+    } else {
+        core.rx_imp
+    };
     match imp.fate(&mut core.rng) {
-        Fate::Drop if tx => core.counters.tx_impaired_drops += 1,
+        Fate::Drop if to.is_some() => core.counters.tx_impaired_drops += 1,
         Fate::Drop => core.counters.rx_impaired_drops += 1,
         Fate::Deliver {
             copies,
@@ -844,77 +795,77 @@ fn impair(core: &mut Core, sock: &UdpSocket, now: Time, tx: bool, peer: SocketAd
             delay,
         } => {
             for _ in 0..copies {
-                deliver(core, sock, now, tx, peer, bytes, hold, delay);
+                deliver(core, sock, now, to, bytes, hold, delay);
             }
         }
     }
 }
 
-/// Applies the hold / delay part of an impairment to a packet in direction `tx` (true: an IP
-/// packet to send to `peer`; false: a datagram received from `peer`), or delivers it now.
-#[allow(clippy::too_many_arguments)]
+/// Applies the hold / delay part of an impairment to a packet (`to` as in [`impair`]), or
+/// delivers it now.
 fn deliver(
     core: &mut Core,
     sock: &UdpSocket,
     now: Time,
-    tx: bool,
-    peer: SocketAddr,
+    to: Option<SocketAddr>,
     bytes: &[u8],
     hold: bool,
     delay: bool,
 ) {
-    let imp = if tx { core.tx_imp } else { core.rx_imp };
+    let imp = if to.is_some() {
+        core.tx_imp
+    } else {
+        core.rx_imp
+    };
     if hold || delay {
         core.counters.impaired_other += 1;
     }
     if delay {
         core.delayed.push(Held {
             at: Instant::now() + Duration::from_micros(imp.delay_us),
-            tx,
-            peer,
+            to,
             bytes: bytes.to_vec(),
         });
         return;
     }
-    let slot = usize::from(!tx);
+    let slot = usize::from(to.is_none());
     if hold && core.reorder[slot].is_none() {
         core.reorder[slot] = Some(Held {
             // Released after the next packet, or by the engine a millisecond later.
             at: Instant::now() + Duration::from_millis(1),
-            tx,
-            peer,
+            to,
             bytes: bytes.to_vec(),
         });
         return;
     }
-    release(core, sock, now, tx, peer, bytes);
+    release(core, sock, now, to, bytes);
     if let Some(h) = core.reorder[slot].take() {
-        release(core, sock, now, h.tx, h.peer, &h.bytes);
+        release(core, sock, now, h.to, &h.bytes);
     }
 }
 
-/// Delivers a packet: sends it (`tx`: an IP packet) or processes it (a received datagram).
-fn release(core: &mut Core, sock: &UdpSocket, now: Time, tx: bool, peer: SocketAddr, bytes: &[u8]) {
-    if tx {
-        let hdr = ip_header_len(bytes);
-        send_now(
-            sock,
-            &mut core.counters,
-            &mut core.capture,
-            peer,
-            bytes,
-            hdr,
-        );
-    } else {
-        core.receive(sock, now, peer, bytes);
+/// Delivers an IP packet: sends it to `to`, or (`None`) processes it as received.
+fn release(core: &mut Core, sock: &UdpSocket, now: Time, to: Option<SocketAddr>, bytes: &[u8]) {
+    match to {
+        Some(peer) => {
+            let hdr = ip_header_len(bytes);
+            send_now(
+                sock,
+                &mut core.counters,
+                &mut core.capture,
+                peer,
+                bytes,
+                hdr,
+            );
+        }
+        None => core.receive(sock, now, bytes),
     }
 }
 
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 fn engine(shared: &Shared) {
     // Receive buffers reused burst after burst: no allocation per datagram.
-    let mut bufs: Vec<Vec<u8>> = (0..RX_BURST).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
-    let mut burst: Vec<(SocketAddr, usize)> = Vec::with_capacity(RX_BURST);
+    let mut batch = RxBatch::new(RX_BURST, MAX_DATAGRAM);
     let mut next_deadline: Option<Time> = None;
     while !shared.closed() {
         // Sleep until a packet comes or the next timer is due.
@@ -943,35 +894,35 @@ fn engine(shared: &Shared) {
                 tv_sec: sleep.as_secs() as i64,
                 tv_nsec: i64::from(sleep.subsec_nanos()),
             };
+            let rx_fd = shared.socks.rx_fd();
             let mut fds = [
-                PollFd::new(&shared.sock, PollFlags::IN),
+                PollFd::new(&rx_fd, PollFlags::IN),
                 PollFd::new(&shared.wake, PollFlags::IN),
             ];
             let _ = rustix::event::poll(&mut fds, Some(&ts));
             let mut drain = [0u8; 8];
             let _ = rustix::io::read(&shared.wake, &mut drain);
         }
-        // A burst of datagrams, read without the lock.
-        burst.clear();
-        while burst.len() < RX_BURST {
-            match shared.sock.recv_from(&mut bufs[burst.len()]) {
-                Ok((n, from)) => burst.push((from, n)),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
+        // A burst of packets (one system call), read without the lock.
+        batch.recv(&shared.socks);
         let mut core = shared.lock();
         let now = shared.now();
-        let sock = &shared.sock;
+        let sock = &shared.socks.udp;
         let mut woke = false;
-        for (&(from, n), buf) in burst.iter().zip(&bufs) {
-            let d = &buf[..n];
+        for rx in &batch.got {
             woke = true;
-            if !core.rx_imp.is_active() {
-                core.receive(sock, now, from, d);
+            if rx.truncated {
+                // Larger than any packet this device sends or accepts.
+                core.counters.rx_packets += 1;
+                core.counters.rx_malformed += 1;
                 continue;
             }
-            impair(&mut core, sock, now, false, from, d);
+            let packet = batch.packet(rx);
+            if !core.rx_imp.is_active() {
+                core.receive(sock, now, packet);
+                continue;
+            }
+            impair(&mut core, sock, now, None, packet);
         }
         // Impaired packets whose time has come.
         let t = Instant::now();
@@ -990,7 +941,7 @@ fn engine(shared: &Shared) {
             }
         }
         for h in due {
-            release(&mut core, sock, now, h.tx, h.peer, &h.bytes);
+            release(&mut core, sock, now, h.to, &h.bytes);
             woke = true;
         }
         let (fired, next) = core.timers(sock, now);
@@ -1264,7 +1215,7 @@ impl Qp {
         }
         let now = self.shared.now();
         let r = f(&mut core, now);
-        let more = core.transmit(&self.shared.sock, now, self.qpn);
+        let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
         let any = core.drain_completions(self.qpn);
         drop(core);
         if more {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use irn_verbs::{
-    Access, Error, QpAttr, QpInit, QpMode, QpState, RecvWr, SendOp, WcOpcode, WcStatus,
+    Access, Error, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp, WcOpcode, WcStatus,
 };
 
 const MODES: [QpMode; 2] = [QpMode::Roce, QpMode::Irn];
@@ -389,24 +389,21 @@ fn posting_errors_are_typed() {
     ));
 }
 
-#[test]
-fn malformed_datagrams_are_counted_and_dropped() {
-    let p = pair(QpMode::Irn, 0.0, &QpAttr::default());
-    let junk = UdpSocket::bind("127.0.0.1:0").expect("bind");
+/// Sends junk to `p.b` from an ordinary UDP socket on `from`: an empty datagram, one shorter
+/// than a BTH, 40 bytes of 0xff, an RDMA Write First whose RETH is cut short, and a
+/// well-formed packet (ICRC zero) for a queue pair that does not exist. Then checks that the
+/// pair still works and that `p.b` counted (malformed, ICRC errors, unknown QP) as `expect`.
+fn junk_is_counted_and_dropped(p: &Pair, from: &str, expect: (u64, u64, u64)) {
+    let junk = UdpSocket::bind(from).expect("bind");
     let to = p.b.dev.local_addr();
-    // Empty, shorter than a BTH, an RDMA Write First whose RETH is cut short; an unknown opcode
-    // parses (opcodes are data) and counts as a packet for an unknown queue pair.
     let cut = [
         0x06, 0, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0, 0, 0, 0, 1, 2, 9, 9, 9, 9,
     ];
-    for d in [&b""[..], &[0u8; 3], &[0xff; 40], &cut] {
-        junk.send_to(d, to).expect("send");
-    }
-    // A well-formed packet for a queue pair that does not exist.
     let mut unknown = vec![0x04, 0, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0, 0, 0, 0];
     unknown.extend_from_slice(&[0; 4]);
-    junk.send_to(&unknown, to).expect("send");
-    // The pair still works.
+    for d in [&b""[..], &[0u8; 3], &[0xff; 40], &cut, &unknown] {
+        junk.send_to(d, to).expect("send");
+    }
     let src = p.a.pd.reg_mr(64, all()).expect("mr");
     let dst = p.b.pd.reg_mr(64, all()).expect("mr");
     p.a.qp
@@ -420,12 +417,67 @@ fn malformed_datagrams_are_counted_and_dropped() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let c = p.b.dev.counters();
-        if c.rx_malformed == 3 && c.rx_unknown_qp == 2 {
+        if (c.rx_malformed, c.rx_icrc_errors, c.rx_unknown_qp) == expect {
             break;
         }
-        assert!(Instant::now() < deadline, "{c:?}");
+        assert!(Instant::now() < deadline, "{c:?}, expected {expect:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+#[test]
+fn malformed_datagrams_are_counted_and_dropped() {
+    // IPv4 on the UDP path: ICRCs are not verifiable, so the 40 × 0xff and the cut Write parse
+    // far enough to count as malformed (the first) and for an unknown queue pair (0xffffff,
+    // the second has 0x123456 as the other), like the well-formed one.
+    let p = pair_on("127.0.0.1", ReceivePath::Udp, QpMode::Irn);
+    assert_eq!(p.b.dev.receive_path(), ReceivePath::Udp);
+    junk_is_counted_and_dropped(&p, "127.0.0.1:0", (3, 0, 2));
+}
+
+#[test]
+fn the_raw_path_verifies_every_icrc() {
+    if !raw_permitted() {
+        eprintln!("SKIP: opening a raw socket is not permitted (needs CAP_NET_RAW)");
+        return;
+    }
+    let p = pair_on("127.0.0.1", ReceivePath::Raw, QpMode::Roce);
+    assert_eq!(p.b.dev.receive_path(), ReceivePath::Raw);
+    // Every datagram long enough to carry an ICRC carries a wrong one; the empty and 3-byte
+    // ones are malformed. The pair's own traffic (correct ICRCs) goes through.
+    junk_is_counted_and_dropped(&p, "127.0.0.1:0", (2, 3, 0));
+    // A bulk transfer: every packet verified, none rejected.
+    let data = p.a.pd.reg_mr(1 << 20, all()).expect("mr");
+    let sink = p.b.pd.reg_mr(1 << 20, all()).expect("mr");
+    let mut bytes = vec![0u8; 1 << 20];
+    pattern(7, &mut bytes);
+    data.write(0, &bytes).expect("fill");
+    p.a.qp
+        .post_send(wr(
+            2,
+            SendOp::Write(remote_of(&sink, 0)),
+            vec![data.sge(0, 1 << 20)],
+        ))
+        .expect("post");
+    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    let mut got = vec![0u8; 1 << 20];
+    sink.read(0, &mut got).expect("read");
+    assert!(got == bytes, "the data arrived intact");
+    assert_eq!(p.b.dev.counters().rx_icrc_errors, 3);
+    assert_eq!(p.a.dev.counters().rx_icrc_errors, 0);
+}
+
+#[test]
+fn ipv6_verifies_icrcs_on_the_udp_path() {
+    // IPv6 has no identification field: every unmasked field the ICRC covers is known from
+    // the UDP socket, so even the unprivileged path verifies.
+    let Ok(probe) = UdpSocket::bind("[::1]:0") else {
+        eprintln!("SKIP: no IPv6 loopback");
+        return;
+    };
+    drop(probe);
+    let p = pair_on("::1", ReceivePath::Udp, QpMode::Irn);
+    junk_is_counted_and_dropped(&p, "[::1]:0", (2, 3, 0));
 }
 
 #[test]

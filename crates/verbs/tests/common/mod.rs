@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use irn_verbs::{
-    Access, Cq, Device, DeviceConfig, Impairment, Mr, Pd, Qp, QpAttr, QpInit, QpMode, Remote,
-    RemoteQp, SendOp, SendWr, Sge, Wc,
+    Access, Cq, Device, DeviceConfig, Impairment, Mr, Pd, Qp, QpAttr, QpInit, QpMode, ReceivePath,
+    Remote, RemoteQp, SendOp, SendWr, Sge, Wc,
 };
 
 pub struct Side {
@@ -20,13 +20,25 @@ pub struct Pair {
     pub b: Side,
 }
 
+/// A device on 127.0.0.1, any port, with the default receive path (raw when run as root).
 pub fn device(loss: f64, seed: u64) -> Device {
-    let mut cfg = DeviceConfig::new("127.0.0.1".parse().expect("address"));
+    device_on("127.0.0.1", ReceivePath::Auto, loss, seed).expect("open a device on 127.0.0.1")
+}
+
+/// A device on `addr`, any port, receiving through `path`; `loss` impairs what it sends.
+pub fn device_on(addr: &str, path: ReceivePath, loss: f64, seed: u64) -> irn_verbs::Result<Device> {
+    let mut cfg = DeviceConfig::new(addr.parse().expect("address"));
     cfg.port = 0;
     cfg.seed = seed;
+    cfg.receive = path;
     // Each packet is impaired once, on its way out.
     cfg.tx_impairment = Impairment::loss(loss);
-    Device::open(cfg).expect("open a device on 127.0.0.1")
+    Device::open(cfg)
+}
+
+/// Whether this process may open raw sockets (the raw receive path).
+pub fn raw_permitted() -> bool {
+    device_on("127.0.0.1", ReceivePath::Raw, 0.0, 1).is_ok()
 }
 
 pub fn side(dev: Device, mode: QpMode, cq_depth: usize) -> Side {
@@ -58,8 +70,24 @@ pub fn remote(s: &Side, psn: u32) -> RemoteQp {
 
 /// Two connected queue pairs; `loss` impairs both directions on both sides.
 pub fn pair(mode: QpMode, loss: f64, attr: &QpAttr) -> Pair {
-    let a = side(device(loss, 11), mode, 8192);
-    let b = side(device(loss, 22), mode, 8192);
+    connect(
+        side(device(loss, 11), mode, 8192),
+        side(device(loss, 22), mode, 8192),
+        attr,
+    )
+}
+
+/// Two connected queue pairs on `addr` receiving through `path`, no impairment.
+pub fn pair_on(addr: &str, path: ReceivePath, mode: QpMode) -> Pair {
+    let open = |seed| device_on(addr, path, 0.0, seed).expect("open a device");
+    connect(
+        side(open(11), mode, 8192),
+        side(open(22), mode, 8192),
+        &QpAttr::default(),
+    )
+}
+
+fn connect(a: Side, b: Side, attr: &QpAttr) -> Pair {
     a.qp.connect(attr, &remote(&b, 0xb0b), 0xa11)
         .expect("connect a");
     b.qp.connect(attr, &remote(&a, 0xa11), 0xb0b)

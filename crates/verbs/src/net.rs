@@ -1,0 +1,698 @@
+//! The device's sockets: how packets leave and how they arrive.
+//!
+//! # Sending
+//!
+//! Always through one unconnected UDP socket bound to the device's address and port, with
+//! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends every datagram with DF set and IPv4
+//! ID 0 (`ip_select_ident_segs` with no connected peer), so the ICRC computed over the
+//! IP pseudo-header (IBA Annex A17.3.3) is the one a standard receiver (Linux rxe, a RoCE NIC)
+//! recomputes. See `../shared/interop/README.md` for how this was established against rxe.
+//!
+//! # Receiving: two paths ([`ReceivePath`])
+//!
+//! - **UDP** (unprivileged): the UDP socket itself. The kernel hands over the UDP payload and
+//!   the sender's address; the IP and UDP headers are rebuilt in front of the payload (so the
+//!   rest of the device, and the capture, always see whole IP packets). For IPv6 every field
+//!   the ICRC covers unmasked (version, payload length, next header, addresses) is known, so
+//!   the ICRC is verified; for IPv4 it is not: the sender's IP identification is covered by
+//!   the ICRC and a UDP socket hides it.
+//! - **Raw** (privileged, IPv4): a raw `IPPROTO_UDP` socket bound to the device's address
+//!   receives every datagram with its real IP header, so every ICRC is verified and the
+//!   capture holds the bytes that were on the wire. A classic-BPF filter on the raw socket
+//!   keeps only unfragmented datagrams to the device's port, and a drop-everything filter on
+//!   the UDP socket keeps the kernel from queueing a second copy there. Needs `CAP_NET_RAW`;
+//!   the receive buffer is then sized with `SO_RCVBUFFORCE`, past `net.core.rmem_max`.
+//!
+//! Both paths receive in batches with `recvmmsg(2)`.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, UdpSocket};
+
+use irn_wire::ipv4::{Ipv4Packet, PROTO_UDP};
+use irn_wire::ipv6::Ipv6Packet;
+use irn_wire::udp::{UdpPacket, HEADER_LEN as UDP_LEN};
+use irn_wire::{Ecn, IpRepr, Ipv4Repr, Ipv6Repr, UdpChecksum, UdpRepr, ICRC_LEN};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// How a device receives packets (see the [module documentation](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReceivePath {
+    /// Raw when the process may open a raw socket and the address is IPv4; UDP otherwise.
+    #[default]
+    Auto,
+    /// The UDP socket (unprivileged). Received ICRCs are verified for IPv6 only.
+    Udp,
+    /// A raw IPv4 socket (needs `CAP_NET_RAW`): real headers, every ICRC verified.
+    Raw,
+}
+
+impl ReceivePath {
+    /// The name the tools use for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReceivePath::Auto => "auto",
+            ReceivePath::Udp => "udp",
+            ReceivePath::Raw => "raw",
+        }
+    }
+}
+
+impl std::str::FromStr for ReceivePath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ReceivePath, String> {
+        match s {
+            "auto" => Ok(ReceivePath::Auto),
+            "udp" => Ok(ReceivePath::Udp),
+            "raw" => Ok(ReceivePath::Raw),
+            _ => Err(format!("receive path must be auto, udp or raw, not {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for ReceivePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Room in front of a received UDP payload for the IP (IPv6: 40 bytes) and UDP headers.
+const HEADROOM: usize = 48;
+
+/// The sockets of a device.
+#[derive(Debug)]
+pub(crate) struct Sockets {
+    /// Sends everything; receives on the UDP path.
+    pub(crate) udp: UdpSocket,
+    /// Receives on the raw path.
+    raw: Option<OwnedFd>,
+    local: SocketAddr,
+}
+
+impl Sockets {
+    /// Binds the UDP socket to `addr:port` (and, for the raw path, the raw socket to `addr`),
+    /// with receive and send buffers of `buffer` bytes (0: the system's default).
+    pub(crate) fn open(
+        addr: IpAddr,
+        port: u16,
+        path: ReceivePath,
+        buffer: usize,
+    ) -> io::Result<Sockets> {
+        use rustix::net::sockopt;
+        let udp = UdpSocket::bind(SocketAddr::new(addr, port))?;
+        udp.set_nonblocking(true)?;
+        match addr {
+            IpAddr::V4(_) => {
+                sockopt::set_ip_mtu_discover(&udp, sockopt::Ipv4PathMtuDiscovery::DO)?;
+                // Checksum 0, as rxe sends: what goes on the wire is then exactly what the
+                // device built (and captured). IPv6 requires the checksum.
+                let _ = sys::set_no_check(udp.as_fd());
+            }
+            IpAddr::V6(_) => {
+                sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?
+            }
+        }
+        let local = udp.local_addr()?;
+        let raw = match (path, local) {
+            (ReceivePath::Udp, _) => None,
+            (ReceivePath::Raw, SocketAddr::V6(_)) => return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the raw receive path is IPv4 only (an IPv6 device verifies ICRCs on the UDP path)",
+            )),
+            (ReceivePath::Auto, SocketAddr::V6(_)) => None,
+            (ReceivePath::Raw, SocketAddr::V4(v4)) => Some(open_raw(v4)?),
+            (ReceivePath::Auto, SocketAddr::V4(v4)) => match open_raw(v4) {
+                Ok(fd) => Some(fd),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => None,
+                Err(e) => return Err(e),
+            },
+        };
+        if buffer > 0 {
+            // Best effort. Privileged processes get the size asked for; others are capped at
+            // net.core.{r,w}mem_max.
+            let rx: BorrowedFd<'_> = match &raw {
+                Some(fd) => fd.as_fd(),
+                None => udp.as_fd(),
+            };
+            if sys::set_rcvbuf_force(rx, buffer).is_err() {
+                let _ = sockopt::set_socket_recv_buffer_size(rx, buffer);
+            }
+            let _ = sockopt::set_socket_send_buffer_size(&udp, buffer);
+        }
+        if let Some(fd) = &raw {
+            // The raw socket gets every datagram now: none may pile up on the UDP socket.
+            sys::attach_filter(udp.as_fd(), &DROP_ALL)?;
+            // Datagrams queued before the raw socket's filter was attached are not filtered.
+            let mut scratch = [0u8; 64];
+            while rustix::net::recv(fd, &mut scratch, rustix::net::RecvFlags::DONTWAIT).is_ok() {}
+        }
+        Ok(Sockets { udp, raw, local })
+    }
+
+    /// The path in use ([`ReceivePath::Udp`] or [`ReceivePath::Raw`]).
+    pub(crate) fn path(&self) -> ReceivePath {
+        if self.raw.is_some() {
+            ReceivePath::Raw
+        } else {
+            ReceivePath::Udp
+        }
+    }
+
+    /// Whether received packets carry everything their ICRC covers.
+    pub(crate) fn verifies_icrc(&self) -> bool {
+        self.raw.is_some() || self.local.is_ipv6()
+    }
+
+    /// The bound address and port.
+    pub(crate) fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The descriptor to poll for received packets.
+    pub(crate) fn rx_fd(&self) -> BorrowedFd<'_> {
+        match &self.raw {
+            Some(fd) => fd.as_fd(),
+            None => self.udp.as_fd(),
+        }
+    }
+}
+
+/// Opens the raw IPv4 socket of the raw path, bound to `local`'s address and filtered to its
+/// port.
+fn open_raw(local: SocketAddrV4) -> io::Result<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::RAW,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        Some(rustix::net::ipproto::UDP),
+    )?;
+    rustix::net::bind(&fd, &SocketAddrV4::new(*local.ip(), 0))?;
+    sys::attach_filter(fd.as_fd(), &port_filter(local.port()))?;
+    Ok(fd)
+}
+
+/// A classic-BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Insn {
+    code: u16,
+    jt: u8,
+    jf: u8,
+    k: u32,
+}
+
+const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+// Classic-BPF opcodes (linux/filter.h), named for what they do here.
+const LD_H_ABS: u16 = 0x28; // A = 16-bit word at k
+const LD_H_IND: u16 = 0x48; // A = 16-bit word at X + k
+const LDX_B_MSH: u16 = 0xb1; // X = 4 * (byte at k & 0xf): the IPv4 header length
+const JSET_K: u16 = 0x45; // if A & k
+const JEQ_K: u16 = 0x15; // if A == k
+const RET_K: u16 = 0x06; // accept k bytes (0: drop)
+
+/// Drops every packet.
+const DROP_ALL: [Insn; 1] = [insn(RET_K, 0, 0, 0)];
+
+/// Over an IPv4 packet (a raw socket's filter sees it from the IP header on): accepts whole,
+/// unfragmented datagrams to UDP port `port`, drops everything else.
+fn port_filter(port: u16) -> [Insn; 7] {
+    [
+        insn(LD_H_ABS, 0, 0, 6),        // flags and fragment offset
+        insn(JSET_K, 4, 0, 0x3fff),     // MF or an offset: a fragment, drop
+        insn(LDX_B_MSH, 0, 0, 0),       // X = IP header length
+        insn(LD_H_IND, 0, 0, 2),        // UDP destination port
+        insn(JEQ_K, 0, 1, port.into()), // ours?
+        insn(RET_K, 0, 0, 0x0004_0000), // accept, whole
+        insn(RET_K, 0, 0, 0),           // drop
+    ]
+}
+
+/// One received packet in a [`RxBatch`] buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rx {
+    /// Index of the buffer.
+    pub(crate) buf: usize,
+    /// Where the IP packet starts in it.
+    pub(crate) start: usize,
+    /// Its length.
+    pub(crate) len: usize,
+    /// It did not fit the buffer (not a RoCEv2 packet this device could have sent).
+    pub(crate) truncated: bool,
+}
+
+/// Receive buffers reused burst after burst, and what the last burst put in them.
+pub(crate) struct RxBatch {
+    bufs: Vec<Vec<u8>>,
+    pub(crate) got: Vec<Rx>,
+    sys: sys::MmsgState,
+}
+
+impl RxBatch {
+    /// `n` buffers of `size` bytes (the largest IP packet to accept).
+    pub(crate) fn new(n: usize, size: usize) -> RxBatch {
+        RxBatch {
+            bufs: (0..n).map(|_| vec![0u8; HEADROOM + size]).collect(),
+            got: Vec::with_capacity(n),
+            sys: sys::MmsgState::new(n),
+        }
+    }
+
+    /// The bytes of a received packet.
+    pub(crate) fn packet(&self, rx: &Rx) -> &[u8] {
+        &self.bufs[rx.buf][rx.start..rx.start + rx.len]
+    }
+
+    /// Receives what is waiting, up to one buffer each, without blocking. On the UDP path the
+    /// IP and UDP headers are rebuilt in front of each payload.
+    pub(crate) fn recv(&mut self, socks: &Sockets) {
+        self.got.clear();
+        let raw = socks.raw.is_some();
+        let skip = if raw { 0 } else { HEADROOM };
+        let n = sys::recvmmsg(socks.rx_fd(), &mut self.bufs, skip, !raw, &mut self.sys);
+        for i in 0..n {
+            let (len, truncated) = self.sys.result(i);
+            if raw {
+                self.got.push(Rx {
+                    buf: i,
+                    start: 0,
+                    len,
+                    truncated,
+                });
+                continue;
+            }
+            let Some(from) = self.sys.source(i) else {
+                continue;
+            };
+            match prepend_headers(&mut self.bufs[i], from, socks.local, len) {
+                Some(start) if !truncated => self.got.push(Rx {
+                    buf: i,
+                    start,
+                    len: HEADROOM - start + len,
+                    truncated,
+                }),
+                _ => self.got.push(Rx {
+                    buf: i,
+                    start: HEADROOM,
+                    len: 0,
+                    truncated: true,
+                }),
+            }
+        }
+    }
+}
+
+/// Writes, in the headroom of `buf` (whose UDP payload of `len` bytes starts at `HEADROOM`),
+/// the IP and UDP headers of a datagram from `from` to `local`; returns where they start.
+fn prepend_headers(
+    buf: &mut [u8],
+    from: SocketAddr,
+    local: SocketAddr,
+    len: usize,
+) -> Option<usize> {
+    let (mut ip, udp) = headers(from, local)?;
+    ip.set_payload_len(UDP_LEN + len);
+    let start = HEADROOM.checked_sub(ip.header_len() + UDP_LEN)?;
+    let packet = buf.get_mut(start..HEADROOM + len)?;
+    let n = ip.emit(packet).ok()?;
+    udp.emit(&mut packet[n..], len, ip.src(), ip.dst()).ok()?;
+    Some(start)
+}
+
+/// The IP and UDP headers of a datagram from `src` to `dst` as Linux sends it from an
+/// unconnected UDP socket with `IP_PMTUDISC_DO`: IPv4 ID 0 and DF (hence a predictable ICRC),
+/// TTL / hop limit 64, no ECN marking, no UDP checksum. Lengths are set on emission.
+pub(crate) fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRepr)> {
+    let ip = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
+            src,
+            dst,
+            protocol: PROTO_UDP,
+            dscp: 0,
+            ecn: Ecn::NotEct,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            payload_len: 0,
+        }),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6(Ipv6Repr {
+            src,
+            dst,
+            next_header: PROTO_UDP,
+            dscp: 0,
+            ecn: Ecn::NotEct,
+            flow_label: 0,
+            hop_limit: 64,
+            payload_len: 0,
+        }),
+        _ => return None,
+    };
+    let udp = UdpRepr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        checksum: UdpChecksum::None,
+    };
+    Some((ip, udp))
+}
+
+/// Why a received packet was dropped before reaching a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reject {
+    /// Not a well-formed IP/UDP/InfiniBand packet.
+    Malformed,
+    /// The ICRC does not match (rxe drops these silently; irn counts them).
+    Icrc,
+}
+
+/// A received RoCEv2 packet, split.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Received<'a> {
+    /// The sender's address and port.
+    pub(crate) from: SocketAddr,
+    /// The InfiniBand packet from its BTH to its ICRC (excluded).
+    pub(crate) ib: &'a [u8],
+    /// The UDP payload's length (BTH to ICRC included).
+    pub(crate) datagram_len: usize,
+}
+
+/// Splits a received IP packet; with `verify`, checks its ICRC.
+///
+/// The UDP checksum is not checked: on the UDP path the kernel did, and on the raw path a
+/// packet sent from this host carries an unfinished one (checksum offload); the ICRC covers
+/// all the checksum would.
+pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject> {
+    let (src, _dst, datagram) = match packet.first().map(|b| b >> 4) {
+        Some(4) => {
+            let p = Ipv4Packet::new_checked(packet).map_err(|_| Reject::Malformed)?;
+            if p.protocol() != PROTO_UDP || p.more_frags() || p.frag_offset() != 0 {
+                return Err(Reject::Malformed);
+            }
+            let r = p.payload_range();
+            (IpAddr::V4(p.src()), IpAddr::V4(p.dst()), &packet[r])
+        }
+        Some(6) => {
+            let p = Ipv6Packet::new_checked(packet).map_err(|_| Reject::Malformed)?;
+            if p.next_header() != PROTO_UDP {
+                return Err(Reject::Malformed);
+            }
+            let r = p.payload_range();
+            (IpAddr::V6(p.src()), IpAddr::V6(p.dst()), &packet[r])
+        }
+        _ => return Err(Reject::Malformed),
+    };
+    let u = UdpPacket::new_checked(datagram).map_err(|_| Reject::Malformed)?;
+    if usize::from(u.len()) != datagram.len() {
+        return Err(Reject::Malformed);
+    }
+    let payload = &datagram[u.payload_range()];
+    let Some(body_len) = payload.len().checked_sub(ICRC_LEN) else {
+        return Err(Reject::Malformed);
+    };
+    if verify {
+        match irn_wire::icrc::check_ip_packet(packet) {
+            Ok(c) if c.ok() => {}
+            Ok(_) => return Err(Reject::Icrc),
+            Err(_) => return Err(Reject::Malformed),
+        }
+    }
+    Ok(Received {
+        from: SocketAddr::new(src, u.src_port()),
+        ib: &payload[..body_len],
+        datagram_len: payload.len(),
+    })
+}
+
+/// The system calls rustix does not wrap: socket filters, forced buffer sizes, `recvmmsg`.
+#[allow(unsafe_code)]
+mod sys {
+    use std::io;
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    use std::os::fd::{AsRawFd, BorrowedFd};
+
+    use super::Insn;
+
+    fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc)
+        }
+    }
+
+    /// `setsockopt(SO_ATTACH_FILTER)` with a classic-BPF program.
+    pub(super) fn attach_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
+        let mut filter: Vec<libc::sock_filter> = prog
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect();
+        let fprog = libc::sock_fprog {
+            len: u16::try_from(filter.len())
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+            filter: filter.as_mut_ptr(),
+        };
+        // SAFETY: `fprog` points at `filter`, alive for the call; the kernel copies it.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                std::ptr::from_ref(&fprog).cast(),
+                size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        check(rc).map(drop)
+    }
+
+    /// `setsockopt(SO_RCVBUFFORCE)`: a receive buffer past `net.core.rmem_max` (needs
+    /// `CAP_NET_ADMIN`).
+    pub(super) fn set_rcvbuf_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: a plain int option, passed by pointer for the call's duration.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                std::ptr::from_ref(&v).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        check(rc).map(drop)
+    }
+
+    /// `setsockopt(SO_NO_CHECK)`: send IPv4 UDP datagrams with checksum 0.
+    pub(super) fn set_no_check(fd: BorrowedFd<'_>) -> io::Result<()> {
+        let v: libc::c_int = 1;
+        // SAFETY: a plain int option, passed by pointer for the call's duration.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                std::ptr::from_ref(&v).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        check(rc).map(drop)
+    }
+
+    /// What `recvmmsg` fills in, kept between bursts.
+    pub(super) struct MmsgState {
+        names: Vec<libc::sockaddr_storage>,
+        lens: Vec<(usize, bool)>,
+        name_lens: Vec<libc::socklen_t>,
+        iovs: Vec<libc::iovec>,
+        hdrs: Vec<libc::mmsghdr>,
+    }
+
+    impl MmsgState {
+        pub(super) fn new(n: usize) -> MmsgState {
+            // SAFETY: sockaddr_storage is plain data; all-zero is a valid (AF_UNSPEC) value.
+            let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            MmsgState {
+                names: vec![zero; n],
+                lens: vec![(0, false); n],
+                name_lens: vec![0; n],
+                iovs: Vec::with_capacity(n),
+                hdrs: Vec::with_capacity(n),
+            }
+        }
+
+        /// Length and truncation of message `i` of the last burst.
+        pub(super) fn result(&self, i: usize) -> (usize, bool) {
+            self.lens[i]
+        }
+
+        /// Source address of message `i` of the last burst.
+        pub(super) fn source(&self, i: usize) -> Option<SocketAddr> {
+            let s = &self.names[i];
+            match i32::from(s.ss_family) {
+                libc::AF_INET if self.name_lens[i] as usize >= size_of::<libc::sockaddr_in>() => {
+                    // SAFETY: the kernel wrote a sockaddr_in here (family and length say so);
+                    // sockaddr_storage is aligned for every sockaddr type.
+                    let a = unsafe { &*std::ptr::from_ref(s).cast::<libc::sockaddr_in>() };
+                    Some(SocketAddr::V4(SocketAddrV4::new(
+                        Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                        u16::from_be(a.sin_port),
+                    )))
+                }
+                libc::AF_INET6 if self.name_lens[i] as usize >= size_of::<libc::sockaddr_in6>() => {
+                    // SAFETY: as above, for a sockaddr_in6.
+                    let a = unsafe { &*std::ptr::from_ref(s).cast::<libc::sockaddr_in6>() };
+                    Some(SocketAddr::V6(SocketAddrV6::new(
+                        Ipv6Addr::from(a.sin6_addr.s6_addr),
+                        u16::from_be(a.sin6_port),
+                        a.sin6_flowinfo,
+                        a.sin6_scope_id,
+                    )))
+                }
+                _ => None,
+            }
+        }
+    }
+
+    /// `recvmmsg(MSG_DONTWAIT)` into `bufs` (each from byte `skip` on), with the sources when
+    /// `names`; returns how many messages arrived (0 on any error: nothing waiting).
+    pub(super) fn recvmmsg(
+        fd: BorrowedFd<'_>,
+        bufs: &mut [Vec<u8>],
+        skip: usize,
+        names: bool,
+        st: &mut MmsgState,
+    ) -> usize {
+        let n = bufs.len().min(st.names.len());
+        st.iovs.clear();
+        st.iovs.extend(bufs[..n].iter_mut().map(|b| {
+            let room = b.get_mut(skip..).unwrap_or_default();
+            libc::iovec {
+                iov_base: room.as_mut_ptr().cast(),
+                iov_len: room.len(),
+            }
+        }));
+        st.hdrs.clear();
+        for i in 0..n {
+            // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = std::ptr::from_mut(&mut st.iovs[i]);
+            h.msg_hdr.msg_iovlen = 1;
+            if names {
+                h.msg_hdr.msg_name = std::ptr::from_mut(&mut st.names[i]).cast();
+                h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            }
+            st.hdrs.push(h);
+        }
+        let got = loop {
+            // SAFETY: every header points at an iovec of `st` over a live, exclusively borrowed
+            // buffer and (with `names`) at a sockaddr_storage of `st`; none moves or is
+            // freed before the call returns (the vectors are not touched until then).
+            let rc = unsafe {
+                libc::recvmmsg(
+                    fd.as_raw_fd(),
+                    st.hdrs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            match check(rc) {
+                Ok(k) => break k as usize,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break 0,
+            }
+        };
+        for (i, h) in st.hdrs.iter().take(got).enumerate() {
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            st.lens[i] = ((h.msg_len as usize).min(st.iovs[i].iov_len), truncated);
+            st.name_lens[i] = h.msg_hdr.msg_namelen;
+        }
+        got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use irn_wire::{IbRepr, RoceRepr};
+
+    /// A Send Only packet with IPv4 identification `ident` from 10.0.0.1:49152 to
+    /// 10.0.0.2:4791, as irn-wire emits it.
+    fn packet_with_ident(ident: u16) -> Vec<u8> {
+        let ib_bytes = [
+            0x04, 0, 0xff, 0xff, 0, 0, 0, 0x12, 0x80, 0, 0, 7, 1, 2, 3, 4,
+        ];
+        let (ib, payload) = IbRepr::parse(&ib_bytes).expect("a Send Only");
+        let mut repr = RoceRepr::ipv4(
+            "10.0.0.1".parse().expect("addr"),
+            "10.0.0.2".parse().expect("addr"),
+            49152,
+            ib,
+        );
+        if let IpRepr::V4(v4) = &mut repr.ip {
+            v4.ident = ident;
+            v4.ecn = Ecn::NotEct; // what a UDP socket sends by default
+        }
+        let mut buf = vec![0; repr.buffer_len()];
+        let n = repr.emit(&mut buf, payload).expect("emit");
+        buf.truncate(n);
+        buf
+    }
+
+    fn packet() -> Vec<u8> {
+        packet_with_ident(0)
+    }
+
+    #[test]
+    fn split_checks_the_icrc_only_when_asked() {
+        let mut p = packet();
+        let rx = split(&p, true).expect("a correct packet");
+        assert_eq!(rx.from, "10.0.0.1:49152".parse().expect("addr"));
+        assert_eq!(rx.datagram_len, p.len() - 28);
+        let last = p.len() - 1;
+        p[last] ^= 1;
+        assert_eq!(split(&p, true).map(|r| r.from), Err(Reject::Icrc));
+        assert!(split(&p, false).is_ok());
+        // A changed IP identification breaks it too (the ICRC covers it, unmasked).
+        let mut q = packet_with_ident(1);
+        let n = q.len();
+        q[n - 4..].copy_from_slice(&packet()[n - 4..]);
+        assert_eq!(split(&q, true).map(|r| r.from), Err(Reject::Icrc));
+    }
+
+    #[test]
+    fn split_rejects_fragments_and_short_packets() {
+        let mut p = packet();
+        p[6] |= 0x20; // more fragments
+        assert_eq!(split(&p, false).map(|r| r.from), Err(Reject::Malformed));
+        let p = packet();
+        for n in [0, 10, 20, 28, 30] {
+            assert_eq!(
+                split(&p[..n], false).map(|r| r.from),
+                Err(Reject::Malformed),
+                "{n} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn rebuilt_headers_are_what_linux_sent() {
+        // On the UDP path the payload arrives alone; the rebuilt packet is the original.
+        let p = packet();
+        let mut buf = vec![0u8; HEADROOM + 256];
+        let payload = &p[28..];
+        buf[HEADROOM..HEADROOM + payload.len()].copy_from_slice(payload);
+        let start = prepend_headers(
+            &mut buf,
+            "10.0.0.1:49152".parse().expect("addr"),
+            "10.0.0.2:4791".parse().expect("addr"),
+            payload.len(),
+        )
+        .expect("room");
+        assert_eq!(&buf[start..HEADROOM + payload.len()], &p[..]);
+    }
+}
