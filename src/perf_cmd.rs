@@ -2,11 +2,16 @@
 //! irn-verbs. Without a host: the server (passive side); with one: the client, which measures
 //! and prints perftest's columns.
 //!
-//! Exchange (TCP, default port 18515): the client sends a [`PerfParams`] line (operation,
-//! size, iterations, queue pairs, mode, UDP port); the server answers with the same line
-//! carrying its UDP port; then each side sends one perftest key message per queue pair (the
-//! client first), and both connect. At the end the client sends `DONE <check>` and the server
-//! answers `OK` or `MISMATCH …` after checking what landed in its memory.
+//! Exchange (TCP, default port 18515): perftest's own (perftest 4.5, "6.06"), so either end
+//! may be `ib_write_bw` / `ib_read_bw` / `ib_send_bw` / `ib_atomic_bw` (`-x` the IPv4 GID's
+//! index): versions, system data, path MTU, then perftest's key-message hand-shakes around the
+//! connection and the test, the client's bandwidth report, and `done`. When both ends are irn
+//! (a marker after the version string's NUL tells them), they also swap [`PerfParams`] after
+//! the MTU — the server adopts the client's operation, size, iterations, queue pairs and mode,
+//! and each learns the other's UDP port — and a verdict before closing: the client's expected
+//! checksum of the server's memory, the server's `OK` or `MISMATCH`. With a perftest peer each
+//! end uses its own flags (give both the same `-s`, `-n`, `-q`, as perftest requires), the
+//! mode is RoCE and the UDP port 4791.
 //!
 //! * bandwidth: up to `tx_depth` operations outstanding per queue pair (Reads and atomics: at
 //!   most 16, the queue pair's `max_rd_atomic`), BW peak = the best window of 1/16 of the run
@@ -21,7 +26,7 @@ use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use irn_verbs::exchange::{self, PerfKey, PerfOp, PerfParams};
+use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerfParams, PerftestVersion};
 use irn_verbs::{
     Access, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp, SendOp, SendWr,
     WcStatus, ROCE_PORT,
@@ -30,6 +35,13 @@ use irn_verbs::{
 use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server waits for its client to finish the test.
+const TEST_TIMEOUT: Duration = Duration::from_secs(3600);
+/// perftest's cycle buffer (the page size it advertises) and cache line.
+const CYCLE_BUFFER: u64 = 4096;
+const CACHE_LINE: u32 = 64;
+/// Reads and atomics this end accepts at once as responder (advertised as `out_reads`).
+const OUT_READS: u16 = 16;
 /// Memory per queue pair for the rotating message slots.
 const SLOT_BYTES: u64 = 64 << 20;
 
@@ -52,9 +64,13 @@ pub struct PerfArgs {
     /// Queue pairs.
     #[arg(short = 'q', long, default_value_t = 1)]
     qps: u32,
-    /// Loss recovery: `roce` or `irn` (the client's choice; the server follows).
-    #[arg(long, default_value = "irn")]
-    mode: QpMode,
+    /// Loss recovery: `roce` or `irn` (the client's choice; the server follows). Default: irn
+    /// with an irn peer, roce with perftest (which speaks nothing else).
+    #[arg(long)]
+    mode: Option<QpMode>,
+    /// Path MTU offered (256–4096); perftest's exchange settles on the smaller of both ends'.
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    mtu: u32,
     /// Latency test (one operation outstanding) instead of bandwidth.
     #[arg(long)]
     latency: bool,
@@ -90,14 +106,15 @@ struct Side {
     slots: u64,
 }
 
-fn setup(p: &PerfParams, tcp: &std::net::TcpStream, args: &PerfArgs) -> anyhow::Result<Side> {
-    let ip = local_ip(tcp)?;
+fn setup(p: &PerfParams, oob: &Oob, args: &PerfArgs) -> anyhow::Result<Side> {
+    let ip = local_ip(&oob.tcp)?;
     let open =
         |port| Device::open(device_config(ip, port, &args.link)?).map_err(anyhow::Error::from);
     let dev = match open(args.link.udp_port) {
         Ok(d) => d,
-        // Both ends on one address: the peer has 4791; the exchange carries ours.
-        Err(e) if args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0)?,
+        // Both ends on one address: the peer has 4791; the exchange carries ours (an irn
+        // peer's only: perftest sends to 4791).
+        Err(e) if oob.peer_irn && args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0)?,
         Err(e) => return Err(e).context(format!("opening a device on {ip}")),
     };
     let pd = dev.alloc_pd();
@@ -117,7 +134,7 @@ fn setup(p: &PerfParams, tcp: &std::net::TcpStream, args: &PerfArgs) -> anyhow::
                 ..QpInit::default()
             },
         )?);
-        mrs.push(pd.reg_mr((slots * p.size.max(8)) as usize, Access::ALL)?);
+        mrs.push(pd.reg_mr(region_len(p, slots) as usize, Access::ALL)?);
     }
     Ok(Side {
         dev,
@@ -127,6 +144,13 @@ fn setup(p: &PerfParams, tcp: &std::net::TcpStream, args: &PerfArgs) -> anyhow::
         mrs,
         slots,
     })
+}
+
+/// Bytes of each queue pair's region: its message slots, and at least two of perftest's cycle
+/// buffers (a perftest client targets offsets up to one cycle buffer past the advertised
+/// address, atomics included).
+fn region_len(p: &PerfParams, slots: u64) -> u64 {
+    (slots * p.size.max(8)).max(2 * CYCLE_BUFFER)
 }
 
 fn is_addr_in_use(e: &anyhow::Error) -> bool {
@@ -146,7 +170,7 @@ fn keys(side: &Side, psns: &[u32]) -> Vec<PerfKey> {
         .zip(psns)
         .map(|((qp, mr), &psn)| PerfKey {
             lid: 0,
-            out_reads: 16,
+            out_reads: OUT_READS,
             qpn: qp.qpn(),
             psn,
             rkey: mr.rkey(),
@@ -157,44 +181,137 @@ fn keys(side: &Side, psns: &[u32]) -> Vec<PerfKey> {
         .collect()
 }
 
-fn exchange_keys(
-    tcp: &mut std::net::TcpStream,
-    mine: &[PerfKey],
+/// The out-of-band connection: perftest's exchange, with irn's additions when both ends are
+/// irn.
+struct Oob {
+    tcp: std::net::TcpStream,
     client: bool,
-) -> anyhow::Result<Vec<PerfKey>> {
-    let send = |tcp: &mut std::net::TcpStream| -> anyhow::Result<()> {
-        for k in mine {
-            exchange::write_all(tcp, &k.to_wire())?;
-        }
-        Ok(())
-    };
-    if client {
-        send(tcp)?;
-    }
-    let mut theirs = Vec::new();
-    for _ in 0..mine.len() {
-        theirs.push(PerfKey::parse(&exchange::read_exact(
-            tcp,
-            PerfKey::LEN,
-            TIMEOUT,
-        )?)?);
-    }
-    if !client {
-        send(tcp)?;
-    }
-    Ok(theirs)
+    peer_irn: bool,
 }
 
-fn connect(side: &Side, theirs: &[PerfKey], psns: &[u32], udp_port: u16) -> anyhow::Result<()> {
-    let attr = QpAttr {
-        // ≈ 4 ms local ACK timeout (perftest's default, 14, is 67 ms: tuned for fabrics that
-        // do not lose packets).
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        ..QpAttr::default()
-    };
+impl Oob {
+    /// Connects (client) or accepts (server) and runs the opening: versions, system data,
+    /// path MTU. Returns the session and the path MTU both ends use.
+    fn open(host: Option<&str>, port: u16, mtu: u32) -> anyhow::Result<(Oob, u32)> {
+        let tcp = oob_connect(host, port)?;
+        let mut oob = Oob {
+            tcp,
+            client: host.is_some(),
+            peer_irn: false,
+        };
+        let v = oob.swap(&PerftestVersion::ours(), PerftestVersion::LEN, TIMEOUT)?;
+        let v = PerftestVersion::parse(&v)?;
+        oob.peer_irn = v.irn;
+        // System data: each end keeps the larger; they only shape perftest's buffers.
+        oob.swap(&(CYCLE_BUFFER as u32).to_be_bytes(), 4, TIMEOUT)?;
+        oob.swap(&CACHE_LINE.to_be_bytes(), 4, TIMEOUT)?;
+        let theirs =
+            exchange::mtu_from_wire(&oob.swap(&exchange::mtu_to_wire(mtu), 2, TIMEOUT)?)?;
+        Ok((oob, mtu.min(theirs)))
+    }
+
+    fn swap(&mut self, mine: &[u8], n: usize, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+        Ok(exchange::swap(
+            &mut self.tcp,
+            self.client,
+            mine,
+            n,
+            timeout,
+        )?)
+    }
+
+    /// perftest's `ctx_hand_shake`: one key message each way.
+    fn hand_shake(&mut self, mine: &PerfKey, timeout: Duration) -> anyhow::Result<PerfKey> {
+        let theirs = self.swap(&mine.to_wire(), PerfKey::LEN, timeout)?;
+        Ok(PerfKey::parse(&theirs)?)
+    }
+
+    /// The hand-shakes before a test (perftest's order, which its peer follows step by step):
+    /// one per queue pair to learn the keys; the queue pairs connect (`connect`); then, for
+    /// Writes, Reads and atomics, one per queue pair and one more; for Sends, one, one per
+    /// queue pair, the server's receives posted (`ready`), and one more, so that no Send
+    /// arrives before its receive.
+    fn before_test(
+        &mut self,
+        mine: &[PerfKey],
+        op: PerfOp,
+        connect: impl FnOnce(&[PerfKey]) -> anyhow::Result<()>,
+        ready: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Vec<PerfKey>> {
+        let mut theirs = Vec::with_capacity(mine.len());
+        for k in mine {
+            theirs.push(self.hand_shake(k, TIMEOUT)?);
+        }
+        if theirs
+            .iter()
+            .any(|t| t.gid.ip().is_ipv4() != mine[0].gid.ip().is_ipv4())
+        {
+            bail!("the peer's GID and ours are not both IPv4 (or both IPv6): pick its IPv4 GID index (-x)");
+        }
+        connect(&theirs)?;
+        let (first, then) = if op == PerfOp::Send {
+            (1, mine.len())
+        } else {
+            (mine.len(), 1)
+        };
+        for k in mine.iter().take(first) {
+            self.hand_shake(k, TIMEOUT)?;
+        }
+        for k in mine.iter().take(then) {
+            self.hand_shake(k, TIMEOUT)?;
+        }
+        if op == PerfOp::Send {
+            ready()?;
+            self.hand_shake(&mine[0], TIMEOUT)?;
+        }
+        Ok(theirs)
+    }
+
+    /// After a Write, Read or atomic test: one hand-shake (the server waits here for the test
+    /// to end) and the client's report, eight bytes at a time (the server's comes back,
+    /// meaningless from perftest).
+    fn after_test(&mut self, mine: &PerfKey, report: &BwReport) -> anyhow::Result<BwReport> {
+        self.hand_shake(mine, TEST_TIMEOUT)?;
+        // Value by value, each its own lock-step step, as perftest reads them.
+        let wire = report.to_wire();
+        let mut theirs = Vec::with_capacity(BwReport::LEN);
+        for word in wire.chunks(8) {
+            theirs.extend(self.swap(word, 8, TIMEOUT)?);
+        }
+        Ok(BwReport::parse(&theirs)?)
+    }
+
+    /// perftest's `ctx_close_connection`: a hand-shake, then `done` (the peer's is not
+    /// required).
+    fn close(mut self, mine: &PerfKey) -> anyhow::Result<()> {
+        self.hand_shake(mine, TIMEOUT)?;
+        exchange::write_all(&mut self.tcp, b"done\0")?;
+        let _ = exchange::read_exact(&mut self.tcp, 5, Duration::from_secs(2));
+        Ok(())
+    }
+}
+
+fn connect(
+    side: &Side,
+    theirs: &[PerfKey],
+    psns: &[u32],
+    (udp_port, peer_irn): (u16, bool),
+    mtu: u32,
+) -> anyhow::Result<()> {
     for ((qp, k), &psn) in side.qps.iter().zip(theirs).zip(psns) {
+        let attr = QpAttr {
+            path_mtu: mtu,
+            // Local ACK timeout: perftest's 14 (67 ms) towards perftest, whose responder may
+            // take that long to get through a window of go-back-N retransmissions (rxe in a
+            // slow VM does); ≈ 4 ms between irn ends.
+            timeout: if peer_irn { 10 } else { 14 },
+            retry_cnt: 7,
+            rnr_retry: 7,
+            // perftest: the requester keeps at most what the responder advertised.
+            max_rd_atomic: k.out_reads.clamp(1, OUT_READS) as u8,
+            max_dest_rd_atomic: OUT_READS as u8,
+            ..QpAttr::default()
+        };
         qp.connect(
             &attr,
             &RemoteQp {
@@ -209,12 +326,39 @@ fn connect(side: &Side, theirs: &[PerfKey], psns: &[u32], udp_port: u16) -> anyh
     Ok(())
 }
 
+/// The parameters of this end when the peer is perftest (which agrees on nothing: its flags
+/// must match ours) — RoCE on port 4791.
+fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
+    if args.mode == Some(QpMode::Irn) {
+        bail!("the peer is perftest, which speaks RoCE only: use --mode roce");
+    }
+    if args.verify {
+        bail!("--verify needs an irn peer (perftest does not check data)");
+    }
+    Ok(PerfParams {
+        op: args.op,
+        size: args.msg_size()?,
+        iters: args.iters,
+        qps: args.qps,
+        mode: QpMode::Roce,
+        latency: args.latency,
+        verify: false,
+        udp_port: ROCE_PORT,
+    })
+}
+
 pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     if !(0.0..=1.0).contains(&args.link.loss) {
         bail!("--loss is a probability in 0–1, not {}", args.link.loss);
     }
     if args.qps == 0 || args.qps > 1024 || args.iters == 0 || args.tx_depth == 0 {
         bail!("--qps (1–1024), --iters and --tx-depth must be positive");
+    }
+    if ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
+        bail!(
+            "-m: the MTU is 256, 512, 1024, 2048 or 4096, not {}",
+            args.mtu
+        );
     }
     if args.host.is_some() {
         client(args)
@@ -224,12 +368,22 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
 }
 
 fn server(args: PerfArgs) -> anyhow::Result<bool> {
-    let mut tcp = oob_connect(None, args.port)?;
-    let mut p = PerfParams::parse(&exchange::read_line(&mut tcp, TIMEOUT)?)?;
-    let client_udp = p.udp_port;
-    let side = setup(&p, &tcp, &args)?;
-    p.udp_port = side.dev.local_addr().port();
-    exchange::write_all(&mut tcp, p.to_line().as_bytes())?;
+    let (mut oob, mtu) = Oob::open(None, args.port, args.mtu)?;
+    let (p, side, client_udp) = if oob.peer_irn {
+        // The client proposes; we adopt its parameters and answer with our UDP port.
+        let theirs = exchange::read_exact(&mut oob.tcp, PerfParams::WIRE_LEN, TIMEOUT)?;
+        let mut p = PerfParams::parse(exchange::unpadded(&theirs)?)?;
+        let client_udp = p.udp_port;
+        let side = setup(&p, &oob, &args)?;
+        p.udp_port = side.dev.local_addr().port();
+        let reply: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
+        exchange::write_all(&mut oob.tcp, &reply)?;
+        (p, side, client_udp)
+    } else {
+        let p = own_params(&args)?;
+        let side = setup(&p, &oob, &args)?;
+        (p, side, ROCE_PORT)
+    };
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     // Read targets hold known patterns.
     if p.op == PerfOp::Read {
@@ -241,37 +395,54 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
             }
         }
     }
-    let theirs = exchange_keys(&mut tcp, &keys(&side, &psns), false)?;
-    connect(&side, &theirs, &psns, client_udp)?;
+    let mine = keys(&side, &psns);
+    let recvs = Receiver::new(&side, &p);
+    let peer_irn = oob.peer_irn;
+    oob.before_test(
+        &mine,
+        p.op,
+        |theirs| connect(&side, theirs, &psns, (client_udp, peer_irn), mtu),
+        || recvs.post_initial(),
+    )?;
     println!(
-        "irn perf server: {} {} B × {} on {} QP(s), mode {}, from {}",
+        "irn perf server: {} {} B × {} on {} QP(s), mode {}, MTU {mtu}, from {} ({})",
         p.op.name(),
         p.size,
         p.iters,
         p.qps,
         p.mode.name(),
-        tcp.peer_addr()?
+        oob.tcp.peer_addr()?,
+        if oob.peer_irn { "irn" } else { "perftest" },
     );
     let mut ok = true;
     if p.op == PerfOp::Send {
-        ok &= receive_sends(&side, &p)?;
+        ok &= recvs.run()?;
+    } else {
+        let report = oob.after_test(&mine[0], &BwReport::default())?;
+        println!("the client measured:");
+        print_bw(&report);
     }
-    // The client's verdict line, then ours.
-    let line = exchange::read_line(&mut tcp, Duration::from_secs(3600))?;
-    let expect: Option<u32> = line
-        .strip_prefix("DONE ")
-        .and_then(|v| v.strip_prefix("crc="))
-        .and_then(|v| u32::from_str_radix(v, 16).ok());
-    if p.verify && matches!(p.op, PerfOp::Write | PerfOp::Atomic) {
-        let got = region_crc(&side);
-        if expect != Some(got) {
-            ok = false;
-            println!("verify: MISMATCH (memory crc {got:08x}, expected {line})");
-        } else {
-            println!("verify: ok");
+    if oob.peer_irn {
+        // The client's expected checksum of our memory; our verdict.
+        let line = exchange::read_exact(&mut oob.tcp, 64, TEST_TIMEOUT)?;
+        let line = exchange::unpadded(&line)?.to_string();
+        let expect: Option<u32> = line
+            .strip_prefix("DONE ")
+            .and_then(|v| v.strip_prefix("crc="))
+            .and_then(|v| u32::from_str_radix(v, 16).ok());
+        if p.verify && matches!(p.op, PerfOp::Write | PerfOp::Atomic) {
+            let got = region_crc(&side);
+            if expect != Some(got) {
+                ok = false;
+                println!("verify: MISMATCH (memory crc {got:08x}, expected {line})");
+            } else {
+                println!("verify: ok");
+            }
         }
+        let verdict: [u8; 64] = exchange::padded(if ok { "OK" } else { "MISMATCH" });
+        exchange::write_all(&mut oob.tcp, &verdict)?;
     }
-    exchange::write_all(&mut tcp, if ok { b"OK\n" } else { b"MISMATCH\n" })?;
+    oob.close(&mine[0])?;
     if args.link.counters {
         print_counters(&side);
     }
@@ -287,59 +458,101 @@ fn region_crc(side: &Side) -> u32 {
 }
 
 /// The server of a Send test: keeps receives posted, checks patterns in order when asked.
-fn receive_sends(side: &Side, p: &PerfParams) -> anyhow::Result<bool> {
-    let depth = 256u64.min(side.slots);
-    let post = |q: usize, i: u64| {
-        let mr = &side.mrs[q];
-        side.qps[q].post_recv(RecvWr {
-            wr_id: (q as u64) << 40 | i,
-            sg_list: vec![mr.sge((i % side.slots) * p.size, p.size as u32)],
-        })
-    };
-    for q in 0..side.qps.len() {
-        for i in 0..depth.min(p.iters) {
-            post(q, i)?;
+struct Receiver<'a> {
+    side: &'a Side,
+    p: &'a PerfParams,
+    /// Receives kept posted per queue pair.
+    depth: u64,
+}
+
+impl<'a> Receiver<'a> {
+    fn new(side: &'a Side, p: &'a PerfParams) -> Receiver<'a> {
+        Receiver {
+            side,
+            p,
+            depth: 256u64.min(side.slots),
         }
     }
-    let mut got = vec![0u64; side.qps.len()];
-    let mut buf = vec![0u8; p.size as usize];
-    let mut want = vec![0u8; p.size as usize];
-    let mut ok = true;
-    let total = p.iters * side.qps.len() as u64;
-    let mut done = 0;
-    while done < total {
-        let Some(wc) = side.cq.wait(Duration::from_secs(30))? else {
-            bail!("no Send for 30 s after {done} of {total}");
-        };
-        if wc.status != WcStatus::Success {
-            bail!(
-                "receive failed: {} ({})",
-                wc.status,
-                wc_status_number(wc.status)
-            );
+
+    fn post(&self, q: usize, i: u64) -> anyhow::Result<()> {
+        let mr = &self.side.mrs[q];
+        let p = self.p;
+        self.side.qps[q].post_recv(RecvWr {
+            wr_id: (q as u64) << 40 | i,
+            sg_list: vec![mr.sge((i % self.side.slots) * p.size, p.size as u32)],
+        })?;
+        Ok(())
+    }
+
+    /// The first receives of each queue pair (a Send test posts them before its last
+    /// hand-shake).
+    fn post_initial(&self) -> anyhow::Result<()> {
+        if self.p.op != PerfOp::Send {
+            return Ok(());
         }
-        let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
-        if q >= got.len() || i != got[q] {
-            bail!("receive {i} on QP {q} completed out of order");
-        }
-        if p.verify {
-            side.mrs[q].read((i % side.slots) * p.size, &mut buf)?;
-            pattern(q as u32, i, &mut want);
-            if buf != want {
-                ok = false;
-                println!("verify: message {i} of QP {q} differs");
+        for q in 0..self.side.qps.len() {
+            for i in 0..self.depth.min(self.p.iters) {
+                self.post(q, i)?;
             }
         }
-        got[q] += 1;
-        done += 1;
-        if i + depth < p.iters {
-            post(q, i + depth)?;
+        Ok(())
+    }
+
+    /// Receives every Send, reposting as they complete; prints the bandwidth received.
+    fn run(&self) -> anyhow::Result<bool> {
+        let (side, p) = (self.side, self.p);
+        let mut got = vec![0u64; side.qps.len()];
+        let mut buf = vec![0u8; p.size as usize];
+        let mut want = vec![0u8; p.size as usize];
+        let mut ok = true;
+        let total = p.iters * side.qps.len() as u64;
+        let mut done = 0;
+        let mut start = None;
+        while done < total {
+            let Some(wc) = side.cq.wait(Duration::from_secs(30))? else {
+                bail!("no Send for 30 s after {done} of {total}");
+            };
+            start.get_or_insert_with(Instant::now);
+            if wc.status != WcStatus::Success {
+                bail!(
+                    "receive failed: {} ({})",
+                    wc.status,
+                    wc_status_number(wc.status)
+                );
+            }
+            let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
+            if q >= got.len() || i != got[q] {
+                bail!("receive {i} on QP {q} completed out of order");
+            }
+            if p.verify {
+                side.mrs[q].read((i % side.slots) * p.size, &mut buf)?;
+                pattern(q as u32, i, &mut want);
+                if buf != want {
+                    ok = false;
+                    println!("verify: message {i} of QP {q} differs");
+                }
+            }
+            got[q] += 1;
+            done += 1;
+            if i + self.depth < p.iters {
+                self.post(q, i + self.depth)?;
+            }
         }
+        // From the first arrival: perftest's server measures from its first completion too.
+        let secs = start.map_or(0.0, |s| s.elapsed().as_secs_f64()).max(1e-9);
+        let avg = (total * p.size) as f64 / secs / (1024.0 * 1024.0);
+        print_bw(&BwReport {
+            size: p.size,
+            iters: p.iters,
+            bw_peak: avg,
+            bw_avg: avg,
+            msg_rate: total as f64 / secs / 1e6,
+        });
+        if p.verify && ok {
+            println!("verify: ok ({total} messages)");
+        }
+        Ok(ok)
     }
-    if p.verify && ok {
-        println!("verify: ok ({total} messages)");
-    }
-    Ok(ok)
 }
 
 fn print_counters(side: &Side) {
@@ -350,47 +563,74 @@ fn print_counters(side: &Side) {
     println!("receive path: {}", side.dev.receive_path());
 }
 
+/// perftest's bandwidth columns.
+fn print_bw(r: &BwReport) {
+    println!("{LINE}");
+    println!(
+        " {:<10} {:<15} {:<18} {:<20} {:<15}",
+        "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
+    );
+    println!(
+        " {:<10} {:<15} {:<18.2} {:<20.2} {:<15.6}",
+        r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate
+    );
+    println!("{LINE}");
+}
+
 fn client(args: PerfArgs) -> anyhow::Result<bool> {
-    let mut tcp = oob_connect(args.host.as_deref(), args.port)?;
-    let size = if args.op_is_atomic() { 8 } else { args.size };
-    if size == 0 || size > u64::from(u32::MAX) {
-        bail!("--size must be 1 B to 4 GiB");
-    }
-    let mut p = PerfParams {
-        op: args.op,
-        size,
-        iters: args.iters,
-        qps: args.qps,
-        mode: args.mode,
-        latency: args.latency,
-        verify: args.verify,
-        udp_port: 0,
+    let (mut oob, mtu) = Oob::open(args.host.as_deref(), args.port, args.mtu)?;
+    let (p, side, server_udp) = if oob.peer_irn {
+        let mut p = PerfParams {
+            op: args.op,
+            size: args.msg_size()?,
+            iters: args.iters,
+            qps: args.qps,
+            mode: args.mode.unwrap_or(QpMode::Irn),
+            latency: args.latency,
+            verify: args.verify,
+            udp_port: 0,
+        };
+        let side = setup(&p, &oob, &args)?;
+        p.udp_port = side.dev.local_addr().port();
+        let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
+        let reply = oob.swap(&line, PerfParams::WIRE_LEN, TIMEOUT)?;
+        let reply = PerfParams::parse(exchange::unpadded(&reply)?)?;
+        (p, side, reply.udp_port)
+    } else {
+        let p = own_params(&args)?;
+        let side = setup(&p, &oob, &args)?;
+        (p, side, ROCE_PORT)
     };
-    let side = setup(&p, &tcp, &args)?;
-    p.udp_port = side.dev.local_addr().port();
-    exchange::write_all(&mut tcp, p.to_line().as_bytes())?;
-    let reply = PerfParams::parse(&exchange::read_line(&mut tcp, TIMEOUT)?)?;
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
-    let theirs = exchange_keys(&mut tcp, &keys(&side, &psns), true)?;
-    connect(&side, &theirs, &psns, reply.udp_port)?;
+    let mine = keys(&side, &psns);
+    let peer_irn = oob.peer_irn;
+    let theirs = oob.before_test(
+        &mine,
+        p.op,
+        |theirs| connect(&side, theirs, &psns, (server_udp, peer_irn), mtu),
+        || Ok(()),
+    )?;
 
     let run = Runner {
         side: &side,
         p: &p,
         theirs: &theirs,
+        // A perftest server's buffer is sized by its own -s: stay at its first message.
+        remote_slots: if oob.peer_irn { side.slots } else { 1 },
         depth: if args.op_is_read_like() {
-            args.tx_depth.min(16)
+            args.tx_depth
+                .min(u32::from(theirs[0].out_reads.clamp(1, OUT_READS)))
         } else {
             args.tx_depth
         },
     };
     let measured = if p.latency {
-        run.latency()
+        run.latency().map(|ok| (ok, BwReport::default()))
     } else {
         run.bandwidth()
     };
-    let mut ok = match measured {
-        Ok(ok) => ok,
+    let (mut ok, report) = match measured {
+        Ok(r) => r,
         Err(e) => {
             if args.link.counters {
                 print_counters(&side);
@@ -398,17 +638,24 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             return Err(e);
         }
     };
-    let crc = if p.verify {
-        run.expected_remote_crc()
-    } else {
-        0
-    };
-    exchange::write_all(&mut tcp, format!("DONE crc={crc:08x}\n").as_bytes())?;
-    let verdict = exchange::read_line(&mut tcp, TIMEOUT)?;
-    if verdict != "OK" {
-        println!("server: {verdict}");
-        ok = false;
+    if p.op != PerfOp::Send {
+        oob.after_test(&mine[0], &report)?;
     }
+    if oob.peer_irn {
+        let crc = if p.verify {
+            run.expected_remote_crc()
+        } else {
+            0
+        };
+        let line: [u8; 64] = exchange::padded(&format!("DONE crc={crc:08x}"));
+        let verdict = oob.swap(&line, 64, TIMEOUT)?;
+        let verdict = exchange::unpadded(&verdict)?;
+        if verdict != "OK" {
+            println!("server: {verdict}");
+            ok = false;
+        }
+    }
+    oob.close(&mine[0])?;
     if p.verify {
         println!("verify: {}", if ok { "ok" } else { "FAILED" });
     }
@@ -422,6 +669,15 @@ impl PerfArgs {
     fn op_is_atomic(&self) -> bool {
         self.op == PerfOp::Atomic
     }
+
+    /// The message size: `--size`, or 8 for atomics.
+    fn msg_size(&self) -> anyhow::Result<u64> {
+        let size = if self.op_is_atomic() { 8 } else { self.size };
+        if size == 0 || size > u64::from(u32::MAX) {
+            bail!("--size must be 1 B to 4 GiB");
+        }
+        Ok(size)
+    }
     fn op_is_read_like(&self) -> bool {
         matches!(self.op, PerfOp::Read | PerfOp::Atomic)
     }
@@ -431,6 +687,8 @@ struct Runner<'a> {
     side: &'a Side,
     p: &'a PerfParams,
     theirs: &'a [PerfKey],
+    /// Message slots the peer's region has (1 for a perftest peer).
+    remote_slots: u64,
     depth: u32,
 }
 
@@ -449,7 +707,7 @@ impl Runner<'_> {
         let off = self.slot_off(i);
         let k = &self.theirs[q];
         let remote = Remote {
-            addr: k.vaddr + off,
+            addr: k.vaddr + (i % self.remote_slots) * p.size,
             rkey: k.rkey,
         };
         if p.verify && matches!(p.op, PerfOp::Write | PerfOp::Send) {
@@ -501,8 +759,8 @@ impl Runner<'_> {
         Ok(true)
     }
 
-    /// Returns whether every checked Read matched.
-    fn bandwidth(&self) -> anyhow::Result<bool> {
+    /// Returns whether every checked Read matched, and the report.
+    fn bandwidth(&self) -> anyhow::Result<(bool, BwReport)> {
         let p = self.p;
         let nq = self.side.qps.len();
         let total = p.iters * nq as u64;
@@ -551,21 +809,15 @@ impl Runner<'_> {
                 peak = peak.max(((j - i) as u64 * p.size) as f64 / window / mb);
             }
         }
-        println!("{LINE}");
-        println!(
-            " {:<10} {:<15} {:<18} {:<20} {:<15}",
-            "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
-        );
-        println!(
-            " {:<10} {:<15} {:<18.2} {:<20.2} {:<15.6}",
-            p.size,
-            p.iters,
-            peak,
-            avg,
-            total as f64 / secs / 1e6
-        );
-        println!("{LINE}");
-        Ok(ok)
+        let report = BwReport {
+            size: p.size,
+            iters: p.iters,
+            bw_peak: peak,
+            bw_avg: avg,
+            msg_rate: total as f64 / secs / 1e6,
+        };
+        print_bw(&report);
+        Ok((ok, report))
     }
 
     /// Returns whether every checked Read matched.
@@ -629,10 +881,12 @@ impl Runner<'_> {
                         }
                         h.update(&buf);
                     }
+                    let rest = region_len(p, self.side.slots) - self.side.slots * p.size;
+                    h.update(&vec![0u8; rest as usize]);
                 }
                 _ => {
                     // One counter per queue pair, at the start of its region.
-                    let mut region = vec![0u8; (self.side.slots * p.size) as usize];
+                    let mut region = vec![0u8; region_len(p, self.side.slots) as usize];
                     region[..8].copy_from_slice(&p.iters.to_ne_bytes());
                     h.update(&region);
                 }

@@ -9,9 +9,15 @@
 //!   `KEY_PRINT_FMT_GID`): `"%04x:%04x:%06x:%06x:%08x:%016llx:"` — LID, outstanding reads, QPN,
 //!   PSN, rkey, virtual address — then the 16 GID bytes as `"%02x:"` each and `"%08x:"` for the
 //!   SRQ number, NUL-terminated, 108 bytes.
-//! * [`PerfParams`]: irn perf's own line before the keys, carrying what perftest agrees on
-//!   through its command-line flags (operation, size, iterations, queue pairs) and what irn adds
-//!   (the mode, IRN or RoCE, which both ends must agree on, and the UDP port).
+//! * perftest's other messages (perftest 4.5, version string "6.06"): [`PerftestVersion`]
+//!   (16 bytes), the system data (two big-endian `u32`s: cycle buffer and cache line), the
+//!   path MTU ([`mtu_to_wire`], the IB enum as decimal text), and [`BwReport`] (what a
+//!   bandwidth client tells the server at the end). Every step is lock-step ([`swap`]): the
+//!   client writes then reads, the server reads then writes.
+//! * [`PerfParams`]: what irn perf adds when both ends are irn — they learn it from a marker
+//!   after the NUL of the version string, which perftest does not read — carrying what perftest
+//!   agrees on only through its command-line flags (operation, size, iterations, queue pairs)
+//!   and what irn adds (the mode, IRN or RoCE, which both ends must agree on, and the UDP port).
 //!
 //! Every parser takes untrusted bytes and returns an error naming what is wrong; none panics.
 
@@ -198,6 +204,165 @@ impl PerfKey {
     }
 }
 
+/// perftest's version message (`exchange_versions`): the version as a NUL-terminated string in
+/// 16 bytes. perftest reads it as a C string, so irn puts a marker after the NUL to recognise
+/// another irn; a peer whose version text is below 5.70 speaks an older exchange (perftest
+/// itself refuses it: `check_version_compatibility`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerftestVersion {
+    /// The version text ("6.06").
+    pub text: String,
+    /// The peer is irn.
+    pub irn: bool,
+}
+
+impl PerftestVersion {
+    /// Bytes on the wire.
+    pub const LEN: usize = 16;
+    /// The version irn speaks: perftest 4.5's.
+    pub const OURS: &'static str = "6.06";
+    const MARK: &'static [u8] = b"irn1";
+
+    /// irn's message: "6.06", NUL, the irn marker.
+    pub fn ours() -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..4].copy_from_slice(Self::OURS.as_bytes());
+        b[5..5 + Self::MARK.len()].copy_from_slice(Self::MARK);
+        b
+    }
+
+    /// Parses a peer's message; an error if it is not a version perftest 6.06 interoperates
+    /// with (5.70 or later).
+    pub fn parse(bytes: &[u8]) -> Result<PerftestVersion, ExchangeError> {
+        const W: &str = "perftest version";
+        if bytes.len() != Self::LEN {
+            return Err(bad(W, bytes));
+        }
+        let t = text(W, bytes)?;
+        let v: f64 = t.parse().map_err(|_| bad(W, bytes))?;
+        if !(5.70..100.0).contains(&v) {
+            return Err(bad(W, bytes));
+        }
+        let rest = &bytes[t.len() + 1..];
+        Ok(PerftestVersion {
+            text: t.to_string(),
+            irn: rest.starts_with(Self::MARK),
+        })
+    }
+}
+
+/// perftest's path-MTU message (`check_mtu`): the IB MTU enum (1 = 256 … 5 = 4096) as one
+/// decimal digit and a NUL.
+pub fn mtu_to_wire(mtu: u32) -> [u8; 2] {
+    let e = match mtu {
+        256 => b'1',
+        512 => b'2',
+        2048 => b'4',
+        4096 => b'5',
+        _ => b'3',
+    };
+    [e, 0]
+}
+
+/// Parses a path-MTU message into bytes.
+pub fn mtu_from_wire(bytes: &[u8]) -> Result<u32, ExchangeError> {
+    match bytes {
+        [b'1', 0] => Ok(256),
+        [b'2', 0] => Ok(512),
+        [b'3', 0] => Ok(1024),
+        [b'4', 0] => Ok(2048),
+        [b'5', 0] => Ok(4096),
+        _ => Err(bad("perftest MTU", bytes)),
+    }
+}
+
+/// The bandwidth report a perftest client sends its server at the end (`xchg_bw_reports`):
+/// size and iterations as big-endian `u64`s, then peak and average bandwidth and message rate
+/// as big-endian IEEE doubles (perftest's own units: MB/s unless `--report_gbits`, Mpps).
+/// A perftest server sends its own, uninitialised, back: only the client's is meaningful.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BwReport {
+    /// Message size.
+    pub size: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// BW peak.
+    pub bw_peak: f64,
+    /// BW average.
+    pub bw_avg: f64,
+    /// Message rate.
+    pub msg_rate: f64,
+}
+
+impl BwReport {
+    /// Bytes on the wire.
+    pub const LEN: usize = 40;
+
+    /// The message.
+    pub fn to_wire(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..8].copy_from_slice(&self.size.to_be_bytes());
+        b[8..16].copy_from_slice(&self.iters.to_be_bytes());
+        b[16..24].copy_from_slice(&self.bw_peak.to_be_bytes());
+        b[24..32].copy_from_slice(&self.bw_avg.to_be_bytes());
+        b[32..40].copy_from_slice(&self.msg_rate.to_be_bytes());
+        b
+    }
+
+    /// Parses one (any 40 bytes are a report; the values may be nonsense).
+    pub fn parse(bytes: &[u8]) -> Result<BwReport, ExchangeError> {
+        let Ok(b) = <&[u8; Self::LEN]>::try_from(bytes) else {
+            return Err(bad("perftest report", bytes));
+        };
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            w
+        };
+        Ok(BwReport {
+            size: u64::from_be_bytes(word(0)),
+            iters: u64::from_be_bytes(word(1)),
+            bw_peak: f64::from_be_bytes(word(2)),
+            bw_avg: f64::from_be_bytes(word(3)),
+            msg_rate: f64::from_be_bytes(word(4)),
+        })
+    }
+}
+
+/// One lock-step step of perftest's exchange (`ctx_xchg_data_ethernet`): the client writes
+/// `mine` and then reads `n` bytes; the server reads `n` bytes and then writes `mine`. The
+/// read waits at most `timeout`.
+pub fn swap(
+    s: &mut TcpStream,
+    client: bool,
+    mine: &[u8],
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>, ExchangeError> {
+    if client {
+        write_all(s, mine)?;
+        read_exact(s, n, timeout)
+    } else {
+        let theirs = read_exact(s, n, timeout)?;
+        write_all(s, mine)?;
+        Ok(theirs)
+    }
+}
+
+/// A text message in a fixed-size NUL-padded field (irn's additions to perftest's exchange).
+pub fn padded<const N: usize>(text: &str) -> [u8; N] {
+    let mut b = [0u8; N];
+    let t = text.as_bytes();
+    let n = t.len().min(N - 1);
+    b[..n].copy_from_slice(&t[..n]);
+    b
+}
+
+/// The text of a NUL-padded field.
+pub fn unpadded(bytes: &[u8]) -> Result<&str, ExchangeError> {
+    text("irn message", bytes)
+}
+
 /// The operation an `irn perf` run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PerfOp {
@@ -260,6 +425,9 @@ pub struct PerfParams {
 }
 
 impl PerfParams {
+    /// Bytes of the NUL-padded field the line travels in.
+    pub const WIRE_LEN: usize = 128;
+
     /// The line on the wire (newline-terminated).
     pub fn to_line(&self) -> String {
         format!(
@@ -380,6 +548,59 @@ mod tests {
     }
 
     #[test]
+    fn perftest_messages_match_the_capture() {
+        // captures/exchange-perftest-write_bw.txt (ib_write_bw 4.5 between two rxe guests).
+        let v = b"6.06\0\0\0\0\0\0\0\0\0\0\0\0";
+        let p = PerftestVersion::parse(v).expect("perftest's version");
+        assert_eq!((p.text.as_str(), p.irn), ("6.06", false));
+        let ours = PerftestVersion::ours();
+        assert_eq!(&ours[..5], b"6.06\0", "perftest reads a C string");
+        assert!(PerftestVersion::parse(&ours).expect("ours").irn);
+        assert!(PerftestVersion::parse(b"5.60\0\0\0\0\0\0\0\0\0\0\0\0").is_err());
+        assert!(PerftestVersion::parse(b"six\0\0\0\0\0\0\0\0\0\0\0\0\0").is_err());
+        assert_eq!(mtu_to_wire(1024), *b"3\0");
+        assert_eq!(mtu_from_wire(b"3\0").expect("mtu"), 1024);
+        assert!(mtu_from_wire(b"9\0").is_err());
+        // #126..#134, the client's report: size 4096, 20 iterations, then three doubles.
+        let words: [u64; 5] = [
+            0x1000,
+            0x14,
+            0x3f9f_05be_42ed_dab9,
+            0x3f98_d877_b546_dfd9,
+            0x3f48_4364_e707_369a,
+        ];
+        let mut wire = Vec::new();
+        for w in words {
+            wire.extend_from_slice(&w.to_be_bytes());
+        }
+        let r = BwReport::parse(&wire).expect("report");
+        assert_eq!((r.size, r.iters), (4096, 20));
+        assert!((r.bw_peak - 0.0303).abs() < 1e-4, "{}", r.bw_peak);
+        assert!((r.bw_avg - 0.0243).abs() < 1e-4, "{}", r.bw_avg);
+        assert_eq!(r.to_wire().to_vec(), wire);
+        assert!(BwReport::parse(&wire[..39]).is_err());
+    }
+
+    #[test]
+    fn padded_fields_round_trip() {
+        let line = PerfParams {
+            op: PerfOp::Read,
+            size: 4096,
+            iters: 7,
+            qps: 2,
+            mode: QpMode::Irn,
+            latency: false,
+            verify: true,
+            udp_port: 4791,
+        }
+        .to_line();
+        let f: [u8; PerfParams::WIRE_LEN] = padded(&line);
+        assert_eq!(unpadded(&f).expect("text"), line);
+        let long: [u8; 8] = padded("0123456789");
+        assert_eq!(unpadded(&long).expect("text"), "0123456");
+    }
+
+    #[test]
     fn perf_key_is_108_bytes_and_round_trips() {
         let k = PerfKey {
             lid: 0,
@@ -429,6 +650,10 @@ mod tests {
             let _ = PingpongDest::parse(&bytes);
             let _ = PerfKey::parse(&bytes);
             let _ = PerfParams::parse(&String::from_utf8_lossy(&bytes));
+            let _ = PerftestVersion::parse(&bytes);
+            let _ = mtu_from_wire(&bytes);
+            let _ = BwReport::parse(&bytes);
+            let _ = unpadded(&bytes);
         }
     }
 }
