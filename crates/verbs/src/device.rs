@@ -56,6 +56,8 @@ const RX_BURST: usize = 64;
 /// and its retransmission timer would expire behind its own burst), and shares the link
 /// fairly among queue pairs.
 const TX_BURST: usize = 32;
+/// Bytes of one packet slot of a transmit batch.
+const SLOT: usize = MAX_DATAGRAM + 64;
 /// The engine thread wakes at least this often (to notice a closed device).
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
@@ -318,7 +320,11 @@ pub(crate) struct Core {
     capture: Option<Capture>,
     /// Received packets carry all their ICRC covers (see [`ReceivePath`]).
     verify_icrc: bool,
-    ip_buf: Vec<u8>,
+    /// Packets of the current transmit turn, built in place and sent with one `sendmmsg`:
+    /// `TX_BURST` slots of `SLOT` bytes.
+    tx_buf: Vec<u8>,
+    /// (slot, IP + UDP header length, packet length, destination) of each packet in `tx_buf`.
+    tx_batch: Vec<(usize, usize, usize, SocketAddr)>,
     payload: Vec<u8>,
 }
 
@@ -415,7 +421,8 @@ impl Device {
             counters: DeviceCounters::default(),
             capture,
             verify_icrc: socks.verifies_icrc(),
-            ip_buf: vec![0; MAX_DATAGRAM + 64],
+            tx_buf: vec![0; TX_BURST * SLOT],
+            tx_batch: Vec::with_capacity(TX_BURST),
             payload: Vec::with_capacity(MAX_DATAGRAM),
         };
         let shared = Arc::new(Shared {
@@ -633,24 +640,22 @@ impl Core {
             let Some(t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
                 break;
             };
-            let Some((hdr, len)) = build(&mut self.ip_buf, self.local, peer, &t, &payload) else {
+            let slot = self.tx_batch.len();
+            let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
+            let Some((hdr, len)) = build(buf, self.local, peer, &t, &payload) else {
                 continue;
             };
             if !self.tx_imp.is_active() {
-                let packet = &self.ip_buf[..len];
-                send_now(
-                    sock,
-                    &mut self.counters,
-                    &mut self.capture,
-                    peer,
-                    packet,
-                    hdr,
-                );
+                if let Some(c) = self.capture.as_mut() {
+                    c.write(&buf[..len]);
+                }
+                self.tx_batch.push((slot, hdr, len, peer));
                 continue;
             }
-            let bytes = self.ip_buf[..len].to_vec();
+            let bytes = buf[..len].to_vec();
             impair(self, sock, now, Some(peer), &bytes);
         }
+        self.flush_tx(sock);
         self.payload = payload;
         if more {
             self.tx_pending.insert(qpn);
@@ -658,6 +663,26 @@ impl Core {
             self.tx_pending.remove(&qpn);
         }
         more
+    }
+
+    /// Sends the packets batched in this turn, in order, with as few system calls as the
+    /// socket buffer allows.
+    fn flush_tx(&mut self, sock: &UdpSocket) {
+        if self.tx_batch.is_empty() {
+            return;
+        }
+        let msgs: Vec<(SocketAddr, &[u8])> = self
+            .tx_batch
+            .iter()
+            .map(|&(slot, hdr, len, peer)| {
+                (peer, &self.tx_buf[slot * SLOT + hdr..slot * SLOT + len])
+            })
+            .collect();
+        let (sent, bytes, errors) = net::send_batch(sock, &msgs);
+        self.counters.tx_packets += sent;
+        self.counters.tx_bytes += bytes;
+        self.counters.tx_errors += errors;
+        self.tx_batch.clear();
     }
 
     /// Handles one received IP packet.
@@ -742,16 +767,8 @@ fn send_now(
                 counters.tx_bytes += datagram.len() as u64;
                 return;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // The socket buffer is full: wait for room (the kernel drains it at line
-                // rate), as a NIC's doorbell would wait for a free descriptor.
-                let fd = rustix::event::PollFd::new(sock, rustix::event::PollFlags::OUT);
-                let ts = rustix::event::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 10_000_000,
-                };
-                let _ = rustix::event::poll(&mut [fd], Some(&ts));
-            }
+            // The socket buffer is full: wait for room (the kernel drains it at line rate).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => net::wait_writable(sock),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => {
                 counters.tx_errors += 1;

@@ -356,6 +356,57 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRe
     Some((ip, udp))
 }
 
+/// Sends `msgs` (UDP payload and destination each), in order, with `sendmmsg(2)`; waits for
+/// room when the socket buffer is full (as a NIC's doorbell waits for a free descriptor).
+/// Returns (datagrams sent, their bytes, datagrams the kernel refused — lost).
+pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[(SocketAddr, &[u8])]) -> (u64, u64, u64) {
+    use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+    use std::io::IoSlice;
+    let addrs: Vec<SocketAddrAny> = msgs.iter().map(|(a, _)| SocketAddrAny::from(*a)).collect();
+    let iovs: Vec<[IoSlice<'_>; 1]> = msgs.iter().map(|(_, b)| [IoSlice::new(b)]).collect();
+    let (mut sent, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+    let mut at = 0;
+    while at < msgs.len() {
+        let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> = (at..msgs.len())
+            .map(|_| SendAncillaryBuffer::default())
+            .collect();
+        let mut hdrs: Vec<MMsgHdr<'_>> = addrs[at..]
+            .iter()
+            .zip(&iovs[at..])
+            .zip(controls.iter_mut())
+            .map(|((a, iov), c)| MMsgHdr::new_with_addr(a, iov, c))
+            .collect();
+        match rustix::net::sendmmsg(sock, &mut hdrs, SendFlags::DONTWAIT) {
+            Ok(n) if n > 0 => {
+                for (_, b) in &msgs[at..at + n] {
+                    sent += 1;
+                    bytes += b.len() as u64;
+                }
+                at += n;
+            }
+            Ok(_) => wait_writable(sock),
+            Err(e) if e == rustix::io::Errno::AGAIN => wait_writable(sock),
+            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(_) => {
+                // The first message of the call failed (unreachable, too big): it is lost.
+                errors += 1;
+                at += 1;
+            }
+        }
+    }
+    (sent, bytes, errors)
+}
+
+/// Waits (at most 10 ms) for room in the socket's send buffer.
+pub(crate) fn wait_writable(sock: &UdpSocket) {
+    let fd = rustix::event::PollFd::new(sock, rustix::event::PollFlags::OUT);
+    let ts = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    let _ = rustix::event::poll(&mut [fd], Some(&ts));
+}
+
 /// Why a received packet was dropped before reaching a queue pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reject {
