@@ -491,6 +491,22 @@ mod sys {
         }
     }
 
+    /// `setsockopt(SOL_SOCKET, opt)` with a plain-data value.
+    fn set_option<T: Copy>(fd: BorrowedFd<'_>, opt: libc::c_int, value: &T) -> io::Result<()> {
+        // SAFETY: `value` is plain data of its own size, borrowed for the call; the kernel
+        // copies it and keeps no pointer.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                std::ptr::from_ref(value).cast(),
+                size_of::<T>() as libc::socklen_t,
+            )
+        };
+        check(rc).map(drop)
+    }
+
     /// `setsockopt(SO_ATTACH_FILTER)` with a classic-BPF program.
     pub(super) fn attach_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
         let mut filter: Vec<libc::sock_filter> = prog
@@ -505,52 +521,22 @@ mod sys {
         let fprog = libc::sock_fprog {
             len: u16::try_from(filter.len())
                 .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+            // Alive until the call returns: the kernel copies the program.
             filter: filter.as_mut_ptr(),
         };
-        // SAFETY: `fprog` points at `filter`, alive for the call; the kernel copies it.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_FILTER,
-                std::ptr::from_ref(&fprog).cast(),
-                size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        check(rc).map(drop)
+        set_option(fd, libc::SO_ATTACH_FILTER, &fprog)
     }
 
     /// `setsockopt(SO_RCVBUFFORCE)`: a receive buffer past `net.core.rmem_max` (needs
     /// `CAP_NET_ADMIN`).
     pub(super) fn set_rcvbuf_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
         let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: a plain int option, passed by pointer for the call's duration.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                std::ptr::from_ref(&v).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        check(rc).map(drop)
+        set_option(fd, libc::SO_RCVBUFFORCE, &v)
     }
 
     /// `setsockopt(SO_NO_CHECK)`: send IPv4 UDP datagrams with checksum 0.
     pub(super) fn set_no_check(fd: BorrowedFd<'_>) -> io::Result<()> {
-        let v: libc::c_int = 1;
-        // SAFETY: a plain int option, passed by pointer for the call's duration.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                std::ptr::from_ref(&v).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        check(rc).map(drop)
+        set_option(fd, libc::SO_NO_CHECK, &(1 as libc::c_int))
     }
 
     /// What `recvmmsg` fills in, kept between bursts.
