@@ -166,9 +166,72 @@ impl SimMemory for ByteMemory {
 struct Meta {
     dst: u32,
     hash: u32,
-    wire: u32,
+    /// The next packet of the virtual output queue this one waits in ([`NIL`]: the last).
+    /// Threading the queues through the packets keeps a queue operation on cache lines the
+    /// hop touches anyway, instead of a `VecDeque` header and buffer per queue.
+    next: u32,
+    /// Frame bytes (at most a 4096-byte MTU plus headers).
+    wire: u16,
     prio: u8,
     ecn: Ecn,
+}
+
+/// No packet: the end of a virtual output queue.
+const NIL: u32 = u32::MAX;
+
+/// A virtual output queue: a list of packets threaded through [`Meta::next`].
+#[derive(Debug, Clone, Copy)]
+struct Voq {
+    head: u32,
+    tail: u32,
+}
+
+impl Voq {
+    const EMPTY: Voq = Voq {
+        head: NIL,
+        tail: NIL,
+    };
+
+    fn is_empty(&self) -> bool {
+        self.head == NIL
+    }
+
+    /// Appends `pkt`; returns whether the queue was empty.
+    fn push(&mut self, meta: &mut [Meta], pkt: u32) -> bool {
+        meta[pkt as usize].next = NIL;
+        let was_empty = self.tail == NIL;
+        if was_empty {
+            self.head = pkt;
+        } else {
+            meta[self.tail as usize].next = pkt;
+        }
+        self.tail = pkt;
+        was_empty
+    }
+
+    fn pop(&mut self, meta: &[Meta]) -> Option<u32> {
+        if self.head == NIL {
+            return None;
+        }
+        let pkt = self.head;
+        self.head = meta[pkt as usize].next;
+        if self.head == NIL {
+            self.tail = NIL;
+        }
+        Some(pkt)
+    }
+
+    /// The packets, head first.
+    fn iter<'a>(&self, meta: &'a [Meta]) -> impl Iterator<Item = u32> + 'a {
+        let mut at = self.head;
+        std::iter::from_fn(move || {
+            let p = at;
+            (p != NIL).then(|| {
+                at = meta[p as usize].next;
+                p
+            })
+        })
+    }
 }
 
 /// What only the receiving NIC reads.
@@ -233,7 +296,7 @@ struct Switch {
     /// Per (input, class): a pause is in force upstream.
     xoff: Vec<bool>,
     /// Input-queued: per (input, output, class), the virtual output queue.
-    voq: Vec<VecDeque<u32>>,
+    voq: Vec<Voq>,
     /// Input-queued: per (output, class), inputs with packets, in round-robin order.
     active: Vec<VecDeque<u16>>,
     /// Shared-buffer: per (output, class), FIFO of (packet, input).
@@ -263,7 +326,7 @@ impl Switch {
             occ_c: vec![0; nports * nc],
             xoff: vec![false; nports * nc],
             voq: if iq {
-                (0..nports * nports * nc).map(|_| VecDeque::new()).collect()
+                vec![Voq::EMPTY; nports * nports * nc]
             } else {
                 Vec::new()
             },
@@ -1038,7 +1101,8 @@ impl<M: SimMemory> Simulation<M> {
             } else {
                 self.data_prio
             };
-            let wire = t.ib.buffer_len() as u32 + FRAME_OVERHEAD;
+            // At most a 4096-byte MTU (validated) plus headers: it fits.
+            let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD).unwrap_or(u16::MAX);
             let hash = mix((u64::from(host) << 40)
                 ^ (u64::from(peer_host) << 20)
                 ^ u64::from(dest_qpn)
@@ -1055,6 +1119,7 @@ impl<M: SimMemory> Simulation<M> {
                 Meta {
                     dst: peer_host,
                     hash,
+                    next: NIL,
                     wire,
                     prio,
                     ecn: t.ecn,
@@ -1237,8 +1302,7 @@ impl<M: SimMemory> Simulation<M> {
         match self.cfg.switch.model {
             SwitchModel::InputQueued => {
                 let v = &mut sw.voq[(i * sw.nports + out) * sw.nc + c];
-                v.push_back(pkt);
-                if v.len() == 1 {
+                if v.push(&mut self.meta, pkt) {
                     sw.active[oc].push_back(inp);
                 }
             }
@@ -1293,7 +1357,7 @@ impl<M: SimMemory> Simulation<M> {
                 SwitchModel::InputQueued => match sw.active[oc].pop_front() {
                     Some(i) => {
                         let v = &mut sw.voq[(i as usize * sw.nports + out) * sw.nc + c];
-                        let pkt = v.pop_front();
+                        let pkt = v.pop(&self.meta);
                         if !v.is_empty() {
                             sw.active[oc].push_back(i);
                         }
@@ -1503,7 +1567,7 @@ impl<M: SimMemory> Simulation<M> {
             };
             for (k, v) in sw.voq.iter().enumerate() {
                 let i = k / sw.nc / sw.nports;
-                for &p in v {
+                for p in v.iter(&self.meta) {
                     count(p, i as u16);
                 }
             }
