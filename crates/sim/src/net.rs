@@ -179,17 +179,32 @@ struct Meta {
 /// No packet: the end of a virtual output queue.
 const NIL: u32 = u32::MAX;
 
-/// A virtual output queue: a list of packets threaded through [`Meta::next`].
+/// No input: the end of an output's round-robin list.
+const NO_INPUT: u16 = u16::MAX;
+
+/// A virtual output queue: a list of packets threaded through [`Meta::next`], and the link of
+/// the output's round-robin list of inputs with packets for it.
 #[derive(Debug, Clone, Copy)]
 struct Voq {
     head: u32,
     tail: u32,
+    /// The next input in the output's round-robin list ([`NO_INPUT`]: the last).
+    next_input: u16,
+}
+
+/// An output's (and class's) round-robin list of inputs with packets for it, threaded through
+/// the VOQs' `next_input`.
+#[derive(Debug, Clone, Copy)]
+struct InputRing {
+    head: u16,
+    tail: u16,
 }
 
 impl Voq {
     const EMPTY: Voq = Voq {
         head: NIL,
         tail: NIL,
+        next_input: NO_INPUT,
     };
 
     fn is_empty(&self) -> bool {
@@ -298,7 +313,7 @@ struct Switch {
     /// Input-queued: per (input, output, class), the virtual output queue.
     voq: Vec<Voq>,
     /// Input-queued: per (output, class), inputs with packets, in round-robin order.
-    active: Vec<VecDeque<u16>>,
+    active: Vec<InputRing>,
     /// Shared-buffer: per (output, class), FIFO of (packet, input).
     oq: Vec<VecDeque<(u32, u16)>>,
     /// Per (output, class), bytes queued.
@@ -317,6 +332,36 @@ struct Switch {
 }
 
 impl Switch {
+    /// Puts input `inp` last in the round-robin list of (`out`, `c`).
+    fn active_push(&mut self, out: usize, c: usize, inp: u16) {
+        let (nports, nc) = (self.nports, self.nc);
+        let at = |i: u16| (usize::from(i) * nports + out) * nc + c;
+        self.voq[at(inp)].next_input = NO_INPUT;
+        let ring = &mut self.active[out * nc + c];
+        if ring.tail == NO_INPUT {
+            ring.head = inp;
+        } else {
+            let tail = ring.tail;
+            self.voq[at(tail)].next_input = inp;
+        }
+        self.active[out * nc + c].tail = inp;
+    }
+
+    /// Takes the first input of the round-robin list of (`out`, `c`).
+    fn active_pop(&mut self, out: usize, c: usize) -> Option<u16> {
+        let (nports, nc) = (self.nports, self.nc);
+        let ring = &mut self.active[out * nc + c];
+        let i = ring.head;
+        if i == NO_INPUT {
+            return None;
+        }
+        ring.head = self.voq[(usize::from(i) * nports + out) * nc + c].next_input;
+        if ring.head == NO_INPUT {
+            ring.tail = NO_INPUT;
+        }
+        Some(i)
+    }
+
     fn new(nports: usize, nc: usize, salt: u64, model: SwitchModel) -> Switch {
         let iq = model == SwitchModel::InputQueued;
         Switch {
@@ -331,7 +376,13 @@ impl Switch {
                 Vec::new()
             },
             active: if iq {
-                (0..nports * nc).map(|_| VecDeque::new()).collect()
+                vec![
+                    InputRing {
+                        head: NO_INPUT,
+                        tail: NO_INPUT
+                    };
+                    nports * nc
+                ]
             } else {
                 Vec::new()
             },
@@ -1303,7 +1354,7 @@ impl<M: SimMemory> Simulation<M> {
             SwitchModel::InputQueued => {
                 let v = &mut sw.voq[(i * sw.nports + out) * sw.nc + c];
                 if v.push(&mut self.meta, pkt) {
-                    sw.active[oc].push_back(inp);
+                    sw.active_push(out, c, inp);
                 }
             }
             SwitchModel::SharedBuffer => sw.oq[oc].push_back((pkt, inp)),
@@ -1354,12 +1405,12 @@ impl<M: SimMemory> Simulation<M> {
                 continue;
             }
             let picked = match model {
-                SwitchModel::InputQueued => match sw.active[oc].pop_front() {
+                SwitchModel::InputQueued => match sw.active_pop(out, c) {
                     Some(i) => {
                         let v = &mut sw.voq[(i as usize * sw.nports + out) * sw.nc + c];
                         let pkt = v.pop(&self.meta);
                         if !v.is_empty() {
-                            sw.active[oc].push_back(i);
+                            sw.active_push(out, c, i);
                         }
                         pkt.map(|p| (p, i))
                     }
