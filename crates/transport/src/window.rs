@@ -57,6 +57,10 @@ pub(crate) struct SendWindow {
     /// When each outstanding PSN was first sent; `Time::MAX` once retransmitted (Karn: no RTT
     /// sample from a retransmitted packet).
     sent_at: VecDeque<Time>,
+    /// The smallest round-trip time sampled (from packets never retransmitted).
+    min_rtt: Option<crate::time::Dur>,
+    /// The last retransmission: its first PSN, the PSN after it, and when it left.
+    last_retx: Option<(Psn, Psn, Time)>,
 }
 
 /// What a cumulative acknowledgement did.
@@ -82,6 +86,8 @@ impl SendWindow {
             stall_base: None,
             retries: 0,
             sent_at: VecDeque::new(),
+            min_rtt: None,
+            last_retx: None,
         }
     }
 
@@ -171,6 +177,7 @@ impl SendWindow {
 
     /// The packet at `psn`, covering `covers` PSNs, was retransmitted.
     pub(crate) fn on_retransmitted(&mut self, now: Time, psn: Psn, covers: u32) {
+        self.last_retx = Some((psn, psn.add(covers.max(1)), now));
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
             for t in self
@@ -208,6 +215,17 @@ impl SendWindow {
             newest = self.sent_at.pop_front().unwrap_or(Time::MAX);
         }
         let rtt = (newest != Time::MAX).then(|| now - newest);
+        if let Some(r) = rtt {
+            self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        }
+        // Whether this ACK can be the answer to the last retransmission: it covers it, and a
+        // round trip has passed since it left (an earlier ACK answers the original, delayed
+        // rather than lost — after a spurious timeout, say).
+        let answers_retx = self.last_retx.is_some_and(|(first, after, at)| {
+            cum.distance(after) <= 0
+                && first.distance(cum) > 0
+                && self.min_rtt.is_none_or(|m| now.since(at) >= m)
+        });
         if self.highest_sack.is_some_and(|h| h.distance(cum) > 0) {
             self.highest_sack = None;
         }
@@ -220,8 +238,19 @@ impl SendWindow {
             if rec.seq.distance(cum) > 0 {
                 // The cumulative ACK passed the recovery sequence: recovery is over.
                 self.recovery = None;
-            } else if self.mode == Retransmission::SelectiveRepeatNoSack {
-                // A partial ACK without SACK information: the new hole is the next loss.
+            } else if self.mode == Retransmission::SelectiveRepeatNoSack
+                || (self.highest_sack.is_none() && answers_retx)
+            {
+                // A partial ACK with no selective ACK above it, answering a retransmission:
+                // the new hole is the next loss. The retransmission left after every packet
+                // still unacknowledged, on the same path, so those are gone (NewReno's
+                // partial-ACK rule, RFC 6582). IRN §3.1 retransmits a packet only once a
+                // higher PSN is selectively acknowledged; read literally, a window whose tail
+                // was dropped whole (an incast's last burst) is recovered one RTO per packet,
+                // which is how E8 first failed (docs/RESULTS.md). An ACK that comes sooner
+                // than a round trip after the retransmission answers the original packet
+                // (delayed, not lost, as after a spurious timeout): no conclusion is drawn
+                // from it, or every packet queued behind it would be resent in turn.
                 rec.cursor = cum;
                 rec.force = true;
             }

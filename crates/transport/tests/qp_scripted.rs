@@ -210,10 +210,12 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
         Ecn::NotEct,
         &mut mem,
     );
-    // Still in recovery (cum 3 is not past 3) but nothing is lost: new packets 4, 5, 6.
-    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4, 5, 6]);
+    // Still in recovery (cum 3 is not past 3). A partial ACK with no selective ACK above it:
+    // 3 left before the retransmission of 0 on the same path and is not acknowledged with
+    // it, so it is lost (the partial-ACK rule) and goes first; then new packets 4, 5, 6.
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![3, 4, 5, 6]);
     // A NACK now (4 lost, 5 arrived) does not restart recovery: the retransmission cursor
-    // continues and 3 (not sacked, below sack 5) is resent, then 4.
+    // continues past 3 and 4 (not sacked, below sack 5) is resent; 6 is above every SACK.
     q.handle_packet(
         T0,
         &ack(SQ_PSN + 3, NAK_SEQ, Some(SQ_PSN + 5), true),
@@ -221,7 +223,72 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
         Ecn::NotEct,
         &mut mem,
     );
-    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![3, 4]);
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
+}
+
+#[test]
+fn irn_draws_no_loss_from_an_ack_that_comes_sooner_than_a_round_trip_after_a_retransmission() {
+    // 0..7 sent; the ACK of 0 after 10 µs is a round-trip sample. Then a (spurious) timeout
+    // resends 1, and the ACK of 1 arrives 1 µs later: it answers the original 1, which was
+    // only delayed, so 2 (queued behind it) is not presumed lost.
+    let mut cfg = RecoveryConfig::irn();
+    cfg.bdp_cap = Some(8);
+    let mut q = qp(cfg);
+    let (mut mem, sge, remote, _) = memory(8 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..8).collect::<Vec<_>>());
+    let t1 = T0 + Dur::from_micros(10);
+    q.handle_packet(
+        t1,
+        &ack(SQ_PSN, ACK, None, true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    let t = q.poll_timeout().expect("timer");
+    q.handle_timeout(t);
+    assert_eq!(psns(&drain(&mut q, t, &mem)), vec![1]);
+    let t2 = t + Dur::from_micros(1);
+    q.handle_packet(
+        t2,
+        &ack(SQ_PSN + 1, ACK, None, true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert_eq!(psns(&drain(&mut q, t2, &mem)), Vec::<u32>::new());
+}
+
+#[test]
+fn irn_resends_the_next_hole_on_a_partial_ack_when_a_window_tail_was_lost_whole() {
+    // 0..7 sent, 0 and everything after it lost except nothing: no NACK ever comes. The
+    // timeout resends 0; its ACK (cum 1) is partial with no SACK above it, so 1 is the next
+    // hole and goes at once — not one RTO per packet.
+    let mut cfg = RecoveryConfig::irn();
+    cfg.bdp_cap = Some(8);
+    let mut q = qp(cfg);
+    let (mut mem, sge, remote, _) = memory(8 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..8).collect::<Vec<_>>());
+    let t = q.poll_timeout().expect("timer");
+    q.handle_timeout(t);
+    assert_eq!(psns(&drain(&mut q, t, &mem)), vec![0]);
+    for k in 1..8 {
+        q.handle_packet(
+            t,
+            &ack(SQ_PSN + k - 1, ACK, None, true),
+            &[],
+            Ecn::NotEct,
+            &mut mem,
+        );
+        assert_eq!(
+            psns(&drain(&mut q, t, &mem)),
+            vec![k],
+            "after the ACK of {}",
+            k - 1
+        );
+    }
+    assert_eq!(q.counters().timeouts, 1);
 }
 
 #[test]
