@@ -950,6 +950,7 @@ impl QueuePair {
                 self.rnr_until = None;
                 self.swin.go_back(self.rnr_psn);
                 self.swin.restart_timer(now);
+                self.swin.peer_alive(now);
             }
         } else if matches!(self.state, QpState::Rts | QpState::Sqd)
             && self.swin.deadline(&self.rto).is_some_and(|d| d <= now)
@@ -1111,6 +1112,7 @@ impl QueuePair {
                 self.ack_requests(now, psn.add(1), ib.bth.becn);
                 if let Some(s) = sack {
                     self.swin.sack(s);
+                    self.swin.peer_alive(now);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -1144,6 +1146,7 @@ impl QueuePair {
                         self.ack_requests(now, psn, false);
                         if let Some(s) = sack {
                             self.swin.sack(s);
+                            self.swin.peer_alive(now);
                         }
                         self.swin.enter_recovery(false);
                     }
@@ -1164,6 +1167,7 @@ impl QueuePair {
                 }
                 self.rnr_psn = psn;
                 self.rnr_until = Some(now + Dur::from_micros(u64::from(timer.micros())));
+                self.swin.peer_alive(now);
             }
             Syndrome::Nak(code) => {
                 self.counters.nacks_received += 1;
@@ -1459,6 +1463,7 @@ impl QueuePair {
                 self.rsp_win.ack(now, psn.add(1));
                 if let Some(s) = sack {
                     self.rsp_win.sack(s);
+                    self.rsp_win.peer_alive(now);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -1469,6 +1474,7 @@ impl QueuePair {
                     _ => {
                         if let Some(s) = sack {
                             self.rsp_win.sack(s);
+                            self.rsp_win.peer_alive(now);
                         }
                         self.rsp_win.enter_recovery(false);
                     }

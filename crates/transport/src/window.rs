@@ -218,9 +218,13 @@ impl SendWindow {
         if let Some(r) = rtt {
             self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         }
-        // Whether this ACK can be the answer to the last retransmission: it covers it, and a
-        // round trip has passed since it left (an earlier ACK answers the original, delayed
-        // rather than lost — after a spurious timeout, say).
+        // Whether this ACK can be the answer to the last retransmission: it covers it, and at
+        // least the smallest round trip seen has passed since it left — sooner, it answers the
+        // original, delayed rather than lost (the test TCP stacks use to call a retransmission
+        // spurious). Later ACKs of delayed originals still pass it (after a spurious timeout
+        // under queueing, one needless resend per minimum RTT until recovery ends); the
+        // latest RTT sample instead would block the rule where it matters, since a flow
+        // recovering a lost tail takes no new samples (Karn) and keeps its congested ones.
         let answers_retx = self.last_retx.is_some_and(|(first, after, at)| {
             cum.distance(after) <= 0
                 && first.distance(cum) > 0
@@ -238,6 +242,7 @@ impl SendWindow {
             if rec.seq.distance(cum) > 0 {
                 // The cumulative ACK passed the recovery sequence: recovery is over.
                 self.recovery = None;
+                self.last_retx = None;
             } else if self.mode == Retransmission::SelectiveRepeatNoSack
                 || (self.highest_sack.is_none() && answers_retx)
             {
@@ -265,6 +270,15 @@ impl SendWindow {
         self.retries = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
         self.stall_base = self.timer_base;
+    }
+
+    /// The peer answered without acknowledging anything new (an RNR NAK, a NACK): it is alive,
+    /// so the stretch without progress that the retry budget measures starts again.
+    pub(crate) fn peer_alive(&mut self, now: Time) {
+        self.retries = 0;
+        if self.in_flight() > 0 {
+            self.stall_base = Some(now);
+        }
     }
 
     /// `psn` was selectively acknowledged (the PSN that triggered a NACK).

@@ -8,7 +8,7 @@ use irn_transport::{
 };
 use irn_wire::{
     AethRepr, AtomicEthRepr, BthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, NakCode, Opcode, Psn,
-    RethRepr, Syndrome, DEFAULT_PKEY, TVER_IRN, TVER_STANDARD,
+    RethRepr, RnrTimer, Syndrome, DEFAULT_PKEY, TVER_IRN, TVER_STANDARD,
 };
 
 const T0: Time = Time::ZERO;
@@ -224,6 +224,44 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
         &mut mem,
     );
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
+}
+
+#[test]
+fn time_spent_in_rnr_waits_does_not_count_against_the_retry_budget() {
+    // IRN counts retries per local ACK timeout without progress (timeout 14: 67 ms; retry_cnt
+    // 7: give up after 537 ms). Two RNR NAKs of 327 ms each keep the request waiting 655 ms
+    // with nothing acknowledged; the responder was answering all along, so the next RTO is a
+    // first retry, not RETRY_EXC_ERR.
+    let mut q = qp(RecoveryConfig::irn());
+    let (mut mem, sge, remote, _) = memory(1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![0]);
+    let mut t = T0;
+    for _ in 0..2 {
+        t = t + Dur::from_micros(10);
+        let mut rnr = ack(SQ_PSN, Syndrome::RnrNak(RnrTimer(0x1e)), None, true);
+        rnr.aeth = Some(AethRepr {
+            syndrome: Syndrome::RnrNak(RnrTimer(0x1e)),
+            msn: 0,
+        });
+        q.handle_packet(t, &rnr, &[], Ecn::NotEct, &mut mem);
+        t = q.poll_timeout().expect("the RNR wait");
+        q.handle_timeout(t);
+        assert_eq!(
+            psns(&drain(&mut q, t, &mem)),
+            vec![0],
+            "resent after the wait"
+        );
+    }
+    assert!(t.since(T0) > Dur::from_millis(600));
+    let rto = q.poll_timeout().expect("the retransmission timer");
+    q.handle_timeout(rto);
+    assert_eq!(
+        psns(&drain(&mut q, rto, &mem)),
+        vec![0],
+        "an ordinary retry"
+    );
+    assert!(q.poll_completion().is_none(), "no RETRY_EXC_ERR");
 }
 
 #[test]
