@@ -243,7 +243,8 @@ impl PerftestVersion {
         if !(5.70..100.0).contains(&v) {
             return Err(bad(W, bytes));
         }
-        let rest = &bytes[t.len() + 1..];
+        // A version text filling all 16 bytes leaves no NUL and nothing after it.
+        let rest = bytes.get(t.len() + 1..).unwrap_or_default();
         Ok(PerftestVersion {
             text: t.to_string(),
             irn: rest.starts_with(Self::MARK),
@@ -558,6 +559,9 @@ mod tests {
         assert!(PerftestVersion::parse(&ours).expect("ours").irn);
         assert!(PerftestVersion::parse(b"5.60\0\0\0\0\0\0\0\0\0\0\0\0").is_err());
         assert!(PerftestVersion::parse(b"six\0\0\0\0\0\0\0\0\0\0\0\0\0").is_err());
+        // Sixteen bytes of version, no NUL: parsed, not a panic.
+        let full = PerftestVersion::parse(b"5.70000000000000").expect("a version");
+        assert!(!full.irn);
         assert_eq!(mtu_to_wire(1024), *b"3\0");
         assert_eq!(mtu_from_wire(b"3\0").expect("mtu"), 1024);
         assert!(mtu_from_wire(b"9\0").is_err());

@@ -283,6 +283,13 @@ impl RxBatch {
                 continue;
             }
             let Some(from) = self.sys.source(i) else {
+                // No usable source address: count it as malformed.
+                self.got.push(Rx {
+                    buf: i,
+                    start: HEADROOM,
+                    len: 0,
+                    truncated: true,
+                });
                 continue;
             };
             match prepend_headers(&mut self.bufs[i], from, socks.local, len) {
@@ -616,10 +623,11 @@ mod sys {
         for i in 0..n {
             // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = std::ptr::from_mut(&mut st.iovs[i]);
+            // Pointers from one borrow of each vector, offset without dereferencing.
+            h.msg_hdr.msg_iov = st.iovs.as_mut_ptr().wrapping_add(i);
             h.msg_hdr.msg_iovlen = 1;
             if names {
-                h.msg_hdr.msg_name = std::ptr::from_mut(&mut st.names[i]).cast();
+                h.msg_hdr.msg_name = st.names.as_mut_ptr().wrapping_add(i).cast();
                 h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             }
             st.hdrs.push(h);
