@@ -238,7 +238,7 @@ fn time_spent_in_rnr_waits_does_not_count_against_the_retry_budget() {
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![0]);
     let mut t = T0;
     for _ in 0..2 {
-        t = t + Dur::from_micros(10);
+        t += Dur::from_micros(10);
         let mut rnr = ack(SQ_PSN, Syndrome::RnrNak(RnrTimer(0x1e)), None, true);
         rnr.aeth = Some(AethRepr {
             syndrome: Syndrome::RnrNak(RnrTimer(0x1e)),
