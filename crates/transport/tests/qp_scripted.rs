@@ -226,6 +226,17 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
 }
 
+/// An IRN queue pair (BDP cap 8) that has sent PSNs 0..7 of an 8 KiB Write at T0.
+fn irn_eight_packets_sent() -> (QueuePair, ByteMemory) {
+    let mut cfg = RecoveryConfig::irn();
+    cfg.bdp_cap = Some(8);
+    let mut q = qp(cfg);
+    let (mem, sge, remote, _) = memory(8 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..8).collect::<Vec<_>>());
+    (q, mem)
+}
+
 #[test]
 fn time_spent_in_rnr_waits_does_not_count_against_the_retry_budget() {
     // IRN counts retries per local ACK timeout without progress (timeout 14: 67 ms; retry_cnt
@@ -269,12 +280,7 @@ fn irn_draws_no_loss_from_an_ack_that_comes_sooner_than_a_round_trip_after_a_ret
     // 0..7 sent; the ACK of 0 after 10 µs is a round-trip sample. Then a (spurious) timeout
     // resends 1, and the ACK of 1 arrives 1 µs later: it answers the original 1, which was
     // only delayed, so 2 (queued behind it) is not presumed lost.
-    let mut cfg = RecoveryConfig::irn();
-    cfg.bdp_cap = Some(8);
-    let mut q = qp(cfg);
-    let (mut mem, sge, remote, _) = memory(8 * 1024);
-    q.post_send(write_wr(sge, remote)).expect("post");
-    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..8).collect::<Vec<_>>());
+    let (mut q, mut mem) = irn_eight_packets_sent();
     let t1 = T0 + Dur::from_micros(10);
     q.handle_packet(
         t1,
@@ -299,15 +305,9 @@ fn irn_draws_no_loss_from_an_ack_that_comes_sooner_than_a_round_trip_after_a_ret
 
 #[test]
 fn irn_resends_the_next_hole_on_a_partial_ack_when_a_window_tail_was_lost_whole() {
-    // 0..7 sent, 0 and everything after it lost except nothing: no NACK ever comes. The
-    // timeout resends 0; its ACK (cum 1) is partial with no SACK above it, so 1 is the next
+    // 0..7 sent and all lost: no NACK ever comes. The timeout resends 0; its ACK (cum 1) is partial with no SACK above it, so 1 is the next
     // hole and goes at once — not one RTO per packet.
-    let mut cfg = RecoveryConfig::irn();
-    cfg.bdp_cap = Some(8);
-    let mut q = qp(cfg);
-    let (mut mem, sge, remote, _) = memory(8 * 1024);
-    q.post_send(write_wr(sge, remote)).expect("post");
-    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..8).collect::<Vec<_>>());
+    let (mut q, mut mem) = irn_eight_packets_sent();
     let t = q.poll_timeout().expect("timer");
     q.handle_timeout(t);
     assert_eq!(psns(&drain(&mut q, t, &mem)), vec![0]);
