@@ -176,6 +176,15 @@ struct Meta {
     ecn: Ecn,
 }
 
+/// The fields of [`Meta`] a switch reads on arrival.
+#[derive(Debug, Clone, Copy)]
+struct Hop {
+    dst: u32,
+    hash: u32,
+    wire: u16,
+    prio: u8,
+}
+
 /// No packet: the end of a virtual output queue.
 const NIL: u32 = u32::MAX;
 
@@ -211,9 +220,9 @@ impl Voq {
         self.head == NIL
     }
 
-    /// Appends `pkt`; returns whether the queue was empty.
+    /// Appends `pkt`; returns whether the queue was empty. The tail's `next` is never read
+    /// (the tail ends the list), so the new packet's metadata is not touched.
     fn push(&mut self, meta: &mut [Meta], pkt: u32) -> bool {
-        meta[pkt as usize].next = NIL;
         let was_empty = self.tail == NIL;
         if was_empty {
             self.head = pkt;
@@ -229,20 +238,26 @@ impl Voq {
             return None;
         }
         let pkt = self.head;
-        self.head = meta[pkt as usize].next;
-        if self.head == NIL {
+        if pkt == self.tail {
+            self.head = NIL;
             self.tail = NIL;
+        } else {
+            self.head = meta[pkt as usize].next;
         }
         Some(pkt)
     }
 
     /// The packets, head first.
     fn iter<'a>(&self, meta: &'a [Meta]) -> impl Iterator<Item = u32> + 'a {
-        let mut at = self.head;
+        let (mut at, tail) = (self.head, self.tail);
         std::iter::from_fn(move || {
             let p = at;
             (p != NIL).then(|| {
-                at = meta[p as usize].next;
+                at = if p == tail {
+                    NIL
+                } else {
+                    meta[p as usize].next
+                };
                 p
             })
         })
@@ -259,7 +274,15 @@ struct Packet {
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     /// A frame has fully arrived at `node` through `port`.
-    Arrive { node: u32, port: u16, pkt: u32 },
+    Arrive {
+        node: u32,
+        port: u16,
+        pkt: u32,
+        /// What a switch reads of the packet, carried in the event: the event is read in
+        /// order from the event list, while the packet's metadata line has usually left the
+        /// cache since the previous hop.
+        hop: Hop,
+    },
     /// `node` finished serializing a frame on `port`.
     TxDone { node: u32, port: u16 },
     /// A PFC frame for `prio` arrived at `node` through `port`.
@@ -784,7 +807,12 @@ impl<M: SimMemory> Simulation<M> {
 
     fn dispatch(&mut self, now: Time, ev: Ev) {
         match ev {
-            Ev::Arrive { node, port, pkt } => {
+            Ev::Arrive {
+                node,
+                port,
+                pkt,
+                hop,
+            } => {
                 if self.cfg.network.link_loss > 0.0
                     && self.loss_rng.chance(self.cfg.network.link_loss)
                 {
@@ -792,7 +820,7 @@ impl<M: SimMemory> Simulation<M> {
                 } else if node < self.topo.hosts {
                     self.nic_receive(now, node, pkt);
                 } else {
-                    self.switch_receive(now, node, port, pkt);
+                    self.switch_receive(now, node, port, pkt, hop);
                 }
             }
             Ev::TxDone { node, port } => {
@@ -1201,6 +1229,13 @@ impl<M: SimMemory> Simulation<M> {
     ) -> Time {
         let port = self.topo.nodes[node as usize].ports[out];
         let done = now + Dur::transmission(wire, port.rate_bps);
+        let m = self.meta[pkt as usize];
+        let hop = Hop {
+            dst: m.dst,
+            hash: m.hash,
+            wire: m.wire,
+            prio: m.prio,
+        };
         if wake {
             self.q.push(
                 done,
@@ -1216,6 +1251,7 @@ impl<M: SimMemory> Simulation<M> {
                 node: port.peer,
                 port: port.peer_port,
                 pkt,
+                hop,
             },
         );
         done
@@ -1260,15 +1296,14 @@ impl<M: SimMemory> Simulation<M> {
         st.drops += 1;
     }
 
-    fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32) {
+    fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32, hop: Hop) {
         let si = (node - self.topo.hosts) as usize;
-        let Meta {
+        let Hop {
             dst,
             hash,
             prio,
             wire,
-            ..
-        } = self.meta[pkt as usize];
+        } = hop;
         let wire = u64::from(wire);
         let hops = self.topo.next_hops(node, dst);
         let sw = &mut self.switches[si];
