@@ -928,8 +928,7 @@ fn engine(shared: &Shared) {
         let mut woke = false;
         for rx in &batch.got {
             woke = true;
-            if rx.truncated {
-                // Larger than any packet this device sends or accepts.
+            if rx.malformed {
                 core.counters.rx_packets += 1;
                 core.counters.rx_malformed += 1;
                 continue;

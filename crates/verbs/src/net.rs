@@ -238,8 +238,9 @@ pub(crate) struct Rx {
     pub(crate) start: usize,
     /// Its length.
     pub(crate) len: usize,
-    /// It did not fit the buffer (not a RoCEv2 packet this device could have sent).
-    pub(crate) truncated: bool,
+    /// It did not fit the buffer (not a RoCEv2 packet this device could have sent) or, on the
+    /// UDP path, came without a usable source address: counted as malformed, never parsed.
+    pub(crate) malformed: bool,
 }
 
 /// Receive buffers reused burst after burst, and what the last burst put in them.
@@ -273,39 +274,30 @@ impl RxBatch {
         let n = sys::recvmmsg(socks.rx_fd(), &mut self.bufs, skip, !raw, &mut self.sys);
         for i in 0..n {
             let (len, truncated) = self.sys.result(i);
-            if raw {
-                self.got.push(Rx {
-                    buf: i,
-                    start: 0,
-                    len,
-                    truncated,
-                });
-                continue;
-            }
-            let Some(from) = self.sys.source(i) else {
-                // No usable source address: count it as malformed.
-                self.got.push(Rx {
-                    buf: i,
-                    start: HEADROOM,
-                    len: 0,
-                    truncated: true,
-                });
-                continue;
+            let packet = if raw {
+                Some((0, len))
+            } else {
+                // Rebuild the IP and UDP headers in front of the payload.
+                self.sys
+                    .source(i)
+                    .and_then(|from| prepend_headers(&mut self.bufs[i], from, socks.local, len))
+                    .map(|start| (start, HEADROOM - start + len))
             };
-            match prepend_headers(&mut self.bufs[i], from, socks.local, len) {
-                Some(start) if !truncated => self.got.push(Rx {
+            self.got.push(match packet {
+                Some((start, len)) if !truncated => Rx {
                     buf: i,
                     start,
-                    len: HEADROOM - start + len,
-                    truncated,
-                }),
-                _ => self.got.push(Rx {
+                    len,
+                    malformed: false,
+                },
+                // Cut short, or (UDP path) without a usable source address.
+                _ => Rx {
                     buf: i,
-                    start: HEADROOM,
+                    start: 0,
                     len: 0,
-                    truncated: true,
-                }),
-            }
+                    malformed: true,
+                },
+            });
         }
     }
 }
