@@ -59,8 +59,8 @@ pub(crate) struct SendWindow {
     sent_at: VecDeque<Time>,
     /// The smallest round-trip time sampled (from packets never retransmitted).
     min_rtt: Option<crate::time::Dur>,
-    /// The last retransmission: its first PSN, the PSN after it, and when it left.
-    last_retx: Option<(Psn, Psn, Time)>,
+    /// The last retransmission: the PSN after it, and when it left.
+    last_retx: Option<(Psn, Time)>,
 }
 
 /// What a cumulative acknowledgement did.
@@ -177,7 +177,7 @@ impl SendWindow {
 
     /// The packet at `psn`, covering `covers` PSNs, was retransmitted.
     pub(crate) fn on_retransmitted(&mut self, now: Time, psn: Psn, covers: u32) {
-        self.last_retx = Some((psn, psn.add(covers.max(1)), now));
+        self.last_retx = Some((psn.add(covers.max(1)), now));
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
             for t in self
@@ -225,10 +225,8 @@ impl SendWindow {
         // under queueing, one needless resend per minimum RTT until recovery ends); the
         // latest RTT sample instead would block the rule where it matters, since a flow
         // recovering a lost tail takes no new samples (Karn) and keeps its congested ones.
-        let answers_retx = self.last_retx.is_some_and(|(first, after, at)| {
-            cum.distance(after) <= 0
-                && first.distance(cum) > 0
-                && self.min_rtt.is_none_or(|m| now.since(at) >= m)
+        let answers_retx = self.last_retx.is_some_and(|(after, at)| {
+            cum.distance(after) <= 0 && self.min_rtt.is_none_or(|m| now.since(at) >= m)
         });
         if self.highest_sack.is_some_and(|h| h.distance(cum) > 0) {
             self.highest_sack = None;
