@@ -1111,8 +1111,7 @@ impl QueuePair {
             Syndrome::Ack(_) => {
                 self.ack_requests(now, psn.add(1), ib.bth.becn);
                 if let Some(s) = sack {
-                    self.swin.sack(s);
-                    self.swin.peer_alive(now);
+                    self.swin.sack(now, s);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -1145,8 +1144,7 @@ impl QueuePair {
                     Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
                         self.ack_requests(now, psn, false);
                         if let Some(s) = sack {
-                            self.swin.sack(s);
-                            self.swin.peer_alive(now);
+                            self.swin.sack(now, s);
                         }
                         self.swin.enter_recovery(false);
                     }
@@ -1462,8 +1460,7 @@ impl QueuePair {
             Syndrome::Ack(_) => {
                 self.rsp_win.ack(now, psn.add(1));
                 if let Some(s) = sack {
-                    self.rsp_win.sack(s);
-                    self.rsp_win.peer_alive(now);
+                    self.rsp_win.sack(now, s);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -1473,8 +1470,7 @@ impl QueuePair {
                     Retransmission::GoBackN | Retransmission::GoBack0 => self.rsp_win.go_back(psn),
                     _ => {
                         if let Some(s) = sack {
-                            self.rsp_win.sack(s);
-                            self.rsp_win.peer_alive(now);
+                            self.rsp_win.sack(now, s);
                         }
                         self.rsp_win.enter_recovery(false);
                     }

@@ -279,8 +279,10 @@ impl SendWindow {
         }
     }
 
-    /// `psn` was selectively acknowledged (the PSN that triggered a NACK).
-    pub(crate) fn sack(&mut self, psn: Psn) {
+    /// `psn` was selectively acknowledged (the PSN that triggered a NACK) at `now`. The peer
+    /// answered, so the retry budget's stall clock starts again whatever the mode makes of it.
+    pub(crate) fn sack(&mut self, now: Time, psn: Psn) {
+        self.peer_alive(now);
         if self.mode != Retransmission::SelectiveRepeat || !self.outstanding(psn) {
             return;
         }
@@ -506,7 +508,7 @@ mod tests {
         sent(&mut w, 10); // 100..=109
                           // 100 and 103 lost; 101 triggers NACK(cum 100, sack 101).
         w.ack(Time::ZERO, p(100));
-        w.sack(p(101));
+        w.sack(Time::ZERO, p(101));
         w.enter_recovery(false);
         assert_eq!(
             w.next_retransmit(),
@@ -516,9 +518,9 @@ mod tests {
         w.on_retransmitted(Time::ZERO, p(100), 1);
         // 102 is not sacked and nothing above it is: not (yet) lost.
         assert_eq!(w.next_retransmit(), None);
-        w.sack(p(102));
+        w.sack(Time::ZERO, p(102));
         assert_eq!(w.next_retransmit(), None, "102 arrived; nothing lost");
-        w.sack(p(104));
+        w.sack(Time::ZERO, p(104));
         assert_eq!(
             w.next_retransmit(),
             Some(p(103)),
@@ -540,7 +542,7 @@ mod tests {
     fn recovery_sequence_is_the_last_regular_packet_before_the_first_retransmission() {
         let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
         sent(&mut w, 5); // 0..=4
-        w.sack(p(1));
+        w.sack(Time::ZERO, p(1));
         w.enter_recovery(false);
         assert_eq!(w.next_retransmit(), Some(p(0)));
         w.on_retransmitted(Time::ZERO, p(0), 1);
@@ -553,7 +555,7 @@ mod tests {
     fn no_sack_retransmits_one_hole_per_round_trip() {
         let mut w = SendWindow::new(Retransmission::SelectiveRepeatNoSack, p(0));
         sent(&mut w, 10);
-        w.sack(p(5)); // ignored without a bitmap
+        w.sack(Time::ZERO, p(5)); // ignored without a bitmap
         w.enter_recovery(false);
         assert_eq!(w.next_retransmit(), Some(p(0)));
         w.on_retransmitted(Time::ZERO, p(0), 1);
