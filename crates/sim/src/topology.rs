@@ -1,9 +1,14 @@
 //! Topologies and routes.
 //!
-//! Nodes `0..hosts` are hosts (one port each), the rest switches. Every link is two ports that
-//! name each other. Routes are precomputed once (htsim's lesson: no per-packet path search):
-//! for every switch and destination host, the ports on a shortest path — several of them where
-//! paths are equal-cost, and ECMP picks one by the flow's 5-tuple hash.
+//! Nodes `0..hosts` are hosts (one port each, to a switch), the rest switches. Every link is two
+//! ports that name each other. Routes are precomputed once (htsim's lesson: no per-packet path
+//! search): for every switch and destination, the ports on a shortest path — several of them
+//! where paths are equal-cost, and ECMP picks one by the flow's 5-tuple hash.
+//!
+//! Routes are kept per *edge switch* (the switch a host hangs off), not per host: a host has
+//! one link, so every switch but its own reaches it exactly as it reaches that switch. In a
+//! k = 16 fat-tree this makes the table 8× smaller (80 KB instead of 655 KB), small enough to
+//! stay in cache while a simulation forwards a packet per event (docs/BENCHMARKS.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -41,16 +46,22 @@ pub struct Topology {
     pub nodes: Vec<Node>,
     /// Number of hosts.
     pub hosts: u32,
-    /// `route_set[(node - hosts) * hosts + dst]`: which of `sets` holds the equal-cost next-hop
-    /// ports. Port lists repeat (in a fat-tree every switch has its `k/2` single down ports and
-    /// one up-set), so they are stored once and this table is two bytes an entry: 0.6 MB for the
-    /// 1024-host fat-tree instead of 2.6 MB of ranges plus 5 MB of lists.
+    /// Per host: its edge switch's number among the edge switches (its *group*).
+    group: Vec<u32>,
+    /// Per host: the port of its edge switch that leads to it.
+    down_port: Vec<u16>,
+    /// Per group: its edge switch.
+    group_switch: Vec<u32>,
+    /// `route_set[(node - hosts) * groups + group]`: which of `sets` holds the equal-cost
+    /// next-hop ports from switch `node` towards the group's edge switch. Port lists repeat (in
+    /// a fat-tree every switch has its `k/2` single down ports and one up-set), so they are
+    /// stored once and this table is two bytes an entry.
     route_set: Vec<u16>,
     /// `(start, len)` of each distinct port list in `route_ports`.
     sets: Vec<(u32, u16)>,
     route_ports: Vec<u16>,
-    /// Links between every pair of hosts (hops), for ideal FCTs.
-    host_dist: Vec<u16>,
+    /// Links between the edge switches of every pair of groups, for ideal FCTs.
+    group_dist: Vec<u16>,
 }
 
 /// Why a topology could not be built.
@@ -328,49 +339,69 @@ impl Topology {
         Topology {
             nodes: b.nodes,
             hosts,
+            group: Vec::new(),
+            down_port: Vec::new(),
+            group_switch: Vec::new(),
             route_set: Vec::new(),
             sets: Vec::new(),
             route_ports: Vec::new(),
-            host_dist: Vec::new(),
+            group_dist: Vec::new(),
         }
     }
 
-    /// Computes routes: a breadth-first search from every host over the switches.
+    /// Computes routes: a breadth-first search over the switches from every edge switch.
     fn finish(mut self) -> Result<Topology, TopologyError> {
         let n = self.nodes.len();
         let h = self.hosts as usize;
         let switches = n - h;
-        let mut route_set = vec![0u16; switches * h];
+        // Group the hosts by edge switch, numbering the groups in host order.
+        let mut group_of_switch = vec![u32::MAX; n];
+        for host in 0..h {
+            let p = self.nodes[host].ports[0];
+            let e = p.peer as usize;
+            if group_of_switch[e] == u32::MAX {
+                group_of_switch[e] = self.group_switch.len() as u32;
+                self.group_switch.push(p.peer);
+            }
+            self.group.push(group_of_switch[e]);
+            self.down_port.push(p.peer_port);
+        }
+        let groups = self.group_switch.len();
+        // A host of each group, to name a disconnected pair.
+        let mut member = vec![0u32; groups];
+        for host in (0..h).rev() {
+            member[self.group[host] as usize] = host as u32;
+        }
+        let mut route_set = vec![0u16; switches * groups];
         let mut interned: BTreeMap<Vec<u16>, u16> = BTreeMap::new();
         let mut sets = Vec::new();
         let mut ports = Vec::new();
         let mut hops = Vec::new();
-        let mut host_dist = vec![0u16; h * h];
+        let mut group_dist = vec![0u16; groups * groups];
         let mut dist = vec![u32::MAX; n];
         let mut queue = VecDeque::new();
-        for dst in 0..h {
+        for (g, &edge) in self.group_switch.iter().enumerate() {
+            let edge = edge as usize;
             dist.fill(u32::MAX);
-            dist[dst] = 0;
+            dist[edge] = 0;
             queue.clear();
-            queue.push_back(dst);
+            queue.push_back(edge);
             while let Some(u) = queue.pop_front() {
-                // Hosts do not forward: only the destination itself expands.
-                if u < h && u != dst {
-                    continue;
-                }
                 for p in &self.nodes[u].ports {
                     let v = p.peer as usize;
-                    if dist[v] == u32::MAX {
+                    // Hosts do not forward.
+                    if v >= h && dist[v] == u32::MAX {
                         dist[v] = dist[u] + 1;
                         queue.push_back(v);
                     }
                 }
             }
-            for (src, d) in host_dist[dst * h..(dst + 1) * h].iter_mut().enumerate() {
-                if dist[src] == u32::MAX {
-                    return Err(TopologyError::Disconnected(src as u32, dst as u32));
+            for (other, &e) in self.group_switch.iter().enumerate() {
+                let d = dist[e as usize];
+                if d == u32::MAX {
+                    return Err(TopologyError::Disconnected(member[other], member[g]));
                 }
-                *d = dist[src] as u16;
+                group_dist[g * groups + other] = u16::try_from(d).unwrap_or(u16::MAX);
             }
             for s in 0..switches {
                 let node = h + s;
@@ -378,8 +409,9 @@ impl Topology {
                 if dist[node] != u32::MAX {
                     for (pi, p) in self.nodes[node].ports.iter().enumerate() {
                         let v = p.peer as usize;
-                        // Next hop one step closer; never through another host.
-                        if dist[v] + 1 == dist[node] && (v >= h || v == dst) {
+                        // Next hop one step closer (the edge switch's own entry stays empty:
+                        // its hosts are reached by `down_port`).
+                        if v >= h && dist[v] + 1 == dist[node] {
                             hops.push(pi as u16);
                         }
                     }
@@ -395,32 +427,47 @@ impl Topology {
                         id
                     }
                 };
-                route_set[s * h + dst] = id;
+                route_set[s * groups + g] = id;
             }
         }
         self.route_set = route_set;
         self.sets = sets;
         self.route_ports = ports;
-        self.host_dist = host_dist;
+        self.group_dist = group_dist;
         Ok(self)
     }
 
-    /// Equal-cost next-hop ports at switch `node` towards host `dst`.
+    /// Equal-cost next-hop ports at switch `node` towards host `dst` (empty when `node` cannot
+    /// reach it).
+    #[inline]
     pub fn next_hops(&self, node: u32, dst: u32) -> &[u16] {
-        let h = self.hosts as usize;
+        let d = dst as usize;
+        let g = self.group[d] as usize;
+        if self.group_switch[g] == node {
+            return std::slice::from_ref(&self.down_port[d]);
+        }
+        let groups = self.group_switch.len();
         let (start, len) =
-            self.sets[usize::from(self.route_set[(node as usize - h) * h + dst as usize])];
+            self.sets[usize::from(self.route_set[(node - self.hosts) as usize * groups + g])];
         &self.route_ports[start as usize..start as usize + len as usize]
     }
 
     /// Links on a shortest path between two hosts.
     pub fn hops(&self, a: u32, b: u32) -> u32 {
-        u32::from(self.host_dist[b as usize * self.hosts as usize + a as usize])
+        if a == b {
+            return 0;
+        }
+        let groups = self.group_switch.len();
+        let (ga, gb) = (self.group[a as usize] as usize, self.group[b as usize] as usize);
+        u32::from(self.group_dist[gb * groups + ga]) + 2
     }
 
     /// The most links between any two hosts.
     pub fn diameter(&self) -> u32 {
-        self.host_dist.iter().copied().max().map_or(0, u32::from)
+        match self.hosts {
+            0 | 1 => 0,
+            _ => self.group_dist.iter().copied().max().map_or(0, u32::from) + 2,
+        }
     }
 
     /// Number of switches.
@@ -523,6 +570,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The next hops by definition: a breadth-first search from the destination host itself,
+    /// through switches only.
+    fn reference_next_hops(t: &Topology, node: u32, dst: u32) -> Vec<u16> {
+        let n = t.nodes.len();
+        let mut dist = vec![u32::MAX; n];
+        dist[dst as usize] = 0;
+        let mut queue = VecDeque::from([dst as usize]);
+        while let Some(u) = queue.pop_front() {
+            if u < t.hosts as usize && u != dst as usize {
+                continue;
+            }
+            for p in &t.nodes[u].ports {
+                if dist[p.peer as usize] == u32::MAX {
+                    dist[p.peer as usize] = dist[u] + 1;
+                    queue.push_back(p.peer as usize);
+                }
+            }
+        }
+        let node = node as usize;
+        (0..t.nodes[node].ports.len() as u16)
+            .filter(|&pi| {
+                let v = t.nodes[node].ports[pi as usize].peer as usize;
+                dist[node] != u32::MAX
+                    && dist[v].wrapping_add(1) == dist[node]
+                    && (v >= t.hosts as usize || v == dst as usize)
+            })
+            .collect()
+    }
+
+    /// Routes kept per edge switch are exactly the per-host shortest-path next hops, on the
+    /// built-in topologies and on an irregular one (a ring of four switches with a chord).
+    #[test]
+    fn grouped_routes_equal_per_host_shortest_paths() {
+        let ring = "hosts 6\nswitches 4\nlink 0 6 10 1\nlink 1 6 10 1\nlink 2 7 10 1\n\
+                    link 3 8 10 1\nlink 4 9 10 1\nlink 5 9 10 1\nlink 6 7 10 1\n\
+                    link 7 8 10 1\nlink 8 9 10 1\nlink 9 6 10 1\nlink 6 8 10 1\n";
+        let mut nets = vec![Topology::parse(ring, "ring.topo")
+            .and_then(Topology::finish)
+            .expect("valid")];
+        for kind in [
+            TopologyKind::FatTree,
+            TopologyKind::LeafSpine,
+            TopologyKind::Dumbbell,
+        ] {
+            let mut c = cfg(kind);
+            c.k = 4;
+            nets.push(Topology::build(&c, Path::new(".")).expect("builds"));
+        }
+        for t in &nets {
+            for node in t.hosts..t.nodes.len() as u32 {
+                for dst in 0..t.hosts {
+                    assert_eq!(
+                        t.next_hops(node, dst),
+                        reference_next_hops(t, node, dst).as_slice(),
+                        "switch {node} towards host {dst}"
+                    );
+                }
+            }
+        }
+        // The ring: host 2 hangs off switch 7 and host 4 off switch 9, two links apart through
+        // either 6 or 8 — two equal-cost choices at 7.
+        let t = &nets[0];
+        assert_eq!(t.hops(2, 4), 4);
+        assert_eq!(t.next_hops(7, 4).len(), 2);
+        assert_eq!(t.hops(0, 1), 2);
+        assert_eq!(t.diameter(), 4);
     }
 
     #[test]
