@@ -322,105 +322,126 @@ pub struct PortStats {
 // ---------------------------------------------------------------------------------------------
 // Switches
 
+/// Priority classes a switch distinguishes at most: the data priority and the control
+/// priority (every other priority shares the lowest class).
+const MAX_CLASSES: usize = 2;
+
+/// What a packet passing through a switch port touches, as an input and as an output, in one
+/// cache line. A packet's hop reads and writes its input's and its output's records (and its
+/// virtual output queue): at k = 16 the switches' state outgrows the cache, so each separate
+/// array a hop touched was a miss of its own.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct SwPort {
+    // --- As an input.
+    /// Per class, bytes buffered that arrived here.
+    occ_c: [u64; MAX_CLASSES],
+    /// Per class: a pause is in force upstream.
+    xoff: [bool; MAX_CLASSES],
+    // --- As an output.
+    /// Per class, bytes queued for this output.
+    egress: [u64; MAX_CLASSES],
+    /// Serializing until then.
+    busy_until: Time,
+    /// Input-queued: per class, inputs with packets for this output, in round-robin order.
+    active: [InputRing; MAX_CLASSES],
+    /// Per class: paused by the downstream peer.
+    paused: [bool; MAX_CLASSES],
+    /// A `TxDone` event is pending (at most one).
+    wake: bool,
+}
+
+impl SwPort {
+    const IDLE: SwPort = SwPort {
+        occ_c: [0; MAX_CLASSES],
+        xoff: [false; MAX_CLASSES],
+        egress: [0; MAX_CLASSES],
+        busy_until: Time::ZERO,
+        active: [InputRing {
+            head: NO_INPUT,
+            tail: NO_INPUT,
+        }; MAX_CLASSES],
+        paused: [false; MAX_CLASSES],
+        wake: false,
+    };
+
+    /// Bytes buffered that arrived through this input, all classes.
+    fn occ(&self) -> u64 {
+        self.occ_c.iter().sum()
+    }
+}
+
+/// A switch. The fields a packet's hop reads come first, in one cache line.
 #[derive(Debug)]
+#[repr(C)]
 struct Switch {
-    nports: usize,
-    /// Number of priority classes in use.
-    nc: usize,
-    /// Per input port, bytes buffered.
-    occ: Vec<u64>,
-    /// Per (input, class), bytes buffered.
-    occ_c: Vec<u64>,
-    /// Per (input, class): a pause is in force upstream.
-    xoff: Vec<bool>,
+    ports: Vec<SwPort>,
     /// Input-queued: per (input, output, class), the virtual output queue.
     voq: Vec<Voq>,
-    /// Input-queued: per (output, class), inputs with packets, in round-robin order.
-    active: Vec<InputRing>,
-    /// Shared-buffer: per (output, class), FIFO of (packet, input).
-    oq: Vec<VecDeque<(u32, u16)>>,
-    /// Per (output, class), bytes queued.
-    egress_bytes: Vec<u64>,
     /// Shared-buffer: bytes in the whole switch.
     used: u64,
-    /// Per output: serializing until then.
-    busy_until: Vec<Time>,
-    /// Per output: a `TxDone` event is pending (at most one).
-    wake: Vec<bool>,
-    /// Per (output, class): paused by the downstream peer.
-    paused: Vec<bool>,
-    paused_since: Vec<Time>,
     salt: u64,
+    /// Shared-buffer: per (output, class), FIFO of (packet, input).
+    oq: Vec<VecDeque<(u32, u16)>>,
+    /// Per (output, class): when the pause in force began.
+    paused_since: Vec<Time>,
     stats: Vec<PortStats>,
 }
 
 impl Switch {
+    /// The virtual output queue of (input `inp`, `out`, class `c`).
+    #[inline]
+    fn voq_at(&self, out: usize, c: usize, inp: u16) -> usize {
+        let n = self.ports.len();
+        (usize::from(inp) * n + out) * MAX_CLASSES + c
+    }
+
     /// Puts input `inp` last in the round-robin list of (`out`, `c`).
     fn active_push(&mut self, out: usize, c: usize, inp: u16) {
-        let (nports, nc) = (self.nports, self.nc);
-        let at = |i: u16| (usize::from(i) * nports + out) * nc + c;
-        self.voq[at(inp)].next_input = NO_INPUT;
-        let ring = &mut self.active[out * nc + c];
+        let at = self.voq_at(out, c, inp);
+        self.voq[at].next_input = NO_INPUT;
+        let ring = self.ports[out].active[c];
         if ring.tail == NO_INPUT {
-            ring.head = inp;
+            self.ports[out].active[c].head = inp;
         } else {
-            let tail = ring.tail;
-            self.voq[at(tail)].next_input = inp;
+            let t = self.voq_at(out, c, ring.tail);
+            self.voq[t].next_input = inp;
         }
-        self.active[out * nc + c].tail = inp;
+        self.ports[out].active[c].tail = inp;
     }
 
     /// Takes the first input of the round-robin list of (`out`, `c`).
     fn active_pop(&mut self, out: usize, c: usize) -> Option<u16> {
-        let (nports, nc) = (self.nports, self.nc);
-        let ring = &mut self.active[out * nc + c];
-        let i = ring.head;
+        let i = self.ports[out].active[c].head;
         if i == NO_INPUT {
             return None;
         }
-        ring.head = self.voq[(usize::from(i) * nports + out) * nc + c].next_input;
-        if ring.head == NO_INPUT {
+        let next = self.voq[self.voq_at(out, c, i)].next_input;
+        let ring = &mut self.ports[out].active[c];
+        ring.head = next;
+        if next == NO_INPUT {
             ring.tail = NO_INPUT;
         }
         Some(i)
     }
 
-    fn new(nports: usize, nc: usize, salt: u64, model: SwitchModel) -> Switch {
+    fn new(nports: usize, salt: u64, model: SwitchModel) -> Switch {
         let iq = model == SwitchModel::InputQueued;
         Switch {
-            nports,
-            nc,
-            occ: vec![0; nports],
-            occ_c: vec![0; nports * nc],
-            xoff: vec![false; nports * nc],
+            ports: vec![SwPort::IDLE; nports],
             voq: if iq {
-                vec![Voq::EMPTY; nports * nports * nc]
+                vec![Voq::EMPTY; nports * MAX_CLASSES * nports]
             } else {
                 Vec::new()
             },
-            active: if iq {
-                vec![
-                    InputRing {
-                        head: NO_INPUT,
-                        tail: NO_INPUT
-                    };
-                    nports * nc
-                ]
-            } else {
-                Vec::new()
-            },
+            used: 0,
+            salt,
             oq: if iq {
                 Vec::new()
             } else {
-                (0..nports * nc).map(|_| VecDeque::new()).collect()
+                (0..nports * MAX_CLASSES).map(|_| VecDeque::new()).collect()
             },
-            egress_bytes: vec![0; nports * nc],
-            used: 0,
-            busy_until: vec![Time::ZERO; nports],
-            wake: vec![false; nports],
-            paused: vec![false; nports * nc],
-            paused_since: vec![Time::ZERO; nports * nc],
-            salt,
+            paused_since: vec![Time::ZERO; nports * MAX_CLASSES],
             stats: vec![PortStats::default(); nports],
         }
     }
@@ -631,12 +652,11 @@ impl<M: SimMemory> Simulation<M> {
             .buffer_bytes
             .saturating_sub(headroom)
             .max(mtu_wire);
-        let nc = classes.len();
+        debug_assert!(classes.len() <= MAX_CLASSES);
         let switches = (topo.hosts..topo.nodes.len() as u32)
             .map(|n| {
                 Switch::new(
                     topo.nodes[n as usize].ports.len(),
-                    nc,
                     mix(cfg.seed ^ (u64::from(n) << 32)),
                     cfg.switch.model,
                 )
@@ -800,6 +820,12 @@ impl<M: SimMemory> Simulation<M> {
             if tick % (1 << 16) == 0 {
                 progress(self.done_flows as f64 / total as f64);
             }
+            // Debug builds (the test suite) audit the switches' books as they go.
+            if cfg!(debug_assertions) && tick % (1 << 14) == 0 {
+                if let Err(e) = self.check_invariants() {
+                    panic!("at {now:?}, after {tick} events: {e}");
+                }
+            }
         }
         progress(self.done_flows as f64 / total as f64);
         self.finish();
@@ -829,7 +855,7 @@ impl<M: SimMemory> Simulation<M> {
                     self.nic_send(now, node);
                 } else {
                     let s = (node - self.topo.hosts) as usize;
-                    self.switches[s].wake[port as usize] = false;
+                    self.switches[s].ports[port as usize].wake = false;
                     self.switch_send(now, node, port as usize);
                 }
             }
@@ -1028,16 +1054,16 @@ impl<M: SimMemory> Simulation<M> {
 
     /// Lets a switch output send now if it is free, or once it is.
     fn kick_port(&mut self, now: Time, node: u32, out: usize) {
-        let sw = &mut self.switches[(node - self.topo.hosts) as usize];
-        if sw.wake[out] {
+        let p = &mut self.switches[(node - self.topo.hosts) as usize].ports[out];
+        if p.wake {
             return;
         }
-        if now >= sw.busy_until[out] {
+        if now >= p.busy_until {
             self.switch_send(now, node, out);
         } else {
-            sw.wake[out] = true;
+            p.wake = true;
             self.q.push(
-                sw.busy_until[out],
+                p.busy_until,
                 Ev::TxDone {
                     node,
                     port: out as u16,
@@ -1323,13 +1349,11 @@ impl<M: SimMemory> Simulation<M> {
         };
         let lossless = self.lossless[prio as usize & 7];
         let i = inp as usize;
-        let ic = i * sw.nc + c;
-        let oc = out * sw.nc + c;
         let buffer = self.cfg.switch.buffer_bytes;
         // Admission.
         match self.cfg.switch.model {
             SwitchModel::InputQueued => {
-                if sw.occ[i] + wire > buffer {
+                if sw.ports[i].occ() + wire > buffer {
                     if lossless {
                         sw.stats[i].headroom_overflow += 1;
                     } else {
@@ -1346,7 +1370,7 @@ impl<M: SimMemory> Simulation<M> {
                     if sw.used + wire > buffer {
                         sw.stats[i].headroom_overflow += 1;
                     }
-                } else if sw.used + wire > buffer || sw.egress_bytes[oc] + wire > limit {
+                } else if sw.used + wire > buffer || sw.ports[out].egress[c] + wire > limit {
                     sw.stats[i].drops += 1;
                     self.free_packet(pkt);
                     return;
@@ -1358,7 +1382,7 @@ impl<M: SimMemory> Simulation<M> {
         if ecn_mode != EcnMode::Off {
             let p = &mut self.meta[pkt as usize];
             if matches!(p.ecn, Ecn::Ect0 | Ecn::Ect1) {
-                let q = sw.egress_bytes[oc];
+                let q = sw.ports[out].egress[c];
                 let s = &self.cfg.switch;
                 let mark = match ecn_mode {
                     EcnMode::Threshold => q > s.ecn_kmin_bytes,
@@ -1381,25 +1405,24 @@ impl<M: SimMemory> Simulation<M> {
                 }
             }
         }
-        sw.occ[i] += wire;
-        sw.occ_c[ic] += wire;
-        sw.egress_bytes[oc] += wire;
+        sw.ports[i].occ_c[c] += wire;
+        sw.ports[out].egress[c] += wire;
         sw.used += wire;
         match self.cfg.switch.model {
             SwitchModel::InputQueued => {
-                let v = &mut sw.voq[(i * sw.nports + out) * sw.nc + c];
-                if v.push(&mut self.meta, pkt) {
+                let at = sw.voq_at(out, c, inp);
+                if sw.voq[at].push(&mut self.meta, pkt) {
                     sw.active_push(out, c, inp);
                 }
             }
-            SwitchModel::SharedBuffer => sw.oq[oc].push_back((pkt, inp)),
+            SwitchModel::SharedBuffer => sw.oq[out * MAX_CLASSES + c].push_back((pkt, inp)),
         }
         // PFC: pause the upstream of this ingress (port, priority).
-        if lossless && !sw.xoff[ic] {
+        if lossless && !sw.ports[i].xoff[c] {
             let threshold = self.pause_threshold(si);
-            let sw = &mut self.switches[si];
-            if sw.occ_c[ic] > threshold {
-                sw.xoff[ic] = true;
+            let port = &mut self.switches[si].ports[i];
+            if port.occ_c[c] > threshold {
+                port.xoff[c] = true;
                 self.send_pfc(now, node, inp, prio, true);
             }
         }
@@ -1420,7 +1443,7 @@ impl<M: SimMemory> Simulation<M> {
                     .cfg
                     .switch
                     .buffer_bytes
-                    .saturating_sub(headroom * sw.nports as u64);
+                    .saturating_sub(headroom * sw.ports.len() as u64);
                 let free = shared.saturating_sub(sw.used);
                 ((self.cfg.switch.dt_alpha * free as f64) as u64).max(2048)
             }
@@ -1430,45 +1453,43 @@ impl<M: SimMemory> Simulation<M> {
     fn switch_send(&mut self, now: Time, node: u32, out: usize) {
         let si = (node - self.topo.hosts) as usize;
         let model = self.cfg.switch.model;
+        let nc = self.classes.len();
         let sw = &mut self.switches[si];
-        if now < sw.busy_until[out] {
+        if now < sw.ports[out].busy_until {
             return;
         }
-        for c in 0..sw.nc {
-            let oc = out * sw.nc + c;
-            if sw.paused[oc] {
+        for c in 0..nc {
+            if sw.ports[out].paused[c] {
                 continue;
             }
             let picked = match model {
                 SwitchModel::InputQueued => match sw.active_pop(out, c) {
                     Some(i) => {
-                        let v = &mut sw.voq[(i as usize * sw.nports + out) * sw.nc + c];
-                        let pkt = v.pop(&self.meta);
-                        if !v.is_empty() {
+                        let at = sw.voq_at(out, c, i);
+                        let pkt = sw.voq[at].pop(&self.meta);
+                        if !sw.voq[at].is_empty() {
                             sw.active_push(out, c, i);
                         }
                         pkt.map(|p| (p, i))
                     }
                     None => None,
                 },
-                SwitchModel::SharedBuffer => sw.oq[oc].pop_front(),
+                SwitchModel::SharedBuffer => sw.oq[out * MAX_CLASSES + c].pop_front(),
             };
             let Some((pkt, inp)) = picked else { continue };
             let Meta { wire, prio, .. } = self.meta[pkt as usize];
             let wire = u64::from(wire);
             let i = inp as usize;
-            let ic = i * sw.nc + c;
-            sw.occ[i] -= wire;
-            sw.occ_c[ic] -= wire;
-            sw.egress_bytes[oc] -= wire;
+            sw.ports[i].occ_c[c] -= wire;
+            sw.ports[out].egress[c] -= wire;
             sw.used -= wire;
             sw.stats[out].tx_packets += 1;
             sw.stats[out].tx_bytes += wire;
-            let resume = if sw.xoff[ic] {
+            let resume = if sw.ports[i].xoff[c] {
                 let t = self.pause_threshold(si);
-                let sw = &mut self.switches[si];
-                if sw.occ_c[ic] + self.cfg.switch.pfc_resume_gap_bytes <= t || sw.occ_c[ic] == 0 {
-                    sw.xoff[ic] = false;
+                let port = &mut self.switches[si].ports[i];
+                if port.occ_c[c] + self.cfg.switch.pfc_resume_gap_bytes <= t || port.occ_c[c] == 0 {
+                    port.xoff[c] = false;
                     true
                 } else {
                     false
@@ -1480,12 +1501,11 @@ impl<M: SimMemory> Simulation<M> {
                 self.send_pfc(now, node, inp, prio, false);
             }
             // Wake up when this frame is out only if something else waits for this output.
-            let sw = &self.switches[si];
-            let wake = (0..sw.nc).any(|c| sw.egress_bytes[out * sw.nc + c] > 0);
+            let wake = self.switches[si].ports[out].egress.iter().any(|&b| b > 0);
             let done = self.put_on_link(now, node, out, pkt, wire, wake);
-            let sw = &mut self.switches[si];
-            sw.busy_until[out] = done;
-            sw.wake[out] = wake;
+            let port = &mut self.switches[si].ports[out];
+            port.busy_until = done;
+            port.wake = wake;
             return;
         }
     }
@@ -1529,12 +1549,13 @@ impl<M: SimMemory> Simulation<M> {
         if c == 255 {
             return;
         }
-        let oc = port as usize * sw.nc + c as usize;
-        if pause && !sw.paused[oc] {
-            sw.paused[oc] = true;
+        let (p, c) = (port as usize, c as usize);
+        let oc = p * MAX_CLASSES + c;
+        if pause && !sw.ports[p].paused[c] {
+            sw.ports[p].paused[c] = true;
             sw.paused_since[oc] = now;
-        } else if !pause && sw.paused[oc] {
-            sw.paused[oc] = false;
+        } else if !pause && sw.ports[p].paused[c] {
+            sw.ports[p].paused[c] = false;
             let d = now - sw.paused_since[oc];
             sw.stats[port as usize].paused = sw.stats[port as usize].paused + d;
             self.kick_port(now, node, port as usize);
@@ -1558,11 +1579,13 @@ impl<M: SimMemory> Simulation<M> {
             }
         }
         for sw in &mut self.switches {
-            for oc in 0..sw.paused.len() {
-                if sw.paused[oc] {
-                    let port = oc / sw.nc;
-                    sw.stats[port].paused = sw.stats[port].paused + (now - sw.paused_since[oc]);
-                    sw.paused[oc] = false;
+            for (p, port) in sw.ports.iter_mut().enumerate() {
+                for c in 0..MAX_CLASSES {
+                    if port.paused[c] {
+                        let since = sw.paused_since[p * MAX_CLASSES + c];
+                        sw.stats[p].paused = sw.stats[p].paused + (now - since);
+                        port.paused[c] = false;
+                    }
                 }
             }
         }
@@ -1641,31 +1664,39 @@ impl<M: SimMemory> Simulation<M> {
         s
     }
 
-    /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue.
+    /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue, and the
+    /// per-port, per-class counters (ingress and egress) add up to what the queues hold.
     pub fn check_invariants(&self) -> Result<(), String> {
         for (si, sw) in self.switches.iter().enumerate() {
-            let mut occ = vec![0u64; sw.nports];
+            let n = sw.ports.len();
+            // Per (port, class): bytes that arrived through it, bytes queued for it.
+            let mut ingress = vec![[0u64; MAX_CLASSES]; n];
+            let mut egress = vec![[0u64; MAX_CLASSES]; n];
             let mut queued = 0u64;
-            let mut count = |pkt: u32, i: u16| {
+            let mut count = |pkt: u32, inp: u16, out: usize, c: usize| {
                 let w = u64::from(self.meta[pkt as usize].wire);
-                occ[i as usize] += w;
+                ingress[usize::from(inp)][c] += w;
+                egress[out][c] += w;
                 queued += w;
             };
             for (k, v) in sw.voq.iter().enumerate() {
-                let i = k / sw.nc / sw.nports;
+                let (inp, out, c) = (k / MAX_CLASSES / n, (k / MAX_CLASSES) % n, k % MAX_CLASSES);
                 for p in v.iter(&self.meta) {
-                    count(p, i as u16);
+                    count(p, inp as u16, out, c);
                 }
             }
-            for v in &sw.oq {
-                for &(p, i) in v {
-                    count(p, i);
+            for (k, v) in sw.oq.iter().enumerate() {
+                for &(p, inp) in v {
+                    count(p, inp, k / MAX_CLASSES, k % MAX_CLASSES);
                 }
             }
-            if occ != sw.occ || queued != sw.used {
+            let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.occ_c).collect();
+            let queues: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.egress).collect();
+            if held != ingress || queues != egress || queued != sw.used {
                 return Err(format!(
-                    "switch {si}: occupancy {:?} but queues hold {occ:?}",
-                    sw.occ
+                    "switch {si}: ingress counters {held:?} egress {queues:?} used {} but the \
+                     queues hold ingress {ingress:?} egress {egress:?} total {queued}",
+                    sw.used
                 ));
             }
         }

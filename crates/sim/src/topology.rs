@@ -458,7 +458,10 @@ impl Topology {
             return 0;
         }
         let groups = self.group_switch.len();
-        let (ga, gb) = (self.group[a as usize] as usize, self.group[b as usize] as usize);
+        let (ga, gb) = (
+            self.group[a as usize] as usize,
+            self.group[b as usize] as usize,
+        );
         u32::from(self.group_dist[gb * groups + ga]) + 2
     }
 
