@@ -176,13 +176,28 @@ struct Meta {
     ecn: Ecn,
 }
 
-/// The fields of [`Meta`] a switch reads on arrival.
+/// The fields of [`Meta`] a switch or the receiving NIC reads on arrival. The arrival event
+/// carries them: the event is read in order from the event list, while the packet's metadata
+/// line has usually left the cache since the previous hop.
 #[derive(Debug, Clone, Copy)]
 struct Hop {
     dst: u32,
     hash: u32,
     wire: u16,
     prio: u8,
+    ecn: Ecn,
+}
+
+impl Hop {
+    fn of(m: &Meta) -> Hop {
+        Hop {
+            dst: m.dst,
+            hash: m.hash,
+            wire: m.wire,
+            prio: m.prio,
+            ecn: m.ecn,
+        }
+    }
 }
 
 /// No packet: the end of a virtual output queue.
@@ -264,11 +279,11 @@ impl Voq {
     }
 }
 
-/// What only the receiving NIC reads.
+/// What only the receiving NIC reads (with the payload bytes, kept apart in
+/// `Simulation::payloads` when the memory model holds bytes).
 #[derive(Debug)]
 struct Packet {
     ib: IbRepr,
-    payload: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -278,9 +293,7 @@ enum Ev {
         node: u32,
         port: u16,
         pkt: u32,
-        /// What a switch reads of the packet, carried in the event: the event is read in
-        /// order from the event list, while the packet's metadata line has usually left the
-        /// cache since the previous hop.
+        /// What the receiver reads of the packet's metadata.
         hop: Hop,
     },
     /// `node` finished serializing a frame on `port`.
@@ -548,6 +561,9 @@ pub struct Simulation<M: SimMemory> {
     topo: Topology,
     q: EventQueue<Ev>,
     packets: Vec<Packet>,
+    /// Per packet, its payload bytes (only when the memory model holds bytes: otherwise
+    /// empty, so a packet's slot is its headers alone).
+    payloads: Vec<Vec<u8>>,
     meta: Vec<Meta>,
     free_packets: Vec<u32>,
     switches: Vec<Switch>,
@@ -741,6 +757,7 @@ impl<M: SimMemory> Simulation<M> {
             ecn_rng: Rng::new(cfg.seed, 12),
             q: EventQueue::new(),
             packets: Vec::new(),
+            payloads: Vec::new(),
             meta: Vec::new(),
             free_packets: Vec::new(),
             switches,
@@ -844,7 +861,7 @@ impl<M: SimMemory> Simulation<M> {
                 {
                     self.drop_packet(node, port, pkt);
                 } else if node < self.topo.hosts {
-                    self.nic_receive(now, node, pkt);
+                    self.nic_receive(now, node, pkt, hop.ecn);
                 } else {
                     self.switch_receive(now, node, port, pkt, hop);
                 }
@@ -1127,8 +1144,9 @@ impl<M: SimMemory> Simulation<M> {
     // -----------------------------------------------------------------------------------------
     // NICs
 
-    fn alloc_packet(&mut self, p: Packet, m: Meta) -> u32 {
-        match self.free_packets.pop() {
+    /// Stores a new packet; `payload` is kept only when the memory model holds bytes.
+    fn alloc_packet(&mut self, p: Packet, payload: Vec<u8>, m: Meta) -> u32 {
+        let i = match self.free_packets.pop() {
             Some(i) => {
                 self.packets[i as usize] = p;
                 self.meta[i as usize] = m;
@@ -1137,15 +1155,21 @@ impl<M: SimMemory> Simulation<M> {
             None => {
                 self.packets.push(p);
                 self.meta.push(m);
+                if M::HOLDS_BYTES {
+                    self.payloads.push(Vec::new());
+                }
                 (self.packets.len() - 1) as u32
             }
+        };
+        if M::HOLDS_BYTES {
+            self.payloads[i as usize] = payload;
         }
+        i
     }
 
     fn free_packet(&mut self, i: u32) {
-        let p = &mut self.packets[i as usize];
-        if !p.payload.is_empty() {
-            p.payload = Vec::new();
+        if M::HOLDS_BYTES {
+            self.payloads[i as usize] = Vec::new();
         }
         self.free_packets.push(i);
     }
@@ -1219,22 +1243,20 @@ impl<M: SimMemory> Simulation<M> {
             };
             // The QP may have written bytes into `buf` even when the memory holds none: keep
             // the allocation for next time.
-            let pkt = self.alloc_packet(
-                Packet { ib: t.ib, payload },
-                Meta {
-                    dst: peer_host,
-                    hash,
-                    next: NIL,
-                    wire,
-                    prio,
-                    ecn: t.ecn,
-                },
-            );
+            let meta = Meta {
+                dst: peer_host,
+                hash,
+                next: NIL,
+                wire,
+                prio,
+                ecn: t.ecn,
+            };
+            let pkt = self.alloc_packet(Packet { ib: t.ib }, payload, meta);
             let nic = &mut self.nics[host as usize];
             nic.stats.tx_packets += 1;
             nic.stats.tx_bytes += u64::from(wire);
             // The queue pairs likely have more: look again when the link is free.
-            let done = self.put_on_link(now, host, 0, pkt, u64::from(wire), true);
+            let done = self.put_on_link(now, host, 0, pkt, Hop::of(&meta), true);
             let nic = &mut self.nics[host as usize];
             nic.busy_until = done;
             nic.wake = true;
@@ -1250,18 +1272,11 @@ impl<M: SimMemory> Simulation<M> {
         node: u32,
         out: usize,
         pkt: u32,
-        wire: u64,
+        hop: Hop,
         wake: bool,
     ) -> Time {
         let port = self.topo.nodes[node as usize].ports[out];
-        let done = now + Dur::transmission(wire, port.rate_bps);
-        let m = self.meta[pkt as usize];
-        let hop = Hop {
-            dst: m.dst,
-            hash: m.hash,
-            wire: m.wire,
-            prio: m.prio,
-        };
+        let done = now + Dur::transmission(u64::from(hop.wire), port.rate_bps);
         if wake {
             self.q.push(
                 done,
@@ -1283,22 +1298,21 @@ impl<M: SimMemory> Simulation<M> {
         done
     }
 
-    fn nic_receive(&mut self, now: Time, host: u32, pkt: u32) {
+    fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, ecn: Ecn) {
         let p = &self.packets[pkt as usize];
         let Some(slot) = slot_of(p.ib.bth.dest_qpn) else {
             self.free_packet(pkt);
             return;
         };
+        let payload = if M::HOLDS_BYTES {
+            &self.payloads[pkt as usize][..]
+        } else {
+            &[]
+        };
         let nic = &mut self.nics[host as usize];
         let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
         match live {
-            Some(qp) => qp.handle_packet(
-                now,
-                &p.ib,
-                &p.payload,
-                self.meta[pkt as usize].ecn,
-                &mut nic.mem,
-            ),
+            Some(qp) => qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem),
             None => {
                 // A straggler for a queue pair already destroyed.
                 self.free_packet(pkt);
@@ -1322,13 +1336,14 @@ impl<M: SimMemory> Simulation<M> {
         st.drops += 1;
     }
 
-    fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32, hop: Hop) {
+    fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32, mut hop: Hop) {
         let si = (node - self.topo.hosts) as usize;
         let Hop {
             dst,
             hash,
             prio,
             wire,
+            ..
         } = hop;
         let wire = u64::from(wire);
         let hops = self.topo.next_hops(node, dst);
@@ -1379,35 +1394,45 @@ impl<M: SimMemory> Simulation<M> {
         }
         // ECN marking on the egress queue this packet joins.
         let ecn_mode = self.cfg.switch.ecn;
-        if ecn_mode != EcnMode::Off {
-            let p = &mut self.meta[pkt as usize];
-            if matches!(p.ecn, Ecn::Ect0 | Ecn::Ect1) {
-                let q = sw.ports[out].egress[c];
-                let s = &self.cfg.switch;
-                let mark = match ecn_mode {
-                    EcnMode::Threshold => q > s.ecn_kmin_bytes,
-                    EcnMode::Red => {
-                        if q <= s.ecn_kmin_bytes {
-                            false
-                        } else if q >= s.ecn_kmax_bytes {
-                            true
-                        } else {
-                            let pr = s.ecn_pmax * (q - s.ecn_kmin_bytes) as f64
-                                / (s.ecn_kmax_bytes - s.ecn_kmin_bytes).max(1) as f64;
-                            self.ecn_rng.chance(pr)
-                        }
+        if ecn_mode != EcnMode::Off && matches!(hop.ecn, Ecn::Ect0 | Ecn::Ect1) {
+            let q = sw.ports[out].egress[c];
+            let s = &self.cfg.switch;
+            let mark = match ecn_mode {
+                EcnMode::Threshold => q > s.ecn_kmin_bytes,
+                EcnMode::Red => {
+                    if q <= s.ecn_kmin_bytes {
+                        false
+                    } else if q >= s.ecn_kmax_bytes {
+                        true
+                    } else {
+                        let pr = s.ecn_pmax * (q - s.ecn_kmin_bytes) as f64
+                            / (s.ecn_kmax_bytes - s.ecn_kmin_bytes).max(1) as f64;
+                        self.ecn_rng.chance(pr)
                     }
-                    EcnMode::Off => false,
-                };
-                if mark {
-                    p.ecn = Ecn::Ce;
-                    sw.stats[out].ecn_marked += 1;
                 }
+                EcnMode::Off => false,
+            };
+            if mark {
+                hop.ecn = Ecn::Ce;
+                self.meta[pkt as usize].ecn = Ecn::Ce;
+                sw.stats[out].ecn_marked += 1;
             }
         }
+        // Nothing queued for an idle output: the packet leaves at once (exactly as queueing it
+        // and serving the queue would do, without touching queue or packet metadata).
+        let port = &sw.ports[out];
+        let through = port.egress.iter().all(|&b| b == 0)
+            && !port.paused[c]
+            && !port.wake
+            && now >= port.busy_until;
         sw.ports[i].occ_c[c] += wire;
         sw.ports[out].egress[c] += wire;
         sw.used += wire;
+        if through {
+            self.pause_if_full(now, node, si, inp, c, prio, lossless);
+            self.depart(now, node, si, out, c, inp, pkt, hop);
+            return;
+        }
         match self.cfg.switch.model {
             SwitchModel::InputQueued => {
                 let at = sw.voq_at(out, c, inp);
@@ -1417,16 +1442,31 @@ impl<M: SimMemory> Simulation<M> {
             }
             SwitchModel::SharedBuffer => sw.oq[out * MAX_CLASSES + c].push_back((pkt, inp)),
         }
-        // PFC: pause the upstream of this ingress (port, priority).
-        if lossless && !sw.ports[i].xoff[c] {
+        self.pause_if_full(now, node, si, inp, c, prio, lossless);
+        self.kick_port(now, node, out);
+    }
+
+    /// PFC: pauses the upstream of ingress (`inp`, class `c`) once it holds more than its
+    /// threshold.
+    #[allow(clippy::too_many_arguments)]
+    fn pause_if_full(
+        &mut self,
+        now: Time,
+        node: u32,
+        si: usize,
+        inp: u16,
+        c: usize,
+        prio: u8,
+        lossless: bool,
+    ) {
+        if lossless && !self.switches[si].ports[inp as usize].xoff[c] {
             let threshold = self.pause_threshold(si);
-            let port = &mut self.switches[si].ports[i];
+            let port = &mut self.switches[si].ports[inp as usize];
             if port.occ_c[c] > threshold {
                 port.xoff[c] = true;
                 self.send_pfc(now, node, inp, prio, true);
             }
         }
-        self.kick_port(now, node, out);
     }
 
     /// The ingress occupancy above which a lossless (port, priority) pauses its upstream.
@@ -1477,37 +1517,48 @@ impl<M: SimMemory> Simulation<M> {
                 SwitchModel::SharedBuffer => sw.oq[out * MAX_CLASSES + c].pop_front(),
             };
             let Some((pkt, inp)) = picked else { continue };
-            let Meta { wire, prio, .. } = self.meta[pkt as usize];
-            let wire = u64::from(wire);
-            let i = inp as usize;
-            sw.ports[i].occ_c[c] -= wire;
-            sw.ports[out].egress[c] -= wire;
-            sw.used -= wire;
-            sw.stats[out].tx_packets += 1;
-            sw.stats[out].tx_bytes += wire;
-            let resume = if sw.ports[i].xoff[c] {
-                let t = self.pause_threshold(si);
-                let port = &mut self.switches[si].ports[i];
-                if port.occ_c[c] + self.cfg.switch.pfc_resume_gap_bytes <= t || port.occ_c[c] == 0 {
-                    port.xoff[c] = false;
-                    true
-                } else {
-                    false
-                }
-            } else {
-                false
-            };
-            if resume {
-                self.send_pfc(now, node, inp, prio, false);
-            }
-            // Wake up when this frame is out only if something else waits for this output.
-            let wake = self.switches[si].ports[out].egress.iter().any(|&b| b > 0);
-            let done = self.put_on_link(now, node, out, pkt, wire, wake);
-            let port = &mut self.switches[si].ports[out];
-            port.busy_until = done;
-            port.wake = wake;
+            let hop = Hop::of(&self.meta[pkt as usize]);
+            self.depart(now, node, si, out, c, inp, pkt, hop);
             return;
         }
+    }
+
+    /// Takes `pkt` (class `c`, arrived through `inp`) out of the switch's books and puts it
+    /// on the link of `out`, which is free.
+    #[allow(clippy::too_many_arguments)]
+    fn depart(
+        &mut self,
+        now: Time,
+        node: u32,
+        si: usize,
+        out: usize,
+        c: usize,
+        inp: u16,
+        pkt: u32,
+        hop: Hop,
+    ) {
+        let wire = u64::from(hop.wire);
+        let i = inp as usize;
+        let sw = &mut self.switches[si];
+        sw.ports[i].occ_c[c] -= wire;
+        sw.ports[out].egress[c] -= wire;
+        sw.used -= wire;
+        sw.stats[out].tx_packets += 1;
+        sw.stats[out].tx_bytes += wire;
+        if sw.ports[i].xoff[c] {
+            let t = self.pause_threshold(si);
+            let port = &mut self.switches[si].ports[i];
+            if port.occ_c[c] + self.cfg.switch.pfc_resume_gap_bytes <= t || port.occ_c[c] == 0 {
+                port.xoff[c] = false;
+                self.send_pfc(now, node, inp, hop.prio, false);
+            }
+        }
+        // Wake up when this frame is out only if something else waits for this output.
+        let wake = self.switches[si].ports[out].egress.iter().any(|&b| b > 0);
+        let done = self.put_on_link(now, node, out, pkt, hop, wake);
+        let port = &mut self.switches[si].ports[out];
+        port.busy_until = done;
+        port.wake = wake;
     }
 
     fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
