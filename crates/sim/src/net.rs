@@ -471,6 +471,9 @@ struct Slot {
     timer: Option<Time>,
     ready: bool,
     flow: u32,
+    /// The host of the queue pair at the other end (kept here: the slot is read for every
+    /// packet sent, the flow's state is not).
+    peer: u32,
 }
 
 #[derive(Debug)]
@@ -909,7 +912,7 @@ impl<M: SimMemory> Simulation<M> {
     // -----------------------------------------------------------------------------------------
     // Flows and queue pairs
 
-    fn new_qp(&mut self, now: Time, host: u32, flow: u32) -> u32 {
+    fn new_qp(&mut self, now: Time, host: u32, flow: u32, peer: u32) -> u32 {
         let nic = &mut self.nics[host as usize];
         let slot = match nic.free.pop() {
             Some(s) => s,
@@ -920,6 +923,7 @@ impl<M: SimMemory> Simulation<M> {
                     timer: None,
                     ready: false,
                     flow,
+                    peer,
                 });
                 (nic.slots.len() - 1) as u32
             }
@@ -931,6 +935,7 @@ impl<M: SimMemory> Simulation<M> {
         let s = &mut nic.slots[slot as usize];
         s.qp = Some(QueuePair::new(now, cfg));
         s.flow = flow;
+        s.peer = peer;
         s.timer = None;
         s.ready = false;
         slot
@@ -951,8 +956,8 @@ impl<M: SimMemory> Simulation<M> {
             FlowOp::Read => (f.dst, f.src),
             _ => (f.src, f.dst),
         };
-        let req = self.new_qp(now, req_host, i as u32);
-        let resp = self.new_qp(now, resp_host, i as u32);
+        let req = self.new_qp(now, req_host, i as u32, resp_host);
+        let resp = self.new_qp(now, resp_host, i as u32, req_host);
         let attr = self.qp_attr;
         let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
         let (p1, p2) = (
@@ -1217,13 +1222,7 @@ impl<M: SimMemory> Simulation<M> {
             // Sending may have started the retransmission timer.
             Self::arm_timer(&mut self.q, s, host, slot);
             let dest_qpn = t.ib.bth.dest_qpn;
-            let peer_host = self.states[s.flow as usize].map_or(host, |st| {
-                if st.req.0 == host && st.req.1 == slot {
-                    st.resp.0
-                } else {
-                    st.req.0
-                }
-            });
+            let peer_host = s.peer;
             let control = is_control(t.ib.bth.opcode);
             let prio = if control {
                 self.ctrl_prio
