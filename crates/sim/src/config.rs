@@ -225,6 +225,36 @@ impl Default for NetworkConfig {
     }
 }
 
+/// `[nic]`: the NIC's receive side. By default the receive pipeline keeps up with the link
+/// (a packet is handed to its queue pair the moment it arrives). With `rx_gbps`, arriving
+/// frames wait in a receive buffer that the pipeline drains at that rate — a slow receiver
+/// (SPEC N6: e.g. translation-table misses stall it) — and the NIC sends PFC pauses to its
+/// switch when a lossless priority's share of the buffer passes buffer − headroom, like a
+/// switch ingress; lossy frames that find the buffer full are dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NicConfig {
+    /// Rate of the receive pipeline in Gb/s of frame bytes. Default: absent = never the
+    /// bottleneck.
+    pub rx_gbps: Option<f64>,
+    /// Receive buffer in bytes (with `rx_gbps`). Default 256 000.
+    pub rx_buffer_bytes: u64,
+    /// PFC headroom of the receive buffer in bytes: the NIC pauses its switch at
+    /// buffer − headroom. Default: absent = as the switches' (the link's round-trip bytes plus
+    /// two frames).
+    pub rx_pfc_headroom_bytes: Option<u64>,
+}
+
+impl Default for NicConfig {
+    fn default() -> Self {
+        NicConfig {
+            rx_gbps: None,
+            rx_buffer_bytes: 256_000,
+            rx_pfc_headroom_bytes: None,
+        }
+    }
+}
+
 impl NetworkConfig {
     /// The priority of a DSCP.
     pub fn priority(&self, dscp: u8) -> u8 {
@@ -423,6 +453,8 @@ pub struct SimConfig {
     pub switch: SwitchConfig,
     /// `[network]`.
     pub network: NetworkConfig,
+    /// `[nic]`.
+    pub nic: NicConfig,
     /// `[transport]`.
     pub transport: TransportConfig,
     /// `[workload]`.
@@ -440,6 +472,7 @@ impl Default for SimConfig {
             topology: TopologyConfig::default(),
             switch: SwitchConfig::default(),
             network: NetworkConfig::default(),
+            nic: NicConfig::default(),
             transport: TransportConfig::default(),
             workload: WorkloadConfig::default(),
             base_dir: PathBuf::from("."),
@@ -562,6 +595,26 @@ impl SimConfig {
             "network.link_loss",
             "must be in [0, 1)",
         )?;
+        let nic = &self.nic;
+        if let Some(g) = nic.rx_gbps {
+            check(
+                g > 0.0 && g.is_finite() && g <= 100_000.0,
+                "nic.rx_gbps",
+                "must be in (0, 100000]",
+            )?;
+        }
+        check(
+            nic.rx_buffer_bytes >= 4096,
+            "nic.rx_buffer_bytes",
+            "must be at least 4096",
+        )?;
+        if let Some(h) = nic.rx_pfc_headroom_bytes {
+            check(
+                h < nic.rx_buffer_bytes,
+                "nic.rx_pfc_headroom_bytes",
+                "must be below rx_buffer_bytes",
+            )?;
+        }
         let tr = &self.transport;
         check(
             tr.bdp_cap != Some(0),

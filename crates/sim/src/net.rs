@@ -13,6 +13,10 @@
 //!   queues): queue pairs with something to send are served round-robin, one packet each;
 //!   ACK/NAK/CNP travel at a control priority when configured, and are still sent while the
 //!   data priority is paused by PFC.
+//!   On the receive side a frame reaches its queue pair on arrival, unless the receive
+//!   pipeline has a rate (`[nic] rx_gbps`): then frames wait in a receive buffer drained at
+//!   that rate, and the NIC pauses its switch (lossless priorities) or drops (lossy) as a
+//!   switch ingress does — the slow receiver of SPEC N6.
 //! - **Switches**: see [`SwitchModel`]. Priorities come from the DSCP (SPEC N2); per priority,
 //!   lossless (PFC) or lossy (drop-tail); strict priority between classes at each output;
 //!   ECMP by a hash of the 5-tuple (source and destination host and the queue pair numbers,
@@ -298,6 +302,8 @@ enum Ev {
     },
     /// `node` finished serializing a frame on `port`.
     TxDone { node: u32, port: u16 },
+    /// `host`'s receive pipeline finished the first frame of its receive buffer.
+    RxDone { host: u32 },
     /// A PFC frame for `prio` arrived at `node` through `port`.
     Pfc {
         node: u32,
@@ -488,6 +494,21 @@ struct Nic<M> {
     paused: [bool; 8],
     paused_since: [Time; 8],
     stats: PortStats,
+    /// With a receive pipeline rate: frames in the receive buffer, in arrival order (the
+    /// first is being processed).
+    rx: VecDeque<RxFrame>,
+    /// Per class, bytes in the receive buffer.
+    rx_occ: [u64; MAX_CLASSES],
+    /// Per class: the NIC has paused its switch.
+    rx_xoff: [bool; MAX_CLASSES],
+}
+
+/// A frame in a NIC's receive buffer.
+#[derive(Debug, Clone, Copy)]
+struct RxFrame {
+    pkt: u32,
+    hop: Hop,
+    class: u8,
 }
 
 /// QPN of slot `s` (QPN 0 and 1 are special in InfiniBand).
@@ -586,6 +607,10 @@ pub struct Simulation<M: SimMemory> {
     data_prio: u8,
     ctrl_prio: u8,
     xoff_bytes: u64,
+    /// A NIC's receive buffer share of a lossless class above which it pauses its switch.
+    nic_xoff_bytes: u64,
+    /// The NICs' receive pipeline rate in bits per second (`None`: never the bottleneck).
+    rx_rate: Option<u64>,
     loss_rng: Rng,
     ecn_rng: Rng,
     buf: Vec<u8>,
@@ -653,8 +678,8 @@ impl<M: SimMemory> Simulation<M> {
         }
         let host_rate = topo.host_port(0).rate_bps;
         let mtu_wire = u64::from(cfg.network.mtu + FRAME_OVERHEAD + 12 + 16 + 16);
-        let headroom = cfg.switch.pfc_headroom_bytes.unwrap_or_else(|| {
-            // Upstream link round trip at its rate, plus a frame in flight each way.
+        // Upstream link round trip at its rate, plus a frame in flight each way.
+        let default_headroom = {
             let p = topo
                 .nodes
                 .iter()
@@ -665,12 +690,20 @@ impl<M: SimMemory> Simulation<M> {
             let rtt_bytes =
                 (u128::from(p.0) * u128::from(p.1.as_picos()) * 2 / 8 / 1_000_000_000_000) as u64;
             rtt_bytes + 2 * mtu_wire
-        });
+        };
+        let headroom = cfg.switch.pfc_headroom_bytes.unwrap_or(default_headroom);
         let xoff_bytes = cfg
             .switch
             .buffer_bytes
             .saturating_sub(headroom)
             .max(mtu_wire);
+        let rx_headroom = cfg.nic.rx_pfc_headroom_bytes.unwrap_or(default_headroom);
+        let nic_xoff_bytes = cfg
+            .nic
+            .rx_buffer_bytes
+            .saturating_sub(rx_headroom)
+            .max(mtu_wire);
+        let rx_rate = cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64);
         debug_assert!(classes.len() <= MAX_CLASSES);
         let switches = (topo.hosts..topo.nodes.len() as u32)
             .map(|n| {
@@ -692,6 +725,9 @@ impl<M: SimMemory> Simulation<M> {
                 paused: [false; 8],
                 paused_since: [Time::ZERO; 8],
                 stats: PortStats::default(),
+                rx: VecDeque::new(),
+                rx_occ: [0; MAX_CLASSES],
+                rx_xoff: [false; MAX_CLASSES],
             })
             .collect();
         let tr = &cfg.transport;
@@ -775,6 +811,8 @@ impl<M: SimMemory> Simulation<M> {
             data_prio,
             ctrl_prio,
             xoff_bytes,
+            nic_xoff_bytes,
+            rx_rate,
             buf: Vec::new(),
             totals: Counters::default(),
             end_time: Time::ZERO,
@@ -864,7 +902,11 @@ impl<M: SimMemory> Simulation<M> {
                 {
                     self.drop_packet(node, port, pkt);
                 } else if node < self.topo.hosts {
-                    self.nic_receive(now, node, pkt, hop.ecn);
+                    if self.rx_rate.is_some() {
+                        self.nic_buffer(now, node, pkt, hop);
+                    } else {
+                        self.nic_receive(now, node, pkt, hop.ecn);
+                    }
                 } else {
                     self.switch_receive(now, node, port, pkt, hop);
                 }
@@ -879,6 +921,7 @@ impl<M: SimMemory> Simulation<M> {
                     self.switch_send(now, node, port as usize);
                 }
             }
+            Ev::RxDone { host } => self.nic_rx_done(now, host),
             Ev::Pfc {
                 node,
                 port,
@@ -1322,6 +1365,73 @@ impl<M: SimMemory> Simulation<M> {
         self.touch(now, host, slot);
     }
 
+    /// The class of priority `prio` (priorities without one share the lowest).
+    fn class(&self, prio: u8) -> usize {
+        match self.class_of[prio as usize & 7] {
+            255 => self.classes.len() - 1,
+            c => c as usize,
+        }
+    }
+
+    /// A frame reaches a NIC whose receive pipeline has a rate: it waits in the receive
+    /// buffer (or is dropped, lossy and the buffer full), and the NIC pauses its switch when
+    /// a lossless class's share passes the threshold.
+    fn nic_buffer(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
+        let c = self.class(hop.prio);
+        let lossless = self.lossless[hop.prio as usize & 7];
+        let wire = u64::from(hop.wire);
+        let nic = &mut self.nics[host as usize];
+        if nic.rx_occ.iter().sum::<u64>() + wire > self.cfg.nic.rx_buffer_bytes {
+            if lossless {
+                nic.stats.headroom_overflow += 1;
+            } else {
+                self.drop_packet(host, 0, pkt);
+                return;
+            }
+        }
+        nic.rx_occ[c] += wire;
+        nic.rx.push_back(RxFrame {
+            pkt,
+            hop,
+            class: c as u8,
+        });
+        if nic.rx.len() == 1 {
+            self.nic_rx_start(now, host);
+        }
+        let nic = &mut self.nics[host as usize];
+        if lossless && !nic.rx_xoff[c] && nic.rx_occ[c] > self.nic_xoff_bytes {
+            nic.rx_xoff[c] = true;
+            self.send_pfc(now, host, 0, hop.prio, true);
+        }
+    }
+
+    /// Starts processing the first frame of `host`'s receive buffer.
+    fn nic_rx_start(&mut self, now: Time, host: u32) {
+        if let (Some(f), Some(rate)) = (self.nics[host as usize].rx.front(), self.rx_rate) {
+            let done = now + Dur::transmission(u64::from(f.hop.wire), rate);
+            self.q.push(done, Ev::RxDone { host });
+        }
+    }
+
+    /// The receive pipeline is done with its first frame: the queue pair gets it.
+    fn nic_rx_done(&mut self, now: Time, host: u32) {
+        let nic = &mut self.nics[host as usize];
+        let Some(f) = nic.rx.pop_front() else {
+            return;
+        };
+        let c = usize::from(f.class);
+        nic.rx_occ[c] -= u64::from(f.hop.wire);
+        if nic.rx_xoff[c]
+            && (nic.rx_occ[c] + self.cfg.switch.pfc_resume_gap_bytes <= self.nic_xoff_bytes
+                || nic.rx_occ[c] == 0)
+        {
+            nic.rx_xoff[c] = false;
+            self.send_pfc(now, host, 0, f.hop.prio, false);
+        }
+        self.nic_rx_start(now, host);
+        self.nic_receive(now, host, f.pkt, f.hop.ecn);
+    }
+
     // -----------------------------------------------------------------------------------------
     // Switches
 
@@ -1345,6 +1455,7 @@ impl<M: SimMemory> Simulation<M> {
             ..
         } = hop;
         let wire = u64::from(wire);
+        let c = self.class(prio);
         let hops = self.topo.next_hops(node, dst);
         let sw = &mut self.switches[si];
         let out = match hops.len() {
@@ -1354,12 +1465,6 @@ impl<M: SimMemory> Simulation<M> {
             }
             1 => hops[0] as usize,
             n => hops[(mix(u64::from(hash) ^ sw.salt) % n as u64) as usize] as usize,
-        };
-        let c = self.class_of[prio as usize & 7];
-        let c = if c == 255 {
-            self.classes.len() - 1
-        } else {
-            c as usize
         };
         let lossless = self.lossless[prio as usize & 7];
         let i = inp as usize;
@@ -1562,8 +1667,12 @@ impl<M: SimMemory> Simulation<M> {
 
     fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
         let p = self.topo.nodes[node as usize].ports[port as usize];
-        let sw = &mut self.switches[(node - self.topo.hosts) as usize];
-        sw.stats[port as usize].pause_sent += 1;
+        let st = if node < self.topo.hosts {
+            &mut self.nics[node as usize].stats
+        } else {
+            &mut self.switches[(node - self.topo.hosts) as usize].stats[port as usize]
+        };
+        st.pause_sent += 1;
         let at = now + Dur::transmission(PFC_FRAME, p.rate_bps) + p.delay;
         self.q.push(
             at,
@@ -1717,6 +1826,18 @@ impl<M: SimMemory> Simulation<M> {
     /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue, and the
     /// per-port, per-class counters (ingress and egress) add up to what the queues hold.
     pub fn check_invariants(&self) -> Result<(), String> {
+        for (h, nic) in self.nics.iter().enumerate() {
+            let mut held = [0u64; MAX_CLASSES];
+            for f in &nic.rx {
+                held[usize::from(f.class)] += u64::from(f.hop.wire);
+            }
+            if held != nic.rx_occ {
+                return Err(format!(
+                    "host {h}: receive buffer counters {:?} but it holds {held:?}",
+                    nic.rx_occ
+                ));
+            }
+        }
         for (si, sw) in self.switches.iter().enumerate() {
             let n = sw.ports.len();
             // Per (port, class): bytes that arrived through it, bytes queued for it.

@@ -259,6 +259,69 @@ fn pauses_propagate_upstream() {
     assert_eq!(o.summary.drops, 0);
 }
 
+/// A receiver whose NIC processes 20 Gb/s behind a 40 Gb/s link (SPEC N6's slow receiver):
+/// with PFC its NIC pauses its switch and nothing is lost; without, its receive buffer
+/// overflows and the frames are dropped at the NIC — unless BDP-FC keeps less in flight than
+/// the buffer holds (IRN with the default 256 KB buffer). Either way the flow takes at least
+/// its bytes at the pipeline's rate.
+#[test]
+fn a_slow_receiver_pauses_its_switch_or_drops() {
+    let dir = std::env::temp_dir().join(format!("irn-sim-slow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("one.csv"),
+        "start_us,src,dst,bytes\n0,0,15,2000000\n",
+    )
+    .expect("write");
+    let text = "[topology]\nk = 4\n[workload]\nkind = \"flows\"\nflows_file = \"one.csv\"\n";
+    let fct = |extra: &[&str]| {
+        let sets: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let e = load_experiment(text, "t.toml", &dir, &sets, None).expect("valid");
+        let o = go(&e.runs[0]);
+        assert_eq!(o.summary.flows_completed, 1, "{extra:?}");
+        assert_eq!(o.summary.flows_corrupted, 0, "{extra:?}");
+        let receiver = o.summary.ports.iter().find(|p| p.node == 15).cloned();
+        let fct = o.records[0].fct().expect("done").as_micros_f64();
+        (fct, receiver, o.summary)
+    };
+    // At the link's rate: 2 MB in 400 µs and a little.
+    let (fast, nic, s) = fct(&["transport.recovery=\"roce\"", "network.pfc=true"]);
+    assert!((400.0..450.0).contains(&fast), "{fast}");
+    assert!(nic.is_none() && s.pause_frames == 0);
+    // Slow, lossless: the NIC pauses its switch; nothing is dropped anywhere.
+    let (slow, nic, s) = fct(&[
+        "transport.recovery=\"roce\"",
+        "network.pfc=true",
+        "nic.rx_gbps=20",
+    ]);
+    let nic = nic.expect("the receiver's NIC reports its pauses");
+    assert!(nic.pause_sent > 0 && nic.drops == 0, "{nic:?}");
+    assert_eq!(s.drops, 0);
+    assert!((800.0..900.0).contains(&slow), "{slow}");
+    // Slow, lossy: RoCE overflows the receive buffer, drops there, and recovers by go-back-N.
+    let (roce, nic, s) = fct(&["transport.recovery=\"roce\"", "nic.rx_gbps=20"]);
+    let nic = nic.expect("the receiver's NIC reports its drops");
+    assert!(
+        nic.drops > 0 && nic.pause_sent == 0 && s.pause_frames == 0,
+        "{nic:?}"
+    );
+    assert!(roce > slow, "{roce} vs {slow}");
+    // IRN keeps at most the BDP cap (≈ 117 KB) in flight: the 256 KB buffer never fills...
+    let (irn, nic, _) = fct(&["nic.rx_gbps=20"]);
+    assert!(nic.is_none(), "{nic:?}");
+    assert!((800.0..900.0).contains(&irn), "{irn}");
+    // ... a 32 KB one does (the cap less the path's 60 KB at 20 Gb/s queues there), and IRN
+    // recovers the drops selectively.
+    let (irn_small, nic, s) = fct(&["nic.rx_gbps=20", "nic.rx_buffer_bytes=32000"]);
+    let nic = nic.expect("drops at the NIC");
+    assert!(nic.drops > 0 && s.retransmissions > 0, "{nic:?}");
+    assert!(
+        irn_small >= 800.0 && irn_small < roce,
+        "{irn_small} vs RoCE {roce}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn config_errors_name_the_key_and_the_file() {
     let e = load_experiment(
@@ -271,4 +334,13 @@ fn config_errors_name_the_key_and_the_file() {
     .expect_err("typo");
     let m = e.to_string();
     assert!(m.contains("exp.toml") && m.contains("buffer"), "{m}");
+    for (text, key) in [
+        ("[nic]\nrx_gbps = 0\n", "nic.rx_gbps"),
+        ("[nic]\nrx_buffer_bytes = 10\n", "nic.rx_buffer_bytes"),
+        ("[nic]\nrx_gps = 10\n", "rx_gps"),
+    ] {
+        let e = load_experiment(text, "exp.toml", Path::new("."), &[], None).expect_err(key);
+        let m = e.to_string();
+        assert!(m.contains("exp.toml") && m.contains(key), "{m}");
+    }
 }
