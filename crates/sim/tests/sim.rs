@@ -322,6 +322,24 @@ fn a_slow_receiver_pauses_its_switch_or_drops() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Every experiment shipped in `experiments/` loads and validates (and names its runs).
+#[test]
+fn every_shipped_experiment_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("experiments/") {
+        let p = entry.expect("directory entry").path();
+        if p.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&p).expect("readable");
+            let e = load_experiment(&text, &p.display().to_string(), &dir, &[], None)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(!e.runs.is_empty(), "{}", p.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "{checked} experiments");
+}
+
 #[test]
 fn config_errors_name_the_key_and_the_file() {
     let e = load_experiment(
