@@ -8,12 +8,9 @@
 //! serialization (≈ 200 ns for 1 KB at 40 Gb/s) and a link's propagation delay (1–2 µs) — and
 //! pops them about one per simulated nanosecond. So most events go into a *timing wheel*
 //! (Varghese & Lauck, "Hashed and hierarchical timing wheels", SOSP 1987): [`SLOTS`] slots of
-//! [`SLOT_PS`] picoseconds each, covering the next ≈ 8 µs. A slot is a vector of its events and
-//! a bitmap marks the non-empty slots, so a push is O(1); when the wheel reaches a slot, its
-//! events are sorted once and popped in order (a 1024-host network has dozens per slot). A slot
-//! is a vector rather than a linked list through a slab of nodes because a large network's
-//! events outgrow the cache: walking a list is one dependent miss per event, reading a vector is
-//! a stream the prefetcher runs ahead of (docs/BENCHMARKS.md measures the difference).
+//! [`SLOT_PS`] picoseconds each, covering the next ≈ 8 µs. A slot is a singly linked list in a
+//! slab and a bitmap marks the non-empty slots, so a push is O(1); when the wheel reaches a slot,
+//! its events are sorted once and popped in order (a 1024-host network has dozens per slot).
 //! Events further ahead (retransmission timers, the next flow's start) wait in a binary heap and
 //! move into the wheel when it reaches them. Everything orders by (time, insertion number), so
 //! ties resolve exactly as they would in one sorted list.
@@ -33,9 +30,15 @@ pub const SLOT_PS: u64 = 1 << SLOT_SHIFT;
 /// Slots in the wheel (a power of two): the wheel spans `SLOTS × SLOT_PS` ≈ 8.4 µs.
 pub const SLOTS: usize = 8192;
 const WORDS: usize = SLOTS / 64;
+const NIL: u32 = u32::MAX;
 
-/// An event in the wheel: time, insertion number, event.
-type Entry<E> = (u64, u64, E);
+#[derive(Debug)]
+struct Node<E> {
+    at: u64,
+    seq: u64,
+    next: u32,
+    ev: Option<E>,
+}
 
 /// An event beyond the wheel's reach, in the overflow heap.
 #[derive(Debug)]
@@ -65,18 +68,19 @@ impl<E> Ord for Far<E> {
 /// A time-ordered queue of events of type `E`.
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    /// Each slot's events, in insertion order. Emptied vectors keep their capacity: they
-    /// trade places with `cur` as the wheel turns, so a run allocates only while it warms up.
-    slots: Box<[Vec<Entry<E>>]>,
+    /// Head of each slot's list (an index into `nodes`), `NIL` when empty.
+    heads: Box<[u32]>,
     /// Bit `i % 64` of word `i / 64` set when slot `i` is non-empty.
     bits: [u64; WORDS],
+    nodes: Vec<Node<E>>,
+    free: u32,
     /// Events in the wheel (not counting `cur`).
     in_wheel: usize,
     /// The slot being consumed, sorted latest first so the earliest pops off the end; new
     /// events for that slot are inserted in order. A slot's list becomes this when the wheel
     /// reaches it, so a crowded slot (a large network has dozens of events per nanosecond) is
     /// sorted once instead of scanned at every pop.
-    cur: Vec<Entry<E>>,
+    cur: Vec<(u64, u64, E)>,
     /// The absolute slot number `cur` holds (meaningful while `cur` is non-empty).
     cur_slot: u64,
     far: BinaryHeap<Reverse<Far<E>>>,
@@ -89,8 +93,10 @@ pub struct EventQueue<E> {
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
-            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            heads: vec![NIL; SLOTS].into_boxed_slice(),
             bits: [0; WORDS],
+            nodes: Vec::new(),
+            free: NIL,
             in_wheel: 0,
             cur: Vec::new(),
             cur_slot: 0,
@@ -142,7 +148,24 @@ impl<E> EventQueue<E> {
     #[inline]
     fn link(&mut self, at: u64, seq: u64, ev: E) {
         let slot = (at >> SLOT_SHIFT) as usize & (SLOTS - 1);
-        self.slots[slot].push((at, seq, ev));
+        let head = self.heads[slot];
+        let node = Node {
+            at,
+            seq,
+            next: head,
+            ev: Some(ev),
+        };
+        let i = if self.free == NIL {
+            self.nodes.push(node);
+            (self.nodes.len() - 1) as u32
+        } else {
+            let i = self.free;
+            let n = &mut self.nodes[i as usize];
+            self.free = n.next;
+            *n = node;
+            i
+        };
+        self.heads[slot] = i;
         self.bits[slot / 64] |= 1 << (slot % 64);
         self.in_wheel += 1;
     }
@@ -175,10 +198,19 @@ impl<E> EventQueue<E> {
         let here = self.now >> SLOT_SHIFT;
         let ahead = (slot as u64).wrapping_sub(here) & (SLOTS as u64 - 1);
         self.cur_slot = here + ahead;
-        // `cur` is empty: it and the slot's vector trade places (and capacities).
-        std::mem::swap(&mut self.cur, &mut self.slots[slot]);
+        let mut i = std::mem::replace(&mut self.heads[slot], NIL);
         self.bits[slot / 64] &= !(1 << (slot % 64));
-        self.in_wheel -= self.cur.len();
+        while i != NIL {
+            let n = &mut self.nodes[i as usize];
+            let next = n.next;
+            if let Some(ev) = n.ev.take() {
+                self.cur.push((n.at, n.seq, ev));
+            }
+            n.next = self.free;
+            self.free = i;
+            self.in_wheel -= 1;
+            i = next;
+        }
         self.cur
             .sort_unstable_by_key(|&(at, seq, _)| std::cmp::Reverse((at, seq)));
         Some(())
@@ -232,7 +264,12 @@ impl<E> EventQueue<E> {
         let far = self.far.peek().map(|f| f.0.at);
         let mut best = far.unwrap_or(u64::MAX);
         if let Some(slot) = self.next_slot() {
-            best = self.slots[slot].iter().fold(best, |b, e| b.min(e.0));
+            let mut i = self.heads[slot];
+            while i != NIL {
+                let n = &self.nodes[i as usize];
+                best = best.min(n.at);
+                i = n.next;
+            }
         }
         (best != u64::MAX || far.is_some()).then(|| Time::from_picos(best))
     }
