@@ -8,9 +8,13 @@
 //! serialization (≈ 200 ns for 1 KB at 40 Gb/s) and a link's propagation delay (1–2 µs) — and
 //! pops them about one per simulated nanosecond. So most events go into a *timing wheel*
 //! (Varghese & Lauck, "Hashed and hierarchical timing wheels", SOSP 1987): [`SLOTS`] slots of
-//! [`SLOT_PS`] picoseconds each, covering the next ≈ 8 µs. A slot is a singly linked list in a
-//! slab and a bitmap marks the non-empty slots, so a push is O(1); when the wheel reaches a slot,
-//! its events are sorted once and popped in order (a 1024-host network has dozens per slot).
+//! [`SLOT_PS`] picoseconds each, covering the next ≈ 8 µs. A slot is a singly linked list of
+//! chunks of [`CHUNK`] events in a slab, and a bitmap marks the non-empty slots, so a push is
+//! O(1); when the wheel reaches a slot, its events are sorted once and popped in order (a
+//! 1024-host network has dozens per slot). Chunks rather than single events, because walking a
+//! crowded slot's list is a chain of dependent cache misses in a large network; a slab reused
+//! from a LIFO free list rather than a vector per slot, because a small network (one or two
+//! events per slot) then keeps its whole event list in cache (docs/BENCHMARKS.md measures both).
 //! Events further ahead (retransmission timers, the next flow's start) wait in a binary heap and
 //! move into the wheel when it reaches them. Everything orders by (time, insertion number), so
 //! ties resolve exactly as they would in one sorted list.
@@ -32,12 +36,17 @@ pub const SLOTS: usize = 8192;
 const WORDS: usize = SLOTS / 64;
 const NIL: u32 = u32::MAX;
 
+/// Events per chunk of a slot's list.
+const CHUNK: usize = 4;
+
+/// A piece of a slot's list: up to [`CHUNK`] events side by side, so that walking a crowded
+/// slot costs one dependent load per chunk rather than per event.
 #[derive(Debug)]
-struct Node<E> {
-    at: u64,
-    seq: u64,
+struct Chunk<E> {
+    /// The slot's chunk filled before this one (`NIL`: none); in the free list, the next free.
     next: u32,
-    ev: Option<E>,
+    len: u32,
+    items: [Option<(u64, u64, E)>; CHUNK],
 }
 
 /// An event beyond the wheel's reach, in the overflow heap.
@@ -68,11 +77,11 @@ impl<E> Ord for Far<E> {
 /// A time-ordered queue of events of type `E`.
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    /// Head of each slot's list (an index into `nodes`), `NIL` when empty.
+    /// Each slot's newest chunk (an index into `chunks`), `NIL` when empty.
     heads: Box<[u32]>,
     /// Bit `i % 64` of word `i / 64` set when slot `i` is non-empty.
     bits: [u64; WORDS],
-    nodes: Vec<Node<E>>,
+    chunks: Vec<Chunk<E>>,
     free: u32,
     /// Events in the wheel (not counting `cur`).
     in_wheel: usize,
@@ -95,7 +104,7 @@ impl<E> Default for EventQueue<E> {
         EventQueue {
             heads: vec![NIL; SLOTS].into_boxed_slice(),
             bits: [0; WORDS],
-            nodes: Vec::new(),
+            chunks: Vec::new(),
             free: NIL,
             in_wheel: 0,
             cur: Vec::new(),
@@ -149,22 +158,32 @@ impl<E> EventQueue<E> {
     fn link(&mut self, at: u64, seq: u64, ev: E) {
         let slot = (at >> SLOT_SHIFT) as usize & (SLOTS - 1);
         let head = self.heads[slot];
-        let node = Node {
-            at,
-            seq,
-            next: head,
-            ev: Some(ev),
-        };
+        if head != NIL {
+            let c = &mut self.chunks[head as usize];
+            if (c.len as usize) < CHUNK {
+                c.items[c.len as usize] = Some((at, seq, ev));
+                c.len += 1;
+                self.in_wheel += 1;
+                return;
+            }
+        }
+        // A new chunk, the most recently freed one if any (it is likely still cached).
         let i = if self.free == NIL {
-            self.nodes.push(node);
-            (self.nodes.len() - 1) as u32
+            self.chunks.push(Chunk {
+                next: NIL,
+                len: 0,
+                items: [const { None }; CHUNK],
+            });
+            (self.chunks.len() - 1) as u32
         } else {
             let i = self.free;
-            let n = &mut self.nodes[i as usize];
-            self.free = n.next;
-            *n = node;
+            self.free = self.chunks[i as usize].next;
             i
         };
+        let c = &mut self.chunks[i as usize];
+        c.next = head;
+        c.len = 1;
+        c.items[0] = Some((at, seq, ev));
         self.heads[slot] = i;
         self.bits[slot / 64] |= 1 << (slot % 64);
         self.in_wheel += 1;
@@ -201,14 +220,17 @@ impl<E> EventQueue<E> {
         let mut i = std::mem::replace(&mut self.heads[slot], NIL);
         self.bits[slot / 64] &= !(1 << (slot % 64));
         while i != NIL {
-            let n = &mut self.nodes[i as usize];
-            let next = n.next;
-            if let Some(ev) = n.ev.take() {
-                self.cur.push((n.at, n.seq, ev));
+            let c = &mut self.chunks[i as usize];
+            let next = c.next;
+            for item in &mut c.items[..c.len as usize] {
+                if let Some(e) = item.take() {
+                    self.cur.push(e);
+                }
             }
-            n.next = self.free;
+            self.in_wheel -= c.len as usize;
+            c.len = 0;
+            c.next = self.free;
             self.free = i;
-            self.in_wheel -= 1;
             i = next;
         }
         self.cur
@@ -266,9 +288,11 @@ impl<E> EventQueue<E> {
         if let Some(slot) = self.next_slot() {
             let mut i = self.heads[slot];
             while i != NIL {
-                let n = &self.nodes[i as usize];
-                best = best.min(n.at);
-                i = n.next;
+                let c = &self.chunks[i as usize];
+                for (at, _, _) in c.items[..c.len as usize].iter().flatten() {
+                    best = best.min(*at);
+                }
+                i = c.next;
             }
         }
         (best != u64::MAX || far.is_some()).then(|| Time::from_picos(best))

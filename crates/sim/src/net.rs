@@ -346,9 +346,10 @@ pub struct PortStats {
 const MAX_CLASSES: usize = 2;
 
 /// What a packet passing through a switch port touches, as an input and as an output, in one
-/// cache line. A packet's hop reads and writes its input's and its output's records (and its
-/// virtual output queue): at k = 16 the switches' state outgrows the cache, so each separate
-/// array a hop touched was a miss of its own.
+/// cache line: a hop reads and writes its input's and its output's records (and its virtual
+/// output queue). Measured at k = 16 it is no faster than the ten parallel arrays it replaced
+/// (the switches' state fits in L2 either way, docs/BENCHMARKS.md), but it keeps a port's
+/// state in one place.
 #[derive(Debug, Clone, Copy)]
 #[repr(align(64))]
 struct SwPort {
