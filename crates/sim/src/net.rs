@@ -692,18 +692,14 @@ impl<M: SimMemory> Simulation<M> {
                 (u128::from(p.0) * u128::from(p.1.as_picos()) * 2 / 8 / 1_000_000_000_000) as u64;
             rtt_bytes + 2 * mtu_wire
         };
-        let headroom = cfg.switch.pfc_headroom_bytes.unwrap_or(default_headroom);
-        let xoff_bytes = cfg
-            .switch
-            .buffer_bytes
-            .saturating_sub(headroom)
-            .max(mtu_wire);
-        let rx_headroom = cfg.nic.rx_pfc_headroom_bytes.unwrap_or(default_headroom);
-        let nic_xoff_bytes = cfg
-            .nic
-            .rx_buffer_bytes
-            .saturating_sub(rx_headroom)
-            .max(mtu_wire);
+        // A lossless queue pauses its upstream at buffer − headroom (at least one frame).
+        let xoff = |buffer: u64, headroom: Option<u64>| {
+            buffer
+                .saturating_sub(headroom.unwrap_or(default_headroom))
+                .max(mtu_wire)
+        };
+        let xoff_bytes = xoff(cfg.switch.buffer_bytes, cfg.switch.pfc_headroom_bytes);
+        let nic_xoff_bytes = xoff(cfg.nic.rx_buffer_bytes, cfg.nic.rx_pfc_headroom_bytes);
         let rx_rate = cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64);
         debug_assert!(classes.len() <= MAX_CLASSES);
         let switches = (topo.hosts..topo.nodes.len() as u32)

@@ -537,16 +537,25 @@ mod tests {
         assert_eq!(t.max_rtt(), Dur::from_micros(24));
     }
 
-    #[test]
-    fn routes_lead_to_the_destination() {
-        for kind in [
+    /// Each built-in topology, small (a k = 4 fat-tree and the default leaf-spine and dumbbell).
+    fn small_builtins() -> Vec<Topology> {
+        [
             TopologyKind::FatTree,
             TopologyKind::LeafSpine,
             TopologyKind::Dumbbell,
-        ] {
+        ]
+        .into_iter()
+        .map(|kind| {
             let mut c = cfg(kind);
             c.k = 4;
-            let t = Topology::build(&c, Path::new(".")).expect("builds");
+            Topology::build(&c, Path::new(".")).expect("builds")
+        })
+        .collect()
+    }
+
+    #[test]
+    fn routes_lead_to_the_destination() {
+        for t in small_builtins() {
             for src in 0..t.hosts {
                 for dst in 0..t.hosts {
                     if src == dst {
@@ -614,15 +623,7 @@ mod tests {
         let mut nets = vec![Topology::parse(ring, "ring.topo")
             .and_then(Topology::finish)
             .expect("valid")];
-        for kind in [
-            TopologyKind::FatTree,
-            TopologyKind::LeafSpine,
-            TopologyKind::Dumbbell,
-        ] {
-            let mut c = cfg(kind);
-            c.k = 4;
-            nets.push(Topology::build(&c, Path::new(".")).expect("builds"));
-        }
+        nets.extend(small_builtins());
         for t in &nets {
             for node in t.hosts..t.nodes.len() as u32 {
                 for dst in 0..t.hosts {
