@@ -164,45 +164,30 @@ impl SimMemory for ByteMemory {
 // ---------------------------------------------------------------------------------------------
 // Packets and events
 
-/// What switches look at, kept apart from the headers so that forwarding touches 16 bytes a
-/// packet, not the 300-odd of its [`IbRepr`].
+/// What switches and the receiving NIC's admission look at, kept apart from the headers. The
+/// arrival event carries a copy: the event is read in order from the event list, while the
+/// packet's [`Meta`] line has usually left the cache since the previous hop.
 #[derive(Debug, Clone, Copy)]
-struct Meta {
+struct Hop {
     dst: u32,
     hash: u32,
-    /// The next packet of the virtual output queue this one waits in ([`NIL`]: the last).
-    /// Threading the queues through the packets keeps a queue operation on cache lines the
-    /// hop touches anyway, instead of a `VecDeque` header and buffer per queue.
-    next: u32,
     /// Frame bytes (at most a 4096-byte MTU plus headers).
     wire: u16,
     prio: u8,
     ecn: Ecn,
 }
 
-/// The fields of [`Meta`] a switch or the receiving NIC reads on arrival. The arrival event
-/// carries them: the event is read in order from the event list, while the packet's metadata
-/// line has usually left the cache since the previous hop.
+/// A packet's forwarding state, 16 bytes instead of the 300-odd of its [`IbRepr`].
 #[derive(Debug, Clone, Copy)]
-struct Hop {
-    dst: u32,
-    hash: u32,
-    wire: u16,
-    prio: u8,
-    ecn: Ecn,
+struct Meta {
+    hop: Hop,
+    /// The next packet of the virtual output queue this one waits in ([`NIL`]: the last).
+    /// Threading the queues through the packets keeps a queue operation on cache lines the
+    /// hop touches anyway, instead of a `VecDeque` header and buffer per queue.
+    next: u32,
 }
 
-impl Hop {
-    fn of(m: &Meta) -> Hop {
-        Hop {
-            dst: m.dst,
-            hash: m.hash,
-            wire: m.wire,
-            prio: m.prio,
-            ecn: m.ecn,
-        }
-    }
-}
+const _: () = assert!(std::mem::size_of::<Meta>() == 16);
 
 /// No packet: the end of a virtual output queue.
 const NIL: u32 = u32::MAX;
@@ -1282,20 +1267,19 @@ impl<M: SimMemory> Simulation<M> {
             };
             // The QP may have written bytes into `buf` even when the memory holds none: keep
             // the allocation for next time.
-            let meta = Meta {
+            let hop = Hop {
                 dst: peer_host,
                 hash,
-                next: NIL,
                 wire,
                 prio,
                 ecn: t.ecn,
             };
-            let pkt = self.alloc_packet(Packet { ib: t.ib }, payload, meta);
+            let pkt = self.alloc_packet(Packet { ib: t.ib }, payload, Meta { hop, next: NIL });
             let nic = &mut self.nics[host as usize];
             nic.stats.tx_packets += 1;
             nic.stats.tx_bytes += u64::from(wire);
             // The queue pairs likely have more: look again when the link is free.
-            let done = self.put_on_link(now, host, 0, pkt, Hop::of(&meta), true);
+            let done = self.put_on_link(now, host, 0, pkt, hop, true);
             let nic = &mut self.nics[host as usize];
             nic.busy_until = done;
             nic.wake = true;
@@ -1515,7 +1499,7 @@ impl<M: SimMemory> Simulation<M> {
             };
             if mark {
                 hop.ecn = Ecn::Ce;
-                self.meta[pkt as usize].ecn = Ecn::Ce;
+                self.meta[pkt as usize].hop.ecn = Ecn::Ce;
                 sw.stats[out].ecn_marked += 1;
             }
         }
@@ -1618,7 +1602,7 @@ impl<M: SimMemory> Simulation<M> {
                 SwitchModel::SharedBuffer => sw.oq[out * MAX_CLASSES + c].pop_front(),
             };
             let Some((pkt, inp)) = picked else { continue };
-            let hop = Hop::of(&self.meta[pkt as usize]);
+            let hop = self.meta[pkt as usize].hop;
             self.depart(now, node, si, out, c, inp, pkt, hop);
             return;
         }
@@ -1842,7 +1826,7 @@ impl<M: SimMemory> Simulation<M> {
             let mut egress = vec![[0u64; MAX_CLASSES]; n];
             let mut queued = 0u64;
             let mut count = |pkt: u32, inp: u16, out: usize, c: usize| {
-                let w = u64::from(self.meta[pkt as usize].wire);
+                let w = u64::from(self.meta[pkt as usize].hop.wire);
                 ingress[usize::from(inp)][c] += w;
                 egress[out][c] += w;
                 queued += w;
