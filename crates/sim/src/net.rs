@@ -338,11 +338,8 @@ const MAX_CLASSES: usize = 2;
 #[derive(Debug, Clone, Copy)]
 #[repr(align(64))]
 struct SwPort {
-    // --- As an input.
-    /// Per class, bytes buffered that arrived here.
-    occ_c: [u64; MAX_CLASSES],
-    /// Per class: a pause is in force upstream.
-    xoff: [bool; MAX_CLASSES],
+    /// As an input: bytes buffered that arrived here, and pauses sent upstream.
+    ingress: Ingress,
     // --- As an output.
     /// Per class, bytes queued for this output.
     egress: [u64; MAX_CLASSES],
@@ -358,8 +355,7 @@ struct SwPort {
 
 impl SwPort {
     const IDLE: SwPort = SwPort {
-        occ_c: [0; MAX_CLASSES],
-        xoff: [false; MAX_CLASSES],
+        ingress: Ingress::EMPTY,
         egress: [0; MAX_CLASSES],
         busy_until: Time::ZERO,
         active: [InputRing {
@@ -369,10 +365,45 @@ impl SwPort {
         paused: [false; MAX_CLASSES],
         wake: false,
     };
+}
 
-    /// Bytes buffered that arrived through this input, all classes.
-    fn occ(&self) -> u64 {
-        self.occ_c.iter().sum()
+const _: () = assert!(std::mem::size_of::<SwPort>() == 64);
+
+/// A buffer that pauses its upstream per class with PFC (SPEC N1): a switch input port, a
+/// NIC's receive buffer. The pause and resume rules are these two methods, for both.
+#[derive(Debug, Clone, Copy)]
+struct Ingress {
+    /// Per class, bytes held.
+    bytes: [u64; MAX_CLASSES],
+    /// Per class: a pause is in force upstream.
+    xoff: [bool; MAX_CLASSES],
+}
+
+impl Ingress {
+    const EMPTY: Ingress = Ingress {
+        bytes: [0; MAX_CLASSES],
+        xoff: [false; MAX_CLASSES],
+    };
+
+    /// Bytes held, all classes.
+    fn total(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+
+    /// Whether class `c` must pause its upstream now: not paused, and holding more than
+    /// `threshold`. Marks it paused.
+    fn pause_above(&mut self, c: usize, threshold: u64) -> bool {
+        let pause = !self.xoff[c] && self.bytes[c] > threshold;
+        self.xoff[c] |= pause;
+        pause
+    }
+
+    /// Whether class `c` must resume its upstream now: paused, and `gap` bytes below
+    /// `threshold` (or empty). Marks it resumed.
+    fn resume_below(&mut self, c: usize, threshold: u64, gap: u64) -> bool {
+        let resume = self.xoff[c] && (self.bytes[c] + gap <= threshold || self.bytes[c] == 0);
+        self.xoff[c] &= !resume;
+        resume
     }
 }
 
@@ -483,10 +514,8 @@ struct Nic<M> {
     /// With a receive pipeline rate: frames in the receive buffer, in arrival order (the
     /// first is being processed).
     rx: VecDeque<RxFrame>,
-    /// Per class, bytes in the receive buffer.
-    rx_occ: [u64; MAX_CLASSES],
-    /// Per class: the NIC has paused its switch.
-    rx_xoff: [bool; MAX_CLASSES],
+    /// The receive buffer's bytes per class, and the pauses the NIC has sent its switch.
+    rx_held: Ingress,
 }
 
 /// A frame in a NIC's receive buffer.
@@ -708,8 +737,7 @@ impl<M: SimMemory> Simulation<M> {
                 paused_since: [Time::ZERO; 8],
                 stats: PortStats::default(),
                 rx: VecDeque::new(),
-                rx_occ: [0; MAX_CLASSES],
-                rx_xoff: [false; MAX_CLASSES],
+                rx_held: Ingress::EMPTY,
             })
             .collect();
         let tr = &cfg.transport;
@@ -1362,7 +1390,7 @@ impl<M: SimMemory> Simulation<M> {
         let lossless = self.lossless[hop.prio as usize & 7];
         let wire = u64::from(hop.wire);
         let nic = &mut self.nics[host as usize];
-        if nic.rx_occ.iter().sum::<u64>() + wire > self.cfg.nic.rx_buffer_bytes {
+        if nic.rx_held.total() + wire > self.cfg.nic.rx_buffer_bytes {
             if lossless {
                 nic.stats.headroom_overflow += 1;
             } else {
@@ -1370,7 +1398,7 @@ impl<M: SimMemory> Simulation<M> {
                 return;
             }
         }
-        nic.rx_occ[c] += wire;
+        nic.rx_held.bytes[c] += wire;
         nic.rx.push_back(RxFrame {
             pkt,
             hop,
@@ -1380,8 +1408,7 @@ impl<M: SimMemory> Simulation<M> {
             self.nic_rx_start(now, host);
         }
         let nic = &mut self.nics[host as usize];
-        if lossless && !nic.rx_xoff[c] && nic.rx_occ[c] > self.nic_xoff_bytes {
-            nic.rx_xoff[c] = true;
+        if lossless && nic.rx_held.pause_above(c, self.nic_xoff_bytes) {
             self.send_pfc(now, host, 0, hop.prio, true);
         }
     }
@@ -1401,12 +1428,9 @@ impl<M: SimMemory> Simulation<M> {
             return;
         };
         let c = usize::from(f.class);
-        nic.rx_occ[c] -= u64::from(f.hop.wire);
-        if nic.rx_xoff[c]
-            && (nic.rx_occ[c] + self.cfg.switch.pfc_resume_gap_bytes <= self.nic_xoff_bytes
-                || nic.rx_occ[c] == 0)
-        {
-            nic.rx_xoff[c] = false;
+        nic.rx_held.bytes[c] -= u64::from(f.hop.wire);
+        let gap = self.cfg.switch.pfc_resume_gap_bytes;
+        if nic.rx_held.resume_below(c, self.nic_xoff_bytes, gap) {
             self.send_pfc(now, host, 0, f.hop.prio, false);
         }
         self.nic_rx_start(now, host);
@@ -1453,7 +1477,7 @@ impl<M: SimMemory> Simulation<M> {
         // Admission.
         match self.cfg.switch.model {
             SwitchModel::InputQueued => {
-                if sw.ports[i].occ() + wire > buffer {
+                if sw.ports[i].ingress.total() + wire > buffer {
                     if lossless {
                         sw.stats[i].headroom_overflow += 1;
                     } else {
@@ -1510,7 +1534,7 @@ impl<M: SimMemory> Simulation<M> {
             && !port.paused[c]
             && !port.wake
             && now >= port.busy_until;
-        sw.ports[i].occ_c[c] += wire;
+        sw.ports[i].ingress.bytes[c] += wire;
         sw.ports[out].egress[c] += wire;
         sw.used += wire;
         if through {
@@ -1544,11 +1568,10 @@ impl<M: SimMemory> Simulation<M> {
         prio: u8,
         lossless: bool,
     ) {
-        if lossless && !self.switches[si].ports[inp as usize].xoff[c] {
+        if lossless {
             let threshold = self.pause_threshold(si);
             let port = &mut self.switches[si].ports[inp as usize];
-            if port.occ_c[c] > threshold {
-                port.xoff[c] = true;
+            if port.ingress.pause_above(c, threshold) {
                 self.send_pfc(now, node, inp, prio, true);
             }
         }
@@ -1625,16 +1648,15 @@ impl<M: SimMemory> Simulation<M> {
         let wire = u64::from(hop.wire);
         let i = inp as usize;
         let sw = &mut self.switches[si];
-        sw.ports[i].occ_c[c] -= wire;
+        sw.ports[i].ingress.bytes[c] -= wire;
         sw.ports[out].egress[c] -= wire;
         sw.used -= wire;
         sw.stats[out].tx_packets += 1;
         sw.stats[out].tx_bytes += wire;
-        if sw.ports[i].xoff[c] {
+        if sw.ports[i].ingress.xoff[c] {
             let t = self.pause_threshold(si);
-            let port = &mut self.switches[si].ports[i];
-            if port.occ_c[c] + self.cfg.switch.pfc_resume_gap_bytes <= t || port.occ_c[c] == 0 {
-                port.xoff[c] = false;
+            let gap = self.cfg.switch.pfc_resume_gap_bytes;
+            if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
                 self.send_pfc(now, node, inp, hop.prio, false);
             }
         }
@@ -1812,10 +1834,10 @@ impl<M: SimMemory> Simulation<M> {
             for f in &nic.rx {
                 held[usize::from(f.class)] += u64::from(f.hop.wire);
             }
-            if held != nic.rx_occ {
+            if held != nic.rx_held.bytes {
                 return Err(format!(
                     "host {h}: receive buffer counters {:?} but it holds {held:?}",
-                    nic.rx_occ
+                    nic.rx_held.bytes
                 ));
             }
         }
@@ -1842,7 +1864,7 @@ impl<M: SimMemory> Simulation<M> {
                     count(p, inp, k / MAX_CLASSES, k % MAX_CLASSES);
                 }
             }
-            let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.occ_c).collect();
+            let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.ingress.bytes).collect();
             let queues: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.egress).collect();
             if held != ingress || queues != egress || queued != sw.used {
                 return Err(format!(
