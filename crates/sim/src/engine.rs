@@ -1,6 +1,12 @@
-//! The event list: events ordered by time, ties broken by insertion order (so a run is a pure
-//! function of its configuration and seed), owned by the simulation — no global list (htsim's
-//! `EventList` singleton is what DESIGN.md asks us to avoid).
+//! The event list: events ordered by time, ties broken by a key the caller gives each event
+//! (so a run is a pure function of its configuration and seed), owned by the simulation — no
+//! global list (htsim's `EventList` singleton is what DESIGN.md asks us to avoid).
+//!
+//! The simulator keys an event by the node that scheduled it and that node's own count of
+//! events scheduled (`net`), not by a global insertion number: a node's count is the same
+//! whether the network runs as one event list or as several partitions on their own threads,
+//! so the order, and the results, are too. [`EventQueue::push`] numbers events itself, for
+//! users with one list.
 //!
 //! # Structure: a timing wheel over a heap
 //!
@@ -16,8 +22,8 @@
 //! from a LIFO free list rather than a vector per slot, because a small network (one or two
 //! events per slot) then keeps its whole event list in cache (docs/BENCHMARKS.md measures both).
 //! Events further ahead (retransmission timers, the next flow's start) wait in a binary heap and
-//! move into the wheel when it reaches them. Everything orders by (time, insertion number), so
-//! ties resolve exactly as they would in one sorted list.
+//! move into the wheel when it reaches them. Everything orders by (time, key), so ties resolve
+//! exactly as they would in one sorted list.
 //!
 //! On `experiments/e0-websearch.toml` this is ≈ 2× faster per event than the binary heap and the
 //! radix heap it replaced (docs/BENCHMARKS.md).
@@ -135,16 +141,25 @@ impl<E> EventQueue<E> {
         (self.now >> SLOT_SHIFT) + SLOTS as u64
     }
 
-    /// Schedules `ev` at `at` (never before now: an earlier time is moved to now).
+    /// Schedules `ev` at `at` (never before now: an earlier time is moved to now), after
+    /// every event already scheduled for the same time: keyed by insertion order. Do not mix
+    /// with [`EventQueue::push_keyed`] in one queue.
     pub fn push(&mut self, at: Time, ev: E) {
-        let at = at.as_picos().max(self.now);
         let seq = self.seq;
         self.seq += 1;
+        self.push_keyed(at, seq, ev);
+    }
+
+    /// Schedules `ev` at `at` (never before now: an earlier time is moved to now); events of
+    /// one time pop in the order of their keys. Keys must be unique.
+    pub fn push_keyed(&mut self, at: Time, key: u64, ev: E) {
+        let at = at.as_picos().max(self.now);
+        let seq = key;
         let slot = at >> SLOT_SHIFT;
         if !self.cur.is_empty() && slot == self.cur_slot {
             // Latest first: the new event goes after every later one and before the earlier
-            // ones (its insertion number is the largest, so it is never tied).
-            let i = self.cur.partition_point(|&(t, _, _)| t > at);
+            // ones.
+            let i = self.cur.partition_point(|&(t, k, _)| (t, k) > (at, seq));
             self.cur.insert(i, (at, seq, ev));
         } else if slot < self.reach() {
             self.link(at, seq, ev);
@@ -340,18 +355,19 @@ mod tests {
     }
 
     proptest! {
-        /// Against a reference ordered by (time, insertion number), under interleaved pushes
-        /// and pops with the monotone times a simulation produces (offsets from now, some zero,
-        /// some huge) — the ties and the redistribution are where a radix heap can go wrong.
+        /// Against a reference ordered by (time, key), under interleaved pushes and pops with
+        /// the monotone times a simulation produces (offsets from now, some zero, some huge) —
+        /// the ties and the redistribution are where a radix heap can go wrong. Keys are the
+        /// insertion number, or (`keyed`) arbitrary unique keys.
         #[test]
-        fn matches_reference(ops in proptest::collection::vec(
+        fn matches_reference(keyed in any::<bool>(), ops in proptest::collection::vec(
             prop_oneof![
-                3 => (0u8..4, any::<u64>()).prop_map(|(k, x)| Some(match k {
+                3 => (0u8..4, any::<u64>(), any::<u16>()).prop_map(|(k, x, key)| Some((match k {
                     0 => 0,
                     1 => x % 16,
                     2 => x % (4 * SLOTS as u64 * SLOT_PS),
                     _ => x >> 4,
-                })),
+                }, key))),
                 2 => Just(None),
             ], 0..400))
         {
@@ -360,10 +376,20 @@ mod tests {
             let mut seq = 0u64;
             for op in ops {
                 match op {
-                    Some(offset) => {
+                    Some((offset, key)) => {
                         let at = q.now().as_picos().saturating_add(offset);
-                        q.push(Time::from_picos(at), seq);
-                        reference.insert((at, seq), seq);
+                        let k = if keyed {
+                            // Unique, and in no relation to the insertion order.
+                            (u64::from(key) << 32) | seq
+                        } else {
+                            seq
+                        };
+                        if keyed {
+                            q.push_keyed(Time::from_picos(at), k, seq);
+                        } else {
+                            q.push(Time::from_picos(at), seq);
+                        }
+                        reference.insert((at, k), seq);
                         seq += 1;
                     }
                     None => {

@@ -63,6 +63,11 @@ pub trait SimMemory: Memory + Sized {
     fn verify(&self, addr: u64, len: u64, fill: u64) -> bool;
     /// Releases a flow's buffer.
     fn release(&mut self, addr: u64, keys: MrKeys);
+    /// The buffer every flow of this memory uses, if the model has one: then the other end of
+    /// a flow addresses it without asking (as with a well-known region), which is what lets
+    /// the two ends of a flow be set up in different partitions. `None`: each flow has its own
+    /// buffer, and the requester reads the responder's from the flow's state (one partition).
+    fn known_buffer(&self) -> Option<(u64, MrKeys)>;
 }
 
 const ALL_ACCESS: Access = Access::LOCAL_WRITE
@@ -126,6 +131,9 @@ impl SimMemory for SharedChecked {
         true
     }
     fn release(&mut self, _addr: u64, _keys: MrKeys) {}
+    fn known_buffer(&self) -> Option<(u64, MrKeys)> {
+        Some((self.addr, self.keys))
+    }
 }
 
 fn pattern(seed: u64, len: u64) -> Vec<u8> {
@@ -158,6 +166,9 @@ impl SimMemory for ByteMemory {
     }
     fn release(&mut self, _addr: u64, keys: MrKeys) {
         let _ = self.deregister(keys.lkey);
+    }
+    fn known_buffer(&self) -> Option<(u64, MrKeys)> {
+        None
     }
 }
 
@@ -273,6 +284,10 @@ impl Voq {
 #[derive(Debug)]
 struct Packet {
     ib: IbRepr,
+    /// The flow it belongs to and the end ([`REQ`] or [`RESP`]) it is addressed to: how the
+    /// receiving NIC finds the queue pair (a NIC would look the QPN up in its QP table).
+    flow: u32,
+    to: u8,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -298,8 +313,43 @@ enum Ev {
     },
     /// A queue pair's timer.
     QpTimer { host: u32, slot: u32, gen: u32 },
-    /// The next flow of the workload starts.
+    /// The next flow end of the workload starts (see `Simulation::starts`).
     FlowStart,
+    /// The requester of `flow` completed a teardown delay ago: `host` destroys the responder.
+    FlowEnd { host: u32, flow: u32 },
+}
+
+/// The event key's origin for the workload's flow starts (a node number never used).
+const WORKLOAD: u32 = (1 << 24) - 1;
+
+/// The events of one event list, keyed so that their order does not depend on how the
+/// network is partitioned: an event's key is the node that scheduled it (`origin`: the node
+/// whose event is being handled) and that node's count of events scheduled so far. A node's
+/// count is the same whether it shares the event list with the whole network or with its
+/// partition only, so ties between events of one time resolve the same way in both.
+#[derive(Debug)]
+struct Events {
+    q: EventQueue<Ev>,
+    origin: u32,
+    /// Per node, events it has scheduled.
+    count: Vec<u64>,
+}
+
+impl Events {
+    /// Schedules `ev` at `at`, from the node being handled.
+    #[inline]
+    fn push(&mut self, at: Time, ev: Ev) {
+        let c = &mut self.count[self.origin as usize];
+        let key = (u64::from(self.origin) << 40) | *c;
+        *c += 1;
+        self.q.push_keyed(at, key, ev);
+    }
+
+    /// The key of the workload's start of end `end` of `flow`: starts of one time go in flow
+    /// order, the responder's end first (a requester may need its responder's buffer).
+    fn start_key(flow: u32, end: usize) -> u64 {
+        (u64::from(WORKLOAD) << 40) | (2 * u64::from(flow) + u64::from(end == REQ))
+    }
 }
 
 /// Counters of one port (NIC or switch).
@@ -494,6 +544,8 @@ struct Slot {
     timer: Option<Time>,
     ready: bool,
     flow: u32,
+    /// Which end of the flow: [`REQ`] or [`RESP`].
+    end: u8,
     /// The host of the queue pair at the other end (kept here: the slot is read for every
     /// packet sent, the flow's state is not).
     peer: u32,
@@ -526,13 +578,17 @@ struct RxFrame {
     class: u8,
 }
 
-/// QPN of slot `s` (QPN 0 and 1 are special in InfiniBand).
-fn qpn_of(slot: u32) -> u32 {
-    slot + 2
-}
+/// The requester end of a flow.
+const REQ: usize = 0;
+/// The responder end of a flow.
+const RESP: usize = 1;
 
-fn slot_of(qpn: u32) -> Option<u32> {
-    qpn.checked_sub(2)
+/// The QPN of end `end` of `flow`: a function of the flow, so that each end knows the other's
+/// without asking (the two ends may be set up in different partitions at the same instant).
+/// QPNs are 24 bits and 0 and 1 are special in InfiniBand; past 2^23 flows they repeat, which
+/// is harmless (a NIC finds a packet's queue pair by its flow).
+fn qpn(flow: u32, end: usize) -> u32 {
+    2 + ((2 * flow + end as u32) % ((1 << 24) - 2))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -565,13 +621,19 @@ impl FlowRecord {
     }
 }
 
+/// A flow's ends that live here: per end ([`REQ`], [`RESP`]), its queue pair's slot at its
+/// host ([`NIL`]: not set up yet, or destroyed) and its buffer's (address, keys).
 #[derive(Debug, Clone, Copy)]
 struct FlowState {
-    req: (u32, u32),
-    resp: (u32, u32),
-    /// (address, keys) of the data's source and sink buffers.
-    src_buf: (u64, MrKeys),
-    dst_buf: (u64, MrKeys),
+    slot: [u32; 2],
+    buf: [(u64, MrKeys); 2],
+}
+
+impl FlowState {
+    const NONE: FlowState = FlowState {
+        slot: [NIL; 2],
+        buf: [(0, MrKeys { lkey: 0, rkey: 0 }); 2],
+    };
 }
 
 /// Totals over the run.
@@ -598,7 +660,7 @@ pub struct NetStats {
 pub struct Simulation<M: SimMemory> {
     cfg: SimConfig,
     topo: Topology,
-    q: EventQueue<Ev>,
+    q: Events,
     packets: Vec<Packet>,
     /// Per packet, its payload bytes (only when the memory model holds bytes: otherwise
     /// empty, so a packet's slot is its headers alone).
@@ -609,8 +671,14 @@ pub struct Simulation<M: SimMemory> {
     nics: Vec<Nic<M>>,
     flows: Vec<Flow>,
     records: Vec<FlowRecord>,
-    states: Vec<Option<FlowState>>,
-    next_flow: usize,
+    states: Vec<FlowState>,
+    /// Flow ends to set up, as (start, key, flow, end), in start order: flow starts are events
+    /// of their own (one pending at a time) at the end's host.
+    starts: Vec<(Time, u64, u32, u8)>,
+    next_start: usize,
+    /// From the requester's completion to the responder's teardown: the longest link delay,
+    /// so that it is never shorter than a partition's lookahead.
+    teardown: Dur,
     done_flows: usize,
     qp_cfg: QpConfig,
     qp_attr: QpAttr,
@@ -626,8 +694,10 @@ pub struct Simulation<M: SimMemory> {
     nic_xoff_bytes: u64,
     /// The NICs' receive pipeline rate in bits per second (`None`: never the bottleneck).
     rx_rate: Option<u64>,
-    loss_rng: Rng,
-    ecn_rng: Rng,
+    /// Per node: random link loss on its incoming links.
+    loss_rng: Vec<Rng>,
+    /// Per node: RED's marking decisions at its outputs.
+    ecn_rng: Vec<Rng>,
     buf: Vec<u8>,
     totals: Counters,
     end_time: Time,
@@ -638,7 +708,7 @@ impl<M: SimMemory> std::fmt::Debug for Simulation<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Simulation")
             .field("name", &self.cfg.name)
-            .field("now", &self.q.now())
+            .field("now", &self.q.q.now())
             .field("flows", &self.flows.len())
             .finish_non_exhaustive()
     }
@@ -790,6 +860,27 @@ impl<M: SimMemory> Simulation<M> {
             path_mtu: cfg.network.mtu,
             ..QpAttr::default()
         };
+        let nodes = topo.nodes.len();
+        let teardown = topo
+            .nodes
+            .iter()
+            .flat_map(|n| n.ports.iter())
+            .map(|p| p.delay)
+            .max()
+            .unwrap_or(Dur::ZERO);
+        let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
+            .flat_map(|i| {
+                [REQ, RESP].map(|end| {
+                    (
+                        flows[i as usize].start,
+                        Events::start_key(i, end),
+                        i,
+                        end as u8,
+                    )
+                })
+            })
+            .collect();
+        starts.sort_unstable_by_key(|&(at, key, ..)| (at, key));
         let mut sim = Simulation {
             records: flows
                 .iter()
@@ -801,17 +892,27 @@ impl<M: SimMemory> Simulation<M> {
                     intact: true,
                 })
                 .collect(),
-            states: vec![None; flows.len()],
-            loss_rng: Rng::new(cfg.seed, 11),
-            ecn_rng: Rng::new(cfg.seed, 12),
-            q: EventQueue::new(),
+            states: vec![FlowState::NONE; flows.len()],
+            starts,
+            next_start: 0,
+            teardown,
+            loss_rng: (0..nodes)
+                .map(|n| Rng::new(cfg.seed, (11 << 32) | n as u64))
+                .collect(),
+            ecn_rng: (0..nodes)
+                .map(|n| Rng::new(cfg.seed, (12 << 32) | n as u64))
+                .collect(),
+            q: Events {
+                q: EventQueue::new(),
+                origin: 0,
+                count: vec![0; nodes],
+            },
             packets: Vec::new(),
             payloads: Vec::new(),
             meta: Vec::new(),
             free_packets: Vec::new(),
             switches,
             nics,
-            next_flow: 0,
             done_flows: 0,
             qp_cfg,
             qp_attr,
@@ -835,8 +936,8 @@ impl<M: SimMemory> Simulation<M> {
             let f = sim.flows[i];
             sim.records[i].ideal = sim.ideal_fct(f.src, f.dst, f.size);
         }
-        if let Some(f) = sim.flows.first() {
-            sim.q.push(f.start, Ev::FlowStart);
+        if let Some(&(at, key, ..)) = sim.starts.first() {
+            sim.q.q.push_keyed(at, key, Ev::FlowStart);
         }
         let last = sim.flows.last().map_or(Time::ZERO, |f| f.start);
         sim.end_time = last + Dur::from_picos((sim.cfg.workload.drain_us * 1e6) as u64);
@@ -879,7 +980,7 @@ impl<M: SimMemory> Simulation<M> {
     pub fn run(&mut self, mut progress: impl FnMut(f64)) {
         let total = self.flows.len().max(1);
         let mut tick = 0u32;
-        while let Some((now, ev)) = self.q.pop() {
+        while let Some((now, ev)) = self.q.q.pop() {
             if now > self.end_time {
                 break;
             }
@@ -900,6 +1001,14 @@ impl<M: SimMemory> Simulation<M> {
     }
 
     fn dispatch(&mut self, now: Time, ev: Ev) {
+        self.q.origin = match ev {
+            Ev::Arrive { node, .. } | Ev::TxDone { node, .. } | Ev::Pfc { node, .. } => node,
+            Ev::RxDone { host } | Ev::QpTimer { host, .. } | Ev::FlowEnd { host, .. } => host,
+            Ev::FlowStart => self.starts.get(self.next_start).map_or(WORKLOAD, |s| {
+                let f = self.flows[s.2 as usize];
+                self.end_host(&f, usize::from(s.3))
+            }),
+        };
         match ev {
             Ev::Arrive {
                 node,
@@ -908,7 +1017,7 @@ impl<M: SimMemory> Simulation<M> {
                 hop,
             } => {
                 if self.cfg.network.link_loss > 0.0
-                    && self.loss_rng.chance(self.cfg.network.link_loss)
+                    && self.loss_rng[node as usize].chance(self.cfg.network.link_loss)
                 {
                     self.drop_packet(node, port, pkt);
                 } else if node < self.topo.hosts {
@@ -952,20 +1061,23 @@ impl<M: SimMemory> Simulation<M> {
                 self.touch(now, host, slot);
             }
             Ev::FlowStart => {
-                let i = self.next_flow;
-                self.next_flow += 1;
-                if let Some(f) = self.flows.get(self.next_flow) {
-                    self.q.push(f.start, Ev::FlowStart);
+                let Some(&(_, _, flow, end)) = self.starts.get(self.next_start) else {
+                    return;
+                };
+                self.next_start += 1;
+                if let Some(&(at, key, ..)) = self.starts.get(self.next_start) {
+                    self.q.q.push_keyed(at, key, Ev::FlowStart);
                 }
-                self.start_flow(now, i);
+                self.start_end(now, flow as usize, usize::from(end));
             }
+            Ev::FlowEnd { host, flow } => self.end_responder(host, flow as usize),
         }
     }
 
     // -----------------------------------------------------------------------------------------
     // Flows and queue pairs
 
-    fn new_qp(&mut self, now: Time, host: u32, flow: u32, peer: u32) -> u32 {
+    fn new_qp(&mut self, now: Time, host: u32, flow: u32, end: usize, peer: u32) -> u32 {
         let nic = &mut self.nics[host as usize];
         let slot = match nic.free.pop() {
             Some(s) => s,
@@ -976,18 +1088,20 @@ impl<M: SimMemory> Simulation<M> {
                     timer: None,
                     ready: false,
                     flow,
+                    end: end as u8,
                     peer,
                 });
                 (nic.slots.len() - 1) as u32
             }
         };
         let cfg = QpConfig {
-            qpn: qpn_of(slot),
+            qpn: qpn(flow, end),
             ..self.qp_cfg.clone()
         };
         let s = &mut nic.slots[slot as usize];
         s.qp = Some(QueuePair::new(now, cfg));
         s.flow = flow;
+        s.end = end as u8;
         s.peer = peer;
         s.timer = None;
         s.ready = false;
@@ -999,86 +1113,89 @@ impl<M: SimMemory> Simulation<M> {
         mix(self.cfg.seed ^ ((i as u64) << 1))
     }
 
-    fn start_flow(&mut self, now: Time, i: usize) {
+    /// The host of end `end` ([`REQ`], [`RESP`]) of flow `f`: a Read's requester is the
+    /// destination of its data.
+    fn end_host(&self, f: &Flow, end: usize) -> u32 {
+        let read = self.cfg.transport.op == FlowOp::Read;
+        if (end == REQ) != read {
+            f.src
+        } else {
+            f.dst
+        }
+    }
+
+    /// Sets up end `end` of flow `i` at its host: its buffer and queue pair, connected to the
+    /// other end's (whose QPN and buffer it knows without asking: see [`qpn`] and
+    /// [`SimMemory::known_buffer`]); the requester posts the flow's work request.
+    fn start_end(&mut self, now: Time, i: usize, end: usize) {
         let f = self.flows[i];
-        let payload = M::HOLDS_BYTES;
-        let fill = payload.then(|| self.fill_seed(i));
-        let src_buf = self.nics[f.src as usize].mem.flow_buffer(f.size, fill);
-        let dst_buf = self.nics[f.dst as usize].mem.flow_buffer(f.size, None);
-        let (req_host, resp_host) = match self.cfg.transport.op {
-            FlowOp::Read => (f.dst, f.src),
-            _ => (f.src, f.dst),
-        };
-        let req = self.new_qp(now, req_host, i as u32, resp_host);
-        let resp = self.new_qp(now, resp_host, i as u32, req_host);
+        let host = self.end_host(&f, end);
+        let peer = self.end_host(&f, 1 - end);
+        let holds_source = host == f.src;
+        let fill = (M::HOLDS_BYTES && holds_source).then(|| self.fill_seed(i));
+        let buf = self.nics[host as usize].mem.flow_buffer(f.size, fill);
+        let slot = self.new_qp(now, host, i as u32, end, peer);
+        self.states[i].slot[end] = slot;
+        self.states[i].buf[end] = buf;
         let attr = self.qp_attr;
         let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
-        let (p1, p2) = (
+        let (p_req, p_resp) = (
             psn(self.cfg.seed ^ i as u64),
             psn(!(self.cfg.seed ^ i as u64)),
         );
-        let mut setup_ok = true;
-        if let Some(qp) = self.nics[req_host as usize].slots[req as usize].qp.as_mut() {
-            setup_ok &= connect_qp(qp, now, &attr, qpn_of(resp), p1, p2).is_ok();
-        }
-        if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize]
-            .qp
-            .as_mut()
-        {
-            setup_ok &= connect_qp(qp, now, &attr, qpn_of(req), p2, p1).is_ok();
-        }
+        let (mine, theirs) = if end == REQ {
+            (p_req, p_resp)
+        } else {
+            (p_resp, p_req)
+        };
+        let op = self.cfg.transport.op;
+        // The responder's buffer, which the requester's work request names.
+        let remote = (end == REQ).then(|| {
+            self.nics[peer as usize]
+                .mem
+                .known_buffer()
+                .unwrap_or(self.states[i].buf[RESP])
+        });
         let len = f.size;
-        let (local, remote) = match self.cfg.transport.op {
-            FlowOp::Read => (dst_buf, src_buf),
-            _ => (src_buf, dst_buf),
+        let Some(qp) = self.nics[host as usize].slots[slot as usize].qp.as_mut() else {
+            return;
         };
-        let sge = sg_list(local.0, len, local.1.lkey);
-        let remote = Remote {
-            addr: remote.0,
-            rkey: remote.1.rkey,
-        };
-        let op = match self.cfg.transport.op {
-            FlowOp::Write => SendOp::Write(remote),
-            FlowOp::Read => SendOp::Read(remote),
-            FlowOp::Send => SendOp::Send,
-        };
-        if self.cfg.transport.op == FlowOp::Send {
-            if let Some(qp) = self.nics[resp_host as usize].slots[resp as usize]
-                .qp
-                .as_mut()
-            {
-                setup_ok &= qp
-                    .post_recv(RecvWr {
-                        wr_id: i as u64,
-                        sg_list: sg_list(dst_buf.0, len, dst_buf.1.lkey),
-                    })
-                    .is_ok();
-            }
+        let mut setup_ok = connect_qp(qp, now, &attr, qpn(i as u32, 1 - end), mine, theirs).is_ok();
+        if end == RESP && op == FlowOp::Send {
+            setup_ok &= qp
+                .post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sg_list: sg_list(buf.0, len, buf.1.lkey),
+                })
+                .is_ok();
         }
-        if let Some(qp) = self.nics[req_host as usize].slots[req as usize].qp.as_mut() {
+        if let Some(remote) = remote {
+            let remote = Remote {
+                addr: remote.0,
+                rkey: remote.1.rkey,
+            };
             let posted = qp.post_send(SendWr {
                 wr_id: i as u64,
-                op,
-                sg_list: sge,
+                op: match op {
+                    FlowOp::Write => SendOp::Write(remote),
+                    FlowOp::Read => SendOp::Read(remote),
+                    FlowOp::Send => SendOp::Send,
+                },
+                sg_list: sg_list(buf.0, len, buf.1.lkey),
                 signaled: true,
                 fence: false,
                 solicited: false,
             });
             setup_ok &= posted.is_ok();
         }
-        self.states[i] = Some(FlowState {
-            req: (req_host, req),
-            resp: (resp_host, resp),
-            src_buf,
-            dst_buf,
-        });
         if !setup_ok {
             // Cannot happen with a valid configuration; reported, never hidden.
-            self.finish_flow(now, i, WcStatus::LocQpOpErr);
+            if end == REQ {
+                self.finish_flow(now, i, WcStatus::LocQpOpErr);
+            }
             return;
         }
-        self.touch(now, req_host, req);
-        self.touch(now, resp_host, resp);
+        self.touch(now, host, slot);
     }
 
     /// After anything happened to a queue pair: collect completions, re-arm its timer, and
@@ -1090,8 +1207,7 @@ impl<M: SimMemory> Simulation<M> {
         let flow = s.flow as usize;
         let mut finished: Option<Completion> = None;
         while let Some(c) = qp.poll_completion() {
-            if c.wr_id == flow as u64 && self.states[flow].is_some_and(|st| st.req == (host, slot))
-            {
+            if c.wr_id == flow as u64 && usize::from(s.end) == REQ {
                 finished = Some(c);
             }
         }
@@ -1149,7 +1265,7 @@ impl<M: SimMemory> Simulation<M> {
 
     /// Makes sure an event wakes the queue pair at its next deadline (at most one pending
     /// event per queue pair, unless its deadline moved earlier).
-    fn arm_timer(q: &mut EventQueue<Ev>, s: &mut Slot, host: u32, slot: u32) {
+    fn arm_timer(q: &mut Events, s: &mut Slot, host: u32, slot: u32) {
         if let Some(d) = s.qp.as_ref().and_then(QueuePair::poll_timeout) {
             if s.timer.is_none_or(|t| d < t) {
                 s.timer = Some(d);
@@ -1165,38 +1281,64 @@ impl<M: SimMemory> Simulation<M> {
         }
     }
 
+    /// The requester of flow `i` completed with `status`: record it, destroy the requester's
+    /// queue pair, and have the responder's destroyed a teardown delay later.
     fn finish_flow(&mut self, now: Time, i: usize, status: WcStatus) {
-        let Some(st) = self.states[i].take() else {
+        let slot = std::mem::replace(&mut self.states[i].slot[REQ], NIL);
+        if slot == NIL {
             return;
-        };
+        }
+        let f = self.flows[i];
+        // Payload runs have one partition: the destination's memory is here.
         let intact = !(M::HOLDS_BYTES && status == WcStatus::Success) || {
-            let f = self.flows[i];
-            self.nics[f.dst as usize]
-                .mem
-                .verify(st.dst_buf.0, f.size, self.fill_seed(i))
+            let end = if self.end_host(&f, REQ) == f.dst {
+                REQ
+            } else {
+                RESP
+            };
+            self.nics[f.dst as usize].mem.verify(
+                self.states[i].buf[end].0,
+                f.size,
+                self.fill_seed(i),
+            )
         };
         let r = &mut self.records[i];
         r.end = Some(now);
         r.status = Some(status);
         r.intact = intact;
         self.done_flows += 1;
-        for (h, s) in [st.req, st.resp] {
-            let nic = &mut self.nics[h as usize];
-            let slot = &mut nic.slots[s as usize];
-            if let Some(qp) = slot.qp.take() {
-                self.totals += *qp.counters();
-            }
-            slot.gen = slot.gen.wrapping_add(1);
-            slot.timer = None;
-            nic.free.push(s);
+        let host = self.end_host(&f, REQ);
+        self.destroy(host, slot, self.states[i].buf[REQ]);
+        let resp_host = self.end_host(&f, RESP);
+        self.q.push(
+            now + self.teardown,
+            Ev::FlowEnd {
+                host: resp_host,
+                flow: i as u32,
+            },
+        );
+    }
+
+    /// Destroys the responder of flow `i` (if it was ever set up here).
+    fn end_responder(&mut self, host: u32, i: usize) {
+        let slot = std::mem::replace(&mut self.states[i].slot[RESP], NIL);
+        if slot != NIL {
+            self.destroy(host, slot, self.states[i].buf[RESP]);
         }
-        let f = self.flows[i];
-        self.nics[f.src as usize]
-            .mem
-            .release(st.src_buf.0, st.src_buf.1);
-        self.nics[f.dst as usize]
-            .mem
-            .release(st.dst_buf.0, st.dst_buf.1);
+    }
+
+    /// Destroys the queue pair in `slot` of `host` (its counters go to the totals) and releases
+    /// its buffer.
+    fn destroy(&mut self, host: u32, slot: u32, buf: (u64, MrKeys)) {
+        let nic = &mut self.nics[host as usize];
+        let s = &mut nic.slots[slot as usize];
+        if let Some(qp) = s.qp.take() {
+            self.totals += *qp.counters();
+        }
+        s.gen = s.gen.wrapping_add(1);
+        s.timer = None;
+        nic.free.push(slot);
+        nic.mem.release(buf.0, buf.1);
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1276,6 +1418,7 @@ impl<M: SimMemory> Simulation<M> {
             Self::arm_timer(&mut self.q, s, host, slot);
             let dest_qpn = t.ib.bth.dest_qpn;
             let peer_host = s.peer;
+            let (flow, end) = (s.flow, usize::from(s.end));
             let control = is_control(t.ib.bth.opcode);
             let prio = if control {
                 self.ctrl_prio
@@ -1287,7 +1430,7 @@ impl<M: SimMemory> Simulation<M> {
             let hash = mix((u64::from(host) << 40)
                 ^ (u64::from(peer_host) << 20)
                 ^ u64::from(dest_qpn)
-                ^ (u64::from(qpn_of(slot)) << 48)) as u32;
+                ^ (u64::from(qpn(flow, end)) << 48)) as u32;
             let payload = if M::HOLDS_BYTES {
                 std::mem::take(&mut self.buf)
             } else {
@@ -1302,7 +1445,12 @@ impl<M: SimMemory> Simulation<M> {
                 prio,
                 ecn: t.ecn,
             };
-            let pkt = self.alloc_packet(Packet { ib: t.ib }, payload, Meta { hop, next: NIL });
+            let p = Packet {
+                ib: t.ib,
+                flow,
+                to: (1 - end) as u8,
+            };
+            let pkt = self.alloc_packet(p, payload, Meta { hop, next: NIL });
             let nic = &mut self.nics[host as usize];
             nic.stats.tx_packets += 1;
             nic.stats.tx_bytes += u64::from(wire);
@@ -1351,16 +1499,14 @@ impl<M: SimMemory> Simulation<M> {
 
     fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, ecn: Ecn) {
         let p = &self.packets[pkt as usize];
-        let Some(slot) = slot_of(p.ib.bth.dest_qpn) else {
-            self.free_packet(pkt);
-            return;
-        };
+        let slot = self.states[p.flow as usize].slot[usize::from(p.to)];
         let payload = if M::HOLDS_BYTES {
             &self.payloads[pkt as usize][..]
         } else {
             &[]
         };
         let nic = &mut self.nics[host as usize];
+        // NIL (the end is gone, or not set up yet) finds no slot.
         let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
         match live {
             Some(qp) => qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem),
@@ -1516,7 +1662,7 @@ impl<M: SimMemory> Simulation<M> {
                     } else {
                         let pr = s.ecn_pmax * (q - s.ecn_kmin_bytes) as f64
                             / (s.ecn_kmax_bytes - s.ecn_kmin_bytes).max(1) as f64;
-                        self.ecn_rng.chance(pr)
+                        self.ecn_rng[node as usize].chance(pr)
                     }
                 }
                 EcnMode::Off => false,
@@ -1725,7 +1871,7 @@ impl<M: SimMemory> Simulation<M> {
     }
 
     fn finish(&mut self) {
-        let now = self.q.now();
+        let now = self.q.q.now();
         // Close pause intervals still open, and count live queue pairs.
         for nic in &mut self.nics {
             for p in 0..8 {
@@ -1755,12 +1901,17 @@ impl<M: SimMemory> Simulation<M> {
 
     /// The state of flow `i`'s queue pairs, for debugging a stuck flow.
     pub fn debug_flow(&self, i: usize) -> String {
-        let Some(st) = self.states.get(i).copied().flatten() else {
-            return format!("flow {i}: no live queue pairs");
+        let Some(st) = self.states.get(i) else {
+            return format!("flow {i}: no such flow");
         };
+        let f = self.flows[i];
         let mut out = String::new();
-        for (h, s) in [st.req, st.resp] {
-            let slot = &self.nics[h as usize].slots[s as usize];
+        for end in [REQ, RESP] {
+            let (h, s) = (self.end_host(&f, end), st.slot[end]);
+            let Some(slot) = self.nics[h as usize].slots.get(s as usize) else {
+                out += &format!("host {h}: no live queue pair\n");
+                continue;
+            };
             out += &format!(
                 "host {h} slot {s} timer {:?} ready {}: {:#?}\n",
                 slot.timer,
@@ -1781,17 +1932,17 @@ impl<M: SimMemory> Simulation<M> {
 
     /// Simulated time reached.
     pub fn now(&self) -> Time {
-        self.q.now()
+        self.q.q.now()
     }
 
     /// The most events ever pending at once.
     pub fn max_queue(&self) -> usize {
-        self.q.max_len()
+        self.q.q.max_len()
     }
 
     /// Events processed.
     pub fn events(&self) -> u64 {
-        self.q.processed()
+        self.q.q.processed()
     }
 
     /// The topology.
