@@ -35,6 +35,10 @@ pub struct SimArgs {
     /// Runs in parallel (default: all cores).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Threads each run uses (the network cut into that many partitions; same results for
+    /// every value). Same as `--set threads=N`; default: the file's, or 1.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// The run the ratios compare with (default: the first RoCE run with PFC).
     #[arg(long)]
     pub baseline: Option<String>,
@@ -62,7 +66,11 @@ pub fn run(args: SimArgs) -> Result<bool> {
             PathBuf::from("."),
         ),
     };
-    let exp = load_experiment(&text, &origin, &dir, &args.sets, args.seed)?;
+    let mut sets = args.sets.clone();
+    if let Some(t) = args.threads {
+        sets.push(format!("threads={t}"));
+    }
+    let exp = load_experiment(&text, &origin, &dir, &sets, args.seed)?;
     let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
     let summaries: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
     let stdout = std::io::stdout();

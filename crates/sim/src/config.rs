@@ -447,6 +447,9 @@ pub struct SimConfig {
     pub name: String,
     /// Seed of every random choice. Default 1.
     pub seed: u64,
+    /// Threads one run uses: the network is cut into this many partitions that advance
+    /// together (`irn_sim::parallel`). The results are the same for every value. Default 1.
+    pub threads: usize,
     /// `[topology]`.
     pub topology: TopologyConfig,
     /// `[switch]`.
@@ -469,6 +472,7 @@ impl Default for SimConfig {
         SimConfig {
             name: "run".into(),
             seed: 1,
+            threads: 1,
             topology: TopologyConfig::default(),
             switch: SwitchConfig::default(),
             network: NetworkConfig::default(),

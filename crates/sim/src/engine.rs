@@ -156,11 +156,20 @@ impl<E> EventQueue<E> {
         let at = at.as_picos().max(self.now);
         let seq = key;
         let slot = at >> SLOT_SHIFT;
-        if !self.cur.is_empty() && slot == self.cur_slot {
-            // Latest first: the new event goes after every later one and before the earlier
-            // ones.
-            let i = self.cur.partition_point(|&(t, k, _)| (t, k) > (at, seq));
-            self.cur.insert(i, (at, seq, ev));
+        if !self.cur.is_empty() && slot <= self.cur_slot {
+            if slot < self.cur_slot {
+                // Only after `pop_before` declined a loaded slot: that slot goes back to the
+                // wheel, behind this earlier one.
+                for (t, k, e) in std::mem::take(&mut self.cur) {
+                    self.link(t, k, e);
+                }
+                self.link(at, seq, ev);
+            } else {
+                // Latest first: the new event goes after every later one and before the
+                // earlier ones.
+                let i = self.cur.partition_point(|&(t, k, _)| (t, k) > (at, seq));
+                self.cur.insert(i, (at, seq, ev));
+            }
         } else if slot < self.reach() {
             self.link(at, seq, ev);
         } else {
@@ -220,17 +229,47 @@ impl<E> EventQueue<E> {
         Some((Time::from_picos(at), ev))
     }
 
+    /// The earliest event if it is due before `limit`, advancing now to its time; otherwise
+    /// `None`, and now stays where it was, so that events can still be pushed for any time
+    /// from now on (a partition's next window brings events from its neighbours).
+    pub fn pop_before(&mut self, limit: Time) -> Option<(Time, E)> {
+        let limit = limit.as_picos();
+        if self.cur.is_empty() {
+            self.load_next_slot_before(limit)?;
+        }
+        let &(at, _, _) = self.cur.last()?;
+        if at >= limit {
+            return None;
+        }
+        self.pop()
+    }
+
     /// Moves the earliest non-empty slot's events into `cur`, sorted; `None` when nothing
     /// waits. Called only with `cur` empty.
     fn load_next_slot(&mut self) -> Option<()> {
+        self.load_next_slot_before(u64::MAX)
+    }
+
+    /// [`EventQueue::load_next_slot`], unless the earliest non-empty slot begins at or after
+    /// `limit`: then nothing moves (an event pushed later for an earlier slot must not be
+    /// overtaken by a loaded one). A slot that begins before `limit` may hold events after
+    /// it; events pushed later for that slot join `cur` in order.
+    fn load_next_slot_before(&mut self, limit: u64) -> Option<()> {
         if self.in_wheel == 0 {
             // Jump to the earliest far event; the wheel then reaches it.
-            self.now = self.far.peek()?.0.at;
+            let at = self.far.peek()?.0.at;
+            if at >= limit {
+                return None;
+            }
+            self.now = at;
         }
         self.pull_far();
         let slot = self.next_slot()?;
         let here = self.now >> SLOT_SHIFT;
         let ahead = (slot as u64).wrapping_sub(here) & (SLOTS as u64 - 1);
+        if (here + ahead) << SLOT_SHIFT >= limit {
+            return None;
+        }
         self.cur_slot = here + ahead;
         let mut i = std::mem::replace(&mut self.heads[slot], NIL);
         self.bits[slot / 64] &= !(1 << (slot % 64));
@@ -369,7 +408,15 @@ mod tests {
                     _ => x >> 4,
                 }, key))),
                 2 => Just(None),
-            ], 0..400))
+            ], 0..400),
+            limits in proptest::collection::vec(prop_oneof![
+                Just(None),
+                (0u8..3, any::<u64>()).prop_map(|(k, x)| Some(match k {
+                    0 => x % 16,
+                    1 => x % (2 * SLOTS as u64 * SLOT_PS),
+                    _ => x >> 8,
+                })),
+            ], 400))
         {
             let mut q = EventQueue::new();
             let mut reference = BTreeMap::new();
@@ -392,11 +439,28 @@ mod tests {
                         reference.insert((at, k), seq);
                         seq += 1;
                     }
-                    None => {
-                        let want = reference.pop_first().map(|((at, _), s)| (Time::from_picos(at), s));
-                        prop_assert_eq!(q.peek_time(), want.map(|w| w.0));
-                        prop_assert_eq!(q.pop(), want);
-                    }
+                    None => match limits[seq as usize % limits.len()] {
+                        None => {
+                            let want = reference.pop_first().map(|((at, _), s)| (Time::from_picos(at), s));
+                            prop_assert_eq!(q.peek_time(), want.map(|w| w.0));
+                            prop_assert_eq!(q.pop(), want);
+                        }
+                        // A partition's window: only what is due before the limit.
+                        Some(ahead) => {
+                            let limit = q.now().as_picos().saturating_add(ahead);
+                            let before = q.now();
+                            let due = reference.first_key_value().is_some_and(|(&(at, _), _)| at < limit);
+                            let want = if due {
+                                reference.pop_first().map(|((at, _), s)| (Time::from_picos(at), s))
+                            } else {
+                                None
+                            };
+                            prop_assert_eq!(q.pop_before(Time::from_picos(limit)), want);
+                            if !due {
+                                prop_assert_eq!(q.now(), before);
+                            }
+                        }
+                    },
                 }
                 prop_assert_eq!(q.len(), reference.len());
             }

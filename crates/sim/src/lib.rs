@@ -40,6 +40,7 @@ pub mod config;
 pub mod engine;
 pub mod metrics;
 pub mod net;
+pub mod parallel;
 pub mod rng;
 pub mod topology;
 pub mod workload;
@@ -50,7 +51,8 @@ use irn_transport::ByteMemory;
 
 use crate::config::{SimConfig, TopologyKind};
 use crate::metrics::{summarize, PortReport, RunSummary};
-use crate::net::{FlowRecord, SharedChecked, SimMemory, Simulation};
+use crate::net::{FlowRecord, SharedChecked, SimMemory};
+use crate::parallel::Simulation;
 use crate::topology::{Topology, TopologyError};
 use crate::workload::WorkloadError;
 
@@ -113,7 +115,7 @@ fn run_with<M: SimMemory>(
     let topology = describe(cfg, &topo);
     let mut sim: Simulation<M> = Simulation::new(cfg.clone(), topo, flows);
     sim.run(progress);
-    let records = sim.records().to_vec();
+    let records = sim.records();
     let net = sim.stats();
     let (all, by_size, incast) = summarize(&records);
     let completed = records

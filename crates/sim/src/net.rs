@@ -52,7 +52,7 @@ pub const FRAME_OVERHEAD: u32 = 14 + 4 + 20 + 8 + 4;
 const PFC_FRAME: u64 = 64;
 
 /// Application memory as the simulator needs it: one buffer per flow end.
-pub trait SimMemory: Memory + Sized {
+pub trait SimMemory: Memory + Sized + Send {
     /// An empty memory.
     fn create(seed: u64) -> Self;
     /// A registered buffer of `len` bytes for one end of a flow, filled from `fill` when the
@@ -280,8 +280,8 @@ impl Voq {
 }
 
 /// What only the receiving NIC reads (with the payload bytes, kept apart in
-/// `Simulation::payloads` when the memory model holds bytes).
-#[derive(Debug)]
+/// `Part::payloads` when the memory model holds bytes).
+#[derive(Debug, Clone, Copy)]
 struct Packet {
     ib: IbRepr,
     /// The flow it belongs to and the end ([`REQ`] or [`RESP`]) it is addressed to: how the
@@ -313,10 +313,22 @@ enum Ev {
     },
     /// A queue pair's timer.
     QpTimer { host: u32, slot: u32, gen: u32 },
-    /// The next flow end of the workload starts (see `Simulation::starts`).
+    /// The next flow end of the workload starts (see `Part::starts`).
     FlowStart,
     /// The requester of `flow` completed a teardown delay ago: `host` destroys the responder.
     FlowEnd { host: u32, flow: u32 },
+}
+
+/// An event for another partition, with its key, and the packet when a frame crosses: the
+/// receiving partition stores it in its own packet table.
+#[derive(Debug)]
+pub(crate) struct Msg {
+    /// The partition it is for.
+    pub(crate) to: u16,
+    at: Time,
+    key: u64,
+    ev: Ev,
+    packet: Option<(Packet, Vec<u8>)>,
 }
 
 /// The event key's origin for the workload's flow starts (a node number never used).
@@ -339,10 +351,17 @@ impl Events {
     /// Schedules `ev` at `at`, from the node being handled.
     #[inline]
     fn push(&mut self, at: Time, ev: Ev) {
+        let key = self.next_key();
+        self.q.push_keyed(at, key, ev);
+    }
+
+    /// The key of the next event the node being handled schedules.
+    #[inline]
+    fn next_key(&mut self) -> u64 {
         let c = &mut self.count[self.origin as usize];
         let key = (u64::from(self.origin) << 40) | *c;
         *c += 1;
-        self.q.push_keyed(at, key, ev);
+        key
     }
 
     /// The key of the workload's start of end `end` of `flow`: starts of one time go in flow
@@ -603,7 +622,7 @@ pub struct FlowRecord {
     pub end: Option<Time>,
     /// Its status (success unless the transport gave up).
     pub status: Option<WcStatus>,
-    /// Flow completion time in an empty network (see [`Simulation::ideal_fct`]).
+    /// Flow completion time in an empty network (see [`Simulation::ideal_fct`](crate::parallel::Simulation::ideal_fct)).
     pub ideal: Dur,
     /// Data intact at the destination (only checked when payload bytes are carried).
     pub intact: bool,
@@ -656,8 +675,18 @@ pub struct NetStats {
     pub max_in_flight: u32,
 }
 
-/// One simulation, generic over whether memory holds bytes.
-pub struct Simulation<M: SimMemory> {
+/// The nodes of one partition of the network and their event list (with one partition: the
+/// whole simulation), generic over whether memory holds bytes. Every node's state exists in
+/// every partition; only the partition that owns a node ever touches it (the others keep it
+/// empty), so counters and records add up across partitions.
+/// [`Simulation`](crate::parallel::Simulation) drives the partitions.
+pub(crate) struct Part<M: SimMemory> {
+    /// Per node, the partition that owns it.
+    part_of: Arc<[u16]>,
+    /// This partition.
+    me: u16,
+    /// Events for other partitions, scheduled during the current window.
+    outbox: Vec<Msg>,
     cfg: SimConfig,
     topo: Topology,
     q: Events,
@@ -704,9 +733,9 @@ pub struct Simulation<M: SimMemory> {
     max_in_flight: u32,
 }
 
-impl<M: SimMemory> std::fmt::Debug for Simulation<M> {
+impl<M: SimMemory> std::fmt::Debug for Part<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Simulation")
+        f.debug_struct("Part")
             .field("name", &self.cfg.name)
             .field("now", &self.q.q.now())
             .field("flows", &self.flows.len())
@@ -738,9 +767,16 @@ fn is_control(op: Opcode) -> bool {
     op == Opcode::RC_ACKNOWLEDGE || op == Opcode::RC_IRN_READ_ACK || op == Opcode::CNP
 }
 
-impl<M: SimMemory> Simulation<M> {
-    /// Sets up the network and the flows; nothing runs yet.
-    pub fn new(cfg: SimConfig, topo: Topology, flows: Vec<Flow>) -> Simulation<M> {
+impl<M: SimMemory> Part<M> {
+    /// Sets up partition `me` of the network (`part_of`: each node's partition) and its ends
+    /// of the flows; nothing runs yet.
+    pub(crate) fn new(
+        cfg: SimConfig,
+        topo: Topology,
+        flows: Vec<Flow>,
+        part_of: Arc<[u16]>,
+        me: u16,
+    ) -> Part<M> {
         let net = &cfg.network;
         let data_prio = net.priority(net.data_dscp);
         let ctrl_prio = if net.control_priority {
@@ -786,10 +822,16 @@ impl<M: SimMemory> Simulation<M> {
         let nic_xoff_bytes = xoff(cfg.nic.rx_buffer_bytes, cfg.nic.rx_pfc_headroom_bytes);
         let rx_rate = cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64);
         debug_assert!(classes.len() <= MAX_CLASSES);
+        let mine = |n: u32| part_of[n as usize] == me;
         let switches = (topo.hosts..topo.nodes.len() as u32)
             .map(|n| {
                 Switch::new(
-                    topo.nodes[n as usize].ports.len(),
+                    // Another partition's switch is never touched: no ports here.
+                    if mine(n) {
+                        topo.nodes[n as usize].ports.len()
+                    } else {
+                        0
+                    },
                     mix(cfg.seed ^ (u64::from(n) << 32)),
                     cfg.switch.model,
                 )
@@ -868,20 +910,22 @@ impl<M: SimMemory> Simulation<M> {
             .map(|p| p.delay)
             .max()
             .unwrap_or(Dur::ZERO);
+        let read = cfg.transport.op == FlowOp::Read;
         let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
             .flat_map(|i| {
+                let f = flows[i as usize];
                 [REQ, RESP].map(|end| {
-                    (
-                        flows[i as usize].start,
-                        Events::start_key(i, end),
-                        i,
-                        end as u8,
-                    )
+                    let host = if (end == REQ) != read { f.src } else { f.dst };
+                    mine(host).then_some((f.start, Events::start_key(i, end), i, end as u8))
                 })
             })
+            .flatten()
             .collect();
         starts.sort_unstable_by_key(|&(at, key, ..)| (at, key));
-        let mut sim = Simulation {
+        let mut sim = Part {
+            part_of,
+            me,
+            outbox: Vec::new(),
             records: flows
                 .iter()
                 .map(|&f| FlowRecord {
@@ -945,12 +989,12 @@ impl<M: SimMemory> Simulation<M> {
     }
 
     /// The BDP cap the queue pairs use (packets), if BDP-FC is on.
-    pub fn bdp_cap(&self) -> Option<u32> {
+    pub(crate) fn bdp_cap(&self) -> Option<u32> {
         self.qp_cfg.recovery.bdp_cap
     }
 
     /// The pause threshold of an input-queued switch port, in bytes.
-    pub fn xoff_bytes(&self) -> u64 {
+    pub(crate) fn xoff_bytes(&self) -> u64 {
         self.xoff_bytes
     }
 
@@ -960,7 +1004,7 @@ impl<M: SimMemory> Simulation<M> {
     /// count a fixed 78 bytes of headers (standard RoCE Write: Ethernet, IPv4, UDP, BTH, RETH,
     /// ICRC, FCS) whatever the transport, so that slowdowns of different transports share
     /// their denominator.
-    pub fn ideal_fct(&self, src: u32, dst: u32, size: u64) -> Dur {
+    pub(crate) fn ideal_fct(&self, src: u32, dst: u32, size: u64) -> Dur {
         let links = u64::from(self.topo.hops(src, dst));
         let rate = self.topo.slowest_rate();
         let mtu = u64::from(self.cfg.network.mtu);
@@ -976,28 +1020,33 @@ impl<M: SimMemory> Simulation<M> {
             + delay.saturating_mul(links)
     }
 
-    /// Runs to the end; `progress` is called now and then with the fraction of flows done.
-    pub fn run(&mut self, mut progress: impl FnMut(f64)) {
-        let total = self.flows.len().max(1);
-        let mut tick = 0u32;
-        while let Some((now, ev)) = self.q.q.pop() {
-            if now > self.end_time {
-                break;
-            }
+    /// Handles this partition's events before `limit` that are not past the end of the run.
+    pub(crate) fn run_until(&mut self, limit: Time) {
+        let limit = limit.min(self.end_time + Dur::from_picos(1));
+        while let Some((now, ev)) = self.q.q.pop_before(limit) {
             self.dispatch(now, ev);
-            tick = tick.wrapping_add(1);
-            if tick % (1 << 16) == 0 {
-                progress(self.done_flows as f64 / total as f64);
-            }
             // Debug builds (the test suite) audit the switches' books as they go.
-            if cfg!(debug_assertions) && tick % (1 << 14) == 0 {
+            if cfg!(debug_assertions) && self.q.q.processed() % (1 << 14) == 0 {
                 if let Err(e) = self.check_invariants() {
-                    panic!("at {now:?}, after {tick} events: {e}");
+                    panic!("at {now:?}, after {} events: {e}", self.q.q.processed());
                 }
             }
         }
-        progress(self.done_flows as f64 / total as f64);
-        self.finish();
+    }
+
+    /// The time of this partition's next event, if it has one before the end of the run.
+    pub(crate) fn next_time(&self) -> Option<Time> {
+        self.q.q.peek_time().filter(|&t| t <= self.end_time)
+    }
+
+    /// The host of flow `i`'s requester.
+    pub(crate) fn requester(&self, i: usize) -> u32 {
+        self.end_host(&self.flows[i], REQ)
+    }
+
+    /// Flows whose requester completed here.
+    pub(crate) fn done_flows(&self) -> usize {
+        self.done_flows
     }
 
     fn dispatch(&mut self, now: Time, ev: Ev) {
@@ -1310,8 +1359,9 @@ impl<M: SimMemory> Simulation<M> {
         let host = self.end_host(&f, REQ);
         self.destroy(host, slot, self.states[i].buf[REQ]);
         let resp_host = self.end_host(&f, RESP);
-        self.q.push(
+        self.schedule(
             now + self.teardown,
+            resp_host,
             Ev::FlowEnd {
                 host: resp_host,
                 flow: i as u32,
@@ -1485,8 +1535,9 @@ impl<M: SimMemory> Simulation<M> {
                 },
             );
         }
-        self.q.push(
+        self.schedule(
             done + port.delay,
+            port.peer,
             Ev::Arrive {
                 node: port.peer,
                 port: port.peer_port,
@@ -1495,6 +1546,69 @@ impl<M: SimMemory> Simulation<M> {
             },
         );
         done
+    }
+
+    /// Schedules `ev`, which happens at `node`: into this partition's event list, or the
+    /// outbox when another partition owns `node` (only ever a link's delay or more ahead).
+    #[inline]
+    fn schedule(&mut self, at: Time, node: u32, ev: Ev) {
+        if self.part_of[node as usize] == self.me {
+            self.q.push(at, ev);
+        } else {
+            self.send_away(at, node, ev);
+        }
+    }
+
+    #[cold]
+    fn send_away(&mut self, at: Time, node: u32, ev: Ev) {
+        let key = self.q.next_key();
+        let packet = match ev {
+            Ev::Arrive { pkt, .. } => {
+                let p = self.packets[pkt as usize];
+                let payload = if M::HOLDS_BYTES {
+                    std::mem::take(&mut self.payloads[pkt as usize])
+                } else {
+                    Vec::new()
+                };
+                self.free_packet(pkt);
+                Some((p, payload))
+            }
+            _ => None,
+        };
+        self.outbox.push(Msg {
+            to: self.part_of[node as usize],
+            at,
+            key,
+            ev,
+            packet,
+        });
+    }
+
+    /// Takes in an event from another partition.
+    pub(crate) fn deliver(&mut self, m: Msg) {
+        let ev = match (m.ev, m.packet) {
+            (
+                Ev::Arrive {
+                    node, port, hop, ..
+                },
+                Some((p, payload)),
+            ) => {
+                let pkt = self.alloc_packet(p, payload, Meta { hop, next: NIL });
+                Ev::Arrive {
+                    node,
+                    port,
+                    pkt,
+                    hop,
+                }
+            }
+            (ev, _) => ev,
+        };
+        self.q.q.push_keyed(m.at, m.key, ev);
+    }
+
+    /// The events for other partitions scheduled since the last call.
+    pub(crate) fn take_outbox(&mut self) -> std::vec::Drain<'_, Msg> {
+        self.outbox.drain(..)
     }
 
     fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, ecn: Ecn) {
@@ -1823,8 +1937,9 @@ impl<M: SimMemory> Simulation<M> {
         };
         st.pause_sent += 1;
         let at = now + Dur::transmission(PFC_FRAME, p.rate_bps) + p.delay;
-        self.q.push(
+        self.schedule(
             at,
+            p.peer,
             Ev::Pfc {
                 node: p.peer,
                 port: p.peer_port,
@@ -1870,8 +1985,8 @@ impl<M: SimMemory> Simulation<M> {
         }
     }
 
-    fn finish(&mut self) {
-        let now = self.q.q.now();
+    /// Ends the run at `now` (the last event of any partition).
+    pub(crate) fn finish(&mut self, now: Time) {
         // Close pause intervals still open, and count live queue pairs.
         for nic in &mut self.nics {
             for p in 0..8 {
@@ -1900,7 +2015,7 @@ impl<M: SimMemory> Simulation<M> {
     }
 
     /// The state of flow `i`'s queue pairs, for debugging a stuck flow.
-    pub fn debug_flow(&self, i: usize) -> String {
+    pub(crate) fn debug_flow(&self, i: usize) -> String {
         let Some(st) = self.states.get(i) else {
             return format!("flow {i}: no such flow");
         };
@@ -1926,32 +2041,27 @@ impl<M: SimMemory> Simulation<M> {
     }
 
     /// The per-flow records, in flow order.
-    pub fn records(&self) -> &[FlowRecord] {
+    pub(crate) fn records(&self) -> &[FlowRecord] {
         &self.records
     }
 
     /// Simulated time reached.
-    pub fn now(&self) -> Time {
+    pub(crate) fn now(&self) -> Time {
         self.q.q.now()
     }
 
-    /// The most events ever pending at once.
-    pub fn max_queue(&self) -> usize {
-        self.q.q.max_len()
-    }
-
     /// Events processed.
-    pub fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         self.q.q.processed()
     }
 
     /// The topology.
-    pub fn topology(&self) -> &Topology {
+    pub(crate) fn topology(&self) -> &Topology {
         &self.topo
     }
 
     /// Network totals.
-    pub fn stats(&self) -> NetStats {
+    pub(crate) fn stats(&self) -> NetStats {
         let mut s = NetStats {
             qp: self.totals,
             max_in_flight: self.max_in_flight,
@@ -1979,7 +2089,7 @@ impl<M: SimMemory> Simulation<M> {
 
     /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue, and the
     /// per-port, per-class counters (ingress and egress) add up to what the queues hold.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
         for (h, nic) in self.nics.iter().enumerate() {
             let mut held = [0u64; MAX_CLASSES];
             for f in &nic.rx {

@@ -493,6 +493,95 @@ impl Topology {
             .unwrap_or(0)
     }
 
+    /// Cuts the network into at most `parts` partitions for parallel simulation
+    /// ([`crate::parallel`]); returns each node's partition. The network is first split into
+    /// *blocks*: what stays connected without the top tier's switches (in a fat-tree, the
+    /// pods; in a leaf-spine, each leaf with its hosts), or, in a two-level network, each edge
+    /// switch with its hosts. Blocks are dealt out in contiguous runs of roughly equal host
+    /// counts; every remaining switch, tier by tier, joins the partition that holds most of its
+    /// already placed neighbours if one holds more than half, and otherwise the partition with
+    /// the fewest nodes (the core switches of a fat-tree, linked to every pod alike, even out
+    /// the load). Only links between partitions then need the lookahead: in a fat-tree, those
+    /// to core switches.
+    pub fn partition(&self, parts: usize) -> Vec<u16> {
+        const UNSET: u16 = u16::MAX;
+        let n = self.nodes.len();
+        let top = self.nodes.iter().map(|x| x.tier).max().unwrap_or(0);
+        // Per node, its block (UNSET: a switch placed afterwards).
+        let mut block = vec![u32::MAX; n];
+        let mut blocks = 0u32;
+        if top >= 2 {
+            for start in 0..self.hosts as usize {
+                if block[start] != u32::MAX {
+                    continue;
+                }
+                let mut stack = vec![start];
+                block[start] = blocks;
+                while let Some(x) = stack.pop() {
+                    for p in &self.nodes[x].ports {
+                        let y = p.peer as usize;
+                        if block[y] == u32::MAX && self.nodes[y].tier < top {
+                            block[y] = blocks;
+                            stack.push(y);
+                        }
+                    }
+                }
+                blocks += 1;
+            }
+        } else {
+            for (g, &sw) in self.group_switch.iter().enumerate() {
+                block[sw as usize] = g as u32;
+            }
+            let hosts = self.hosts as usize;
+            block[..hosts].copy_from_slice(&self.group[..hosts]);
+            blocks = self.group_switch.len() as u32;
+        }
+        let parts = parts.clamp(1, (blocks as usize).max(1));
+        // Deal the blocks (numbered in order of their first host) by cumulative host count.
+        let mut hosts_in = vec![0usize; blocks as usize];
+        for h in 0..self.hosts as usize {
+            hosts_in[block[h] as usize] += 1;
+        }
+        let total = self.hosts.max(1) as usize;
+        let mut part_of_block = Vec::with_capacity(blocks as usize);
+        let mut before = 0;
+        for &h in &hosts_in {
+            // The partition holding this block's middle host.
+            part_of_block.push(((before * 2 + h) * parts / (2 * total)).min(parts - 1) as u16);
+            before += h;
+        }
+        let mut part = vec![UNSET; n];
+        let mut nodes = vec![0usize; parts];
+        for x in 0..n {
+            if block[x] != u32::MAX {
+                part[x] = part_of_block[block[x] as usize];
+                nodes[usize::from(part[x])] += 1;
+            }
+        }
+        let mut rest: Vec<usize> = (0..n).filter(|&x| part[x] == UNSET).collect();
+        rest.sort_by_key(|&x| (self.nodes[x].tier, x));
+        for x in rest {
+            let mut links = vec![0usize; parts];
+            for p in &self.nodes[x].ports {
+                if let Some(l) = links.get_mut(usize::from(part[p.peer as usize])) {
+                    *l += 1;
+                }
+            }
+            let placed: usize = links.iter().sum();
+            let most = (0..parts)
+                .max_by_key(|&p| (links[p], std::cmp::Reverse(p)))
+                .unwrap_or(0);
+            let best = if 2 * links[most] > placed {
+                most
+            } else {
+                (0..parts).min_by_key(|&p| (nodes[p], p)).unwrap_or(0)
+            };
+            part[x] = best as u16;
+            nodes[best] += 1;
+        }
+        part
+    }
+
     /// The round-trip propagation delay of the longest path, assuming its links have the
     /// largest delay of the network.
     pub fn max_rtt(&self) -> Dur {
@@ -535,6 +624,39 @@ mod tests {
         assert_eq!(t.next_hops(edge0, 1).len(), 1);
         // BDP: 24 µs round trip × 40 Gb/s = 120 KB (SPEC E0).
         assert_eq!(t.max_rtt(), Dur::from_micros(24));
+    }
+
+    /// A fat-tree is cut between pods: each pod (hosts, edge and aggregation switches) whole
+    /// in one partition, the core switches spread evenly, and only core links crossing.
+    #[test]
+    fn a_fat_tree_is_partitioned_by_pods() {
+        let mut c = cfg(TopologyKind::FatTree);
+        c.k = 8;
+        let t = Topology::build(&c, Path::new(".")).expect("builds");
+        for parts in [1, 2, 3, 4, 8] {
+            let p = t.partition(parts);
+            let used = usize::from(p.iter().copied().max().unwrap_or(0)) + 1;
+            assert_eq!(used, parts);
+            let mut nodes = vec![0; parts];
+            for (n, node) in t.nodes.iter().enumerate() {
+                nodes[usize::from(p[n])] += 1;
+                for port in &node.ports {
+                    let peer = &t.nodes[port.peer as usize];
+                    if p[n] != p[port.peer as usize] {
+                        assert!(node.tier == 3 || peer.tier == 3, "{n} -- {}", port.peer);
+                    }
+                }
+            }
+            // 128 hosts and 80 switches: at most a pod's 24 nodes plus a core switch apart.
+            let (lo, hi) = (nodes.iter().min(), nodes.iter().max());
+            assert!(
+                hi.zip(lo).is_some_and(|(h, l)| h - l <= 25),
+                "{parts}: {nodes:?}"
+            );
+        }
+        // Never more partitions than edge switches.
+        let d = Topology::build(&cfg(TopologyKind::Dumbbell), Path::new(".")).expect("builds");
+        assert_eq!(d.partition(8).iter().copied().max(), Some(1));
     }
 
     /// Each built-in topology, small (a k = 4 fat-tree and the default leaf-spine and dumbbell).

@@ -53,6 +53,68 @@ fn same_seed_same_everything_other_seed_other_traffic() {
     assert_ne!(go(&c2).records, a.records);
 }
 
+/// Output with the wall time (the one thing allowed to differ) zeroed.
+fn without_wall(mut o: RunOutput) -> RunOutput {
+    o.summary.wall_s = 0.0;
+    o
+}
+
+/// A run on several threads (the network cut into partitions that advance in windows) gives
+/// exactly what one thread gives: records, counters, per-port pauses and drops — across
+/// everything that crosses a partition's edge (frames, pause frames, flow teardowns) and every
+/// per-node random stream (loss, RED), on the topologies the partitioner cuts differently.
+#[test]
+fn every_thread_count_gives_the_same_run() {
+    let mut cases = Vec::new();
+    // Lossy IRN with random loss and RED marking, through a shared-buffer switch.
+    let mut c = small(Recovery::Irn, false);
+    c.network.link_loss = 0.002;
+    c.switch.model = SwitchModel::SharedBuffer;
+    c.switch.ecn = irn_sim::config::EcnMode::Red;
+    cases.push(c);
+    // RoCE with PFC: pauses cross partitions and spread.
+    let mut c = small(Recovery::Roce, true);
+    c.workload.load = 0.9;
+    cases.push(c);
+    // Reads and a slow receiving pipeline (NIC pauses), on a leaf-spine.
+    let mut c = small(Recovery::Irn, true);
+    c.transport.op = FlowOp::Read;
+    c.nic.rx_gbps = Some(30.0);
+    c.topology.kind = TopologyKind::LeafSpine;
+    cases.push(c);
+    // An incast of Sends into one host, on a dumbbell.
+    let mut c = small(Recovery::IrnGoBackN, false);
+    c.transport.op = FlowOp::Send;
+    c.topology.kind = TopologyKind::Dumbbell;
+    c.workload.kind = WorkloadKind::Incast;
+    c.workload.load = 0.0;
+    c.workload.incast_senders = 6;
+    c.workload.incast_bytes = 3_000_000;
+    cases.push(c);
+    for c in cases {
+        let one = without_wall(go(&c));
+        assert!(one.summary.events > 10_000, "{:?}", one.summary);
+        for threads in [2, 3, 4] {
+            let mut ct = c.clone();
+            ct.threads = threads;
+            let many = without_wall(go(&ct));
+            let first = one
+                .records
+                .iter()
+                .zip(&many.records)
+                .position(|(a, b)| a != b);
+            assert_eq!(
+                first.map(|i| (&one.records[i], &many.records[i])),
+                None,
+                "{threads} threads, {:?}: the first record that differs",
+                c.topology.kind
+            );
+            assert_eq!(one.records.len(), many.records.len());
+            assert_eq!(one.summary, many.summary, "{threads} threads");
+        }
+    }
+}
+
 #[test]
 fn every_byte_arrives_through_heavy_loss_in_every_recovery_mode() {
     for (recovery, pfc) in [
