@@ -607,7 +607,7 @@ const RESP: usize = 1;
 /// QPNs are 24 bits and 0 and 1 are special in InfiniBand; past 2^23 flows they repeat, which
 /// is harmless (a NIC finds a packet's queue pair by its flow).
 fn qpn(flow: u32, end: usize) -> u32 {
-    2 + ((2 * flow + end as u32) % ((1 << 24) - 2))
+    2 + ((2 * u64::from(flow) + end as u64) % ((1 << 24) - 2)) as u32
 }
 
 // ---------------------------------------------------------------------------------------------

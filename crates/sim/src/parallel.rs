@@ -23,7 +23,8 @@
 //! so that only links to core switches cross. Runs that carry payload bytes use one partition
 //! (a requester reads its responder's buffer address from the flow's state).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 use irn_transport::{Dur, Time};
@@ -134,6 +135,7 @@ impl<M: SimMemory> Simulation<M> {
                 (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
             ],
             done: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
         };
         let lookahead = self.lookahead;
         let (first, rest) = self.parts.split_at_mut(1);
@@ -243,6 +245,9 @@ struct Sync {
     next: [Vec<AtomicU64>; 2],
     /// Flows done in all partitions, for progress.
     done: AtomicUsize,
+    /// A partition panicked (a broken invariant): every thread stops at the window's end,
+    /// instead of waiting for it at the next barrier forever.
+    failed: AtomicBool,
 }
 
 /// Runs partition `me` window by window until no partition has an event left before the end.
@@ -256,10 +261,13 @@ fn drive<M: SimMemory>(
     let mut round = 0usize;
     let mut reported = 0usize;
     let mut start = earliest(part, me, sync, &mut round);
+    let mut panicked = None;
     while let Some(t) = start {
-        part.run_until(Time::from_picos(
-            t.as_picos().saturating_add(lookahead.as_picos()),
-        ));
+        let limit = Time::from_picos(t.as_picos().saturating_add(lookahead.as_picos()));
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| part.run_until(limit))) {
+            sync.failed.store(true, Ordering::Release);
+            panicked = Some(p);
+        }
         for m in part.take_outbox() {
             let to = usize::from(m.to);
             if let Ok(mut mail) = sync.mail[to].lock() {
@@ -281,6 +289,12 @@ fn drive<M: SimMemory>(
             progress(sync.done.load(Ordering::Relaxed));
         }
         start = earliest(part, me, sync, &mut round);
+        if sync.failed.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    if let Some(p) = panicked {
+        resume_unwind(p);
     }
 }
 
