@@ -495,6 +495,11 @@ fn check(ok: bool, key: &str, what: &str) -> Result<(), String> {
 impl SimConfig {
     /// Checks values against each other; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
+        check(
+            (1..=1024).contains(&self.threads),
+            "threads",
+            "must be 1–1024",
+        )?;
         let t = &self.topology;
         match t.kind {
             TopologyKind::FatTree => check(

@@ -21,8 +21,11 @@
 //! ## Shape (htsim's lessons, without its globals)
 //!
 //! - [`engine`]: one event list per simulation (a timing wheel over a heap), integer picosecond
-//!   time, ties broken by insertion order: the same configuration and seed give byte-identical
-//!   output.
+//!   time, ties broken by the scheduling node and its own count of events: the same
+//!   configuration and seed give byte-identical output.
+//! - [`parallel`]: with `threads = N`, the network is cut into N partitions that advance in
+//!   windows of the shortest link delay between them, on N threads; the output is the same
+//!   for every N.
 //! - Packets are metadata: the transport's structured header description
 //!   ([`irn_wire::IbRepr`]) plus a wire size; payload bytes only when
 //!   `transport.payload = true` (then every delivered byte is checked).

@@ -27,8 +27,9 @@
 //!   expire; those refreshes are not modelled or counted). A pause frame reaches the peer
 //!   after its 64-byte serialization and the propagation delay, overtaking data frames.
 //!
-//! Queue pairs are created when their flow starts and destroyed when the requester's work
-//! request completes (the responder's with it).
+//! Each end of a flow is set up by an event of its own host when the flow starts; the
+//! requester's queue pair is destroyed when its work request completes, the responder's one
+//! longest link delay later (a teardown that may cross partitions, `crate::parallel`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

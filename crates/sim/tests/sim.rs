@@ -418,6 +418,7 @@ fn config_errors_name_the_key_and_the_file() {
         ("[nic]\nrx_gbps = 0\n", "nic.rx_gbps"),
         ("[nic]\nrx_buffer_bytes = 10\n", "nic.rx_buffer_bytes"),
         ("[nic]\nrx_gps = 10\n", "rx_gps"),
+        ("threads = 0\n", "threads"),
     ] {
         let e = load_experiment(text, "exp.toml", Path::new("."), &[], None).expect_err(key);
         let m = e.to_string();
