@@ -66,7 +66,9 @@ pub trait SimMemory: Memory + Sized + Send {
     fn release(&mut self, addr: u64, keys: MrKeys);
     /// The buffer every flow of this memory uses, if the model has one: then the other end of
     /// a flow addresses it without asking (as with a well-known region), which is what lets
-    /// the two ends of a flow be set up in different partitions. `None`: each flow has its own
+    /// the two ends of a flow be set up in different partitions. A requester reads it from its
+    /// own partition's copy of the peer's memory, so it must depend on the `create` seed only,
+    /// never on what happened to the memory since. `None`: each flow has its own
     /// buffer, and the requester reads the responder's from the flow's state (one partition).
     fn known_buffer(&self) -> Option<(u64, MrKeys)>;
 }
@@ -2024,6 +2026,9 @@ impl<M: SimMemory> Part<M> {
         let mut out = String::new();
         for end in [REQ, RESP] {
             let (h, s) = (self.end_host(&f, end), st.slot[end]);
+            if self.part_of[h as usize] != self.me {
+                continue;
+            }
             let Some(slot) = self.nics[h as usize].slots.get(s as usize) else {
                 out += &format!("host {h}: no live queue pair\n");
                 continue;

@@ -282,11 +282,18 @@ fn drive<M: SimMemory>(
             Ok(mut mail) => std::mem::take(&mut *mail),
             Err(_) => Vec::new(),
         };
-        for m in inbox {
-            part.deliver(m);
-        }
-        if me == 0 {
-            progress(sync.done.load(Ordering::Relaxed));
+        let taken = catch_unwind(AssertUnwindSafe(|| {
+            for m in inbox {
+                part.deliver(m);
+            }
+            // Every 64 windows is often enough for a progress bar.
+            if me == 0 && round % 64 == 0 {
+                progress(sync.done.load(Ordering::Relaxed));
+            }
+        }));
+        if let Err(p) = taken {
+            sync.failed.store(true, Ordering::Release);
+            panicked = Some(p);
         }
         start = earliest(part, me, sync, &mut round);
         if sync.failed.load(Ordering::Acquire) {

@@ -550,6 +550,13 @@ impl Topology {
             part_of_block.push(((before * 2 + h) * parts / (2 * total)).min(parts - 1) as u16);
             before += h;
         }
+        // Very unequal blocks can leave a partition number unused: number the used ones 0, 1, …
+        let mut used: Vec<u16> = part_of_block.clone();
+        used.dedup();
+        let parts = used.len().max(1);
+        for p in &mut part_of_block {
+            *p = used.iter().position(|u| u == p).unwrap_or(0) as u16;
+        }
         let mut part = vec![UNSET; n];
         let mut nodes = vec![0usize; parts];
         for x in 0..n {
