@@ -605,6 +605,16 @@ const REQ: usize = 0;
 /// The responder end of a flow.
 const RESP: usize = 1;
 
+/// The host of end `end` ([`REQ`], [`RESP`]) of flow `f` under operation `op`: a Read's
+/// requester is the destination of its data.
+fn end_host(op: FlowOp, f: &Flow, end: usize) -> u32 {
+    if (end == REQ) != (op == FlowOp::Read) {
+        f.src
+    } else {
+        f.dst
+    }
+}
+
 /// The QPN of end `end` of `flow`: a function of the flow, so that each end knows the other's
 /// without asking (the two ends may be set up in different partitions at the same instant).
 /// QPNs are 24 bits and 0 and 1 are special in InfiniBand; past 2^23 flows they repeat, which
@@ -913,13 +923,16 @@ impl<M: SimMemory> Part<M> {
             .map(|p| p.delay)
             .max()
             .unwrap_or(Dur::ZERO);
-        let read = cfg.transport.op == FlowOp::Read;
         let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
             .flat_map(|i| {
                 let f = flows[i as usize];
                 [REQ, RESP].map(|end| {
-                    let host = if (end == REQ) != read { f.src } else { f.dst };
-                    mine(host).then_some((f.start, Events::start_key(i, end), i, end as u8))
+                    mine(end_host(cfg.transport.op, &f, end)).then_some((
+                        f.start,
+                        Events::start_key(i, end),
+                        i,
+                        end as u8,
+                    ))
                 })
             })
             .flatten()
@@ -1056,10 +1069,8 @@ impl<M: SimMemory> Part<M> {
         self.q.origin = match ev {
             Ev::Arrive { node, .. } | Ev::TxDone { node, .. } | Ev::Pfc { node, .. } => node,
             Ev::RxDone { host } | Ev::QpTimer { host, .. } | Ev::FlowEnd { host, .. } => host,
-            Ev::FlowStart => self.starts.get(self.next_start).map_or(WORKLOAD, |s| {
-                let f = self.flows[s.2 as usize];
-                self.end_host(&f, usize::from(s.3))
-            }),
+            // Set below, once the flow end (and so its host) is known.
+            Ev::FlowStart => WORKLOAD,
         };
         match ev {
             Ev::Arrive {
@@ -1120,7 +1131,10 @@ impl<M: SimMemory> Part<M> {
                 if let Some(&(at, key, ..)) = self.starts.get(self.next_start) {
                     self.q.q.push_keyed(at, key, Ev::FlowStart);
                 }
-                self.start_end(now, flow as usize, usize::from(end));
+                let (i, end) = (flow as usize, usize::from(end));
+                // What the set-up schedules comes from the end's host.
+                self.q.origin = self.end_host(&self.flows[i], end);
+                self.start_end(now, i, end);
             }
             Ev::FlowEnd { host, flow } => self.end_responder(host, flow as usize),
         }
@@ -1165,15 +1179,9 @@ impl<M: SimMemory> Part<M> {
         mix(self.cfg.seed ^ ((i as u64) << 1))
     }
 
-    /// The host of end `end` ([`REQ`], [`RESP`]) of flow `f`: a Read's requester is the
-    /// destination of its data.
+    /// The host of end `end` of flow `f` ([`end_host`] under this run's operation).
     fn end_host(&self, f: &Flow, end: usize) -> u32 {
-        let read = self.cfg.transport.op == FlowOp::Read;
-        if (end == REQ) != read {
-            f.src
-        } else {
-            f.dst
-        }
+        end_host(self.cfg.transport.op, f, end)
     }
 
     /// Sets up end `end` of flow `i` at its host: its buffer and queue pair, connected to the
