@@ -154,7 +154,6 @@ impl<E> EventQueue<E> {
     /// one time pop in the order of their keys. Keys must be unique.
     pub fn push_keyed(&mut self, at: Time, key: u64, ev: E) {
         let at = at.as_picos().max(self.now);
-        let seq = key;
         let slot = at >> SLOT_SHIFT;
         if !self.cur.is_empty() && slot <= self.cur_slot {
             if slot < self.cur_slot {
@@ -163,17 +162,17 @@ impl<E> EventQueue<E> {
                 for (t, k, e) in std::mem::take(&mut self.cur) {
                     self.link(t, k, e);
                 }
-                self.link(at, seq, ev);
+                self.link(at, key, ev);
             } else {
                 // Latest first: the new event goes after every later one and before the
                 // earlier ones.
-                let i = self.cur.partition_point(|&(t, k, _)| (t, k) > (at, seq));
-                self.cur.insert(i, (at, seq, ev));
+                let i = self.cur.partition_point(|&(t, k, _)| (t, k) > (at, key));
+                self.cur.insert(i, (at, key, ev));
             }
         } else if slot < self.reach() {
-            self.link(at, seq, ev);
+            self.link(at, key, ev);
         } else {
-            self.far.push(Reverse(Far { at, seq, ev }));
+            self.far.push(Reverse(Far { at, seq: key, ev }));
         }
         self.max_len = self.max_len.max(self.len());
     }

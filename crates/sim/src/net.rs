@@ -916,13 +916,7 @@ impl<M: SimMemory> Part<M> {
             ..QpAttr::default()
         };
         let nodes = topo.nodes.len();
-        let teardown = topo
-            .nodes
-            .iter()
-            .flat_map(|n| n.ports.iter())
-            .map(|p| p.delay)
-            .max()
-            .unwrap_or(Dur::ZERO);
+        let teardown = topo.max_delay();
         let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
             .flat_map(|i| {
                 let f = flows[i as usize];
@@ -1711,14 +1705,18 @@ impl<M: SimMemory> Part<M> {
     // -----------------------------------------------------------------------------------------
     // Switches
 
-    fn drop_packet(&mut self, node: u32, port: u16, pkt: u32) {
-        self.free_packet(pkt);
-        let st = if node < self.topo.hosts {
+    /// The counters of `node`'s `port` (a NIC has one port).
+    fn port_stats(&mut self, node: u32, port: u16) -> &mut PortStats {
+        if node < self.topo.hosts {
             &mut self.nics[node as usize].stats
         } else {
             &mut self.switches[(node - self.topo.hosts) as usize].stats[port as usize]
-        };
-        st.drops += 1;
+        }
+    }
+
+    fn drop_packet(&mut self, node: u32, port: u16, pkt: u32) {
+        self.free_packet(pkt);
+        self.port_stats(node, port).drops += 1;
     }
 
     fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32, mut hop: Hop) {
@@ -1941,12 +1939,7 @@ impl<M: SimMemory> Part<M> {
 
     fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
         let p = self.topo.nodes[node as usize].ports[port as usize];
-        let st = if node < self.topo.hosts {
-            &mut self.nics[node as usize].stats
-        } else {
-            &mut self.switches[(node - self.topo.hosts) as usize].stats[port as usize]
-        };
-        st.pause_sent += 1;
+        self.port_stats(node, port).pause_sent += 1;
         let at = now + Dur::transmission(PFC_FRAME, p.rate_bps) + p.delay;
         self.schedule(
             at,

@@ -507,7 +507,7 @@ impl Topology {
         const UNSET: u16 = u16::MAX;
         let n = self.nodes.len();
         let top = self.nodes.iter().map(|x| x.tier).max().unwrap_or(0);
-        // Per node, its block (UNSET: a switch placed afterwards).
+        // Per node, its block (u32::MAX: a switch placed afterwards).
         let mut block = vec![u32::MAX; n];
         let mut blocks = 0u32;
         if top >= 2 {
@@ -589,16 +589,20 @@ impl Topology {
         part
     }
 
-    /// The round-trip propagation delay of the longest path, assuming its links have the
-    /// largest delay of the network.
-    pub fn max_rtt(&self) -> Dur {
-        let d = self
-            .nodes
+    /// The largest propagation delay of any link.
+    pub fn max_delay(&self) -> Dur {
+        self.nodes
             .iter()
             .flat_map(|n| n.ports.iter().map(|p| p.delay))
             .max()
-            .unwrap_or(Dur::ZERO);
-        d.saturating_mul(2 * u64::from(self.diameter()))
+            .unwrap_or(Dur::ZERO)
+    }
+
+    /// The round-trip propagation delay of the longest path, assuming its links have the
+    /// largest delay of the network.
+    pub fn max_rtt(&self) -> Dur {
+        self.max_delay()
+            .saturating_mul(2 * u64::from(self.diameter()))
     }
 }
 
