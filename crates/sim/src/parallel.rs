@@ -259,6 +259,9 @@ fn drive<M: SimMemory>(
     progress: &mut dyn FnMut(usize),
 ) {
     let mut round = 0usize;
+    // The mailbox's contents are swapped into this one each window, so that both keep their
+    // capacity instead of one being allocated anew every window.
+    let mut inbox: Vec<Msg> = Vec::new();
     let mut reported = 0usize;
     let mut start = earliest(part, me, sync, &mut round);
     let mut panicked = None;
@@ -278,12 +281,11 @@ fn drive<M: SimMemory>(
         sync.done.fetch_add(done - reported, Ordering::Relaxed);
         reported = done;
         sync.barrier.wait();
-        let inbox = match sync.mail[me].lock() {
-            Ok(mut mail) => std::mem::take(&mut *mail),
-            Err(_) => Vec::new(),
-        };
+        if let Ok(mut mail) = sync.mail[me].lock() {
+            std::mem::swap(&mut *mail, &mut inbox);
+        }
         let taken = catch_unwind(AssertUnwindSafe(|| {
-            for m in inbox {
+            for m in inbox.drain(..) {
                 part.deliver(m);
             }
             // Every 64 windows is often enough for a progress bar.
