@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use irn_wire::Psn;
 
 use crate::config::{Retransmission, RtoPolicy};
-use crate::time::Time;
+use crate::time::{Dur, Time};
 
 /// Selective-repeat recovery state (IRN §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub(crate) struct SendWindow {
     /// sample from a retransmitted packet).
     sent_at: VecDeque<Time>,
     /// The smallest round-trip time sampled (from packets never retransmitted).
-    min_rtt: Option<crate::time::Dur>,
+    min_rtt: Option<Dur>,
     /// The last retransmission: the PSN after it, and when it left.
     last_retx: Option<(Psn, Time)>,
 }

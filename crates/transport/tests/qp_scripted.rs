@@ -305,8 +305,9 @@ fn irn_draws_no_loss_from_an_ack_that_comes_sooner_than_a_round_trip_after_a_ret
 
 #[test]
 fn irn_resends_the_next_hole_on_a_partial_ack_when_a_window_tail_was_lost_whole() {
-    // 0..7 sent and all lost: no NACK ever comes. The timeout resends 0; its ACK (cum 1) is partial with no SACK above it, so 1 is the next
-    // hole and goes at once — not one RTO per packet.
+    // 0..7 sent and all lost: no NACK ever comes. The timeout resends 0; its ACK (cum 1) is
+    // partial with no SACK above it, so 1 is the next hole and goes at once — not one RTO per
+    // packet.
     let (mut q, mut mem) = irn_eight_packets_sent();
     let t = q.poll_timeout().expect("timer");
     q.handle_timeout(t);
