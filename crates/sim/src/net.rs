@@ -776,6 +776,22 @@ fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
     v
 }
 
+/// ECMP: which of `n` equal-cost ports a packet whose mixed hash is `h` takes, `h mod n`.
+/// The usual set sizes (k/2 for a k-ary fat-tree, the spines of a leaf-spine) are spelled out
+/// so that the compiler turns the division, once per switch hop, into a multiplication.
+#[inline]
+fn ecmp_pick(h: u64, n: usize) -> usize {
+    (match n {
+        2 => h % 2,
+        3 => h % 3,
+        4 => h % 4,
+        6 => h % 6,
+        8 => h % 8,
+        16 => h % 16,
+        _ => h % n as u64,
+    }) as usize
+}
+
 fn is_control(op: Opcode) -> bool {
     op == Opcode::RC_ACKNOWLEDGE || op == Opcode::RC_IRN_READ_ACK || op == Opcode::CNP
 }
@@ -1530,7 +1546,7 @@ impl<M: SimMemory> Part<M> {
         wake: bool,
     ) -> Time {
         let port = self.topo.nodes[node as usize].ports[out];
-        let done = now + Dur::transmission(u64::from(hop.wire), port.rate_bps);
+        let done = now + port.transmission(u64::from(hop.wire));
         if wake {
             self.q.push(
                 done,
@@ -1738,7 +1754,7 @@ impl<M: SimMemory> Part<M> {
                 return;
             }
             1 => hops[0] as usize,
-            n => hops[(mix(u64::from(hash) ^ sw.salt) % n as u64) as usize] as usize,
+            n => hops[ecmp_pick(mix(u64::from(hash) ^ sw.salt), n)] as usize,
         };
         let lossless = self.lossless[prio as usize & 7];
         let i = inp as usize;
@@ -1940,7 +1956,7 @@ impl<M: SimMemory> Part<M> {
     fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
         let p = self.topo.nodes[node as usize].ports[port as usize];
         self.port_stats(node, port).pause_sent += 1;
-        let at = now + Dur::transmission(PFC_FRAME, p.rate_bps) + p.delay;
+        let at = now + p.transmission(PFC_FRAME) + p.delay;
         self.schedule(
             at,
             p.peer,
@@ -2143,5 +2159,17 @@ impl<M: SimMemory> Part<M> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ecmp_pick_is_the_remainder() {
+        for n in 1..40usize {
+            for h in [0, 1, 5, 0xdead_beef, u64::MAX, u64::MAX - 7, 1 << 63] {
+                assert_eq!(super::ecmp_pick(h, n), (h % n as u64) as usize);
+            }
+        }
     }
 }

@@ -28,6 +28,38 @@ pub struct Port {
     pub rate_bps: u64,
     /// One-way propagation delay.
     pub delay: Dur,
+    /// Picoseconds per byte when the rate divides 8 × 10¹² bit·ps/s exactly (10, 25, 40, 100,
+    /// 400 Gb/s all do); 0 otherwise.
+    ps_per_byte: u64,
+}
+
+impl Port {
+    /// A port towards `peer`'s port `peer_port` over a link of `rate_bps` and `delay`.
+    pub fn new(peer: u32, peer_port: u16, rate_bps: u64, delay: Dur) -> Port {
+        const PS_BITS: u64 = 8_000_000_000_000;
+        let ps_per_byte = match rate_bps {
+            0 => 0,
+            r if PS_BITS % r == 0 => PS_BITS / r,
+            _ => 0,
+        };
+        Port {
+            peer,
+            peer_port,
+            rate_bps,
+            delay,
+            ps_per_byte,
+        }
+    }
+
+    /// The time to serialize `bytes` onto this link: exactly [`Dur::transmission`], by one
+    /// multiplication instead of a division when the rate allows (a hop's hot path).
+    #[inline]
+    pub fn transmission(&self, bytes: u64) -> Dur {
+        match bytes.checked_mul(self.ps_per_byte) {
+            Some(ps) if self.ps_per_byte != 0 => Dur::from_picos(ps),
+            _ => Dur::transmission(bytes, self.rate_bps),
+        }
+    }
 }
 
 /// A node: a host or a switch.
@@ -133,18 +165,12 @@ impl Builder {
     fn link_with(&mut self, a: u32, b: u32, rate_bps: u64, delay: Dur) {
         let pa = self.nodes[a as usize].ports.len() as u16;
         let pb = self.nodes[b as usize].ports.len() as u16;
-        self.nodes[a as usize].ports.push(Port {
-            peer: b,
-            peer_port: pb,
-            rate_bps,
-            delay,
-        });
-        self.nodes[b as usize].ports.push(Port {
-            peer: a,
-            peer_port: pa,
-            rate_bps,
-            delay,
-        });
+        self.nodes[a as usize]
+            .ports
+            .push(Port::new(b, pb, rate_bps, delay));
+        self.nodes[b as usize]
+            .ports
+            .push(Port::new(a, pa, rate_bps, delay));
     }
 }
 
@@ -609,6 +635,33 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_serializes_exactly_as_dur_transmission() {
+        let rates = [
+            1,
+            3,
+            10_000_000_000,
+            25_000_000_000,
+            40_000_000_000,
+            56_000_000_000,
+            100_000_000_000,
+            400_000_000_000,
+            7_999_999_999_999,
+            u64::MAX,
+        ];
+        for rate in rates {
+            let p = Port::new(1, 0, rate, Dur::ZERO);
+            for bytes in [0, 1, 64, 1078, 4096 + 58, 1 << 40, u64::MAX / 3] {
+                assert_eq!(
+                    p.transmission(bytes),
+                    Dur::transmission(bytes, rate),
+                    "{bytes} B at {rate} b/s"
+                );
+            }
+        }
+        assert_eq!(Port::new(1, 0, 0, Dur::ZERO).transmission(1), Dur::MAX);
+    }
 
     fn cfg(kind: TopologyKind) -> TopologyConfig {
         TopologyConfig {
