@@ -1286,11 +1286,16 @@ impl<M: SimMemory> Part<M> {
             return;
         }
         Self::arm_timer(&mut self.q, s, host, slot);
-        if !s.ready {
-            s.ready = true;
-            nic.ready.push_back(slot);
+        // Only a queue pair that may have something to send joins the NIC's list and wakes
+        // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
+        // still full) costs no poll and no wake-up.
+        if s.qp.as_ref().is_some_and(QueuePair::may_transmit) {
+            if !s.ready {
+                s.ready = true;
+                nic.ready.push_back(slot);
+            }
+            self.kick_nic(now, host);
         }
-        self.kick_nic(now, host);
     }
 
     /// Lets a NIC send now if its link is free, or once it is.
@@ -1480,7 +1485,14 @@ impl<M: SimMemory> Part<M> {
                 }
                 continue;
             };
-            nic.ready.push_back(slot);
+            // Round-robin: back of the list if it may have more; otherwise out of it (a
+            // receiver that just sent its ACK usually has nothing more) until an input
+            // gives it something, so that the NIC does not wake up for it.
+            if qp.may_transmit() {
+                nic.ready.push_back(slot);
+            } else {
+                s.ready = false;
+            }
             self.max_in_flight = self
                 .max_in_flight
                 .max(qp.in_flight())
@@ -1525,11 +1537,13 @@ impl<M: SimMemory> Part<M> {
             let nic = &mut self.nics[host as usize];
             nic.stats.tx_packets += 1;
             nic.stats.tx_bytes += u64::from(wire);
-            // The queue pairs likely have more: look again when the link is free.
-            let done = self.put_on_link(now, host, 0, pkt, hop, true);
+            // Look again when the link is free if some queue pair may have more; otherwise
+            // the next one to become ready kicks the NIC.
+            let more = !nic.ready.is_empty();
+            let done = self.put_on_link(now, host, 0, pkt, hop, more);
             let nic = &mut self.nics[host as usize];
             nic.busy_until = done;
-            nic.wake = true;
+            nic.wake = more;
             return;
         }
     }

@@ -306,9 +306,13 @@ impl Pair {
                     Side::A => (&mut self.a, &self.mem_a),
                     Side::B => (&mut self.b, &self.mem_b),
                 };
+                let may = qp.may_transmit();
                 let Some(t) = qp.poll_transmit(self.now, mem, &mut self.buf) else {
                     break;
                 };
+                // A driver that trusts `may_transmit` (the simulator's NIC) would not have
+                // asked: the queue pair would stall.
+                debug_assert!(may, "may_transmit() said no, poll_transmit sent {:?}", t.ib);
                 let inflight = qp.in_flight();
                 let rsp = qp.responses_in_flight();
                 match side {

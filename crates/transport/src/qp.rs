@@ -2284,6 +2284,49 @@ impl QueuePair {
         !self.ctrl.is_empty() || matches!(self.resp.front(), Some(RespJob::Ack { .. }))
     }
 
+    /// Whether [`poll_transmit`](QueuePair::poll_transmit) may have a packet for the driver,
+    /// now or once pacing allows. `false` only when it certainly has none until the queue
+    /// pair is next handed an input — a packet, a timeout, a work request or a `modify`: no
+    /// control packet or response waits, and no request either, or only new packets that
+    /// the BDP cap or the congestion window holds back (an acknowledgement, an input, opens
+    /// those). A NIC that keeps a list of the queue pairs with something to send leaves the
+    /// others out of it, and does not wake up for them when its link frees. `true` is not a
+    /// promise: a fence, Read credit or pacing can still hold the next packet back.
+    pub fn may_transmit(&self) -> bool {
+        let cap = self.cfg.recovery.bdp_cap;
+        if matches!(self.state, QpState::Reset | QpState::Init) {
+            return false;
+        }
+        if !self.ctrl.is_empty() || !self.resp.is_empty() {
+            return true;
+        }
+        if self.state == QpState::Err {
+            return false;
+        }
+        // IRN's Read responder sends from its own window (T7), in RTR as well.
+        if self.irn_wire()
+            && (self.rsp_win.in_recovery()
+                || (self.rsp_tx_idx < self.rsp_q.len() && self.rsp_win.may_send_new(cap)))
+        {
+            return true;
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.rnr_until.is_some() {
+            return false;
+        }
+        if self.swin.in_recovery() {
+            return true;
+        }
+        if self.state == QpState::Sqd && self.tx_off == 0 {
+            return false;
+        }
+        if self.tx_idx >= self.sq.len() || !self.swin.may_send_new(cap) {
+            return false;
+        }
+        self.cc.window().is_none_or(|win| {
+            u64::from(self.swin.in_flight()) * u64::from(self.mtu()) < win
+        })
+    }
+
     fn count_tx(&mut self, t: &Transmit) {
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += t.ib.payload_len as u64;
