@@ -2064,6 +2064,11 @@ impl<M: SimMemory> Part<M> {
                 out += &format!("host {h}: no live queue pair\n");
                 continue;
             };
+            let nic = &self.nics[h as usize];
+            out += &format!(
+                "host {h} NIC: wake {} busy until {:?} ready {:?} paused {:?}\n",
+                nic.wake, nic.busy_until, nic.ready, nic.paused
+            );
             out += &format!(
                 "host {h} slot {s} timer {:?} ready {}: {:#?}\n",
                 slot.timer,

@@ -331,6 +331,68 @@ fn irn_resends_the_next_hole_on_a_partial_ack_when_a_window_tail_was_lost_whole(
 }
 
 #[test]
+fn irn_partial_ack_rule_answers_a_retransmission_faster_than_the_smallest_rtt_sample() {
+    // 0 is acknowledged after 30 µs (the smallest sample: its packet met some queueing); 1..7
+    // are lost whole. The timeout resends 1, and its ACK comes back in 28 µs through the
+    // emptied network: it answers the retransmission, so 2 goes at once, and so on — not one
+    // RTO per packet. An ACK 5 µs after a retransmission cannot answer it: nothing is resent.
+    let (mut q, mut mem) = irn_eight_packets_sent();
+    let rtt = Dur::from_micros(30);
+    q.handle_packet(
+        T0 + rtt,
+        &ack(SQ_PSN, ACK, None, true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert!(drain(&mut q, T0 + rtt, &mem).is_empty());
+    let mut t = q.poll_timeout().expect("timer");
+    q.handle_timeout(t);
+    assert_eq!(psns(&drain(&mut q, t, &mem)), vec![1]);
+    for k in 2..8 {
+        t = t + Dur::from_micros(28);
+        q.handle_packet(
+            t,
+            &ack(SQ_PSN + k - 1, ACK, None, true),
+            &[],
+            Ecn::NotEct,
+            &mut mem,
+        );
+        assert_eq!(
+            psns(&drain(&mut q, t, &mem)),
+            vec![k],
+            "after the ACK of {}",
+            k - 1
+        );
+    }
+    assert_eq!(q.counters().timeouts, 1);
+
+    let (mut q, mut mem) = irn_eight_packets_sent();
+    q.handle_packet(
+        T0 + rtt,
+        &ack(SQ_PSN, ACK, None, true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    let t = q.poll_timeout().expect("timer");
+    q.handle_timeout(t);
+    assert_eq!(psns(&drain(&mut q, t, &mem)), vec![1]);
+    let soon = t + Dur::from_micros(5);
+    q.handle_packet(
+        soon,
+        &ack(SQ_PSN + 1, ACK, None, true),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert!(
+        drain(&mut q, soon, &mem).is_empty(),
+        "an ACK 5 µs after the retransmission answers the delayed original"
+    );
+}
+
+#[test]
 fn irn_timeout_is_rto_low_with_few_packets_in_flight_and_rto_high_otherwise() {
     let mut q = qp(RecoveryConfig::irn());
     let (mem, sge, remote, _) = memory(10 * 1024);
