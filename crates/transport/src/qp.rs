@@ -2322,9 +2322,9 @@ impl QueuePair {
         if self.tx_idx >= self.sq.len() || !self.swin.may_send_new(cap) {
             return false;
         }
-        self.cc.window().is_none_or(|win| {
-            u64::from(self.swin.in_flight()) * u64::from(self.mtu()) < win
-        })
+        self.cc
+            .window()
+            .is_none_or(|win| u64::from(self.swin.in_flight()) * u64::from(self.mtu()) < win)
     }
 
     fn count_tx(&mut self, t: &Transmit) {
