@@ -2293,7 +2293,6 @@ impl QueuePair {
     /// others out of it, and does not wake up for them when its link frees. `true` is not a
     /// promise: a fence, Read credit or pacing can still hold the next packet back.
     pub fn may_transmit(&self) -> bool {
-        let cap = self.cfg.recovery.bdp_cap;
         if matches!(self.state, QpState::Reset | QpState::Init) {
             return false;
         }
@@ -2304,10 +2303,7 @@ impl QueuePair {
             return false;
         }
         // IRN's Read responder sends from its own window (T7), in RTR as well.
-        if self.irn_wire()
-            && (self.rsp_win.in_recovery()
-                || (self.rsp_tx_idx < self.rsp_q.len() && self.rsp_win.may_send_new(cap)))
-        {
+        if self.irn_wire() && (self.rsp_win.in_recovery() || self.rsp_may_send_new()) {
             return true;
         }
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.rnr_until.is_some() {
@@ -2319,12 +2315,21 @@ impl QueuePair {
         if self.state == QpState::Sqd && self.tx_off == 0 {
             return false;
         }
-        if self.tx_idx >= self.sq.len() || !self.swin.may_send_new(cap) {
-            return false;
-        }
+        self.tx_idx < self.sq.len()
+            && self.swin.may_send_new(self.cfg.recovery.bdp_cap)
+            && self.cc_window_open()
+    }
+
+    /// Whether the congestion controller's window (if it has one) admits another packet.
+    fn cc_window_open(&self) -> bool {
         self.cc
             .window()
             .is_none_or(|win| u64::from(self.swin.in_flight()) * u64::from(self.mtu()) < win)
+    }
+
+    /// Whether IRN's Read responder has a new response packet its window admits.
+    fn rsp_may_send_new(&self) -> bool {
+        self.rsp_tx_idx < self.rsp_q.len() && self.rsp_win.may_send_new(self.cfg.recovery.bdp_cap)
     }
 
     fn count_tx(&mut self, t: &Transmit) {
@@ -2509,9 +2514,7 @@ impl QueuePair {
             self.counters.retransmitted += 1;
             return Some(t);
         }
-        if self.rsp_tx_idx >= self.rsp_q.len()
-            || !self.rsp_win.may_send_new(self.cfg.recovery.bdp_cap)
-        {
+        if !self.rsp_may_send_new() {
             return None;
         }
         let e = self.rsp_q[self.rsp_tx_idx];
@@ -2596,11 +2599,8 @@ impl QueuePair {
         if !self.swin.may_send_new(self.cfg.recovery.bdp_cap) {
             return None;
         }
-        if let Some(win) = self.cc.window() {
-            let in_flight = u64::from(self.swin.in_flight()) * u64::from(self.mtu());
-            if in_flight >= win {
-                return None;
-            }
+        if !self.cc_window_open() {
+            return None;
         }
         let idx = self.tx_idx;
         if idx >= self.sq.len() {
