@@ -338,7 +338,7 @@ fn irn_partial_ack_rule_answers_a_retransmission_faster_than_the_smallest_rtt_sa
     q.handle_timeout(t);
     assert_eq!(psns(&drain(&mut q, t, &mem)), vec![1]);
     for k in 2..8 {
-        t = t + Dur::from_micros(28);
+        t += Dur::from_micros(28);
         assert_eq!(
             ack_at(&mut q, &mut mem, t, k - 1),
             vec![k],
