@@ -1,7 +1,7 @@
 //! # irn-transport: the queue-pair core of irn
 //!
 //! One deterministic, *sans-IO* implementation of an RDMA reliable-connected queue pair
-//! (SPEC T1, T3–T7, with T9's congestion-control hooks), run unchanged by the simulator and by
+//! (SPEC T1, T3–T7, and T9's congestion control), run unchanged by the simulator and by
 //! the UDP runtime: no sockets, threads, clock reads or unseeded randomness inside. Time is the
 //! project's own integer [`Time`] (picoseconds), passed into every call.
 //!
@@ -41,7 +41,8 @@
 //! * [`memory`]: application memory behind the [`Memory`] trait (regions, keys, rights, bounds),
 //!   with a byte-holding and a check-only implementation;
 //! * [`wr`]: work requests and completions with the verbs statuses;
-//! * [`cc`]: the congestion-control trait and factory, with `none`;
+//! * [`cc`]: the congestion-control trait and factory, with `none`, DCQCN, TIMELY, AIMD and
+//!   DCTCP;
 //! * [`config`]: loss-recovery configuration with the paper's defaults and presets.
 
 #![forbid(unsafe_code)]
@@ -57,7 +58,10 @@ pub mod time;
 mod window;
 pub mod wr;
 
-pub use cc::{Controller, ControllerFactory, NoCc, NoCcFactory};
+pub use cc::{
+    Controller, ControllerFactory, DcqcnConfig, DcqcnFactory, NoCc, NoCcFactory, TimelyConfig,
+    TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
+};
 pub use config::bdp_cap_packets;
 pub use config::{RecoveryConfig, Retransmission, RtoPolicy};
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};

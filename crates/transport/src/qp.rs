@@ -493,7 +493,7 @@ fn path_mtu_valid(mtu: u32) -> bool {
 impl QueuePair {
     /// A queue pair in the RESET state.
     pub fn new(now: Time, cfg: QpConfig) -> QueuePair {
-        let cc = cfg.cc.build(now, cfg.line_rate_bps);
+        let cc = cfg.cc.build(now, cfg.line_rate_bps, u64::from(cfg.qpn));
         let mode = cfg.recovery.retransmission;
         QueuePair {
             state: QpState::Reset,
@@ -2333,6 +2333,9 @@ impl QueuePair {
     }
 
     fn count_tx(&mut self, t: &Transmit) {
+        if t.ib.bth.opcode == Opcode::CNP {
+            self.counters.cnps_sent += 1;
+        }
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += t.ib.payload_len as u64;
     }

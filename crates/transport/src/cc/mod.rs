@@ -8,12 +8,25 @@
 //! rate-increase and alpha timers) expose a deadline the queue pair folds into
 //! `poll_timeout`.
 //!
-//! This module ships the interface and [`NoCc`] (line rate, IRN's default). DCQCN, Timely, DCTCP
-//! and AIMD implement the same trait.
+//! Controllers: [`NoCc`] (line rate, IRN's default), [`dcqcn`] (rate, from CNPs), [`timely`]
+//! (rate, from the RTT gradient), and [`window`]'s AIMD and DCTCP (window, from losses and ECN
+//! echoes). The queue pair does the signalling around them: as notification point it answers
+//! CE-marked packets with at most one CNP per `QpConfig::cnp_interval`; as responder it sets
+//! BTH's BECN bit in the ACK of a CE-marked packet; as requester it paces data packets at
+//! [`Controller::rate_bps`] and stops sending new ones at [`Controller::window`] (control
+//! packets — ACKs, NAKs, CNPs — are never paced).
 
 use core::fmt::Debug;
 
 use crate::time::{Dur, Time};
+
+pub mod dcqcn;
+pub mod timely;
+pub mod window;
+
+pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory};
+pub use timely::{Timely, TimelyConfig, TimelyFactory};
+pub use window::{WindowAlgorithm, WindowCc, WindowConfig, WindowFactory};
 
 /// One queue pair's congestion controller.
 pub trait Controller: Debug + Send {
@@ -55,8 +68,10 @@ pub trait Controller: Debug + Send {
 
 /// Makes a controller for each new queue pair.
 pub trait ControllerFactory: Debug + Send + Sync {
-    /// A controller for a queue pair created at `now` on a link of `line_rate_bps`.
-    fn build(&self, now: Time, line_rate_bps: u64) -> Box<dyn Controller>;
+    /// A controller for a queue pair created at `now` on a link of `line_rate_bps`; `seed`
+    /// (the queue pair's number) seeds whatever it randomizes, such as timer jitter, so that a
+    /// run is replayable.
+    fn build(&self, now: Time, line_rate_bps: u64, seed: u64) -> Box<dyn Controller>;
 }
 
 /// No congestion control: line rate, no window (the IRN paper's default configuration).
@@ -80,7 +95,7 @@ impl Controller for NoCc {
 pub struct NoCcFactory;
 
 impl ControllerFactory for NoCcFactory {
-    fn build(&self, _now: Time, _line_rate_bps: u64) -> Box<dyn Controller> {
+    fn build(&self, _now: Time, _line_rate_bps: u64, _seed: u64) -> Box<dyn Controller> {
         Box::new(NoCc)
     }
 }
@@ -92,7 +107,7 @@ mod tests {
     #[test]
     fn none_is_unlimited_whatever_happens() {
         let f: &dyn ControllerFactory = &NoCcFactory;
-        let mut c = f.build(Time::ZERO, 40_000_000_000);
+        let mut c = f.build(Time::ZERO, 40_000_000_000, 1);
         c.on_send(Time::ZERO, 1024);
         c.on_cnp(Time::ZERO);
         c.on_loss(Time::ZERO);

@@ -1,0 +1,380 @@
+//! DCQCN's reaction point (Zhu et al., *Congestion Control for Large-Scale RDMA Deployments*,
+//! SIGCOMM 2015; SPEC T9; `seeds/004`): rate-based control driven by CNPs.
+//!
+//! The notification point (the receiving queue pair) sends at most one CNP per 50 µs when
+//! CE-marked packets arrive (`QueuePair`'s `cnp_interval`); the switches mark with RED
+//! (Kmin 5 KB, Kmax 200 KB, Pmax 1 %). Here, at the sender:
+//!
+//! * **on a CNP**: target rate `RT = RC`, current rate `RC = RC · (1 − α/2)`, then
+//!   `α = (1 − g)·α + g`; the increase stages restart;
+//! * **α decays** by `(1 − g)` every `K` = 55 µs without a CNP;
+//! * **rate increase events** come from a timer (`T` = 55 µs) and a byte counter (`B` = 10 MB
+//!   sent). With `t` and `b` the timer's and byte counter's stage counts since the last CNP
+//!   (this event included): while `max(t, b) ≤ F` (= 5) it is *fast recovery*
+//!   (`RC = (RT + RC)/2`, back towards the rate before the cut); once one of them passed `F`,
+//!   *additive increase* (`RT += R_AI`, then the same averaging); once both did, *hyper
+//!   increase* (`RT += (min(t, b) − F) · R_HAI`).
+//!
+//! Flows start at line rate with `α = 1`, as the IRN paper's runs (§4.1: "the flow starts at
+//! line-rate for all cases") and the DCQCN paper. The rate never falls below `min_rate_bps`.
+//! Timers get a seeded jitter (`seeds/004`: without it, senders cut by the same congestion
+//! event ramp up in lock step and burst together).
+//!
+//! Two shortcuts that change nothing observable: α's decay is applied lazily (the number of
+//! whole periods since the last update, when a CNP needs it), and a sender back at line rate
+//! runs no timer at all — the increase timer only matters below line rate, and the current rate
+//! snaps to line rate once it is within one additive step of it. A simulator with thousands of
+//! queue pairs at line rate therefore pays nothing for DCQCN until a CNP arrives.
+
+use crate::pair::Rng;
+use crate::time::{Dur, Time};
+
+use super::{Controller, ControllerFactory};
+
+/// DCQCN's parameters. [`Default`] is the DCQCN paper's set for 40 Gb/s, which the IRN paper
+/// uses unchanged (§4.1: "the same congestion control parameters as specified in [38]").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DcqcnConfig {
+    /// α's EWMA gain `g`. Default 1/256.
+    pub g: f64,
+    /// α's update period `K` without CNPs. Default 55 µs.
+    pub alpha_period: Dur,
+    /// The rate-increase timer `T`. Default 55 µs.
+    pub increase_period: Dur,
+    /// The byte counter `B`: one increase event per this many bytes sent. Default 10 MB.
+    pub byte_counter: u64,
+    /// Fast-recovery stages `F`: the first `F` increase events after a cut only average the
+    /// current rate with the target. Default 5.
+    pub fast_recovery_steps: u32,
+    /// Additive increase step `R_AI` in bits per second. Default 40 Mb/s.
+    pub ai_bps: u64,
+    /// Hyper increase step `R_HAI` in bits per second. Default 400 Mb/s (10 × `R_AI`, QCN's
+    /// ratio).
+    pub hai_bps: u64,
+    /// The lowest rate a cut can reach, in bits per second. Default 100 Mb/s.
+    pub min_rate_bps: u64,
+    /// α of a new queue pair. Default 1.
+    pub initial_alpha: f64,
+    /// Each timer period is drawn uniformly within ± this fraction of its nominal value.
+    /// Default 0.1 (55 µs ± 5.5 µs).
+    pub timer_jitter: f64,
+}
+
+impl Default for DcqcnConfig {
+    fn default() -> Self {
+        DcqcnConfig {
+            g: 1.0 / 256.0,
+            alpha_period: Dur::from_micros(55),
+            increase_period: Dur::from_micros(55),
+            byte_counter: 10_000_000,
+            fast_recovery_steps: 5,
+            ai_bps: 40_000_000,
+            hai_bps: 400_000_000,
+            min_rate_bps: 100_000_000,
+            initial_alpha: 1.0,
+            timer_jitter: 0.1,
+        }
+    }
+}
+
+/// One queue pair's DCQCN reaction point.
+#[derive(Debug, Clone)]
+pub struct Dcqcn {
+    cfg: DcqcnConfig,
+    line: f64,
+    /// Current rate `RC` (bits per second).
+    rc: f64,
+    /// Target rate `RT`.
+    rt: f64,
+    alpha: f64,
+    /// When α was last updated: decays are counted in whole periods from here.
+    alpha_at: Time,
+    /// The increase timer's next expiry; `None` at line rate.
+    next_increase: Option<Time>,
+    /// Timer stages since the last CNP.
+    t_stage: u32,
+    /// Byte-counter stages since the last CNP.
+    b_stage: u32,
+    /// Bytes sent towards the next byte-counter stage.
+    bytes: u64,
+    rng: Rng,
+}
+
+impl Dcqcn {
+    /// A reaction point at line rate, created at `now`; `seed` drives the timer jitter.
+    pub fn new(cfg: DcqcnConfig, now: Time, line_rate_bps: u64, seed: u64) -> Dcqcn {
+        let line = line_rate_bps as f64;
+        Dcqcn {
+            cfg,
+            line,
+            rc: line,
+            rt: line,
+            alpha: cfg.initial_alpha,
+            alpha_at: now,
+            next_increase: None,
+            t_stage: 0,
+            b_stage: 0,
+            bytes: 0,
+            rng: Rng::new(seed),
+        }
+    }
+
+    /// α now (with the decays due since its last update).
+    pub fn alpha(&self, now: Time) -> f64 {
+        let (periods, _) = self.alpha_periods(now);
+        self.alpha * (1.0 - self.cfg.g).powi(periods.min(i32::MAX as u64) as i32)
+    }
+
+    /// The target rate `RT` in bits per second.
+    pub fn target_bps(&self) -> u64 {
+        self.rt as u64
+    }
+
+    /// Whole α periods since the last update, and the time the last of them ended.
+    fn alpha_periods(&self, now: Time) -> (u64, Time) {
+        let k = self.cfg.alpha_period.as_picos().max(1);
+        let n = now.since(self.alpha_at).as_picos() / k;
+        (n, self.alpha_at + Dur::from_picos(n * k))
+    }
+
+    fn jittered(&mut self, d: Dur) -> Dur {
+        let j = self.cfg.timer_jitter.clamp(0.0, 1.0);
+        if j == 0.0 {
+            return d;
+        }
+        let f = 1.0 + j * (2.0 * self.rng.unit() - 1.0);
+        Dur::from_picos((d.as_picos() as f64 * f) as u64)
+    }
+
+    /// One rate-increase event (the timer's or the byte counter's stage count already
+    /// advanced).
+    fn increase(&mut self) {
+        let f = self.cfg.fast_recovery_steps;
+        let (lo, hi) = (
+            self.t_stage.min(self.b_stage),
+            self.t_stage.max(self.b_stage),
+        );
+        if hi <= f {
+            // Fast recovery: towards the rate before the cut.
+        } else if lo > f {
+            self.rt += f64::from(lo - f) * self.cfg.hai_bps as f64;
+        } else {
+            self.rt += self.cfg.ai_bps as f64;
+        }
+        self.rt = self.rt.min(self.line);
+        self.rc = ((self.rt + self.rc) / 2.0).min(self.line);
+        if self.line - self.rc < self.cfg.ai_bps.max(1) as f64 {
+            self.rc = self.line;
+            self.rt = self.line;
+        }
+    }
+
+    fn at_line_rate(&self) -> bool {
+        self.rc >= self.line
+    }
+}
+
+impl Controller for Dcqcn {
+    fn name(&self) -> &'static str {
+        "dcqcn"
+    }
+
+    fn on_send(&mut self, _now: Time, bytes: u64) {
+        if self.at_line_rate() {
+            return;
+        }
+        self.bytes += bytes;
+        let b = self.cfg.byte_counter.max(1);
+        while self.bytes >= b && !self.at_line_rate() {
+            self.bytes -= b;
+            self.b_stage = self.b_stage.saturating_add(1);
+            self.increase();
+        }
+        if self.at_line_rate() {
+            self.next_increase = None;
+        }
+    }
+
+    fn on_cnp(&mut self, now: Time) {
+        let alpha = self.alpha(now);
+        self.rt = self.rc;
+        self.rc = (self.rc * (1.0 - alpha / 2.0)).max(self.cfg.min_rate_bps as f64);
+        self.alpha = (1.0 - self.cfg.g) * alpha + self.cfg.g;
+        self.alpha_at = now;
+        self.t_stage = 0;
+        self.b_stage = 0;
+        self.bytes = 0;
+        self.next_increase = Some(now + self.jittered(self.cfg.increase_period));
+    }
+
+    fn next_timer(&self) -> Option<Time> {
+        self.next_increase
+    }
+
+    fn on_timer(&mut self, now: Time) {
+        while let Some(t) = self.next_increase.filter(|&t| t <= now) {
+            self.t_stage = self.t_stage.saturating_add(1);
+            self.increase();
+            self.next_increase = if self.at_line_rate() {
+                None
+            } else {
+                Some(t + self.jittered(self.cfg.increase_period))
+            };
+        }
+    }
+
+    fn rate_bps(&self) -> Option<u64> {
+        (!self.at_line_rate()).then_some(self.rc as u64)
+    }
+
+    fn window(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Makes a [`Dcqcn`] per queue pair.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DcqcnFactory {
+    /// Every queue pair's parameters.
+    pub config: DcqcnConfig,
+    /// Mixed with each queue pair's own seed, so that a run's seed changes the jitter.
+    pub seed: u64,
+}
+
+impl ControllerFactory for DcqcnFactory {
+    fn build(&self, now: Time, line_rate_bps: u64, seed: u64) -> Box<dyn Controller> {
+        let seed = self.seed.rotate_left(32) ^ seed;
+        Box::new(Dcqcn::new(self.config, now, line_rate_bps, seed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: u64 = 40_000_000_000;
+
+    fn exact() -> DcqcnConfig {
+        DcqcnConfig {
+            timer_jitter: 0.0,
+            ..DcqcnConfig::default()
+        }
+    }
+
+    fn us(n: u64) -> Time {
+        Time::ZERO + Dur::from_micros(n)
+    }
+
+    #[test]
+    fn starts_at_line_rate_without_timers() {
+        let c = Dcqcn::new(exact(), Time::ZERO, LINE, 1);
+        assert_eq!(c.rate_bps(), None);
+        assert_eq!(c.next_timer(), None);
+    }
+
+    #[test]
+    fn first_cnp_halves_the_rate_and_raises_alpha() {
+        let mut c = Dcqcn::new(exact(), Time::ZERO, LINE, 1);
+        c.on_cnp(us(1));
+        // α = 1: RC = RC × (1 − 1/2); α stays 1 ((1 − g)·1 + g).
+        assert_eq!(c.rate_bps(), Some(LINE / 2));
+        assert_eq!(c.target_bps(), LINE);
+        assert!((c.alpha(us(1)) - 1.0).abs() < 1e-12);
+        assert_eq!(c.next_timer(), Some(us(56)));
+    }
+
+    #[test]
+    fn alpha_decays_per_period_without_cnps_and_sets_the_next_cut() {
+        let g: f64 = 1.0 / 256.0;
+        let mut c = Dcqcn::new(exact(), Time::ZERO, LINE, 1);
+        c.on_cnp(Time::ZERO);
+        // 10 whole periods (550 µs) later, α = (1 − g)^10; 54 µs more is not a period.
+        let a = c.alpha(us(604));
+        assert!((a - (1.0 - g).powi(10)).abs() < 1e-12, "{a}");
+        let before = c.rate_bps().unwrap_or(LINE) as f64;
+        c.on_cnp(us(604));
+        let after = c.rate_bps().expect("cut") as f64;
+        assert!((after - before * (1.0 - a / 2.0)).abs() < 1.0);
+        assert!((c.alpha(us(604)) - ((1.0 - g) * a + g)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fast_recovery_halves_the_gap_then_additive_increase_then_back_to_line_rate() {
+        let cfg = exact();
+        let mut c = Dcqcn::new(cfg, Time::ZERO, LINE, 1);
+        c.on_cnp(Time::ZERO);
+        let half = (LINE / 2) as f64;
+        // Fast recovery: F timer events, each halving the distance to RT (= line rate).
+        for i in 1..=5u64 {
+            c.on_timer(us(55 * i));
+            let expect = LINE as f64 - half / f64::powi(2.0, i as i32);
+            assert!((c.rate_bps().expect("below line") as f64 - expect).abs() < 2.0);
+        }
+        // The sixth stage passes F: additive increase, RT stays capped at line rate.
+        c.on_timer(us(330));
+        assert_eq!(c.target_bps(), LINE);
+        // It converges and stops its timer once within one R_AI of line rate.
+        let mut t = 330;
+        while c.rate_bps().is_some() {
+            t += 55;
+            assert!(t < 55 * 100, "never got back to line rate");
+            c.on_timer(us(t));
+        }
+        assert_eq!(c.next_timer(), None);
+    }
+
+    #[test]
+    fn additive_then_hyper_increase_raise_the_target() {
+        let cfg = DcqcnConfig {
+            byte_counter: 1_000,
+            ..exact()
+        };
+        let mut c = Dcqcn::new(cfg, Time::ZERO, LINE, 1);
+        // Two cuts: RT = LINE/2 after the second.
+        c.on_cnp(Time::ZERO);
+        c.on_cnp(Time::ZERO);
+        let rt0 = c.target_bps();
+        assert_eq!(rt0, LINE / 2);
+        // Bytes alone: five byte stages of fast recovery, RT unchanged.
+        c.on_send(Time::ZERO, 5_000);
+        assert_eq!(c.target_bps(), rt0);
+        // One more byte stage with t = 0: additive increase.
+        c.on_send(Time::ZERO, 1_000);
+        assert_eq!(c.target_bps(), rt0 + cfg.ai_bps);
+        // Five timer stages are additive (b = 6 > F); the sixth, with both past F, is hyper:
+        // (min(6, 6) − 5) × R_HAI.
+        for i in 1..=5 {
+            c.on_timer(us(55 * i));
+        }
+        let rt5 = c.target_bps();
+        c.on_timer(us(330));
+        assert_eq!(c.target_bps(), rt5 + cfg.hai_bps);
+    }
+
+    #[test]
+    fn rate_never_falls_below_the_minimum() {
+        let mut c = Dcqcn::new(exact(), Time::ZERO, LINE, 1);
+        for _ in 0..100 {
+            c.on_cnp(Time::ZERO);
+        }
+        assert_eq!(c.rate_bps(), Some(100_000_000));
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bounds_and_is_seeded() {
+        let cfg = DcqcnConfig::default();
+        let mut a = Dcqcn::new(cfg, Time::ZERO, LINE, 7);
+        let mut b = Dcqcn::new(cfg, Time::ZERO, LINE, 7);
+        for _ in 0..50 {
+            let now = Time::ZERO;
+            a.on_cnp(now);
+            b.on_cnp(now);
+            let d = a.next_timer().expect("armed").since(now);
+            assert_eq!(Some(now + d), b.next_timer());
+            assert!(
+                d >= Dur::from_nanos(49_500) && d <= Dur::from_nanos(60_500),
+                "{d}"
+            );
+        }
+    }
+}

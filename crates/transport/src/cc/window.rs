@@ -1,0 +1,311 @@
+//! Window-based congestion control (SPEC T9; IRN §4.4.4): TCP's AIMD (RFC 5681's congestion
+//! avoidance, slow start after a timeout) and DCTCP (Alizadeh et al., SIGCOMM 2010; RFC 8257).
+//!
+//! The window bounds the bytes in flight (`QueuePair` compares packets in flight × MTU with it);
+//! IRN's BDP cap still applies underneath. Both algorithms share the machinery:
+//!
+//! * **increase** per acknowledged byte: slow start (`cwnd += acked`) below `ssthresh`,
+//!   congestion avoidance (`cwnd += mss · acked / cwnd`, one MSS per round trip) above it;
+//! * **a loss** (a NACK or a selective-ACK gap) halves the window, at most once per smoothed
+//!   round trip (the losses of one window are one congestion event);
+//! * **a timeout** sets `ssthresh` to half the window and the window to one MSS, which then
+//!   slow-starts back (RFC 5681 §3.1);
+//! * **ECN echo**: AIMD treats a round trip with marked ACKs like a loss (RFC 3168 §6.1.2);
+//!   DCTCP keeps `α = (1 − g)·α + g·F`, with `F` the fraction of bytes acknowledged with ECN
+//!   echo over the last window, and once per window with marks cuts `cwnd ×= 1 − α/2`.
+//!
+//! There is no slow start at the beginning: as IRN's flows start at line rate, a new queue
+//! pair's window is `init_window` (the simulator sets the BDP) with `ssthresh` equal to it, so
+//! it grows by congestion avoidance. Echoes come from IRN's per-packet ACKs (the responder sets
+//! BTH's BECN bit when the acknowledged packet was CE-marked); standard RoCE coalesces ACKs,
+//! and its queue pairs do not feed echoes to the controller.
+
+use crate::time::{Dur, Time};
+
+use super::{Controller, ControllerFactory};
+
+/// Which window algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowAlgorithm {
+    /// TCP's additive increase, multiplicative decrease, on losses and ECN echoes.
+    Aimd,
+    /// DCTCP: cuts in proportion to the fraction of marked bytes.
+    Dctcp,
+}
+
+/// Parameters of [`WindowCc`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowConfig {
+    /// AIMD or DCTCP.
+    pub algorithm: WindowAlgorithm,
+    /// The increase unit (the path MTU's payload). Default 1024.
+    pub mss: u64,
+    /// A new queue pair's window in bytes. Default 120 000 (IRN's E0 BDP).
+    pub init_window: u64,
+    /// The smallest window. Default one MSS.
+    pub min_window: u64,
+    /// The largest window (`None`: unbounded; the BDP cap bounds what is in flight anyway).
+    /// Default `None`.
+    pub max_window: Option<u64>,
+    /// DCTCP's EWMA gain `g`. Default 1/16.
+    pub g: f64,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        WindowConfig {
+            algorithm: WindowAlgorithm::Dctcp,
+            mss: 1024,
+            init_window: 120_000,
+            min_window: 1024,
+            max_window: None,
+            g: 1.0 / 16.0,
+        }
+    }
+}
+
+/// One queue pair's congestion window.
+#[derive(Debug, Clone)]
+pub struct WindowCc {
+    cfg: WindowConfig,
+    cwnd: f64,
+    ssthresh: f64,
+    /// DCTCP's marked fraction estimate.
+    alpha: f64,
+    /// Smoothed RTT (RFC 6298's 1/8 gain), once there is a sample.
+    srtt: Option<Dur>,
+    /// No second cut before this time (one per round trip).
+    cut_until: Time,
+    /// Bytes acknowledged, and those with an echo, in the current observation window.
+    win_acked: u64,
+    win_marked: u64,
+    /// The window's size when this observation window began.
+    win_target: u64,
+}
+
+impl WindowCc {
+    /// A window at `init_window`.
+    pub fn new(cfg: WindowConfig) -> WindowCc {
+        let w = cfg.init_window.max(cfg.min_window) as f64;
+        WindowCc {
+            cfg,
+            cwnd: w,
+            ssthresh: w,
+            alpha: 1.0,
+            srtt: None,
+            cut_until: Time::ZERO,
+            win_acked: 0,
+            win_marked: 0,
+            win_target: w as u64,
+        }
+    }
+
+    /// DCTCP's α.
+    pub fn alpha(&self) -> f64 {
+        self.alpha
+    }
+
+    /// The slow-start threshold in bytes.
+    pub fn ssthresh(&self) -> u64 {
+        self.ssthresh as u64
+    }
+
+    fn clamp(&mut self) {
+        let max = self.cfg.max_window.map_or(f64::INFINITY, |m| m as f64);
+        self.cwnd = self.cwnd.clamp(self.cfg.min_window.max(1) as f64, max);
+    }
+
+    /// Multiplies the window by `factor`, once per round trip; returns whether it did.
+    fn cut(&mut self, now: Time, factor: f64) -> bool {
+        if now < self.cut_until {
+            return false;
+        }
+        self.cwnd *= factor;
+        self.clamp();
+        self.ssthresh = self.cwnd;
+        self.cut_until = now + self.srtt.unwrap_or(Dur::ZERO);
+        true
+    }
+}
+
+impl Controller for WindowCc {
+    fn name(&self) -> &'static str {
+        match self.cfg.algorithm {
+            WindowAlgorithm::Aimd => "aimd",
+            WindowAlgorithm::Dctcp => "dctcp",
+        }
+    }
+
+    fn on_ack(&mut self, _now: Time, bytes: u64, rtt: Option<Dur>) {
+        if let Some(r) = rtt {
+            self.srtt = Some(match self.srtt {
+                None => r,
+                Some(s) => Dur::from_picos((s.as_picos() / 8) * 7 + r.as_picos() / 8),
+            });
+        }
+        let acked = bytes as f64;
+        if self.cwnd < self.ssthresh {
+            self.cwnd = (self.cwnd + acked).min(self.ssthresh.max(self.cwnd));
+        } else {
+            self.cwnd += self.cfg.mss as f64 * acked / self.cwnd;
+        }
+        self.clamp();
+    }
+
+    fn on_ecn_echo(&mut self, now: Time, marked: u64, total: u64) {
+        self.win_acked += total;
+        self.win_marked += marked;
+        match self.cfg.algorithm {
+            WindowAlgorithm::Aimd => {
+                if marked > 0 {
+                    self.cut(now, 0.5);
+                }
+                if self.win_acked >= self.win_target {
+                    self.win_acked = 0;
+                    self.win_marked = 0;
+                    self.win_target = self.cwnd as u64;
+                }
+            }
+            WindowAlgorithm::Dctcp => {
+                if self.win_acked < self.win_target.max(1) {
+                    return;
+                }
+                let f = self.win_marked as f64 / self.win_acked as f64;
+                self.alpha = (1.0 - self.cfg.g) * self.alpha + self.cfg.g * f;
+                if self.win_marked > 0 {
+                    let a = self.alpha;
+                    self.cut(now, 1.0 - a / 2.0);
+                }
+                self.win_acked = 0;
+                self.win_marked = 0;
+                self.win_target = self.cwnd as u64;
+            }
+        }
+    }
+
+    fn on_loss(&mut self, now: Time) {
+        self.cut(now, 0.5);
+    }
+
+    fn on_timeout(&mut self, now: Time) {
+        self.ssthresh = (self.cwnd / 2.0).max(2.0 * self.cfg.mss as f64);
+        self.cwnd = self.cfg.mss as f64;
+        self.clamp();
+        self.cut_until = now + self.srtt.unwrap_or(Dur::ZERO);
+    }
+
+    fn rate_bps(&self) -> Option<u64> {
+        None
+    }
+
+    fn window(&self) -> Option<u64> {
+        Some(self.cwnd as u64)
+    }
+}
+
+/// Makes a [`WindowCc`] per queue pair.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WindowFactory(pub WindowConfig);
+
+impl ControllerFactory for WindowFactory {
+    fn build(&self, _now: Time, _line_rate_bps: u64, _seed: u64) -> Box<dyn Controller> {
+        Box::new(WindowCc::new(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cc(algorithm: WindowAlgorithm) -> WindowCc {
+        WindowCc::new(WindowConfig {
+            algorithm,
+            init_window: 10 * 1024,
+            ..WindowConfig::default()
+        })
+    }
+
+    fn us(n: u64) -> Time {
+        Time::ZERO + Dur::from_micros(n)
+    }
+
+    #[test]
+    fn congestion_avoidance_grows_one_mss_per_window() {
+        let mut c = cc(WindowAlgorithm::Aimd);
+        // One window of ACKs (10 packets) adds about one MSS.
+        for _ in 0..10 {
+            c.on_ack(us(0), 1024, Some(Dur::from_micros(20)));
+        }
+        let w = c.window().expect("window");
+        assert!((11 * 1024 - 60..=11 * 1024).contains(&w), "{w}");
+    }
+
+    #[test]
+    fn losses_of_one_round_trip_halve_once() {
+        let mut c = cc(WindowAlgorithm::Aimd);
+        c.on_ack(us(0), 1024, Some(Dur::from_micros(20)));
+        let w = c.window().expect("window");
+        c.on_loss(us(1));
+        assert_eq!(c.window(), Some(w / 2));
+        c.on_loss(us(10)); // same round trip
+        assert_eq!(c.window(), Some(w / 2));
+        c.on_loss(us(30)); // the next one
+        assert_eq!(c.window(), Some(w / 4));
+    }
+
+    #[test]
+    fn timeout_restarts_from_one_mss_in_slow_start() {
+        let mut c = cc(WindowAlgorithm::Aimd);
+        c.on_timeout(us(0));
+        assert_eq!(c.window(), Some(1024));
+        assert_eq!(c.ssthresh(), 5 * 1024);
+        // Slow start: each ACK adds what it acknowledged, up to ssthresh.
+        c.on_ack(us(1), 1024, None);
+        assert_eq!(c.window(), Some(2048));
+        c.on_ack(us(1), 2048, None);
+        c.on_ack(us(1), 4096, None);
+        assert_eq!(c.window(), Some(5 * 1024), "slow start stops at ssthresh");
+    }
+
+    #[test]
+    fn dctcp_cuts_in_proportion_to_marks() {
+        let mut c = cc(WindowAlgorithm::Dctcp);
+        let g = 1.0 / 16.0;
+        // A window (10 KB) of ACKs, a quarter of the bytes marked. No growth between, to
+        // check the arithmetic: feed echoes only.
+        for i in 0..10 {
+            let marked = if i % 4 == 0 { 1024 } else { 0 };
+            c.on_ecn_echo(us(i), marked, 1024);
+        }
+        // F = 3/10; α = (1 − g)·1 + g·0.3.
+        let alpha = (1.0 - g) + g * 0.3;
+        assert!((c.alpha() - alpha).abs() < 1e-12);
+        let expect = (10.0 * 1024.0 * (1.0 - alpha / 2.0)) as u64;
+        assert_eq!(c.window(), Some(expect));
+        // A window with no marks decays α and does not cut.
+        let w = c.window().expect("window");
+        for i in 0..10 {
+            c.on_ecn_echo(us(100 + i), 0, 1024);
+        }
+        assert!((c.alpha() - (1.0 - g) * alpha).abs() < 1e-12);
+        assert_eq!(c.window(), Some(w));
+    }
+
+    #[test]
+    fn aimd_halves_on_an_echo() {
+        let mut c = cc(WindowAlgorithm::Aimd);
+        c.on_ecn_echo(us(0), 0, 1024);
+        assert_eq!(c.window(), Some(10 * 1024));
+        c.on_ecn_echo(us(1), 1024, 1024);
+        assert_eq!(c.window(), Some(5 * 1024));
+    }
+
+    #[test]
+    fn window_never_below_the_minimum() {
+        let mut c = cc(WindowAlgorithm::Aimd);
+        for i in 0..100 {
+            c.on_loss(us(i));
+        }
+        assert_eq!(c.window(), Some(1024));
+    }
+}

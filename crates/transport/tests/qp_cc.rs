@@ -1,0 +1,229 @@
+//! Congestion control through real queue pairs (SPEC T9): every controller still delivers every
+//! operation exactly, with one completion per work request, under loss and ECN marks; and each
+//! one actually slows its sender when its signal says so — DCQCN on CNPs, DCTCP and AIMD on ECN
+//! echoes, TIMELY on a rising RTT — while no congestion control ignores the same signals.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Kind, Op, Workload, ALL_KINDS};
+use irn_transport::pair::{LinkConfig, Pair, PairConfig, Side};
+use irn_transport::{
+    ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, NoCcFactory, RecoveryConfig, Time,
+    TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
+};
+
+fn controllers() -> Vec<(&'static str, Arc<dyn ControllerFactory>)> {
+    vec![
+        ("none", Arc::new(NoCcFactory)),
+        (
+            "dcqcn",
+            Arc::new(DcqcnFactory {
+                config: DcqcnConfig::default(),
+                seed: 1,
+            }),
+        ),
+        ("timely", Arc::new(TimelyFactory::default())),
+        (
+            "dctcp",
+            Arc::new(WindowFactory(WindowConfig {
+                algorithm: WindowAlgorithm::Dctcp,
+                ..WindowConfig::default()
+            })),
+        ),
+        (
+            "aimd",
+            Arc::new(WindowFactory(WindowConfig {
+                algorithm: WindowAlgorithm::Aimd,
+                ..WindowConfig::default()
+            })),
+        ),
+    ]
+}
+
+fn pair(recovery: RecoveryConfig, cc: Arc<dyn ControllerFactory>, link: LinkConfig) -> Pair {
+    let mut cfg = PairConfig::new(recovery, link, 7);
+    cfg.qp.retry_limit = Some(1_000);
+    cfg.qp.cc = cc;
+    Pair::new(cfg)
+}
+
+fn ops(len: usize) -> Vec<Op> {
+    ALL_KINDS
+        .iter()
+        .map(|&kind| Op {
+            kind,
+            len: if matches!(kind, Kind::FetchAdd | Kind::CompareSwap) {
+                8
+            } else {
+                len
+            },
+            signaled: true,
+            fence: false,
+            sges: 2,
+        })
+        .collect()
+}
+
+#[test]
+fn every_controller_delivers_every_operation_under_loss_and_marks() {
+    let link = LinkConfig {
+        loss: 0.05,
+        reorder: 0.05,
+        ce_mark: 0.3,
+        ..LinkConfig::default()
+    };
+    for (name, cc) in controllers() {
+        for (mode, rec) in [
+            ("irn", RecoveryConfig::irn()),
+            ("roce", RecoveryConfig::roce()),
+        ] {
+            for seed in 1..=3 {
+                let mut p = pair(rec, cc.clone(), link);
+                let w = Workload::post(&mut p, &ops(20_000), seed);
+                let idle = p.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000);
+                assert!(idle, "{name}/{mode} seed {seed}: did not finish");
+                if let Err(e) = w.check(&p) {
+                    panic!("{name}/{mode} seed {seed}: {e}");
+                }
+                if let Some(cap) = rec.bdp_cap {
+                    assert!(p.max_in_flight_a <= cap, "{name}/{mode}: BDP cap exceeded");
+                }
+                assert_eq!(p.a.controller().name(), name);
+                // B notifies on marked requests, A on marked responses: CNPs flow both ways.
+                // (The link loses some of them.)
+                assert!(p.b.counters().cnps_sent > 0, "{name}/{mode}: no CNP sent");
+                assert!(p.a.counters().cnps_received <= p.b.counters().cnps_sent);
+                assert!(p.a.counters().cnps_received > 0, "{name}/{mode}");
+            }
+        }
+    }
+}
+
+/// A writes `len` bytes to B over `link`; returns the time its completion came, with the pair
+/// as it was then (the controller's state included).
+fn write_time(cc: Arc<dyn ControllerFactory>, link: LinkConfig, len: usize) -> (Dur, Pair) {
+    let mut p = pair(RecoveryConfig::irn(), cc, link);
+    let w = Workload::post(&mut p, &[write(len)], 1);
+    p.drive_while(Time::ZERO + Dur::from_millis(1_000), |p| {
+        p.done_a.is_empty()
+    });
+    let done = p.now().since(Time::ZERO);
+    assert!(p.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000));
+    w.check(&p).expect("exact delivery");
+    (done, p)
+}
+
+fn write(len: usize) -> Op {
+    Op {
+        kind: Kind::Write,
+        len,
+        signaled: true,
+        fence: false,
+        sges: 1,
+    }
+}
+
+#[test]
+fn each_controller_slows_its_sender_on_its_own_signal_and_none_ignores_it() {
+    let clean = LinkConfig::default();
+    let marked = LinkConfig {
+        ce_mark: 1.0,
+        ..LinkConfig::default()
+    };
+    let len = 4 << 20;
+    for (name, cc) in controllers() {
+        if name == "timely" {
+            continue; // marks mean nothing to TIMELY: see the RTT test below
+        }
+        let (fast, _) = write_time(cc.clone(), clean, len);
+        let (slow, p) = write_time(cc, marked, len);
+        // 4 MiB at 40 Gb/s is about 0.9 ms.
+        let ratio = slow.as_picos() as f64 / fast.as_picos() as f64;
+        if name == "none" {
+            assert_eq!(fast, slow, "no congestion control ignores marks");
+            assert!(p.a.counters().cnps_received > 0);
+        } else {
+            assert!(
+                ratio > 2.0,
+                "{name}: every packet marked, yet only {ratio:.2}× slower ({fast} → {slow})"
+            );
+        }
+    }
+}
+
+#[test]
+fn dcqcn_rate_recovers_once_marks_stop() {
+    let marked = LinkConfig {
+        ce_mark: 1.0,
+        ..LinkConfig::default()
+    };
+    let mut p = pair(
+        RecoveryConfig::irn(),
+        Arc::new(DcqcnFactory {
+            config: DcqcnConfig::default(),
+            seed: 1,
+        }),
+        marked,
+    );
+    let _w = Workload::post(&mut p, &[write(1 << 20)], 1);
+    p.drive_while(Time::ZERO + Dur::from_millis(1_000), |p| {
+        p.done_a.is_empty()
+    });
+    let cut =
+        p.a.controller()
+            .rate_bps()
+            .expect("below line rate after CNPs");
+    assert!(cut < 40_000_000_000 / 2, "{cut}");
+    // Idle, the increase timer runs: fast recovery, then additive and hyper increase bring it
+    // back to line rate, and then it stops asking for timeouts.
+    let mut last = cut;
+    while let Some(rate) = p.a.controller().rate_bps() {
+        assert!(rate >= last, "the rate fell without a CNP");
+        last = rate;
+        let t =
+            p.a.poll_timeout()
+                .expect("DCQCN's timer is armed below line rate");
+        assert!(t < Time::ZERO + Dur::from_millis(1_000), "no recovery");
+        p.a.handle_timeout(t);
+    }
+    assert_eq!(p.a.controller().next_timer(), None);
+    assert_eq!(p.a.poll_timeout(), None);
+}
+
+/// Drives A's `len`-byte write while the A → B latency grows by 5 µs every 20 µs (a queue
+/// building at a bottleneck); returns the lowest pacing rate A's controller asked for.
+fn lowest_rate_while_rtt_grows(cc: Arc<dyn ControllerFactory>) -> u64 {
+    let mut p = pair(RecoveryConfig::irn(), cc, LinkConfig::default());
+    let _w = Workload::post(&mut p, &[write(4 << 20)], 1);
+    let mut lowest = u64::MAX;
+    let mut latency = Dur::from_micros(2);
+    let mut next = Time::ZERO + Dur::from_micros(20);
+    while p.done_a.is_empty() && p.now() < Time::ZERO + Dur::from_millis(1_000) {
+        assert!(p.step());
+        lowest = lowest.min(p.a.controller().rate_bps().unwrap_or(u64::MAX));
+        if p.now() >= next && latency < Dur::from_micros(400) {
+            latency = latency + Dur::from_micros(5);
+            next = p.now() + Dur::from_micros(20);
+            p.set_link(
+                Side::A,
+                LinkConfig {
+                    latency,
+                    ..LinkConfig::default()
+                },
+            );
+        }
+    }
+    lowest
+}
+
+#[test]
+fn timely_cuts_when_the_round_trip_grows_and_none_does_not() {
+    let timely = lowest_rate_while_rtt_grows(Arc::new(TimelyFactory::default()));
+    assert!(
+        timely < 20_000_000_000,
+        "TIMELY never went below 20 Gb/s ({timely})"
+    );
+    assert_eq!(lowest_rate_while_rtt_grows(Arc::new(NoCcFactory)), u64::MAX);
+}
