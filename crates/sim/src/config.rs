@@ -315,12 +315,20 @@ pub enum FlowOp {
     Read,
 }
 
-/// Congestion control.
+/// Congestion control (SPEC T9), run by every queue pair; its parameters are in `[cc]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CcKind {
     /// None: line rate (IRN's default).
     None,
+    /// DCQCN: rate cut on CNPs from receivers of ECN-marked packets (needs `switch.ecn`).
+    Dcqcn,
+    /// TIMELY: rate from the RTT gradient.
+    Timely,
+    /// DCTCP: window cut by the fraction of ECN-echoed bytes (needs `switch.ecn`).
+    Dctcp,
+    /// TCP's AIMD window: halved on a loss, an ECN echo or a timeout.
+    Aimd,
 }
 
 impl CcKind {
@@ -328,6 +336,139 @@ impl CcKind {
     pub fn name(self) -> &'static str {
         match self {
             CcKind::None => "none",
+            CcKind::Dcqcn => "dcqcn",
+            CcKind::Timely => "timely",
+            CcKind::Dctcp => "dctcp",
+            CcKind::Aimd => "aimd",
+        }
+    }
+}
+
+/// `[cc]`: the congestion controllers' parameters (`transport.cc` chooses which one runs).
+/// Defaults are each algorithm's paper's, which the IRN paper uses (§4.1).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CcConfig {
+    /// `[cc.dcqcn]`.
+    pub dcqcn: DcqcnParams,
+    /// `[cc.timely]`.
+    pub timely: TimelyParams,
+    /// `[cc.window]`: AIMD and DCTCP.
+    pub window: WindowParams,
+}
+
+/// `[cc.dcqcn]`: DCQCN (Zhu et al., SIGCOMM 2015).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DcqcnParams {
+    /// α's EWMA gain g. Default 1/256.
+    pub g: f64,
+    /// α's decay period K, µs. Default 55.
+    pub alpha_period_us: f64,
+    /// Rate-increase timer T, µs. Default 55.
+    pub increase_period_us: f64,
+    /// Byte counter B: one rate-increase event per this many bytes sent. Default 10 MB.
+    pub byte_counter_bytes: u64,
+    /// Fast-recovery events F after a cut. Default 5.
+    pub fast_recovery_steps: u32,
+    /// Additive increase R_AI, Mb/s. Default 40.
+    pub ai_mbps: f64,
+    /// Hyper increase R_HAI, Mb/s. Default 400.
+    pub hai_mbps: f64,
+    /// Lowest rate, Mb/s. Default 100.
+    pub min_rate_mbps: f64,
+    /// α of a new queue pair. Default 1.
+    pub initial_alpha: f64,
+    /// Timer periods drawn within ± this fraction. Default 0.1.
+    pub timer_jitter: f64,
+    /// The notification point sends at most one CNP per this interval, µs. Default 50.
+    pub cnp_interval_us: f64,
+}
+
+impl Default for DcqcnParams {
+    fn default() -> Self {
+        let d = irn_transport::DcqcnConfig::default();
+        DcqcnParams {
+            g: d.g,
+            alpha_period_us: d.alpha_period.as_micros_f64(),
+            increase_period_us: d.increase_period.as_micros_f64(),
+            byte_counter_bytes: d.byte_counter,
+            fast_recovery_steps: d.fast_recovery_steps,
+            ai_mbps: d.ai_bps as f64 / 1e6,
+            hai_mbps: d.hai_bps as f64 / 1e6,
+            min_rate_mbps: d.min_rate_bps as f64 / 1e6,
+            initial_alpha: d.initial_alpha,
+            timer_jitter: d.timer_jitter,
+            cnp_interval_us: irn_transport::QpConfig::default()
+                .cnp_interval
+                .as_micros_f64(),
+        }
+    }
+}
+
+/// `[cc.timely]`: TIMELY (Mittal et al., SIGCOMM 2015).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimelyParams {
+    /// EWMA weight of the newest RTT difference. Default 0.875.
+    pub alpha: f64,
+    /// Multiplicative decrease β. Default 0.8.
+    pub beta: f64,
+    /// Additive increment δ, Mb/s. Default 10.
+    pub delta_mbps: f64,
+    /// T_low, µs. Default 50.
+    pub t_low_us: f64,
+    /// T_high, µs. Default 500.
+    pub t_high_us: f64,
+    /// The RTT that normalizes the gradient, µs. Default 20.
+    pub min_rtt_us: f64,
+    /// Non-positive gradients in a row before hyperactive increase. Default 5.
+    pub hai_threshold: u32,
+    /// Bytes acknowledged per rate update (completion event). Default 16384.
+    pub segment_bytes: u64,
+    /// Lowest rate, Mb/s. Default 100.
+    pub min_rate_mbps: f64,
+}
+
+impl Default for TimelyParams {
+    fn default() -> Self {
+        let d = irn_transport::TimelyConfig::default();
+        TimelyParams {
+            alpha: d.alpha,
+            beta: d.beta,
+            delta_mbps: d.delta_bps as f64 / 1e6,
+            t_low_us: d.t_low.as_micros_f64(),
+            t_high_us: d.t_high.as_micros_f64(),
+            min_rtt_us: d.min_rtt.as_micros_f64(),
+            hai_threshold: d.hai_threshold,
+            segment_bytes: d.segment_bytes,
+            min_rate_mbps: d.min_rate_bps as f64 / 1e6,
+        }
+    }
+}
+
+/// `[cc.window]`: AIMD and DCTCP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowParams {
+    /// A new queue pair's window, bytes. Default: the BDP cap × the MTU (flows start at line
+    /// rate, as the IRN paper's).
+    pub init_window_bytes: Option<u64>,
+    /// Smallest window, bytes. Default: one MTU.
+    pub min_window_bytes: Option<u64>,
+    /// Largest window, bytes. Default: none.
+    pub max_window_bytes: Option<u64>,
+    /// DCTCP's EWMA gain g. Default 1/16.
+    pub g: f64,
+}
+
+impl Default for WindowParams {
+    fn default() -> Self {
+        WindowParams {
+            init_window_bytes: None,
+            min_window_bytes: None,
+            max_window_bytes: None,
+            g: irn_transport::WindowConfig::default().g,
         }
     }
 }
@@ -352,7 +493,8 @@ pub struct TransportConfig {
     pub roce_rto_us: f64,
     /// RoCE keeps its timeout over PFC. Default false (the paper disables it: nothing is lost).
     pub roce_timeout_with_pfc: bool,
-    /// Congestion control: `none` (default).
+    /// Congestion control: `none` (default), `dcqcn`, `timely`, `dctcp` or `aimd`; parameters
+    /// in `[cc]`.
     pub cc: CcKind,
     /// Operation of every flow: `write` (default), `send`, `read`.
     pub op: FlowOp,
@@ -462,6 +604,8 @@ pub struct SimConfig {
     pub transport: TransportConfig,
     /// `[workload]`.
     pub workload: WorkloadConfig,
+    /// `[cc]`.
+    pub cc: CcConfig,
     /// Directory that relative paths are resolved against (the configuration file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -479,6 +623,7 @@ impl Default for SimConfig {
             nic: NicConfig::default(),
             transport: TransportConfig::default(),
             workload: WorkloadConfig::default(),
+            cc: CcConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -493,6 +638,90 @@ fn check(ok: bool, key: &str, what: &str) -> Result<(), String> {
 }
 
 impl SimConfig {
+    /// `[cc]` and what the chosen controller needs of the network.
+    fn validate_cc(&self) -> Result<(), String> {
+        let positive = |v: f64| v > 0.0 && v.is_finite();
+        let fraction = |v: f64| v > 0.0 && v <= 1.0;
+        let d = &self.cc.dcqcn;
+        check(fraction(d.g), "cc.dcqcn.g", "must be in (0, 1]")?;
+        for (v, k) in [
+            (d.alpha_period_us, "cc.dcqcn.alpha_period_us"),
+            (d.increase_period_us, "cc.dcqcn.increase_period_us"),
+            (d.ai_mbps, "cc.dcqcn.ai_mbps"),
+            (d.hai_mbps, "cc.dcqcn.hai_mbps"),
+            (d.min_rate_mbps, "cc.dcqcn.min_rate_mbps"),
+            (self.cc.timely.delta_mbps, "cc.timely.delta_mbps"),
+            (self.cc.timely.min_rtt_us, "cc.timely.min_rtt_us"),
+            (self.cc.timely.min_rate_mbps, "cc.timely.min_rate_mbps"),
+        ] {
+            check(positive(v), k, "must be positive")?;
+        }
+        check(
+            d.cnp_interval_us >= 0.0 && d.cnp_interval_us.is_finite(),
+            "cc.dcqcn.cnp_interval_us",
+            "must be ≥ 0",
+        )?;
+        check(
+            d.byte_counter_bytes > 0,
+            "cc.dcqcn.byte_counter_bytes",
+            "must be positive",
+        )?;
+        check(
+            (0.0..=1.0).contains(&d.initial_alpha),
+            "cc.dcqcn.initial_alpha",
+            "must be in [0, 1]",
+        )?;
+        check(
+            (0.0..1.0).contains(&d.timer_jitter),
+            "cc.dcqcn.timer_jitter",
+            "must be in [0, 1)",
+        )?;
+        let t = &self.cc.timely;
+        check(fraction(t.alpha), "cc.timely.alpha", "must be in (0, 1]")?;
+        check(fraction(t.beta), "cc.timely.beta", "must be in (0, 1]")?;
+        check(
+            t.t_low_us >= 0.0 && t.t_low_us < t.t_high_us && t.t_high_us.is_finite(),
+            "cc.timely.t_low_us",
+            "must be ≥ 0 and below t_high_us",
+        )?;
+        check(
+            t.hai_threshold >= 1,
+            "cc.timely.hai_threshold",
+            "must be at least 1",
+        )?;
+        check(
+            t.segment_bytes > 0,
+            "cc.timely.segment_bytes",
+            "must be positive",
+        )?;
+        let w = &self.cc.window;
+        check(fraction(w.g), "cc.window.g", "must be in (0, 1]")?;
+        check(
+            w.min_window_bytes.is_none_or(|m| m > 0),
+            "cc.window.min_window_bytes",
+            "must be positive",
+        )?;
+        check(
+            w.max_window_bytes
+                .is_none_or(|m| m >= w.min_window_bytes.unwrap_or(1).max(1)),
+            "cc.window.max_window_bytes",
+            "must be at least min_window_bytes",
+        )?;
+        // DCQCN's CNPs and DCTCP's echoes come from ECN marks: without marking switches they
+        // would silently run as no congestion control at all.
+        if matches!(self.transport.cc, CcKind::Dcqcn | CcKind::Dctcp) {
+            check(
+                self.switch.ecn != EcnMode::Off,
+                "switch.ecn",
+                &format!(
+                    "must be `red` or `threshold` with transport.cc = \"{}\" (it reacts to ECN marks)",
+                    self.transport.cc.name()
+                ),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Checks values against each other; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
         check(
@@ -570,6 +799,7 @@ impl SimConfig {
             "switch.ecn_pmax",
             "must be in [0, 1]",
         )?;
+        self.validate_cc()?;
         let n = &self.network;
         check(
             matches!(n.mtu, 256 | 512 | 1024 | 2048 | 4096),

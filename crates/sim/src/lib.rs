@@ -158,6 +158,8 @@ fn run_with<M: SimMemory>(
         retransmissions: net.qp.retransmitted,
         timeouts: net.qp.timeouts,
         nacks: net.qp.nacks_sent,
+        ecn_marked: net.qp.ecn_marked,
+        cnps: net.qp.cnps_sent,
         bdp_cap: sim.bdp_cap(),
         max_in_flight: net.max_in_flight,
         incast,

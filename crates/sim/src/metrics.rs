@@ -182,6 +182,10 @@ pub struct RunSummary {
     pub timeouts: u64,
     /// NACKs sent by receivers.
     pub nacks: u64,
+    /// CE-marked packets that reached a queue pair.
+    pub ecn_marked: u64,
+    /// CNPs sent by notification points (DCQCN).
+    pub cnps: u64,
     /// BDP cap in packets, when BDP-FC is on.
     pub bdp_cap: Option<u32>,
     /// The most packets one queue pair had in flight.

@@ -35,13 +35,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use irn_transport::{
-    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, Counters, Dur, Key,
-    Memory, MrKeys, NoCcFactory, QpAttr, QpConfig, QueuePair, RecoveryConfig, RecvWr, Remote,
-    RtoPolicy, SendOp, SendWr, Sge, Time, WcStatus,
+    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, ControllerFactory,
+    Counters, DcqcnConfig, DcqcnFactory, Dur, Key, Memory, MrKeys, NoCcFactory, QpAttr, QpConfig,
+    QueuePair, RecoveryConfig, RecvWr, Remote, RtoPolicy, SendOp, SendWr, Sge, Time, TimelyConfig,
+    TimelyFactory, WcStatus, WindowAlgorithm, WindowConfig, WindowFactory,
 };
 use irn_wire::{Ecn, IbRepr, Opcode, Psn};
 
-use crate::config::{EcnMode, FlowOp, Recovery, SimConfig, SwitchModel};
+use crate::config::{CcKind, EcnMode, FlowOp, Recovery, SimConfig, SwitchModel};
 use crate::engine::EventQueue;
 use crate::rng::{mix, Rng};
 use crate::topology::Topology;
@@ -615,6 +616,63 @@ fn end_host(op: FlowOp, f: &Flow, end: usize) -> u32 {
     }
 }
 
+/// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
+fn cc_factory(cfg: &SimConfig, bdp_cap: u32) -> Arc<dyn ControllerFactory> {
+    let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
+    let bps = |mbps: f64| (mbps * 1e6).round() as u64;
+    match cfg.transport.cc {
+        CcKind::None => Arc::new(NoCcFactory),
+        CcKind::Dcqcn => {
+            let d = &cfg.cc.dcqcn;
+            Arc::new(DcqcnFactory {
+                config: DcqcnConfig {
+                    g: d.g,
+                    alpha_period: us(d.alpha_period_us),
+                    increase_period: us(d.increase_period_us),
+                    byte_counter: d.byte_counter_bytes,
+                    fast_recovery_steps: d.fast_recovery_steps,
+                    ai_bps: bps(d.ai_mbps),
+                    hai_bps: bps(d.hai_mbps),
+                    min_rate_bps: bps(d.min_rate_mbps),
+                    initial_alpha: d.initial_alpha,
+                    timer_jitter: d.timer_jitter,
+                },
+                seed: cfg.seed,
+            })
+        }
+        CcKind::Timely => {
+            let t = &cfg.cc.timely;
+            Arc::new(TimelyFactory(TimelyConfig {
+                alpha: t.alpha,
+                beta: t.beta,
+                delta_bps: bps(t.delta_mbps),
+                t_low: us(t.t_low_us),
+                t_high: us(t.t_high_us),
+                min_rtt: us(t.min_rtt_us),
+                hai_threshold: t.hai_threshold,
+                segment_bytes: t.segment_bytes,
+                min_rate_bps: bps(t.min_rate_mbps),
+            }))
+        }
+        CcKind::Dctcp | CcKind::Aimd => {
+            let w = &cfg.cc.window;
+            let mss = u64::from(cfg.network.mtu);
+            Arc::new(WindowFactory(WindowConfig {
+                algorithm: if cfg.transport.cc == CcKind::Dctcp {
+                    WindowAlgorithm::Dctcp
+                } else {
+                    WindowAlgorithm::Aimd
+                },
+                mss,
+                init_window: w.init_window_bytes.unwrap_or(u64::from(bdp_cap) * mss),
+                min_window: w.min_window_bytes.unwrap_or(mss),
+                max_window: w.max_window_bytes,
+                g: w.g,
+            }))
+        }
+    }
+}
+
 /// The QPN of end `end` of `flow`: a function of the flow, so that each end knows the other's
 /// without asking (the two ends may be set up in different partitions at the same instant).
 /// QPNs are 24 bits and 0 and 1 are special in InfiniBand; past 2^23 flows they repeat, which
@@ -920,7 +978,8 @@ impl<M: SimMemory> Part<M> {
         let qp_cfg = QpConfig {
             qpn: 0,
             recovery,
-            cc: Arc::new(NoCcFactory),
+            cc: cc_factory(&cfg, bdp_cap),
+            cnp_interval: us(cfg.cc.dcqcn.cnp_interval_us),
             line_rate_bps: host_rate,
             retry_limit: Some(u32::MAX / 2),
             max_send_wr: 16,

@@ -1218,10 +1218,15 @@ impl QueuePair {
             self.rnr_retries = 0;
             let bytes = u64::from(acked.psns) * u64::from(self.mtu());
             self.cc.on_ack(now, bytes, acked.rtt);
-            if self.irn_wire() {
-                self.cc
-                    .on_ecn_echo(now, if becn { bytes } else { 0 }, bytes);
-            }
+            // An echo stands for the one marked packet that triggered this ACK (IRN ACKs every
+            // packet; a standard responder ACKs a marked packet at once), even when the ACK
+            // covers more, as after a retransmission fills a hole.
+            let marked = if becn {
+                bytes.min(u64::from(self.mtu()))
+            } else {
+                0
+            };
+            self.cc.on_ecn_echo(now, marked, bytes);
         }
         let una = self.swin.una();
         for w in self.sq.iter_mut() {
@@ -1610,7 +1615,10 @@ impl QueuePair {
                     } else {
                         self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce);
                     }
-                } else if ib.bth.ack_req && !is_read_or_atomic_request(ib.bth.opcode) {
+                } else if (ib.bth.ack_req || ce) && !is_read_or_atomic_request(ib.bth.opcode) {
+                    // A CE-marked request is acknowledged at once with BECN set (SPEC T9's
+                    // ECN echo), not only when the requester asks: otherwise a window-based
+                    // controller over standard RoCE would see at most one mark per 64 packets.
                     let e = self.rwin.epsn().sub(1);
                     self.push_resp_ack(e, Syndrome::Ack(CreditCode::INVALID), ce);
                 }
@@ -1723,16 +1731,20 @@ impl QueuePair {
         });
     }
 
-    /// A standard ACK or NAK, in order with the Read responses.
+    /// A standard ACK or NAK, in order with the Read responses. Consecutive plain ACKs
+    /// coalesce, unless either carries an ECN echo (each echo stands for one marked packet).
     fn push_resp_ack(&mut self, psn: Psn, syndrome: Syndrome, becn: bool) {
         if syndrome.is_ack() {
             self.counters.acks_sent += 1;
             if let Some(RespJob::Ack {
                 syndrome: Syndrome::Ack(_),
+                becn: false,
                 ..
             }) = self.resp.back()
             {
-                self.resp.pop_back();
+                if !becn {
+                    self.resp.pop_back();
+                }
             }
         }
         self.resp.push_back(RespJob::Ack {

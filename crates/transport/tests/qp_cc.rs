@@ -103,8 +103,13 @@ fn every_controller_delivers_every_operation_under_loss_and_marks() {
 
 /// A writes `len` bytes to B over `link`; returns the time its completion came, with the pair
 /// as it was then (the controller's state included).
-fn write_time(cc: Arc<dyn ControllerFactory>, link: LinkConfig, len: usize) -> (Dur, Pair) {
-    let mut p = pair(RecoveryConfig::irn(), cc, link);
+fn write_time(
+    rec: RecoveryConfig,
+    cc: Arc<dyn ControllerFactory>,
+    link: LinkConfig,
+    len: usize,
+) -> (Dur, Pair) {
+    let mut p = pair(rec, cc, link);
     let w = Workload::post(&mut p, &[write(len)], 1);
     p.drive_while(Time::ZERO + Dur::from_millis(1_000), |p| {
         p.done_a.is_empty()
@@ -133,22 +138,28 @@ fn each_controller_slows_its_sender_on_its_own_signal_and_none_ignores_it() {
         ..LinkConfig::default()
     };
     let len = 4 << 20;
-    for (name, cc) in controllers() {
-        if name == "timely" {
-            continue; // marks mean nothing to TIMELY: see the RTT test below
-        }
-        let (fast, _) = write_time(cc.clone(), clean, len);
-        let (slow, p) = write_time(cc, marked, len);
-        // 4 MiB at 40 Gb/s is about 0.9 ms.
-        let ratio = slow.as_picos() as f64 / fast.as_picos() as f64;
-        if name == "none" {
-            assert_eq!(fast, slow, "no congestion control ignores marks");
-            assert!(p.a.counters().cnps_received > 0);
-        } else {
-            assert!(
-                ratio > 2.0,
-                "{name}: every packet marked, yet only {ratio:.2}× slower ({fast} → {slow})"
-            );
+    for (mode, rec) in [
+        ("irn", RecoveryConfig::irn()),
+        ("roce", RecoveryConfig::roce()),
+    ] {
+        for (name, cc) in controllers() {
+            if name == "timely" {
+                continue; // marks mean nothing to TIMELY: see the RTT test below
+            }
+            let (fast, _) = write_time(rec, cc.clone(), clean, len);
+            let (slow, p) = write_time(rec, cc, marked, len);
+            // 4 MiB at 40 Gb/s is about 0.9 ms.
+            let ratio = slow.as_picos() as f64 / fast.as_picos() as f64;
+            if name == "none" {
+                assert_eq!(fast, slow, "{mode}: no congestion control ignores marks");
+                assert!(p.a.counters().cnps_received > 0);
+            } else {
+                assert!(
+                    ratio > 2.0,
+                    "{name}/{mode}: every packet marked, yet only {ratio:.2}× slower \
+                     ({fast} → {slow})"
+                );
+            }
         }
     }
 }
@@ -226,4 +237,41 @@ fn timely_cuts_when_the_round_trip_grows_and_none_does_not() {
         "TIMELY never went below 20 Gb/s ({timely})"
     );
     assert_eq!(lowest_rate_while_rtt_grows(Arc::new(NoCcFactory)), u64::MAX);
+}
+
+/// Every CE-marked request is echoed by exactly one ACK with BECN set, in IRN (which ACKs every
+/// packet) and in standard RoCE (whose responder otherwise ACKs only when asked, every 64
+/// packets): window-based controllers count marks exactly.
+#[test]
+fn every_marked_request_is_echoed_once() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    for rec in [RecoveryConfig::irn(), RecoveryConfig::roce()] {
+        let link = LinkConfig {
+            ce_mark: 0.3,
+            ..LinkConfig::default()
+        };
+        let mut p = pair(rec, Arc::new(NoCcFactory), link);
+        let marked = Arc::new(AtomicU64::new(0));
+        let echoed = Arc::new(AtomicU64::new(0));
+        let (m, e) = (marked.clone(), echoed.clone());
+        p.set_tap(move |to, pkt| {
+            let op = pkt.ib.bth.opcode;
+            if to == Side::B && op.is_request() && pkt.ecn == irn_wire::Ecn::Ce {
+                m.fetch_add(1, Ordering::Relaxed);
+            }
+            if to == Side::A && op == irn_wire::Opcode::RC_ACKNOWLEDGE && pkt.ib.bth.becn {
+                e.fetch_add(1, Ordering::Relaxed);
+            }
+            true
+        });
+        let w = Workload::post(&mut p, &[write(1 << 20)], 1);
+        assert!(p.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000));
+        w.check(&p).expect("exact delivery");
+        let (m, e) = (
+            marked.load(Ordering::Relaxed),
+            echoed.load(Ordering::Relaxed),
+        );
+        assert!(m > 100, "{m}");
+        assert_eq!(m, e, "{:?}", rec.retransmission);
+    }
 }

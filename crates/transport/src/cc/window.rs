@@ -16,9 +16,10 @@
 //!
 //! There is no slow start at the beginning: as IRN's flows start at line rate, a new queue
 //! pair's window is `init_window` (the simulator sets the BDP) with `ssthresh` equal to it, so
-//! it grows by congestion avoidance. Echoes come from IRN's per-packet ACKs (the responder sets
-//! BTH's BECN bit when the acknowledged packet was CE-marked); standard RoCE coalesces ACKs,
-//! and its queue pairs do not feed echoes to the controller.
+//! it grows by congestion avoidance. Echoes ride on ACKs: the responder sets BTH's BECN bit in
+//! the ACK of a CE-marked packet — IRN's ACK every packet; a standard RoCE responder, which
+//! otherwise ACKs only when asked (every 64 packets here), ACKs a marked packet at once — and
+//! each echo counts one packet as marked.
 
 use crate::time::{Dur, Time};
 
