@@ -126,6 +126,11 @@ fn run_with<M: SimMemory>(
         .filter(|r| r.status == Some(irn_transport::WcStatus::Success))
         .count();
     let finished = records.iter().filter(|r| r.end.is_some()).count();
+    if std::env::var_os("IRN_DEBUG_STUCK").is_some() {
+        if let Some(i) = records.iter().position(|r| r.end.is_none()) {
+            eprintln!("{:?}\n{}", records[i], sim.debug_flow(i));
+        }
+    }
     let summary = RunSummary {
         name: cfg.name.clone(),
         transport: cfg.transport.recovery.name().into(),

@@ -2629,8 +2629,17 @@ impl QueuePair {
         }
         let w = &self.sq[idx];
         let psn = w.first_psn.add(self.tx_off);
-        let (t, covers) = self.build_request(idx, psn, mem, payload);
+        let (mut t, covers) = self.build_request(idx, psn, mem, payload);
         self.swin.on_sent_new(now, covers);
+        if self.cc.window().is_some() && self.mode() == Retransmission::GoBackN {
+            // A window is clocked by ACKs, and a standard responder ACKs only when asked
+            // (every 64 packets): ask on every packet, as a TCP receiver ACKs every other
+            // segment. Asking only when the window fills is not enough — a cut after the
+            // packets left (an ECN echo) closes the window below what is in flight, with no
+            // ACK on its way, and under PFC there is no timeout to break the wait.
+            // Go-back-0 keeps its ACKs on message boundaries and leaves a stall to its timeout.
+            t.ib.bth.ack_req = true;
+        }
         self.tx_off += covers;
         if self.tx_off >= self.sq[idx].npsn {
             self.tx_idx += 1;

@@ -275,3 +275,31 @@ fn every_marked_request_is_echoed_once() {
         assert_eq!(m, e, "{:?}", rec.retransmission);
     }
 }
+
+/// Standard RoCE under a window and without a timeout (as under PFC): echoes cut the window
+/// below what is already in flight, and only ACKs can reopen it — so the requester must have
+/// asked for them. A stall here would last forever.
+#[test]
+fn a_window_over_standard_roce_never_waits_for_an_ack_nobody_will_send() {
+    for algorithm in [WindowAlgorithm::Aimd, WindowAlgorithm::Dctcp] {
+        let rec = RecoveryConfig {
+            rto: irn_transport::RtoPolicy::Disabled,
+            ..RecoveryConfig::roce()
+        };
+        let link = LinkConfig {
+            ce_mark: 0.3,
+            ..LinkConfig::default()
+        };
+        let cc = Arc::new(WindowFactory(WindowConfig {
+            algorithm,
+            ..WindowConfig::default()
+        }));
+        let mut p = pair(rec, cc, link);
+        let w = Workload::post(&mut p, &[write(4 << 20), write(100_000)], 1);
+        assert!(
+            p.drive_until(Time::ZERO + Dur::from_millis(1_000), 50_000_000),
+            "{algorithm:?}: stalled"
+        );
+        w.check(&p).expect("exact delivery, one completion each");
+    }
+}
