@@ -1344,7 +1344,7 @@ impl<M: SimMemory> Part<M> {
             self.finish_flow(now, flow, c.status);
             return;
         }
-        Self::arm_timer(&mut self.q, s, host, slot);
+        Self::arm_timer(&mut self.q, now, s, host, slot);
         // Only a queue pair that may have something to send joins the NIC's list and wakes
         // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
         // still full) costs no poll and no wake-up.
@@ -1398,9 +1398,12 @@ impl<M: SimMemory> Part<M> {
     }
 
     /// Makes sure an event wakes the queue pair at its next deadline (at most one pending
-    /// event per queue pair, unless its deadline moved earlier).
-    fn arm_timer(q: &mut Events, s: &mut Slot, host: u32, slot: u32) {
+    /// event per queue pair, unless its deadline moved earlier). A deadline already past — a
+    /// pacing slot that ended while the queue pair waited for its turn — is due now: the event
+    /// list would run it now anyway, and the handler only accepts the event its slot recorded.
+    fn arm_timer(q: &mut Events, now: Time, s: &mut Slot, host: u32, slot: u32) {
         if let Some(d) = s.qp.as_ref().and_then(QueuePair::poll_timeout) {
+            let d = d.max(now);
             if s.timer.is_none_or(|t| d < t) {
                 s.timer = Some(d);
                 q.push(
@@ -1557,7 +1560,7 @@ impl<M: SimMemory> Part<M> {
                 .max(qp.in_flight())
                 .max(qp.responses_in_flight());
             // Sending may have started the retransmission timer.
-            Self::arm_timer(&mut self.q, s, host, slot);
+            Self::arm_timer(&mut self.q, now, s, host, slot);
             let dest_qpn = t.ib.bth.dest_qpn;
             let peer_host = s.peer;
             let (flow, end) = (s.flow, usize::from(s.end));
