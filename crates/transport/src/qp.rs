@@ -462,6 +462,8 @@ pub struct QueuePair {
     rnr_psn: Psn,
     rnr_retries: u32,
     pacing_until: Time,
+    /// Request payload bytes sent since a standard request last asked for an ACK.
+    unasked_bytes: u64,
 
     // Responder.
     rq: VecDeque<RecvWqe>,
@@ -515,6 +517,7 @@ impl QueuePair {
             rnr_psn: Psn::new(0),
             rnr_retries: 0,
             pacing_until: Time::ZERO,
+            unasked_bytes: 0,
             rq: VecDeque::new(),
             rq_next_sn: 0,
             rq_claim_sn: 0,
@@ -2631,14 +2634,19 @@ impl QueuePair {
         let psn = w.first_psn.add(self.tx_off);
         let (mut t, covers) = self.build_request(idx, psn, mem, payload);
         self.swin.on_sent_new(now, covers);
-        if self.cc.window().is_some() && self.mode() == Retransmission::GoBackN {
-            // A window is clocked by ACKs, and a standard responder ACKs only when asked
-            // (every 64 packets): ask on every packet, as a TCP receiver ACKs every other
-            // segment. Asking only when the window fills is not enough — a cut after the
-            // packets left (an ECN echo) closes the window below what is in flight, with no
-            // ACK on its way, and under PFC there is no timeout to break the wait.
-            // Go-back-0 keeps its ACKs on message boundaries and leaves a stall to its timeout.
-            t.ib.bth.ack_req = true;
+        if self.mode() == Retransmission::GoBackN {
+            // A standard responder ACKs only when asked: ask as often as the congestion
+            // controller needs feedback (Controller::ack_interval_bytes). Go-back-0 keeps its
+            // ACKs on message boundaries (E11's livelock depends on it).
+            self.unasked_bytes += t.ib.payload_len as u64;
+            if let Some(every) = self.cc.ack_interval_bytes() {
+                if self.unasked_bytes >= every {
+                    t.ib.bth.ack_req = true;
+                }
+            }
+            if t.ib.bth.ack_req {
+                self.unasked_bytes = 0;
+            }
         }
         self.tx_off += covers;
         if self.tx_off >= self.sq[idx].npsn {

@@ -303,3 +303,27 @@ fn a_window_over_standard_roce_never_waits_for_an_ack_nobody_will_send() {
         w.check(&p).expect("exact delivery, one completion each");
     }
 }
+
+/// A standard RoCE requester asks for ACKs as often as its controller needs feedback: at the
+/// end of the message and every 64 packets without congestion control or with DCQCN (whose
+/// feedback is CNPs), once per 16 KB segment for TIMELY's RTT samples, on every packet for a
+/// window.
+#[test]
+fn standard_roce_asks_for_acks_as_often_as_its_controller_needs() {
+    let packets = 1024u64; // a 1 MiB write of 1 KiB packets
+    for (name, cc) in controllers() {
+        let (_, p) = write_time(
+            RecoveryConfig::roce(),
+            cc,
+            LinkConfig::default(),
+            (packets * 1024) as usize,
+        );
+        let acks = p.b.counters().acks_sent;
+        let expect = match name {
+            "none" | "dcqcn" => packets / 64,
+            "timely" => packets / 16,
+            _ => packets,
+        };
+        assert_eq!(acks, expect, "{name}");
+    }
+}

@@ -64,6 +64,15 @@ pub trait Controller: Debug + Send {
 
     /// Bytes the queue pair may have in flight; `None` = no window.
     fn window(&self) -> Option<u64>;
+
+    /// How often the controller needs an ACK, in request payload bytes: a standard RoCE
+    /// requester, which otherwise asks for an ACK only at the end of a message and every 64
+    /// packets, also asks once this many bytes went out since it last asked (`Some(0)`: on
+    /// every packet). IRN acknowledges every packet anyway. `None` (the default): the
+    /// controller's feedback does not come from ACKs (DCQCN's CNPs, or none).
+    fn ack_interval_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Makes a controller for each new queue pair.

@@ -202,6 +202,14 @@ impl Controller for WindowCc {
     fn window(&self) -> Option<u64> {
         Some(self.cwnd as u64)
     }
+
+    /// Every packet: a window is clocked by ACKs (as a TCP receiver ACKs every other
+    /// segment). Asking only when the window fills is not enough — a cut after the packets
+    /// left closes the window below what is in flight with no ACK on its way, and under PFC
+    /// there is no timeout to break the wait.
+    fn ack_interval_bytes(&self) -> Option<u64> {
+        Some(0)
+    }
 }
 
 /// Makes a [`WindowCc`] per queue pair.
