@@ -11,35 +11,74 @@ use irn_sim::metrics::RunSummary;
 /// A metric's name and how to read it off a run.
 type Metric = (&'static str, fn(&RunSummary) -> f64);
 
-const COLORS: [RGBColor; 8] = [
+/// Matplotlib's "tab20" pairs: each colour with its lighter shade, so that up to 16 runs
+/// (E4's four transports under four controllers) stay apart.
+const COLORS: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
+    RGBColor(174, 199, 232),
     RGBColor(255, 127, 14),
+    RGBColor(255, 187, 120),
     RGBColor(44, 160, 44),
+    RGBColor(152, 223, 138),
     RGBColor(214, 39, 40),
+    RGBColor(255, 152, 150),
     RGBColor(148, 103, 189),
+    RGBColor(197, 176, 213),
     RGBColor(140, 86, 75),
+    RGBColor(196, 156, 148),
     RGBColor(227, 119, 194),
+    RGBColor(247, 182, 210),
     RGBColor(127, 127, 127),
+    RGBColor(199, 199, 199),
 ];
 
+/// The run that `run`'s ratios divide by: the run named `name` if given; otherwise the first
+/// RoCE run with PFC under the same congestion control (so that an experiment comparing
+/// controllers, such as E4, compares transports within each), else the first RoCE run with PFC.
+pub fn baseline_of<'a>(
+    runs: &'a [RunSummary],
+    run: &RunSummary,
+    name: Option<&str>,
+) -> Option<&'a RunSummary> {
+    let roce_pfc = |r: &&RunSummary| r.transport == "roce" && r.pfc;
+    match name {
+        Some(n) => runs.iter().find(|r| r.name == n),
+        None => runs
+            .iter()
+            .filter(roce_pfc)
+            .find(|r| r.cc == run.cc)
+            .or_else(|| runs.iter().find(roce_pfc)),
+    }
+}
+
+/// What the ratios divide by, for a caption or a column header.
+pub fn baseline_label(runs: &[RunSummary], name: Option<&str>) -> Option<String> {
+    let first = baseline_of(runs, runs.first()?, name)?;
+    if runs
+        .iter()
+        .all(|r| baseline_of(runs, r, name).is_some_and(|b| b.name == first.name))
+    {
+        Some(first.name.clone())
+    } else {
+        Some("RoCE+PFC under the same congestion control".into())
+    }
+}
+
 /// Grouped bars: for each metric (average slowdown, average FCT, 99th-percentile FCT), one
-/// bar per run, divided by the baseline run's value (the run named `baseline`, else the first
-/// RoCE run with PFC, else the first run).
+/// bar per run, divided by its baseline run's value ([`baseline_of`]; the first run when there
+/// is none).
 pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<()> {
     if runs.is_empty() {
         return Err(anyhow!("nothing to plot"));
     }
-    let base = match baseline {
-        Some(n) => runs.iter().find(|r| r.name == n),
-        None => runs.iter().find(|r| r.transport == "roce" && r.pfc),
-    }
-    .unwrap_or(&runs[0]);
+    let label = baseline_label(runs, baseline).unwrap_or_else(|| runs[0].name.clone());
     let metrics: [Metric; 3] = [
         ("avg slowdown", |r| r.all.avg_slowdown),
         ("avg FCT", |r| r.all.avg_fct_us),
         ("p99 FCT", |r| r.all.p99_fct_us),
     ];
     let ratio = |r: &RunSummary, f: fn(&RunSummary) -> f64| {
+        let base = baseline_of(runs, r, baseline).unwrap_or(&runs[0]);
         let b = f(base);
         if b > 0.0 {
             f(r) / b
@@ -58,7 +97,7 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
     let root = SVGBackend::new(path, (200 + 90 * n as u32 * 3, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("relative to {}", base.name), ("sans-serif", 18))
+        .caption(format!("relative to {label}"), ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)

@@ -39,7 +39,8 @@ pub struct SimArgs {
     /// every value). Same as `--set threads=N`; default: the file's, or 1.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// The run the ratios compare with (default: the first RoCE run with PFC).
+    /// The run the ratios compare with (default: the first RoCE run with PFC under the same
+    /// congestion control).
     #[arg(long)]
     pub baseline: Option<String>,
     /// Draw the three metrics of every run, relative to the baseline, as an SVG.
@@ -167,17 +168,8 @@ fn run_all(runs: &[SimConfig], jobs: Option<usize>, quiet: bool) -> Result<Vec<R
     Ok(out)
 }
 
-/// The baseline of the ratio columns: the run named `name`, or the first RoCE run with PFC.
-fn baseline<'a>(runs: &'a [RunSummary], name: Option<&str>) -> Option<&'a RunSummary> {
-    match name {
-        Some(n) => runs.iter().find(|r| r.name == n),
-        None => runs.iter().find(|r| r.transport == "roce" && r.pfc),
-    }
-}
-
 fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> Result<()> {
-    let b = baseline(runs, base);
-    let bname = b.map_or("", |b| b.name.as_str());
+    let label = crate::plot::baseline_label(runs, base);
     writeln!(
         out,
         "{:<22} {:>8} {:>10} {:>12} {:>12} {:>9} {:>8} {:>8}   {}",
@@ -189,14 +181,12 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
         "drop rate",
         "pauses",
         "wall s",
-        if b.is_some() {
-            format!("÷ {bname}: slowdown / avg FCT / p99 FCT")
-        } else {
-            String::new()
-        }
+        label.map_or(String::new(), |l| format!(
+            "÷ {l}: slowdown / avg FCT / p99 FCT"
+        ))
     )?;
     for r in runs {
-        let ratio = b.map_or(String::new(), |b| {
+        let ratio = crate::plot::baseline_of(runs, r, base).map_or(String::new(), |b| {
             let q = |a: f64, c: f64| {
                 if c > 0.0 {
                     format!("{:.2}", a / c)
