@@ -401,7 +401,7 @@ impl Default for DcqcnParams {
             timer_jitter: d.timer_jitter,
             cnp_interval_us: irn_transport::QpConfig::default()
                 .cnp_interval
-                .as_micros_f64(),
+                .map_or(50.0, irn_transport::Dur::as_micros_f64),
         }
     }
 }

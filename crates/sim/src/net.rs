@@ -979,7 +979,8 @@ impl<M: SimMemory> Part<M> {
             qpn: 0,
             recovery,
             cc: cc_factory(&cfg, bdp_cap),
-            cnp_interval: us(cfg.cc.dcqcn.cnp_interval_us),
+            // Only DCQCN reads CNPs: under any other controller they would be wasted bytes.
+            cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| us(cfg.cc.dcqcn.cnp_interval_us)),
             line_rate_bps: host_rate,
             retry_limit: Some(u32::MAX / 2),
             max_send_wr: 16,

@@ -471,6 +471,8 @@ fn congestion_control_cuts_incast_drops() {
         );
         if cc == CcKind::Dcqcn {
             assert!(s.cnps > 0 && s.ecn_marked >= s.cnps, "{s:?}");
+        } else {
+            assert_eq!(s.cnps, 0, "{cc:?}: only DCQCN's receivers send CNPs");
         }
     }
 }

@@ -42,8 +42,10 @@ pub struct QpConfig {
     pub cc: Arc<dyn ControllerFactory>,
     /// Line rate of the port, for the congestion controller.
     pub line_rate_bps: u64,
-    /// At most one CNP per this interval (DCQCN's notification point: 50 µs).
-    pub cnp_interval: Dur,
+    /// DCQCN's notification point: answer CE-marked packets with at most one CNP per this
+    /// interval (50 µs, the DCQCN paper's N). `None`: send no CNPs (a NIC whose senders react
+    /// to ECN echoes, as DCTCP does, or to nothing).
+    pub cnp_interval: Option<Dur>,
     /// Overrides the verbs `retry_cnt` (0–7) with a larger limit, for simulations and tests
     /// that must never give up.
     pub retry_limit: Option<u32>,
@@ -63,7 +65,7 @@ impl Default for QpConfig {
             recovery: RecoveryConfig::irn(),
             cc: Arc::new(NoCcFactory),
             line_rate_bps: 40_000_000_000,
-            cnp_interval: Dur::from_micros(50),
+            cnp_interval: Some(Dur::from_micros(50)),
             retry_limit: None,
             ooo_window: 4096,
             max_send_wr: 1 << 16,
@@ -1087,10 +1089,10 @@ impl QueuePair {
     /// Notification point: a CE-marked packet arrived; send a CNP unless one went out within the
     /// CNP interval (DCQCN, SPEC T9).
     fn notify_congestion(&mut self, now: Time) {
-        if self
-            .last_cnp
-            .is_some_and(|t| now.since(t) < self.cfg.cnp_interval)
-        {
+        let Some(interval) = self.cfg.cnp_interval else {
+            return;
+        };
+        if self.last_cnp.is_some_and(|t| now.since(t) < interval) {
             return;
         }
         self.last_cnp = Some(now);
