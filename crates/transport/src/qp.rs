@@ -1620,10 +1620,14 @@ impl QueuePair {
                     } else {
                         self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce);
                     }
-                } else if (ib.bth.ack_req || ce) && !is_read_or_atomic_request(ib.bth.opcode) {
-                    // A CE-marked request is acknowledged at once with BECN set (SPEC T9's
-                    // ECN echo), not only when the requester asks: otherwise a window-based
-                    // controller over standard RoCE would see at most one mark per 64 packets.
+                } else if (ib.bth.ack_req || (ce && self.cfg.cnp_interval.is_none()))
+                    && !is_read_or_atomic_request(ib.bth.opcode)
+                {
+                    // A NIC reports congestion one way: a DCQCN notification point with CNPs
+                    // (ACKs as usual), any other with the ECN echo (SPEC T9) — and then a
+                    // CE-marked request is acknowledged at once with BECN set, not only when
+                    // the requester asks, or a window-based controller over standard RoCE would
+                    // see at most one mark per 64 packets.
                     let e = self.rwin.epsn().sub(1);
                     self.push_resp_ack(e, Syndrome::Ack(CreditCode::INVALID), ce);
                 }
@@ -1736,8 +1740,9 @@ impl QueuePair {
         });
     }
 
-    /// A standard ACK or NAK, in order with the Read responses. Consecutive plain ACKs
-    /// coalesce, unless either carries an ECN echo (each echo stands for one marked packet).
+    /// A standard ACK or NAK, in order with the Read responses. A plain ACK still queued is
+    /// replaced by a newer one (which says everything it did), unless it carries an ECN echo
+    /// (each echo stands for one marked packet).
     fn push_resp_ack(&mut self, psn: Psn, syndrome: Syndrome, becn: bool) {
         if syndrome.is_ack() {
             self.counters.acks_sent += 1;
@@ -1747,9 +1752,7 @@ impl QueuePair {
                 ..
             }) = self.resp.back()
             {
-                if !becn {
-                    self.resp.pop_back();
-                }
+                self.resp.pop_back();
             }
         }
         self.resp.push_back(RespJob::Ack {
