@@ -2,9 +2,10 @@
 //!
 //! A discrete-event simulator of RDMA datacenter fabrics whose NICs run
 //! [`irn_transport::QueuePair`]s — the same code the UDP runtime runs — never a model of the
-//! protocol. It reproduces the IRN paper's evaluation (SIGCOMM 2018; SPEC E0–E3, E5, E8):
+//! protocol. It reproduces the IRN paper's evaluation (SIGCOMM 2018; SPEC E0–E5, E8):
 //! fat-trees of input-queued or shared-buffer switches with PFC and ECN, Poisson or incast
-//! workloads, flow completion times and slowdowns.
+//! workloads, the transport's congestion controllers (DCQCN, TIMELY, DCTCP, AIMD), flow
+//! completion times and slowdowns.
 //!
 //! ## Use
 //!
