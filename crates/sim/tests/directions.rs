@@ -6,13 +6,17 @@
 use irn_sim::config::{load_experiment, SimConfig};
 use irn_sim::metrics::RunSummary;
 
-const EXPERIMENT: &str = r#"
+/// The paper's network and workload, 8 ms of arrivals.
+const BASE: &str = r#"
 seed = 1
 [topology]
 k = 6
 [workload]
 load = 0.7
 duration_us = 8000
+"#;
+
+const EXPERIMENT: &str = r#"
 [[run]]
 name = "IRN"
 [[run]]
@@ -58,7 +62,7 @@ fn run_all(runs: &[SimConfig]) -> Vec<RunSummary> {
 #[test]
 fn e1_e3_and_e5_hold_in_direction() {
     let e = load_experiment(
-        EXPERIMENT,
+        &format!("{BASE}{EXPERIMENT}"),
         "directions",
         std::path::Path::new("."),
         &[],
@@ -109,12 +113,6 @@ fn e1_e3_and_e5_hold_in_direction() {
 }
 
 const E4: &str = r#"
-seed = 1
-[topology]
-k = 6
-[workload]
-load = 0.7
-duration_us = 8000
 [[run]]
 name = "IRN DCQCN"
 transport.cc = "dcqcn"

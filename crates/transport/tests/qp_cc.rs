@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Kind, Op, Workload, ALL_KINDS};
+use common::{every_kind, Kind, Op, Workload};
 use irn_transport::pair::{LinkConfig, Pair, PairConfig, Side};
 use irn_transport::{
     ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, NoCcFactory, RecoveryConfig, Time,
@@ -49,23 +49,6 @@ fn pair(recovery: RecoveryConfig, cc: Arc<dyn ControllerFactory>, link: LinkConf
     Pair::new(cfg)
 }
 
-fn ops(len: usize) -> Vec<Op> {
-    ALL_KINDS
-        .iter()
-        .map(|&kind| Op {
-            kind,
-            len: if matches!(kind, Kind::FetchAdd | Kind::CompareSwap) {
-                8
-            } else {
-                len
-            },
-            signaled: true,
-            fence: false,
-            sges: 2,
-        })
-        .collect()
-}
-
 #[test]
 fn every_controller_delivers_every_operation_under_loss_and_marks() {
     let link = LinkConfig {
@@ -81,7 +64,7 @@ fn every_controller_delivers_every_operation_under_loss_and_marks() {
         ] {
             for seed in 1..=3 {
                 let mut p = pair(rec, cc.clone(), link);
-                let w = Workload::post(&mut p, &ops(20_000), seed);
+                let w = Workload::post(&mut p, &every_kind(20_000), seed);
                 let idle = p.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000);
                 assert!(idle, "{name}/{mode} seed {seed}: did not finish");
                 if let Err(e) = w.check(&p) {

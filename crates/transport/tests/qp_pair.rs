@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Kind, Op, Workload, ALL_KINDS};
+use common::{every_kind, Kind, Op, Workload, ALL_KINDS};
 use irn_transport::pair::{LinkConfig, Pair, PairConfig, Rng};
 use irn_transport::{Dur, RecoveryConfig, Time};
 use proptest::prelude::*;
@@ -42,23 +42,6 @@ fn run(recovery: RecoveryConfig, link: LinkConfig, ops: &[Op], seed: u64, mtu: u
         );
     }
     pair
-}
-
-fn every_kind(len: usize) -> Vec<Op> {
-    ALL_KINDS
-        .iter()
-        .map(|&kind| Op {
-            kind,
-            len: if matches!(kind, Kind::FetchAdd | Kind::CompareSwap) {
-                8
-            } else {
-                len
-            },
-            signaled: true,
-            fence: false,
-            sges: 2,
-        })
-        .collect()
 }
 
 #[test]

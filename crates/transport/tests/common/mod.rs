@@ -40,6 +40,24 @@ pub struct Op {
     pub sges: usize,
 }
 
+/// Every kind of operation once, signaled, `len` bytes (atomics: 8) in two pieces.
+pub fn every_kind(len: usize) -> Vec<Op> {
+    ALL_KINDS
+        .iter()
+        .map(|&kind| Op {
+            kind,
+            len: if matches!(kind, Kind::FetchAdd | Kind::CompareSwap) {
+                8
+            } else {
+                len
+            },
+            signaled: true,
+            fence: false,
+            sges: 2,
+        })
+        .collect()
+}
+
 /// What must hold after the run.
 #[derive(Debug)]
 struct Expect {
