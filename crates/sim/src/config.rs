@@ -193,7 +193,7 @@ impl Default for SwitchConfig {
 pub struct NetworkConfig {
     /// Priority flow control (802.1Qbb) on the lossless priorities. Default false.
     pub pfc: bool,
-    /// Priorities that are lossless when `pfc` is on. Default [3].
+    /// Priorities that are lossless when `pfc` is on. Default `[3]`.
     pub lossless_priorities: Vec<u8>,
     /// Path MTU in bytes (256–4096). Default 1024 (IRN's E0).
     pub mtu: u32,

@@ -15,7 +15,7 @@
 //! pops them about one per simulated nanosecond. So most events go into a *timing wheel*
 //! (Varghese & Lauck, "Hashed and hierarchical timing wheels", SOSP 1987): [`SLOTS`] slots of
 //! [`SLOT_PS`] picoseconds each, covering the next ≈ 8 µs. A slot is a singly linked list of
-//! chunks of [`CHUNK`] events in a slab, and a bitmap marks the non-empty slots, so a push is
+//! chunks of `CHUNK` events in a slab, and a bitmap marks the non-empty slots, so a push is
 //! O(1); when the wheel reaches a slot, its events are sorted once and popped in order (a
 //! 1024-host network has dozens per slot). Chunks rather than single events, because walking a
 //! crowded slot's list is a chain of dependent cache misses in a large network; a slab reused

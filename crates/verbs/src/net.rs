@@ -34,7 +34,8 @@ use irn_wire::udp::{UdpPacket, HEADER_LEN as UDP_LEN};
 use irn_wire::{Ecn, IpRepr, Ipv4Repr, Ipv6Repr, UdpChecksum, UdpRepr, ICRC_LEN};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 
-/// How a device receives packets (see the [module documentation](self)).
+/// How a device receives packets: through the UDP socket, or a raw socket that sees every
+/// packet whole (docs/VERBS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReceivePath {
     /// Raw when the process may open a raw socket and the address is IPv4; UDP otherwise.

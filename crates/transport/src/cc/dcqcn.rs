@@ -32,7 +32,8 @@ use crate::time::{Dur, Time};
 use super::{Controller, ControllerFactory};
 
 /// DCQCN's parameters. [`Default`] is the DCQCN paper's set for 40 Gb/s, which the IRN paper
-/// uses unchanged (§4.1: "the same congestion control parameters as specified in [38]").
+/// uses unchanged (§4.1: "the same congestion control parameters as specified in" the DCQCN
+/// paper).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DcqcnConfig {
     /// α's EWMA gain `g`. Default 1/256.
