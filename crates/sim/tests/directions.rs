@@ -149,8 +149,14 @@ network.pfc = true
 /// the drops AIMD reacts to (irn: 1.36–1.41× in average slowdown).
 #[test]
 fn e4_holds_in_direction_with_congestion_control() {
-    let e =
-        load_experiment(E4, "directions-e4", std::path::Path::new("."), &[], None).expect("valid");
+    let e = load_experiment(
+        &format!("{BASE}{E4}"),
+        "directions-e4",
+        std::path::Path::new("."),
+        &[],
+        None,
+    )
+    .expect("valid");
     let r = run_all(&e.runs);
     let by = |n: &str| r.iter().find(|s| s.name == n).expect("run exists");
     let ratios = |a: &RunSummary, b: &RunSummary| {
