@@ -279,7 +279,9 @@ pub enum Recovery {
     IrnNoSack,
     /// RoCE: go-back-N, standard headers (T4). Timeouts: `roce_rto_us`, or none over PFC.
     Roce,
-    /// Early RoCE: go-back-0 (T3).
+    /// Early RoCE: go-back-0 (T3). (Spelled as documented and reported; serde's kebab-case
+    /// alone would make it `roce-go-back0`.)
+    #[serde(rename = "roce-go-back-0")]
     RoceGoBack0,
 }
 
@@ -327,7 +329,8 @@ pub enum CcKind {
     Timely,
     /// DCTCP: window cut by the fraction of ECN-echoed bytes (needs `switch.ecn`).
     Dctcp,
-    /// TCP's AIMD window: halved on a loss, an ECN echo or a timeout.
+    /// TCP's AIMD window: halved on a loss or an ECN echo (once per round trip), one MSS and
+    /// slow start after a timeout.
     Aimd,
 }
 
@@ -456,7 +459,8 @@ pub struct WindowParams {
     pub init_window_bytes: Option<u64>,
     /// Smallest window, bytes. Default: one MTU.
     pub min_window_bytes: Option<u64>,
-    /// Largest window, bytes. Default: none.
+    /// Largest window, bytes. Default: the initial window (a window beyond IRN's BDP cap sends
+    /// nothing more, and only dulls the cuts).
     pub max_window_bytes: Option<u64>,
     /// DCTCP's EWMA gain g. Default 1/16.
     pub g: f64,
@@ -640,7 +644,9 @@ fn check(ok: bool, key: &str, what: &str) -> Result<(), String> {
 impl SimConfig {
     /// `[cc]` and what the chosen controller needs of the network.
     fn validate_cc(&self) -> Result<(), String> {
-        let positive = |v: f64| v > 0.0 && v.is_finite();
+        // Positive, and still positive once converted to whole bits per second or picoseconds
+        // (a rate rounded to zero would stop a sender for good).
+        let positive = |v: f64| v.is_finite() && v * 1e6 >= 1.0;
         let fraction = |v: f64| v > 0.0 && v <= 1.0;
         let d = &self.cc.dcqcn;
         check(fraction(d.g), "cc.dcqcn.g", "must be in (0, 1]")?;
@@ -702,10 +708,43 @@ impl SimConfig {
             "must be positive",
         )?;
         check(
-            w.max_window_bytes
-                .is_none_or(|m| m >= w.min_window_bytes.unwrap_or(1).max(1)),
+            w.max_window_bytes.is_none_or(|m| {
+                m >= w
+                    .min_window_bytes
+                    .unwrap_or(u64::from(self.network.mtu))
+                    .max(1)
+            }),
             "cc.window.max_window_bytes",
-            "must be at least min_window_bytes",
+            "must be at least min_window_bytes (default: one MTU)",
+        )?;
+        let host_mbps = self.topology.link_gbps.tier(0) * 1000.0;
+        match self.transport.cc {
+            CcKind::Dcqcn => check(
+                d.min_rate_mbps <= host_mbps,
+                "cc.dcqcn.min_rate_mbps",
+                "must not exceed the host link rate",
+            )?,
+            CcKind::Timely => check(
+                t.min_rate_mbps <= host_mbps,
+                "cc.timely.min_rate_mbps",
+                "must not exceed the host link rate",
+            )?,
+            CcKind::Dctcp | CcKind::Aimd => check(
+                self.transport.recovery != Recovery::RoceGoBack0,
+                "transport.cc",
+                "cannot be a window (dctcp, aimd) over roce-go-back-0: its responder ACKs only \
+                 at message ends, so a window smaller than a message would never reopen",
+            )?,
+            CcKind::None => {}
+        }
+        // Only DCQCN controls Read responses: its CNPs reach the responder; the others' signals
+        // (ACK round trips, echoes, losses) come from request ACKs only.
+        check(
+            self.transport.op != FlowOp::Read
+                || matches!(self.transport.cc, CcKind::None | CcKind::Dcqcn),
+            "transport.cc",
+            "must be none or dcqcn with transport.op = \"read\" (TIMELY, DCTCP and AIMD \
+             control request data only)",
         )?;
         // DCQCN's CNPs and DCTCP's echoes come from ECN marks: without marking switches they
         // would silently run as no congestion control at all.

@@ -617,7 +617,7 @@ fn end_host(op: FlowOp, f: &Flow, end: usize) -> u32 {
 }
 
 /// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
-fn cc_factory(cfg: &SimConfig, bdp_cap: u32) -> Arc<dyn ControllerFactory> {
+fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
     let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
     let bps = |mbps: f64| (mbps * 1e6).round() as u64;
     match cfg.transport.cc {
@@ -657,6 +657,7 @@ fn cc_factory(cfg: &SimConfig, bdp_cap: u32) -> Arc<dyn ControllerFactory> {
         CcKind::Dctcp | CcKind::Aimd => {
             let w = &cfg.cc.window;
             let mss = u64::from(cfg.network.mtu);
+            let init = w.init_window_bytes.unwrap_or(u64::from(bdp_cap) * mss);
             Arc::new(WindowFactory(WindowConfig {
                 algorithm: if cfg.transport.cc == CcKind::Dctcp {
                     WindowAlgorithm::Dctcp
@@ -664,10 +665,12 @@ fn cc_factory(cfg: &SimConfig, bdp_cap: u32) -> Arc<dyn ControllerFactory> {
                     WindowAlgorithm::Aimd
                 },
                 mss,
-                init_window: w.init_window_bytes.unwrap_or(u64::from(bdp_cap) * mss),
+                init_window: init,
                 min_window: w.min_window_bytes.unwrap_or(mss),
-                max_window: w.max_window_bytes,
+                // Beyond the BDP a window sends nothing more (IRN's cap) and only dulls cuts.
+                max_window: Some(w.max_window_bytes.unwrap_or(init)),
                 g: w.g,
+                initial_rtt: rtt,
             }))
         }
     }
@@ -978,7 +981,7 @@ impl<M: SimMemory> Part<M> {
         let qp_cfg = QpConfig {
             qpn: 0,
             recovery,
-            cc: cc_factory(&cfg, bdp_cap),
+            cc: cc_factory(&cfg, bdp_cap, topo.max_rtt()),
             // Only DCQCN reads CNPs: under any other controller they would be wasted bytes.
             cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| us(cfg.cc.dcqcn.cnp_interval_us)),
             line_rate_bps: host_rate,

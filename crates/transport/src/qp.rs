@@ -44,7 +44,7 @@ pub struct QpConfig {
     pub line_rate_bps: u64,
     /// DCQCN's notification point: answer CE-marked packets with at most one CNP per this
     /// interval (50 µs, the DCQCN paper's N). `None`: send no CNPs (a NIC whose senders react
-    /// to ECN echoes, as DCTCP does, or to nothing).
+    /// to ECN echoes in ACKs, as DCTCP's do, or to no marks at all).
     pub cnp_interval: Option<Dur>,
     /// Overrides the verbs `retry_cnt` (0–7) with a larger limit, for simulations and tests
     /// that must never give up.
@@ -1112,16 +1112,32 @@ impl QueuePair {
         };
         let psn = ib.bth.psn;
         let sack = ib.irn.and_then(|i| i.sack_psn);
+        let echo = ib.bth.becn;
+        if matches!(
+            aeth.syndrome,
+            Syndrome::Ack(_) | Syndrome::Nak(NakCode::PsnSequenceError)
+        ) {
+            // ECN echo accounting (SPEC T9): an IRN ACK or NACK answers exactly one arrived
+            // packet, marked or not — NACKs too, or a controller would see no marks while a
+            // hole is open, which is when they matter. A standard ACK stands for what it newly
+            // acknowledges (ack_requests); a standard NAK or duplicate ACK with an echo, for
+            // the one marked packet.
+            let unit = u64::from(self.mtu());
+            if self.irn_wire() {
+                self.cc.on_ecn_echo(now, if echo { unit } else { 0 }, unit);
+            } else if echo && !(aeth.syndrome.is_ack() && self.swin.una().distance(psn) >= 0) {
+                self.cc.on_ecn_echo(now, unit, unit);
+            }
+        }
         match aeth.syndrome {
             Syndrome::Ack(_) => {
-                self.ack_requests(now, psn.add(1), ib.bth.becn);
+                self.ack_requests(now, psn.add(1), echo);
                 if let Some(s) = sack {
                     self.swin.sack(now, s);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.nacks_received += 1;
-                self.cc.on_loss(now);
                 match self.mode() {
                     Retransmission::GoBack0 | Retransmission::GoBackN
                         if self.swin.una().distance(psn) < 0 =>
@@ -1136,6 +1152,7 @@ impl QueuePair {
                                 .iter()
                                 .any(|w| w.contains(una) && w.first_psn == psn);
                         if restart {
+                            self.cc.on_loss(now);
                             self.swin.rewind(psn);
                             self.swin.restart_timer(now);
                         } else {
@@ -1143,10 +1160,12 @@ impl QueuePair {
                         }
                     }
                     Retransmission::GoBack0 | Retransmission::GoBackN => {
+                        self.cc.on_loss(now);
                         self.ack_requests(now, psn, false);
                         self.swin.go_back(psn);
                     }
                     Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
+                        self.cc.on_loss(now);
                         self.ack_requests(now, psn, false);
                         if let Some(s) = sack {
                             self.swin.sack(now, s);
@@ -1223,15 +1242,17 @@ impl QueuePair {
             self.rnr_retries = 0;
             let bytes = u64::from(acked.psns) * u64::from(self.mtu());
             self.cc.on_ack(now, bytes, acked.rtt);
-            // An echo stands for the one marked packet that triggered this ACK (IRN ACKs every
-            // packet; a standard responder ACKs a marked packet at once), even when the ACK
-            // covers more, as after a retransmission fills a hole.
-            let marked = if becn {
-                bytes.min(u64::from(self.mtu()))
-            } else {
-                0
-            };
-            self.cc.on_ecn_echo(now, marked, bytes);
+            if !self.irn_wire() {
+                // A standard ACK stands for every packet it newly acknowledges, and its echo
+                // for the one marked packet that triggered it (the responder ACKs a marked
+                // packet at once). IRN's ACKs are counted one packet each, in handle_ack.
+                let marked = if becn {
+                    bytes.min(u64::from(self.mtu()))
+                } else {
+                    0
+                };
+                self.cc.on_ecn_echo(now, marked, bytes);
+            }
         }
         let una = self.swin.una();
         for w in self.sq.iter_mut() {
@@ -1620,14 +1641,9 @@ impl QueuePair {
                     } else {
                         self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce);
                     }
-                } else if (ib.bth.ack_req || (ce && self.cfg.cnp_interval.is_none()))
-                    && !is_read_or_atomic_request(ib.bth.opcode)
-                {
-                    // A NIC reports congestion one way: a DCQCN notification point with CNPs
-                    // (ACKs as usual), any other with the ECN echo (SPEC T9) — and then a
-                    // CE-marked request is acknowledged at once with BECN set, not only when
-                    // the requester asks, or a window-based controller over standard RoCE would
-                    // see at most one mark per 64 packets.
+                } else if ib.bth.ack_req && !is_read_or_atomic_request(ib.bth.opcode) {
+                    // The ACK echoes this packet's mark (BECN): a controller that reads echoes
+                    // asks for an ACK on every packet (Controller::ack_interval_bytes).
                     let e = self.rwin.epsn().sub(1);
                     self.push_resp_ack(e, Syndrome::Ack(CreditCode::INVALID), ce);
                 }
@@ -2611,9 +2627,10 @@ impl QueuePair {
                 self.swin.on_retransmitted(now, psn, 1);
                 continue;
             };
-            let (t, covers) = self.build_request(idx, psn, mem, payload);
+            let (mut t, covers) = self.build_request(idx, psn, mem, payload);
             self.swin.on_retransmitted(now, psn, covers);
             self.counters.retransmitted += 1;
+            self.ask_for_feedback(&mut t);
             return Some(t);
         }
         if self.state == QpState::Sqd && self.tx_off == 0 {
@@ -2639,26 +2656,33 @@ impl QueuePair {
         let psn = w.first_psn.add(self.tx_off);
         let (mut t, covers) = self.build_request(idx, psn, mem, payload);
         self.swin.on_sent_new(now, covers);
-        if self.mode() == Retransmission::GoBackN {
-            // A standard responder ACKs only when asked: ask as often as the congestion
-            // controller needs feedback (Controller::ack_interval_bytes). Go-back-0 keeps its
-            // ACKs on message boundaries (E11's livelock depends on it).
-            self.unasked_bytes += t.ib.payload_len as u64;
-            if let Some(every) = self.cc.ack_interval_bytes() {
-                if self.unasked_bytes >= every {
-                    t.ib.bth.ack_req = true;
-                }
-            }
-            if t.ib.bth.ack_req {
-                self.unasked_bytes = 0;
-            }
-        }
+        self.ask_for_feedback(&mut t);
         self.tx_off += covers;
         if self.tx_off >= self.sq[idx].npsn {
             self.tx_idx += 1;
             self.tx_off = 0;
         }
         Some(t)
+    }
+
+    /// A standard go-back-N responder ACKs only when asked: ask as often as the congestion
+    /// controller needs feedback ([`Controller::ack_interval_bytes`]), on new packets and
+    /// retransmissions alike (after a NAK the resent range must bring ACKs too, or a window
+    /// cut by the loss stays shut). Go-back-0 keeps its ACKs on message boundaries (E11's
+    /// livelock depends on it); a window controller over it is the driver's to refuse.
+    fn ask_for_feedback(&mut self, t: &mut Transmit) {
+        if self.mode() != Retransmission::GoBackN || self.irn_wire() {
+            return;
+        }
+        self.unasked_bytes += t.ib.payload_len as u64;
+        if let Some(every) = self.cc.ack_interval_bytes() {
+            if self.unasked_bytes >= every {
+                t.ib.bth.ack_req = true;
+            }
+        }
+        if t.ib.bth.ack_req {
+            self.unasked_bytes = 0;
+        }
     }
 
     /// Starts WQE `idx`: checks its local buffers, fences and Read credit, and assigns its

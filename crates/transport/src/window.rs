@@ -68,7 +68,9 @@ pub(crate) struct SendWindow {
 pub(crate) struct Acked {
     /// PSNs newly acknowledged.
     pub(crate) psns: u32,
-    /// Round-trip time of the newest acknowledged PSN, if it was never retransmitted.
+    /// Round-trip time of the newest acknowledged PSN, if it was never retransmitted (Karn)
+    /// and this ACK is the first to report it: a PSN selectively acknowledged earlier, now
+    /// covered when a hole fills, would give the whole recovery's length as a round trip.
     pub(crate) rtt: Option<crate::time::Dur>,
 }
 
@@ -210,14 +212,18 @@ impl SendWindow {
         let n = d as u32;
         self.una = cum;
         let mut newest = Time::MAX;
+        let mut newest_sacked = false;
         for _ in 0..n {
-            self.sacked.pop_front();
+            newest_sacked = self.sacked.pop_front().unwrap_or(false);
             newest = self.sent_at.pop_front().unwrap_or(Time::MAX);
         }
         let rtt = (newest != Time::MAX).then(|| now - newest);
         if let Some(r) = rtt {
             self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         }
+        // The smallest-RTT estimate keeps every sample (an old one only overestimates); a
+        // congestion controller gets none from a PSN selectively acknowledged before.
+        let rtt = rtt.filter(|_| !newest_sacked);
         // Whether this ACK can be the answer to the last retransmission: it covers it, and at
         // least half the smallest round trip seen has passed since it left — much sooner, it
         // answers the original, delayed rather than lost (the test TCP stacks use to call a

@@ -213,27 +213,27 @@ fn lowest_rate_while_rtt_grows(cc: Arc<dyn ControllerFactory>) -> u64 {
 }
 
 #[test]
-fn timely_cuts_when_the_round_trip_grows_and_none_does_not() {
+fn timely_cuts_when_the_round_trip_grows() {
     let timely = lowest_rate_while_rtt_grows(Arc::new(TimelyFactory::default()));
     assert!(
         timely < 20_000_000_000,
         "TIMELY never went below 20 Gb/s ({timely})"
     );
-    assert_eq!(lowest_rate_while_rtt_grows(Arc::new(NoCcFactory)), u64::MAX);
 }
 
-/// Every CE-marked request is echoed by exactly one ACK with BECN set, in IRN (which ACKs every
-/// packet) and in standard RoCE (whose responder otherwise ACKs only when asked, every 64
-/// packets), when the NIC is no DCQCN notification point: window-based controllers count marks
-/// exactly. A standard RoCE notification point reports with CNPs and ACKs as usual.
+/// Every CE-marked request is echoed by exactly one ACK with BECN set under a window
+/// controller, in IRN (which ACKs every packet) and in standard RoCE (whose requester then asks
+/// for an ACK on every packet). A standard RoCE DCQCN notification point reports with CNPs
+/// instead, and ACKs as usual (every 64 packets).
 #[test]
 fn every_marked_request_is_echoed_once() {
     use std::sync::atomic::{AtomicU64, Ordering};
-    for (rec, cnp) in [
-        (RecoveryConfig::irn(), None),
-        (RecoveryConfig::roce(), None),
-        (RecoveryConfig::irn(), Some(Dur::from_micros(50))),
-        (RecoveryConfig::roce(), Some(Dur::from_micros(50))),
+    let window: Arc<dyn ControllerFactory> = Arc::new(WindowFactory(WindowConfig::default()));
+    let dcqcn: Arc<dyn ControllerFactory> = Arc::new(DcqcnFactory::default());
+    for (rec, cc, cnp) in [
+        (RecoveryConfig::irn(), window.clone(), None),
+        (RecoveryConfig::roce(), window.clone(), None),
+        (RecoveryConfig::roce(), dcqcn, Some(Dur::from_micros(50))),
     ] {
         let link = LinkConfig {
             ce_mark: 0.3,
@@ -241,6 +241,7 @@ fn every_marked_request_is_echoed_once() {
         };
         let mut cfg = PairConfig::new(rec, link, 7);
         cfg.qp.cnp_interval = cnp;
+        cfg.qp.cc = cc;
         let mut p = Pair::new(cfg);
         let marked = Arc::new(AtomicU64::new(0));
         let echoed = Arc::new(AtomicU64::new(0));
@@ -264,13 +265,10 @@ fn every_marked_request_is_echoed_once() {
         );
         assert!(m > 100, "{m}");
         if cnp.is_some() && !rec.irn_wire {
-            // 1 MiB in 1 KiB packets: an ACK every 64 packets; CNPs report the marks.
-            assert_eq!(
-                p.b.counters().acks_sent,
-                1024 / 64,
-                "a notification point's ACKs"
-            );
+            // CNPs report the marks; ACKs come when asked (every 64 packets, and after the
+            // retransmissions of timeouts DCQCN's low rates cause), far fewer than the marks.
             assert!(p.b.counters().cnps_sent > 0);
+            assert!(p.b.counters().acks_sent * 2 < m, "{m} marks");
         } else {
             assert_eq!(m, e, "{:?}, CNPs {cnp:?}", rec.retransmission);
         }
@@ -329,5 +327,88 @@ fn standard_roce_asks_for_acks_as_often_as_its_controller_needs() {
             _ => packets,
         };
         assert_eq!(acks, expect, "{name}");
+    }
+}
+
+/// What a controller was told about ECN echoes, summed over its queue pair's life.
+#[derive(Debug, Default)]
+struct EchoTally {
+    marked: u64,
+    total: u64,
+}
+
+#[derive(Debug)]
+struct Recorder(Arc<std::sync::Mutex<EchoTally>>);
+
+impl irn_transport::Controller for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+    fn on_ecn_echo(&mut self, _now: Time, marked: u64, total: u64) {
+        let mut t = self.0.lock().expect("not poisoned");
+        t.marked += marked;
+        t.total += total;
+    }
+    fn rate_bps(&self) -> Option<u64> {
+        None
+    }
+    fn window(&self) -> Option<u64> {
+        None
+    }
+    fn ack_interval_bytes(&self) -> Option<u64> {
+        Some(0)
+    }
+}
+
+#[derive(Debug, Default)]
+struct RecorderFactory(Arc<std::sync::Mutex<EchoTally>>);
+
+impl ControllerFactory for RecorderFactory {
+    fn build(&self, _now: Time, _rate: u64, seed: u64) -> Box<dyn irn_transport::Controller> {
+        // Only the requester's (A's, QPN 0x11) tally matters.
+        let tally = if seed == 0x11 {
+            self.0.clone()
+        } else {
+            Arc::default()
+        };
+        Box::new(Recorder(tally))
+    }
+}
+
+/// The fraction of bytes a controller is told were marked matches the fraction of packets the
+/// network marked — under loss too, where IRN's NACKs answer the packets behind a hole (their
+/// echoes count) and standard RoCE's ACK covers many packets with one echo per marked one.
+#[test]
+fn the_echoed_fraction_is_the_marked_fraction_under_loss() {
+    for rec in [RecoveryConfig::irn(), RecoveryConfig::roce()] {
+        let link = LinkConfig {
+            ce_mark: 0.2,
+            loss: 0.02,
+            ..LinkConfig::default()
+        };
+        let factory = RecorderFactory::default();
+        let tally = factory.0.clone();
+        let mut cfg = PairConfig::new(rec, link, 3);
+        cfg.qp.retry_limit = Some(1_000);
+        cfg.qp.cc = Arc::new(factory);
+        cfg.qp.cnp_interval = None;
+        let mut p = Pair::new(cfg);
+        let w = Workload::post(&mut p, &[write(4 << 20)], 1);
+        assert!(p.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000));
+        w.check(&p).expect("exact delivery");
+        let t = tally.lock().expect("not poisoned");
+        let f = t.marked as f64 / t.total as f64;
+        // Some ACKs are lost on the way back: most bytes are still reported.
+        assert!(
+            t.total >= 3 << 20,
+            "{:?}: only {} bytes reported",
+            rec.retransmission,
+            t.total
+        );
+        assert!(
+            (0.17..0.23).contains(&f),
+            "{:?}: echoed fraction {f:.3}",
+            rec.retransmission
+        );
     }
 }

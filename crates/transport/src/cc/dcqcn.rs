@@ -15,25 +15,28 @@
 //!   *additive increase* (`RT += R_AI`, then the same averaging); once both did, *hyper
 //!   increase* (`RT += (min(t, b) − F) · R_HAI`).
 //!
-//! Flows start at line rate with `α = 1`, as the IRN paper's runs (§4.1: "the flow starts at
-//! line-rate for all cases") and the DCQCN paper. The rate never falls below `min_rate_bps`.
+//! Flows start at line rate, as the IRN paper's runs (§4.1: "the flow starts at line-rate for
+//! all cases"), and meet their first CNP with `α = 1`: α's timer starts with the first CNP, as
+//! a NIC creates a flow's rate limiter only then. The rate never falls below `min_rate_bps`.
 //! Timers get a seeded jitter (`seeds/004`: without it, senders cut by the same congestion
 //! event ramp up in lock step and burst together).
 //!
-//! Two shortcuts that change nothing observable: α's decay is applied lazily (the number of
-//! whole periods since the last update, when a CNP needs it), and a sender back at line rate
-//! runs no timer at all — the increase timer only matters below line rate, and the current rate
-//! snaps to line rate once it is within one additive step of it. A simulator with thousands of
-//! queue pairs at line rate therefore pays nothing for DCQCN until a CNP arrives.
+//! For speed, α's decay is applied lazily (the number of whole periods since its last update,
+//! when a CNP needs it: the same value), and a sender back at line rate runs no timer at all.
+//! To get there, the current rate snaps to line rate (and the target with it) once an increase
+//! brings it within one `R_AI` of it: a departure from the paper's asymptotic approach, by at
+//! most `R_AI` (40 Mb/s of 40 Gb/s). A simulator with thousands of queue pairs at line rate
+//! therefore pays nothing for DCQCN until a CNP arrives.
 
 use crate::pair::Rng;
 use crate::time::{Dur, Time};
 
 use super::{Controller, ControllerFactory};
 
-/// DCQCN's parameters. [`Default`] is the DCQCN paper's set for 40 Gb/s, which the IRN paper
-/// uses unchanged (§4.1: "the same congestion control parameters as specified in" the DCQCN
-/// paper).
+/// DCQCN's parameters. [`Default`] is the DCQCN paper's set (g, K, T, B, F, R_AI, its RED
+/// marking at the switches), which the IRN paper uses unchanged (§4.1: "the same congestion
+/// control parameters as specified in" the DCQCN paper); R_HAI, the minimum rate and the
+/// jitter are ours, as documented on each field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DcqcnConfig {
     /// α's EWMA gain `g`. Default 1/256.
@@ -88,8 +91,9 @@ pub struct Dcqcn {
     /// Target rate `RT`.
     rt: f64,
     alpha: f64,
-    /// When α was last updated: decays are counted in whole periods from here.
-    alpha_at: Time,
+    /// When α was last updated (decays are counted in whole periods from here); `None` until
+    /// the first CNP.
+    alpha_at: Option<Time>,
     /// The increase timer's next expiry; `None` at line rate.
     next_increase: Option<Time>,
     /// Timer stages since the last CNP.
@@ -103,15 +107,15 @@ pub struct Dcqcn {
 
 impl Dcqcn {
     /// A reaction point at line rate, created at `now`; `seed` drives the timer jitter.
-    pub fn new(cfg: DcqcnConfig, now: Time, line_rate_bps: u64, seed: u64) -> Dcqcn {
-        let line = line_rate_bps as f64;
+    pub fn new(cfg: DcqcnConfig, _now: Time, line_rate_bps: u64, seed: u64) -> Dcqcn {
+        let line = line_rate_bps.max(1) as f64;
         Dcqcn {
             cfg,
             line,
             rc: line,
             rt: line,
             alpha: cfg.initial_alpha,
-            alpha_at: now,
+            alpha_at: None,
             next_increase: None,
             t_stage: 0,
             b_stage: 0,
@@ -122,7 +126,7 @@ impl Dcqcn {
 
     /// α now (with the decays due since its last update).
     pub fn alpha(&self, now: Time) -> f64 {
-        let (periods, _) = self.alpha_periods(now);
+        let periods = self.alpha_periods(now);
         self.alpha * (1.0 - self.cfg.g).powi(periods.min(i32::MAX as u64) as i32)
     }
 
@@ -131,11 +135,10 @@ impl Dcqcn {
         self.rt as u64
     }
 
-    /// Whole α periods since the last update, and the time the last of them ended.
-    fn alpha_periods(&self, now: Time) -> (u64, Time) {
+    /// Whole α periods since the last update (none before the first CNP).
+    fn alpha_periods(&self, now: Time) -> u64 {
         let k = self.cfg.alpha_period.as_picos().max(1);
-        let n = now.since(self.alpha_at).as_picos() / k;
-        (n, self.alpha_at + Dur::from_picos(n * k))
+        self.alpha_at.map_or(0, |at| now.since(at).as_picos() / k)
     }
 
     fn jittered(&mut self, d: Dur) -> Dur {
@@ -199,9 +202,10 @@ impl Controller for Dcqcn {
     fn on_cnp(&mut self, now: Time) {
         let alpha = self.alpha(now);
         self.rt = self.rc;
-        self.rc = (self.rc * (1.0 - alpha / 2.0)).max(self.cfg.min_rate_bps as f64);
+        let floor = (self.cfg.min_rate_bps.max(1) as f64).min(self.line);
+        self.rc = (self.rc * (1.0 - alpha / 2.0)).max(floor);
         self.alpha = (1.0 - self.cfg.g) * alpha + self.cfg.g;
-        self.alpha_at = now;
+        self.alpha_at = Some(now);
         self.t_stage = 0;
         self.b_stage = 0;
         self.bytes = 0;
@@ -350,6 +354,13 @@ mod tests {
         let rt5 = c.target_bps();
         c.on_timer(us(330));
         assert_eq!(c.target_bps(), rt5 + cfg.hai_bps);
+    }
+
+    #[test]
+    fn alpha_is_one_at_the_first_cnp_however_late_it_comes() {
+        let mut c = Dcqcn::new(exact(), Time::ZERO, LINE, 1);
+        c.on_cnp(us(30_000));
+        assert_eq!(c.rate_bps(), Some(LINE / 2));
     }
 
     #[test]

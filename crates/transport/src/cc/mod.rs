@@ -42,10 +42,12 @@ pub trait Controller: Debug + Send {
     /// A congestion notification packet arrived (DCQCN's reaction point).
     fn on_cnp(&mut self, _now: Time) {}
 
-    /// An ACK echoed ECN: `marked` of `total` acknowledged bytes had met CE (DCTCP).
+    /// ECN echo accounting (DCTCP): `marked` of `total` bytes the receiver reports had met CE.
+    /// Each IRN ACK or NACK reports one packet; a standard ACK, what it newly acknowledges.
     fn on_ecn_echo(&mut self, _now: Time, _marked: u64, _total: u64) {}
 
-    /// Loss recovery detected a loss (a NACK or a selective-ACK gap).
+    /// Loss recovery detected a loss: a NAK for a sequence error (IRN's NACK, RoCE's
+    /// go-back-N NAK), once per NAK.
     fn on_loss(&mut self, _now: Time) {}
 
     /// The retransmission timer expired.
@@ -69,7 +71,9 @@ pub trait Controller: Debug + Send {
     /// requester, which otherwise asks for an ACK only at the end of a message and every 64
     /// packets, also asks once this many bytes went out since it last asked (`Some(0)`: on
     /// every packet). IRN acknowledges every packet anyway. `None` (the default): the
-    /// controller's feedback does not come from ACKs (DCQCN's CNPs, or none).
+    /// controller's feedback does not come from ACKs (DCQCN's CNPs, or none). A controller that
+    /// reads ECN echoes needs `Some(0)`: a standard responder echoes a mark only in the ACK of
+    /// the marked packet.
     fn ack_interval_bytes(&self) -> Option<u64> {
         None
     }

@@ -79,7 +79,7 @@ pub struct Timely {
 impl Timely {
     /// A sender at line rate.
     pub fn new(cfg: TimelyConfig, line_rate_bps: u64) -> Timely {
-        let line = line_rate_bps as f64;
+        let line = line_rate_bps.max(1) as f64;
         Timely {
             cfg,
             line,
@@ -125,7 +125,10 @@ impl Timely {
             self.rate *= 1.0 - c.beta * gradient;
             self.negatives = 0;
         }
-        self.rate = self.rate.clamp(c.min_rate_bps as f64, self.line);
+        // Within [min rate, line rate]; a minimum above the line rate (or of zero, which
+        // would stop the sender for good) is read as the line rate (or 1 b/s).
+        let floor = (c.min_rate_bps.max(1) as f64).min(self.line);
+        self.rate = self.rate.min(self.line).max(floor);
     }
 }
 
@@ -139,8 +142,11 @@ impl Controller for Timely {
         if self.acked < self.cfg.segment_bytes {
             return;
         }
-        self.acked = 0;
+        // A segment completed; its event takes the first RTT sample from here on (an ACK that
+        // allows none — a retransmitted or earlier selectively acknowledged packet — defers
+        // it).
         if let Some(r) = rtt {
+            self.acked = 0;
             self.update(r);
         }
     }

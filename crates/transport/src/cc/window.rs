@@ -6,20 +6,24 @@
 //!
 //! * **increase** per acknowledged byte: slow start (`cwnd += acked`) below `ssthresh`,
 //!   congestion avoidance (`cwnd += mss · acked / cwnd`, one MSS per round trip) above it;
-//! * **a loss** (a NACK or a selective-ACK gap) halves the window, at most once per smoothed
-//!   round trip (the losses of one window are one congestion event);
+//! * **a loss** (a NAK for a sequence error) halves the window, at most once per smoothed
+//!   round trip — `initial_rtt` before the first sample (the losses of one window are one
+//!   congestion event);
 //! * **a timeout** sets `ssthresh` to half the window and the window to one MSS, which then
-//!   slow-starts back (RFC 5681 §3.1);
-//! * **ECN echo**: AIMD treats a round trip with marked ACKs like a loss (RFC 3168 §6.1.2);
-//!   DCTCP keeps `α = (1 − g)·α + g·F`, with `F` the fraction of bytes acknowledged with ECN
-//!   echo over the last window, and once per window with marks cuts `cwnd ×= 1 − α/2`.
+//!   slow-starts back; a second timeout before any progress keeps that `ssthresh` (RFC 5681
+//!   §3.1, §7);
+//! * **ECN echo**: AIMD treats a marked echo like a loss (RFC 3168 §6.1.2). DCTCP (RFC 8257
+//!   §3.3) cuts `cwnd ×= 1 − α/2` at the first marked echo of each observation window (one
+//!   window of acknowledged bytes), and at the window's end updates `α = (1 − g)·α + g·F`,
+//!   with `F` the fraction of the window's bytes echoed as marked.
 //!
 //! There is no slow start at the beginning: as IRN's flows start at line rate, a new queue
 //! pair's window is `init_window` (the simulator sets the BDP) with `ssthresh` equal to it, so
-//! it grows by congestion avoidance. Echoes ride on ACKs: the responder sets BTH's BECN bit in
-//! the ACK of a CE-marked packet — IRN's ACK every packet; a standard RoCE responder, which
-//! otherwise ACKs only when asked (every 64 packets here), ACKs a marked packet at once — and
-//! each echo counts one packet as marked.
+//! it grows by congestion avoidance, up to `max_window` (the simulator: the same BDP, as a
+//! window beyond IRN's BDP cap sends nothing more and only dulls the cuts). Echoes ride on
+//! ACKs: the responder sets BTH's BECN bit in the ACK or NACK of a CE-marked packet — IRN
+//! answers every packet, and a standard RoCE requester under a window asks for an ACK on every
+//! packet ([`Controller::ack_interval_bytes`]).
 
 use crate::time::{Dur, Time};
 
@@ -50,6 +54,9 @@ pub struct WindowConfig {
     pub max_window: Option<u64>,
     /// DCTCP's EWMA gain `g`. Default 1/16.
     pub g: f64,
+    /// The round trip assumed before the first RTT sample (how long one congestion event's
+    /// losses are taken as one). Default 25 µs (IRN's E0: 24 µs).
+    pub initial_rtt: Dur,
 }
 
 impl Default for WindowConfig {
@@ -61,6 +68,7 @@ impl Default for WindowConfig {
             min_window: 1024,
             max_window: None,
             g: 1.0 / 16.0,
+            initial_rtt: Dur::from_micros(25),
         }
     }
 }
@@ -82,6 +90,10 @@ pub struct WindowCc {
     win_marked: u64,
     /// The window's size when this observation window began.
     win_target: u64,
+    /// DCTCP already cut in this observation window.
+    cut_this_window: bool,
+    /// A timeout happened and no ACK has made progress since.
+    timed_out: bool,
 }
 
 impl WindowCc {
@@ -98,6 +110,8 @@ impl WindowCc {
             win_acked: 0,
             win_marked: 0,
             win_target: w as u64,
+            cut_this_window: false,
+            timed_out: false,
         }
     }
 
@@ -111,21 +125,25 @@ impl WindowCc {
         self.ssthresh as u64
     }
 
+    /// Keeps the window within `[min_window, max_window]` (the minimum wins if they cross).
     fn clamp(&mut self) {
         let max = self.cfg.max_window.map_or(f64::INFINITY, |m| m as f64);
-        self.cwnd = self.cwnd.clamp(self.cfg.min_window.max(1) as f64, max);
+        self.cwnd = self.cwnd.min(max).max(self.cfg.min_window.max(1) as f64);
     }
 
-    /// Multiplies the window by `factor`, once per round trip; returns whether it did.
-    fn cut(&mut self, now: Time, factor: f64) -> bool {
+    fn round_trip(&self) -> Dur {
+        self.srtt.unwrap_or(self.cfg.initial_rtt)
+    }
+
+    /// Multiplies the window by `factor`, at most once per round trip.
+    fn cut(&mut self, now: Time, factor: f64) {
         if now < self.cut_until {
-            return false;
+            return;
         }
         self.cwnd *= factor;
         self.clamp();
         self.ssthresh = self.cwnd;
-        self.cut_until = now + self.srtt.unwrap_or(Dur::ZERO);
-        true
+        self.cut_until = now + self.round_trip();
     }
 }
 
@@ -138,6 +156,7 @@ impl Controller for WindowCc {
     }
 
     fn on_ack(&mut self, _now: Time, bytes: u64, rtt: Option<Dur>) {
+        self.timed_out = false;
         if let Some(r) = rtt {
             self.srtt = Some(match self.srtt {
                 None => r,
@@ -168,18 +187,22 @@ impl Controller for WindowCc {
                 }
             }
             WindowAlgorithm::Dctcp => {
+                if marked > 0 && !self.cut_this_window {
+                    // The first mark of the window cuts by the current α (RFC 8257 §3.3).
+                    self.cut_this_window = true;
+                    self.cwnd *= 1.0 - self.alpha / 2.0;
+                    self.clamp();
+                    self.ssthresh = self.cwnd;
+                }
                 if self.win_acked < self.win_target.max(1) {
                     return;
                 }
                 let f = self.win_marked as f64 / self.win_acked as f64;
                 self.alpha = (1.0 - self.cfg.g) * self.alpha + self.cfg.g * f;
-                if self.win_marked > 0 {
-                    let a = self.alpha;
-                    self.cut(now, 1.0 - a / 2.0);
-                }
                 self.win_acked = 0;
                 self.win_marked = 0;
                 self.win_target = self.cwnd as u64;
+                self.cut_this_window = false;
             }
         }
     }
@@ -189,10 +212,13 @@ impl Controller for WindowCc {
     }
 
     fn on_timeout(&mut self, now: Time) {
-        self.ssthresh = (self.cwnd / 2.0).max(2.0 * self.cfg.mss as f64);
+        if !self.timed_out {
+            self.ssthresh = (self.cwnd / 2.0).max(2.0 * self.cfg.mss as f64);
+        }
+        self.timed_out = true;
         self.cwnd = self.cfg.mss as f64;
         self.clamp();
-        self.cut_until = now + self.srtt.unwrap_or(Dur::ZERO);
+        self.cut_until = now + self.round_trip();
     }
 
     fn rate_bps(&self) -> Option<u64> {
@@ -274,30 +300,62 @@ mod tests {
         c.on_ack(us(1), 2048, None);
         c.on_ack(us(1), 4096, None);
         assert_eq!(c.window(), Some(5 * 1024), "slow start stops at ssthresh");
+        // Two timeouts with no progress between: the second keeps ssthresh (RFC 5681 §7).
+        c.on_timeout(us(100));
+        c.on_timeout(us(200));
+        assert_eq!((c.window(), c.ssthresh()), (Some(1024), 5 * 1024 / 2));
     }
 
     #[test]
-    fn dctcp_cuts_in_proportion_to_marks() {
+    fn dctcp_cuts_at_the_first_mark_of_a_window_by_alpha_and_updates_alpha_at_its_end() {
         let mut c = cc(WindowAlgorithm::Dctcp);
         let g = 1.0 / 16.0;
-        // A window (10 KB) of ACKs, a quarter of the bytes marked. No growth between, to
-        // check the arithmetic: feed echoes only.
-        for i in 0..10 {
+        // Echoes only (no growth), to check the arithmetic. First window (10 KB): a quarter
+        // of the packets marked, the first one among them: it cuts at once by α = 1.
+        c.on_ecn_echo(us(0), 1024, 1024);
+        assert_eq!(c.window(), Some(5 * 1024));
+        for i in 1..10 {
             let marked = if i % 4 == 0 { 1024 } else { 0 };
             c.on_ecn_echo(us(i), marked, 1024);
         }
-        // F = 3/10; α = (1 − g)·1 + g·0.3.
+        assert_eq!(c.window(), Some(5 * 1024), "one cut per window");
+        // At the window's end F = 3/10: α = (1 − g)·1 + g·0.3.
         let alpha = (1.0 - g) + g * 0.3;
         assert!((c.alpha() - alpha).abs() < 1e-12);
-        let expect = (10.0 * 1024.0 * (1.0 - alpha / 2.0)) as u64;
-        assert_eq!(c.window(), Some(expect));
-        // A window with no marks decays α and does not cut.
-        let w = c.window().expect("window");
-        for i in 0..10 {
+        // The next window (5 KB, the window it began with) has no marks: α decays, no cut.
+        for i in 0..5 {
             c.on_ecn_echo(us(100 + i), 0, 1024);
         }
-        assert!((c.alpha() - (1.0 - g) * alpha).abs() < 1e-12);
-        assert_eq!(c.window(), Some(w));
+        let alpha = (1.0 - g) * alpha;
+        assert!((c.alpha() - alpha).abs() < 1e-12);
+        assert_eq!(c.window(), Some(5 * 1024));
+        // A mark in the window after: cut by the current α.
+        c.on_ecn_echo(us(200), 1024, 1024);
+        let expect = (5.0 * 1024.0 * (1.0 - alpha / 2.0)) as u64;
+        assert_eq!(c.window(), Some(expect));
+    }
+
+    #[test]
+    fn losses_before_any_rtt_sample_are_one_event_per_initial_rtt() {
+        let mut c = cc(WindowAlgorithm::Dctcp);
+        for i in 0..10 {
+            c.on_loss(us(i)); // ten NACKs within 10 µs of each other, no sample yet
+        }
+        assert_eq!(c.window(), Some(5 * 1024));
+        c.on_loss(us(30)); // beyond the initial 25 µs round trip
+        assert_eq!(c.window(), Some(5 * 1024 / 2));
+    }
+
+    #[test]
+    fn max_window_below_min_window_keeps_the_minimum_and_does_not_panic() {
+        let mut c = WindowCc::new(WindowConfig {
+            min_window: 2048,
+            max_window: Some(512),
+            ..WindowConfig::default()
+        });
+        c.on_ack(us(0), 1024, None);
+        c.on_loss(us(1));
+        assert_eq!(c.window(), Some(2048));
     }
 
     #[test]
