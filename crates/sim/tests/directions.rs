@@ -143,10 +143,10 @@ network.pfc = true
 "#;
 
 /// E4 with DCQCN (experiments/e4-congestion-control.toml, seed 1): IRN still beats RoCE with
-/// PFC (paper 1.5–2.2×; irn 1.14–1.25× over seeds 1–3), PFC changes IRN by a few percent at
+/// PFC (paper 1.5–2.2×; irn 1.13–1.23× over seeds 1–3), PFC changes IRN by a few percent at
 /// most (paper: < 1 % better, ≤ 3.4 % worse), RoCE needs PFC (paper 1.35–3.5×; irn
-/// 1.04–1.22×). And §4.4.4: with TCP's loss-driven AIMD, PFC hurts IRN more, since it hides
-/// the drops AIMD reacts to (irn: 1.36–1.41× in average slowdown).
+/// 1.03–1.21×). And §4.4.4: with TCP's loss-driven AIMD, PFC hurts IRN more, since it hides
+/// the drops AIMD reacts to (irn: 1.36–1.42× in average slowdown).
 #[test]
 fn e4_holds_in_direction_with_congestion_control() {
     let e = load_experiment(
