@@ -59,19 +59,28 @@ fn run_all(runs: &[SimConfig]) -> Vec<RunSummary> {
         .collect()
 }
 
-#[test]
-fn e1_e3_and_e5_hold_in_direction() {
+/// `runs` on the base experiment, two at a time.
+fn run_on_base(runs: &str) -> Vec<RunSummary> {
     let e = load_experiment(
-        &format!("{BASE}{EXPERIMENT}"),
+        &format!("{BASE}{runs}"),
         "directions",
         std::path::Path::new("."),
         &[],
         None,
     )
     .expect("valid");
-    let r = run_all(&e.runs);
+    run_all(&e.runs)
+}
+
+/// The paper's three metrics: average slowdown, average FCT, p99 FCT.
+fn metrics(s: &RunSummary) -> [f64; 3] {
+    [s.all.avg_slowdown, s.all.avg_fct_us, s.all.p99_fct_us]
+}
+
+#[test]
+fn e1_e3_and_e5_hold_in_direction() {
+    let r = run_on_base(EXPERIMENT);
     let by = |n: &str| r.iter().find(|s| s.name == n).expect("run exists");
-    let metrics = |s: &RunSummary| [s.all.avg_slowdown, s.all.avg_fct_us, s.all.p99_fct_us];
     let worse = |a: &RunSummary, b: &RunSummary, min: f64| {
         for (x, y) in metrics(a).iter().zip(metrics(b)) {
             assert!(
@@ -149,22 +158,11 @@ network.pfc = true
 /// the drops AIMD reacts to (irn: 1.36–1.42× in average slowdown).
 #[test]
 fn e4_holds_in_direction_with_congestion_control() {
-    let e = load_experiment(
-        &format!("{BASE}{E4}"),
-        "directions-e4",
-        std::path::Path::new("."),
-        &[],
-        None,
-    )
-    .expect("valid");
-    let r = run_all(&e.runs);
+    let r = run_on_base(E4);
     let by = |n: &str| r.iter().find(|s| s.name == n).expect("run exists");
     let ratios = |a: &RunSummary, b: &RunSummary| {
-        [
-            a.all.avg_slowdown / b.all.avg_slowdown,
-            a.all.avg_fct_us / b.all.avg_fct_us,
-            a.all.p99_fct_us / b.all.p99_fct_us,
-        ]
+        let (a, b) = (metrics(a), metrics(b));
+        [a[0] / b[0], a[1] / b[1], a[2] / b[2]]
     };
     for s in &r {
         assert_eq!(s.flows_completed, s.flows, "{}", s.name);
