@@ -616,9 +616,13 @@ fn end_host(op: FlowOp, f: &Flow, end: usize) -> u32 {
     }
 }
 
+/// A configuration's microseconds, to the picosecond.
+fn us(v: f64) -> Dur {
+    Dur::from_picos((v * 1e6).round() as u64)
+}
+
 /// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
 fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
-    let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
     let bps = |mbps: f64| (mbps * 1e6).round() as u64;
     match cfg.transport.cc {
         CcKind::None => Arc::new(NoCcFactory),
@@ -943,7 +947,6 @@ impl<M: SimMemory> Part<M> {
             })
             .collect();
         let tr = &cfg.transport;
-        let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
         let bdp_cap = tr.bdp_cap.unwrap_or_else(|| {
             bdp_cap_packets(
                 host_rate,

@@ -1113,31 +1113,34 @@ impl QueuePair {
         let psn = ib.bth.psn;
         let sack = ib.irn.and_then(|i| i.sack_psn);
         let echo = ib.bth.becn;
-        if matches!(
-            aeth.syndrome,
-            Syndrome::Ack(_) | Syndrome::Nak(NakCode::PsnSequenceError)
-        ) {
+        let irn = self.irn_wire();
+        if irn
+            && matches!(
+                aeth.syndrome,
+                Syndrome::Ack(_) | Syndrome::Nak(NakCode::PsnSequenceError)
+            )
+        {
             // ECN echo accounting (SPEC T9): an IRN ACK or NACK answers exactly one arrived
             // packet, marked or not — NACKs too, or a controller would see no marks while a
-            // hole is open, which is when they matter. A standard ACK stands for what it newly
-            // acknowledges (ack_requests); a standard NAK or duplicate ACK with an echo, for
-            // the one marked packet.
+            // hole is open, which is when they matter.
             let unit = u64::from(self.mtu());
-            if self.irn_wire() {
-                self.cc.on_ecn_echo(now, if echo { unit } else { 0 }, unit);
-            } else if echo && !(aeth.syndrome.is_ack() && self.swin.una().distance(psn) >= 0) {
-                self.cc.on_ecn_echo(now, unit, unit);
-            }
+            self.cc.on_ecn_echo(now, if echo { unit } else { 0 }, unit);
         }
         match aeth.syndrome {
             Syndrome::Ack(_) => {
-                self.ack_requests(now, psn.add(1), echo);
+                let bytes = self.ack_requests(now, psn.add(1));
+                if !irn {
+                    self.echo_standard(now, echo, bytes);
+                }
                 if let Some(s) = sack {
                     self.swin.sack(now, s);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.nacks_received += 1;
+                if !irn {
+                    self.echo_standard(now, echo, 0);
+                }
                 match self.mode() {
                     Retransmission::GoBack0 | Retransmission::GoBackN
                         if self.swin.una().distance(psn) < 0 =>
@@ -1161,12 +1164,12 @@ impl QueuePair {
                     }
                     Retransmission::GoBack0 | Retransmission::GoBackN => {
                         self.cc.on_loss(now);
-                        self.ack_requests(now, psn, false);
+                        self.ack_requests(now, psn);
                         self.swin.go_back(psn);
                     }
                     Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
                         self.cc.on_loss(now);
-                        self.ack_requests(now, psn, false);
+                        self.ack_requests(now, psn);
                         if let Some(s) = sack {
                             self.swin.sack(now, s);
                         }
@@ -1180,7 +1183,7 @@ impl QueuePair {
                     self.counters.unexpected += 1;
                     return;
                 }
-                self.ack_requests(now, psn, false);
+                self.ack_requests(now, psn);
                 self.rnr_retries += 1;
                 // rnr_retry 7 means "retry forever" (IBTA §9.7.5.2.8).
                 if self.attr.rnr_retry < 7 && self.rnr_retries > u32::from(self.attr.rnr_retry) {
@@ -1199,7 +1202,7 @@ impl QueuePair {
                     _ => WcStatus::RemInvReqErr,
                 };
                 if self.swin.outstanding(psn) {
-                    self.ack_requests(now, psn, false);
+                    self.ack_requests(now, psn);
                 } else if !self
                     .sq
                     .iter()
@@ -1216,8 +1219,23 @@ impl QueuePair {
         }
     }
 
-    /// Cumulative acknowledgement of every request PSN before `cum`.
-    fn ack_requests(&mut self, now: Time, mut cum: Psn, becn: bool) {
+    /// ECN echo accounting of a standard ACK or NAK (SPEC T9): an ACK stands for the `bytes`
+    /// it newly acknowledged, and its echo for the one marked packet that triggered it (a
+    /// controller that reads echoes has every packet ACKed); an echo on a NAK or on an ACK
+    /// that acknowledges nothing new, for one marked packet.
+    fn echo_standard(&mut self, now: Time, echo: bool, bytes: u64) {
+        let unit = u64::from(self.mtu());
+        if bytes > 0 {
+            self.cc
+                .on_ecn_echo(now, if echo { bytes.min(unit) } else { 0 }, bytes);
+        } else if echo {
+            self.cc.on_ecn_echo(now, unit, unit);
+        }
+    }
+
+    /// Cumulative acknowledgement of every request PSN before `cum`; returns the bytes newly
+    /// acknowledged.
+    fn ack_requests(&mut self, now: Time, mut cum: Psn) -> u64 {
         if !self.irn_wire() {
             // Standard RoCE: an ACK beyond a Read whose responses are missing implies they were
             // lost (IBTA §9.7.5.1.2, implied NAK): resend the Read from the missing response.
@@ -1238,21 +1256,10 @@ impl QueuePair {
             }
         }
         let acked = self.swin.ack(now, cum);
+        let bytes = u64::from(acked.psns) * u64::from(self.mtu());
         if acked.psns > 0 {
             self.rnr_retries = 0;
-            let bytes = u64::from(acked.psns) * u64::from(self.mtu());
             self.cc.on_ack(now, bytes, acked.rtt);
-            if !self.irn_wire() {
-                // A standard ACK stands for every packet it newly acknowledges, and its echo
-                // for the one marked packet that triggered it (the responder ACKs a marked
-                // packet at once). IRN's ACKs are counted one packet each, in handle_ack.
-                let marked = if becn {
-                    bytes.min(u64::from(self.mtu()))
-                } else {
-                    0
-                };
-                self.cc.on_ecn_echo(now, marked, bytes);
-            }
         }
         let una = self.swin.una();
         for w in self.sq.iter_mut() {
@@ -1265,6 +1272,7 @@ impl QueuePair {
                 break;
             }
         }
+        bytes
     }
 
     /// A Read response or atomic acknowledgement.
@@ -1333,7 +1341,7 @@ impl QueuePair {
         self.sq[idx].resp_rcvd += 1;
         self.read_gap = None;
         // A response acknowledges every request PSN up to its own.
-        self.ack_requests(now, psn.add(1), false);
+        self.ack_requests(now, psn.add(1));
     }
 
     /// Places one in-order (standard) or in-window (IRN) response for WQE `idx`; returns the
