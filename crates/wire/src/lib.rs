@@ -93,3 +93,26 @@ pub use opcode::{Headers, Layout, Opcode, PayloadRule, Transport};
 pub use psn::Psn;
 pub use roce::{IpRepr, RocePacket, RoceRepr};
 pub use udp::{UdpChecksum, UdpPacket, UdpRepr, ROCEV2_PORT};
+
+/// Ethernet's frame check sequence (IEEE 802.3), which captures and raw sockets leave out.
+pub const ETHERNET_FCS_LEN: usize = 4;
+
+/// An untagged Ethernet frame's header and FCS: what the link adds to an IP packet
+/// (IEEE 802.3; a VLAN tag adds 4 more, [`ethernet`]'s tagged layout).
+pub const ETHERNET_FRAMING_LEN: usize = 14 + ETHERNET_FCS_LEN;
+
+/// What RoCEv2 over IPv4 adds to the IB transport headers and payload: the IPv4 and UDP
+/// headers and the ICRC (RoCEv2 annex A17.4).
+pub const ROCEV2_IPV4_ENCAP_LEN: usize = ipv4::HEADER_LEN + udp::HEADER_LEN + ICRC_LEN;
+
+#[cfg(test)]
+mod overhead_tests {
+    use super::*;
+
+    #[test]
+    fn a_full_size_rocev2_frame_adds_50_bytes_to_its_transport_headers() {
+        // 14 Ethernet + 4 FCS + 20 IPv4 + 8 UDP + 4 ICRC.
+        assert_eq!(ETHERNET_FRAMING_LEN + ROCEV2_IPV4_ENCAP_LEN, 50);
+        assert_eq!(ROCEV2_IPV4_ENCAP_LEN, 32);
+    }
+}

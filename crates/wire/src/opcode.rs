@@ -351,6 +351,53 @@ impl Opcode {
                 | 0x1d
         )
     }
+
+    /// Whether this is a Send packet (FIRST/MIDDLE/LAST/ONLY, with immediate or invalidate).
+    pub const fn is_send(self) -> bool {
+        matches!(self.operation(), 0x00..=0x05 | 0x16 | 0x17)
+    }
+
+    /// Whether this is an RDMA Write packet (FIRST/MIDDLE/LAST/ONLY, with or without
+    /// immediate).
+    pub const fn is_write(self) -> bool {
+        matches!(self.operation(), 0x06..=0x0b)
+    }
+
+    /// Whether the packet carries immediate data (the last or only packet of a Send or Write
+    /// with immediate; IBTA Table 38's ImmDt column).
+    pub const fn has_immediate(self) -> bool {
+        matches!(self.operation(), 0x03 | 0x05 | 0x09 | 0x0b)
+    }
+
+    /// Whether this is an RDMA Read request or an atomic (Compare & Swap, Fetch & Add): a
+    /// request answered by responses rather than by ACKs.
+    pub const fn is_read_or_atomic_request(self) -> bool {
+        matches!(self.operation(), 0x0c | 0x13 | 0x14)
+    }
+
+    /// Whether this is an RDMA Read response packet (FIRST/MIDDLE/LAST/ONLY).
+    pub const fn is_read_response(self) -> bool {
+        matches!(self.operation(), 0x0d..=0x10)
+    }
+
+    /// Whether this packet is pure control — an ACK or NAK, IRN's read (N)ACK, or a CNP — which
+    /// carries no data and travels at the control priority.
+    pub const fn is_control(self) -> bool {
+        self.0 == Opcode::RC_ACKNOWLEDGE.0
+            || self.0 == Opcode::RC_IRN_READ_ACK.0
+            || self.0 == Opcode::CNP.0
+    }
+
+    /// The RC Read response opcode of a packet that is the `first` and/or `last` of its
+    /// response (IBTA §9.4.3: ONLY, FIRST, MIDDLE, LAST).
+    pub const fn read_response(first: bool, last: bool) -> Opcode {
+        match (first, last) {
+            (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        }
+    }
 }
 
 impl fmt::Display for Opcode {
@@ -371,6 +418,48 @@ impl fmt::Debug for Opcode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn predicates_partition_the_rc_opcodes() {
+        for op in 0u8..=0x1f {
+            let o = Opcode(op);
+            if o.name().is_none() {
+                continue;
+            }
+            if o == Opcode::RC_FLUSH || o == Opcode::RC_ATOMIC_WRITE {
+                // IBTA 1.5's persistence operations: requests of their own kind.
+                assert!(o.is_request() && !o.is_send() && !o.is_write());
+                continue;
+            }
+            // Every assigned RC opcode is exactly one of: Send, Write, Read/atomic request,
+            // Read response, control, atomic ACK.
+            let kinds = [
+                o.is_send(),
+                o.is_write(),
+                o.is_read_or_atomic_request(),
+                o.is_read_response(),
+                o.is_control(),
+                o == Opcode::RC_ATOMIC_ACKNOWLEDGE,
+            ];
+            assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{o}");
+            // Requests are Sends, Writes, Reads and atomics.
+            assert_eq!(
+                o.is_request(),
+                o.is_send() || o.is_write() || o.is_read_or_atomic_request(),
+                "{o}"
+            );
+        }
+        assert!(Opcode::CNP.is_control());
+        assert!(Opcode::RC_SEND_LAST_WITH_IMMEDIATE.has_immediate());
+        assert!(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.has_immediate());
+        assert!(!Opcode::RC_RDMA_WRITE_LAST.has_immediate());
+        assert!(!Opcode::RC_SEND_LAST_WITH_INVALIDATE.has_immediate());
+        for (first, last) in [(true, true), (true, false), (false, false), (false, true)] {
+            let o = Opcode::read_response(first, last);
+            assert!(o.is_read_response());
+            assert_eq!((o.is_first(), o.is_last()), (first, last), "{o}");
+        }
+    }
 
     #[test]
     fn layouts_follow_ibta_table_38() {
