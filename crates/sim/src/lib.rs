@@ -32,7 +32,7 @@
 //!   `transport.payload = true` (then every delivered byte is checked).
 //! - Routes are precomputed ([`topology`]); each switch port and each queue pair keeps at most
 //!   one pending "next" event of its own (a serialization end, a timer).
-//! - Every random choice draws from a seeded stream of its own ([`rng`]).
+//! - Every random choice draws from a seeded stream of its own ([`irn_transport::rng`]).
 //!
 //! Configuration: [`config`]; the network model and its differences from the paper's: [`net`];
 //! reports: [`metrics`]. `docs/SIMULATOR.md` documents every parameter and output.
@@ -45,7 +45,6 @@ pub mod engine;
 pub mod metrics;
 pub mod net;
 pub mod parallel;
-pub mod rng;
 pub mod topology;
 pub mod workload;
 

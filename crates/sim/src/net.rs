@@ -44,9 +44,9 @@ use irn_wire::{Ecn, IbRepr, Opcode, Psn};
 
 use crate::config::{CcKind, EcnMode, FlowOp, Recovery, SimConfig, SwitchModel};
 use crate::engine::EventQueue;
-use crate::rng::{mix, Rng};
 use crate::topology::Topology;
 use crate::workload::Flow;
+use irn_transport::rng::{mix, Rng};
 
 /// Ethernet header (14) + FCS (4) + IPv4 (20) + UDP (8) + ICRC (4) around the BTH onward.
 pub const FRAME_OVERHEAD: u32 = 14 + 4 + 20 + 8 + 4;
@@ -141,7 +141,7 @@ impl SimMemory for SharedChecked {
 }
 
 fn pattern(seed: u64, len: u64) -> Vec<u8> {
-    let mut r = Rng::new(seed, 77);
+    let mut r = Rng::stream(seed, 77);
     let mut v = Vec::with_capacity(len as usize);
     while (v.len() as u64) < len {
         v.extend_from_slice(&r.next_u64().to_le_bytes());
@@ -1033,10 +1033,10 @@ impl<M: SimMemory> Part<M> {
             next_start: 0,
             teardown,
             loss_rng: (0..nodes)
-                .map(|n| Rng::new(cfg.seed, (11 << 32) | n as u64))
+                .map(|n| Rng::stream(cfg.seed, (11 << 32) | n as u64))
                 .collect(),
             ecn_rng: (0..nodes)
-                .map(|n| Rng::new(cfg.seed, (12 << 32) | n as u64))
+                .map(|n| Rng::stream(cfg.seed, (12 << 32) | n as u64))
                 .collect(),
             q: Events {
                 q: EventQueue::new(),
@@ -1241,7 +1241,8 @@ impl<M: SimMemory> Part<M> {
             ..self.qp_cfg.clone()
         };
         let s = &mut nic.slots[slot as usize];
-        s.qp = Some(QueuePair::new(now, cfg));
+        // A configuration the queue pair refuses leaves the slot empty: the flow fails below.
+        s.qp = QueuePair::new(now, cfg).ok();
         s.flow = flow;
         s.end = end as u8;
         s.peer = peer;
@@ -1294,6 +1295,9 @@ impl<M: SimMemory> Part<M> {
         });
         let len = f.size;
         let Some(qp) = self.nics[host as usize].slots[slot as usize].qp.as_mut() else {
+            if end == REQ {
+                self.finish_flow(now, i, WcStatus::LocQpOpErr);
+            }
             return;
         };
         let mut setup_ok = connect_qp(qp, now, &attr, qpn(i as u32, 1 - end), mine, theirs).is_ok();

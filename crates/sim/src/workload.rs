@@ -6,7 +6,7 @@ use std::path::Path;
 use irn_transport::{Dur, Time};
 
 use crate::config::{SimConfig, WorkloadKind};
-use crate::rng::Rng;
+use irn_transport::rng::Rng;
 
 /// A piecewise-linear cumulative distribution of flow sizes (the format of the HPCC and
 /// ConWeave simulators' traffic files): points `(bytes, cumulative percent)`.
@@ -178,7 +178,7 @@ pub fn generate(
     match w.kind {
         WorkloadKind::Poisson => {}
         WorkloadKind::Incast => {
-            let mut rng = Rng::new(cfg.seed, 3);
+            let mut rng = Rng::stream(cfg.seed, 3);
             let m = w.incast_senders.min(hosts - 1);
             // Requests one after the other: each starts when the previous could have ended at
             // the receiver's line rate, plus 10 %.
@@ -266,7 +266,7 @@ fn poisson(
     let mean_gap_ps = cdf.mean() * 8.0 / (load * rate_bps as f64) * 1e12;
     for h in 0..hosts {
         // One stream per host: adding a host does not change the others' traffic.
-        let mut rng = Rng::new(seed, 1000 + u64::from(h));
+        let mut rng = Rng::stream(seed, 1000 + u64::from(h));
         let mut t = rng.exponential(mean_gap_ps);
         let mut n = 0;
         while t < duration.as_picos() as f64 && n < max {
@@ -294,7 +294,7 @@ mod tests {
     #[test]
     fn irn_distribution_matches_the_papers_description() {
         let cdf = SizeCdf::named("irn", Path::new(".")).expect("built in");
-        let mut rng = Rng::new(1, 0);
+        let mut rng = Rng::stream(1, 0);
         let n = 200_000;
         let sizes: Vec<u64> = (0..n).map(|_| cdf.sample(&mut rng)).collect();
         let single = sizes.iter().filter(|&&s| (32..=1024).contains(&s)).count() as f64 / n as f64;

@@ -34,8 +34,11 @@
 //!
 //! ## Modules
 //!
-//! * [`qp`]: the queue pair; [`pair`]: two queue pairs through seeded lossy links (tests,
-//!   fuzzing, examples);
+//! * [`qp`]: the queue pair, one module per role (requester, completer, responder with its
+//!   standard and IRN variants, timers);
+//! * `pair` (feature `test-support`): two queue pairs through seeded lossy links, for tests,
+//!   fuzzing, benchmarks and examples — never part of a production build;
+//! * [`rng`]: the workspace's seeded random-number generator;
 //! * `window` (internal): the sender and receiver engines of one PSN space;
 //! * [`state`]: the QP state diagram as a declarative transition table;
 //! * [`memory`]: application memory behind the [`Memory`] trait (regions, keys, rights, bounds),
@@ -51,8 +54,10 @@
 pub mod cc;
 pub mod config;
 pub mod memory;
+#[cfg(feature = "test-support")]
 pub mod pair;
 pub mod qp;
+pub mod rng;
 pub mod state;
 pub mod time;
 mod window;
@@ -63,10 +68,12 @@ pub use cc::{
     TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
 };
 pub use config::bdp_cap_packets;
-pub use config::{RecoveryConfig, Retransmission, RtoPolicy};
+pub use config::{ConfigError, RecoveryConfig, Retransmission, RtoPolicy};
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
-pub use pair::connect_qp;
-pub use qp::{Counters, PostError, QpAttr, QpConfig, QueuePair, Transmit, MAX_MESSAGE};
+pub use qp::{
+    connect_qp, Counters, PostError, QpAttr, QpConfig, QpConfigError, QueuePair, Transmit,
+    MAX_MESSAGE,
+};
 pub use state::{AttrMask, ModifyError, PostRule, QpState};
 pub use time::{Dur, Time};
 pub use wr::{Completion, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus};

@@ -196,7 +196,7 @@ pub struct Regions {
     /// lkey → region; rkey → lkey.
     by_lkey: BTreeMap<u32, Region>,
     by_rkey: BTreeMap<u32, u32>,
-    rng: u64,
+    rng: crate::rng::Rng,
 }
 
 impl Regions {
@@ -207,20 +207,17 @@ impl Regions {
             next_addr: 0,
             by_lkey: BTreeMap::new(),
             by_rkey: BTreeMap::new(),
-            rng: seed ^ 0x9e37_79b9_7f4a_7c15,
+            rng: crate::rng::Rng::from_state(seed ^ 0x9e37_79b9_7f4a_7c15),
         };
         // A random-looking, page-aligned base in the lower half of the canonical user range.
         r.next_addr = 0x1000_0000_0000 + (r.next_u64() & 0x0fff_ffff_f000);
         r
     }
 
-    /// splitmix64: small, fast, good enough to make keys unpredictable without the seed.
+    /// Keys and addresses come from the workspace generator: unpredictable without the
+    /// seed, reproducible with it.
     fn next_u64(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.rng.next_u64()
     }
 
     fn fresh_key(&mut self) -> u32 {

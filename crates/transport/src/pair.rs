@@ -13,50 +13,11 @@ use irn_wire::{Ecn, IbRepr, Psn};
 
 use crate::config::RecoveryConfig;
 use crate::memory::ByteMemory;
-use crate::qp::{QpAttr, QpConfig, QueuePair};
-use crate::state::{AttrMask, ModifyError, QpState};
+use crate::qp::{connect_qp, QpAttr, QpConfig, QueuePair};
 use crate::time::{Dur, Time};
 use crate::wr::Completion;
 
-/// splitmix64: a small seeded generator (determinism: every random choice of a run derives from
-/// its seed).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// `true` with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && self.unit() < p
-    }
-
-    /// Uniform in `[0, n)` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-}
+pub use crate::rng::Rng;
 
 /// One direction of the connection.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -248,14 +209,16 @@ impl Pair {
                 qpn: 0x11,
                 ..cfg.qp.clone()
             },
-        );
+        )
+        .expect("a valid queue-pair configuration");
         let mut b = QueuePair::new(
             now,
             QpConfig {
                 qpn: 0x22,
                 ..cfg.qp.clone()
             },
-        );
+        )
+        .expect("a valid queue-pair configuration");
         let psn_a = Psn::new(rng.next_u64() as u32);
         let psn_b = Psn::new(rng.next_u64() as u32);
         connect(&mut a, &cfg.attr, 0x22, psn_a, psn_b);
@@ -451,46 +414,4 @@ pub fn connect(qp: &mut QueuePair, attr: &QpAttr, dest_qpn: u32, sq_psn: Psn, rq
     if let Err(e) = connect_qp(qp, Time::ZERO, attr, dest_qpn, sq_psn, rq_psn) {
         panic!("bring-up of a test queue pair failed: {e}");
     }
-}
-
-/// Brings a queue pair from RESET to RTS towards `dest_qpn` (INIT, RTR, RTS with the
-/// attributes each transition needs, as `ibv_modify_qp` callers do), with `attr`'s other
-/// settings.
-pub fn connect_qp(
-    qp: &mut QueuePair,
-    now: Time,
-    attr: &QpAttr,
-    dest_qpn: u32,
-    sq_psn: Psn,
-    rq_psn: Psn,
-) -> Result<(), ModifyError> {
-    let attr = QpAttr {
-        dest_qpn,
-        sq_psn,
-        rq_psn,
-        ..*attr
-    };
-    let steps = [
-        (QpState::Init, AttrMask::ACCESS_FLAGS.with(AttrMask::PKEY)),
-        (
-            QpState::Rtr,
-            AttrMask::PATH_MTU
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN)
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER),
-        ),
-        (
-            QpState::Rts,
-            AttrMask::SQ_PSN
-                .with(AttrMask::TIMEOUT)
-                .with(AttrMask::RETRY_CNT)
-                .with(AttrMask::RNR_RETRY)
-                .with(AttrMask::MAX_QP_RD_ATOMIC),
-        ),
-    ];
-    for (to, mask) in steps {
-        qp.modify(now, to, &attr, mask)?;
-    }
-    Ok(())
 }

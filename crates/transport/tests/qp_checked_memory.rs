@@ -22,8 +22,10 @@ fn every_operation_runs_without_payload_bytes() {
                 qpn: 1,
                 ..cfg.clone()
             },
-        );
-        let mut b = QueuePair::new(t, QpConfig { qpn: 2, ..cfg });
+        )
+        .expect("a valid queue-pair configuration");
+        let mut b = QueuePair::new(t, QpConfig { qpn: 2, ..cfg })
+            .expect("a valid queue-pair configuration");
         connect(&mut a, &QpAttr::default(), 2, Psn::new(10), Psn::new(20));
         connect(&mut b, &QpAttr::default(), 1, Psn::new(20), Psn::new(10));
         let mut ma = CheckedMemory::new(1);

@@ -23,7 +23,8 @@ fn qp(recovery: RecoveryConfig) -> QueuePair {
             recovery,
             ..QpConfig::default()
         },
-    );
+    )
+    .expect("a valid queue-pair configuration");
     connect(
         &mut q,
         &QpAttr::default(),
@@ -890,7 +891,7 @@ fn rnr_retry_exceeded_and_transport_retry_exceeded_complete_with_their_status() 
 
 #[test]
 fn verbs_in_the_wrong_state_are_typed_errors() {
-    let mut q = QueuePair::new(T0, QpConfig::default());
+    let mut q = QueuePair::new(T0, QpConfig::default()).expect("a valid queue-pair configuration");
     let wr = SendWr {
         wr_id: 1,
         op: SendOp::Send,

@@ -193,6 +193,9 @@ pub enum Error {
     /// `modify` refused the transition or an attribute.
     #[error("{0}")]
     Modify(#[from] ModifyError),
+    /// `create_qp` refused the queue pair's configuration (`EINVAL` from `ibv_create_qp`).
+    #[error("queue pair configuration: {0}")]
+    QpConfig(#[from] irn_transport::QpConfigError),
     /// RTR needs the peer's address.
     #[error("moving to RTR needs the remote address (GID and port)")]
     NoRemote,
@@ -414,7 +417,7 @@ impl Device {
             next_id: 1,
             tx_imp: cfg.tx_impairment,
             rx_imp: cfg.rx_impairment,
-            rng: Rng::new(cfg.seed),
+            rng: Rng::from_state(cfg.seed),
             delayed: Vec::new(),
             reorder: [None, None],
             tx_pending: std::collections::BTreeSet::new(),
@@ -1033,10 +1036,11 @@ impl Pd {
             ..QpConfig::default()
         };
         let now = self.shared.now();
+        let qp = QueuePair::new(now, cfg)?;
         core.qps.insert(
             qpn,
             QpEntry {
-                qp: QueuePair::new(now, cfg),
+                qp,
                 pd: self.id,
                 send_cq: send_cq.id,
                 recv_cq: recv_cq.id,

@@ -50,29 +50,7 @@ pub(crate) enum Fate {
     Deliver { copies: u8, hold: bool, delay: bool },
 }
 
-/// SplitMix64 (Steele, Lea & Flood, OOPSLA 2014): small, fast, and good enough to draw
-/// impairments.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `p`.
-    pub(crate) fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64) < p * (1u64 << 53) as f64
-    }
-}
+pub(crate) use irn_transport::rng::Rng;
 
 impl Impairment {
     pub(crate) fn fate(&self, rng: &mut Rng) -> Fate {
@@ -95,7 +73,7 @@ mod tests {
     fn loss_rate_is_close_to_asked_and_seeded() {
         let imp = Impairment::loss(0.05);
         let run = |seed| {
-            let mut rng = Rng::new(seed);
+            let mut rng = Rng::from_state(seed);
             (0..100_000)
                 .filter(|_| imp.fate(&mut rng) == Fate::Drop)
                 .count()
@@ -105,7 +83,7 @@ mod tests {
         assert!((4_500..5_500).contains(&n), "{n} drops of 100 000 at 5 %");
         assert_eq!(
             (0..1000)
-                .filter(|_| Impairment::default().fate(&mut Rng::new(1)) == Fate::Drop)
+                .filter(|_| Impairment::default().fate(&mut Rng::from_state(1)) == Fate::Drop)
                 .count(),
             0
         );

@@ -28,7 +28,7 @@
 //! most `R_AI` (40 Mb/s of 40 Gb/s). A simulator with thousands of queue pairs at line rate
 //! therefore pays nothing for DCQCN until a CNP arrives.
 
-use crate::pair::Rng;
+use crate::rng::Rng;
 use crate::time::{Dur, Time};
 
 use super::{Controller, ControllerFactory};

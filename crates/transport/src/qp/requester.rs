@@ -1,0 +1,476 @@
+//! The requester role: builds request packets from send WQEs (IBTA §9.7.3; rxe's
+//! `rxe_req.c`).
+//!
+//! It assigns each WQE its PSNs, `recv_WQE_SN` / `read_WQE_SN` and, under IRN, its rPSNs
+//! (IRN §5.3.2, §5.4); holds a WQE back behind a fence or when the Read credit
+//! (`max_rd_atomic`) is used up; stops new packets at the BDP cap (BDP-FC, IRN §3.2) and at the
+//! congestion window; paces data at the congestion controller's rate; sets AckReq where the
+//! responder must answer; and resends what loss recovery asks for first.
+
+use std::collections::VecDeque;
+
+use irn_wire::{AtomicEthRepr, Ecn, IbRepr, IrnEthRepr, Opcode, Psn, RethRepr};
+
+use super::sg::gather;
+use super::{packets, QueuePair, Transmit, MAX_MESSAGE};
+use crate::config::Retransmission;
+use crate::memory::{Access, Key, Memory};
+use crate::state::QpState;
+use crate::time::{Dur, Time};
+use crate::window::SendWindow;
+use crate::wr::{SendOp, SendWr, WcStatus};
+
+/// Standard RoCE: the requester asks for an ACK at least every this many packets of a long
+/// message (Linux rxe asks every 128; a smaller value keeps the sender's state short).
+const STANDARD_ACK_EVERY: u32 = 64;
+
+/// A posted send WQE and its progress.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub(crate) wr: SendWr,
+    pub(crate) len: u64,
+    pub(crate) started: bool,
+    /// First sPSN.
+    pub(crate) first_psn: Psn,
+    /// sPSNs it occupies.
+    pub(crate) npsn: u32,
+    /// Packets of data: request packets of a Send/Write, response packets of a Read/atomic.
+    pub(crate) npkts: u32,
+    pub(crate) recv_sn: Option<u32>,
+    pub(crate) read_sn: Option<u32>,
+    /// IRN: first rPSN of its responses.
+    pub(crate) rpsn: Psn,
+    /// Response packets received in order.
+    pub(crate) resp_rcvd: u32,
+    /// Every sPSN is acknowledged.
+    pub(crate) acked: bool,
+    pub(crate) error: Option<WcStatus>,
+}
+
+impl SendWqe {
+    pub(crate) fn needs_response(&self) -> bool {
+        self.wr.op.is_read_or_atomic()
+    }
+
+    pub(crate) fn done(&self) -> bool {
+        self.acked && (!self.needs_response() || self.resp_rcvd >= self.npkts)
+    }
+
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn.saturating_sub(1))
+    }
+
+    pub(crate) fn contains(&self, psn: Psn) -> bool {
+        let d = self.first_psn.distance(psn);
+        self.started && d >= 0 && (d as u32) < self.npsn
+    }
+}
+
+/// The requester's state.
+#[derive(Debug)]
+pub(crate) struct Requester {
+    /// Posted send WQEs not yet completed, oldest first (the completer retires them).
+    pub(crate) sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the WQE being sent (new packets), or `sq.len()`.
+    pub(crate) tx_idx: usize,
+    /// Next packet of that WQE.
+    pub(crate) tx_off: u32,
+    /// The sPSN send window: in flight, SACKs, recovery, the retransmission timer.
+    pub(crate) swin: SendWindow,
+    /// `recv_WQE_SN` of the next Send (IRN §5.3.2).
+    pub(crate) next_recv_sn: u32,
+    /// `read_WQE_SN` of the next Read or atomic.
+    pub(crate) next_read_sn: u32,
+    /// IRN: the first rPSN of the next Read's or atomic's responses (§5.4).
+    pub(crate) next_rpsn: Psn,
+    /// Pacing: no data packet of this queue pair leaves before this time (requests and
+    /// responses alike); `Time::ZERO` when not pacing.
+    pub(crate) pacing_until: Time,
+    /// Request payload bytes sent since a standard request last asked for an ACK.
+    pub(crate) unasked_bytes: u64,
+}
+
+impl Requester {
+    pub(crate) fn new(mode: Retransmission) -> Requester {
+        Requester {
+            sq: VecDeque::new(),
+            tx_idx: 0,
+            tx_off: 0,
+            swin: SendWindow::new(mode, Psn::new(0)),
+            next_recv_sn: 0,
+            next_read_sn: 0,
+            next_rpsn: Psn::new(0),
+            pacing_until: Time::ZERO,
+            unasked_bytes: 0,
+        }
+    }
+
+    /// Whether a new request or a retransmission waits.
+    pub(crate) fn has_data(&self) -> bool {
+        self.tx_idx < self.sq.len() || self.swin.in_recovery()
+    }
+}
+
+impl QueuePair {
+    /// Whether the congestion controller's window (if it has one) admits another packet.
+    pub(super) fn cc_window_open(&self) -> bool {
+        self.cc
+            .window()
+            .is_none_or(|win| u64::from(self.req.swin.in_flight()) * u64::from(self.mtu()) < win)
+    }
+
+    /// Paces data: after a data packet of `bytes` on the wire, the next may leave only when
+    /// it would have at the controller's rate.
+    pub(super) fn pace(&mut self, now: Time, bytes: u64) {
+        self.cc.on_send(now, bytes);
+        if let Some(rate) = self.cc.rate_bps() {
+            let start = self.req.pacing_until.max(now);
+            self.req.pacing_until = start + Dur::transmission(bytes, rate);
+        }
+    }
+
+    pub(super) fn next_request<M: Memory>(
+        &mut self,
+        now: Time,
+        mem: &M,
+        payload: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
+            return None;
+        }
+        while let Some(psn) = self.req.swin.next_retransmit() {
+            let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+                // Nothing holds it any more (completed meanwhile): skip it.
+                self.req.swin.on_retransmitted(now, psn, 1);
+                continue;
+            };
+            let (mut t, covers) = self.build_request(idx, psn, mem, payload);
+            self.req.swin.on_retransmitted(now, psn, covers);
+            self.counters.retransmitted += 1;
+            self.ask_for_feedback(&mut t);
+            return Some(t);
+        }
+        if self.state == QpState::Sqd && self.req.tx_off == 0 {
+            return None;
+        }
+        if !self.req.swin.may_send_new(self.cfg.recovery.bdp_cap) {
+            return None;
+        }
+        if !self.cc_window_open() {
+            return None;
+        }
+        let idx = self.req.tx_idx;
+        if idx >= self.req.sq.len() {
+            return None;
+        }
+        if !self.req.sq[idx].started && !self.start_wqe(idx, mem) {
+            return None;
+        }
+        if self.state == QpState::Err {
+            return None;
+        }
+        let w = &self.req.sq[idx];
+        let psn = w.first_psn.add(self.req.tx_off);
+        let (mut t, covers) = self.build_request(idx, psn, mem, payload);
+        self.req.swin.on_sent_new(now, covers);
+        self.ask_for_feedback(&mut t);
+        self.req.tx_off += covers;
+        if self.req.tx_off >= self.req.sq[idx].npsn {
+            self.req.tx_idx += 1;
+            self.req.tx_off = 0;
+        }
+        Some(t)
+    }
+
+    /// A standard go-back-N responder ACKs only when asked: ask as often as the congestion
+    /// controller needs feedback ([`Controller::ack_interval_bytes`]), on new packets and
+    /// retransmissions alike (after a NAK the resent range must bring ACKs too, or a window
+    /// cut by the loss stays shut). Go-back-0 keeps its ACKs on message boundaries (E11's
+    /// livelock depends on it); a window controller over it is the driver's to refuse.
+    fn ask_for_feedback(&mut self, t: &mut Transmit) {
+        if self.mode() != Retransmission::GoBackN || self.irn_wire() {
+            return;
+        }
+        self.req.unasked_bytes += t.ib.payload_len as u64;
+        if let Some(every) = self.cc.ack_interval_bytes() {
+            if self.req.unasked_bytes >= every {
+                t.ib.bth.ack_req = true;
+            }
+        }
+        if t.ib.bth.ack_req {
+            self.req.unasked_bytes = 0;
+        }
+    }
+
+    /// Starts WQE `idx`: checks its local buffers, fences and Read credit, and assigns its
+    /// PSNs and sequence numbers. `false` if it cannot start yet (or failed).
+    fn start_wqe<M: Memory>(&mut self, idx: usize, mem: &M) -> bool {
+        let mtu = self.mtu();
+        let irn = self.irn_wire();
+        let (fence, rd_atomic) = {
+            let w = &self.req.sq[idx];
+            (w.wr.fence, w.wr.op.is_read_or_atomic())
+        };
+        let reads_pending = self
+            .req
+            .sq
+            .iter()
+            .take(idx)
+            .filter(|w| w.needs_response() && !w.done())
+            .count();
+        if fence && reads_pending > 0 {
+            return false;
+        }
+        if rd_atomic && reads_pending >= usize::from(self.attr.max_rd_atomic.max(1)) {
+            return false;
+        }
+        let w = &self.req.sq[idx];
+        let need = match w.wr.op {
+            SendOp::Read(_) => Access::LOCAL_WRITE,
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => Access::LOCAL_WRITE,
+            _ => Access::LOCAL_READ,
+        };
+        let bad_sge = w.wr.sg_list.iter().any(|s| {
+            mem.check(Key::Local(s.lkey), s.addr, u64::from(s.len), need)
+                .is_err()
+        });
+        let too_many_psns =
+            !irn && matches!(w.wr.op, SendOp::Read(_)) && packets(w.len, mtu) >= Psn::HALF / 2;
+        let status = if w.len > MAX_MESSAGE || too_many_psns {
+            Some(WcStatus::LocLenErr)
+        } else if bad_sge {
+            Some(WcStatus::LocProtErr)
+        } else {
+            None
+        };
+        if let Some(status) = status {
+            self.req.sq[idx].error = Some(status);
+            self.req.sq[idx].started = true;
+            self.complete_sends();
+            if self.state != QpState::Err {
+                // Earlier work is still in flight: fail the QP behind it.
+                self.enter_error();
+            }
+            return false;
+        }
+        let first_psn = self.req.swin.next();
+        let w = &mut self.req.sq[idx];
+        let npkts = match w.wr.op {
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+            _ => packets(w.len, mtu),
+        };
+        w.npkts = npkts;
+        w.npsn = match w.wr.op {
+            SendOp::Read(_) if !irn => npkts,
+            SendOp::Read(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+            _ => npkts,
+        };
+        w.first_psn = first_psn;
+        w.started = true;
+        if w.wr.op.consumes_recv() {
+            w.recv_sn = Some(self.req.next_recv_sn);
+            self.req.next_recv_sn = self.req.next_recv_sn.wrapping_add(1);
+        }
+        if w.wr.op.is_read_or_atomic() {
+            w.read_sn = Some(self.req.next_read_sn);
+            self.req.next_read_sn = self.req.next_read_sn.wrapping_add(1);
+            if irn {
+                w.rpsn = self.req.next_rpsn;
+                self.req.next_rpsn = self.req.next_rpsn.add(npkts);
+            }
+        }
+        true
+    }
+
+    /// The request packet of WQE `idx` at `psn`, and how many PSNs it covers.
+    fn build_request<M: Memory>(
+        &mut self,
+        idx: usize,
+        psn: Psn,
+        mem: &M,
+        payload: &mut Vec<u8>,
+    ) -> (Transmit, u32) {
+        let mtu = self.mtu();
+        let irn = self.irn_wire();
+        let mode = self.mode();
+        let bth0 = self.bth(Opcode::RC_SEND_ONLY, psn);
+        let w = &self.req.sq[idx];
+        let k = w.first_psn.distance(psn).max(0) as u32;
+        let n = w.npkts;
+        let (first, last) = (k == 0, k + 1 >= w.npsn);
+        let mut bth = bth0;
+        let mut ib;
+        let mut covers = 1;
+        let off = u64::from(k) * u64::from(mtu);
+        let chunk = w.len.saturating_sub(off).min(u64::from(mtu));
+        let pick = |only, fst, mid, lst| match (first, last) {
+            (true, true) => only,
+            (true, false) => fst,
+            (false, false) => mid,
+            (false, true) => lst,
+        };
+        let mut data = false;
+        match w.wr.op {
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => {
+                bth.opcode = match w.wr.op {
+                    SendOp::SendWithImm(_) => pick(
+                        Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+                        Opcode::RC_SEND_FIRST,
+                        Opcode::RC_SEND_MIDDLE,
+                        Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+                    ),
+                    SendOp::SendWithInv(_) => pick(
+                        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+                        Opcode::RC_SEND_FIRST,
+                        Opcode::RC_SEND_MIDDLE,
+                        Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+                    ),
+                    _ => pick(
+                        Opcode::RC_SEND_ONLY,
+                        Opcode::RC_SEND_FIRST,
+                        Opcode::RC_SEND_MIDDLE,
+                        Opcode::RC_SEND_LAST,
+                    ),
+                };
+                ib = IbRepr::new(bth);
+                if last {
+                    match w.wr.op {
+                        SendOp::SendWithImm(imm) => ib.imm = Some(imm),
+                        SendOp::SendWithInv(rkey) => ib.ieth = Some(rkey),
+                        _ => {}
+                    }
+                }
+                if irn {
+                    ib.irn = Some(IrnEthRepr {
+                        wqe_sn: w.recv_sn,
+                        psn_offset: Some(k),
+                        ..IrnEthRepr::default()
+                    });
+                }
+                data = true;
+            }
+            SendOp::Write(remote) | SendOp::WriteWithImm(remote, _) => {
+                let imm = match w.wr.op {
+                    SendOp::WriteWithImm(_, imm) => Some(imm),
+                    _ => None,
+                };
+                bth.opcode = if imm.is_some() {
+                    pick(
+                        Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                        Opcode::RC_RDMA_WRITE_FIRST,
+                        Opcode::RC_RDMA_WRITE_MIDDLE,
+                        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                    )
+                } else {
+                    pick(
+                        Opcode::RC_RDMA_WRITE_ONLY,
+                        Opcode::RC_RDMA_WRITE_FIRST,
+                        Opcode::RC_RDMA_WRITE_MIDDLE,
+                        Opcode::RC_RDMA_WRITE_LAST,
+                    )
+                };
+                ib = IbRepr::new(bth);
+                let reth = RethRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey,
+                    dma_len: w.len as u32,
+                };
+                // IRN §5.3.1: the RETH rides on every Write packet.
+                if first || irn {
+                    ib.reth = Some(reth);
+                }
+                if last {
+                    ib.imm = imm;
+                }
+                if irn {
+                    ib.irn = Some(IrnEthRepr {
+                        wqe_sn: if last && imm.is_some() {
+                            w.recv_sn
+                        } else {
+                            None
+                        },
+                        psn_offset: Some(k),
+                        ..IrnEthRepr::default()
+                    });
+                }
+                data = true;
+            }
+            SendOp::Read(remote) => {
+                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+                ib = IbRepr::new(bth);
+                // Standard RoCE resends a Read from a missing response as a Read of the rest.
+                let (va, len) = if irn {
+                    (remote.addr, w.len)
+                } else {
+                    (remote.addr + off, w.len - off.min(w.len))
+                };
+                ib.reth = Some(RethRepr {
+                    va,
+                    rkey: remote.rkey,
+                    dma_len: len as u32,
+                });
+                if irn {
+                    ib.irn = Some(IrnEthRepr {
+                        wqe_sn: w.read_sn,
+                        ..IrnEthRepr::default()
+                    });
+                } else {
+                    covers = n - k.min(n);
+                }
+            }
+            SendOp::CompareSwap {
+                remote,
+                compare,
+                swap,
+            } => {
+                bth.opcode = Opcode::RC_COMPARE_SWAP;
+                ib = IbRepr::new(bth);
+                ib.atomic_eth = Some(AtomicEthRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey,
+                    swap_add: swap,
+                    compare,
+                });
+                if irn {
+                    ib.irn = Some(IrnEthRepr {
+                        wqe_sn: w.read_sn,
+                        ..IrnEthRepr::default()
+                    });
+                }
+            }
+            SendOp::FetchAdd { remote, add } => {
+                bth.opcode = Opcode::RC_FETCH_ADD;
+                ib = IbRepr::new(bth);
+                ib.atomic_eth = Some(AtomicEthRepr {
+                    va: remote.addr,
+                    rkey: remote.rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+                if irn {
+                    ib.irn = Some(IrnEthRepr {
+                        wqe_sn: w.read_sn,
+                        ..IrnEthRepr::default()
+                    });
+                }
+            }
+        }
+        let last_of_msg = last || !data;
+        ib.bth.ack_req = irn
+            || last_of_msg
+            || (mode != Retransmission::GoBack0
+                && k % STANDARD_ACK_EVERY == STANDARD_ACK_EVERY - 1);
+        ib.bth.solicited = last_of_msg && w.wr.solicited && data;
+        if data {
+            ib.payload_len = chunk as usize;
+            if M::HOLDS_BYTES && chunk > 0 {
+                payload.resize(chunk as usize, 0);
+                let sg = &w.wr.sg_list;
+                // Local buffers were checked when the WQE started; a failure now (a region
+                // deregistered meanwhile) sends zeros rather than nothing.
+                let _ = gather(mem, sg, off, payload);
+            }
+        }
+        (Transmit { ib, ecn: Ecn::Ect0 }, covers.max(1))
+    }
+}

@@ -1,0 +1,824 @@
+//! The responder role: requests from the peer (IBTA §9.7.4, rxe's `rxe_resp.c`; IRN §5.3).
+//!
+//! Shared by both wire variants: the request checks (opcode, length, keys, rights), placement
+//! of data at its final address, the receive window with one deferred action per PSN (IRN's
+//! 2-bitmap: MSN update, receive completion, Read/atomic execution), the MSN and the receive
+//! queue. What differs between standard RoCE and IRN lives in the two variants of
+//! [`ResponderWire`]:
+//!
+//! * [`StandardResponder`] (`standard`): in order only; the position of a packet in its
+//!   message comes from the message in progress; ACKs and NAKs travel in order with Read
+//!   responses; duplicates of Reads and atomics are answered from saved state;
+//! * [`IrnResponder`] (`irn`): out-of-order placement from IRNETH's receive WQE number and
+//!   PSN offset; per-packet ACKs and NACKs with the SACK PSN on the control queue; responses
+//!   in their own rPSN space with their own window and timeouts (IRN §5.4).
+
+use std::collections::VecDeque;
+
+use irn_wire::{
+    AethRepr, CreditCode, Ecn, IbRepr, NakCode, Opcode, Psn, RethRepr, RnrTimer, Syndrome,
+};
+
+use super::sg::place_local;
+use super::{packets, Ctrl, QueuePair, Transmit, MAX_MESSAGE};
+use crate::config::Retransmission;
+use crate::memory::{Access, AtomicOp, Key, MemError, Memory};
+use crate::state::QpState;
+use crate::time::Time;
+use crate::window::{Arrival, RecvWindow, SendWindow};
+use crate::wr::{Completion, RecvWr, WcOpcode, WcStatus};
+
+mod irn;
+mod standard;
+
+pub(crate) use irn::IrnResponder;
+use standard::RespJob;
+pub(crate) use standard::{QueuedAck, StandardResponder};
+
+/// A posted receive WQE.
+#[derive(Debug, Clone)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr: RecvWr,
+    /// Its receive sequence number (IRN's `recv_WQE_SN`, §5.3.2).
+    pub(crate) sn: u32,
+    pub(crate) len: u64,
+}
+
+/// A message that completes a receive WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvDone {
+    sn: u32,
+    byte_len: u64,
+    imm: Option<u32>,
+    inv: Option<u32>,
+    write_imm: bool,
+}
+
+/// What a responder does once every PSN before a packet has arrived (IRN §5.3.3's 2-bitmap:
+/// the "last packet" bit and the information it carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReqAction {
+    /// The last packet of a Send or Write: MSN + 1, and maybe a receive completion.
+    MsgEnd { recv: Option<RecvDone> },
+    /// Execute a Read (IRN §5.3.2: not before everything ahead of it arrived).
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u64,
+        npsn: u32,
+    },
+    /// Execute an atomic.
+    Atomic { va: u64, rkey: u32, op: AtomicOp },
+    /// A request that must fail: NAK it and enter the error state.
+    Fatal {
+        nak: NakCode,
+        recv: Option<(u32, WcStatus)>,
+    },
+}
+
+/// An executed Read or atomic: what answering it (again) takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SavedKind {
+    Read { va: u64, rkey: u32, len: u64 },
+    Atomic { orig: u64 },
+}
+
+/// A Read or atomic the responder executed, handed to its wire variant to answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Saved {
+    /// The request's (first) sPSN.
+    pub(crate) psn: Psn,
+    /// sPSNs the request occupies (a standard Read: one per response packet).
+    pub(crate) npsn: u32,
+    /// Response packets.
+    pub(crate) npkts: u32,
+    pub(crate) msn: u32,
+    pub(crate) kind: SavedKind,
+}
+
+/// Where a Read response packet's payload comes from, and the PSN a fault is NAKed at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadSource {
+    pub(crate) rkey: u32,
+    pub(crate) va: u64,
+    pub(crate) len: u64,
+    pub(crate) nak_psn: Psn,
+}
+
+/// Why a request packet was not placed.
+#[derive(Debug, Clone, Copy)]
+enum Refused {
+    /// No receive WQE: RNR NAK (IBTA §9.7.5.2.8).
+    Rnr,
+    /// A fatal error with its NAK code and maybe a failed receive WQE.
+    Fatal(NakCode, Option<(u32, WcStatus)>),
+}
+
+/// The responder's state.
+#[derive(Debug)]
+pub(crate) struct Responder {
+    /// Posted receive WQEs, oldest first.
+    pub(crate) rq: VecDeque<RecvWqe>,
+    /// Sequence number of the next receive WQE posted.
+    pub(crate) rq_next_sn: u32,
+    /// The sPSN receive window: one deferred action per PSN.
+    pub(crate) rwin: RecvWindow<ReqAction>,
+    /// Message sequence number: messages completed (24 bits).
+    pub(crate) msn: u32,
+    /// What the wire format decides.
+    pub(crate) wire: ResponderWire,
+}
+
+impl Responder {
+    pub(crate) fn new(mode: Retransmission, irn_wire: bool) -> Responder {
+        Responder {
+            rq: VecDeque::new(),
+            rq_next_sn: 0,
+            rwin: RecvWindow::new(Psn::new(0), false, 1),
+            msn: 0,
+            wire: if irn_wire {
+                ResponderWire::Irn(IrnResponder::new(mode, Psn::new(0)))
+            } else {
+                ResponderWire::Standard(StandardResponder::default())
+            },
+        }
+    }
+}
+
+/// The two responders: standard RoCE (what rxe and RoCE NICs run) and IRN's.
+#[derive(Debug)]
+pub(crate) enum ResponderWire {
+    /// Standard RoCEv2 (IBTA).
+    Standard(StandardResponder),
+    /// IRN's extensions (IRN §5.3–5.4).
+    Irn(IrnResponder),
+}
+
+impl ResponderWire {
+    /// Whether `op` may come next: the standard responder checks the opcode sequence
+    /// (IBTA §9.7.4.1.4); IRN's takes packets in any order.
+    fn in_sequence(&self, op: Opcode) -> bool {
+        match self {
+            ResponderWire::Standard(s) => s.in_sequence(op),
+            ResponderWire::Irn(_) => true,
+        }
+    }
+
+    /// The receive WQE a Send packet belongs to and its packet offset in the message.
+    fn send_position(&self, ib: &IbRepr) -> Option<(u32, u32)> {
+        match self {
+            ResponderWire::Standard(s) => Some(s.send_position(ib.bth.psn)),
+            ResponderWire::Irn(_) => IrnResponder::send_position(ib),
+        }
+    }
+
+    /// The RETH of the Write a packet belongs to and its packet offset in the message.
+    fn write_position(&self, ib: &IbRepr) -> Option<(RethRepr, u32)> {
+        match self {
+            ResponderWire::Standard(s) => s.write_position(ib),
+            ResponderWire::Irn(_) => IrnResponder::write_position(ib),
+        }
+    }
+
+    /// The receive WQE the last packet of a Write with immediate consumes.
+    fn write_imm_recv(&self, ib: &IbRepr) -> Option<u32> {
+        match self {
+            ResponderWire::Standard(s) => Some(s.rq_claim_sn),
+            ResponderWire::Irn(_) => ib.irn.and_then(|i| i.wqe_sn),
+        }
+    }
+
+    /// A receive WQE was claimed by a Write with immediate.
+    fn claimed_recv(&mut self, sn: u32) {
+        if let ResponderWire::Standard(s) = self {
+            s.rq_claim_sn = sn.wrapping_add(1);
+        }
+    }
+
+    /// A Send packet was placed.
+    fn placed_send(&mut self, psn: Psn, op: Opcode, sn: u32) {
+        if let ResponderWire::Standard(s) = self {
+            s.placed_send(psn, op, sn);
+        }
+    }
+
+    /// A Write packet was placed.
+    fn placed_write(&mut self, psn: Psn, op: Opcode, reth: RethRepr) {
+        if let ResponderWire::Standard(s) = self {
+            s.placed_write(psn, op, reth);
+        }
+    }
+
+    /// The most response packets one Read may ask for: a standard Read takes as many PSNs,
+    /// which must stay within the PSN window (IBTA §9.7.1); IRN's responses have their own
+    /// space.
+    fn max_read_packets(&self) -> u32 {
+        match self {
+            ResponderWire::Standard(_) => Psn::HALF / 2 - 1,
+            ResponderWire::Irn(_) => u32::MAX,
+        }
+    }
+
+    /// Reads and atomics the responder still owes or keeps for retransmission.
+    fn pending_reads(&self) -> usize {
+        match self {
+            ResponderWire::Standard(s) => s.pending_reads(),
+            ResponderWire::Irn(r) => r.q.len(),
+        }
+    }
+
+    /// Queues the answer of an executed Read or atomic (`keep`: how many the standard
+    /// responder saves for duplicates).
+    fn respond(&mut self, saved: Saved, keep: usize) {
+        match self {
+            ResponderWire::Standard(s) => s.respond(saved, keep),
+            ResponderWire::Irn(r) => r.respond(saved),
+        }
+    }
+
+    /// Whether a Read response, atomic response or queued ACK waits to be sent.
+    pub(crate) fn has_data(&self) -> bool {
+        match self {
+            ResponderWire::Standard(s) => !s.jobs.is_empty(),
+            ResponderWire::Irn(r) => r.tx_idx < r.q.len() || r.win.in_recovery(),
+        }
+    }
+
+    /// The queue pair entered the error state: only ACKs and NAKs already decided still go
+    /// out; no response does.
+    pub(crate) fn on_error(&mut self) {
+        match self {
+            ResponderWire::Standard(s) => s.jobs.retain(|j| j.is_ack()),
+            ResponderWire::Irn(r) => r.q.clear(),
+        }
+    }
+
+    /// Whether an ACK or NAK heads the standard responder's queue (sent before any data,
+    /// unpaced). IRN's go on the control queue instead.
+    pub(crate) fn ack_first(&self) -> bool {
+        match self {
+            ResponderWire::Standard(s) => s.jobs.front().is_some_and(RespJob::is_ack),
+            ResponderWire::Irn(_) => false,
+        }
+    }
+
+    /// Takes the ACK or NAK heading the standard responder's queue.
+    pub(crate) fn pop_queued_ack(&mut self) -> Option<QueuedAck> {
+        match self {
+            ResponderWire::Standard(s) if s.jobs.front().is_some_and(RespJob::is_ack) => {
+                s.jobs.pop_front().and_then(RespJob::into_ack)
+            }
+            _ => None,
+        }
+    }
+
+    /// In the error state: the next ACK or NAK decided before the error, dropping any
+    /// response queued ahead of it.
+    pub(crate) fn pop_decided_ack(&mut self) -> Option<QueuedAck> {
+        let ResponderWire::Standard(s) = self else {
+            return None;
+        };
+        while let Some(j) = s.jobs.pop_front() {
+            if let Some(a) = j.into_ack() {
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    /// Whether the standard responder's queue holds anything (ACKs, NAKs or responses).
+    pub(crate) fn has_queued(&self) -> bool {
+        match self {
+            ResponderWire::Standard(s) => !s.jobs.is_empty(),
+            ResponderWire::Irn(_) => false,
+        }
+    }
+
+    /// Whether IRN's Read responder has a packet to send: a retransmission, or a new one its
+    /// window admits (T7; in RTR as well).
+    pub(crate) fn may_send_responses(&self, bdp_cap: Option<u32>) -> bool {
+        match self {
+            ResponderWire::Standard(_) => false,
+            ResponderWire::Irn(r) => r.win.in_recovery() || r.may_send_new(bdp_cap),
+        }
+    }
+
+    /// The response window of IRN's Read responder (`None` for the standard responder).
+    pub(crate) fn response_window(&self) -> Option<&SendWindow> {
+        match self {
+            ResponderWire::Standard(_) => None,
+            ResponderWire::Irn(r) => Some(&r.win),
+        }
+    }
+
+    pub(crate) fn response_window_mut(&mut self) -> Option<&mut SendWindow> {
+        match self {
+            ResponderWire::Standard(_) => None,
+            ResponderWire::Irn(r) => Some(&mut r.win),
+        }
+    }
+}
+
+impl QueuePair {
+    /// A request packet (Send, Write, Read, atomic) from the peer's requester.
+    pub(super) fn handle_request<M: Memory>(
+        &mut self,
+        now: Time,
+        ib: &IbRepr,
+        payload: &[u8],
+        ce: bool,
+        mem: &mut M,
+    ) {
+        let psn = ib.bth.psn;
+        match self.rsp.rwin.classify(psn) {
+            Arrival::Duplicate => {
+                self.counters.duplicates += 1;
+                match self.rsp.wire {
+                    // Responses travel in their own space with their own timer; re-ACK.
+                    ResponderWire::Irn(_) => {
+                        self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce)
+                    }
+                    ResponderWire::Standard(_) => self.duplicate_standard(ib),
+                }
+            }
+            Arrival::OutOfOrder => {
+                self.counters.out_of_order += 1;
+                if self.mode() == Retransmission::GoBack0 {
+                    // Go-back-0 (T3): the partial message is discarded; the requester must
+                    // start it again from its first packet.
+                    if let ResponderWire::Standard(s) = &mut self.rsp.wire {
+                        if let Some(first_psn) = s.discard_message() {
+                            self.rsp.rwin.set_epsn(first_psn);
+                        }
+                    }
+                }
+                if !self.rsp.rwin.nak_sent {
+                    self.rsp.rwin.nak_sent = true;
+                    self.queue_nak_seq(ce);
+                }
+            }
+            a @ (Arrival::Expected | Arrival::Ahead(_)) => {
+                let ahead = matches!(a, Arrival::Ahead(_));
+                if ahead {
+                    self.counters.out_of_order += 1;
+                }
+                let action = match self.place_request(ib, payload, mem) {
+                    Ok(a) => a,
+                    Err(Refused::Rnr) if ahead => {
+                        // An RNR NAK names a PSN and acknowledges everything before it, which
+                        // has not all arrived: refuse the packet without a SACK instead, and
+                        // let it be resent (a NACK for the expected PSN).
+                        self.counters.nacks_sent += 1;
+                        let e = self.rsp.rwin.epsn();
+                        self.ctrl.push_back(Ctrl::Ack {
+                            psn: e,
+                            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                            msn: self.rsp.msn,
+                            sack: None,
+                            becn: ce,
+                        });
+                        return;
+                    }
+                    Err(Refused::Rnr) => {
+                        self.counters.rnr_naks_sent += 1;
+                        let timer = RnrTimer(self.attr.min_rnr_timer);
+                        match self.rsp.wire {
+                            ResponderWire::Irn(_) => self.ctrl.push_back(Ctrl::Ack {
+                                psn,
+                                syndrome: Syndrome::RnrNak(timer),
+                                msn: self.rsp.msn,
+                                sack: None,
+                                becn: ce,
+                            }),
+                            ResponderWire::Standard(_) => {
+                                self.push_resp_ack(psn, Syndrome::RnrNak(timer), ce)
+                            }
+                        }
+                        return;
+                    }
+                    Err(Refused::Fatal(nak, recv)) => Some(ReqAction::Fatal { nak, recv }),
+                };
+                let standard = matches!(self.rsp.wire, ResponderWire::Standard(_));
+                if let Some(a @ ReqAction::Read { npsn, .. }) = action {
+                    if standard && npsn > 1 {
+                        // A standard Read takes ⌈len / MTU⌉ PSNs (validated to fit the PSN
+                        // window): run it and step the expected PSN over them in one go.
+                        self.run_action(psn, a, mem);
+                        self.rsp.rwin.set_epsn(psn.add(npsn));
+                        self.rsp.rwin.nak_sent = false;
+                        return;
+                    }
+                }
+                self.rsp.rwin.accept(psn, 1, action);
+                while let Some((p, action)) = self.rsp.rwin.pop_ready() {
+                    if let Some(a) = action {
+                        self.run_action(p, a, mem);
+                        if self.state == QpState::Err {
+                            return;
+                        }
+                    }
+                }
+                let _ = now;
+                match self.rsp.wire {
+                    ResponderWire::Irn(_) if ahead => {
+                        self.counters.nacks_sent += 1;
+                        let e = self.rsp.rwin.epsn();
+                        self.ctrl.push_back(Ctrl::Ack {
+                            psn: e,
+                            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                            msn: self.rsp.msn,
+                            sack: Some(psn),
+                            becn: ce,
+                        });
+                    }
+                    ResponderWire::Irn(_) => {
+                        self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce)
+                    }
+                    ResponderWire::Standard(_) => {
+                        if ib.bth.ack_req && !ib.bth.opcode.is_read_or_atomic_request() {
+                            // The ACK echoes this packet's mark (BECN): a controller that reads
+                            // echoes asks for an ACK on every packet
+                            // (Controller::ack_interval_bytes).
+                            let e = self.rsp.rwin.epsn().sub(1);
+                            self.push_resp_ack(e, Syndrome::Ack(CreditCode::INVALID), ce);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A sequence-error NAK for a discarded packet: the expected PSN, no SACK (the packet
+    /// did not stay).
+    fn queue_nak_seq(&mut self, ce: bool) {
+        self.counters.nacks_sent += 1;
+        let e = self.rsp.rwin.epsn();
+        match self.rsp.wire {
+            ResponderWire::Irn(_) => self.ctrl.push_back(Ctrl::Ack {
+                psn: e,
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                msn: self.rsp.msn,
+                sack: None,
+                becn: ce,
+            }),
+            ResponderWire::Standard(_) => {
+                self.push_resp_ack(e, Syndrome::Nak(NakCode::PsnSequenceError), ce)
+            }
+        }
+    }
+
+    /// Checks one request packet and places its data (directly at its final address, IRN
+    /// §5.3); returns what must happen once every earlier PSN has arrived.
+    fn place_request<M: Memory>(
+        &mut self,
+        ib: &IbRepr,
+        payload: &[u8],
+        mem: &mut M,
+    ) -> Result<Option<ReqAction>, Refused> {
+        let op = ib.bth.opcode;
+        let mtu = self.mtu();
+        let psn = ib.bth.psn;
+        let plen = ib.payload_len as u64;
+        let (first, last) = (op.is_first(), op.is_last());
+        if plen > u64::from(mtu) || (!last && plen != u64::from(mtu)) {
+            return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+        }
+        let (is_send, is_write) = (op.is_send(), op.is_write());
+        if !self.rsp.wire.in_sequence(op) {
+            return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+        }
+        if is_send {
+            let Some((sn, off)) = self.rsp.wire.send_position(ib) else {
+                return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+            };
+            if first != (off == 0) {
+                return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+            }
+            let Some(rwqe) = self.recv_wqe(sn) else {
+                return Err(Refused::Rnr);
+            };
+            let sg = rwqe.wr.sg_list.clone();
+            let cap = rwqe.len;
+            let at = u64::from(off) * u64::from(mtu);
+            if at + plen > cap {
+                return Err(Refused::Fatal(
+                    NakCode::InvalidRequest,
+                    Some((sn, WcStatus::LocLenErr)),
+                ));
+            }
+            if place_local(mem, &sg, at, plen, payload).is_err() {
+                return Err(Refused::Fatal(
+                    NakCode::RemoteOperationalError,
+                    Some((sn, WcStatus::LocProtErr)),
+                ));
+            }
+            self.rsp.wire.placed_send(psn, op, sn);
+            if last {
+                // Send with Invalidate (IBTA §9.4.1.2): the key is revoked when the message
+                // completes, in PSN order (an earlier Write may still need it).
+                let inv = ib.ieth;
+                return Ok(Some(ReqAction::MsgEnd {
+                    recv: Some(RecvDone {
+                        sn,
+                        byte_len: at + plen,
+                        imm: ib.imm,
+                        inv,
+                        write_imm: false,
+                    }),
+                }));
+            }
+            return Ok(None);
+        }
+        if is_write {
+            if !self.attr.access.allows(Access::REMOTE_WRITE) {
+                return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+            }
+            let Some((reth, off)) = self.rsp.wire.write_position(ib) else {
+                return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+            };
+            if first != (off == 0) {
+                return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+            }
+            let total = u64::from(reth.dma_len);
+            let at = u64::from(off) * u64::from(mtu);
+            if at + plen > total || (last && at + plen != total) {
+                return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+            }
+            if mem
+                .check(Key::Remote(reth.rkey), reth.va, total, Access::REMOTE_WRITE)
+                .is_err()
+            {
+                return Err(Refused::Fatal(NakCode::RemoteAccessError, None));
+            }
+            if M::HOLDS_BYTES && plen > 0 {
+                if let Err(_e) = mem.write(Key::Remote(reth.rkey), reth.va + at, payload) {
+                    return Err(Refused::Fatal(NakCode::RemoteAccessError, None));
+                }
+            }
+            let mut recv = None;
+            if last && op.has_immediate() {
+                let Some(sn) = self.rsp.wire.write_imm_recv(ib) else {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                };
+                if self.recv_wqe(sn).is_none() {
+                    return Err(Refused::Rnr);
+                }
+                self.rsp.wire.claimed_recv(sn);
+                recv = Some(RecvDone {
+                    sn,
+                    byte_len: total,
+                    imm: ib.imm,
+                    inv: None,
+                    write_imm: true,
+                });
+            }
+            self.rsp.wire.placed_write(psn, op, reth);
+            return Ok(last.then_some(ReqAction::MsgEnd { recv }));
+        }
+        match op {
+            Opcode::RC_RDMA_READ_REQUEST => {
+                let Some(reth) = ib.reth else {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                };
+                if !self.attr.access.allows(Access::REMOTE_READ) {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                }
+                let len = u64::from(reth.dma_len);
+                // Standard RoCE: its responses use as many PSNs, which must stay within the
+                // PSN window (IBTA §9.7.1).
+                if len > MAX_MESSAGE || packets(len, mtu) > self.rsp.wire.max_read_packets() {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                }
+                if mem
+                    .check(Key::Remote(reth.rkey), reth.va, len, Access::REMOTE_READ)
+                    .is_err()
+                {
+                    return Err(Refused::Fatal(NakCode::RemoteAccessError, None));
+                }
+                if self.rsp.wire.pending_reads() >= self.read_capacity() {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                }
+                Ok(Some(ReqAction::Read {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len,
+                    npsn: packets(len, mtu),
+                }))
+            }
+            Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD => {
+                let Some(a) = ib.atomic_eth else {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                };
+                if !self.attr.access.allows(Access::REMOTE_ATOMIC) {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                }
+                // A misaligned atomic is an invalid request (IBTA §9.4.5, C9-...; rxe agrees).
+                if a.va % 8 != 0 {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                }
+                if mem
+                    .check(Key::Remote(a.rkey), a.va, 8, Access::REMOTE_ATOMIC)
+                    .is_err()
+                {
+                    return Err(Refused::Fatal(NakCode::RemoteAccessError, None));
+                }
+                if self.rsp.wire.pending_reads() >= self.read_capacity() {
+                    return Err(Refused::Fatal(NakCode::InvalidRequest, None));
+                }
+                let op = if op == Opcode::RC_COMPARE_SWAP {
+                    AtomicOp::CompareSwap {
+                        compare: a.compare,
+                        swap: a.swap_add,
+                    }
+                } else {
+                    AtomicOp::FetchAdd { add: a.swap_add }
+                };
+                Ok(Some(ReqAction::Atomic {
+                    va: a.va,
+                    rkey: a.rkey,
+                    op,
+                }))
+            }
+            _ => Err(Refused::Fatal(NakCode::InvalidRequest, None)),
+        }
+    }
+
+    /// How many Reads and atomics the responder holds at once: `max_dest_rd_atomic`, with
+    /// room for the requester counting a Read done before its last read ACK reaches us.
+    fn read_capacity(&self) -> usize {
+        usize::from(self.attr.max_dest_rd_atomic.max(1)) * 2 + 16
+    }
+
+    /// How many executed Reads and atomics the standard responder keeps to answer duplicates.
+    fn saved_capacity(&self) -> usize {
+        usize::from(self.attr.max_dest_rd_atomic.max(1)).max(16)
+    }
+
+    fn recv_wqe(&self, sn: u32) -> Option<&RecvWqe> {
+        let head = self.rsp.rq.front()?.sn;
+        let i = sn.wrapping_sub(head) as usize;
+        self.rsp.rq.get(i).filter(|r| r.sn == sn)
+    }
+
+    /// Runs a request's deferred action once every PSN before it has arrived (IRN §5.3.3's
+    /// 2-bitmap; in order for the standard responder).
+    fn run_action<M: Memory>(&mut self, psn: Psn, action: ReqAction, mem: &mut M) {
+        match action {
+            ReqAction::MsgEnd { recv } => {
+                self.rsp.msn = (self.rsp.msn + 1) & Psn::MASK;
+                if let Some(r) = recv {
+                    if let Some(rkey) = r.inv {
+                        let _ = mem.invalidate(rkey);
+                    }
+                    self.complete_recv(r, WcStatus::Success);
+                }
+            }
+            ReqAction::Read {
+                va,
+                rkey,
+                len,
+                npsn,
+            } => {
+                self.rsp.msn = (self.rsp.msn + 1) & Psn::MASK;
+                let msn = self.rsp.msn;
+                let npkts = packets(len, self.mtu());
+                let saved = Saved {
+                    psn,
+                    npsn,
+                    npkts,
+                    msn,
+                    kind: SavedKind::Read { va, rkey, len },
+                };
+                let keep = self.saved_capacity();
+                self.rsp.wire.respond(saved, keep);
+            }
+            ReqAction::Atomic { va, rkey, op } => {
+                let orig = match mem.atomic(rkey, va, op) {
+                    Ok(v) => v,
+                    Err(MemError::Misaligned) => {
+                        return self.responder_fatal(psn, NakCode::InvalidRequest, None)
+                    }
+                    Err(_) => return self.responder_fatal(psn, NakCode::RemoteAccessError, None),
+                };
+                self.rsp.msn = (self.rsp.msn + 1) & Psn::MASK;
+                let msn = self.rsp.msn;
+                let saved = Saved {
+                    psn,
+                    npsn: 1,
+                    npkts: 1,
+                    msn,
+                    kind: SavedKind::Atomic { orig },
+                };
+                let keep = self.saved_capacity();
+                self.rsp.wire.respond(saved, keep);
+            }
+            ReqAction::Fatal { nak, recv } => self.responder_fatal(psn, nak, recv),
+        }
+    }
+
+    /// A request the responder cannot execute: NAK it (IBTA §9.7.5.2) and enter the error state
+    /// (class C/D errors end an RC connection).
+    fn responder_fatal(&mut self, psn: Psn, nak: NakCode, recv: Option<(u32, WcStatus)>) {
+        self.counters.error_naks_sent += 1;
+        if let Some((sn, status)) = recv {
+            if self.recv_wqe(sn).is_some() {
+                self.complete_recv(
+                    RecvDone {
+                        sn,
+                        byte_len: 0,
+                        imm: None,
+                        inv: None,
+                        write_imm: false,
+                    },
+                    status,
+                );
+            }
+        }
+        match self.rsp.wire {
+            ResponderWire::Irn(_) => self.ctrl.push_back(Ctrl::Ack {
+                psn,
+                syndrome: Syndrome::Nak(nak),
+                msn: self.rsp.msn,
+                sack: None,
+                becn: false,
+            }),
+            ResponderWire::Standard(ref mut s) => {
+                s.push_nak(psn, Syndrome::Nak(nak), self.rsp.msn, false)
+            }
+        }
+        self.enter_error();
+    }
+
+    /// Completes the receive WQE `sn`, which is at the head of the receive queue: messages
+    /// complete in PSN order and consume receive WQEs in posting order.
+    fn complete_recv(&mut self, r: RecvDone, status: WcStatus) {
+        let Some(front) = self.rsp.rq.front() else {
+            return;
+        };
+        if front.sn != r.sn {
+            // Cannot happen with a well-behaved peer; a hostile one gets nothing.
+            self.counters.unexpected += 1;
+            return;
+        }
+        let Some(w) = self.rsp.rq.pop_front() else {
+            return;
+        };
+        self.completions.push_back(Completion {
+            wr_id: w.wr.wr_id,
+            status,
+            opcode: if r.write_imm {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
+            byte_len: u32::try_from(r.byte_len).unwrap_or(u32::MAX),
+            imm: r.imm,
+            invalidated_rkey: r.inv,
+            qp_num: self.cfg.qpn,
+        });
+    }
+
+    /// The responder's next data packet: a standard response in order, or IRN's rPSN stream.
+    pub(super) fn next_response<M: Memory>(
+        &mut self,
+        now: Time,
+        mem: &M,
+        payload: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        match self.rsp.wire {
+            ResponderWire::Irn(_) => self.next_response_irn(now, mem, payload),
+            ResponderWire::Standard(_) => self.next_response_standard(mem, payload),
+        }
+    }
+
+    /// Completes a Read response packet: the AETH on its first and last packets, `src.len`
+    /// payload bytes read from the responder's memory. If the region went away under the Read,
+    /// queues a remote-access NAK at `src.nak_psn` instead (`poll_transmit` sends it) and
+    /// returns `None`.
+    fn finish_read_response<M: Memory>(
+        &mut self,
+        mut ib: IbRepr,
+        with_aeth: bool,
+        msn: u32,
+        src: ReadSource,
+        mem: &M,
+        payload: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if with_aeth {
+            ib.aeth = Some(AethRepr {
+                syndrome: Syndrome::Ack(CreditCode::INVALID),
+                msn,
+            });
+        }
+        ib.payload_len = src.len as usize;
+        if M::HOLDS_BYTES && src.len > 0 {
+            payload.resize(src.len as usize, 0);
+            if mem.read(Key::Remote(src.rkey), src.va, payload).is_err() {
+                payload.clear();
+                self.responder_fatal(src.nak_psn, NakCode::RemoteAccessError, None);
+                return None;
+            }
+        }
+        Some(Transmit { ib, ecn: Ecn::Ect0 })
+    }
+}
