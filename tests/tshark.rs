@@ -73,7 +73,10 @@ fn tshark_decodes_what_irn_emits_for_every_standard_opcode() {
             std::env::var_os("IRN_REQUIRE_TSHARK").is_none(),
             "IRN_REQUIRE_TSHARK is set but tshark is not installed"
         );
-        eprintln!("SKIP: tshark not installed (scripts/test installs it)");
+        precondition_missing(
+            "tshark_decodes_what_irn_emits_for_every_standard_opcode",
+            "tshark not installed (scripts/test installs it)",
+        );
         return;
     }
     let opcodes = standard_opcodes();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 mod common;
-use common::{finish, text};
+use common::{finish, precondition_missing, text};
 use std::time::Duration;
 
 struct Netns {
@@ -97,13 +97,19 @@ fn setup() -> Option<Netns> {
             && !Path::new("/sbin/ip").exists()
             && !Path::new("/usr/bin/ip").exists()
     {
-        eprintln!("SKIP verbs_netns: needs root and iproute2 (ip) to create network namespaces");
+        precondition_missing(
+            "verbs_netns",
+            "needs root and iproute2 (ip) to create network namespaces",
+        );
         return None;
     }
     match Netns::create() {
         Ok(n) => Some(n),
         Err(e) => {
-            eprintln!("SKIP verbs_netns: cannot create network namespaces here: {e}");
+            precondition_missing(
+                "verbs_netns",
+                &format!("cannot create network namespaces here: {e}"),
+            );
             None
         }
     }

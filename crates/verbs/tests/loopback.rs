@@ -438,7 +438,10 @@ fn malformed_datagrams_are_counted_and_dropped() {
 #[test]
 fn the_raw_path_verifies_every_icrc() {
     if !raw_permitted() {
-        eprintln!("SKIP: opening a raw socket is not permitted (needs CAP_NET_RAW)");
+        precondition_missing(
+            "the_raw_path_verifies_every_icrc",
+            "opening a raw socket is not permitted (needs CAP_NET_RAW)",
+        );
         return;
     }
     let p = pair_on("127.0.0.1", ReceivePath::Raw, QpMode::Roce);
@@ -472,7 +475,7 @@ fn ipv6_verifies_icrcs_on_the_udp_path() {
     // IPv6 has no identification field: every unmasked field the ICRC covers is known from
     // the UDP socket, so even the unprivileged path verifies.
     let Ok(probe) = UdpSocket::bind("[::1]:0") else {
-        eprintln!("SKIP: no IPv6 loopback");
+        precondition_missing("ipv6_verifies_icrcs_on_the_udp_path", "no IPv6 loopback");
         return;
     };
     drop(probe);
