@@ -65,8 +65,10 @@ pub struct PerfArgs {
     /// Queue pairs.
     #[arg(short = 'q', long, default_value_t = 1)]
     qps: u32,
-    /// Loss recovery: `roce` or `irn` (the client's choice; the server follows). Default: irn
-    /// with an irn peer, roce with perftest (which speaks nothing else).
+    /// Loss recovery: `roce` or `irn`, or one of IRN's factor-analysis variants
+    /// (`irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`) or early RoCE's `roce-go-back-0` (the
+    /// client's choice; the server follows). Default: irn with an irn peer, roce with perftest
+    /// (which speaks nothing else).
     #[arg(long)]
     mode: Option<QpMode>,
     /// Path MTU offered (256–4096); perftest's exchange settles on the smaller of both ends'.
@@ -330,7 +332,7 @@ fn connect(
 /// The parameters of this end when the peer is perftest (which agrees on nothing: its flags
 /// must match ours) — RoCE on port 4791.
 fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
-    if args.mode == Some(QpMode::Irn) {
+    if args.mode.is_some_and(QpMode::is_irn) {
         bail!("the peer is perftest, which speaks RoCE only: use --mode roce");
     }
     if args.verify {

@@ -204,8 +204,14 @@ pub struct NetworkConfig {
     /// ACK/NAK/CNP travel at `control_dscp`, ahead of data and never paused with it. Default
     /// true. Off: they share the data packets' DSCP (and PFC class).
     pub control_priority: bool,
-    /// DSCP → priority map (SPEC N2), 64 entries; absent = the usual DSCP ÷ 8.
+    /// DSCP → priority map (SPEC N2), 64 entries, many-to-one; absent = the usual DSCP ÷ 8.
     pub dscp_to_priority: Option<Vec<u8>>,
+    /// NICs send 802.1Q-tagged frames whose PCP is the packet's priority (the map of its
+    /// DSCP); a tag adds 4 bytes to every frame. Default false.
+    pub vlan: bool,
+    /// What switches classify a frame by: `dscp` (default; through `dscp_to_priority`) or
+    /// `pcp` (the VLAN tag's; needs `vlan`).
+    pub trust: Trust,
     /// Probability that a link loses a packet (random loss, for fault experiments). Default 0.
     pub link_loss: f64,
 }
@@ -220,6 +226,8 @@ impl Default for NetworkConfig {
             control_dscp: 48,
             control_priority: true,
             dscp_to_priority: None,
+            vlan: false,
+            trust: Trust::Dscp,
             link_loss: 0.0,
         }
     }
@@ -255,6 +263,17 @@ impl Default for NicConfig {
     }
 }
 
+/// What a switch reads a frame's priority from (`network.trust`), as real switches are set
+/// to trust one or the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trust {
+    /// The IP header's DSCP, through `dscp_to_priority` (RoCEv2 deployments' usual choice).
+    Dscp,
+    /// The 802.1Q tag's PCP (untagged frames get priority 0, a port's default).
+    Pcp,
+}
+
 impl NetworkConfig {
     /// The priority of a DSCP.
     pub fn priority(&self, dscp: u8) -> u8 {
@@ -265,42 +284,22 @@ impl NetworkConfig {
     }
 }
 
-/// Loss recovery, by the names of IRN's evaluation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Recovery {
-    /// IRN: selective repeat with SACK, BDP-FC, RTO_low/RTO_high (T5, T6).
-    Irn,
-    /// IRN with go-back-N (E5).
-    IrnGoBackN,
-    /// IRN without BDP-FC (E5).
-    IrnNoBdpFc,
-    /// IRN's selective retransmit without a SACK bitmap (E5).
-    IrnNoSack,
-    /// RoCE: go-back-N, standard headers (T4). Timeouts: `roce_rto_us`, or none over PFC.
-    Roce,
-    /// Early RoCE: go-back-0 (T3). (Spelled as documented and reported; serde's kebab-case
-    /// alone would make it `roce-go-back0`.)
-    #[serde(rename = "roce-go-back-0")]
-    RoceGoBack0,
-}
+/// Loss recovery, by the names of IRN's evaluation: irn-transport's [`RecoveryMode`](irn_transport::RecoveryMode)
+/// (shared with the UDP runtime), read and written by its name.
+pub use irn_transport::RecoveryMode as Recovery;
 
-impl Recovery {
-    /// The name used in reports (`transport` in JSON).
-    pub fn name(self) -> &'static str {
-        match self {
-            Recovery::Irn => "irn",
-            Recovery::IrnGoBackN => "irn-go-back-n",
-            Recovery::IrnNoBdpFc => "irn-no-bdp-fc",
-            Recovery::IrnNoSack => "irn-no-sack",
-            Recovery::Roce => "roce",
-            Recovery::RoceGoBack0 => "roce-go-back-0",
-        }
+/// `transport.recovery` by its name ([`Recovery::name`]).
+mod recovery_name {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    use super::Recovery;
+
+    pub fn serialize<S: Serializer>(m: &Recovery, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.name())
     }
 
-    /// Whether this is one of IRN's variants.
-    pub fn is_irn(self) -> bool {
-        !matches!(self, Recovery::Roce | Recovery::RoceGoBack0)
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Recovery, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
     }
 }
 
@@ -483,6 +482,7 @@ impl Default for WindowParams {
 pub struct TransportConfig {
     /// `irn` (default), `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`, `roce`,
     /// `roce-go-back-0`.
+    #[serde(with = "recovery_name")]
     pub recovery: Recovery,
     /// BDP cap in packets; absent = the longest path's round-trip propagation × the host link
     /// rate ÷ the wire size of an MTU packet (≈ 110 in E0, as in the paper).
@@ -856,6 +856,11 @@ impl SimConfig {
             "network.lossless_priorities",
             "must be 0–7",
         )?;
+        check(
+            n.trust != Trust::Pcp || n.vlan,
+            "network.trust",
+            "\"pcp\" needs network.vlan = true (untagged frames carry no PCP)",
+        )?;
         if let Some(m) = &n.dscp_to_priority {
             check(
                 m.len() == 64,
@@ -899,10 +904,18 @@ impl SimConfig {
             "transport.bdp_cap",
             "must be at least 1",
         )?;
+        // The receive bitmaps are sized by the cap, within the PSN window (IRN §5.3).
         check(
-            tr.rto_low_us > 0.0 && tr.rto_low_us.is_finite(),
+            tr.bdp_cap.is_none_or(|c| c <= 1 << 23),
+            "transport.bdp_cap",
+            "must be at most 2^23 packets (the PSN window)",
+        )?;
+        // Timeouts are kept in picoseconds: a shorter one would be zero.
+        const PICOSECOND_US: f64 = 1e-6;
+        check(
+            tr.rto_low_us >= PICOSECOND_US && tr.rto_low_us.is_finite(),
             "transport.rto_low_us",
-            "must be positive",
+            "must be positive (at least 1 ps)",
         )?;
         check(
             tr.rto_high_us >= tr.rto_low_us && tr.rto_high_us.is_finite(),
@@ -910,9 +923,9 @@ impl SimConfig {
             "must be ≥ rto_low_us",
         )?;
         check(
-            tr.roce_rto_us > 0.0 && tr.roce_rto_us.is_finite(),
+            tr.roce_rto_us >= PICOSECOND_US && tr.roce_rto_us.is_finite(),
             "transport.roce_rto_us",
-            "must be positive",
+            "must be positive (at least 1 ps)",
         )?;
         let w = &self.workload;
         check(

@@ -188,6 +188,54 @@ fn pfc_never_drops_and_its_headroom_suffices() {
     }
 }
 
+/// Priority classes are what the switches read from each frame (SPEC N2): the DSCP through a
+/// many-to-one map, or the VLAN PCP when they trust it. PFC protects exactly the lossless
+/// priorities, whichever DSCP or PCP puts a packet there.
+#[test]
+fn pfc_protects_the_priority_each_frame_maps_to() {
+    let congested = |f: &dyn Fn(&mut SimConfig)| {
+        let mut c = small(Recovery::Roce, true);
+        c.workload.load = 0.9;
+        c.workload.duration_us = 400.0;
+        f(&mut c);
+        go(&c).summary
+    };
+    // The usual map: data DSCP 26 is priority 3, lossless by default. Paused, never dropped.
+    let base = congested(&|_| {});
+    assert!(base.pause_frames > 0 && base.drops == 0, "{base:?}");
+    // A many-to-one map that sends DSCP 26 (with 24..32) to priority 1, not lossless: the same
+    // traffic now drops and nothing pauses.
+    let mut map: Vec<u8> = (0..64).map(|d| d >> 3).collect();
+    for m in &mut map[24..32] {
+        *m = 1;
+    }
+    let lossy = congested(&|c| c.network.dscp_to_priority = Some(map.clone()));
+    assert!(lossy.drops > 0 && lossy.pause_frames == 0, "{lossy:?}");
+    // List priority 1 as lossless as well (any subset may be): lossless again.
+    let two = congested(&|c| {
+        c.network.dscp_to_priority = Some(map.clone());
+        c.network.lossless_priorities = vec![1, 3];
+    });
+    assert!(two.pause_frames > 0 && two.drops == 0, "{two:?}");
+    // Tagged frames carry the priority as PCP; switches trusting it classify the same way,
+    // and the tag's 4 bytes are on the wire.
+    let pcp = congested(&|c| {
+        c.network.vlan = true;
+        c.network.trust = irn_sim::config::Trust::Pcp;
+    });
+    assert!(pcp.pause_frames > 0 && pcp.drops == 0, "{pcp:?}");
+    // Trusting the PCP of frames whose priority is lossy drops, whatever the DSCP says.
+    let pcp_lossy = congested(&|c| {
+        c.network.vlan = true;
+        c.network.trust = irn_sim::config::Trust::Pcp;
+        c.network.dscp_to_priority = Some(map.clone());
+    });
+    assert!(
+        pcp_lossy.drops > 0 && pcp_lossy.pause_frames == 0,
+        "{pcp_lossy:?}"
+    );
+}
+
 #[test]
 fn bdp_fc_caps_packets_in_flight() {
     let mut c = small(Recovery::Irn, false);

@@ -200,6 +200,87 @@ impl RecoveryConfig {
     }
 }
 
+/// The loss-recovery schemes by the names of IRN's evaluation (§4): the one list the
+/// simulator's `transport.recovery` and the UDP runtime's `--mode` choose from. Each names a
+/// [`RecoveryConfig`] preset ([`RecoveryMode::preset`]) that a driver may then adapt (its
+/// timeouts, its BDP cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecoveryMode {
+    /// IRN: selective repeat with SACK, BDP-FC, RTO_low/RTO_high (T5, T6).
+    Irn,
+    /// IRN with go-back-N (E5).
+    IrnGoBackN,
+    /// IRN without BDP-FC (E5).
+    IrnNoBdpFc,
+    /// IRN's selective retransmit without a SACK bitmap (E5).
+    IrnNoSack,
+    /// RoCE: go-back-N, standard headers (T4).
+    Roce,
+    /// Early RoCE: go-back-0 (T3).
+    RoceGoBack0,
+}
+
+impl RecoveryMode {
+    /// Every mode, IRN's first.
+    pub const ALL: [RecoveryMode; 6] = [
+        RecoveryMode::Irn,
+        RecoveryMode::IrnGoBackN,
+        RecoveryMode::IrnNoBdpFc,
+        RecoveryMode::IrnNoSack,
+        RecoveryMode::Roce,
+        RecoveryMode::RoceGoBack0,
+    ];
+
+    /// The name in configurations, on command lines and in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RecoveryMode::Irn => "irn",
+            RecoveryMode::IrnGoBackN => "irn-go-back-n",
+            RecoveryMode::IrnNoBdpFc => "irn-no-bdp-fc",
+            RecoveryMode::IrnNoSack => "irn-no-sack",
+            RecoveryMode::Roce => "roce",
+            RecoveryMode::RoceGoBack0 => "roce-go-back-0",
+        }
+    }
+
+    /// Whether this is one of IRN's variants (IRN's wire format).
+    pub const fn is_irn(self) -> bool {
+        !matches!(self, RecoveryMode::Roce | RecoveryMode::RoceGoBack0)
+    }
+
+    /// The paper's configuration of this mode.
+    pub const fn preset(self) -> RecoveryConfig {
+        match self {
+            RecoveryMode::Irn => RecoveryConfig::irn(),
+            RecoveryMode::IrnGoBackN => RecoveryConfig::irn_go_back_n(),
+            RecoveryMode::IrnNoBdpFc => RecoveryConfig::irn_without_bdp_fc(),
+            RecoveryMode::IrnNoSack => RecoveryConfig::irn_without_sack(),
+            RecoveryMode::Roce => RecoveryConfig::roce(),
+            RecoveryMode::RoceGoBack0 => RecoveryConfig::roce_go_back_0(),
+        }
+    }
+}
+
+impl core::fmt::Display for RecoveryMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl core::str::FromStr for RecoveryMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<RecoveryMode, String> {
+        RecoveryMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = RecoveryMode::ALL.iter().map(|m| m.name()).collect();
+                format!("recovery mode is one of {}, not {s:?}", names.join(", "))
+            })
+    }
+}
+
 /// The BDP cap (T6) for a path: its bandwidth-delay product divided by the MTU, rounded up.
 /// `rtt` is the base round-trip time of the longest path.
 pub fn bdp_cap_packets(bits_per_second: u64, rtt: Dur, mtu: u32) -> u32 {
@@ -247,6 +328,18 @@ mod tests {
             ..RecoveryConfig::roce()
         };
         assert_eq!(c.validate(), Err(ConfigError::ZeroTimeout));
+    }
+
+    #[test]
+    fn every_mode_parses_by_its_name_and_names_a_valid_preset() {
+        for m in RecoveryMode::ALL {
+            assert_eq!(m.name().parse::<RecoveryMode>(), Ok(m));
+            assert_eq!(m.to_string(), m.name());
+            assert_eq!(m.preset().validate(), Ok(()));
+            assert_eq!(m.is_irn(), m.preset().irn_wire, "{m}");
+        }
+        let e = "go-back-7".parse::<RecoveryMode>().unwrap_err();
+        assert!(e.contains("irn-no-sack") && e.contains("go-back-7"), "{e}");
     }
 
     #[test]

@@ -303,7 +303,10 @@ impl Pair {
         self.packets_sent += 1;
         let link = &mut self.links[from as usize];
         let cfg = link.cfg;
-        let bytes = (p.ib.buffer_len() + 4 + 8 + 20 + 14) as u64;
+        // The frame without its FCS, as a capture has it.
+        let bytes =
+            (p.ib.buffer_len() + irn_wire::ROCEV2_IPV4_ENCAP_LEN + irn_wire::ETHERNET_FRAMING_LEN
+                - irn_wire::ETHERNET_FCS_LEN) as u64;
         let start = link.busy_until.max(self.now);
         let done = if cfg.bandwidth_bps == 0 {
             start

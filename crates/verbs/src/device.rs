@@ -102,66 +102,39 @@ impl DeviceConfig {
     }
 }
 
-/// Loss recovery of a queue pair; both ends must use the same (agreed out of band).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum QpMode {
-    /// What Linux rxe and RoCE NICs speak: standard headers, go-back-N recovery, the local ACK
-    /// timeout from the `timeout` attribute.
-    #[default]
-    Roce,
-    /// IRN: selective repeat, BDP-FC, IRN's headers (SPEC T5–T7).
-    Irn,
-}
+/// Loss recovery of a queue pair; both ends must use the same (agreed out of band): any of
+/// irn-transport's [`RecoveryMode`](irn_transport::RecoveryMode)s, by the same names as the
+/// simulator's (`roce`, `irn`, and the factor-analysis variants).
+pub use irn_transport::RecoveryMode as QpMode;
 
-impl QpMode {
-    /// `roce` or `irn`.
-    pub fn name(self) -> &'static str {
-        match self {
-            QpMode::Roce => "roce",
-            QpMode::Irn => "irn",
-        }
-    }
-
-    /// The recovery configuration of this mode for a runtime on real hosts. RoCE mode times out
-    /// as the `timeout` attribute says (rxe does the same); IRN's RTO_low / RTO_high are the
-    /// paper's 100 / 320 µs stretched to 500 µs / 2 ms, because a user-space engine is woken by
-    /// the kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds;
-    /// IRN's BDP-FC cap is the bandwidth-delay product of `line_rate_bps` over a 100 µs software
-    /// round trip in 1 KB packets.
-    pub fn recovery(self, line_rate_bps: u64) -> RecoveryConfig {
-        match self {
-            QpMode::Roce => RecoveryConfig {
-                rto: irn_transport::RtoPolicy::FromAttr,
-                // Linux rxe never has more than RXE_MAX_UNACKED_PSNS = 128 PSNs unacknowledged
-                // (`rxe_param.h`, checked in `rxe_req.c`); a software receiver behind a socket
-                // buffer needs the same bound, or go-back-N drowns in its own retransmissions.
-                bdp_cap: Some(ROCE_MAX_UNACKED_PSNS),
-                ..RecoveryConfig::roce()
+/// The recovery configuration of `mode` for a runtime on real hosts. The RoCE modes time out
+/// as the `timeout` attribute says (rxe does the same). IRN's RTO_low / RTO_high are the
+/// paper's 100 / 320 µs stretched to 500 µs / 2 ms, because a user-space engine is woken by the
+/// kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds; IRN's
+/// BDP-FC cap (where the mode has one) is the bandwidth-delay product of `line_rate_bps` over
+/// a 100 µs software round trip in 1 KB packets.
+pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
+    let preset = mode.preset();
+    if mode.is_irn() {
+        RecoveryConfig {
+            rto: irn_transport::RtoPolicy::Irn {
+                low: Dur::from_micros(500),
+                high: Dur::from_micros(2_000),
+                n: 3,
             },
-            QpMode::Irn => RecoveryConfig {
-                rto: irn_transport::RtoPolicy::Irn {
-                    low: Dur::from_micros(500),
-                    high: Dur::from_micros(2_000),
-                    n: 3,
-                },
-                bdp_cap: Some(irn_transport::bdp_cap_packets(
-                    line_rate_bps,
-                    Dur::from_micros(100),
-                    1024,
-                )),
-                ..RecoveryConfig::irn()
-            },
+            bdp_cap: preset.bdp_cap.map(|_| {
+                irn_transport::bdp_cap_packets(line_rate_bps, Dur::from_micros(100), 1024)
+            }),
+            ..preset
         }
-    }
-}
-
-impl std::str::FromStr for QpMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<QpMode, String> {
-        match s {
-            "roce" => Ok(QpMode::Roce),
-            "irn" => Ok(QpMode::Irn),
-            _ => Err(format!("mode is roce or irn, not {s:?}")),
+    } else {
+        RecoveryConfig {
+            rto: irn_transport::RtoPolicy::FromAttr,
+            // Linux rxe never has more than RXE_MAX_UNACKED_PSNS = 128 PSNs unacknowledged
+            // (`rxe_param.h`, checked in `rxe_req.c`); a software receiver behind a socket
+            // buffer needs the same bound, or go-back-N drowns in its own retransmissions.
+            bdp_cap: Some(ROCE_MAX_UNACKED_PSNS),
+            ..preset
         }
     }
 }
@@ -1029,7 +1002,7 @@ impl Pd {
         };
         let cfg = QpConfig {
             qpn,
-            recovery: init.mode.recovery(init.line_rate_bps),
+            recovery: runtime_recovery(init.mode, init.line_rate_bps),
             line_rate_bps: init.line_rate_bps,
             max_send_wr: init.max_send_wr,
             max_recv_wr: init.max_recv_wr,

@@ -94,8 +94,8 @@ mod impair;
 mod net;
 
 pub use device::{
-    random_psn, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp, QpInit, QpMode,
-    RemoteQp, Result, Wc, ROCE_PORT,
+    random_psn, runtime_recovery, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp,
+    QpInit, QpMode, RemoteQp, Result, Wc, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;

@@ -16,7 +16,7 @@ use crate::time::Dur;
 pub const MAX_MESSAGE: u64 = 1 << 31;
 
 /// Creation-time configuration of a queue pair (what `ibv_create_qp` and the NIC's firmware
-/// settings fix; connection attributes come later through [`QueuePair::modify`]).
+/// settings fix; connection attributes come later through [`QueuePair::modify`](super::QueuePair::modify)).
 #[derive(Debug, Clone)]
 pub struct QpConfig {
     /// This queue pair's number (24 bits).
@@ -100,8 +100,8 @@ impl QpConfig {
     }
 }
 
-/// Connection attributes set by [`QueuePair::modify`] (verbs `struct ibv_qp_attr`, the fields an
-/// RC queue pair uses). Which of them a transition reads is its [`AttrMask`].
+/// Connection attributes set by [`QueuePair::modify`](super::QueuePair::modify) (verbs `struct ibv_qp_attr`, the fields an
+/// RC queue pair uses). Which of them a transition reads is its [`AttrMask`](crate::AttrMask).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpAttr {
     /// Remote access this queue pair allows as responder (`REMOTE_WRITE`, `REMOTE_READ`,
@@ -122,7 +122,7 @@ pub struct QpAttr {
     /// First PSN this requester sends.
     pub sq_psn: Psn,
     /// Local ACK timeout code (4.096 µs × 2^t; 0 = infinite), used with
-    /// [`RtoPolicy::FromAttr`].
+    /// [`RtoPolicy::FromAttr`](crate::RtoPolicy::FromAttr).
     pub timeout: u8,
     /// Retries after a timeout or sequence NAK before `RetryExcErr` (0–7).
     pub retry_cnt: u8,
@@ -258,7 +258,7 @@ impl core::ops::AddAssign for Counters {
 }
 
 /// A packet the queue pair wants sent. Its payload, when the memory holds bytes, is in the
-/// buffer given to [`QueuePair::poll_transmit`].
+/// buffer given to [`QueuePair::poll_transmit`](super::QueuePair::poll_transmit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// BTH onward, as a structured description (the simulator forwards it as is; the UDP

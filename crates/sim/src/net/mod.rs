@@ -1,0 +1,660 @@
+//! The network model: NICs running irn-transport queue pairs, switches with virtual output
+//! queues or a shared buffer, PFC and ECN, links with rate and delay — and the event loop that
+//! drives them.
+//!
+//! # Model, as built (differences from the IRN paper's simulator are listed in
+//! `docs/RESULTS.md`)
+//!
+//! - **Links** serialize one frame at a time at their rate and deliver it after the
+//!   propagation delay (store-and-forward everywhere). A frame's wire size is its RoCEv2
+//!   packet (BTH onward, as `irn_wire` would emit it, plus ICRC) + UDP + IPv4 + Ethernet
+//!   header and FCS; preamble and inter-frame gap are not counted.
+//! - **NICs** pull packets from their queue pairs when their link is free (so a NIC never
+//!   queues): queue pairs with something to send are served round-robin, one packet each;
+//!   ACK/NAK/CNP travel at a control priority when configured, and are still sent while the
+//!   data priority is paused by PFC.
+//!   On the receive side a frame reaches its queue pair on arrival, unless the receive
+//!   pipeline has a rate (`[nic] rx_gbps`): then frames wait in a receive buffer drained at
+//!   that rate, and the NIC pauses its switch (lossless priorities) or drops (lossy) as a
+//!   switch ingress does — the slow receiver of SPEC N6.
+//! - **Switches**: see [`SwitchModel`]. Priorities come from the DSCP (SPEC N2); per priority,
+//!   lossless (PFC) or lossy (drop-tail); strict priority between classes at each output;
+//!   ECMP by a hash of the 5-tuple (source and destination host and the queue pair numbers,
+//!   from which RoCEv2 derives its UDP source port) salted per switch.
+//! - **PFC** (802.1Qbb, SPEC N1): an ingress (port, priority) above its threshold sends a
+//!   pause frame upstream; once it has drained `pfc_resume_gap_bytes` below, a resume frame.
+//!   A pause holds until the resume (real switches refresh the pause before its quanta
+//!   expire; those refreshes are not modelled or counted). A pause frame reaches the peer
+//!   after its 64-byte serialization and the propagation delay, overtaking data frames.
+//!
+//! # Components (after htsim's: one module per part of the network)
+//!
+//! | module | owns |
+//! |---|---|
+//! | this one | `Part`: one partition's nodes and event list, set-up, dispatch, statistics, audits |
+//! | `packet` | frames and events: [`FRAME_OVERHEAD`], the forwarding state, the keyed event list |
+//! | `link` | serialization, propagation, events crossing to another partition |
+//! | `nic` | the hosts' ports and their queue pairs' scheduling; the receive pipeline |
+//! | `switch` | forwarding, admission, strict priority between classes |
+//! | `queues` | the two buffer architectures (virtual output queues, output FIFOs) behind one interface |
+//! | `pfc` | per (port, class) pause state, XOFF/XON thresholds and headroom |
+//! | `ecn` | RED and threshold marking, as pure functions of the queue length |
+//! | `flows` | flow ends, their queue pairs and records |
+//! | `setup` | what every queue pair of a run shares: recovery, timeouts, BDP cap, congestion control |
+//! | `memory` | the application memory models |
+//!
+//! The component modules are parts of one partition's model: they share this module's
+//! imports (`use super::*`) and add methods to `Part` for their component.
+//!
+//! Each end of a flow is set up by an event of its own host when the flow starts; the
+//! requester's queue pair is destroyed when its work request completes, the responder's one
+//! longest link delay later (a teardown that may cross partitions, `crate::parallel`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use irn_transport::{
+    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, ControllerFactory,
+    Counters, DcqcnConfig, DcqcnFactory, Dur, Key, Memory, MrKeys, NoCcFactory, QpAttr, QpConfig,
+    QueuePair, RecoveryConfig, RecvWr, Remote, RtoPolicy, SendOp, SendWr, Sge, Time, TimelyConfig,
+    TimelyFactory, WcStatus, WindowAlgorithm, WindowConfig, WindowFactory,
+};
+use irn_wire::{Ecn, IbRepr, Psn};
+
+use crate::config::{CcKind, FlowOp, SimConfig, SwitchModel};
+use crate::engine::EventQueue;
+use crate::topology::Topology;
+use crate::workload::Flow;
+use irn_transport::rng::{mix, Rng};
+
+mod classes;
+mod ecn;
+mod flows;
+mod link;
+mod memory;
+mod nic;
+mod packet;
+mod pfc;
+mod queues;
+mod setup;
+mod switch;
+
+use classes::{Classes, MAX_CLASSES};
+pub use flows::FlowRecord;
+use flows::*;
+pub use memory::{SharedChecked, SimMemory};
+use nic::*;
+pub(crate) use packet::Msg;
+pub use packet::FRAME_OVERHEAD;
+use packet::*;
+use pfc::*;
+use setup::*;
+use switch::*;
+
+/// Counters of one port (NIC or switch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames sent (data and control, not PFC).
+    pub tx_packets: u64,
+    /// Bytes sent on the wire.
+    pub tx_bytes: u64,
+    /// Packets dropped at this port's ingress (buffer full, lossy) or on its incoming link.
+    pub drops: u64,
+    /// PFC pause frames (pause and resume) sent upstream through this port.
+    pub pause_sent: u64,
+    /// PFC frames received.
+    pub pause_received: u64,
+    /// Time this port's egress spent paused (any priority).
+    pub paused: Dur,
+    /// Lossless packets admitted beyond the buffer (headroom too small).
+    pub headroom_overflow: u64,
+    /// Packets marked CE at this egress.
+    pub ecn_marked: u64,
+}
+
+/// Totals over the run.
+#[derive(Debug, Clone, Default)]
+pub struct NetStats {
+    /// Packets sent by NICs.
+    pub host_packets: u64,
+    /// Packets dropped anywhere.
+    pub drops: u64,
+    /// PFC frames sent by all ports.
+    pub pause_frames: u64,
+    /// Summed queue-pair counters of destroyed queue pairs.
+    pub qp: Counters,
+    /// Per (node, port), for ports with pause or drop activity.
+    pub ports: Vec<(u32, u16, PortStats)>,
+    /// Lossless packets admitted beyond the buffer.
+    pub headroom_overflow: u64,
+    /// The most packets any queue pair had in flight (requests or responses), measured after
+    /// every packet a queue pair sent: BDP-FC keeps it at or below the cap.
+    pub max_in_flight: u32,
+}
+
+/// The nodes of one partition of the network and their event list (with one partition: the
+/// whole simulation), generic over whether memory holds bytes. Every node's state exists in
+/// every partition; only the partition that owns a node ever touches it (the others keep it
+/// empty), so counters and records add up across partitions.
+/// [`Simulation`](crate::parallel::Simulation) drives the partitions.
+pub(crate) struct Part<M: SimMemory> {
+    /// Per node, the partition that owns it.
+    part_of: Arc<[u16]>,
+    /// This partition.
+    me: u16,
+    /// Events for other partitions, scheduled during the current window.
+    outbox: Vec<Msg>,
+    cfg: SimConfig,
+    topo: Topology,
+    q: Events,
+    packets: Vec<Packet>,
+    /// Per packet, its payload bytes (only when the memory model holds bytes: otherwise
+    /// empty, so a packet's slot is its headers alone).
+    payloads: Vec<Vec<u8>>,
+    meta: Vec<Meta>,
+    free_packets: Vec<u32>,
+    switches: Vec<Switch>,
+    nics: Vec<Nic<M>>,
+    flows: Vec<Flow>,
+    records: Vec<FlowRecord>,
+    states: Vec<FlowState>,
+    /// Flow ends to set up, as (start, key, flow, end), in start order: flow starts are events
+    /// of their own (one pending at a time) at the end's host.
+    starts: Vec<(Time, u64, u32, u8)>,
+    next_start: usize,
+    /// From the requester's completion to the responder's teardown: the longest link delay,
+    /// so that it is never shorter than a partition's lookahead.
+    teardown: Dur,
+    done_flows: usize,
+    qp_cfg: QpConfig,
+    qp_attr: QpAttr,
+    /// The DSCP → priority map, the classes and the lossless priorities.
+    classes: Classes,
+    /// The DSCPs of data and of control packets, and their priorities as NICs see them.
+    data_dscp: u8,
+    ctrl_dscp: u8,
+    data_prio: u8,
+    ctrl_prio: u8,
+    /// NICs tag their frames (802.1Q) with the priority as PCP.
+    vlan: bool,
+    xoff_bytes: u64,
+    /// A NIC's receive buffer share of a lossless class above which it pauses its switch.
+    nic_xoff_bytes: u64,
+    /// The NICs' receive pipeline rate in bits per second (`None`: never the bottleneck).
+    rx_rate: Option<u64>,
+    /// Per node: random link loss on its incoming links.
+    loss_rng: Vec<Rng>,
+    /// The switches' ECN marking rule.
+    marking: ecn::Marking,
+    /// Per node: RED's marking decisions at its outputs.
+    ecn_rng: Vec<Rng>,
+    buf: Vec<u8>,
+    totals: Counters,
+    end_time: Time,
+    max_in_flight: u32,
+}
+
+impl<M: SimMemory> std::fmt::Debug for Part<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Part")
+            .field("name", &self.cfg.name)
+            .field("now", &self.q.q.now())
+            .field("flows", &self.flows.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: SimMemory> Part<M> {
+    /// Sets up partition `me` of the network (`part_of`: each node's partition) and its ends
+    /// of the flows; nothing runs yet.
+    pub(crate) fn new(
+        cfg: SimConfig,
+        topo: Topology,
+        flows: Vec<Flow>,
+        part_of: Arc<[u16]>,
+        me: u16,
+    ) -> Part<M> {
+        let net = &cfg.network;
+        let data_dscp = net.data_dscp;
+        let ctrl_dscp = if net.control_priority {
+            net.control_dscp
+        } else {
+            data_dscp
+        };
+        let classes = Classes::new(net, &[data_dscp, ctrl_dscp]);
+        let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
+        let mtu_wire = u64::from(mtu_wire(cfg.network.mtu));
+        // Upstream link round trip at its rate, plus a frame in flight each way.
+        let (max_rate, max_delay) = topo
+            .nodes
+            .iter()
+            .flat_map(|n| n.ports.iter())
+            .fold((0u64, Dur::ZERO), |(r, d), p| {
+                (r.max(p.rate_bps), d.max(p.delay))
+            });
+        let default_headroom = default_headroom(max_rate, max_delay, mtu_wire);
+        // A lossless queue pauses its upstream at buffer − headroom (at least one frame).
+        let xoff = |buffer: u64, headroom: Option<u64>| {
+            xoff_threshold(buffer, headroom.unwrap_or(default_headroom), mtu_wire)
+        };
+        let xoff_bytes = xoff(cfg.switch.buffer_bytes, cfg.switch.pfc_headroom_bytes);
+        let nic_xoff_bytes = xoff(cfg.nic.rx_buffer_bytes, cfg.nic.rx_pfc_headroom_bytes);
+        let rx_rate = cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64);
+        let mine = |n: u32| part_of[n as usize] == me;
+        let switches = (topo.hosts..topo.nodes.len() as u32)
+            .map(|n| {
+                Switch::new(
+                    // Another partition's switch is never touched: no ports here.
+                    if mine(n) {
+                        topo.nodes[n as usize].ports.len()
+                    } else {
+                        0
+                    },
+                    mix(cfg.seed ^ (u64::from(n) << 32)),
+                    cfg.switch.model,
+                )
+            })
+            .collect();
+        let nics = (0..topo.hosts)
+            .map(|h| Nic {
+                mem: M::create(mix(cfg.seed ^ 0xA5A5 ^ u64::from(h))),
+                slots: Vec::new(),
+                free: Vec::new(),
+                ready: VecDeque::new(),
+                busy_until: Time::ZERO,
+                wake: false,
+                paused: [false; 8],
+                paused_since: [Time::ZERO; 8],
+                stats: PortStats::default(),
+                rx: VecDeque::new(),
+                rx_held: Ingress::EMPTY,
+            })
+            .collect();
+        let (qp_cfg, qp_attr) = queue_pair_config(&cfg, &topo);
+        let nodes = topo.nodes.len();
+        let teardown = topo.max_delay();
+        let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
+            .flat_map(|i| {
+                let f = flows[i as usize];
+                [REQ, RESP].map(|end| {
+                    mine(end_host(cfg.transport.op, &f, end)).then_some((
+                        f.start,
+                        Events::start_key(i, end),
+                        i,
+                        end as u8,
+                    ))
+                })
+            })
+            .flatten()
+            .collect();
+        starts.sort_unstable_by_key(|&(at, key, ..)| (at, key));
+        let mut sim = Part {
+            part_of,
+            me,
+            outbox: Vec::new(),
+            records: flows
+                .iter()
+                .map(|&f| FlowRecord {
+                    flow: f,
+                    end: None,
+                    status: None,
+                    ideal: Dur::ZERO,
+                    intact: true,
+                })
+                .collect(),
+            states: vec![FlowState::NONE; flows.len()],
+            starts,
+            next_start: 0,
+            teardown,
+            loss_rng: (0..nodes)
+                .map(|n| Rng::stream(cfg.seed, (11 << 32) | n as u64))
+                .collect(),
+            ecn_rng: (0..nodes)
+                .map(|n| Rng::stream(cfg.seed, (12 << 32) | n as u64))
+                .collect(),
+            q: Events {
+                q: EventQueue::new(),
+                origin: 0,
+                count: vec![0; nodes],
+            },
+            packets: Vec::new(),
+            payloads: Vec::new(),
+            meta: Vec::new(),
+            free_packets: Vec::new(),
+            switches,
+            nics,
+            done_flows: 0,
+            qp_cfg,
+            qp_attr,
+            classes,
+            data_dscp,
+            ctrl_dscp,
+            data_prio,
+            ctrl_prio,
+            vlan: cfg.network.vlan,
+            marking: ecn::Marking::new(&cfg.switch),
+            xoff_bytes,
+            nic_xoff_bytes,
+            rx_rate,
+            buf: Vec::new(),
+            totals: Counters::default(),
+            end_time: Time::ZERO,
+            max_in_flight: 0,
+            flows,
+            topo,
+            cfg,
+        };
+        for i in 0..sim.records.len() {
+            let f = sim.flows[i];
+            sim.records[i].ideal = sim.ideal_fct(f.src, f.dst, f.size);
+        }
+        if let Some(&(at, key, ..)) = sim.starts.first() {
+            sim.q.q.push_keyed(at, key, Ev::FlowStart);
+        }
+        let last = sim.flows.last().map_or(Time::ZERO, |f| f.start);
+        sim.end_time = last + Dur::from_picos((sim.cfg.workload.drain_us * 1e6) as u64);
+        sim
+    }
+
+    /// The BDP cap the queue pairs use (packets), if BDP-FC is on.
+    pub(crate) fn bdp_cap(&self) -> Option<u32> {
+        self.qp_cfg.recovery.bdp_cap
+    }
+
+    /// The pause threshold of an input-queued switch port, in bytes.
+    pub(crate) fn xoff_bytes(&self) -> u64 {
+        self.xoff_bytes
+    }
+
+    /// The completion time of a `size`-byte Write from `src` to `dst` alone in the network:
+    /// every byte serialized once at the slowest rate, the largest packet's serialization once
+    /// more at each further hop (store and forward), the propagation delay of every link, and the ACK's way back. Packets
+    /// count a fixed 78 bytes of headers (standard RoCE Write: Ethernet, IPv4, UDP, BTH, RETH,
+    /// ICRC, FCS) whatever the transport, so that slowdowns of different transports share
+    /// their denominator.
+    pub(crate) fn ideal_fct(&self, src: u32, dst: u32, size: u64) -> Dur {
+        let links = u64::from(self.topo.hops(src, dst));
+        let rate = self.topo.slowest_rate();
+        let mtu = u64::from(self.cfg.network.mtu);
+        let n = size.div_ceil(mtu).max(1);
+        let largest = size.min(mtu);
+        let delay = self.topo.host_port(src).delay;
+        let ser = |b: u64| Dur::transmission(b, rate);
+        // Through equal-rate store-and-forward links, the last packet leaves the last link
+        // after every byte's serialization plus, per further link, the largest packet's.
+        ser(size + 78 * n)
+            + ser(largest + 78).saturating_mul(links.saturating_sub(1))
+            + (delay + ser(66)).saturating_mul(links)
+            + delay.saturating_mul(links)
+    }
+
+    /// Handles this partition's events before `limit` that are not past the end of the run.
+    pub(crate) fn run_until(&mut self, limit: Time) {
+        let limit = limit.min(self.end_time + Dur::from_picos(1));
+        while let Some((now, ev)) = self.q.q.pop_before(limit) {
+            self.dispatch(now, ev);
+            // Debug builds (the test suite) audit the switches' books as they go.
+            if cfg!(debug_assertions) && self.q.q.processed() % (1 << 14) == 0 {
+                if let Err(e) = self.check_invariants() {
+                    panic!("at {now:?}, after {} events: {e}", self.q.q.processed());
+                }
+            }
+        }
+    }
+
+    /// The time of this partition's next event, if it has one before the end of the run.
+    pub(crate) fn next_time(&self) -> Option<Time> {
+        self.q.q.peek_time().filter(|&t| t <= self.end_time)
+    }
+
+    /// The host of flow `i`'s requester.
+    pub(crate) fn requester(&self, i: usize) -> u32 {
+        self.end_host(&self.flows[i], REQ)
+    }
+
+    /// Flows whose requester completed here.
+    pub(crate) fn done_flows(&self) -> usize {
+        self.done_flows
+    }
+
+    fn dispatch(&mut self, now: Time, ev: Ev) {
+        self.q.origin = match ev {
+            Ev::Arrive { node, .. } | Ev::TxDone { node, .. } | Ev::Pfc { node, .. } => node,
+            Ev::RxDone { host } | Ev::QpTimer { host, .. } | Ev::FlowEnd { host, .. } => host,
+            // Set below, once the flow end (and so its host) is known.
+            Ev::FlowStart => WORKLOAD,
+        };
+        match ev {
+            Ev::Arrive {
+                node,
+                port,
+                pkt,
+                hop,
+            } => {
+                if self.cfg.network.link_loss > 0.0
+                    && self.loss_rng[node as usize].chance(self.cfg.network.link_loss)
+                {
+                    self.drop_packet(node, port, pkt);
+                } else if node < self.topo.hosts {
+                    if self.rx_rate.is_some() {
+                        self.nic_buffer(now, node, pkt, hop);
+                    } else {
+                        self.nic_receive(now, node, pkt, hop.ecn());
+                    }
+                } else {
+                    self.switch_receive(now, node, port, pkt, hop);
+                }
+            }
+            Ev::TxDone { node, port } => {
+                if node < self.topo.hosts {
+                    self.nics[node as usize].wake = false;
+                    self.nic_send(now, node);
+                } else {
+                    let s = (node - self.topo.hosts) as usize;
+                    self.switches[s].ports[port as usize].wake = false;
+                    self.switch_send(now, node, port as usize);
+                }
+            }
+            Ev::RxDone { host } => self.nic_rx_done(now, host),
+            Ev::Pfc {
+                node,
+                port,
+                prio,
+                pause,
+            } => self.pfc_receive(now, node, port, prio, pause),
+            Ev::QpTimer { host, slot, gen } => {
+                let s = &mut self.nics[host as usize].slots[slot as usize];
+                if s.gen != gen || s.timer != Some(now) {
+                    return;
+                }
+                s.timer = None;
+                if let Some(qp) = s.qp.as_mut() {
+                    if qp.poll_timeout().is_some_and(|t| t <= now) {
+                        qp.handle_timeout(now);
+                    }
+                }
+                self.touch(now, host, slot);
+            }
+            Ev::FlowStart => {
+                let Some(&(_, _, flow, end)) = self.starts.get(self.next_start) else {
+                    return;
+                };
+                self.next_start += 1;
+                if let Some(&(at, key, ..)) = self.starts.get(self.next_start) {
+                    self.q.q.push_keyed(at, key, Ev::FlowStart);
+                }
+                let (i, end) = (flow as usize, usize::from(end));
+                // What the set-up schedules comes from the end's host.
+                self.q.origin = self.end_host(&self.flows[i], end);
+                self.start_end(now, i, end);
+            }
+            Ev::FlowEnd { host, flow } => self.end_responder(host, flow as usize),
+        }
+    }
+
+    /// The counters of `node`'s `port` (a NIC has one port).
+    fn port_stats(&mut self, node: u32, port: u16) -> &mut PortStats {
+        if node < self.topo.hosts {
+            &mut self.nics[node as usize].stats
+        } else {
+            &mut self.switches[(node - self.topo.hosts) as usize].stats[port as usize]
+        }
+    }
+
+    fn drop_packet(&mut self, node: u32, port: u16, pkt: u32) {
+        self.free_packet(pkt);
+        self.port_stats(node, port).drops += 1;
+    }
+
+    /// Ends the run at `now` (the last event of any partition).
+    pub(crate) fn finish(&mut self, now: Time) {
+        // Close pause intervals still open, and count live queue pairs.
+        for nic in &mut self.nics {
+            for p in 0..8 {
+                if nic.paused[p] {
+                    nic.stats.paused = nic.stats.paused + (now - nic.paused_since[p]);
+                    nic.paused[p] = false;
+                }
+            }
+            for s in &nic.slots {
+                if let Some(qp) = &s.qp {
+                    self.totals += *qp.counters();
+                }
+            }
+        }
+        for sw in &mut self.switches {
+            for (p, port) in sw.ports.iter_mut().enumerate() {
+                for c in 0..MAX_CLASSES {
+                    if port.paused[c] {
+                        let since = sw.paused_since[p * MAX_CLASSES + c];
+                        sw.stats[p].paused = sw.stats[p].paused + (now - since);
+                        port.paused[c] = false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The state of flow `i`'s queue pairs, for debugging a stuck flow.
+    pub(crate) fn debug_flow(&self, i: usize) -> String {
+        let Some(st) = self.states.get(i) else {
+            return format!("flow {i}: no such flow");
+        };
+        let f = self.flows[i];
+        let mut out = String::new();
+        for end in [REQ, RESP] {
+            let (h, s) = (self.end_host(&f, end), st.slot[end]);
+            if self.part_of[h as usize] != self.me {
+                continue;
+            }
+            let Some(slot) = self.nics[h as usize].slots.get(s as usize) else {
+                out += &format!("host {h}: no live queue pair\n");
+                continue;
+            };
+            let nic = &self.nics[h as usize];
+            out += &format!(
+                "host {h} NIC: wake {} busy until {:?} ready {:?} paused {:?}\n",
+                nic.wake, nic.busy_until, nic.ready, nic.paused
+            );
+            out += &format!(
+                "host {h} slot {s} timer {:?} ready {}: {:#?}\n",
+                slot.timer,
+                slot.ready,
+                slot.qp
+                    .as_ref()
+                    .map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
+            );
+            out += &format!("{:?}\n", slot.qp);
+        }
+        out
+    }
+
+    /// The per-flow records, in flow order.
+    pub(crate) fn records(&self) -> &[FlowRecord] {
+        &self.records
+    }
+
+    /// Simulated time reached.
+    pub(crate) fn now(&self) -> Time {
+        self.q.q.now()
+    }
+
+    /// Events processed.
+    pub(crate) fn events(&self) -> u64 {
+        self.q.q.processed()
+    }
+
+    /// The topology.
+    pub(crate) fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// Network totals.
+    pub(crate) fn stats(&self) -> NetStats {
+        let mut s = NetStats {
+            qp: self.totals,
+            max_in_flight: self.max_in_flight,
+            ..NetStats::default()
+        };
+        let mut port = |node: u32, p: u16, st: &PortStats| {
+            s.drops += st.drops;
+            s.pause_frames += st.pause_sent;
+            s.headroom_overflow += st.headroom_overflow;
+            if st.drops + st.pause_sent + st.pause_received > 0 {
+                s.ports.push((node, p, *st));
+            }
+        };
+        for (h, nic) in self.nics.iter().enumerate() {
+            port(h as u32, 0, &nic.stats);
+        }
+        for (i, sw) in self.switches.iter().enumerate() {
+            for (p, st) in sw.stats.iter().enumerate() {
+                port(self.topo.hosts + i as u32, p as u16, st);
+            }
+        }
+        s.host_packets = self.nics.iter().map(|n| n.stats.tx_packets).sum();
+        s
+    }
+
+    /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue, and the
+    /// per-port, per-class counters (ingress and egress) add up to what the queues hold.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        for (h, nic) in self.nics.iter().enumerate() {
+            let mut held = [0u64; MAX_CLASSES];
+            for f in &nic.rx {
+                held[usize::from(f.class)] += u64::from(f.hop.wire);
+            }
+            if held != nic.rx_held.bytes {
+                return Err(format!(
+                    "host {h}: receive buffer counters {:?} but it holds {held:?}",
+                    nic.rx_held.bytes
+                ));
+            }
+        }
+        for (si, sw) in self.switches.iter().enumerate() {
+            let n = sw.ports.len();
+            // Per (port, class): bytes that arrived through it, bytes queued for it.
+            let mut ingress = vec![[0u64; MAX_CLASSES]; n];
+            let mut egress = vec![[0u64; MAX_CLASSES]; n];
+            let mut queued = 0u64;
+            let mut count = |pkt: u32, inp: u16, out: usize, c: usize| {
+                let w = u64::from(self.meta[pkt as usize].hop.wire);
+                ingress[usize::from(inp)][c] += w;
+                egress[out][c] += w;
+                queued += w;
+            };
+            sw.queues
+                .for_each(&self.meta, |p, inp, out, c| count(p, inp, out, c));
+            let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.ingress.bytes).collect();
+            let queues: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.egress).collect();
+            if held != ingress || queues != egress || queued != sw.used {
+                return Err(format!(
+                    "switch {si}: ingress counters {held:?} egress {queues:?} used {} but the \
+                     queues hold ingress {ingress:?} egress {egress:?} total {queued}",
+                    sw.used
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! NICs: the hosts' ports, which run irn-transport queue pairs.
+//!
+//! Sending: a NIC pulls packets from its queue pairs when its link is free (so it never
+//! queues), serving the queue pairs with something to send round-robin, one packet each;
+//! ACK/NAK/CNP travel at the control priority when configured and still leave while the data
+//! priority is paused by PFC. Receiving: a frame reaches its queue pair on arrival, unless the
+//! receive pipeline has a rate (`[nic] rx_gbps`, SPEC N6's slow receiver): then frames wait in
+//! a receive buffer drained at that rate, which pauses the switch (lossless) or drops (lossy)
+//! as a switch ingress does.
+
+use super::*;
+
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub(super) qp: Option<QueuePair>,
+    pub(super) gen: u32,
+    /// Time of the timer event in the queue, if one is.
+    pub(super) timer: Option<Time>,
+    pub(super) ready: bool,
+    pub(super) flow: u32,
+    /// Which end of the flow: [`REQ`] or [`RESP`].
+    pub(super) end: u8,
+    /// The host of the queue pair at the other end (kept here: the slot is read for every
+    /// packet sent, the flow's state is not).
+    pub(super) peer: u32,
+}
+
+#[derive(Debug)]
+pub(super) struct Nic<M> {
+    pub(super) mem: M,
+    pub(super) slots: Vec<Slot>,
+    pub(super) free: Vec<u32>,
+    pub(super) ready: VecDeque<u32>,
+    pub(super) busy_until: Time,
+    /// A `TxDone` event is pending.
+    pub(super) wake: bool,
+    pub(super) paused: [bool; 8],
+    pub(super) paused_since: [Time; 8],
+    pub(super) stats: PortStats,
+    /// With a receive pipeline rate: frames in the receive buffer, in arrival order (the
+    /// first is being processed).
+    pub(super) rx: VecDeque<RxFrame>,
+    /// The receive buffer's bytes per class, and the pauses the NIC has sent its switch.
+    pub(super) rx_held: Ingress,
+}
+
+/// A frame in a NIC's receive buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RxFrame {
+    pub(super) pkt: u32,
+    pub(super) hop: Hop,
+    pub(super) class: u8,
+}
+
+impl<M: SimMemory> Part<M> {
+    /// Lets a NIC send now if its link is free, or once it is.
+    pub(super) fn kick_nic(&mut self, now: Time, host: u32) {
+        let nic = &mut self.nics[host as usize];
+        if nic.wake {
+            return;
+        }
+        if now >= nic.busy_until {
+            self.nic_send(now, host);
+        } else {
+            nic.wake = true;
+            self.q.push(
+                nic.busy_until,
+                Ev::TxDone {
+                    node: host,
+                    port: 0,
+                },
+            );
+        }
+    }
+
+    pub(super) fn nic_send(&mut self, now: Time, host: u32) {
+        let data_paused = self.nics[host as usize].paused[self.data_prio as usize];
+        let ctrl_paused = self.nics[host as usize].paused[self.ctrl_prio as usize];
+        let separate = self.ctrl_prio != self.data_prio;
+        let nic = &mut self.nics[host as usize];
+        if now < nic.busy_until {
+            return;
+        }
+        let mut tries = nic.ready.len();
+        while tries > 0 {
+            tries -= 1;
+            let Some(slot) = nic.ready.pop_front() else {
+                break;
+            };
+            let s = &mut nic.slots[slot as usize];
+            let Some(qp) = s.qp.as_mut() else {
+                s.ready = false;
+                continue;
+            };
+            let t = if !(data_paused || separate && ctrl_paused && qp.has_control()) {
+                qp.poll_transmit(now, &nic.mem, &mut self.buf)
+            } else if separate && !ctrl_paused {
+                qp.poll_control(&nic.mem, &mut self.buf)
+            } else {
+                None
+            };
+            let Some(t) = t else {
+                if data_paused || ctrl_paused {
+                    // It may still have data once the pause ends.
+                    nic.ready.push_back(slot);
+                } else {
+                    s.ready = false;
+                }
+                continue;
+            };
+            // Round-robin: back of the list if it may have more; otherwise out of it (a
+            // receiver that just sent its ACK usually has nothing more) until an input
+            // gives it something, so that the NIC does not wake up for it.
+            if qp.may_transmit() {
+                nic.ready.push_back(slot);
+            } else {
+                s.ready = false;
+            }
+            self.max_in_flight = self
+                .max_in_flight
+                .max(qp.in_flight())
+                .max(qp.responses_in_flight());
+            // Sending may have started the retransmission timer.
+            Self::arm_timer(&mut self.q, now, s, host, slot);
+            let dest_qpn = t.ib.bth.dest_qpn;
+            let peer_host = s.peer;
+            let (flow, end) = (s.flow, usize::from(s.end));
+            let control = t.ib.bth.opcode.is_control();
+            let dscp = if control {
+                self.ctrl_dscp
+            } else {
+                self.data_dscp
+            };
+            // A tagged frame carries the priority of its DSCP as its PCP (IEEE 802.1Q).
+            let pcp = self.vlan.then(|| self.classes.of_dscp(dscp));
+            let tag = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
+            // At most a 4096-byte MTU (validated) plus headers: it fits.
+            let wire =
+                u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + tag).unwrap_or(u16::MAX);
+            let hash = mix((u64::from(host) << 40)
+                ^ (u64::from(peer_host) << 20)
+                ^ u64::from(dest_qpn)
+                ^ (u64::from(qpn(flow, end)) << 48)) as u32;
+            let payload = if M::HOLDS_BYTES {
+                std::mem::take(&mut self.buf)
+            } else {
+                Vec::new()
+            };
+            // The QP may have written bytes into `buf` even when the memory holds none: keep
+            // the allocation for next time.
+            let hop = Hop::new(peer_host, hash, wire, dscp, t.ecn, pcp);
+            let p = Packet {
+                ib: t.ib,
+                flow,
+                to: (1 - end) as u8,
+            };
+            let pkt = self.alloc_packet(p, payload, Meta { hop, next: NIL });
+            let nic = &mut self.nics[host as usize];
+            nic.stats.tx_packets += 1;
+            nic.stats.tx_bytes += u64::from(wire);
+            // Look again when the link is free if some queue pair may have more; otherwise
+            // the next one to become ready kicks the NIC.
+            let more = !nic.ready.is_empty();
+            let done = self.put_on_link(now, host, 0, pkt, hop, more);
+            let nic = &mut self.nics[host as usize];
+            nic.busy_until = done;
+            nic.wake = more;
+            return;
+        }
+    }
+
+    pub(super) fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, ecn: Ecn) {
+        let p = &self.packets[pkt as usize];
+        let slot = self.states[p.flow as usize].slot[usize::from(p.to)];
+        let payload = if M::HOLDS_BYTES {
+            &self.payloads[pkt as usize][..]
+        } else {
+            &[]
+        };
+        let nic = &mut self.nics[host as usize];
+        // NIL (the end is gone, or not set up yet) finds no slot.
+        let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
+        match live {
+            Some(qp) => qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem),
+            None => {
+                // A straggler for a queue pair already destroyed.
+                self.free_packet(pkt);
+                return;
+            }
+        }
+        self.free_packet(pkt);
+        self.touch(now, host, slot);
+    }
+
+    /// A frame reaches a NIC whose receive pipeline has a rate: it waits in the receive
+    /// buffer (or is dropped, lossy and the buffer full), and the NIC pauses its switch when
+    /// a lossless class's share passes the threshold.
+    pub(super) fn nic_buffer(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
+        let prio = self.classes.priority(&hop);
+        let c = self.classes.class(prio);
+        let lossless = self.classes.lossless(prio);
+        let wire = u64::from(hop.wire);
+        let nic = &mut self.nics[host as usize];
+        if nic.rx_held.total() + wire > self.cfg.nic.rx_buffer_bytes {
+            if lossless {
+                nic.stats.headroom_overflow += 1;
+            } else {
+                self.drop_packet(host, 0, pkt);
+                return;
+            }
+        }
+        nic.rx_held.bytes[c] += wire;
+        nic.rx.push_back(RxFrame {
+            pkt,
+            hop,
+            class: c as u8,
+        });
+        if nic.rx.len() == 1 {
+            self.nic_rx_start(now, host);
+        }
+        let nic = &mut self.nics[host as usize];
+        if lossless && nic.rx_held.pause_above(c, self.nic_xoff_bytes) {
+            self.send_pfc(now, host, 0, prio, true);
+        }
+    }
+
+    /// Starts processing the first frame of `host`'s receive buffer.
+    pub(super) fn nic_rx_start(&mut self, now: Time, host: u32) {
+        if let (Some(f), Some(rate)) = (self.nics[host as usize].rx.front(), self.rx_rate) {
+            let done = now + Dur::transmission(u64::from(f.hop.wire), rate);
+            self.q.push(done, Ev::RxDone { host });
+        }
+    }
+
+    /// The receive pipeline is done with its first frame: the queue pair gets it.
+    pub(super) fn nic_rx_done(&mut self, now: Time, host: u32) {
+        let nic = &mut self.nics[host as usize];
+        let Some(f) = nic.rx.pop_front() else {
+            return;
+        };
+        let c = usize::from(f.class);
+        nic.rx_held.bytes[c] -= u64::from(f.hop.wire);
+        let gap = self.cfg.switch.pfc_resume_gap_bytes;
+        if nic.rx_held.resume_below(c, self.nic_xoff_bytes, gap) {
+            self.send_pfc(now, host, 0, self.classes.priority(&f.hop), false);
+        }
+        self.nic_rx_start(now, host);
+        self.nic_receive(now, host, f.pkt, f.hop.ecn());
+    }
+}

@@ -1,0 +1,213 @@
+//! Packets and events of one partition: the frame overhead, a packet's forwarding state
+//! ([`Hop`], [`Meta`]: what switches read, kept apart from the headers only the receiving NIC
+//! reads, [`Packet`]), the events of the model ([`Ev`]) and the keyed event list ([`Events`])
+//! whose order does not depend on how the network is partitioned. Packets live in the
+//! partition's packet table, allocated and freed here.
+
+use super::*;
+
+/// An 802.1Q tag, on frames when `network.vlan` is on.
+pub(super) const VLAN_TAG_LEN: u32 = 4;
+
+/// What an untagged frame adds around the BTH onward: Ethernet header (14) and FCS (4), IPv4
+/// (20), UDP (8) and ICRC (4); preamble and inter-frame gap are not counted.
+pub const FRAME_OVERHEAD: u32 =
+    (irn_wire::ETHERNET_FRAMING_LEN + irn_wire::ROCEV2_IPV4_ENCAP_LEN) as u32;
+const _: () = assert!(FRAME_OVERHEAD == 50);
+
+/// A PFC frame on the wire: the 64-byte minimum Ethernet frame.
+pub(super) const PFC_FRAME: u64 = 64;
+
+/// What switches and the receiving NIC's admission look at, kept apart from the headers. The
+/// arrival event carries a copy: the event is read in order from the event list, while the
+/// packet's [`Meta`] line has usually left the cache since the previous hop.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Hop {
+    pub(super) dst: u32,
+    pub(super) hash: u32,
+    /// Frame bytes (at most a 4096-byte MTU plus headers).
+    pub(super) wire: u16,
+    /// The IP header's traffic class: DSCP (bits 7–2) and ECN (bits 1–0), as the packet
+    /// carries them (RFC 2474, RFC 3168).
+    tos: u8,
+    /// The 802.1Q tag: [`TAGGED`] and the PCP in bits 2–0; 0 when untagged.
+    vlan: u8,
+}
+
+/// [`Hop::vlan`]: the frame carries an 802.1Q tag.
+const TAGGED: u8 = 0x80;
+
+impl Hop {
+    pub(super) fn new(dst: u32, hash: u32, wire: u16, dscp: u8, ecn: Ecn, pcp: Option<u8>) -> Hop {
+        Hop {
+            dst,
+            hash,
+            wire,
+            tos: (dscp << 2) | ecn.bits(),
+            vlan: pcp.map_or(0, |p| TAGGED | (p & 7)),
+        }
+    }
+
+    /// The DSCP.
+    #[inline]
+    pub(super) fn dscp(&self) -> u8 {
+        self.tos >> 2
+    }
+
+    /// The ECN field.
+    #[inline]
+    pub(super) fn ecn(&self) -> Ecn {
+        Ecn::from_bits(self.tos & 3)
+    }
+
+    /// Marks Congestion Experienced.
+    #[inline]
+    pub(super) fn mark_ce(&mut self) {
+        self.tos |= Ecn::Ce.bits();
+    }
+
+    /// The PCP of a tagged frame.
+    #[inline]
+    pub(super) fn pcp(&self) -> Option<u8> {
+        (self.vlan & TAGGED != 0).then_some(self.vlan & 7)
+    }
+}
+
+/// A packet's forwarding state, 16 bytes instead of the 300-odd of its [`IbRepr`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Meta {
+    pub(super) hop: Hop,
+    /// The next packet of the virtual output queue this one waits in ([`NIL`]: the last).
+    /// Threading the queues through the packets keeps a queue operation on cache lines the
+    /// hop touches anyway, instead of a `VecDeque` header and buffer per queue.
+    pub(super) next: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Meta>() == 16);
+
+/// No packet: the end of a virtual output queue.
+pub(super) const NIL: u32 = u32::MAX;
+
+/// What only the receiving NIC reads (with the payload bytes, kept apart in
+/// `Part::payloads` when the memory model holds bytes).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Packet {
+    pub(super) ib: IbRepr,
+    /// The flow it belongs to and the end ([`REQ`] or [`RESP`]) it is addressed to: how the
+    /// receiving NIC finds the queue pair (a NIC would look the QPN up in its QP table).
+    pub(super) flow: u32,
+    pub(super) to: u8,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ev {
+    /// A frame has fully arrived at `node` through `port`.
+    Arrive {
+        node: u32,
+        port: u16,
+        pkt: u32,
+        /// What the receiver reads of the packet's metadata.
+        hop: Hop,
+    },
+    /// `node` finished serializing a frame on `port`.
+    TxDone { node: u32, port: u16 },
+    /// `host`'s receive pipeline finished the first frame of its receive buffer.
+    RxDone { host: u32 },
+    /// A PFC frame for `prio` arrived at `node` through `port`.
+    Pfc {
+        node: u32,
+        port: u16,
+        prio: u8,
+        pause: bool,
+    },
+    /// A queue pair's timer.
+    QpTimer { host: u32, slot: u32, gen: u32 },
+    /// The next flow end of the workload starts (see `Part::starts`).
+    FlowStart,
+    /// The requester of `flow` completed a teardown delay ago: `host` destroys the responder.
+    FlowEnd { host: u32, flow: u32 },
+}
+
+/// An event for another partition, with its key, and the packet when a frame crosses: the
+/// receiving partition stores it in its own packet table.
+#[derive(Debug)]
+pub(crate) struct Msg {
+    /// The partition it is for.
+    pub(crate) to: u16,
+    pub(super) at: Time,
+    pub(super) key: u64,
+    pub(super) ev: Ev,
+    pub(super) packet: Option<(Packet, Vec<u8>)>,
+}
+
+/// The event key's origin for the workload's flow starts (a node number never used).
+pub(super) const WORKLOAD: u32 = (1 << 24) - 1;
+
+/// The events of one event list, keyed so that their order does not depend on how the
+/// network is partitioned: an event's key is the node that scheduled it (`origin`: the node
+/// whose event is being handled) and that node's count of events scheduled so far. A node's
+/// count is the same whether it shares the event list with the whole network or with its
+/// partition only, so ties between events of one time resolve the same way in both.
+#[derive(Debug)]
+pub(super) struct Events {
+    pub(super) q: EventQueue<Ev>,
+    pub(super) origin: u32,
+    /// Per node, events it has scheduled.
+    pub(super) count: Vec<u64>,
+}
+
+impl Events {
+    /// Schedules `ev` at `at`, from the node being handled.
+    #[inline]
+    pub(super) fn push(&mut self, at: Time, ev: Ev) {
+        let key = self.next_key();
+        self.q.push_keyed(at, key, ev);
+    }
+
+    /// The key of the next event the node being handled schedules.
+    #[inline]
+    pub(super) fn next_key(&mut self) -> u64 {
+        let c = &mut self.count[self.origin as usize];
+        let key = (u64::from(self.origin) << 40) | *c;
+        *c += 1;
+        key
+    }
+
+    /// The key of the workload's start of end `end` of `flow`: starts of one time go in flow
+    /// order, the responder's end first (a requester may need its responder's buffer).
+    pub(super) fn start_key(flow: u32, end: usize) -> u64 {
+        (u64::from(WORKLOAD) << 40) | (2 * u64::from(flow) + u64::from(end == REQ))
+    }
+}
+
+impl<M: SimMemory> Part<M> {
+    /// Stores a new packet; `payload` is kept only when the memory model holds bytes.
+    pub(super) fn alloc_packet(&mut self, p: Packet, payload: Vec<u8>, m: Meta) -> u32 {
+        let i = match self.free_packets.pop() {
+            Some(i) => {
+                self.packets[i as usize] = p;
+                self.meta[i as usize] = m;
+                i
+            }
+            None => {
+                self.packets.push(p);
+                self.meta.push(m);
+                if M::HOLDS_BYTES {
+                    self.payloads.push(Vec::new());
+                }
+                (self.packets.len() - 1) as u32
+            }
+        };
+        if M::HOLDS_BYTES {
+            self.payloads[i as usize] = payload;
+        }
+        i
+    }
+
+    pub(super) fn free_packet(&mut self, i: u32) {
+        if M::HOLDS_BYTES {
+            self.payloads[i as usize] = Vec::new();
+        }
+        self.free_packets.push(i);
+    }
+}

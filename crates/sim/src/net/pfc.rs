@@ -1,0 +1,248 @@
+//! Priority flow control (IEEE 802.1Qbb; SPEC N1): per (port, priority) pause state.
+//!
+//! An ingress — a switch input port, or a NIC's receive buffer — counts the bytes it holds
+//! per class ([`Ingress`]). A lossless class that holds more than its XOFF threshold sends a
+//! pause frame upstream; once it has drained `pfc_resume_gap_bytes` below the threshold (or
+//! emptied), a resume frame. The threshold leaves headroom for what is already on the wire
+//! when the pause leaves: by default the upstream link's round trip at its rate plus a frame
+//! in flight each way ([`default_headroom`]), so that a lossless class never overruns its
+//! buffer ([`xoff_threshold`]). A shared-buffer switch's threshold is dynamic: a fraction α of
+//! what is left of the shared part ([`shared_xoff`]).
+//!
+//! A pause holds until the resume: real switches refresh the pause before its quanta expire,
+//! and those refreshes are neither modelled nor counted. A pause frame reaches the peer after
+//! its 64-byte serialization and the link's delay, overtaking queued data.
+
+use super::*;
+
+/// A buffer that pauses its upstream per class with PFC (SPEC N1): a switch input port, a
+/// NIC's receive buffer. The pause and resume rules are these two methods, for both.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ingress {
+    /// Per class, bytes held.
+    pub(super) bytes: [u64; MAX_CLASSES],
+    /// Per class: a pause is in force upstream.
+    pub(super) xoff: [bool; MAX_CLASSES],
+}
+
+impl Ingress {
+    pub(super) const EMPTY: Ingress = Ingress {
+        bytes: [0; MAX_CLASSES],
+        xoff: [false; MAX_CLASSES],
+    };
+
+    /// Bytes held, all classes.
+    pub(super) fn total(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+
+    /// Whether class `c` must pause its upstream now: not paused, and holding more than
+    /// `threshold`. Marks it paused.
+    pub(super) fn pause_above(&mut self, c: usize, threshold: u64) -> bool {
+        let pause = !self.xoff[c] && self.bytes[c] > threshold;
+        self.xoff[c] |= pause;
+        pause
+    }
+
+    /// Whether class `c` must resume its upstream now: paused, and `gap` bytes below
+    /// `threshold` (or empty). Marks it resumed.
+    pub(super) fn resume_below(&mut self, c: usize, threshold: u64, gap: u64) -> bool {
+        let resume = self.xoff[c] && (self.bytes[c] + gap <= threshold || self.bytes[c] == 0);
+        self.xoff[c] &= !resume;
+        resume
+    }
+}
+
+/// The default PFC headroom: the bytes that can still arrive after a pause leaves — the
+/// round trip of the fastest, longest link at its rate — plus one largest frame in flight each
+/// way (`mtu_wire`: the largest frame on the wire).
+pub(super) fn default_headroom(max_rate_bps: u64, max_delay: Dur, mtu_wire: u64) -> u64 {
+    let rtt_bytes = (u128::from(max_rate_bps) * u128::from(max_delay.as_picos()) * 2
+        / 8
+        / 1_000_000_000_000) as u64;
+    rtt_bytes + 2 * mtu_wire
+}
+
+/// The XOFF threshold of a lossless class of a `buffer`-byte ingress: the buffer less its
+/// headroom, and at least one largest frame.
+pub(super) fn xoff_threshold(buffer: u64, headroom: u64, mtu_wire: u64) -> u64 {
+    buffer.saturating_sub(headroom).max(mtu_wire)
+}
+
+/// The dynamic XOFF threshold of a shared-buffer switch: α times what is free of the shared
+/// part (the buffer less every port's headroom reservation, `buffer − xoff` each), and at least
+/// 2 KB.
+pub(super) fn shared_xoff(buffer: u64, xoff: u64, nports: usize, used: u64, alpha: f64) -> u64 {
+    let headroom = buffer - xoff.min(buffer);
+    let shared = buffer.saturating_sub(headroom * nports as u64);
+    let free = shared.saturating_sub(used);
+    ((alpha * free as f64) as u64).max(2048)
+}
+
+impl<M: SimMemory> Part<M> {
+    /// PFC: pauses the upstream of ingress (`inp`, class `c`) once it holds more than its
+    /// threshold.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pause_if_full(
+        &mut self,
+        now: Time,
+        node: u32,
+        si: usize,
+        inp: u16,
+        c: usize,
+        prio: u8,
+        lossless: bool,
+    ) {
+        if lossless {
+            let threshold = self.pause_threshold(si);
+            let port = &mut self.switches[si].ports[inp as usize];
+            if port.ingress.pause_above(c, threshold) {
+                self.send_pfc(now, node, inp, prio, true);
+            }
+        }
+    }
+
+    /// The ingress occupancy above which a lossless (port, priority) pauses its upstream.
+    pub(super) fn pause_threshold(&self, si: usize) -> u64 {
+        match self.cfg.switch.model {
+            SwitchModel::InputQueued => self.xoff_bytes,
+            SwitchModel::SharedBuffer => shared_xoff(
+                self.cfg.switch.buffer_bytes,
+                self.xoff_bytes,
+                self.switches[si].ports.len(),
+                self.switches[si].used,
+                self.cfg.switch.dt_alpha,
+            ),
+        }
+    }
+
+    pub(super) fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+        let p = self.topo.nodes[node as usize].ports[port as usize];
+        self.port_stats(node, port).pause_sent += 1;
+        let at = now + p.transmission(PFC_FRAME) + p.delay;
+        self.schedule(
+            at,
+            p.peer,
+            Ev::Pfc {
+                node: p.peer,
+                port: p.peer_port,
+                prio,
+                pause,
+            },
+        );
+    }
+
+    pub(super) fn pfc_receive(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+        if node < self.topo.hosts {
+            let nic = &mut self.nics[node as usize];
+            nic.stats.pause_received += 1;
+            let p = prio as usize & 7;
+            if pause && !nic.paused[p] {
+                nic.paused[p] = true;
+                nic.paused_since[p] = now;
+            } else if !pause && nic.paused[p] {
+                nic.paused[p] = false;
+                nic.stats.paused = nic.stats.paused + (now - nic.paused_since[p]);
+                // Queue pairs with data were kept in the ready list while paused.
+                self.kick_nic(now, node);
+            }
+            return;
+        }
+        let si = (node - self.topo.hosts) as usize;
+        let c = self.classes.paused_class(prio);
+        let sw = &mut self.switches[si];
+        sw.stats[port as usize].pause_received += 1;
+        let Some(c) = c else {
+            return;
+        };
+        let p = port as usize;
+        let oc = p * MAX_CLASSES + c;
+        if pause && !sw.ports[p].paused[c] {
+            sw.ports[p].paused[c] = true;
+            sw.paused_since[oc] = now;
+        } else if !pause && sw.ports[p].paused[c] {
+            sw.ports[p].paused[c] = false;
+            let d = now - sw.paused_since[oc];
+            sw.stats[port as usize].paused = sw.stats[port as usize].paused + d;
+            self.kick_port(now, node, port as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_class_pauses_above_its_threshold_once_and_resumes_a_gap_below() {
+        let mut i = Ingress::EMPTY;
+        i.bytes[0] = 1000;
+        // At the threshold: not yet.
+        assert!(!i.pause_above(0, 1000));
+        i.bytes[0] = 1001;
+        assert!(i.pause_above(0, 1000));
+        // Already paused: no second pause frame.
+        i.bytes[0] = 5000;
+        assert!(!i.pause_above(0, 1000));
+        // The other class is independent.
+        assert!(!i.xoff[1]);
+        // Draining below the threshold is not enough: the resume waits for the gap.
+        i.bytes[0] = 900;
+        assert!(!i.resume_below(0, 1000, 200));
+        i.bytes[0] = 800;
+        assert!(i.resume_below(0, 1000, 200));
+        assert!(!i.xoff[0]);
+        // Not paused: nothing to resume.
+        assert!(!i.resume_below(0, 1000, 200));
+    }
+
+    #[test]
+    fn an_emptied_class_resumes_whatever_the_gap() {
+        let mut i = Ingress::EMPTY;
+        i.bytes[1] = 10;
+        assert!(i.pause_above(1, 5));
+        i.bytes[1] = 0;
+        assert!(i.resume_below(1, 5, 1_000_000));
+        assert_eq!(i.total(), 0);
+    }
+
+    #[test]
+    fn headroom_covers_the_round_trip_and_a_frame_each_way() {
+        // 40 Gb/s, 2 us: 10 000 bytes each way, 20 000 round trip, plus two 1 128-byte frames.
+        let h = default_headroom(40_000_000_000, Dur::from_micros(2), 1128);
+        assert_eq!(h, 20_000 + 2 * 1128);
+        // The paper's switch: 240 KB per input port, XOFF where the headroom starts.
+        assert_eq!(xoff_threshold(240_000, h, 1128), 240_000 - h);
+        // A buffer smaller than the headroom still holds one frame before pausing.
+        assert_eq!(xoff_threshold(1_000, h, 1128), 1128);
+    }
+
+    #[test]
+    fn what_arrives_after_a_pause_fits_in_the_headroom() {
+        // A class pauses at the first byte over XOFF; until the pause takes effect upstream
+        // at most the headroom's worth of frames still arrives: the buffer holds it all.
+        let (buffer, mtu_wire) = (240_000u64, 1128u64);
+        let headroom = default_headroom(40_000_000_000, Dur::from_micros(2), mtu_wire);
+        let xoff = xoff_threshold(buffer, headroom, mtu_wire);
+        let mut i = Ingress::EMPTY;
+        while !i.pause_above(0, xoff) {
+            i.bytes[0] += mtu_wire;
+        }
+        // At most one frame over XOFF when the pause leaves.
+        assert!(i.bytes[0] <= xoff + mtu_wire);
+        // In flight: a round trip at line rate, and the frame the upstream was sending.
+        let in_flight = headroom - mtu_wire;
+        assert!(i.bytes[0] + in_flight <= buffer);
+    }
+
+    #[test]
+    fn the_shared_buffer_threshold_shrinks_as_the_buffer_fills() {
+        let (buffer, xoff) = (1_000_000, 900_000);
+        // Four ports reserve 100 000 each: 600 000 shared.
+        assert_eq!(shared_xoff(buffer, xoff, 4, 0, 1.0), 600_000);
+        assert_eq!(shared_xoff(buffer, xoff, 4, 200_000, 1.0), 400_000);
+        assert_eq!(shared_xoff(buffer, xoff, 4, 200_000, 0.5), 200_000);
+        // Never below 2 KB.
+        assert_eq!(shared_xoff(buffer, xoff, 4, 600_000, 1.0), 2048);
+    }
+}

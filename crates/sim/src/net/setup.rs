@@ -1,0 +1,131 @@
+//! Set-up of a run: what every queue pair and NIC of the run shares, derived once from the
+//! configuration — the queue pairs' recovery, timeouts, BDP cap and congestion controller, and
+//! the largest frame on the wire.
+
+use super::*;
+
+/// A configuration's microseconds, to the picosecond.
+pub(super) fn us(v: f64) -> Dur {
+    Dur::from_picos((v * 1e6).round() as u64)
+}
+
+/// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
+pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
+    let bps = |mbps: f64| (mbps * 1e6).round() as u64;
+    match cfg.transport.cc {
+        CcKind::None => Arc::new(NoCcFactory),
+        CcKind::Dcqcn => {
+            let d = &cfg.cc.dcqcn;
+            Arc::new(DcqcnFactory {
+                config: DcqcnConfig {
+                    g: d.g,
+                    alpha_period: us(d.alpha_period_us),
+                    increase_period: us(d.increase_period_us),
+                    byte_counter: d.byte_counter_bytes,
+                    fast_recovery_steps: d.fast_recovery_steps,
+                    ai_bps: bps(d.ai_mbps),
+                    hai_bps: bps(d.hai_mbps),
+                    min_rate_bps: bps(d.min_rate_mbps),
+                    initial_alpha: d.initial_alpha,
+                    timer_jitter: d.timer_jitter,
+                },
+                seed: cfg.seed,
+            })
+        }
+        CcKind::Timely => {
+            let t = &cfg.cc.timely;
+            Arc::new(TimelyFactory(TimelyConfig {
+                alpha: t.alpha,
+                beta: t.beta,
+                delta_bps: bps(t.delta_mbps),
+                t_low: us(t.t_low_us),
+                t_high: us(t.t_high_us),
+                min_rtt: us(t.min_rtt_us),
+                hai_threshold: t.hai_threshold,
+                segment_bytes: t.segment_bytes,
+                min_rate_bps: bps(t.min_rate_mbps),
+            }))
+        }
+        CcKind::Dctcp | CcKind::Aimd => {
+            let w = &cfg.cc.window;
+            let mss = u64::from(cfg.network.mtu);
+            let init = w.init_window_bytes.unwrap_or(u64::from(bdp_cap) * mss);
+            Arc::new(WindowFactory(WindowConfig {
+                algorithm: if cfg.transport.cc == CcKind::Dctcp {
+                    WindowAlgorithm::Dctcp
+                } else {
+                    WindowAlgorithm::Aimd
+                },
+                mss,
+                init_window: init,
+                min_window: w.min_window_bytes.unwrap_or(mss),
+                // Beyond the BDP a window sends nothing more (IRN's cap) and only dulls cuts.
+                max_window: Some(w.max_window_bytes.unwrap_or(init)),
+                g: w.g,
+                initial_rtt: rtt,
+            }))
+        }
+    }
+}
+
+/// The largest headers a data packet carries beyond its payload: BTH, a RETH (on every IRN
+/// Write packet, IRN §5.3.1) and an IRNETH with up to three 4-byte fields (16 bytes, over its
+/// 4-byte head).
+const LARGEST_HEADERS: u32 = (irn_wire::BTH_LEN + irn_wire::RethRepr::LEN + 16) as u32;
+
+/// The largest frame on the wire for a path MTU of `mtu` bytes: the payload, the largest
+/// headers and the framing ([`FRAME_OVERHEAD`]).
+pub(super) fn mtu_wire(mtu: u32) -> u32 {
+    mtu + FRAME_OVERHEAD + LARGEST_HEADERS
+}
+
+/// The creation-time configuration every queue pair of the run shares (its QPN set per queue
+/// pair) and the connection attributes: recovery by `transport.recovery` with the run's
+/// timeouts (IRN's RTO_low/RTO_high; RoCE's one RTO, or none over PFC) and BDP cap (the
+/// longest path's round trip at the host rate, in largest frames, unless configured), and
+/// the congestion controller of `transport.cc`.
+pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, QpAttr) {
+    let net = &cfg.network;
+    let host_rate = topo.host_port(0).rate_bps;
+    let tr = &cfg.transport;
+    let bdp_cap = tr
+        .bdp_cap
+        .unwrap_or_else(|| bdp_cap_packets(host_rate, topo.max_rtt(), mtu_wire(cfg.network.mtu)));
+    let irn_rto = RtoPolicy::Irn {
+        low: us(tr.rto_low_us),
+        high: us(tr.rto_high_us),
+        n: tr.rto_n,
+    };
+    let roce_rto = if net.pfc && !tr.roce_timeout_with_pfc {
+        RtoPolicy::Disabled
+    } else {
+        RtoPolicy::Fixed(us(tr.roce_rto_us))
+    };
+    let recovery = tr.recovery.preset();
+    let recovery = RecoveryConfig {
+        bdp_cap: recovery.bdp_cap.map(|_| bdp_cap),
+        rto: if tr.recovery.is_irn() {
+            irn_rto
+        } else {
+            roce_rto
+        },
+        ..recovery
+    };
+    let qp_cfg = QpConfig {
+        qpn: 0,
+        recovery,
+        cc: cc_factory(&cfg, bdp_cap, topo.max_rtt()),
+        // Only DCQCN reads CNPs: under any other controller they would be wasted bytes.
+        cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| us(cfg.cc.dcqcn.cnp_interval_us)),
+        line_rate_bps: host_rate,
+        retry_limit: Some(u32::MAX / 2),
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        ..QpConfig::default()
+    };
+    let qp_attr = QpAttr {
+        path_mtu: cfg.network.mtu,
+        ..QpAttr::default()
+    };
+    (qp_cfg, qp_attr)
+}

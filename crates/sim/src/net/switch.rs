@@ -1,0 +1,266 @@
+//! Switches: a packet's way through one (SPEC N2, N5).
+//!
+//! On arrival a packet takes an output (the one next hop, or ECMP by its hash salted per
+//! switch), passes admission (input-queued: its input port's buffer; shared-buffer: the whole
+//! buffer and, lossy, the dynamic threshold α × free of its egress queue; a lossless packet
+//! is always admitted and counted as a headroom overflow when it does not fit), may be ECN
+//! marked (`ecn.rs`), and joins the queue of its (output, class) (`queues.rs`) — or, at an
+//! idle output with nothing queued, leaves at once. Its input's ingress may then pause the
+//! upstream (`pfc.rs`). An output serves its classes in strict priority, skipping a paused
+//! class, one frame at a time.
+
+use super::queues::Queues;
+use super::*;
+
+/// What a packet passing through a switch port touches, as an input and as an output, in one
+/// record (three cache lines with eight classes): a hop reads and writes its input's and its
+/// output's records (and its queue). Measured at k = 16 one record is no faster than the ten
+/// parallel arrays it replaced (the switches' state fits in L2 either way,
+/// docs/BENCHMARKS.md), but it keeps a port's state in one place.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+pub(super) struct SwPort {
+    /// As an input: bytes buffered that arrived here, and pauses sent upstream.
+    pub(super) ingress: Ingress,
+    // --- As an output.
+    /// Per class, bytes queued for this output.
+    pub(super) egress: [u64; MAX_CLASSES],
+    /// Serializing until then.
+    pub(super) busy_until: Time,
+    /// Per class: paused by the downstream peer.
+    pub(super) paused: [bool; MAX_CLASSES],
+    /// A `TxDone` event is pending (at most one).
+    pub(super) wake: bool,
+}
+
+impl SwPort {
+    pub(super) const IDLE: SwPort = SwPort {
+        ingress: Ingress::EMPTY,
+        egress: [0; MAX_CLASSES],
+        busy_until: Time::ZERO,
+        paused: [false; MAX_CLASSES],
+        wake: false,
+    };
+}
+
+const _: () = assert!(std::mem::size_of::<SwPort>() <= 192);
+
+/// A switch. The fields a packet's hop reads come first, in one cache line.
+#[derive(Debug)]
+#[repr(C)]
+pub(super) struct Switch {
+    pub(super) ports: Vec<SwPort>,
+    /// The packets waiting, per the switch's buffer architecture.
+    pub(super) queues: Queues,
+    /// Shared-buffer: bytes in the whole switch.
+    pub(super) used: u64,
+    pub(super) salt: u64,
+    /// Per (output, class): when the pause in force began.
+    pub(super) paused_since: Vec<Time>,
+    pub(super) stats: Vec<PortStats>,
+}
+
+impl Switch {
+    pub(super) fn new(nports: usize, salt: u64, model: SwitchModel) -> Switch {
+        Switch {
+            ports: vec![SwPort::IDLE; nports],
+            queues: Queues::new(model, nports),
+            used: 0,
+            salt,
+            paused_since: vec![Time::ZERO; nports * MAX_CLASSES],
+            stats: vec![PortStats::default(); nports],
+        }
+    }
+}
+
+/// ECMP: which of `n` equal-cost ports a packet whose mixed hash is `h` takes, `h mod n`.
+/// The usual set sizes (k/2 for a k-ary fat-tree, the spines of a leaf-spine) are spelled out
+/// so that the compiler turns the division, once per switch hop, into a multiplication.
+#[inline]
+pub(super) fn ecmp_pick(h: u64, n: usize) -> usize {
+    (match n {
+        2 => h % 2,
+        3 => h % 3,
+        4 => h % 4,
+        6 => h % 6,
+        8 => h % 8,
+        16 => h % 16,
+        _ => h % n as u64,
+    }) as usize
+}
+
+impl<M: SimMemory> Part<M> {
+    /// Lets a switch output send now if it is free, or once it is.
+    pub(super) fn kick_port(&mut self, now: Time, node: u32, out: usize) {
+        let p = &mut self.switches[(node - self.topo.hosts) as usize].ports[out];
+        if p.wake {
+            return;
+        }
+        if now >= p.busy_until {
+            self.switch_send(now, node, out);
+        } else {
+            p.wake = true;
+            self.q.push(
+                p.busy_until,
+                Ev::TxDone {
+                    node,
+                    port: out as u16,
+                },
+            );
+        }
+    }
+
+    pub(super) fn switch_receive(
+        &mut self,
+        now: Time,
+        node: u32,
+        inp: u16,
+        pkt: u32,
+        mut hop: Hop,
+    ) {
+        let si = (node - self.topo.hosts) as usize;
+        let Hop {
+            dst, hash, wire, ..
+        } = hop;
+        let wire = u64::from(wire);
+        let prio = self.classes.priority(&hop);
+        let c = self.classes.class(prio);
+        let hops = self.topo.next_hops(node, dst);
+        let sw = &mut self.switches[si];
+        let out = match hops.len() {
+            0 => {
+                self.drop_packet(node, inp, pkt);
+                return;
+            }
+            1 => hops[0] as usize,
+            n => hops[ecmp_pick(mix(u64::from(hash) ^ sw.salt), n)] as usize,
+        };
+        let lossless = self.classes.lossless(prio);
+        let i = inp as usize;
+        let buffer = self.cfg.switch.buffer_bytes;
+        // Admission.
+        match self.cfg.switch.model {
+            SwitchModel::InputQueued => {
+                if sw.ports[i].ingress.total() + wire > buffer {
+                    if lossless {
+                        sw.stats[i].headroom_overflow += 1;
+                    } else {
+                        sw.stats[i].drops += 1;
+                        self.free_packet(pkt);
+                        return;
+                    }
+                }
+            }
+            SwitchModel::SharedBuffer => {
+                let free = buffer.saturating_sub(sw.used);
+                let limit = (self.cfg.switch.dt_alpha * free as f64) as u64;
+                if lossless {
+                    if sw.used + wire > buffer {
+                        sw.stats[i].headroom_overflow += 1;
+                    }
+                } else if sw.used + wire > buffer || sw.ports[out].egress[c] + wire > limit {
+                    sw.stats[i].drops += 1;
+                    self.free_packet(pkt);
+                    return;
+                }
+            }
+        }
+        // ECN marking on the egress queue this packet joins.
+        if self.marking.is_on()
+            && matches!(hop.ecn(), Ecn::Ect0 | Ecn::Ect1)
+            && self
+                .marking
+                .mark(sw.ports[out].egress[c], &mut self.ecn_rng[node as usize])
+        {
+            hop.mark_ce();
+            self.meta[pkt as usize].hop.mark_ce();
+            sw.stats[out].ecn_marked += 1;
+        }
+        // Nothing queued for an idle output: the packet leaves at once (exactly as queueing it
+        // and serving the queue would do, without touching queue or packet metadata).
+        let port = &sw.ports[out];
+        let through = port.egress.iter().all(|&b| b == 0)
+            && !port.paused[c]
+            && !port.wake
+            && now >= port.busy_until;
+        sw.ports[i].ingress.bytes[c] += wire;
+        sw.ports[out].egress[c] += wire;
+        sw.used += wire;
+        if through {
+            self.pause_if_full(now, node, si, inp, c, prio, lossless);
+            self.depart(now, node, si, out, c, inp, pkt, hop);
+            return;
+        }
+        sw.queues.push(&mut self.meta, out, c, inp, pkt);
+        self.pause_if_full(now, node, si, inp, c, prio, lossless);
+        self.kick_port(now, node, out);
+    }
+
+    pub(super) fn switch_send(&mut self, now: Time, node: u32, out: usize) {
+        let si = (node - self.topo.hosts) as usize;
+        let nc = self.classes.len();
+        let sw = &mut self.switches[si];
+        if now < sw.ports[out].busy_until {
+            return;
+        }
+        for c in 0..nc {
+            if sw.ports[out].paused[c] {
+                continue;
+            }
+            let picked = sw.queues.pop(&self.meta, out, c);
+            let Some((pkt, inp)) = picked else { continue };
+            let hop = self.meta[pkt as usize].hop;
+            self.depart(now, node, si, out, c, inp, pkt, hop);
+            return;
+        }
+    }
+
+    /// Takes `pkt` (class `c`, arrived through `inp`) out of the switch's books and puts it
+    /// on the link of `out`, which is free.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn depart(
+        &mut self,
+        now: Time,
+        node: u32,
+        si: usize,
+        out: usize,
+        c: usize,
+        inp: u16,
+        pkt: u32,
+        hop: Hop,
+    ) {
+        let wire = u64::from(hop.wire);
+        let i = inp as usize;
+        let sw = &mut self.switches[si];
+        sw.ports[i].ingress.bytes[c] -= wire;
+        sw.ports[out].egress[c] -= wire;
+        sw.used -= wire;
+        sw.stats[out].tx_packets += 1;
+        sw.stats[out].tx_bytes += wire;
+        if sw.ports[i].ingress.xoff[c] {
+            let t = self.pause_threshold(si);
+            let gap = self.cfg.switch.pfc_resume_gap_bytes;
+            if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
+                self.send_pfc(now, node, inp, self.classes.priority(&hop), false);
+            }
+        }
+        // Wake up when this frame is out only if something else waits for this output.
+        let wake = self.switches[si].ports[out].egress.iter().any(|&b| b > 0);
+        let done = self.put_on_link(now, node, out, pkt, hop, wake);
+        let port = &mut self.switches[si].ports[out];
+        port.busy_until = done;
+        port.wake = wake;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    pub(super) fn ecmp_pick_is_the_remainder() {
+        for n in 1..40usize {
+            for h in [0, 1, 5, 0xdead_beef, u64::MAX, u64::MAX - 7, 1 << 63] {
+                assert_eq!(super::ecmp_pick(h, n), (h % n as u64) as usize);
+            }
+        }
+    }
+}
