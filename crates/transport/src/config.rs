@@ -338,7 +338,7 @@ mod tests {
             assert_eq!(m.preset().validate(), Ok(()));
             assert_eq!(m.is_irn(), m.preset().irn_wire, "{m}");
         }
-        let e = "go-back-7".parse::<RecoveryMode>().unwrap_err();
+        let e = "go-back-7".parse::<RecoveryMode>().expect_err("not a mode");
         assert!(e.contains("irn-no-sack") && e.contains("go-back-7"), "{e}");
     }
 

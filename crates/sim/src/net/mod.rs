@@ -643,8 +643,7 @@ impl<M: SimMemory> Part<M> {
                 egress[out][c] += w;
                 queued += w;
             };
-            sw.queues
-                .for_each(&self.meta, |p, inp, out, c| count(p, inp, out, c));
+            sw.queues.for_each(&self.meta, &mut count);
             let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.ingress.bytes).collect();
             let queues: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.egress).collect();
             if held != ingress || queues != egress || queued != sw.used {

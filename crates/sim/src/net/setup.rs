@@ -114,7 +114,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
     let qp_cfg = QpConfig {
         qpn: 0,
         recovery,
-        cc: cc_factory(&cfg, bdp_cap, topo.max_rtt()),
+        cc: cc_factory(cfg, bdp_cap, topo.max_rtt()),
         // Only DCQCN reads CNPs: under any other controller they would be wasted bytes.
         cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| us(cfg.cc.dcqcn.cnp_interval_us)),
         line_rate_bps: host_rate,

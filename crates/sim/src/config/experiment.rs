@@ -1,0 +1,210 @@
+//! Experiment files: a base configuration and its `[[run]]`s and `[sweep]`, merged as TOML
+//! tables before the schema check (so an error names the run and the file), and `--set`
+//! overrides by dotted key.
+
+use super::*;
+
+/// An experiment: the runs one file (or the built-in default) describes.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    /// The configurations to run, in order.
+    pub runs: Vec<SimConfig>,
+}
+
+/// Parses a `--set` value: TOML if it parses as a value, else a bare string.
+pub fn parse_value(text: &str) -> toml::Value {
+    let doc = format!("v = {text}");
+    match toml::from_str::<toml::Table>(&doc) {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(text.into())),
+        Err(_) => toml::Value::String(text.into()),
+    }
+}
+
+/// Sets dotted `key` in `table` to `value`, creating tables on the way.
+fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let last = parts
+        .pop()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| format!("empty key `{key}`"))?;
+    let mut t = table;
+    for p in parts {
+        let entry = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("`{key}`: `{p}` is not a table"))?;
+    }
+    t.insert(last.to_string(), value);
+    Ok(())
+}
+
+/// Merges `over` into `base`, table by table.
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+fn build(table: &toml::Table, origin: &str, base_dir: &Path) -> Result<SimConfig, ConfigError> {
+    let text = toml::to_string(table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    let mut cfg: SimConfig =
+        toml::from_str(&text).map_err(|e| ConfigError::new(origin, e.message().to_string()))?;
+    cfg.base_dir = base_dir.to_path_buf();
+    cfg.validate().map_err(|m| ConfigError::new(origin, m))?;
+    Ok(cfg)
+}
+
+/// Loads an experiment from TOML text. `origin` names the file in errors; `sets` are
+/// `key=value` overrides applied to the base before the runs' own; `seed` overrides every
+/// run's seed.
+pub fn load_experiment(
+    text: &str,
+    origin: &str,
+    base_dir: &Path,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Experiment, ConfigError> {
+    // Stage 1: the whole file against the schema, so that errors carry line numbers.
+    let mut table: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    let runs = match table.remove("run") {
+        None => Vec::new(),
+        Some(toml::Value::Array(a)) => a,
+        Some(_) => {
+            return Err(ConfigError::new(
+                origin,
+                "`run` must be an array of tables ([[run]])",
+            ))
+        }
+    };
+    let sweep = match table.remove("sweep") {
+        None => toml::Table::new(),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => {
+            return Err(ConfigError::new(
+                origin,
+                "`sweep` must be a table ([sweep])",
+            ))
+        }
+    };
+    let base_text = toml::to_string(&table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
+    if let Err(e) = toml::from_str::<SimConfig>(text_for_schema(text, &base_text)) {
+        return Err(ConfigError::new(origin, e.to_string()));
+    }
+    for s in sets {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
+        set_path(&mut table, k.trim(), parse_value(v.trim()))
+            .map_err(|m| ConfigError::new("--set", m))?;
+    }
+    if let Some(seed) = seed {
+        table.insert("seed".into(), toml::Value::Integer(seed as i64));
+    }
+    // Stage 2: every run (and sweep point), merged and validated.
+    let mut variants: Vec<(String, toml::Table)> = Vec::new();
+    if runs.is_empty() {
+        variants.push((String::new(), table.clone()));
+    }
+    for (i, r) in runs.iter().enumerate() {
+        let Some(rt) = r.as_table() else {
+            return Err(ConfigError::new(
+                origin,
+                format!("run {} is not a table", i + 1),
+            ));
+        };
+        let mut t = table.clone();
+        merge(&mut t, rt);
+        if seed.is_some() {
+            t.insert("seed".into(), table["seed"].clone());
+        }
+        let label = rt
+            .get("name")
+            .and_then(|v| v.as_str())
+            .map_or_else(|| format!("run {}", i + 1), |n| format!("run '{n}'"));
+        variants.push((label, t));
+    }
+    let mut out = Vec::new();
+    let points = sweep_points(&sweep).map_err(|m| ConfigError::new(origin, m))?;
+    for (label, t) in &variants {
+        for (suffix, sets) in &points {
+            let mut t = t.clone();
+            for (k, v) in sets {
+                set_path(&mut t, k, v.clone()).map_err(|m| ConfigError::new(origin, m))?;
+            }
+            if !suffix.is_empty() {
+                let name = t
+                    .get("name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("run")
+                    .to_string();
+                t.insert(
+                    "name".into(),
+                    toml::Value::String(format!("{name} {suffix}")),
+                );
+            }
+            let o = if label.is_empty() {
+                origin.to_string()
+            } else {
+                format!("{origin}, {label}")
+            };
+            out.push(build(&t, &o, base_dir)?);
+        }
+    }
+    Ok(Experiment { runs: out })
+}
+
+/// The text to check in stage 1: the original (for its line numbers) when it parses without
+/// `[[run]]`/`[sweep]`, else the re-serialized base.
+fn text_for_schema<'a>(text: &'a str, base_text: &'a str) -> &'a str {
+    let has_extra = text.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("[[run]]") || l.starts_with("[sweep]") || l.starts_with("[run")
+    });
+    if has_extra {
+        base_text
+    } else {
+        text
+    }
+}
+
+/// Every combination of the sweep's values, with a label like `load=0.5 mtu=1024`.
+#[allow(clippy::type_complexity)]
+fn sweep_points(sweep: &toml::Table) -> Result<Vec<(String, Vec<(String, toml::Value)>)>, String> {
+    let mut points: Vec<(String, Vec<(String, toml::Value)>)> = vec![(String::new(), Vec::new())];
+    // BTreeMap order (toml::Table is ordered by key without preserve_order): deterministic.
+    let ordered: BTreeMap<&String, &toml::Value> = sweep.iter().collect();
+    for (k, v) in ordered {
+        let vals = v
+            .as_array()
+            .ok_or_else(|| format!("sweep `{k}` must be a list of values"))?;
+        if vals.is_empty() {
+            return Err(format!("sweep `{k}` is empty"));
+        }
+        let short = k.rsplit('.').next().unwrap_or(k);
+        let mut next = Vec::new();
+        for (label, sets) in &points {
+            for val in vals {
+                let mut s = sets.clone();
+                s.push((k.clone(), val.clone()));
+                let l = if label.is_empty() {
+                    format!("{short}={val}")
+                } else {
+                    format!("{label} {short}={val}")
+                };
+                next.push((l, s));
+            }
+        }
+        points = next;
+    }
+    Ok(points)
+}

@@ -1,0 +1,415 @@
+//! The device's engine: transmit turns of the queue pairs (built in place, sent in one
+//! `sendmmsg`), impairment and capture on the way out, delivery of received packets to their
+//! queue pairs, timers, and the engine thread that receives bursts and runs them. Everything
+//! here runs with the device's [`Core`] locked.
+
+use super::*;
+
+impl Core {
+    pub(super) fn fresh_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub(super) fn cq_mut(&mut self, id: u32) -> Result<&mut CqState> {
+        self.cqs.get_mut(&id).ok_or(Error::Gone)
+    }
+
+    /// Moves the completions of queue pair `qpn` to their CQs. Returns whether any moved.
+    pub(super) fn drain_completions(&mut self, qpn: u32) -> bool {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            return false;
+        };
+        let mut any = false;
+        while let Some(wc) = e.qp.poll_completion() {
+            any = true;
+            let to = match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
+                _ => e.send_cq,
+            };
+            if let Some(cq) = self.cqs.get_mut(&to) {
+                cq.reserved = cq.reserved.saturating_sub(1);
+                if cq.entries.len() >= cq.depth {
+                    cq.overrun = true;
+                } else {
+                    cq.entries.push_back(wc);
+                }
+            }
+        }
+        any
+    }
+
+    /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets. Returns whether it may have
+    /// more (then it is in `tx_pending`).
+    pub(super) fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) -> bool {
+        let mut payload = std::mem::take(&mut self.payload);
+        let mut budget = TX_BURST;
+        let mut more = false;
+        while let Some(e) = self.qps.get_mut(&qpn) {
+            if budget == 0 {
+                more = true;
+                break;
+            }
+            budget -= 1;
+            let (Some(peer), Some(pd)) = (e.remote, self.pds.get(&e.pd)) else {
+                break;
+            };
+            let Some(t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
+                break;
+            };
+            let slot = self.tx_batch.len();
+            let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
+            let Some((hdr, len)) = build(buf, self.local, peer, &t, &payload) else {
+                continue;
+            };
+            if !self.tx_imp.is_active() {
+                if let Some(c) = self.capture.as_mut() {
+                    c.write(&buf[..len]);
+                }
+                self.tx_batch.push((slot, hdr, len, peer));
+                continue;
+            }
+            let bytes = buf[..len].to_vec();
+            impair(self, sock, now, Some(peer), &bytes);
+        }
+        self.flush_tx(sock);
+        self.payload = payload;
+        if more {
+            self.tx_pending.insert(qpn);
+        } else {
+            self.tx_pending.remove(&qpn);
+        }
+        more
+    }
+
+    /// Sends the packets batched in this turn, in order, with as few system calls as the
+    /// socket buffer allows.
+    pub(super) fn flush_tx(&mut self, sock: &UdpSocket) {
+        if self.tx_batch.is_empty() {
+            return;
+        }
+        let msgs: Vec<(SocketAddr, &[u8])> = self
+            .tx_batch
+            .iter()
+            .map(|&(slot, hdr, len, peer)| {
+                (peer, &self.tx_buf[slot * SLOT + hdr..slot * SLOT + len])
+            })
+            .collect();
+        let (sent, bytes, errors) = net::send_batch(sock, &msgs);
+        self.counters.tx_packets += sent;
+        self.counters.tx_bytes += bytes;
+        self.counters.tx_errors += errors;
+        self.tx_batch.clear();
+    }
+
+    /// Handles one received IP packet.
+    pub(super) fn receive(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) {
+        self.counters.rx_packets += 1;
+        if let Some(c) = self.capture.as_mut() {
+            // Everything received, malformed or not.
+            c.write(packet);
+        }
+        let rx = match net::split(packet, self.verify_icrc) {
+            Ok(rx) => rx,
+            Err(Reject::Malformed) => {
+                self.counters.rx_malformed += 1;
+                return;
+            }
+            Err(Reject::Icrc) => {
+                self.counters.rx_icrc_errors += 1;
+                return;
+            }
+        };
+        self.counters.rx_bytes += rx.datagram_len as u64;
+        let from = rx.from;
+        let Ok((ib, payload)) = IbRepr::parse(rx.ib) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let qpn = ib.bth.dest_qpn;
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        };
+        if e.remote.is_some_and(|r| r.ip() != from.ip()) {
+            self.counters.rx_wrong_source += 1;
+            return;
+        }
+        let Some(pd) = self.pds.get_mut(&e.pd) else {
+            return;
+        };
+        e.qp.handle_packet(now, &ib, payload, Ecn::NotEct, &mut pd.mem);
+        self.transmit(sock, now, qpn);
+        self.drain_completions(qpn);
+    }
+
+    /// Fires expired timers; returns the earliest deadline left.
+    pub(super) fn timers(&mut self, sock: &UdpSocket, now: Time) -> (bool, Option<Time>) {
+        let mut any = false;
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, e)| e.qp.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(&q, _)| q)
+            .collect();
+        for qpn in due {
+            if let Some(e) = self.qps.get_mut(&qpn) {
+                e.qp.handle_timeout(now);
+                self.transmit(sock, now, qpn);
+                any |= self.drain_completions(qpn);
+            }
+        }
+        let next = self.qps.values().filter_map(|e| e.qp.poll_timeout()).min();
+        (any, next)
+    }
+}
+
+/// Puts one IP packet (headers `hdr` bytes long) on the wire: its UDP payload to `peer`.
+pub(super) fn send_now(
+    sock: &UdpSocket,
+    counters: &mut DeviceCounters,
+    capture: &mut Option<Capture>,
+    peer: SocketAddr,
+    ip_packet: &[u8],
+    hdr: usize,
+) {
+    if let Some(c) = capture.as_mut() {
+        c.write(ip_packet);
+    }
+    let datagram = &ip_packet[hdr..];
+    loop {
+        match sock.send_to(datagram, peer) {
+            Ok(_) => {
+                counters.tx_packets += 1;
+                counters.tx_bytes += datagram.len() as u64;
+                return;
+            }
+            // The socket buffer is full: wait for room (the kernel drains it at line rate).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => net::wait_writable(sock),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                counters.tx_errors += 1;
+                return;
+            }
+        }
+    }
+}
+
+/// Builds the IP packet of `t` from `local` to `peer` in `buf`, with the ICRC a standard
+/// receiver computes; returns (IP + UDP header length, total length).
+pub(super) fn build(
+    buf: &mut [u8],
+    local: SocketAddr,
+    peer: SocketAddr,
+    t: &Transmit,
+    payload: &[u8],
+) -> Option<(usize, usize)> {
+    let (ip, udp) = net::headers(local, peer)?;
+    let repr = RoceRepr { ip, udp, ib: t.ib };
+    let len = repr.buffer_len();
+    repr.emit(buf.get_mut(..len)?, payload).ok()?;
+    Some((ip.header_len() + UDP_LEN, len))
+}
+
+/// Passes an IP packet through the impairment of its direction (`to`: `Some(peer)` for a
+/// packet to send, `None` for a received one): dropped, or delivered once or twice, now, held
+/// back or delayed.
+pub(super) fn impair(
+    core: &mut Core,
+    sock: &UdpSocket,
+    now: Time,
+    to: Option<SocketAddr>,
+    bytes: &[u8],
+) {
+    let imp = if to.is_some() {
+        core.tx_imp
+    } else {
+        core.rx_imp
+    };
+    match imp.fate(&mut core.rng) {
+        Fate::Drop if to.is_some() => core.counters.tx_impaired_drops += 1,
+        Fate::Drop => core.counters.rx_impaired_drops += 1,
+        Fate::Deliver {
+            copies,
+            hold,
+            delay,
+        } => {
+            for _ in 0..copies {
+                deliver(core, sock, now, to, bytes, hold, delay);
+            }
+        }
+    }
+}
+
+/// Applies the hold / delay part of an impairment to a packet (`to` as in [`impair`]), or
+/// delivers it now.
+pub(super) fn deliver(
+    core: &mut Core,
+    sock: &UdpSocket,
+    now: Time,
+    to: Option<SocketAddr>,
+    bytes: &[u8],
+    hold: bool,
+    delay: bool,
+) {
+    let imp = if to.is_some() {
+        core.tx_imp
+    } else {
+        core.rx_imp
+    };
+    if hold || delay {
+        core.counters.impaired_other += 1;
+    }
+    if delay {
+        core.delayed.push(Held {
+            at: Instant::now() + Duration::from_micros(imp.delay_us),
+            to,
+            bytes: bytes.to_vec(),
+        });
+        return;
+    }
+    let slot = usize::from(to.is_none());
+    if hold && core.reorder[slot].is_none() {
+        core.reorder[slot] = Some(Held {
+            // Released after the next packet, or by the engine a millisecond later.
+            at: Instant::now() + Duration::from_millis(1),
+            to,
+            bytes: bytes.to_vec(),
+        });
+        return;
+    }
+    release(core, sock, now, to, bytes);
+    if let Some(h) = core.reorder[slot].take() {
+        release(core, sock, now, h.to, &h.bytes);
+    }
+}
+
+/// Delivers an IP packet: sends it to `to`, or (`None`) processes it as received.
+pub(super) fn release(
+    core: &mut Core,
+    sock: &UdpSocket,
+    now: Time,
+    to: Option<SocketAddr>,
+    bytes: &[u8],
+) {
+    match to {
+        Some(peer) => {
+            let hdr = ip_header_len(bytes);
+            send_now(
+                sock,
+                &mut core.counters,
+                &mut core.capture,
+                peer,
+                bytes,
+                hdr,
+            );
+        }
+        None => core.receive(sock, now, bytes),
+    }
+}
+
+/// The engine thread: receive, process, fire timers, sleep until the next deadline.
+pub(super) fn engine(shared: &Shared) {
+    // Receive buffers reused burst after burst: no allocation per datagram.
+    let mut batch = RxBatch::new(RX_BURST, MAX_DATAGRAM);
+    let mut next_deadline: Option<Time> = None;
+    while !shared.closed() {
+        // Sleep until a packet comes or the next timer is due.
+        let now = shared.now();
+        let mut sleep = MAX_SLEEP;
+        if let Some(d) = next_deadline {
+            sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+        }
+        let busy = {
+            let core = shared.lock();
+            let soonest = core
+                .delayed
+                .iter()
+                .map(|h| h.at)
+                .chain(core.reorder.iter().flatten().map(|h| h.at))
+                .min();
+            if let Some(at) = soonest {
+                sleep = sleep.min(at.saturating_duration_since(Instant::now()));
+            }
+            // Queue pairs with more to send: no sleeping.
+            !core.tx_pending.is_empty()
+        };
+        if !busy && !sleep.is_zero() {
+            use rustix::event::{PollFd, PollFlags};
+            let ts = rustix::event::Timespec {
+                tv_sec: sleep.as_secs() as i64,
+                tv_nsec: i64::from(sleep.subsec_nanos()),
+            };
+            let rx_fd = shared.socks.rx_fd();
+            let mut fds = [
+                PollFd::new(&rx_fd, PollFlags::IN),
+                PollFd::new(&shared.wake, PollFlags::IN),
+            ];
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+            let mut drain = [0u8; 8];
+            let _ = rustix::io::read(&shared.wake, &mut drain);
+        }
+        // A burst of packets (one system call), read without the lock.
+        batch.recv(&shared.socks);
+        let mut core = shared.lock();
+        let now = shared.now();
+        let sock = &shared.socks.udp;
+        let mut woke = false;
+        for rx in &batch.got {
+            woke = true;
+            if rx.malformed {
+                core.counters.rx_packets += 1;
+                core.counters.rx_malformed += 1;
+                continue;
+            }
+            let packet = batch.packet(rx);
+            if !core.rx_imp.is_active() {
+                core.receive(sock, now, packet);
+                continue;
+            }
+            impair(&mut core, sock, now, None, packet);
+        }
+        // Impaired packets whose time has come.
+        let t = Instant::now();
+        let mut due = Vec::new();
+        let mut i = 0;
+        while i < core.delayed.len() {
+            if core.delayed[i].at <= t {
+                due.push(core.delayed.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        for slot in 0..2 {
+            if core.reorder[slot].as_ref().is_some_and(|h| h.at <= t) {
+                due.extend(core.reorder[slot].take());
+            }
+        }
+        for h in due {
+            release(&mut core, sock, now, h.to, &h.bytes);
+            woke = true;
+        }
+        let (fired, next) = core.timers(sock, now);
+        next_deadline = next;
+        // Queue pairs with more to send get another turn each.
+        let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
+        for qpn in pending {
+            core.transmit(sock, now, qpn);
+            woke |= core.drain_completions(qpn);
+        }
+        drop(core);
+        if woke || fired {
+            shared.cq_ready.notify_all();
+        }
+    }
+}
+
+/// Length of the IP + UDP headers at the start of an IP packet this device built.
+pub(super) fn ip_header_len(p: &[u8]) -> usize {
+    let ip = match p.first().map(|b| b >> 4) {
+        Some(4) => usize::from(p[0] & 0x0f) * 4,
+        _ => 40,
+    };
+    ip + UDP_LEN
+}

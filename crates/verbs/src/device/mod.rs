@@ -1,0 +1,582 @@
+//! The device: one UDP socket, the queue pairs, memory and completion queues behind it, and the
+//! engine thread that receives packets and runs timers.
+//!
+//! # Concurrency
+//!
+//! Everything mutable lives in one [`Core`] behind a mutex. Application threads lock it to post
+//! work and then transmit what the queue pair has to send *on their own thread* (no hand-off,
+//! so a post costs no context switch); the engine thread blocks in `poll(2)` on the socket with
+//! the earliest queue-pair deadline as timeout, then locks the core to hand it a burst of
+//! received packets, fire expired timers and transmit the answers. Completions go to their CQ,
+//! and a condition variable wakes the threads blocked in [`Cq::wait`].
+//!
+//! # Wire
+//!
+//! Packets leave through an unconnected UDP socket whose IPv4 ID is predictable, so their ICRC
+//! is right; they arrive through that socket (unprivileged) or a raw socket (privileged, every
+//! ICRC verified). The `net` module has the details ([`ReceivePath`]). Either way the engine
+//! handles whole IP packets: on the UDP path their headers are rebuilt in front of the payload.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use irn_transport::{
+    Access, AttrMask, ByteMemory, Completion, Counters, Dur, MemError, ModifyError, PostError,
+    QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time, Transmit,
+    WcOpcode,
+};
+use irn_wire::{Ecn, IbRepr, RoceRepr};
+
+use irn_wire::udp::HEADER_LEN as UDP_LEN;
+
+use crate::capture::Capture;
+
+mod engine;
+mod objects;
+
+use crate::impair::{Fate, Impairment, Rng};
+use crate::net::{self, ReceivePath, Reject, RxBatch, Sockets};
+use crate::Gid;
+use engine::engine;
+
+/// The UDP port of RoCEv2 (IANA).
+pub const ROCE_PORT: u16 = irn_wire::ROCEV2_PORT;
+
+/// In-flight bound of a RoCE-mode queue pair, as Linux rxe's.
+const ROCE_MAX_UNACKED_PSNS: u32 = 128;
+
+/// Largest IP packet handled: a 4096-byte MTU packet with every header.
+const MAX_DATAGRAM: usize = 4096 + 128;
+/// Packets received per lock of the core.
+const RX_BURST: usize = 64;
+/// Packets one queue pair sends per turn. Bounding the turn keeps the lock short, so ACKs and
+/// NAKs are processed while a deep send queue drains (without it, a go-back-N sender with
+/// thousands of packets posted would send them all before hearing that the first was lost,
+/// and its retransmission timer would expire behind its own burst), and shares the link
+/// fairly among queue pairs.
+const TX_BURST: usize = 32;
+/// Bytes of one packet slot of a transmit batch.
+const SLOT: usize = MAX_DATAGRAM + 64;
+/// The engine thread wakes at least this often (to notice a closed device).
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// How a device is opened.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Local address to bind (IPv4 or IPv6). Peers name this device by its GID, derived from it.
+    pub addr: IpAddr,
+    /// UDP port to bind and to send from; 4791 for interoperability, 0 for any free port
+    /// (tests running side by side).
+    pub port: u16,
+    /// Impairment of packets this device sends.
+    pub tx_impairment: Impairment,
+    /// Impairment of packets this device receives.
+    pub rx_impairment: Impairment,
+    /// Seed of the impairment draws (the keys are always from the OS's random source).
+    pub seed: u64,
+    /// Capture every packet sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Socket buffer sizes in bytes (0 = the system default).
+    pub socket_buffer: usize,
+    /// How packets are received: through the UDP socket, or a raw socket that sees (and so
+    /// verifies the ICRC of) every packet whole. [`ReceivePath::Auto`] takes the raw path
+    /// when the process may.
+    pub receive: ReceivePath,
+}
+
+impl DeviceConfig {
+    /// Defaults on `addr`: port 4791, no impairment, no capture, 4 MB socket buffers, the
+    /// raw receive path if permitted.
+    pub fn new(addr: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            addr,
+            port: ROCE_PORT,
+            tx_impairment: Impairment::default(),
+            rx_impairment: Impairment::default(),
+            seed: 1,
+            pcap: None,
+            socket_buffer: 4 << 20,
+            receive: ReceivePath::Auto,
+        }
+    }
+}
+
+/// Loss recovery of a queue pair; both ends must use the same (agreed out of band): any of
+/// irn-transport's [`RecoveryMode`](irn_transport::RecoveryMode)s, by the same names as the
+/// simulator's (`roce`, `irn`, and the factor-analysis variants).
+pub use irn_transport::RecoveryMode as QpMode;
+
+/// The recovery configuration of `mode` for a runtime on real hosts. The RoCE modes time out
+/// as the `timeout` attribute says (rxe does the same). IRN's RTO_low / RTO_high are the
+/// paper's 100 / 320 µs stretched to 500 µs / 2 ms, because a user-space engine is woken by the
+/// kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds; IRN's
+/// BDP-FC cap (where the mode has one) is the bandwidth-delay product of `line_rate_bps` over
+/// a 100 µs software round trip in 1 KB packets.
+pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
+    let preset = mode.preset();
+    if mode.is_irn() {
+        RecoveryConfig {
+            rto: irn_transport::RtoPolicy::Irn {
+                low: Dur::from_micros(500),
+                high: Dur::from_micros(2_000),
+                n: 3,
+            },
+            bdp_cap: preset.bdp_cap.map(|_| {
+                irn_transport::bdp_cap_packets(line_rate_bps, Dur::from_micros(100), 1024)
+            }),
+            ..preset
+        }
+    } else {
+        RecoveryConfig {
+            rto: irn_transport::RtoPolicy::FromAttr,
+            // Linux rxe never has more than RXE_MAX_UNACKED_PSNS = 128 PSNs unacknowledged
+            // (`rxe_param.h`, checked in `rxe_req.c`); a software receiver behind a socket
+            // buffer needs the same bound, or go-back-N drowns in its own retransmissions.
+            bdp_cap: Some(ROCE_MAX_UNACKED_PSNS),
+            ..preset
+        }
+    }
+}
+
+/// Everything the verbs calls can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A socket or file operation failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The work request is not accepted in the queue pair's state (`EINVAL` from
+    /// `ibv_post_send` in RESET/INIT, for instance).
+    #[error("work request refused in queue-pair state {0}")]
+    InvalidState(QpState),
+    /// The send or receive queue is full (`ENOMEM`).
+    #[error("work queue full")]
+    QueueFull,
+    /// The work request is malformed (e.g. an atomic whose buffer is not 8 bytes).
+    #[error("invalid work request: {0}")]
+    InvalidWr(&'static str),
+    /// The completion queue could receive more completions than it holds (`ENOMEM`: verbs
+    /// would overrun it; irn refuses the post instead).
+    #[error("completion queue {0} full: poll it before posting more")]
+    CqFull(u32),
+    /// A completion arrived at a full completion queue; completions were lost
+    /// (`IBV_EVENT_CQ_ERR`).
+    #[error("completion queue {0} overran")]
+    CqOverrun(u32),
+    /// `modify` refused the transition or an attribute.
+    #[error("{0}")]
+    Modify(#[from] ModifyError),
+    /// `create_qp` refused the queue pair's configuration (`EINVAL` from `ibv_create_qp`).
+    #[error("queue pair configuration: {0}")]
+    QpConfig(#[from] irn_transport::QpConfigError),
+    /// RTR needs the peer's address.
+    #[error("moving to RTR needs the remote address (GID and port)")]
+    NoRemote,
+    /// Memory registration failed.
+    #[error("{0}")]
+    Memory(#[from] MemError),
+    /// A memory-region access outside the region.
+    #[error("access of {len} bytes at offset {offset} outside a {size}-byte region")]
+    OutOfRange {
+        /// Offset asked.
+        offset: u64,
+        /// Length asked.
+        len: u64,
+        /// Region size.
+        size: u64,
+    },
+    /// The object no longer exists (destroyed, or its device closed).
+    #[error("the object was destroyed")]
+    Gone,
+    /// The remote address's family differs from the device's.
+    #[error("remote {0} is not reachable from a device bound to {1}")]
+    AddressFamily(IpAddr, IpAddr),
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        match e {
+            PostError::InvalidState(s) => Error::InvalidState(s),
+            PostError::QueueFull => Error::QueueFull,
+            PostError::InvalidWr(w) => Error::InvalidWr(w),
+        }
+    }
+}
+
+/// Result of the verbs calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A completion (verbs `struct ibv_wc`).
+pub type Wc = Completion;
+
+/// Device-wide counters (the driver's, next to each queue pair's own [`Counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// Bytes sent (UDP payloads).
+    pub tx_bytes: u64,
+    /// Datagrams received.
+    pub rx_packets: u64,
+    /// Bytes received (UDP payloads).
+    pub rx_bytes: u64,
+    /// Received datagrams that do not parse as an InfiniBand packet (dropped).
+    pub rx_malformed: u64,
+    /// Received packets whose ICRC is wrong (dropped, as rxe drops them). Counted only where
+    /// received ICRCs can be verified: on the raw path, and for IPv6.
+    pub rx_icrc_errors: u64,
+    /// Received packets for a queue pair this device does not have (dropped, as rxe does).
+    pub rx_unknown_qp: u64,
+    /// Received packets whose source is not the queue pair's peer (dropped, as rxe does).
+    pub rx_wrong_source: u64,
+    /// Sends the kernel refused (buffer full, unreachable): the packet is lost.
+    pub tx_errors: u64,
+    /// Packets dropped by the send impairment.
+    pub tx_impaired_drops: u64,
+    /// Packets dropped by the receive impairment.
+    pub rx_impaired_drops: u64,
+    /// Packets duplicated, reordered or delayed by either impairment.
+    pub impaired_other: u64,
+    /// Packets written to the capture.
+    pub captured: u64,
+}
+
+struct QpEntry {
+    qp: QueuePair,
+    pd: u32,
+    send_cq: u32,
+    recv_cq: u32,
+    remote: Option<SocketAddr>,
+}
+
+struct CqState {
+    entries: VecDeque<Wc>,
+    depth: usize,
+    /// Completions that may still arrive: posted receive WRs and signaled send WRs not yet
+    /// completed, bounding what could land in `entries`.
+    reserved: usize,
+    overrun: bool,
+}
+
+struct PdState {
+    mem: ByteMemory,
+    /// The handle was dropped; the memory goes when its last queue pair does.
+    closed: bool,
+}
+
+/// A packet held back by an impairment.
+struct Held {
+    at: Instant,
+    /// `Some(peer)`: a packet to send to `peer`; `None`: a received one.
+    to: Option<SocketAddr>,
+    /// The IP packet.
+    bytes: Vec<u8>,
+}
+
+/// The device's state, behind one mutex.
+pub(crate) struct Core {
+    local: SocketAddr,
+    pds: BTreeMap<u32, PdState>,
+    cqs: BTreeMap<u32, CqState>,
+    qps: BTreeMap<u32, QpEntry>,
+    next_id: u32,
+    tx_imp: Impairment,
+    rx_imp: Impairment,
+    rng: Rng,
+    /// Packets delayed by an impairment, released by the engine thread.
+    delayed: Vec<Held>,
+    /// A packet held for reordering in each direction (tx, rx).
+    reorder: [Option<Held>; 2],
+    /// Queue pairs whose last turn ended with packets left to send.
+    tx_pending: std::collections::BTreeSet<u32>,
+    counters: DeviceCounters,
+    capture: Option<Capture>,
+    /// Received packets carry all their ICRC covers (see [`ReceivePath`]).
+    verify_icrc: bool,
+    /// Packets of the current transmit turn, built in place and sent with one `sendmmsg`:
+    /// `TX_BURST` slots of `SLOT` bytes.
+    tx_buf: Vec<u8>,
+    /// (slot, IP + UDP header length, packet length, destination) of each packet in `tx_buf`.
+    tx_batch: Vec<(usize, usize, usize, SocketAddr)>,
+    payload: Vec<u8>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) core: Mutex<Core>,
+    pub(crate) cq_ready: Condvar,
+    socks: Sockets,
+    /// An eventfd the engine polls with the socket: application threads write it when a
+    /// queue pair has more to send than its turn allowed.
+    wake: rustix::fd::OwnedFd,
+    epoch: Instant,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("socks", &self.socks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock is a bug in irn; the state is still the best there
+        // is, so keep going rather than poison every later call.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Time {
+        Time::from_picos(self.epoch.elapsed().as_nanos() as u64 * 1000)
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn wake_engine(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// An open device: a UDP socket with its engine thread (`ibv_open_device` + `ibv_alloc_pd`'s
+/// context). Closing it (dropping) stops the engine; queue pairs left open stop moving.
+pub struct Device {
+    shared: Arc<Shared>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("local", &self.local_addr())
+            .finish()
+    }
+}
+
+fn random_u64() -> u64 {
+    // The OS's random source: keys a peer cannot guess. Should it fail, the clock is better
+    // than a constant.
+    getrandom::u64().unwrap_or_else(|_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x5eed, |d| d.as_nanos() as u64)
+    })
+}
+
+/// A random 24-bit packet sequence number, as verbs programs pick their first PSN.
+pub fn random_psn() -> u32 {
+    (random_u64() as u32) & 0x00ff_ffff
+}
+
+impl Device {
+    /// Opens a device: binds the UDP socket, starts the engine thread.
+    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        if !cfg.tx_impairment.is_valid() || !cfg.rx_impairment.is_valid() {
+            return Err(Error::Config("impairment probabilities must be in 0–1"));
+        }
+        let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
+        let local = socks.local();
+        let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
+        let core = Core {
+            local,
+            pds: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            next_id: 1,
+            tx_imp: cfg.tx_impairment,
+            rx_imp: cfg.rx_impairment,
+            rng: Rng::from_state(cfg.seed),
+            delayed: Vec::new(),
+            reorder: [None, None],
+            tx_pending: std::collections::BTreeSet::new(),
+            counters: DeviceCounters::default(),
+            capture,
+            verify_icrc: socks.verifies_icrc(),
+            tx_buf: vec![0; TX_BURST * SLOT],
+            tx_batch: Vec::with_capacity(TX_BURST),
+            payload: Vec::with_capacity(MAX_DATAGRAM),
+        };
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            cq_ready: Condvar::new(),
+            socks,
+            wake: rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+            )
+            .map_err(io::Error::from)?,
+            epoch: Instant::now(),
+            closed: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let engine = std::thread::Builder::new()
+            .name(format!("irn-engine {local}"))
+            .spawn(move || engine(&s))?;
+        Ok(Device {
+            shared,
+            engine: Some(engine),
+        })
+    }
+
+    /// The bound address and port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.lock().local
+    }
+
+    /// The receive path in use ([`ReceivePath::Udp`] or [`ReceivePath::Raw`]).
+    pub fn receive_path(&self) -> ReceivePath {
+        self.shared.socks.path()
+    }
+
+    /// This device's GID (IPv4-mapped for an IPv4 device), what peers put in their RTR.
+    pub fn gid(&self) -> Gid {
+        Gid::from(self.local_addr().ip())
+    }
+
+    /// Device-wide counters.
+    pub fn counters(&self) -> DeviceCounters {
+        let core = self.shared.lock();
+        let mut c = core.counters;
+        c.captured = core.capture.as_ref().map_or(0, |cap| cap.written);
+        c
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`): a memory space whose regions the queue
+    /// pairs of the domain may access.
+    pub fn alloc_pd(&self) -> Pd {
+        let mut core = self.shared.lock();
+        let id = core.fresh_id();
+        core.pds.insert(
+            id,
+            PdState {
+                mem: ByteMemory::new(random_u64()),
+                closed: false,
+            },
+        );
+        Pd {
+            shared: self.shared.clone(),
+            id,
+        }
+    }
+
+    /// Creates a completion queue of `depth` entries (`ibv_create_cq`).
+    pub fn create_cq(&self, depth: usize) -> Result<Cq> {
+        if depth == 0 {
+            return Err(Error::Config("completion queue depth must be at least 1"));
+        }
+        let mut core = self.shared.lock();
+        let id = core.fresh_id();
+        core.cqs.insert(
+            id,
+            CqState {
+                entries: VecDeque::with_capacity(depth.min(1 << 16)),
+                depth,
+                reserved: 0,
+                overrun: false,
+            },
+        );
+        Ok(Cq {
+            shared: self.shared.clone(),
+            id,
+        })
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        if let Some(t) = self.engine.take() {
+            let _ = t.join();
+        }
+        let mut core = self.shared.lock();
+        core.capture = None;
+        for e in core.qps.values_mut() {
+            let now = self.shared.now();
+            let _ =
+                e.qp.modify(now, QpState::Err, &QpAttr::default(), AttrMask::NONE);
+        }
+        drop(core);
+        self.shared.cq_ready.notify_all();
+    }
+}
+
+/// A protection domain (`struct ibv_pd`).
+#[derive(Debug)]
+pub struct Pd {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+/// A memory region (`struct ibv_mr`): `len` bytes owned by the device, read and written
+/// through [`Mr::read`] and [`Mr::write`], named in work requests by [`Mr::sge`] and by peers
+/// through [`Mr::addr`] and [`Mr::rkey`].
+#[derive(Debug)]
+pub struct Mr {
+    shared: Arc<Shared>,
+    pd: u32,
+    addr: u64,
+    len: u64,
+    lkey: u32,
+    rkey: u32,
+}
+
+/// A completion queue (`struct ibv_cq`).
+#[derive(Debug)]
+pub struct Cq {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+/// Creation parameters of a queue pair (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit {
+    /// Loss recovery.
+    pub mode: QpMode,
+    /// Send queue depth.
+    pub max_send_wr: usize,
+    /// Receive queue depth.
+    pub max_recv_wr: usize,
+    /// Link rate the congestion controller and BDP-FC assume, bits per second.
+    pub line_rate_bps: u64,
+}
+
+impl Default for QpInit {
+    fn default() -> Self {
+        QpInit {
+            mode: QpMode::Roce,
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            line_rate_bps: 10_000_000_000,
+        }
+    }
+}
+
+/// A reliable-connected queue pair (`struct ibv_qp`, `IBV_QPT_RC`). Dropping it destroys it.
+#[derive(Debug)]
+pub struct Qp {
+    shared: Arc<Shared>,
+    qpn: u32,
+}
+
+/// The peer of a queue pair, as exchanged out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteQp {
+    /// Its GID (its IP address).
+    pub gid: Gid,
+    /// Its UDP port (4791 for a standard peer).
+    pub port: u16,
+    /// Its queue pair number.
+    pub qpn: u32,
+    /// The first PSN it sends.
+    pub psn: u32,
+}

@@ -1,0 +1,407 @@
+//! The verbs objects' calls: protection domains and memory regions, completion queues, queue
+//! pairs — each a handle on the device's shared [`Core`](super::Core).
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Protection domains and memory regions
+
+impl Pd {
+    /// Registers a new zeroed memory region of `len` bytes with `access` rights
+    /// (`ibv_reg_mr` over a fresh buffer).
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        let mut core = self.shared.lock();
+        let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
+        let addr = pd.mem.alloc(len);
+        let keys = pd.mem.register(addr, len as u64, access)?;
+        Ok(Mr {
+            shared: self.shared.clone(),
+            pd: self.id,
+            addr,
+            len: len as u64,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+        })
+    }
+
+    /// Creates a reliable-connected queue pair in RESET (`ibv_create_qp`).
+    pub fn create_qp(&self, send_cq: &Cq, recv_cq: &Cq, init: QpInit) -> Result<Qp> {
+        if init.max_send_wr == 0 || init.max_recv_wr == 0 {
+            return Err(Error::Config("queue depths must be at least 1"));
+        }
+        let mut core = self.shared.lock();
+        if !core.pds.contains_key(&self.id) {
+            return Err(Error::Gone);
+        }
+        if !core.cqs.contains_key(&send_cq.id) || !core.cqs.contains_key(&recv_cq.id) {
+            return Err(Error::Gone);
+        }
+        // A random 24-bit QPN above the special ones (0, 1), not in use.
+        let qpn = loop {
+            let q = (random_u64() as u32) & 0x00ff_ffff;
+            if q > 1 && !core.qps.contains_key(&q) {
+                break q;
+            }
+        };
+        let cfg = QpConfig {
+            qpn,
+            recovery: runtime_recovery(init.mode, init.line_rate_bps),
+            line_rate_bps: init.line_rate_bps,
+            max_send_wr: init.max_send_wr,
+            max_recv_wr: init.max_recv_wr,
+            ..QpConfig::default()
+        };
+        let now = self.shared.now();
+        let qp = QueuePair::new(now, cfg)?;
+        core.qps.insert(
+            qpn,
+            QpEntry {
+                qp,
+                pd: self.id,
+                send_cq: send_cq.id,
+                recv_cq: recv_cq.id,
+                remote: None,
+            },
+        );
+        Ok(Qp {
+            shared: self.shared.clone(),
+            qpn,
+        })
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        let mut core = self.shared.lock();
+        let id = self.id;
+        let used = core.qps.values().any(|e| e.pd == id);
+        if used {
+            if let Some(pd) = core.pds.get_mut(&id) {
+                pd.closed = true;
+            }
+        } else {
+            core.pds.remove(&id);
+        }
+    }
+}
+
+impl Mr {
+    /// Virtual address of the first byte (what a peer puts in a RETH).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// A scatter/gather entry for `len` bytes at `offset`.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.addr + offset,
+            len,
+            lkey: self.lkey,
+        }
+    }
+
+    fn range(&self, offset: u64, len: usize) -> Result<std::ops::Range<usize>> {
+        let end = offset.checked_add(len as u64).filter(|&e| e <= self.len);
+        match end {
+            Some(end) => Ok(offset as usize..end as usize),
+            None => Err(Error::OutOfRange {
+                offset,
+                len: len as u64,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copies `data` into the region at `offset` (the application writing its own buffer).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let r = self.range(offset, data.len())?;
+        let mut core = self.shared.lock();
+        let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer_mut(self.addr).ok_or(Error::Gone)?;
+        buf[r].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` out of the region.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let r = self.range(offset, out.len())?;
+        let core = self.shared.lock();
+        let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer(self.addr).ok_or(Error::Gone)?;
+        out.copy_from_slice(&buf[r]);
+        Ok(())
+    }
+
+    /// Runs `f` over the region's bytes, under the device lock (hashing, checking).
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let core = self.shared.lock();
+        let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer(self.addr).ok_or(Error::Gone)?;
+        Ok(f(buf))
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let mut core = self.shared.lock();
+        if let Some(pd) = core.pds.get_mut(&self.pd) {
+            let _ = pd.mem.deregister(self.lkey);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completion queues
+
+impl Cq {
+    /// Takes up to `max` completions (`ibv_poll_cq`). An overrun CQ reports
+    /// [`Error::CqOverrun`] once, then goes on.
+    pub fn poll(&self, max: usize) -> Result<Vec<Wc>> {
+        let mut core = self.shared.lock();
+        let cq = core.cq_mut(self.id)?;
+        if std::mem::take(&mut cq.overrun) {
+            return Err(Error::CqOverrun(self.id));
+        }
+        let n = max.min(cq.entries.len());
+        Ok(cq.entries.drain(..n).collect())
+    }
+
+    /// Takes one completion, waiting up to `timeout` for it (`ibv_get_cq_event` + poll).
+    /// `Ok(None)` when none came in time.
+    pub fn wait(&self, timeout: Duration) -> Result<Option<Wc>> {
+        let deadline = Instant::now() + timeout;
+        let mut core = self.shared.lock();
+        loop {
+            let cq = core.cq_mut(self.id)?;
+            if std::mem::take(&mut cq.overrun) {
+                return Err(Error::CqOverrun(self.id));
+            }
+            if let Some(wc) = cq.entries.pop_front() {
+                return Ok(Some(wc));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.shared.closed() {
+                return Ok(None);
+            }
+            core = self
+                .shared
+                .cq_ready
+                .wait_timeout(core, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.shared
+            .lock()
+            .cqs
+            .get(&self.id)
+            .map_or(0, |c| c.entries.len())
+    }
+
+    /// Whether no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        self.shared.lock().cqs.remove(&self.id);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queue pairs
+
+impl Qp {
+    /// The queue pair number (24 bits), what the peer puts in its RTR as `dest_qpn`.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Runs `f` on the core, then gives the queue pair its transmit turn and moves its
+    /// completions: what every verb on a queue pair ends with.
+    fn with<R>(&self, f: impl FnOnce(&mut Core, Time) -> Result<R>) -> Result<R> {
+        let mut core = self.shared.lock();
+        if !core.qps.contains_key(&self.qpn) {
+            return Err(Error::Gone);
+        }
+        let now = self.shared.now();
+        let r = f(&mut core, now);
+        let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
+        let any = core.drain_completions(self.qpn);
+        drop(core);
+        if more {
+            self.shared.wake_engine();
+        }
+        if any {
+            self.shared.cq_ready.notify_all();
+        }
+        r
+    }
+
+    /// Moves the queue pair to `to` (`ibv_modify_qp`) with the attributes `mask` names.
+    /// INIT → RTR also needs `remote`: the peer's address (from its GID) and UDP port.
+    pub fn modify(
+        &self,
+        to: QpState,
+        attr: &QpAttr,
+        mask: AttrMask,
+        remote: Option<SocketAddr>,
+    ) -> Result<()> {
+        let qpn = self.qpn;
+        self.with(|core, now| {
+            let local = core.local;
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            if to == QpState::Rtr && e.qp.state() == QpState::Init {
+                let r = remote.ok_or(Error::NoRemote)?;
+                if r.is_ipv4() != local.is_ipv4() {
+                    return Err(Error::AddressFamily(r.ip(), local.ip()));
+                }
+            }
+            e.qp.modify(now, to, attr, mask)?;
+            if let Some(r) = remote {
+                e.remote = Some(r);
+            }
+            Ok(())
+        })
+    }
+
+    /// RESET → INIT with `attr`'s access flags and P_Key: receives may be posted from here on.
+    pub fn init(&self, attr: &QpAttr) -> Result<()> {
+        self.modify(
+            QpState::Init,
+            attr,
+            AttrMask::ACCESS_FLAGS.with(AttrMask::PKEY),
+            None,
+        )
+    }
+
+    /// (RESET →) INIT → RTR → RTS towards `remote` (its address and port, QPN and first PSN),
+    /// sending from `local_psn`, with `attr`'s other settings: the three `ibv_modify_qp` calls
+    /// of `ibv_rc_pingpong`.
+    pub fn connect(&self, attr: &QpAttr, remote: &RemoteQp, local_psn: u32) -> Result<()> {
+        let attr = QpAttr {
+            dest_qpn: remote.qpn,
+            rq_psn: irn_wire::Psn::new(remote.psn),
+            sq_psn: irn_wire::Psn::new(local_psn),
+            ..*attr
+        };
+        let addr = SocketAddr::new(remote.gid.ip(), remote.port);
+        if self.state() == QpState::Reset {
+            self.init(&attr)?;
+        }
+        self.modify(
+            QpState::Rtr,
+            &attr,
+            AttrMask::PATH_MTU
+                .with(AttrMask::DEST_QPN)
+                .with(AttrMask::RQ_PSN)
+                .with(AttrMask::MAX_DEST_RD_ATOMIC)
+                .with(AttrMask::MIN_RNR_TIMER),
+            Some(addr),
+        )?;
+        self.modify(
+            QpState::Rts,
+            &attr,
+            AttrMask::SQ_PSN
+                .with(AttrMask::TIMEOUT)
+                .with(AttrMask::RETRY_CNT)
+                .with(AttrMask::RNR_RETRY)
+                .with(AttrMask::MAX_QP_RD_ATOMIC),
+            None,
+        )
+    }
+
+    /// Posts a send work request (`ibv_post_send`): Send, Write, Write with immediate, Read,
+    /// atomics. Refused with [`Error::CqFull`] when the send CQ could overflow.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        // Every WR may complete (errors are always reported); only signaled ones surely do.
+        let signaled = wr.signaled;
+        self.post(|e| e.send_cq, signaled, |qp| qp.post_send(wr))
+    }
+
+    /// Posts a receive work request (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post(|e| e.recv_cq, true, |qp| qp.post_recv(wr))
+    }
+
+    /// Hands a work request to the queue pair (`post`) if the completion queue `cq_of` names
+    /// has room for one more completion, which it reserves when `reserve`.
+    fn post(
+        &self,
+        cq_of: fn(&QpEntry) -> u32,
+        reserve: bool,
+        post: impl FnOnce(&mut QueuePair) -> Result<(), PostError>,
+    ) -> Result<()> {
+        let qpn = self.qpn;
+        self.with(|core, _| {
+            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            let cq_id = cq_of(e);
+            let cq = core.cqs.get_mut(&cq_id).ok_or(Error::Gone)?;
+            if cq.entries.len() + cq.reserved >= cq.depth {
+                return Err(Error::CqFull(cq_id));
+            }
+            post(&mut e.qp)?;
+            if reserve {
+                cq.reserved += 1;
+            }
+            Ok(())
+        })
+    }
+
+    /// The queue pair's state.
+    pub fn state(&self) -> QpState {
+        self.shared
+            .lock()
+            .qps
+            .get(&self.qpn)
+            .map_or(QpState::Err, |e| e.qp.state())
+    }
+
+    /// The queue pair's counters (packets, retransmissions, NAKs, …).
+    pub fn counters(&self) -> Counters {
+        self.shared
+            .lock()
+            .qps
+            .get(&self.qpn)
+            .map_or_else(Counters::default, |e| *e.qp.counters())
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let mut core = self.shared.lock();
+        if let Some(e) = core.qps.remove(&self.qpn) {
+            let pd = e.pd;
+            let orphan = core.pds.get(&pd).is_some_and(|p| p.closed)
+                && !core.qps.values().any(|q| q.pd == pd);
+            if orphan {
+                core.pds.remove(&pd);
+            }
+        }
+    }
+}
