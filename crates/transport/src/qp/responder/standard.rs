@@ -24,15 +24,6 @@ pub(crate) struct Inbound {
     recv_sn: Option<u32>,
 }
 
-/// A saved Read or atomic, to answer duplicates without executing twice.
-#[derive(Debug, Clone, Copy)]
-struct SavedRd {
-    psn: Psn,
-    npsn: u32,
-    msn: u32,
-    kind: SavedKind,
-}
-
 /// Responder output, in PSN order.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum RespJob {
@@ -96,8 +87,9 @@ pub(crate) struct StandardResponder {
     pub(crate) rq_claim_sn: u32,
     /// The message in progress.
     inbound: Option<Inbound>,
-    /// Executed Reads and atomics, newest last.
-    saved: VecDeque<SavedRd>,
+    /// Executed Reads and atomics, newest last, to answer duplicates without executing
+    /// twice.
+    saved: VecDeque<Saved>,
     /// ACKs, NAKs and responses to send, in PSN order.
     pub(crate) jobs: VecDeque<RespJob>,
 }
@@ -191,12 +183,7 @@ impl StandardResponder {
         while self.saved.len() >= keep {
             self.saved.pop_front();
         }
-        self.saved.push_back(SavedRd {
-            psn: s.psn,
-            npsn: s.npsn,
-            msn: s.msn,
-            kind: s.kind,
-        });
+        self.saved.push_back(s);
         self.jobs.push_back(match s.kind {
             SavedKind::Read { va, rkey, len } => RespJob::Read {
                 psn: s.psn,
@@ -247,7 +234,7 @@ impl QueuePair {
                 let d = s.psn.distance(psn);
                 matches!(s.kind, SavedKind::Read { .. }) && d >= 0 && (d as u32) < s.npsn
             });
-            if let Some(&SavedRd {
+            if let Some(&Saved {
                 psn: first,
                 msn,
                 kind: SavedKind::Read { va, rkey, len },
@@ -284,7 +271,7 @@ impl QueuePair {
                 .iter()
                 .rev()
                 .find(|s| s.psn == psn && matches!(s.kind, SavedKind::Atomic { .. }));
-            if let Some(&SavedRd {
+            if let Some(&Saved {
                 msn,
                 kind: SavedKind::Atomic { orig },
                 ..
