@@ -646,6 +646,15 @@ impl<M: SimMemory> Part<M> {
             sw.queues.for_each(&self.meta, &mut count);
             let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.ingress.bytes).collect();
             let queues: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.egress).collect();
+            let totals_agree = sw.ports.iter().all(|p| {
+                p.ingress.total() == p.ingress.bytes.iter().sum::<u64>()
+                    && p.queued == p.egress.iter().sum::<u64>()
+            });
+            if !totals_agree {
+                return Err(format!(
+                    "switch {si}: a port's totals disagree with its classes"
+                ));
+            }
             if held != ingress || queues != egress || queued != sw.used {
                 return Err(format!(
                     "switch {si}: ingress counters {held:?} egress {queues:?} used {} but the \

@@ -209,7 +209,7 @@ impl<M: SimMemory> Part<M> {
                 return;
             }
         }
-        nic.rx_held.bytes[c] += wire;
+        nic.rx_held.add(c, wire);
         nic.rx.push_back(RxFrame {
             pkt,
             hop,
@@ -239,7 +239,7 @@ impl<M: SimMemory> Part<M> {
             return;
         };
         let c = usize::from(f.class);
-        nic.rx_held.bytes[c] -= u64::from(f.hop.wire);
+        nic.rx_held.remove(c, u64::from(f.hop.wire));
         let gap = self.cfg.switch.pfc_resume_gap_bytes;
         if nic.rx_held.resume_below(c, self.nic_xoff_bytes, gap) {
             self.send_pfc(now, host, 0, self.classes.priority(&f.hop), false);

@@ -23,17 +23,35 @@ pub(super) struct Ingress {
     pub(super) bytes: [u64; MAX_CLASSES],
     /// Per class: a pause is in force upstream.
     pub(super) xoff: [bool; MAX_CLASSES],
+    /// Bytes held, all classes (the sum of `bytes`, kept so that admission reads one word).
+    held: u64,
 }
 
 impl Ingress {
     pub(super) const EMPTY: Ingress = Ingress {
         bytes: [0; MAX_CLASSES],
         xoff: [false; MAX_CLASSES],
+        held: 0,
     };
 
     /// Bytes held, all classes.
+    #[inline]
     pub(super) fn total(&self) -> u64 {
-        self.bytes.iter().sum()
+        self.held
+    }
+
+    /// `wire` bytes of class `c` arrived.
+    #[inline]
+    pub(super) fn add(&mut self, c: usize, wire: u64) {
+        self.bytes[c] += wire;
+        self.held += wire;
+    }
+
+    /// `wire` bytes of class `c` left.
+    #[inline]
+    pub(super) fn remove(&mut self, c: usize, wire: u64) {
+        self.bytes[c] -= wire;
+        self.held -= wire;
     }
 
     /// Whether class `c` must pause its upstream now: not paused, and holding more than
@@ -176,20 +194,20 @@ mod tests {
     #[test]
     fn a_class_pauses_above_its_threshold_once_and_resumes_a_gap_below() {
         let mut i = Ingress::EMPTY;
-        i.bytes[0] = 1000;
+        i.add(0, 1000);
         // At the threshold: not yet.
         assert!(!i.pause_above(0, 1000));
-        i.bytes[0] = 1001;
+        i.add(0, 1);
         assert!(i.pause_above(0, 1000));
         // Already paused: no second pause frame.
-        i.bytes[0] = 5000;
+        i.add(0, 3999);
         assert!(!i.pause_above(0, 1000));
         // The other class is independent.
         assert!(!i.xoff[1]);
         // Draining below the threshold is not enough: the resume waits for the gap.
-        i.bytes[0] = 900;
+        i.remove(0, 4100);
         assert!(!i.resume_below(0, 1000, 200));
-        i.bytes[0] = 800;
+        i.remove(0, 100);
         assert!(i.resume_below(0, 1000, 200));
         assert!(!i.xoff[0]);
         // Not paused: nothing to resume.
@@ -199,9 +217,9 @@ mod tests {
     #[test]
     fn an_emptied_class_resumes_whatever_the_gap() {
         let mut i = Ingress::EMPTY;
-        i.bytes[1] = 10;
+        i.add(1, 10);
         assert!(i.pause_above(1, 5));
-        i.bytes[1] = 0;
+        i.remove(1, 10);
         assert!(i.resume_below(1, 5, 1_000_000));
         assert_eq!(i.total(), 0);
     }
@@ -226,7 +244,7 @@ mod tests {
         let xoff = xoff_threshold(buffer, headroom, mtu_wire);
         let mut i = Ingress::EMPTY;
         while !i.pause_above(0, xoff) {
-            i.bytes[0] += mtu_wire;
+            i.add(0, mtu_wire);
         }
         // At most one frame over XOFF when the pause leaves.
         assert!(i.bytes[0] <= xoff + mtu_wire);

@@ -25,6 +25,8 @@ pub(super) struct SwPort {
     // --- As an output.
     /// Per class, bytes queued for this output.
     pub(super) egress: [u64; MAX_CLASSES],
+    /// Bytes queued for this output, all classes (the sum of `egress`).
+    pub(super) queued: u64,
     /// Serializing until then.
     pub(super) busy_until: Time,
     /// Per class: paused by the downstream peer.
@@ -37,6 +39,7 @@ impl SwPort {
     pub(super) const IDLE: SwPort = SwPort {
         ingress: Ingress::EMPTY,
         egress: [0; MAX_CLASSES],
+        queued: 0,
         busy_until: Time::ZERO,
         paused: [false; MAX_CLASSES],
         wake: false,
@@ -179,12 +182,10 @@ impl<M: SimMemory> Part<M> {
         // Nothing queued for an idle output: the packet leaves at once (exactly as queueing it
         // and serving the queue would do, without touching queue or packet metadata).
         let port = &sw.ports[out];
-        let through = port.egress.iter().all(|&b| b == 0)
-            && !port.paused[c]
-            && !port.wake
-            && now >= port.busy_until;
-        sw.ports[i].ingress.bytes[c] += wire;
+        let through = port.queued == 0 && !port.paused[c] && !port.wake && now >= port.busy_until;
+        sw.ports[i].ingress.add(c, wire);
         sw.ports[out].egress[c] += wire;
+        sw.ports[out].queued += wire;
         sw.used += wire;
         if through {
             self.pause_if_full(now, node, si, inp, c, prio, lossless);
@@ -232,8 +233,9 @@ impl<M: SimMemory> Part<M> {
         let wire = u64::from(hop.wire);
         let i = inp as usize;
         let sw = &mut self.switches[si];
-        sw.ports[i].ingress.bytes[c] -= wire;
+        sw.ports[i].ingress.remove(c, wire);
         sw.ports[out].egress[c] -= wire;
+        sw.ports[out].queued -= wire;
         sw.used -= wire;
         sw.stats[out].tx_packets += 1;
         sw.stats[out].tx_bytes += wire;
@@ -245,7 +247,7 @@ impl<M: SimMemory> Part<M> {
             }
         }
         // Wake up when this frame is out only if something else waits for this output.
-        let wake = self.switches[si].ports[out].egress.iter().any(|&b| b > 0);
+        let wake = self.switches[si].ports[out].queued > 0;
         let done = self.put_on_link(now, node, out, pkt, hop, wake);
         let port = &mut self.switches[si].ports[out];
         port.busy_until = done;

@@ -64,32 +64,49 @@ impl TimerTable {
 }
 
 impl QueuePair {
-    /// The table of this queue pair's deadlines, as its state has them now.
-    pub(crate) fn timers(&self) -> TimerTable {
-        let mut t = TimerTable::default();
-        t.set(Timer::Controller, self.cc.next_timer());
+    /// Calls `f` with each armed timer and its deadline, as the queue pair's state has them
+    /// now: the one definition of every slot, which [`timers`](QueuePair::timers) tabulates and
+    /// [`poll_timeout`](QueuePair::poll_timeout) folds without building the table.
+    #[inline]
+    fn visit_timers(&self, mut f: impl FnMut(Timer, Time)) {
+        let mut slot = |timer: Timer, at: Option<Time>| {
+            if let Some(at) = at {
+                f(timer, at);
+            }
+        };
+        slot(Timer::Controller, self.cc.next_timer());
         if matches!(self.state, QpState::Rts | QpState::Sqd) {
             match self.cmp.rnr_until {
-                Some(until) => t.set(Timer::RnrWait, Some(until)),
-                None => t.set(Timer::Retransmit, self.req.swin.deadline(&self.rto)),
+                Some(until) => slot(Timer::RnrWait, Some(until)),
+                None => slot(Timer::Retransmit, self.req.swin.deadline(&self.rto)),
             }
         }
         if matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             let responses = self.rsp.wire.response_window();
-            t.set(
+            slot(
                 Timer::ResponseRetransmit,
                 responses.and_then(|w| w.deadline(&self.rto)),
             );
             if self.req.pacing_until > Time::ZERO && self.has_data_to_send() {
-                t.set(Timer::Pacing, Some(self.req.pacing_until));
+                slot(Timer::Pacing, Some(self.req.pacing_until));
             }
         }
+    }
+
+    /// The table of this queue pair's deadlines, as its state has them now.
+    pub(crate) fn timers(&self) -> TimerTable {
+        let mut t = TimerTable::default();
+        self.visit_timers(|timer, at| t.set(timer, Some(at)));
         t
     }
 
-    /// The next deadline at which [`handle_timeout`](QueuePair::handle_timeout) must be called.
+    /// The next deadline at which [`handle_timeout`](QueuePair::handle_timeout) must be called:
+    /// the earliest of the table's.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers().next()
+        let mut next: Option<Time> = None;
+        self.visit_timers(|_, at| next = Some(next.map_or(at, |n| n.min(at))));
+        debug_assert_eq!(next, self.timers().next(), "the table's earliest deadline");
+        next
     }
 
     fn has_data_to_send(&self) -> bool {
