@@ -44,7 +44,8 @@ pub struct PingpongArgs {
     /// Receives posted at a time.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
-    /// Loss recovery: `roce` (what rxe speaks) or `irn` (both ends must be irn).
+    /// Loss recovery: `roce` (what rxe speaks), `irn` (both ends must be irn), or another of
+    /// the recovery modes (`roce-go-back-0`, `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`).
     #[arg(long, default_value = "roce")]
     mode: QpMode,
     #[command(flatten)]
