@@ -250,6 +250,7 @@ impl<M: SimMemory> Part<M> {
                     } else {
                         0
                     },
+                    classes.len(),
                     mix(cfg.seed ^ (u64::from(n) << 32)),
                     cfg.switch.model,
                 )

@@ -99,36 +99,45 @@ impl Voq {
     }
 }
 
-/// Input-queued: virtual output queues with round-robin service of the inputs.
+/// Input-queued: virtual output queues with round-robin service of the inputs. Class-major:
+/// the queues of one class are contiguous, so a switch whose traffic uses two of its classes
+/// touches no more memory than a two-class switch would.
 #[derive(Debug)]
 pub(super) struct Voqs {
     nports: usize,
-    /// Per (input, output, class).
+    /// Per (class, input, output).
     voq: Vec<Voq>,
-    /// Per (output, class): inputs with packets for it, in round-robin order.
+    /// Per (class, output): inputs with packets for it, in round-robin order.
     active: Vec<InputRing>,
 }
 
 impl Voqs {
-    fn new(nports: usize) -> Voqs {
+    fn new(nports: usize, nclasses: usize) -> Voqs {
         Voqs {
             nports,
-            voq: vec![Voq::EMPTY; nports * MAX_CLASSES * nports],
-            active: vec![InputRing::EMPTY; nports * MAX_CLASSES],
+            voq: vec![Voq::EMPTY; nclasses * nports * nports],
+            active: vec![InputRing::EMPTY; nclasses * nports],
         }
     }
 
     /// The virtual output queue of (input `inp`, `out`, class `c`).
     #[inline]
     fn at(&self, out: usize, c: usize, inp: u16) -> usize {
-        (usize::from(inp) * self.nports + out) * MAX_CLASSES + c
+        (c * self.nports + usize::from(inp)) * self.nports + out
+    }
+
+    /// The round-robin list of (`out`, `c`).
+    #[inline]
+    fn ring(&self, out: usize, c: usize) -> usize {
+        c * self.nports + out
     }
 
     /// Puts input `inp` last in the round-robin list of (`out`, `c`).
     fn active_push(&mut self, out: usize, c: usize, inp: u16) {
         let at = self.at(out, c, inp);
         self.voq[at].next_input = NO_INPUT;
-        let ring = &mut self.active[out * MAX_CLASSES + c];
+        let r = self.ring(out, c);
+        let ring = &mut self.active[r];
         let tail = ring.tail;
         ring.tail = inp;
         if tail == NO_INPUT {
@@ -141,12 +150,13 @@ impl Voqs {
 
     /// Takes the first input of the round-robin list of (`out`, `c`).
     fn active_pop(&mut self, out: usize, c: usize) -> Option<u16> {
-        let i = self.active[out * MAX_CLASSES + c].head;
+        let r = self.ring(out, c);
+        let i = self.active[r].head;
         if i == NO_INPUT {
             return None;
         }
         let next = self.voq[self.at(out, c, i)].next_input;
-        let ring = &mut self.active[out * MAX_CLASSES + c];
+        let ring = &mut self.active[r];
         ring.head = next;
         if next == NO_INPUT {
             ring.tail = NO_INPUT;
@@ -174,9 +184,12 @@ impl Voqs {
     }
 }
 
-/// Shared-buffer: one FIFO of (packet, input) per (output, class).
+/// Shared-buffer: one FIFO of (packet, input) per (class, output).
 #[derive(Debug)]
-pub(super) struct OutputQueues(Vec<VecDeque<(u32, u16)>>);
+pub(super) struct OutputQueues {
+    nports: usize,
+    fifo: Vec<VecDeque<(u32, u16)>>,
+}
 
 /// A switch's queues: the two architectures behind one interface.
 #[derive(Debug)]
@@ -188,13 +201,16 @@ pub(super) enum Queues {
 }
 
 impl Queues {
-    /// Empty queues for a switch of `nports` ports.
-    pub(super) fn new(model: SwitchModel, nports: usize) -> Queues {
+    /// Empty queues for a switch of `nports` ports and `nclasses` classes (at most
+    /// [`MAX_CLASSES`]).
+    pub(super) fn new(model: SwitchModel, nports: usize, nclasses: usize) -> Queues {
+        debug_assert!(nclasses <= MAX_CLASSES);
         match model {
-            SwitchModel::InputQueued => Queues::InputQueued(Voqs::new(nports)),
-            SwitchModel::SharedBuffer => Queues::SharedBuffer(OutputQueues(
-                (0..nports * MAX_CLASSES).map(|_| VecDeque::new()).collect(),
-            )),
+            SwitchModel::InputQueued => Queues::InputQueued(Voqs::new(nports, nclasses)),
+            SwitchModel::SharedBuffer => Queues::SharedBuffer(OutputQueues {
+                nports,
+                fifo: (0..nclasses * nports).map(|_| VecDeque::new()).collect(),
+            }),
         }
     }
 
@@ -203,7 +219,7 @@ impl Queues {
     pub(super) fn push(&mut self, meta: &mut [Meta], out: usize, c: usize, inp: u16, pkt: u32) {
         match self {
             Queues::InputQueued(v) => v.push(meta, out, c, inp, pkt),
-            Queues::SharedBuffer(q) => q.0[out * MAX_CLASSES + c].push_back((pkt, inp)),
+            Queues::SharedBuffer(q) => q.fifo[c * q.nports + out].push_back((pkt, inp)),
         }
     }
 
@@ -212,7 +228,7 @@ impl Queues {
     pub(super) fn pop(&mut self, meta: &[Meta], out: usize, c: usize) -> Option<(u32, u16)> {
         match self {
             Queues::InputQueued(v) => v.pop(meta, out, c),
-            Queues::SharedBuffer(q) => q.0[out * MAX_CLASSES + c].pop_front(),
+            Queues::SharedBuffer(q) => q.fifo[c * q.nports + out].pop_front(),
         }
     }
 
@@ -222,17 +238,16 @@ impl Queues {
             Queues::InputQueued(v) => {
                 let n = v.nports;
                 for (k, q) in v.voq.iter().enumerate() {
-                    let (inp, out, c) =
-                        (k / MAX_CLASSES / n, (k / MAX_CLASSES) % n, k % MAX_CLASSES);
+                    let (c, inp, out) = (k / n / n, (k / n) % n, k % n);
                     for p in q.iter(meta) {
                         f(p, inp as u16, out, c);
                     }
                 }
             }
             Queues::SharedBuffer(q) => {
-                for (k, fifo) in q.0.iter().enumerate() {
+                for (k, fifo) in q.fifo.iter().enumerate() {
                     for &(p, inp) in fifo {
-                        f(p, inp, k / MAX_CLASSES, k % MAX_CLASSES);
+                        f(p, inp, k % q.nports, k / q.nports);
                     }
                 }
             }
@@ -258,7 +273,7 @@ mod tests {
     #[test]
     fn an_input_queued_output_serves_its_inputs_round_robin() {
         let mut meta = metas(16);
-        let mut q = Queues::new(SwitchModel::InputQueued, 4);
+        let mut q = Queues::new(SwitchModel::InputQueued, 4, 2);
         // Input 2 has three packets for output 0, input 0 one, input 3 two.
         for (pkt, inp) in [(0, 2), (1, 2), (2, 0), (3, 2), (4, 3), (5, 3)] {
             q.push(&mut meta, 0, 0, inp, pkt);
@@ -278,7 +293,7 @@ mod tests {
     #[test]
     fn a_shared_buffer_output_serves_in_arrival_order() {
         let mut meta = metas(8);
-        let mut q = Queues::new(SwitchModel::SharedBuffer, 3);
+        let mut q = Queues::new(SwitchModel::SharedBuffer, 3, 2);
         for (pkt, inp) in [(0, 2), (1, 2), (2, 0), (3, 1)] {
             q.push(&mut meta, 1, 0, inp, pkt);
         }
@@ -289,7 +304,7 @@ mod tests {
     fn for_each_sees_every_queued_packet_once() {
         for model in [SwitchModel::InputQueued, SwitchModel::SharedBuffer] {
             let mut meta = metas(8);
-            let mut q = Queues::new(model, 3);
+            let mut q = Queues::new(model, 3, 2);
             q.push(&mut meta, 0, 0, 1, 0);
             q.push(&mut meta, 2, 1, 0, 1);
             q.push(&mut meta, 2, 1, 0, 2);

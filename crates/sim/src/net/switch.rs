@@ -64,10 +64,10 @@ pub(super) struct Switch {
 }
 
 impl Switch {
-    pub(super) fn new(nports: usize, salt: u64, model: SwitchModel) -> Switch {
+    pub(super) fn new(nports: usize, nclasses: usize, salt: u64, model: SwitchModel) -> Switch {
         Switch {
             ports: vec![SwPort::IDLE; nports],
-            queues: Queues::new(model, nports),
+            queues: Queues::new(model, nports, nclasses),
             used: 0,
             salt,
             paused_since: vec![Time::ZERO; nports * MAX_CLASSES],

@@ -497,6 +497,24 @@ impl QueuePair {
         }
     }
 
+    /// The requester's retransmission timer fired: count a retry, tell the controller, and
+    /// recover — or give up after too many retries. `false` if the queue pair failed.
+    pub(super) fn request_timeout(&mut self, now: Time) -> bool {
+        self.counters.timeouts += 1;
+        self.cc.on_timeout(now);
+        let retries = self.req.swin.on_timeout(now, self.retry_every());
+        if retries > self.retry_limit() {
+            // The oldest work request is the one that went unanswered (IBTA §9.7.6.1.3: the
+            // requester reports the retry error on the WQE it was retrying); the rest flush
+            // after it, in order. Naming the WQE of `una` instead would report a later
+            // request's error after the flushes of earlier Reads still awaiting responses.
+            self.fail_send(None, WcStatus::RetryExcErr);
+            return false;
+        }
+        self.recover_requests_after_timeout();
+        true
+    }
+
     pub(super) fn recover_requests_after_timeout(&mut self) {
         let una = self.req.swin.una();
         match self.mode() {

@@ -11,7 +11,6 @@ use super::QueuePair;
 use crate::config::Retransmission;
 use crate::state::QpState;
 use crate::time::Time;
-use crate::wr::WcStatus;
 
 /// The timers of a queue pair, in the order [`QueuePair::handle_timeout`] runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,24 +137,6 @@ impl QueuePair {
         if due.expired(Timer::ResponseRetransmit, now) {
             self.response_timeout(now);
         }
-    }
-
-    /// The requester's retransmission timer fired: count a retry, tell the controller, and
-    /// recover — or give up after too many retries. `false` if the queue pair failed.
-    fn request_timeout(&mut self, now: Time) -> bool {
-        self.counters.timeouts += 1;
-        self.cc.on_timeout(now);
-        let retries = self.req.swin.on_timeout(now, self.retry_every());
-        if retries > self.retry_limit() {
-            // The oldest work request is the one that went unanswered (IBTA §9.7.6.1.3: the
-            // requester reports the retry error on the WQE it was retrying); the rest flush
-            // after it, in order. Naming the WQE of `una` instead would report a later
-            // request's error after the flushes of earlier Reads still awaiting responses.
-            self.fail_send(None, WcStatus::RetryExcErr);
-            return false;
-        }
-        self.recover_requests_after_timeout();
-        true
     }
 
     /// IRN's Read responder timed out in the rPSN space: resend, or give the connection up
