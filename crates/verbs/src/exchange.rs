@@ -448,6 +448,11 @@ impl PerfParams {
     pub fn parse(line: &str) -> Result<PerfParams, ExchangeError> {
         const W: &str = "irn perf parameters";
         let b = || bad(W, line.as_bytes());
+        // A line ends with its newline: one cut by the fixed-size field it travels in has lost
+        // it, and is refused rather than read with a truncated last value.
+        let Some(line) = line.strip_suffix('\n') else {
+            return Err(b());
+        };
         let mut it = line.trim_end().split(' ');
         if it.next() != Some("IRNPERF1") {
             return Err(b());
@@ -637,6 +642,9 @@ mod tests {
             udp_port: 4791,
         };
         assert_eq!(PerfParams::parse(&p.to_line()).expect("parses"), p);
+        // Cut inside its last value (a field too short for it): refused, not misread.
+        let line = p.to_line();
+        assert!(PerfParams::parse(&line[..line.len() - 2]).is_err());
         for junk in [
             "",
             "IRNPERF1",

@@ -99,6 +99,20 @@ impl Classes {
         self.lossless[usize::from(prio & 7)]
     }
 
+    /// The priority class `c` stands for: what its pause frames name (a frame of a priority
+    /// not in use joins the lowest class, and is paused and resumed as that class's
+    /// priority, so a pause and its resume always name the same priority).
+    #[inline]
+    pub(super) fn class_priority(&self, c: usize) -> u8 {
+        self.priorities[c]
+    }
+
+    /// Whether class `c` is lossless: its priority is.
+    #[inline]
+    pub(super) fn class_lossless(&self, c: usize) -> bool {
+        self.lossless(self.priorities[c])
+    }
+
     /// Classes in use.
     pub(super) fn len(&self) -> usize {
         self.priorities.len()
@@ -123,8 +137,11 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c.class(6), 0);
         assert_eq!(c.class(3), 1);
-        // A priority not in use shares the lowest class; a pause for it pauses nothing.
+        // A priority not in use shares the lowest class — its pauses name that class's
+        // priority, and it is lossless as that class is; a pause for it pauses nothing.
         assert_eq!(c.class(0), 1);
+        assert_eq!(c.class_priority(c.class(0)), 3);
+        assert_eq!(c.class_lossless(c.class(0)), c.lossless(3));
         assert_eq!(c.paused_class(0), None);
         assert_eq!(c.paused_class(6), Some(0));
     }

@@ -61,7 +61,7 @@ use irn_transport::{
 };
 use irn_wire::{Ecn, IbRepr, Psn};
 
-use crate::config::{CcKind, FlowOp, SimConfig, SwitchModel};
+use crate::config::{CcKind, FlowOp, NetworkConfig, SimConfig, SwitchModel};
 use crate::engine::EventQueue;
 use crate::topology::Topology;
 use crate::workload::Flow;
@@ -223,7 +223,7 @@ impl<M: SimMemory> Part<M> {
         };
         let classes = Classes::new(net, &[data_dscp, ctrl_dscp]);
         let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
-        let mtu_wire = u64::from(mtu_wire(cfg.network.mtu));
+        let mtu_wire = u64::from(mtu_wire(&cfg.network));
         // Upstream link round trip at its rate, plus a frame in flight each way.
         let (max_rate, max_delay) = topo
             .nodes
@@ -625,7 +625,7 @@ impl<M: SimMemory> Part<M> {
             for f in &nic.rx {
                 held[usize::from(f.class)] += u64::from(f.hop.wire);
             }
-            if held != nic.rx_held.bytes {
+            if held != nic.rx_held.bytes || nic.rx_held.total() != held.iter().sum::<u64>() {
                 return Err(format!(
                     "host {h}: receive buffer counters {:?} but it holds {held:?}",
                     nic.rx_held.bytes

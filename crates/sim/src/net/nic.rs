@@ -196,9 +196,11 @@ impl<M: SimMemory> Part<M> {
     /// buffer (or is dropped, lossy and the buffer full), and the NIC pauses its switch when
     /// a lossless class's share passes the threshold.
     pub(super) fn nic_buffer(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
-        let prio = self.classes.priority(&hop);
-        let c = self.classes.class(prio);
-        let lossless = self.classes.lossless(prio);
+        let c = self.classes.class(self.classes.priority(&hop));
+        let (prio, lossless) = (
+            self.classes.class_priority(c),
+            self.classes.class_lossless(c),
+        );
         let wire = u64::from(hop.wire);
         let nic = &mut self.nics[host as usize];
         if nic.rx_held.total() + wire > self.cfg.nic.rx_buffer_bytes {
@@ -242,7 +244,8 @@ impl<M: SimMemory> Part<M> {
         nic.rx_held.remove(c, u64::from(f.hop.wire));
         let gap = self.cfg.switch.pfc_resume_gap_bytes;
         if nic.rx_held.resume_below(c, self.nic_xoff_bytes, gap) {
-            self.send_pfc(now, host, 0, self.classes.priority(&f.hop), false);
+            let prio = self.classes.class_priority(c);
+            self.send_pfc(now, host, 0, prio, false);
         }
         self.nic_rx_start(now, host);
         self.nic_receive(now, host, f.pkt, f.hop.ecn());

@@ -73,10 +73,11 @@ pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn Con
 /// 4-byte head).
 const LARGEST_HEADERS: u32 = (irn_wire::BTH_LEN + irn_wire::RethRepr::LEN + 16) as u32;
 
-/// The largest frame on the wire for a path MTU of `mtu` bytes: the payload, the largest
-/// headers and the framing ([`FRAME_OVERHEAD`]).
-pub(super) fn mtu_wire(mtu: u32) -> u32 {
-    mtu + FRAME_OVERHEAD + LARGEST_HEADERS
+/// The largest frame on the wire at the network's path MTU: the payload, the largest headers
+/// and the framing ([`FRAME_OVERHEAD`], and the 802.1Q tag when frames carry one).
+pub(super) fn mtu_wire(net: &NetworkConfig) -> u32 {
+    let tag = if net.vlan { VLAN_TAG_LEN } else { 0 };
+    net.mtu + FRAME_OVERHEAD + tag + LARGEST_HEADERS
 }
 
 /// The creation-time configuration every queue pair of the run shares (its QPN set per queue
@@ -90,7 +91,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
     let tr = &cfg.transport;
     let bdp_cap = tr
         .bdp_cap
-        .unwrap_or_else(|| bdp_cap_packets(host_rate, topo.max_rtt(), mtu_wire(cfg.network.mtu)));
+        .unwrap_or_else(|| bdp_cap_packets(host_rate, topo.max_rtt(), mtu_wire(&cfg.network)));
     let irn_rto = RtoPolicy::Irn {
         low: us(tr.rto_low_us),
         high: us(tr.rto_high_us),

@@ -126,8 +126,9 @@ impl<M: SimMemory> Part<M> {
             dst, hash, wire, ..
         } = hop;
         let wire = u64::from(wire);
-        let prio = self.classes.priority(&hop);
-        let c = self.classes.class(prio);
+        let c = self.classes.class(self.classes.priority(&hop));
+        // Pause frames name the class's priority; a class is lossless as its priority is.
+        let prio = self.classes.class_priority(c);
         let hops = self.topo.next_hops(node, dst);
         let sw = &mut self.switches[si];
         let out = match hops.len() {
@@ -138,7 +139,7 @@ impl<M: SimMemory> Part<M> {
             1 => hops[0] as usize,
             n => hops[ecmp_pick(mix(u64::from(hash) ^ sw.salt), n)] as usize,
         };
-        let lossless = self.classes.lossless(prio);
+        let lossless = self.classes.class_lossless(c);
         let i = inp as usize;
         let buffer = self.cfg.switch.buffer_bytes;
         // Admission.
@@ -243,7 +244,8 @@ impl<M: SimMemory> Part<M> {
             let t = self.pause_threshold(si);
             let gap = self.cfg.switch.pfc_resume_gap_bytes;
             if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
-                self.send_pfc(now, node, inp, self.classes.priority(&hop), false);
+                let prio = self.classes.class_priority(c);
+                self.send_pfc(now, node, inp, prio, false);
             }
         }
         // Wake up when this frame is out only if something else waits for this output.
