@@ -4,7 +4,18 @@
 //! the requester's queue pair is destroyed when its work request completes, the responder's
 //! one longest link delay later.
 
-use super::*;
+use super::memory::SimMemory;
+use super::nic::Slot;
+use super::packet::{Ev, Events, NIL};
+use super::Part;
+use crate::config::FlowOp;
+use crate::workload::Flow;
+use irn_transport::rng::mix;
+use irn_transport::{
+    connect_qp, Completion, Dur, MrKeys, QpConfig, QueuePair, RecvWr, Remote, SendOp, SendWr, Sge,
+    Time, WcStatus,
+};
+use irn_wire::Psn;
 
 /// The requester end of a flow.
 pub(super) const REQ: usize = 0;

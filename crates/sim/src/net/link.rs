@@ -1,7 +1,10 @@
 //! Links: serialization at the port's rate and delivery after the propagation delay, and the
 //! hand-over of events (with their packets) to the partition that owns the receiving node.
 
-use super::*;
+use super::memory::SimMemory;
+use super::packet::{Ev, Hop, Meta, Msg, NIL};
+use super::Part;
+use irn_transport::Time;
 
 impl<M: SimMemory> Part<M> {
     /// Serializes `pkt` onto `node`'s port `out` from `now`: schedules its arrival at the peer

@@ -3,7 +3,8 @@
 //! bytes); `ByteMemory` holds real bytes, filled from a per-flow pattern and verified at the
 //! destination when the flow completes.
 
-use super::*;
+use irn_transport::rng::Rng;
+use irn_transport::{Access, ByteMemory, CheckedMemory, Key, Memory, MrKeys};
 
 /// Application memory as the simulator needs it: one buffer per flow end.
 pub trait SimMemory: Memory + Sized + Send {

@@ -43,8 +43,8 @@
 //! | `setup` | what every queue pair of a run shares: recovery, timeouts, BDP cap, congestion control |
 //! | `memory` | the application memory models |
 //!
-//! The component modules are parts of one partition's model: they share this module's
-//! imports (`use super::*`) and add methods to `Part` for their component.
+//! The component modules are parts of one partition's model: each adds methods to `Part` for
+//! its component, and imports by name what it uses of the others.
 //!
 //! Each end of a flow is set up by an event of its own host when the flow starts; the
 //! requester's queue pair is destroyed when its work request completes, the responder's one
@@ -53,15 +53,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use irn_transport::{
-    bdp_cap_packets, connect_qp, Access, ByteMemory, CheckedMemory, Completion, ControllerFactory,
-    Counters, DcqcnConfig, DcqcnFactory, Dur, Key, Memory, MrKeys, NoCcFactory, QpAttr, QpConfig,
-    QueuePair, RecoveryConfig, RecvWr, Remote, RtoPolicy, SendOp, SendWr, Sge, Time, TimelyConfig,
-    TimelyFactory, WcStatus, WindowAlgorithm, WindowConfig, WindowFactory,
-};
-use irn_wire::{Ecn, IbRepr, Psn};
+use irn_transport::{Counters, Dur, QpAttr, QpConfig, Time};
 
-use crate::config::{CcKind, FlowOp, NetworkConfig, SimConfig, SwitchModel};
+use crate::config::SimConfig;
 use crate::engine::EventQueue;
 use crate::topology::Topology;
 use crate::workload::Flow;
@@ -81,15 +75,15 @@ mod switch;
 
 use classes::{Classes, MAX_CLASSES};
 pub use flows::FlowRecord;
-use flows::*;
+use flows::{end_host, FlowState, REQ, RESP};
 pub use memory::{SharedChecked, SimMemory};
-use nic::*;
+use nic::Nic;
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
-use packet::*;
-use pfc::*;
-use setup::*;
-use switch::*;
+use packet::{Ev, Events, Meta, Packet, WORKLOAD};
+use pfc::{default_headroom, xoff_threshold, Ingress};
+use setup::{mtu_wire, queue_pair_config};
+use switch::Switch;
 
 /// Counters of one port (NIC or switch).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

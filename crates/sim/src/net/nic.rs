@@ -8,7 +8,15 @@
 //! a receive buffer drained at that rate, which pauses the switch (lossless) or drops (lossy)
 //! as a switch ingress does.
 
-use super::*;
+use super::flows::qpn;
+use super::memory::SimMemory;
+use super::packet::{Ev, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, VLAN_TAG_LEN};
+use super::pfc::Ingress;
+use super::{Part, PortStats};
+use irn_transport::rng::mix;
+use irn_transport::{Dur, QueuePair, Time};
+use irn_wire::Ecn;
+use std::collections::VecDeque;
 
 #[derive(Debug)]
 pub(super) struct Slot {

@@ -4,7 +4,12 @@
 //! whose order does not depend on how the network is partitioned. Packets live in the
 //! partition's packet table, allocated and freed here.
 
-use super::*;
+use super::flows::REQ;
+use super::memory::SimMemory;
+use super::Part;
+use crate::engine::EventQueue;
+use irn_transport::Time;
+use irn_wire::{Ecn, IbRepr};
 
 /// An 802.1Q tag, on frames when `network.vlan` is on.
 pub(super) const VLAN_TAG_LEN: u32 = 4;

@@ -13,7 +13,12 @@
 //! and those refreshes are neither modelled nor counted. A pause frame reaches the peer after
 //! its 64-byte serialization and the link's delay, overtaking queued data.
 
-use super::*;
+use super::classes::MAX_CLASSES;
+use super::memory::SimMemory;
+use super::packet::{Ev, PFC_FRAME};
+use super::Part;
+use crate::config::SwitchModel;
+use irn_transport::{Dur, Time};
 
 /// A buffer that pauses its upstream per class with PFC (SPEC N1): a switch input port, a
 /// NIC's receive buffer. The pause and resume rules are these two methods, for both.

@@ -2,7 +2,15 @@
 //! configuration — the queue pairs' recovery, timeouts, BDP cap and congestion controller, and
 //! the largest frame on the wire.
 
-use super::*;
+use super::packet::{FRAME_OVERHEAD, VLAN_TAG_LEN};
+use crate::config::{CcKind, NetworkConfig, SimConfig};
+use crate::topology::Topology;
+use irn_transport::{
+    bdp_cap_packets, ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, NoCcFactory, QpAttr,
+    QpConfig, RecoveryConfig, RtoPolicy, TimelyConfig, TimelyFactory, WindowAlgorithm,
+    WindowConfig, WindowFactory,
+};
+use std::sync::Arc;
 
 /// A configuration's microseconds, to the picosecond.
 pub(super) fn us(v: f64) -> Dur {

@@ -9,8 +9,16 @@
 //! upstream (`pfc.rs`). An output serves its classes in strict priority, skipping a paused
 //! class, one frame at a time.
 
+use super::classes::MAX_CLASSES;
+use super::memory::SimMemory;
+use super::packet::{Ev, Hop};
+use super::pfc::Ingress;
 use super::queues::Queues;
-use super::*;
+use super::{Part, PortStats};
+use crate::config::SwitchModel;
+use irn_transport::rng::mix;
+use irn_transport::Time;
+use irn_wire::Ecn;
 
 /// What a packet passing through a switch port touches, as an input and as an output, in one
 /// record (three cache lines with eight classes): a hop reads and writes its input's and its
