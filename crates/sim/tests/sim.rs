@@ -583,6 +583,14 @@ fn config_errors_name_the_key_and_the_file() {
             "[transport]\ncc = \"timely\"\nop = \"read\"\n",
             "transport.cc",
         ),
+        // Positive, but zero once in picoseconds: the queue pair would refuse it.
+        ("[transport]\nrto_low_us = 1e-9\n", "transport.rto_low_us"),
+        ("[transport]\nroce_rto_us = 1e-9\n", "transport.roce_rto_us"),
+        // The receive bitmaps live within the PSN window.
+        ("[transport]\nbdp_cap = 9000000\n", "transport.bdp_cap"),
+        ("[transport]\nrecovery = \"go-back-7\"\n", "go-back-7"),
+        // A PCP-trusting switch needs tagged frames.
+        ("[network]\ntrust = \"pcp\"\n", "network.trust"),
     ] {
         let e = load_experiment(text, "exp.toml", Path::new("."), &[], None).expect_err(key);
         let m = e.to_string();

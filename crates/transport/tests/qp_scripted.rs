@@ -1187,3 +1187,89 @@ fn a_hostile_read_length_is_refused_without_tracking_its_psns() {
     q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
     expect_error_nak(&mut q, &mem, NakCode::InvalidRequest);
 }
+
+/// `QueuePair::new` refuses a configuration that cannot mean anything, with a typed error
+/// naming what is wrong, and accepts every preset.
+#[test]
+fn impossible_configurations_are_typed_errors_at_creation() {
+    use irn_transport::{ConfigError, QpConfigError, RecoveryMode, Retransmission};
+    let make = |cfg: QpConfig| {
+        QueuePair::new(T0, cfg)
+            .map(|_| ())
+            .map_err(|e| (e, e.to_string()))
+    };
+    for mode in RecoveryMode::ALL {
+        let cfg = QpConfig {
+            recovery: mode.preset(),
+            ..QpConfig::default()
+        };
+        assert_eq!(make(cfg), Ok(()), "{mode}");
+    }
+    // Selective repeat needs IRN's wire format (out-of-order placement, SACKs).
+    let cfg = QpConfig {
+        recovery: RecoveryConfig {
+            retransmission: Retransmission::SelectiveRepeat,
+            ..RecoveryConfig::roce()
+        },
+        ..QpConfig::default()
+    };
+    let (e, text) = make(cfg).expect_err("refused");
+    assert_eq!(
+        e,
+        QpConfigError::Recovery(ConfigError::SelectiveRepeatNeedsIrnWire)
+    );
+    assert!(text.contains("IRN wire format"), "{text}");
+    let cases = [
+        (
+            QpConfig {
+                qpn: 1 << 24,
+                ..QpConfig::default()
+            },
+            QpConfigError::QpnTooLarge(1 << 24),
+        ),
+        (
+            QpConfig {
+                line_rate_bps: 0,
+                ..QpConfig::default()
+            },
+            QpConfigError::ZeroLineRate,
+        ),
+        (
+            QpConfig {
+                recovery: RecoveryConfig::irn_without_bdp_fc(),
+                ooo_window: 0,
+                ..QpConfig::default()
+            },
+            QpConfigError::ZeroOooWindow,
+        ),
+        (
+            QpConfig {
+                recovery: RecoveryConfig {
+                    bdp_cap: Some(0),
+                    ..RecoveryConfig::irn()
+                },
+                ..QpConfig::default()
+            },
+            QpConfigError::Recovery(ConfigError::ZeroBdpCap),
+        ),
+        (
+            QpConfig {
+                recovery: RecoveryConfig {
+                    rto: RtoPolicy::Fixed(Dur::ZERO),
+                    ..RecoveryConfig::roce()
+                },
+                ..QpConfig::default()
+            },
+            QpConfigError::Recovery(ConfigError::ZeroTimeout),
+        ),
+    ];
+    for (cfg, want) in cases {
+        assert_eq!(make(cfg).map_err(|(e, _)| e), Err(want));
+    }
+    // A BDP cap makes the out-of-order window irrelevant: IRN with BDP-FC takes a zero one.
+    let cfg = QpConfig {
+        ooo_window: 0,
+        ..QpConfig::default()
+    };
+    assert_eq!(make(cfg), Ok(()));
+}
