@@ -1,7 +1,7 @@
 //! The IRN paper's central claims, checked for direction at reduced scale (SPEC E1–E5):
 //! the paper's network (k = 6 fat-tree, 40 Gb/s, 2 µs links, 240 KB input buffers) and
 //! workload at 70 % load, but 8 ms of arrivals instead of the paper's long runs, over three
-//! seeds. About three minutes on two cores. The numbers at full length are in docs/RESULTS.md.
+//! seeds (and E4 and E9 on the same base). About four minutes on two cores. The numbers at full length are in docs/RESULTS.md.
 //!
 //! **Seed noise, and the margins.** Each bound below was set against these ratios measured
 //! over seeds 1–6 (`irn sim` on this file's experiments with `--seed 1..6`; the spread is the
@@ -21,6 +21,8 @@
 //! | IRN+PFC ÷ IRN, DCQCN (E4) | 0.995 ± 0.008 | 1.010 ± 0.008 | 1.016 ± 0.017 |
 //! | RoCE ÷ RoCE+PFC, DCQCN (E4) | 1.18 ± 0.02 | 1.17 ± 0.02 | 1.05 ± 0.02 |
 //! | IRN+PFC ÷ IRN, AIMD (§4.4.4) | 1.48 ± 0.10 | 1.21 ± 0.05 | 1.07 ± 0.06 |
+//! | Resilient RoCE ÷ IRN (E9) | 1.07 ± 0.03 | 1.88 ± 0.04 | 2.33 ± 0.11 |
+//! | Resilient RoCE ÷ IRN DCQCN (E9) | 1.39 ± 0.02 | 1.46 ± 0.03 | 1.23 ± 0.04 |
 //!
 //! Where an effect is within the noise at this scale (PFC's few percent on IRN under DCQCN;
 //! RoCE's p99 without PFC under DCQCN; AIMD's p99), the test bounds it rather than claiming a
@@ -277,5 +279,48 @@ fn e4_holds_in_direction_with_congestion_control() {
         ("IRN+PFC AIMD", "IRN AIMD"),
         [above(1.2), above(1.08), None],
         [above(1.25), above(1.12), None],
+    );
+}
+
+const E9: &str = r#"
+[switch]
+ecn = "red"
+[[run]]
+name = "Resilient RoCE"
+transport.recovery = "roce"
+transport.cc = "dcqcn"
+[[run]]
+name = "IRN"
+[[run]]
+name = "IRN DCQCN"
+transport.cc = "dcqcn"
+"#;
+
+/// E9 (experiments/e9-resilient-roce.toml): IRN, even without congestion control, beats
+/// Resilient RoCE — RoCE with DCQCN and without PFC (IRN §4.5: "significantly better").
+#[test]
+fn e9_irn_beats_resilient_roce() {
+    let seeds = run_on_base(E9);
+    for r in &seeds {
+        for s in r {
+            assert_eq!(s.flows_completed, s.flows, "{} seed {}", s.name, s.seed);
+            assert_eq!(s.pause_frames, 0, "{}: no PFC in E9", s.name);
+        }
+        assert!(
+            by(r, "Resilient RoCE").drop_rate > 0.01,
+            "DCQCN does not stop the losses"
+        );
+    }
+    check(
+        &seeds,
+        ("Resilient RoCE", "IRN"),
+        [above(1.0), above(1.6), above(1.9)],
+        [above(1.03), above(1.75), above(2.1)],
+    );
+    check(
+        &seeds,
+        ("Resilient RoCE", "IRN DCQCN"),
+        [above(1.25), above(1.3), above(1.08)],
+        [above(1.3), above(1.38), above(1.15)],
     );
 }
