@@ -17,8 +17,10 @@
 //!   pipeline has a rate (`[nic] rx_gbps`): then frames wait in a receive buffer drained at
 //!   that rate, and the NIC pauses its switch (lossless priorities) or drops (lossy) as a
 //!   switch ingress does — the slow receiver of SPEC N6.
-//! - **Switches**: see [`SwitchModel`]. Priorities come from the DSCP (SPEC N2); per priority,
-//!   lossless (PFC) or lossy (drop-tail); strict priority between classes at each output;
+//! - **Switches**: see [`SwitchModel`](crate::config::SwitchModel). A frame's priority comes
+//!   from its DSCP through a many-to-one map, or from its VLAN PCP (SPEC N2; `classes`); per
+//!   priority, lossless (PFC) or lossy (drop-tail); a queue per priority in use at each port,
+//!   served in strict priority;
 //!   ECMP by a hash of the 5-tuple (source and destination host and the queue pair numbers,
 //!   from which RoCEv2 derives its UDP source port) salted per switch.
 //! - **PFC** (802.1Qbb, SPEC N1): an ingress (port, priority) above its threshold sends a
