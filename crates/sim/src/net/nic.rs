@@ -134,13 +134,13 @@ impl<M: SimMemory> Part<M> {
             let peer_host = s.peer;
             let (flow, end) = (s.flow, usize::from(s.end));
             let control = t.ib.bth.opcode.is_control();
-            let dscp = if control {
-                self.ctrl_dscp
+            let (dscp, prio) = if control {
+                (self.ctrl_dscp, self.ctrl_prio)
             } else {
-                self.data_dscp
+                (self.data_dscp, self.data_prio)
             };
             // A tagged frame carries the priority of its DSCP as its PCP (IEEE 802.1Q).
-            let pcp = self.vlan.then(|| self.classes.of_dscp(dscp));
+            let pcp = self.vlan.then_some(prio);
             let tag = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
             // At most a 4096-byte MTU (validated) plus headers: it fits.
             let wire =

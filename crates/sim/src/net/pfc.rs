@@ -103,23 +103,14 @@ pub(super) fn shared_xoff(buffer: u64, xoff: u64, nports: usize, used: u64, alph
 }
 
 impl<M: SimMemory> Part<M> {
-    /// PFC: pauses the upstream of ingress (`inp`, class `c`) once it holds more than its
-    /// threshold.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn pause_if_full(
-        &mut self,
-        now: Time,
-        node: u32,
-        si: usize,
-        inp: u16,
-        c: usize,
-        prio: u8,
-        lossless: bool,
-    ) {
-        if lossless {
+    /// PFC: pauses the upstream of ingress (`inp`, class `c`) once a lossless class holds more
+    /// than its threshold; the pause names the class's priority.
+    pub(super) fn pause_if_full(&mut self, now: Time, node: u32, si: usize, inp: u16, c: usize) {
+        if self.classes.class_lossless(c) {
             let threshold = self.pause_threshold(si);
             let port = &mut self.switches[si].ports[inp as usize];
             if port.ingress.pause_above(c, threshold) {
+                let prio = self.classes.class_priority(c);
                 self.send_pfc(now, node, inp, prio, true);
             }
         }

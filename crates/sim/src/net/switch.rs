@@ -135,8 +135,6 @@ impl<M: SimMemory> Part<M> {
         } = hop;
         let wire = u64::from(wire);
         let c = self.classes.class(self.classes.priority(&hop));
-        // Pause frames name the class's priority; a class is lossless as its priority is.
-        let prio = self.classes.class_priority(c);
         let hops = self.topo.next_hops(node, dst);
         let sw = &mut self.switches[si];
         let out = match hops.len() {
@@ -197,12 +195,12 @@ impl<M: SimMemory> Part<M> {
         sw.ports[out].queued += wire;
         sw.used += wire;
         if through {
-            self.pause_if_full(now, node, si, inp, c, prio, lossless);
+            self.pause_if_full(now, node, si, inp, c);
             self.depart(now, node, si, out, c, inp, pkt, hop);
             return;
         }
         sw.queues.push(&mut self.meta, out, c, inp, pkt);
-        self.pause_if_full(now, node, si, inp, c, prio, lossless);
+        self.pause_if_full(now, node, si, inp, c);
         self.kick_port(now, node, out);
     }
 

@@ -512,7 +512,7 @@ impl QueuePair {
             if ce {
                 self.notify_congestion(now);
             }
-            self.handle_request(now, ib, payload, ce, mem);
+            self.handle_request(ib, payload, ce, mem);
         } else {
             match op {
                 Opcode::RC_ACKNOWLEDGE => self.handle_ack(now, ib),

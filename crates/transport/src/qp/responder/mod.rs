@@ -323,7 +323,6 @@ impl QueuePair {
     /// A request packet (Send, Write, Read, atomic) from the peer's requester.
     pub(super) fn handle_request<M: Memory>(
         &mut self,
-        now: Time,
         ib: &IbRepr,
         payload: &[u8],
         ce: bool,
@@ -418,7 +417,6 @@ impl QueuePair {
                         }
                     }
                 }
-                let _ = now;
                 match self.rsp.wire {
                     ResponderWire::Irn(_) if ahead => {
                         self.counters.nacks_sent += 1;
@@ -743,7 +741,7 @@ impl QueuePair {
                 becn: false,
             }),
             ResponderWire::Standard(ref mut s) => {
-                s.push_nak(psn, Syndrome::Nak(nak), self.rsp.msn, false)
+                s.push_ack(psn, Syndrome::Nak(nak), self.rsp.msn, false)
             }
         }
         self.enter_error();

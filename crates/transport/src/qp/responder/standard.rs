@@ -201,8 +201,8 @@ impl StandardResponder {
         });
     }
 
-    /// Queues a NAK (or RNR NAK) in order with the responses.
-    pub(super) fn push_nak(&mut self, psn: Psn, syndrome: Syndrome, msn: u32, becn: bool) {
+    /// Queues an ACK, NAK or RNR NAK in order with the responses.
+    pub(super) fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: u32, becn: bool) {
         self.jobs.push_back(RespJob::Ack {
             psn,
             syndrome,
@@ -308,7 +308,7 @@ impl QueuePair {
                 s.jobs.pop_back();
             }
         }
-        s.push_nak(psn, syndrome, msn, becn);
+        s.push_ack(psn, syndrome, msn, becn);
     }
 
     /// The standard responder's next packet: the job at the head of its queue (one packet of
