@@ -46,13 +46,16 @@
 //! * [`wr`]: work requests and completions with the verbs statuses;
 //! * [`cc`]: the congestion-control trait and factory, with `none`, DCQCN, TIMELY, AIMD and
 //!   DCTCP;
-//! * [`config`]: loss-recovery configuration with the paper's defaults and presets.
+//! * [`config`]: loss-recovery configuration with the paper's defaults and presets;
+//! * [`drp`]: the Dynamic RDMA endpoint of seed 003 (SPEC T10), the same sans-IO contract for a
+//!   connection-per-transfer protocol on raw Ethernet.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cc;
 pub mod config;
+pub mod drp;
 pub mod memory;
 #[cfg(feature = "test-support")]
 pub mod pair;
