@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod drp_sim;
 mod perf_cmd;
 mod pingpong_cmd;
 mod plot;

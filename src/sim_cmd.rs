@@ -67,6 +67,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
             PathBuf::from("."),
         ),
     };
+    if irn_sim::drp::DrpExperiment::is_kind(&text) {
+        return crate::drp_sim::run(&args, &text, &origin);
+    }
     let mut sets = args.sets.clone();
     if let Some(t) = args.threads {
         sets.push(format!("threads={t}"));

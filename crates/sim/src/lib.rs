@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod drp;
 pub mod engine;
 pub mod metrics;
 pub mod net;

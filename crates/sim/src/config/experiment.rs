@@ -23,7 +23,11 @@ pub fn parse_value(text: &str) -> toml::Value {
 }
 
 /// Sets dotted `key` in `table` to `value`, creating tables on the way.
-fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+pub(crate) fn set_path(
+    table: &mut toml::Table,
+    key: &str,
+    value: toml::Value,
+) -> Result<(), String> {
     let mut parts: Vec<&str> = key.split('.').collect();
     let last = parts
         .pop()

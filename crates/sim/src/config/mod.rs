@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod experiment;
 
+pub(crate) use experiment::set_path;
 pub use experiment::{load_experiment, parse_value, Experiment};
 
 /// An error in a configuration: which file (or `--set`), and what is wrong.
@@ -28,7 +29,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(origin: impl Into<String>, msg: impl Into<String>) -> Self {
+    pub(crate) fn new(origin: impl Into<String>, msg: impl Into<String>) -> Self {
         ConfigError {
             origin: origin.into(),
             msg: msg.into(),
