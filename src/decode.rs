@@ -593,6 +593,10 @@ fn drp_flags(c: u8) -> String {
         .filter(|(bit, _)| c & bit != 0)
         .map(|(_, n)| *n)
         .collect();
+    if parts.is_empty() {
+        // None of the set-up, data or release bits: an acknowledgement of data (ACKN).
+        parts.push("ACK");
+    }
     parts.push(if c & CTRL_WRITE != 0 { "WRITE" } else { "READ" });
     parts.push(if c & CTRL_INDIRECT != 0 {
         "INDIRECT"

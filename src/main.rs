@@ -7,6 +7,7 @@
 //!   — run a simulation experiment (with no file: the built-in E1–E3 comparison).
 //! * `irn perf write|read|send|atomic [HOST]` — perftest-style bandwidth and latency over UDP.
 //! * `irn pingpong [HOST]` — `ibv_rc_pingpong` over UDP.
+//! * `irn drp --iface IF [PEER_MAC]` — Dynamic RDMA (seed 003) over raw Ethernet.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod drp_cmd;
 mod drp_sim;
 mod perf_cmd;
 mod pingpong_cmd;
@@ -53,6 +55,10 @@ enum Command {
     Perf(perf_cmd::PerfArgs),
     /// `ibv_rc_pingpong` over irn: same flags (-p -s -n -g -m -r), exchange and output.
     Pingpong(pingpong_cmd::PingpongArgs),
+    /// Dynamic RDMA (seed 003) over raw Ethernet, EtherType 0x01FF: `irn drp --iface IF` is the
+    /// responder; with a PEER_MAC, the initiator, which prints each transfer's time and the
+    /// average. Exit status 0 only if every byte arrived intact (each write is read back).
+    Drp(drp_cmd::DrpArgs),
 }
 
 fn exit_code(ok: bool) -> ExitCode {
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf_cmd::run(args).map(exit_code),
         Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
+        Command::Drp(args) => drp_cmd::run(args).map(exit_code),
     };
     match result {
         Ok(code) => code,

@@ -4,76 +4,12 @@
 //! addresses and removes them even when it fails. It needs root (CAP_NET_ADMIN) and iproute2;
 //! without them it says why and skips.
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 mod common;
-use common::{finish, precondition_missing, text};
+use common::netns::Netns;
+use common::{finish, text};
 use std::time::Duration;
-
-struct Netns {
-    a: String,
-    b: String,
-}
-
-impl Netns {
-    /// Two namespaces, `a` at 10.231.0.1 and `b` at 10.231.0.2, joined by a veth pair.
-    fn create() -> Result<Netns, String> {
-        let id = std::process::id() % 100_000;
-        let n = Netns {
-            a: format!("irn-{id}-a"),
-            b: format!("irn-{id}-b"),
-        };
-        let (va, vb) = (format!("irn{id}a"), format!("irn{id}b"));
-        let steps: Vec<Vec<&str>> = vec![
-            vec!["netns", "add", &n.a],
-            vec!["netns", "add", &n.b],
-            vec![
-                "link", "add", &va, "netns", &n.a, "type", "veth", "peer", "name", &vb, "netns",
-                &n.b,
-            ],
-            vec!["-n", &n.a, "addr", "add", "10.231.0.1/24", "dev", &va],
-            vec!["-n", &n.b, "addr", "add", "10.231.0.2/24", "dev", &vb],
-            vec!["-n", &n.a, "link", "set", &va, "up"],
-            vec!["-n", &n.b, "link", "set", &vb, "up"],
-            vec!["-n", &n.a, "link", "set", "lo", "up"],
-            vec!["-n", &n.b, "link", "set", "lo", "up"],
-        ];
-        for s in steps {
-            let out = Command::new("ip")
-                .args(&s)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "`ip {}` failed: {}",
-                    s.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-        }
-        Ok(n)
-    }
-
-    fn spawn(&self, ns: &str, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_irn")])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ip netns exec")
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        // Deleting a namespace deletes its end of the veth pair, and with it the pair.
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
 
 /// Server in `b`, client in `a`; retries the client while the server starts.
 fn run(n: &Netns, server: &[&str], client: &[&str]) -> (Output, Output) {
@@ -90,29 +26,7 @@ fn run(n: &Netns, server: &[&str], client: &[&str]) -> (Output, Output) {
 }
 
 fn setup() -> Option<Netns> {
-    let root =
-        Command::new("id").arg("-u").output().ok().map(|o| o.stdout) == Some(b"0\n".to_vec());
-    if !root
-        || !Path::new("/usr/sbin/ip").exists()
-            && !Path::new("/sbin/ip").exists()
-            && !Path::new("/usr/bin/ip").exists()
-    {
-        precondition_missing(
-            "verbs_netns",
-            "needs root and iproute2 (ip) to create network namespaces",
-        );
-        return None;
-    }
-    match Netns::create() {
-        Ok(n) => Some(n),
-        Err(e) => {
-            precondition_missing(
-                "verbs_netns",
-                &format!("cannot create network namespaces here: {e}"),
-            );
-            None
-        }
-    }
+    Netns::setup("verbs_netns", "v", 231)
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Packet and capture builders shared by the CLI tests.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;

@@ -763,15 +763,19 @@ proptest! {
         dup in 0.0f64..0.1,
         frp in 0.0f64..0.3,
         dynamic in any::<bool>(),
-        payload in prop_oneof![Just(1024u32), Just(100u32), Just(1500u32)],
+        payload_a in prop_oneof![Just(1024u32), Just(100u32), Just(1500u32)],
+        payload_b in prop_oneof![Just(1024u32), Just(100u32), Just(1500u32)],
     ) {
+        // Each end frames the data it sends with its own payload size.
         let mode = if dynamic { DrpMode::Dynamic } else { DrpMode::Traditional };
         let mut cfg = DrpConfig::seed(mode);
-        cfg.payload = payload;
+        cfg.payload = payload_a;
         cfg.setup_timeout = Dur::from_micros(200);
         cfg.data_timeout = Dur::from_micros(200);
         cfg.max_retries = 200;
-        let mut net = Net::new(cfg.clone(), cfg);
+        let mut cfg_b = cfg.clone();
+        cfg_b.payload = payload_b;
+        let mut net = Net::new(cfg, cfg_b);
         net.rng = Rng::new(seed);
         net.loss = loss;
         net.dup = dup;

@@ -92,6 +92,7 @@ pub mod exchange;
 mod gid;
 mod impair;
 mod net;
+pub mod packet;
 
 pub use device::{
     random_psn, runtime_recovery, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp,

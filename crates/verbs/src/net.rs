@@ -206,6 +206,7 @@ const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
 }
 
 // Classic-BPF opcodes (linux/filter.h), named for what they do here.
+const LD_W_ABS: u16 = 0x20; // A = 32-bit word at k
 const LD_H_ABS: u16 = 0x28; // A = 16-bit word at k
 const LD_H_IND: u16 = 0x48; // A = 16-bit word at X + k
 const LDX_B_MSH: u16 = 0xb1; // X = 4 * (byte at k & 0xf): the IPv4 header length
@@ -215,6 +216,36 @@ const RET_K: u16 = 0x06; // accept k bytes (0: drop)
 
 /// Drops every packet.
 const DROP_ALL: [Insn; 1] = [insn(RET_K, 0, 0, 0)];
+
+/// Over an Ethernet frame (an `AF_PACKET` socket's filter sees it from the MAC header on):
+/// accepts frames to `mac` whose EtherType/length field is `ethertype`, drops everything else —
+/// other protocols, and the host's own outgoing frames, which a packet socket also sees.
+fn ethertype_filter(mac: [u8; 6], ethertype: u16) -> [Insn; 8] {
+    let hi = u32::from_be_bytes([mac[0], mac[1], mac[2], mac[3]]);
+    let lo = u32::from(u16::from_be_bytes([mac[4], mac[5]]));
+    [
+        insn(LD_H_ABS, 0, 0, 12),
+        insn(JEQ_K, 0, 5, u32::from(ethertype)),
+        insn(LD_W_ABS, 0, 0, 0),
+        insn(JEQ_K, 0, 3, hi),
+        insn(LD_H_ABS, 0, 0, 4),
+        insn(JEQ_K, 0, 1, lo),
+        insn(RET_K, 0, 0, 0xffff_ffff),
+        insn(RET_K, 0, 0, 0),
+    ]
+}
+
+/// Keeps only frames to `mac` of `ethertype` on a packet socket bound to every protocol, and
+/// gives the socket a receive buffer of `rcvbuf` bytes if the process may (`CAP_NET_ADMIN`).
+pub(crate) fn setup_packet_socket(
+    fd: std::os::fd::BorrowedFd<'_>,
+    mac: [u8; 6],
+    ethertype: u16,
+    rcvbuf: usize,
+) -> std::io::Result<()> {
+    let _ = sys::set_rcvbuf_force(fd, rcvbuf);
+    sys::attach_filter(fd, &ethertype_filter(mac, ethertype))
+}
 
 /// Over an IPv4 packet (a raw socket's filter sees it from the IP header on): accepts whole,
 /// unfragmented datagrams to UDP port `port`, drops everything else.
@@ -476,7 +507,7 @@ pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject>
 
 /// The system calls rustix does not wrap: socket filters, forced buffer sizes, `recvmmsg`.
 #[allow(unsafe_code)]
-mod sys {
+pub(crate) mod sys {
     use std::io;
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
     use std::os::fd::{AsRawFd, BorrowedFd};
@@ -532,6 +563,25 @@ mod sys {
     pub(super) fn set_rcvbuf_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
         let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         set_option(fd, libc::SO_RCVBUFFORCE, &v)
+    }
+
+    /// `bind` of an `AF_PACKET` socket to interface `ifindex` for EtherType `ethertype`
+    /// (packet(7)); rustix has no `sockaddr_ll`.
+    pub(crate) fn bind_packet(fd: BorrowedFd<'_>, ifindex: i32, ethertype: u16) -> io::Result<()> {
+        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value to fill in.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+        sll.sll_protocol = ethertype.to_be();
+        sll.sll_ifindex = ifindex;
+        // SAFETY: `sll` is a complete sockaddr_ll of the size passed, borrowed for the call.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                std::ptr::from_ref(&sll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        check(rc).map(drop)
     }
 
     /// `setsockopt(SO_NO_CHECK)`: send IPv4 UDP datagrams with checksum 0.

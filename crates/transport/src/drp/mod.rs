@@ -376,6 +376,9 @@ struct Outgoing {
     sender: Option<FrameSender>,
     /// Read: the data receiver.
     receiver: FrameReceiver,
+    /// Read: frames in the transfer, known once the frame ending the region arrives (the
+    /// responder frames the data with its own payload size).
+    read_frames: Option<u32>,
     releasing: bool,
 }
 
@@ -530,6 +533,7 @@ impl DrpEndpoint {
             expiries: 0,
             sender: None,
             receiver: FrameReceiver::default(),
+            read_frames: (len == 0).then_some(0),
             releasing: false,
         };
         self.outgoing.insert(tid, o);
@@ -1015,6 +1019,9 @@ impl DrpEndpoint {
                 }
                 self.memory[r.sba as usize..end as usize].copy_from_slice(payload);
                 o.receiver.record(r.sn);
+                if end == o.sba + o.len {
+                    o.read_frames = Some(r.sn + 1);
+                }
                 o.deadline = Some(now + self.config.data_timeout);
                 o.expiries = 0;
             }
@@ -1026,17 +1033,15 @@ impl DrpEndpoint {
 
     /// Sends the release request once the connection is up and the data is all through.
     fn maybe_release(&mut self, now: Time, tid: u32) {
-        let payload = self.config.payload;
         let Some(o) = self.outgoing.get_mut(&tid) else {
             return;
         };
         if o.releasing || !o.connected || o.mode.is_none() {
             return;
         }
-        let frames = frames_of(o.len, payload);
         let data_done = match o.op {
             DrpOp::Write => o.sender.as_ref().is_some_and(FrameSender::done),
-            DrpOp::Read => o.receiver.expected == frames,
+            DrpOp::Read => o.read_frames == Some(o.receiver.expected),
         };
         if !data_done {
             return;
@@ -1055,10 +1060,14 @@ impl DrpEndpoint {
             return;
         };
         o.deadline = Some(now + setup_timeout);
+        let frames = match o.op {
+            DrpOp::Write => frames_of(o.len, payload),
+            DrpOp::Read => o.read_frames.unwrap_or(0),
+        };
         self.control.push_back(DrpRepr {
             control: CTRL_REL_REQ | type_bit(o.op),
             tid,
-            sn: frames_of(o.len, payload),
+            sn: frames,
             len: u32::try_from(o.len).unwrap_or(u32::MAX),
             ..DrpRepr::default()
         });

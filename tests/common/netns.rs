@@ -1,0 +1,125 @@
+//! Two network namespaces joined by a veth pair — two hosts as far as the kernel is concerned —
+//! created for a test and removed when it ends, even when it fails. Needs root
+//! (CAP_NET_ADMIN) and iproute2; [`Netns::setup`] says why it cannot run otherwise.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use super::precondition_missing;
+
+pub struct Netns {
+    pub a: String,
+    pub b: String,
+    /// The veth ends in `a` and `b`.
+    pub dev_a: String,
+    pub dev_b: String,
+}
+
+impl Netns {
+    /// Namespaces `a` at 10.`net`.0.1 and `b` at 10.`net`.0.2, joined by a veth pair; `tag`
+    /// keeps the names of concurrent tests apart.
+    pub fn create(tag: &str, net: u8) -> Result<Netns, String> {
+        let id = std::process::id() % 100_000;
+        let n = Netns {
+            a: format!("irn-{tag}{id}-a"),
+            b: format!("irn-{tag}{id}-b"),
+            dev_a: format!("{tag}{id}a"),
+            dev_b: format!("{tag}{id}b"),
+        };
+        let (ip_a, ip_b) = (format!("10.{net}.0.1/24"), format!("10.{net}.0.2/24"));
+        let (va, vb) = (&n.dev_a, &n.dev_b);
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["netns", "add", &n.a],
+            vec!["netns", "add", &n.b],
+            vec![
+                "link", "add", va, "netns", &n.a, "type", "veth", "peer", "name", vb, "netns", &n.b,
+            ],
+            vec!["-n", &n.a, "addr", "add", &ip_a, "dev", va],
+            vec!["-n", &n.b, "addr", "add", &ip_b, "dev", vb],
+            vec!["-n", &n.a, "link", "set", va, "up"],
+            vec!["-n", &n.b, "link", "set", vb, "up"],
+            vec!["-n", &n.a, "link", "set", "lo", "up"],
+            vec!["-n", &n.b, "link", "set", "lo", "up"],
+        ];
+        for s in steps {
+            let out = Command::new("ip")
+                .args(&s)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "`ip {}` failed: {}",
+                    s.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(n)
+    }
+
+    /// [`Netns::create`], or `None` after [`precondition_missing`] when this machine cannot.
+    pub fn setup(test: &str, tag: &str, net: u8) -> Option<Netns> {
+        let root =
+            Command::new("id").arg("-u").output().ok().map(|o| o.stdout) == Some(b"0\n".to_vec());
+        let has_ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"]
+            .iter()
+            .any(|p| Path::new(p).exists());
+        if !root || !has_ip {
+            precondition_missing(
+                test,
+                "needs root and iproute2 (ip) to create network namespaces",
+            );
+            return None;
+        }
+        match Netns::create(tag, net) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                precondition_missing(test, &format!("cannot create network namespaces here: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Runs `irn ARGS` in namespace `ns`, optionally pinned to one CPU.
+    pub fn spawn_on(&self, ns: &str, cpu: Option<usize>, args: &[&str]) -> Child {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        if let Some(cpu) = cpu {
+            c.args(["taskset", "-c", &cpu.to_string()]);
+        }
+        c.arg(env!("CARGO_BIN_EXE_irn"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec")
+    }
+
+    pub fn spawn(&self, ns: &str, args: &[&str]) -> Child {
+        self.spawn_on(ns, None, args)
+    }
+
+    /// The MAC address of `dev` in `ns`.
+    pub fn mac(&self, ns: &str, dev: &str) -> String {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "cat",
+                &format!("/sys/class/net/{dev}/address"),
+            ])
+            .output()
+            .expect("ip netns exec cat");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of the veth pair, and with it the pair.
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
