@@ -464,10 +464,12 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
             } else {
                 let us = c.finished.since(c.started).as_picos() as f64 / 1e6;
                 let ok = c.status == DrpStatus::Success;
+                let crc = crc32fast::hash(&ep.memory()[..size as usize]);
                 let mut out = stdout.lock();
                 writeln!(
                     out,
-                    "transfer {}: {us:.1} µs ({}{}, {} set-up requests, {} frames resent)",
+                    "transfer {}: {us:.1} µs ({}{}, {} set-up requests, {} frames resent) crc32 \
+                     {crc:08x}",
                     i + 1,
                     mode_name(c.mode),
                     if ok { "" } else { ", FAILED: retries exceeded" },

@@ -99,6 +99,19 @@ fn dynamic_rdma_across_namespaces_exact_and_not_slower() {
             "{mode}: every write completes once at the responder"
         );
         assert_eq!(records.len(), count as usize, "{mode}");
+        // Hash-verified: the CRC-32 of each write's source at the initiator is the CRC-32 of
+        // what the responder holds when it completes that write.
+        let crcs = |text: &str, prefix: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with(prefix) && l.contains("crc32 "))
+                .filter_map(|l| l.rsplit("crc32 ").next().map(str::to_string))
+                .collect()
+        };
+        assert_eq!(
+            crcs(&out, "transfer "),
+            crcs(&served, "served write"),
+            "{mode}: every write's bytes arrived intact"
+        );
         let indirect = records.iter().filter(|r| r["mode"] == "indirect").count();
         match mode {
             "dynamic" => assert!(indirect > 0 && served.contains("(indirect)"), "{out}"),

@@ -4,7 +4,7 @@
 //! Noise, measured with `irn sim experiments/e12-dynamic-rdma.toml --set runs=2 --set
 //! transfers=150 --seed S` for S = 1–6: the change at FRP = 10 % lies in [-6.7 %, -4.0 %] (its
 //! expectation is about −FRP × (set-up timer + registration) / transfer time = −4.7 %); with
-//! loss only (LFP 5 and 10 %) in [-0.5 %, +0.1 %].
+//! loss only in [-0.1 %, +0.0 %] at LFP 5 % and [-0.4 %, +0.5 %] at 10 %.
 
 use irn_sim::drp::{all_intact, run_experiment, DrpExperiment, DrpReport};
 

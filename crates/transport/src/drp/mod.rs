@@ -35,8 +35,9 @@
 //! registered before it asks, so a read never needs an indirect buffer; data arriving before the
 //! reply tells the initiator the connection is up.
 //!
-//! Reliability is the seed's "TCP-like" window of 8 frames with fast retransmission
-//! ([`window`](self) module docs give the rules). Release is retried on the set-up timer; a
+//! Reliability is the seed's "TCP-like" window of 8 frames with fast retransmission; the data
+//! timer backs off exponentially on consecutive expiries, as TCP's does (the `window` module's
+//! docs give the rules). Release is retried on the set-up timer; a
 //! responder remembers the last [`DrpConfig::remembered_releases`] released TIDs so that a
 //! duplicate release request (its reply was lost) is answered again.
 //!
@@ -74,8 +75,8 @@ use irn_wire::drp::{
 };
 
 use crate::time::{Dur, Time};
-pub use window::MAX_WINDOW;
 use window::{AckOutcome, Arrival, FrameReceiver, FrameSender};
+pub use window::{MAX_BACKOFF, MAX_WINDOW};
 
 /// Traditional or dynamic RDMA (seed 003 §1.1 and §1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,7 +9,8 @@
 //! address as it arrives, so nothing is buffered for reordering); the sender retransmits the
 //! first unacknowledged frame on the third duplicate ACK (RFC 5681 §3.2) and, while it recovers,
 //! the next hole on every partial ACK (NewReno, RFC 6582 §3.2); the timer retransmits the first
-//! unacknowledged frame and enters the same recovery.
+//! unacknowledged frame, enters the same recovery and doubles itself until progress (RFC 6298
+//! §5.5), up to [`MAX_BACKOFF`] times its base value.
 
 use std::collections::VecDeque;
 
@@ -17,6 +18,9 @@ use crate::time::{Dur, Time};
 
 /// The largest window a receiver tracks (its bitmap's width).
 pub const MAX_WINDOW: u32 = 64;
+
+/// The data timer backs off to at most this multiple of its base value.
+pub const MAX_BACKOFF: u32 = 64;
 
 /// Sends `frames` numbered frames with at most `window` outstanding.
 #[derive(Debug, Clone)]
@@ -133,13 +137,16 @@ impl FrameSender {
         AckOutcome::Duplicate
     }
 
-    /// The retransmit timer fired.
+    /// The retransmit timer fired: resend the oldest frame and back the timer off, doubling it
+    /// per consecutive expiry up to [`MAX_BACKOFF`] times `rto` (RFC 6298 §5.5), so that a peer
+    /// that stalls for a while is not sent the same frame every `rto`.
     pub fn on_timeout(&mut self, now: Time, rto: Dur) {
         self.expiries += 1;
         self.dups = 0;
         self.recover = Some(self.next);
         self.queue_resend(self.una);
-        self.deadline = Some(now + rto);
+        let factor = 1u64 << self.expiries.min(MAX_BACKOFF.trailing_zeros());
+        self.deadline = Some(now + Dur::from_picos(rto.as_picos().saturating_mul(factor)));
     }
 }
 
@@ -255,10 +262,27 @@ mod tests {
         let t = Time::ZERO + RTO;
         s.on_timeout(t, RTO);
         assert_eq!(s.expiries, 1);
+        assert_eq!(
+            s.deadline,
+            Some(t + RTO + RTO),
+            "backed off to twice the timer"
+        );
         assert_eq!(s.take(t, RTO), Some(0));
-        assert_eq!(s.on_ack(t, RTO, 3), AckOutcome::Progress);
+        let mut u = t;
+        for _ in 0..10 {
+            s.on_timeout(u, RTO);
+            u = s.deadline.expect("armed");
+        }
+        let last = s.deadline.expect("armed");
+        s.on_timeout(last, RTO);
+        assert_eq!(
+            s.deadline.expect("armed").since(last),
+            Dur::from_picos(RTO.as_picos() * u64::from(MAX_BACKOFF)),
+            "capped"
+        );
+        assert_eq!(s.on_ack(last, RTO, 3), AckOutcome::Progress);
         assert!(s.done());
         assert_eq!(s.deadline, None);
-        assert_eq!(s.expiries, 0);
+        assert_eq!(s.expiries, 0, "progress resets the back-off");
     }
 }
