@@ -231,6 +231,15 @@ fn open_link(a: &DrpArgs) -> Result<Link> {
             Some(PcapWriter::with_header(f, header).map_err(|e| anyhow!("pcap: {e}"))?)
         }
     };
+    let frame = irn_wire::drp::HEADER_LEN + a.payload as usize;
+    if frame > sock.mtu() {
+        bail!(
+            "--payload {} makes {frame}-byte DRP frames, more than {}'s MTU of {} bytes",
+            a.payload,
+            a.iface,
+            sock.mtu()
+        );
+    }
     if !(0.0..1.0).contains(&a.loss) {
         bail!("--loss must be in [0, 1), not {}", a.loss);
     }
@@ -279,6 +288,7 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
     let mut reg_draws = Draws::new(a.seed, 2);
     let reg_delay = micros(a.registration_us, "--registration-us")?;
     let mut peers: BTreeMap<[u8; 6], DrpEndpoint> = BTreeMap::new();
+    let mut heard: BTreeMap<[u8; 6], Instant> = BTreeMap::new();
     let mut regs: Vec<PendingReg> = Vec::new();
     let mut served_writes = 0u32;
     let mut last_frame = Instant::now();
@@ -348,6 +358,14 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
             }
             link.flush(ep, MacAddr(*mac), now)?;
         }
+        // A peer with nothing in progress and silent for a minute is forgotten (its memory freed).
+        peers.retain(|mac, ep| {
+            ep.active() > 0
+                || heard
+                    .get(mac)
+                    .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        });
+        heard.retain(|mac, _| peers.contains_key(mac));
         if a.count
             .is_some_and(|n| served_writes >= n && last_frame.elapsed() > Duration::from_secs(1))
         {
@@ -370,6 +388,7 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
             }
             let mut src = [0u8; 6];
             src.copy_from_slice(&frame[6..12]);
+            heard.insert(src, Instant::now());
             let ep = match peers.entry(src) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::btree_map::Entry::Vacant(v) => {
@@ -412,6 +431,12 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
         .ok_or_else(|| anyhow!("--size {size} is too large"))?;
     let mut link = open_link(a)?;
     let mut ep = DrpEndpoint::new(cfg, mem.max(1))?;
+    // A fresh TID space per run, so that a responder that outlives us does not take our
+    // transfers for duplicates of the last run's.
+    let clock_bits = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    ep.set_next_tid(mix(clock_bits ^ u64::from(std::process::id())) as u32);
     let clock = Clock(Instant::now());
     let verify = !a.no_verify;
     let mut buf = vec![0u8; 65536];
@@ -452,8 +477,9 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
             idle_since = Instant::now();
             if c.op == DrpOp::Read {
                 // The read-back of write i.
-                let ok = c.status == DrpStatus::Success
-                    && ep.memory()[..size as usize] == ep.memory()[size as usize..];
+                let n = size as usize;
+                let ok =
+                    c.status == DrpStatus::Success && ep.memory()[..n] == ep.memory()[n..2 * n];
                 if let Some(r) = records.last_mut() {
                     r.verified = Some(ok);
                 }

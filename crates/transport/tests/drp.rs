@@ -846,3 +846,139 @@ proptest! {
         prop_assert!(c.frames_rx > 0);
     }
 }
+
+#[test]
+fn regions_that_wrap_or_exceed_memory_are_refused_not_a_panic() {
+    // A read request whose initiator region wraps the address space: counted, never answered.
+    let mut net = Net::pair(DrpMode::Dynamic);
+    let mut buf = vec![0u8; 36];
+    DrpRepr {
+        control: CTRL_CONN_REQ,
+        tid: 9,
+        sba: u64::MAX - 15,
+        dba: 0,
+        len: 4096,
+        ..DrpRepr::default()
+    }
+    .emit(&mut buf)
+    .expect("emit");
+    net.b.handle_frame(Time::ZERO, &buf);
+    assert_eq!(net.b.counters().bad_regions, 1);
+    assert_eq!(net.b.active(), 0);
+    // A request for a region beyond the responder's memory: the registration fails whatever the
+    // upper layer says, so the transfer fails cleanly at the initiator.
+    let mut net = Net::pair(DrpMode::Dynamic);
+    net.a
+        .post_write(Time::ZERO, 0, MEM as u64 - 100, 4096)
+        .expect("post");
+    net.run();
+    let ca = Net::completions(&net.events_a);
+    assert_eq!(ca.len(), 1);
+    assert_eq!(ca[0].status, DrpStatus::RetryExceeded);
+    assert!(net.b.counters().bad_regions > 0);
+    assert_eq!(net.b.indirect_bytes(), 0);
+    // Posting a remote region that wraps is refused.
+    assert!(net.a.post_write(Time::ZERO, 0, u64::MAX - 10, 100).is_err());
+    assert!(net.a.post_read(Time::ZERO, 0, u64::MAX, 2).is_err());
+}
+
+#[test]
+fn an_abandoned_transfer_is_forgotten_and_its_buffer_freed() {
+    // Registration always fails: the dynamic initiator sends everything indirect, then gives
+    // up; the responder forgets the transfer once the initiator has been silent long enough,
+    // and the parked bytes are free again.
+    let mut net = Net::pair(DrpMode::Dynamic);
+    net.reg_fails = Box::new(|_, _| true);
+    net.fill(0, 64 * 1024, 1);
+    net.a.post_write(Time::ZERO, 0, 0, 64 * 1024).expect("post");
+    net.run();
+    assert_eq!(
+        Net::completions(&net.events_a)[0].status,
+        DrpStatus::RetryExceeded
+    );
+    assert!(net.b.counters().indirect_frames > 0);
+    assert_eq!(net.b.counters().abandoned, 1);
+    assert_eq!(net.b.active(), 0);
+    assert_eq!(
+        net.b.indirect_bytes(),
+        0,
+        "the buffer is free for the next transfer"
+    );
+    assert!(
+        net.b.memory().iter().all(|&x| x == 0),
+        "nothing placed unregistered"
+    );
+    // Forged indirect frames that the buffer cannot take open no entry.
+    let mut cfg = DrpConfig::seed(DrpMode::Dynamic);
+    cfg.indirect_buffer = 0;
+    let mut ep = DrpEndpoint::new(cfg, 1024).expect("config");
+    let mut frame = vec![0u8; 36 + 8];
+    for tid in 1..100 {
+        DrpRepr {
+            control: CTRL_DATA | CTRL_WRITE | CTRL_INDIRECT,
+            tid,
+            len: 8,
+            ..DrpRepr::default()
+        }
+        .emit(&mut frame)
+        .expect("emit");
+        ep.handle_frame(Time::ZERO, &frame);
+    }
+    assert_eq!(ep.active(), 0);
+    assert_eq!(ep.counters().indirect_full, 99);
+}
+
+#[test]
+fn zero_length_transfers_complete_without_a_timeout() {
+    for mode in [DrpMode::Traditional, DrpMode::Dynamic] {
+        let mut net = Net::pair(mode);
+        net.a.post_write(Time::ZERO, 0, 0, 0).expect("post");
+        net.a.post_read(Time::ZERO, 0, 0, 0).expect("post");
+        net.run();
+        let ca = Net::completions(&net.events_a);
+        assert_eq!(ca.len(), 2, "{mode:?}");
+        assert!(ca.iter().all(|c| c.status == DrpStatus::Success));
+        assert_eq!(
+            net.a.counters().timeouts + net.b.counters().timeouts,
+            0,
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn a_forged_read_frame_does_not_stand_in_for_the_connection() {
+    // The read's request is lost; a frame outside the read's region arrives: it is dropped and
+    // the initiator goes on asking, and the read completes.
+    let mut net = Net::pair(DrpMode::Traditional);
+    let mut requests = 0;
+    net.drop = Box::new(move |r, to_b| {
+        if to_b && is(r, CTRL_CONN_REQ) {
+            requests += 1;
+            return requests == 1;
+        }
+        false
+    });
+    net.b.memory_mut()[..100].fill(7);
+    let tid = net.a.post_read(Time::ZERO, 1000, 0, 100).expect("post");
+    net.pump();
+    let mut frame = vec![0u8; 36 + 4];
+    DrpRepr {
+        control: CTRL_DATA,
+        tid,
+        sn: 0,
+        sba: 0,
+        len: 4,
+        ..DrpRepr::default()
+    }
+    .emit(&mut frame)
+    .expect("emit");
+    net.a.handle_frame(Time::ZERO, &frame);
+    assert_eq!(net.a.counters().out_of_region, 4);
+    net.run();
+    let ca = Net::completions(&net.events_a);
+    assert_eq!(ca[0].status, DrpStatus::Success);
+    assert_eq!(ca[0].mode, TransferMode::Direct);
+    assert!(net.a.memory()[1000..1100].iter().all(|&x| x == 7));
+    assert!(net.a.memory()[..1000].iter().all(|&x| x == 0));
+}

@@ -23,6 +23,7 @@ pub struct PacketSocket {
     fd: OwnedFd,
     mac: MacAddr,
     ifindex: i32,
+    mtu: usize,
     iface: String,
 }
 
@@ -49,6 +50,9 @@ impl PacketSocket {
         let ifindex: i32 = read_sys(iface, "ifindex")?
             .parse()
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
+        let mtu: usize = read_sys(iface, "mtu")?
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad MTU"))?;
         let mac = parse_mac(&read_sys(iface, "address")?).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -72,6 +76,7 @@ impl PacketSocket {
             fd,
             mac,
             ifindex,
+            mtu,
             iface: iface.to_string(),
         })
     }
@@ -84,6 +89,11 @@ impl PacketSocket {
     /// The interface's name.
     pub fn iface(&self) -> &str {
         &self.iface
+    }
+
+    /// The interface's MTU: the largest payload after the Ethernet header.
+    pub fn mtu(&self) -> usize {
+        self.mtu
     }
 
     /// The interface's index.

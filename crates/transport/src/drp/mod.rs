@@ -58,7 +58,12 @@
 //!   [`DrpStatus::RetryExceeded`] after [`DrpConfig::max_retries`] consecutive expiries of either.
 //! * **Bad input is counted and dropped, never a panic** ([`DrpCounters`]): truncated frames, data
 //!   for an unknown TID in direct mode, replies for finished transfers, duplicate releases of
-//!   forgotten TIDs, ACKs for frames never sent.
+//!   forgotten TIDs, ACKs for frames never sent, regions that wrap the address space or lie
+//!   beyond memory (registration fails). Parked data that falls outside the region when drained
+//!   makes the transfer fail (its release is refused) rather than complete with bytes missing.
+//! * **A silent initiator is forgotten**: a responder drops a transfer (and frees its parked
+//!   bytes) when its initiator has sent nothing for twice the longest a live one can stay
+//!   silent; indirect data for an unknown TID opens an entry only if the buffer can take it.
 //!
 //! Frame layout: [`irn_wire::drp`] and docs/WIRE.md. An acknowledgement of data is a frame with
 //! none of the set-up, data or release bits: it carries ACKN and the TYPE bit of its transfer.
@@ -182,6 +187,12 @@ impl DrpConfig {
         if self.dup_ack_threshold == 0 {
             return bad("dup_ack_threshold", "must be at least 1");
         }
+        if self.remembered_releases == 0 {
+            return bad(
+                "remembered_releases",
+                "must be at least 1 (a lost release reply could never be answered)",
+            );
+        }
         Ok(())
     }
 }
@@ -212,6 +223,14 @@ pub enum DrpPostError {
     /// LEN does not fit the frame's 32-bit field.
     #[error("transfer of {0} bytes exceeds DRP's 32-bit LEN")]
     TooLong(u64),
+    /// The remote region wraps the 64-bit address space.
+    #[error("remote region {addr:#x}+{len} wraps the address space")]
+    RemoteWraps {
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
 }
 
 /// Read or write.
@@ -355,6 +374,11 @@ pub struct DrpCounters {
     pub invalid_acks: u64,
     /// Registration answers for no pending registration.
     pub stray_registrations: u64,
+    /// Requests for regions that wrap the address space, and registrations of regions beyond
+    /// memory (answered as failed).
+    pub bad_regions: u64,
+    /// Responder transfers forgotten after the peer fell silent (their parked bytes freed).
+    pub abandoned: u64,
 }
 
 /// The initiator's side of one transfer.
@@ -415,6 +439,34 @@ struct Incoming {
     /// Read: reply retransmit timer while unconfirmed.
     deadline: Option<Time>,
     expiries: u32,
+    /// When the peer last sent a frame of this transfer.
+    last_heard: Time,
+    /// Parked data fell outside the region when drained: the transfer cannot succeed.
+    damaged: bool,
+}
+
+impl Incoming {
+    fn new(op: DrpOp, now: Time) -> Incoming {
+        Incoming {
+            op,
+            known: false,
+            sba: 0,
+            dba: 0,
+            len: 0,
+            started: now,
+            reg: Registration::None,
+            registrations: 0,
+            receiver: FrameReceiver::default(),
+            parked: Vec::new(),
+            parked_bytes: 0,
+            indirect: false,
+            sender: None,
+            deadline: None,
+            expiries: 0,
+            last_heard: now,
+            damaged: false,
+        }
+    }
 }
 
 /// One DRP endpoint (see the module docs for the contract and the protocol).
@@ -496,6 +548,24 @@ impl DrpEndpoint {
         self.outgoing.len() + self.incoming.len()
     }
 
+    /// Sets the TID of the next transfer posted (0 is skipped). A driver whose endpoint may meet
+    /// a responder that outlives it starts from a random TID, as TCP picks its initial sequence
+    /// number, so that a new run's transfers are not mistaken for an old run's duplicates.
+    pub fn set_next_tid(&mut self, tid: u32) {
+        self.next_tid = tid.max(1);
+    }
+
+    /// How long a responder keeps a transfer whose initiator has fallen silent: twice the longest
+    /// a live initiator can stay silent (its timers backed off to the limit).
+    fn idle_timeout(&self) -> Dur {
+        let longest = self.config.setup_timeout.max(self.config.data_timeout);
+        Dur::from_picos(
+            longest
+                .as_picos()
+                .saturating_mul(2 * u64::from(MAX_BACKOFF)),
+        )
+    }
+
     fn check_local(&self, addr: u64, len: u64) -> Result<(), DrpPostError> {
         if len > u64::from(u32::MAX) {
             return Err(DrpPostError::TooLong(len));
@@ -519,6 +589,9 @@ impl DrpEndpoint {
         len: u64,
     ) -> Result<u32, DrpPostError> {
         self.check_local(local, len)?;
+        if remote.checked_add(len).is_none() {
+            return Err(DrpPostError::RemoteWraps { addr: remote, len });
+        }
         let tid = self.next_tid;
         self.next_tid = self.next_tid.wrapping_add(1).max(1);
         let o = Outgoing {
@@ -599,7 +672,15 @@ impl DrpEndpoint {
             self.counters.stray_registrations += 1;
             return;
         }
-        if !ok {
+        // The NIC cannot map a region beyond the memory it has, whatever the upper layer says.
+        let fits = s
+            .dba
+            .checked_add(s.len)
+            .is_some_and(|e| e <= self.memory.len() as u64);
+        if ok && !fits {
+            self.counters.bad_regions += 1;
+        }
+        if !(ok && fits) {
             s.reg = Registration::Failed;
             let reply = Self::reply(tid, s, STATUS_REG_FAILED);
             self.control.push_back(reply);
@@ -619,6 +700,7 @@ impl DrpEndpoint {
                 self.counters.indirect_drained += bytes.len() as u64;
             } else {
                 self.counters.out_of_region += bytes.len() as u64;
+                s.damaged = true;
             }
         }
         let reply = Self::reply(tid, s, STATUS_OK);
@@ -687,23 +769,17 @@ impl DrpEndpoint {
             self.counters.duplicate_requests += 1;
             return;
         }
-        let s = self.incoming.entry(r.tid).or_insert_with(|| Incoming {
-            op,
-            known: false,
-            sba: 0,
-            dba: 0,
-            len: 0,
-            started: now,
-            reg: Registration::None,
-            registrations: 0,
-            receiver: FrameReceiver::default(),
-            parked: Vec::new(),
-            parked_bytes: 0,
-            indirect: false,
-            sender: None,
-            deadline: None,
-            expiries: 0,
-        });
+        let len = u64::from(r.len);
+        if r.sba.checked_add(len).is_none() || r.dba.checked_add(len).is_none() {
+            // A region that wraps the address space: no registration could mean anything.
+            self.counters.bad_regions += 1;
+            return;
+        }
+        let s = self
+            .incoming
+            .entry(r.tid)
+            .or_insert_with(|| Incoming::new(op, now));
+        s.last_heard = now;
         if s.op != op {
             self.counters.bad_control += 1;
             return;
@@ -752,26 +828,16 @@ impl DrpEndpoint {
             }
             // Indirect data before the request (seed 003 §1.2: "the responder finds no connection
             // in its status block and can only put the data in the indirect buffer").
-            self.incoming.insert(
-                r.tid,
-                Incoming {
-                    op: DrpOp::Write,
-                    known: false,
-                    sba: 0,
-                    dba: 0,
-                    len: 0,
-                    started: now,
-                    reg: Registration::None,
-                    registrations: 0,
-                    receiver: FrameReceiver::default(),
-                    parked: Vec::new(),
-                    parked_bytes: 0,
-                    indirect: true,
-                    sender: None,
-                    deadline: None,
-                    expiries: 0,
-                },
-            );
+            // Only a frame the buffer can take opens an entry, so forged frames cannot grow
+            // the table beyond what the buffer holds.
+            if payload.is_empty() || self.parked_total + payload.len() > self.config.indirect_buffer
+            {
+                self.counters.indirect_full += u64::from(!payload.is_empty());
+                self.counters.unknown_tid += u64::from(payload.is_empty());
+                return;
+            }
+            self.incoming
+                .insert(r.tid, Incoming::new(DrpOp::Write, now));
         }
         let capacity = self.config.indirect_buffer;
         let s = self.incoming.get_mut(&r.tid).expect("present");
@@ -780,6 +846,7 @@ impl DrpEndpoint {
             return;
         }
         s.indirect |= indirect_frame;
+        s.last_heard = now;
         match s.receiver.classify(r.sn) {
             Arrival::OutOfWindow => {
                 self.counters.out_of_window += 1;
@@ -827,6 +894,7 @@ impl DrpEndpoint {
             self.counters.unknown_tid += 1;
             return;
         }
+        s.last_heard = now;
         match &mut s.sender {
             None => {
                 // The initiator confirms our valid reply: start sending (direct read).
@@ -860,6 +928,7 @@ impl DrpEndpoint {
         };
         // Release only a transfer whose data is all where it belongs.
         let complete = s.op == op
+            && !s.damaged
             && s.reg == Registration::Done
             && s.parked.is_empty()
             && match op {
@@ -946,18 +1015,17 @@ impl DrpEndpoint {
             // sender has its own timer.
             o.deadline = (o.op == DrpOp::Read).then(|| now + self.config.data_timeout);
             o.expiries = 0;
-            let op = o.op;
+            if o.op == DrpOp::Read {
+                // Confirm the reply (the responder sends once it hears this), before any release
+                // request, which the responder refuses until it has started.
+                let ack = Self::ack_frame(r.tid, DrpOp::Read, o.receiver.expected);
+                self.control.push_back(ack);
+            }
             if o.mode.is_some() {
                 // Indirect already: "update status block and abort REQ_ACK".
                 self.maybe_release(now, r.tid);
             } else {
                 self.start_sending(now, r.tid, TransferMode::Direct, false);
-            }
-            if op == DrpOp::Read {
-                // Confirm the reply: the responder sends once it hears this.
-                let o = &self.outgoing[&r.tid];
-                self.control
-                    .push_back(Self::ack_frame(r.tid, DrpOp::Read, o.receiver.expected));
             }
         } else {
             self.counters.invalid_replies += 1;
@@ -997,27 +1065,29 @@ impl DrpEndpoint {
             self.counters.unknown_tid += 1;
             return;
         };
+        let arrival = o.receiver.classify(r.sn);
+        let len = payload.len() as u64;
+        let end = r.sba.saturating_add(len);
+        if arrival == Arrival::OutOfWindow {
+            self.counters.out_of_window += 1;
+            return;
+        }
+        if arrival == Arrival::New && (r.sba < o.sba || end > o.sba + o.len) {
+            self.counters.out_of_region += len;
+            return;
+        }
         if !o.connected {
             // Data before the reply: the responder registered and went indirect (its valid reply
-            // was lost). Its data is the proof of connection.
+            // was lost). Data that fits the transfer is the proof of connection.
             o.connected = true;
             o.expiries = 0;
             self.start_sending(now, r.tid, TransferMode::Indirect, false);
         }
         let o = self.outgoing.get_mut(&r.tid).expect("present");
-        match o.receiver.classify(r.sn) {
-            Arrival::OutOfWindow => {
-                self.counters.out_of_window += 1;
-                return;
-            }
+        match arrival {
+            Arrival::OutOfWindow => unreachable!("returned above"),
             Arrival::Duplicate => self.counters.duplicate_data += 1,
             Arrival::New => {
-                let len = payload.len() as u64;
-                let end = r.sba.saturating_add(len);
-                if r.sba < o.sba || end > o.sba + o.len {
-                    self.counters.out_of_region += len;
-                    return;
-                }
                 self.memory[r.sba as usize..end as usize].copy_from_slice(payload);
                 o.receiver.record(r.sn);
                 if end == o.sba + o.len {
@@ -1114,10 +1184,15 @@ impl DrpEndpoint {
                 .into_iter()
                 .flatten()
         });
-        let inc = self.incoming.values().flat_map(|s| {
-            [s.deadline, s.sender.as_ref().and_then(|x| x.deadline)]
-                .into_iter()
-                .flatten()
+        let idle = self.idle_timeout();
+        let inc = self.incoming.values().flat_map(move |s| {
+            [
+                s.deadline,
+                s.sender.as_ref().and_then(|x| x.deadline),
+                Some(s.last_heard + idle),
+            ]
+            .into_iter()
+            .flatten()
         });
         out.chain(inc).min()
     }
@@ -1140,8 +1215,12 @@ impl DrpEndpoint {
                 if o.releasing {
                     self.send_release(now, tid);
                 } else if o.connected {
-                    // A read waiting for data: confirm again what we have.
-                    o.deadline = Some(now + cfg.data_timeout);
+                    // A read waiting for data: confirm again what we have, backing off as the
+                    // responder's data timer does.
+                    let factor = 1u64 << o.expiries.min(MAX_BACKOFF.trailing_zeros());
+                    o.deadline = Some(
+                        now + Dur::from_picos(cfg.data_timeout.as_picos().saturating_mul(factor)),
+                    );
                     let ack = Self::ack_frame(tid, DrpOp::Read, o.receiver.expected);
                     self.control.push_back(ack);
                 } else {
@@ -1170,9 +1249,17 @@ impl DrpEndpoint {
                 self.finish(now, tid, DrpStatus::RetryExceeded);
             }
         }
+        let idle = self.idle_timeout();
         let tids: Vec<u32> = self.incoming.keys().copied().collect();
         for tid in tids {
             let s = self.incoming.get_mut(&tid).expect("present");
+            if s.last_heard + idle <= now {
+                // The initiator is gone (it failed or died): free what the transfer holds.
+                self.parked_total -= s.parked_bytes;
+                self.incoming.remove(&tid);
+                self.counters.abandoned += 1;
+                continue;
+            }
             if s.deadline.is_some_and(|d| d <= now) {
                 // A read responder's valid reply is unconfirmed.
                 self.counters.timeouts += 1;
@@ -1266,23 +1353,25 @@ impl DrpEndpoint {
             )
         };
         let off = u64::from(sn) * payload;
-        let chunk = payload.min(len - off);
-        let src = if incoming { dba + off } else { sba + off };
+        let chunk = payload.min(len.saturating_sub(off));
+        // Regions were checked not to wrap (post, request); wrapping arithmetic keeps a forged
+        // one from panicking here all the same.
+        let src = if incoming { dba } else { sba }.wrapping_add(off);
         let repr = DrpRepr {
             control: CTRL_DATA | type_bit(op) | mode_bit(mode),
             status: 0,
             tid,
             sn,
             ackn: 0,
-            sba: sba + off,
-            dba: dba + off,
+            sba: sba.wrapping_add(off),
+            dba: dba.wrapping_add(off),
             len: chunk as u32,
         };
         out.resize(HEADER_LEN + chunk as usize, 0);
         repr.emit(out).expect("header fits");
         // The local region was checked at post (initiator) or registration (responder); a
         // responder region beyond memory sends zeros rather than panic.
-        let end = (src + chunk).min(self.memory.len() as u64);
+        let end = src.saturating_add(chunk).min(self.memory.len() as u64);
         if src < end {
             out[HEADER_LEN..HEADER_LEN + (end - src) as usize]
                 .copy_from_slice(&self.memory[src as usize..end as usize]);
