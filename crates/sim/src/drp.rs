@@ -230,16 +230,7 @@ impl DrpExperiment {
     ) -> Result<Self, ConfigError> {
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::new(origin, e.to_string()))?;
-        for s in sets {
-            let (k, v) = s
-                .split_once('=')
-                .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
-            crate::config::set_path(&mut table, k.trim(), crate::config::parse_value(v.trim()))
-                .map_err(|m| ConfigError::new("--set", m))?;
-        }
-        if let Some(seed) = seed {
-            table.insert("seed".into(), toml::Value::Integer(seed as i64));
-        }
+        crate::config::apply_sets(&mut table, sets, seed)?;
         let text = toml::to_string(&table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
         let exp: DrpExperiment =
             toml::from_str(&text).map_err(|e| ConfigError::new(origin, e.message().to_string()))?;

@@ -46,6 +46,25 @@ pub(crate) fn set_path(
     Ok(())
 }
 
+/// Applies `--set key=value` overrides and a `--seed` to an experiment's top-level table.
+pub(crate) fn apply_sets(
+    table: &mut toml::Table,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<(), ConfigError> {
+    for s in sets {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
+        set_path(table, k.trim(), parse_value(v.trim()))
+            .map_err(|m| ConfigError::new("--set", m))?;
+    }
+    if let Some(seed) = seed {
+        table.insert("seed".into(), toml::Value::Integer(seed as i64));
+    }
+    Ok(())
+}
+
 /// Merges `over` into `base`, table by table.
 fn merge(base: &mut toml::Table, over: &toml::Table) {
     for (k, v) in over {
@@ -104,16 +123,7 @@ pub fn load_experiment(
     if let Err(e) = toml::from_str::<SimConfig>(text_for_schema(text, &base_text)) {
         return Err(ConfigError::new(origin, e.to_string()));
     }
-    for s in sets {
-        let (k, v) = s
-            .split_once('=')
-            .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
-        set_path(&mut table, k.trim(), parse_value(v.trim()))
-            .map_err(|m| ConfigError::new("--set", m))?;
-    }
-    if let Some(seed) = seed {
-        table.insert("seed".into(), toml::Value::Integer(seed as i64));
-    }
+    apply_sets(&mut table, sets, seed)?;
     // Stage 2: every run (and sweep point), merged and validated.
     let mut variants: Vec<(String, toml::Table)> = Vec::new();
     if runs.is_empty() {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod experiment;
 
-pub(crate) use experiment::set_path;
+pub(crate) use experiment::apply_sets;
 pub use experiment::{load_experiment, parse_value, Experiment};
 
 /// An error in a configuration: which file (or `--set`), and what is wrong.
