@@ -32,8 +32,9 @@
 //! chooses the mode. It sends data once the initiator confirms the valid reply (an acknowledgement
 //! of frame 0, the three-way handshake of a read), or — dynamic — when its reply timer expires the
 //! second time unconfirmed, i.e. when the valid reply was probably lost. The initiator's memory is
-//! registered before it asks, so a read never needs an indirect buffer; data arriving before the
-//! reply tells the initiator the connection is up.
+//! registered before it asks, so a read never needs an indirect buffer; data of the transfer
+//! (inside its window and region) arriving before the reply tells the initiator the connection is
+//! up.
 //!
 //! Reliability is the seed's "TCP-like" window of 8 frames with fast retransmission; the data
 //! timer backs off exponentially on consecutive expiries, as TCP's does (the `window` module's
@@ -49,8 +50,9 @@
 //!   would need a new message; stopping needs none, and the sender's behaviour is the one it has
 //!   for loss anyway. A traditional NIC has no indirect buffer (capacity 0).
 //! * **Data frames carry their own addresses**: SBA and DBA of a data frame are the addresses of
-//!   *that frame's* bytes at the initiator and the responder (the seed: "the responder finds the
-//!   data's address from the header's DBA, LEN and SN"), so a responder that never saw the
+//!   *that frame's* bytes at the initiator and the responder (the seed, §1.1, in our translation:
+//!   the responder "determines the data's address in the region from the header's DBA, LEN, SN"),
+//!   so a responder that never saw the
 //!   request can still buffer the data and place it once the region is known. It places nothing
 //!   outside the registered region (counted `out_of_region`).
 //! * **Timers**: one retransmit timer for set-up and release frames ([`DrpConfig::setup_timeout`])
