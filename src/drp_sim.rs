@@ -116,6 +116,10 @@ fn plot(path: &std::path::Path, r: &DrpReport) -> Result<()> {
     root.fill(&WHITE)?;
     let panels = root.split_evenly((1, n));
     for (s, area) in r.series.iter().zip(panels.iter()) {
+        if s.x == "size" {
+            size_panel(area, s)?;
+            continue;
+        }
         let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
         let (x0, x1) = xs
             .iter()
@@ -125,7 +129,7 @@ fn plot(path: &std::path::Path, r: &DrpReport) -> Result<()> {
         } else {
             (x0 - 1.0, x0 + 1.0)
         };
-        let scale = if s.x == "size" { 1.0 } else { 100.0 };
+        let scale = 100.0;
         let ymax = s
             .points
             .iter()
@@ -149,8 +153,7 @@ fn plot(path: &std::path::Path, r: &DrpReport) -> Result<()> {
             .x_desc(match s.x.as_str() {
                 "frp" => "FRP (%)",
                 "lfp" => "LFP (%)",
-                "both" => "FRP = LFP (%)",
-                _ => "transfer size (B)",
+                _ => "FRP = LFP (%)",
             })
             .y_desc("mean transfer time (µs)")
             .draw()?;
@@ -181,5 +184,43 @@ fn plot(path: &std::path::Path, r: &DrpReport) -> Result<()> {
             .draw()?;
     }
     root.present()?;
+    Ok(())
+}
+
+/// A size sweep: what matters is the relative gain, against the transfer size on a log scale.
+fn size_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    s: &DrpSeriesResult,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let pts: Vec<(f64, f64)> = s
+        .points
+        .iter()
+        .map(|p| (p.x.max(1.0) / 1024.0, p.change_pct))
+        .collect();
+    let (x0, x1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &(x, _)| (a.min(x), b.max(x)));
+    let ymin = pts.iter().map(|p| p.1).fold(0.0, f64::min) * 1.2 - 0.5;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&s.name, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), ymin..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("transfer size (KiB, log scale)")
+        .y_desc("dynamic vs traditional (%)")
+        .draw()?;
+    let color = RGBColor(31, 119, 180);
+    chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
+    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    chart.draw_series(LineSeries::new(
+        [(x0 / 1.5, 0.0), (x1 * 1.5, 0.0)],
+        BLACK.mix(0.5),
+    ))?;
     Ok(())
 }
