@@ -21,25 +21,20 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{anyhow, bail, Context, Result};
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::DataLink;
 
 use irn_transport::drp::{
     DrpConfig, DrpEndpoint, DrpEvent, DrpMode, DrpOp, DrpRole, DrpStatus, TransferMode,
 };
-use irn_transport::rng::{mix, Rng};
+use irn_transport::rng::mix;
 use irn_transport::{Dur, Time};
+use irn_verbs::drp::{fill_seeded, Clock, Draws, DrpLink, ETHERTYPE_DRP};
 use irn_verbs::packet::{parse_mac, PacketSocket};
-use irn_wire::drp::{Drp, DrpRepr, CTRL_INDIRECT};
 use irn_wire::ethernet::MacAddr;
-
-/// DRP's EtherType (seed 003 §2.1: from the experimental range 0x0101–0x01FF).
-const ETHERTYPE_DRP: u16 = 0x01ff;
 
 /// Options of `irn drp`.
 #[derive(clap::Args)]
@@ -111,105 +106,7 @@ fn endpoint_config(a: &DrpArgs) -> Result<DrpConfig> {
     Ok(c)
 }
 
-/// The wall clock as the endpoint's time.
-struct Clock(Instant);
-impl Clock {
-    fn now(&self) -> Time {
-        Time::from_picos(self.0.elapsed().as_nanos() as u64 * 1000)
-    }
-    fn until(&self, t: Time) -> Duration {
-        Duration::from_nanos(t.since(self.now()).as_picos() / 1000)
-    }
-}
-
-/// Draws decided by *what* they are about, not by when they are drawn: the k-th transmission
-/// of a given frame (TID, kind, SN, ACKN — not the MODE bit) is lost or not, and the k-th
-/// registration of a given TID fails or not, the same way in every run with the same seed. So a
-/// traditional and a dynamic run lose the same frames and fail the same registrations (common
-/// random numbers, as in the simulator), and their difference is the method's.
-struct Draws {
-    seed: u64,
-    seen: BTreeMap<u64, u64>,
-}
-
-impl Draws {
-    fn new(seed: u64, stream: u64) -> Draws {
-        Draws {
-            seed: mix(seed ^ mix(stream)),
-            seen: BTreeMap::new(),
-        }
-    }
-
-    /// Whether occurrence k of `ident` falls below probability `p`.
-    fn chance(&mut self, ident: u64, p: f64) -> bool {
-        if p <= 0.0 {
-            return false;
-        }
-        let key = mix(self.seed ^ ident);
-        let k = self.seen.entry(key).or_insert(0);
-        *k += 1;
-        let h = mix(key ^ mix(*k));
-        ((h >> 11) as f64) / ((1u64 << 53) as f64) < p
-    }
-}
-
-/// A frame's identity for [`Draws`]: its header without the MODE bit.
-fn frame_ident(drp: &[u8]) -> u64 {
-    match Drp::new_checked(drp)
-        .ok()
-        .and_then(|v| DrpRepr::parse(&v).ok())
-    {
-        Some(r) => mix(u64::from(r.tid)
-            ^ mix(u64::from(r.control & !CTRL_INDIRECT) << 56 | u64::from(r.sn))
-            ^ mix(u64::from(r.ackn) | 1 << 40)),
-        None => 0,
-    }
-}
-
-/// The socket, the capture and this end's loss.
-struct Link {
-    sock: PacketSocket,
-    pcap: Option<PcapWriter<BufWriter<File>>>,
-    loss: f64,
-    draws: Draws,
-    frame: Vec<u8>,
-    dropped: u64,
-}
-
-impl Link {
-    fn capture(&mut self, frame: &[u8]) {
-        if let Some(w) = self.pcap.as_mut() {
-            let ts = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or(Duration::ZERO);
-            let _ = w.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame));
-        }
-    }
-
-    /// Sends everything `ep` has for `peer`.
-    fn flush(&mut self, ep: &mut DrpEndpoint, peer: MacAddr, now: Time) -> Result<()> {
-        let mut drp = Vec::new();
-        while ep.poll_transmit(now, &mut drp) {
-            if self.draws.chance(frame_ident(&drp), self.loss) {
-                self.dropped += 1;
-                continue;
-            }
-            self.frame.clear();
-            self.frame.extend_from_slice(&peer.0);
-            self.frame.extend_from_slice(&self.sock.mac().0);
-            self.frame.extend_from_slice(&ETHERTYPE_DRP.to_be_bytes());
-            self.frame.extend_from_slice(&drp);
-            let frame = std::mem::take(&mut self.frame);
-            let sent = self.sock.send(&frame);
-            self.capture(&frame);
-            self.frame = frame;
-            sent.with_context(|| format!("sending on {}", self.sock.iface()))?;
-        }
-        Ok(())
-    }
-}
-
-fn open_link(a: &DrpArgs) -> Result<Link> {
+fn open_link(a: &DrpArgs) -> Result<DrpLink> {
     let sock = PacketSocket::open(&a.iface, ETHERTYPE_DRP).with_context(|| {
         format!(
             "opening a raw Ethernet socket on {} (needs CAP_NET_RAW: root or a namespace of \
@@ -217,20 +114,6 @@ fn open_link(a: &DrpArgs) -> Result<Link> {
             a.iface
         )
     })?;
-    let pcap = match &a.pcap {
-        None => None,
-        Some(p) => {
-            let f = BufWriter::new(
-                File::create(p).with_context(|| format!("creating {}", p.display()))?,
-            );
-            let header = PcapHeader {
-                datalink: DataLink::ETHERNET,
-                snaplen: 65535,
-                ..PcapHeader::default()
-            };
-            Some(PcapWriter::with_header(f, header).map_err(|e| anyhow!("pcap: {e}"))?)
-        }
-    };
     let frame = irn_wire::drp::HEADER_LEN + a.payload as usize;
     if frame > sock.mtu() {
         bail!(
@@ -246,14 +129,8 @@ fn open_link(a: &DrpArgs) -> Result<Link> {
     if !(0.0..=1.0).contains(&a.frp) {
         bail!("--frp must be in [0, 1], not {}", a.frp);
     }
-    Ok(Link {
-        sock,
-        pcap,
-        loss: a.loss,
-        draws: Draws::new(a.seed, 1),
-        frame: Vec::with_capacity(2048),
-        dropped: 0,
-    })
+    DrpLink::new(sock, a.pcap.as_deref(), a.loss, a.seed)
+        .with_context(|| format!("creating the capture {:?}", a.pcap))
 }
 
 /// A registration the upper layer will answer.
@@ -284,8 +161,11 @@ pub fn run(a: DrpArgs) -> Result<bool> {
 
 fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
     let mut link = open_link(a)?;
-    let clock = Clock(Instant::now());
+    let clock = Clock::start();
     let mut reg_draws = Draws::new(a.seed, 2);
+    // Per peer, its first TID: registration failures are drawn by TID counted from there, so
+    // runs whose TIDs start elsewhere meet the same failures.
+    let mut reg_base: BTreeMap<[u8; 6], u32> = BTreeMap::new();
     let reg_delay = micros(a.registration_us, "--registration-us")?;
     let mut peers: BTreeMap<[u8; 6], DrpEndpoint> = BTreeMap::new();
     let mut heard: BTreeMap<[u8; 6], Instant> = BTreeMap::new();
@@ -297,7 +177,7 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
     println!(
         "irn drp: responder on {} ({}), {} mode, memory {} B",
         a.iface,
-        link.sock.mac(),
+        link.sock().mac(),
         a.mode.name(),
         a.memory
     );
@@ -327,7 +207,10 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
                             at: now + reg_delay,
                             peer: *mac,
                             tid,
-                            ok: fits && !reg_draws.chance(mix(u64::from(tid)), a.frp),
+                            ok: fits && {
+                                let base = *reg_base.entry(*mac).or_insert(tid);
+                                !reg_draws.chance(mix(u64::from(tid.wrapping_sub(base))), a.frp)
+                            },
                         });
                     }
                     DrpEvent::Complete(c) if c.role == DrpRole::Responder => {
@@ -366,6 +249,7 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
                     .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
         });
         heard.retain(|mac, _| peers.contains_key(mac));
+        reg_base.retain(|mac, _| peers.contains_key(mac));
         if a.count
             .is_some_and(|n| served_writes >= n && last_frame.elapsed() > Duration::from_secs(1))
         {
@@ -379,7 +263,7 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
         let wait = deadline
             .map_or(Duration::from_millis(100), |t| clock.until(t))
             .min(Duration::from_millis(100));
-        if let Some(n) = link.sock.recv(&mut buf, wait)? {
+        if let Some(n) = link.sock().recv(&mut buf, wait)? {
             last_frame = Instant::now();
             let frame = &buf[..n];
             link.capture(frame);
@@ -405,7 +289,7 @@ fn responder(a: &DrpArgs, cfg: DrpConfig) -> Result<bool> {
     writeln!(
         out,
         "served {served_writes} writes; dropped {} frames (--loss)",
-        link.dropped
+        link.dropped()
     )?;
     Ok(true)
 }
@@ -437,7 +321,7 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     ep.set_next_tid(mix(clock_bits ^ u64::from(std::process::id())) as u32);
-    let clock = Clock(Instant::now());
+    let clock = Clock::start();
     let verify = !a.no_verify;
     let mut buf = vec![0u8; 65536];
     let mut records: Vec<Record> = Vec::new();
@@ -446,18 +330,18 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
         "irn drp: initiator on {} ({}) to {peer}, {} mode, {count} writes of {size} B in {} B \
          frames, loss {}",
         a.iface,
-        link.sock.mac(),
+        link.sock().mac(),
         a.mode.name(),
         a.payload,
         a.loss
     );
     // Transfer i's data: seeded random bytes.
     let fill = |ep: &mut DrpEndpoint, i: u32| {
-        let mut rng = Rng::stream(a.seed, 1000 + u64::from(i));
-        for chunk in ep.memory_mut()[..size as usize].chunks_mut(8) {
-            let v = rng.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
+        fill_seeded(
+            &mut ep.memory_mut()[..size as usize],
+            a.seed,
+            1000 + u64::from(i),
+        );
         ep.memory_mut()[size as usize..].fill(0);
     };
     let mut i = 0u32;
@@ -533,7 +417,7 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
             .poll_timeout()
             .map_or(Duration::from_millis(100), |t| clock.until(t))
             .min(Duration::from_millis(100));
-        if let Some(n) = link.sock.recv(&mut buf, wait)? {
+        if let Some(n) = link.sock().recv(&mut buf, wait)? {
             let frame = &buf[..n];
             if n >= 14 && frame[6..12] == peer.0 && frame[12..14] == ETHERTYPE_DRP.to_be_bytes() {
                 link.capture(frame);
@@ -565,7 +449,7 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
          verify: {verdict}; dropped {} frames (--loss)",
         done.len(),
         a.mode.name(),
-        link.dropped
+        link.dropped()
     );
     println!("counters: {:?}", ep.counters());
     if let Some(path) = &a.json {

@@ -16,8 +16,9 @@
 //! the other are a pair; most pairs go through the same protocol events and differ only by the
 //! host. Two checks: the sum of the differences over the pairs whose events differ (above all
 //! the transfers dynamic sent indirect) is not positive; and the raw averages, within 1 % for
-//! host noise. Measured over 4 runs of this test: raw averages 24.7–24.8 ms dynamic against
-//! 24.9–25.3 ms traditional; 7 pairs with different events, −309 to −321 µs per transfer.
+//! host noise. Measured over 3 runs of this test (`cargo test`'s unoptimised binary): raw
+//! averages 23.6–25.4 ms dynamic against 24.1–26.9 ms traditional; 10 pairs with different
+//! events, −565 to −773 µs per transfer.
 
 use std::process::Output;
 use std::time::Duration;

@@ -88,6 +88,7 @@
 
 mod capture;
 mod device;
+pub mod drp;
 pub mod exchange;
 mod gid;
 mod impair;
