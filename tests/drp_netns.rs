@@ -14,11 +14,14 @@
 //! own. Both runs meet the same lost frames and failed registrations (`irn drp` draws them per
 //! frame and per registration from the seed), so transfer *i* of one run and transfer *i* of
 //! the other are a pair; most pairs go through the same protocol events and differ only by the
-//! host. Two checks: the sum of the differences over the pairs whose events differ (above all
-//! the transfers dynamic sent indirect) is not positive; and the raw averages, within 1 % for
-//! host noise. Measured over 3 runs of this test (`cargo test`'s unoptimised binary): raw
-//! averages 23.6–25.4 ms dynamic against 24.1–26.9 ms traditional; 10 pairs with different
-//! events, −565 to −773 µs per transfer.
+//! host. The verdict is the sum of the differences over the pairs whose events differ (above
+//! all the transfers dynamic sent indirect): it must not be positive — the average difference
+//! with the host's share, whose expectation is zero, taken out. The raw averages are printed
+//! but not compared: on this VM two runs of one mode differ by up to 29 % from the host alone
+//! (measured: traditional 24.6, 25.1 and 30.9 ms in three runs of this test), far more than the
+//! method's effect here (2–4 %), so comparing them would test the host. The two tests of this
+//! file take turns (one lock), so neither loads the CPUs while the other measures. Measured over
+//! 6 runs: 10 pairs with different events every time, −565 to −902 µs per transfer.
 
 use std::process::Output;
 use std::time::Duration;
@@ -26,6 +29,9 @@ use std::time::Duration;
 mod common;
 use common::netns::Netns;
 use common::{finish, text};
+
+/// The tests of this file take turns: each runs processes pinned to both CPUs.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs a responder in `b` and an initiator in `a` with `extra` flags on both; returns both
 /// outputs and the initiator's per-transfer records.
@@ -61,6 +67,9 @@ fn transfer(
 
 #[test]
 fn dynamic_rdma_across_namespaces_exact_and_not_slower() {
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(n) = Netns::setup("drp_netns", "d", 233) else {
         return;
     };
@@ -145,10 +154,6 @@ fn dynamic_rdma_across_namespaces_exact_and_not_slower() {
         paired / f64::from(count)
     );
     assert!(
-        avg(&runs[1]) <= avg(&runs[0]) * 1.01,
-        "dynamic slower on raw averages beyond host noise"
-    );
-    assert!(
         paired <= 0.0,
         "dynamic slower on average: {:.1} µs per transfer over the {differing} pairs whose events \
          differ",
@@ -158,6 +163,9 @@ fn dynamic_rdma_across_namespaces_exact_and_not_slower() {
 
 #[test]
 fn capture_decodes_and_bad_peer_fails_cleanly() {
+    let _turn = TURN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(n) = Netns::setup("drp_netns", "e", 234) else {
         return;
     };
