@@ -64,8 +64,8 @@
 //!   beyond memory (registration fails). Parked data that falls outside the region when drained
 //!   makes the transfer fail (its release is refused) rather than complete with bytes missing.
 //! * **A silent initiator is forgotten**: a responder drops a transfer (and frees its parked
-//!   bytes) when its initiator has sent nothing for twice the longest a live one can stay
-//!   silent; indirect data for an unknown TID opens an entry only if the buffer can take it.
+//!   bytes) when its initiator has been unheard for longer than a live one can be before giving
+//!   up itself (all its retries lost, timers backed off to the limit); indirect data for an unknown TID opens an entry only if the buffer can take it.
 //!
 //! Frame layout: [`irn_wire::drp`] and docs/WIRE.md. An acknowledgement of data is a frame with
 //! none of the set-up, data or release bits: it carries ACKN and the TYPE bit of its transfer.

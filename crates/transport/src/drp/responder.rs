@@ -77,15 +77,15 @@ impl Incoming {
 }
 
 impl DrpEndpoint {
-    /// How long a responder keeps a transfer whose initiator has fallen silent: twice the longest
-    /// a live initiator can stay silent (its timers backed off to the limit).
+    /// How long a responder keeps a transfer whose initiator has fallen silent: longer than a
+    /// live initiator can go unheard before it gives up itself — every one of its
+    /// `max_retries` retransmissions lost, each after a timer backed off to the limit — so that
+    /// only an initiator that has failed or died is forgotten. (Bounding it by one timer period
+    /// forgot live initiators whose frames were lost a few times in a row.)
     pub(super) fn idle_timeout(&self) -> Dur {
         let longest = self.config.setup_timeout.max(self.config.data_timeout);
-        Dur::from_picos(
-            longest
-                .as_picos()
-                .saturating_mul(2 * u64::from(MAX_BACKOFF)),
-        )
+        let periods = (u64::from(self.config.max_retries) + 2) * u64::from(MAX_BACKOFF);
+        Dur::from_picos(longest.as_picos().saturating_mul(periods))
     }
 
     /// The upper layer's answer to [`DrpEvent::Register`]: whether registration succeeded. The
