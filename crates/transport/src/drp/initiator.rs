@@ -4,12 +4,12 @@
 
 use irn_wire::drp::{DrpRepr, CTRL_CONN_REQ, CTRL_REL_REQ, STATUS_OK};
 
-use super::window::{AckOutcome, Arrival, FrameReceiver, FrameSender, MAX_BACKOFF};
+use super::window::{backed_off, AckOutcome, Arrival, FrameReceiver, FrameSender};
 use super::{
     frames_of, mode_bit, type_bit, DrpCompletion, DrpEndpoint, DrpEvent, DrpMode, DrpOp,
     DrpPostError, DrpRole, DrpStatus, TransferMode,
 };
-use crate::time::{Dur, Time};
+use crate::time::Time;
 
 /// The initiator's side of one transfer.
 #[derive(Debug)]
@@ -133,11 +133,6 @@ impl DrpEndpoint {
     }
 
     fn start_sending(&mut self, now: Time, tid: u32, mode: TransferMode, simulated: bool) {
-        let (window, dup, payload) = (
-            self.config.window,
-            self.config.dup_ack_threshold,
-            self.config.payload,
-        );
         let Some(o) = self.outgoing.get_mut(&tid) else {
             return;
         };
@@ -151,7 +146,7 @@ impl DrpEndpoint {
         self.events
             .push_back(DrpEvent::Connected { tid, simulated });
         if o.op == DrpOp::Write {
-            o.sender = Some(FrameSender::new(frames_of(o.len, payload), window, dup));
+            o.sender = Some(FrameSender::for_transfer(&self.config, o.len));
         }
         self.maybe_release(now, tid);
     }
@@ -360,10 +355,7 @@ impl DrpEndpoint {
                 } else if o.connected {
                     // A read waiting for data: confirm again what we have, backing off as the
                     // responder's data timer does.
-                    let factor = 1u64 << o.expiries.min(MAX_BACKOFF.trailing_zeros());
-                    o.deadline = Some(
-                        now + Dur::from_picos(cfg.data_timeout.as_picos().saturating_mul(factor)),
-                    );
+                    o.deadline = Some(now + backed_off(cfg.data_timeout, o.expiries));
                     let ack = Self::ack_frame(tid, DrpOp::Read, o.receiver.expected);
                     self.control.push_back(ack);
                 } else {

@@ -9,7 +9,7 @@ use irn_wire::drp::{
 
 use super::window::{AckOutcome, Arrival, FrameReceiver, FrameSender, MAX_BACKOFF};
 use super::{
-    frames_of, type_bit, DrpCompletion, DrpEndpoint, DrpEvent, DrpMode, DrpOp, DrpRole, DrpStatus,
+    type_bit, DrpCompletion, DrpEndpoint, DrpEvent, DrpMode, DrpOp, DrpRole, DrpStatus,
     TransferMode,
 };
 use crate::time::{Dur, Time};
@@ -264,8 +264,6 @@ impl DrpEndpoint {
 
     pub(super) fn on_read_ack(&mut self, now: Time, r: &DrpRepr) {
         let rto = self.config.data_timeout;
-        let (window, dup) = (self.config.window, self.config.dup_ack_threshold);
-        let payload = self.config.payload;
         let Some(s) = self.incoming.get_mut(&r.tid) else {
             self.counters.unknown_tid += 1;
             return;
@@ -279,7 +277,7 @@ impl DrpEndpoint {
             None => {
                 // The initiator confirms our valid reply: start sending (direct read).
                 s.deadline = None;
-                s.sender = Some(FrameSender::new(frames_of(s.len, payload), window, dup));
+                s.sender = Some(FrameSender::for_transfer(&self.config, s.len));
             }
             Some(snd) => match snd.on_ack(now, rto, r.ackn) {
                 AckOutcome::FastRetransmit => self.counters.fast_retransmits += 1,
@@ -374,11 +372,7 @@ impl DrpEndpoint {
                 if cfg.mode == DrpMode::Dynamic && s.expiries >= cfg.indirect_after {
                     s.deadline = None;
                     s.indirect = true;
-                    s.sender = Some(FrameSender::new(
-                        frames_of(s.len, cfg.payload),
-                        cfg.window,
-                        cfg.dup_ack_threshold,
-                    ));
+                    s.sender = Some(FrameSender::for_transfer(&cfg, s.len));
                 } else {
                     s.deadline = Some(now + cfg.setup_timeout);
                     let reply = Self::reply(tid, s, STATUS_OK);

@@ -14,6 +14,7 @@
 
 use std::collections::VecDeque;
 
+use super::{frames_of, DrpConfig};
 use crate::time::{Dur, Time};
 
 /// The largest window a receiver tracks (its bitmap's width).
@@ -21,6 +22,12 @@ pub const MAX_WINDOW: u32 = 64;
 
 /// The data timer backs off to at most this multiple of its base value.
 pub const MAX_BACKOFF: u32 = 64;
+
+/// `rto` doubled per consecutive expiry, up to [`MAX_BACKOFF`] times (RFC 6298 §5.5).
+pub(crate) fn backed_off(rto: Dur, expiries: u32) -> Dur {
+    let factor = 1u64 << expiries.min(MAX_BACKOFF.trailing_zeros());
+    Dur::from_picos(rto.as_picos().saturating_mul(factor))
+}
 
 /// Sends `frames` numbered frames with at most `window` outstanding.
 #[derive(Debug, Clone)]
@@ -60,6 +67,11 @@ pub(crate) enum AckOutcome {
 }
 
 impl FrameSender {
+    /// A sender for a transfer of `len` bytes framed and windowed as `cfg` says.
+    pub fn for_transfer(cfg: &DrpConfig, len: u64) -> Self {
+        FrameSender::new(frames_of(len, cfg.payload), cfg.window, cfg.dup_ack_threshold)
+    }
+
     pub fn new(frames: u32, window: u32, dup_threshold: u32) -> Self {
         FrameSender {
             frames,
@@ -145,8 +157,7 @@ impl FrameSender {
         self.dups = 0;
         self.recover = Some(self.next);
         self.queue_resend(self.una);
-        let factor = 1u64 << self.expiries.min(MAX_BACKOFF.trailing_zeros());
-        self.deadline = Some(now + Dur::from_picos(rto.as_picos().saturating_mul(factor)));
+        self.deadline = Some(now + backed_off(rto, self.expiries));
     }
 }
 
