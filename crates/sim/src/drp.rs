@@ -30,7 +30,6 @@ use serde::{Deserialize, Serialize};
 use irn_transport::drp::{DrpConfig, DrpEndpoint, DrpEvent, DrpMode, DrpStatus, TransferMode};
 use irn_transport::rng::Rng;
 use irn_transport::{Dur, Time};
-use irn_wire::drp::HEADER_LEN;
 
 use crate::config::ConfigError;
 
@@ -407,7 +406,7 @@ fn run_one(
     let mut link_free = [Time::ZERO; 2]; // [from A, from B]
     let mut wake = [false; 2];
     let mut out = RunOutcome::default();
-    let mut buf = Vec::with_capacity(HEADER_LEN + exp.drp.payload as usize);
+    let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut now = Time::ZERO;
     let mut done = 0u32;
     let mut posted = 0u32;
@@ -434,16 +433,21 @@ fn run_one(
         for from_a in [true, false] {
             let d = usize::from(!from_a);
             let ep = if from_a { &mut a } else { &mut b };
-            if link_free[d] <= now && ep.poll_transmit(now, &mut buf) {
-                let t = wire_time(buf.len(), exp.link.rate_gbps);
-                link_free[d] = now + t;
-                if !loss[d].chance(lfp) {
-                    seq += 1;
-                    heap.push(Reverse((
-                        link_free[d] + prop,
-                        seq,
-                        Ev::Arrive(from_a, buf.clone()),
-                    )));
+            if link_free[d] <= now {
+                // Frames are written into buffers that come back once delivered: no allocation
+                // per frame.
+                let mut frame = pool.pop().unwrap_or_default();
+                if ep.poll_transmit(now, &mut frame) {
+                    let t = wire_time(frame.len(), exp.link.rate_gbps);
+                    link_free[d] = now + t;
+                    if !loss[d].chance(lfp) {
+                        seq += 1;
+                        heap.push(Reverse((link_free[d] + prop, seq, Ev::Arrive(from_a, frame))));
+                        frame = Vec::new();
+                    }
+                }
+                if frame.capacity() > 0 {
+                    pool.push(frame);
                 }
             }
             if link_free[d] > now && !wake[d] && ep.may_transmit() {
@@ -509,6 +513,7 @@ fn run_one(
                     Ev::Arrive(to_b, bytes) => {
                         let ep = if to_b { &mut b } else { &mut a };
                         ep.handle_frame(now, &bytes);
+                        pool.push(bytes);
                     }
                     Ev::LinkFree(from_a) => wake[usize::from(!from_a)] = false,
                     Ev::Registered(tid, ok) => b.registration_done(now, tid, ok),
