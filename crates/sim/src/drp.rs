@@ -31,6 +31,7 @@ use irn_transport::drp::{DrpConfig, DrpEndpoint, DrpEvent, DrpMode, DrpStatus, T
 use irn_transport::rng::Rng;
 use irn_transport::{Dur, Time};
 
+use crate::config::us;
 use crate::config::ConfigError;
 
 /// An E12 experiment file (`kind = "dynamic-rdma"`).
@@ -317,7 +318,6 @@ impl DrpExperiment {
     }
 
     fn endpoint_config(&self, mode: DrpMode) -> DrpConfig {
-        let us = |v: f64| Dur::from_picos((v * 1e6).round() as u64);
         let mut c = DrpConfig::seed(mode);
         c.window = self.drp.window;
         c.payload = self.drp.payload;
@@ -400,7 +400,7 @@ fn run_one(
     let mut loss = [Rng::stream(seed, 1), Rng::stream(seed, 2)];
     let mut reg_rng = Rng::stream(seed, 3);
     let prop = Dur::from_nanos(exp.link.propagation_ns);
-    let reg_delay = Dur::from_picos((exp.drp.registration_us * 1e6).round() as u64);
+    let reg_delay = us(exp.drp.registration_us);
     let mut heap: BinaryHeap<Reverse<(Time, u64, Ev)>> = BinaryHeap::new();
     let mut seq = 0u64;
     let mut link_free = [Time::ZERO; 2]; // [from A, from B]
@@ -442,7 +442,11 @@ fn run_one(
                     link_free[d] = now + t;
                     if !loss[d].chance(lfp) {
                         seq += 1;
-                        heap.push(Reverse((link_free[d] + prop, seq, Ev::Arrive(from_a, frame))));
+                        heap.push(Reverse((
+                            link_free[d] + prop,
+                            seq,
+                            Ev::Arrive(from_a, frame),
+                        )));
                         frame = Vec::new();
                     }
                 }

@@ -638,6 +638,11 @@ impl Default for SimConfig {
     }
 }
 
+/// A configuration's microseconds, to the picosecond.
+pub(crate) fn us(v: f64) -> irn_transport::Dur {
+    irn_transport::Dur::from_picos((v * 1e6).round() as u64)
+}
+
 fn check(ok: bool, key: &str, what: &str) -> Result<(), String> {
     if ok {
         Ok(())

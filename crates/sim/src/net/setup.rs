@@ -3,7 +3,7 @@
 //! the largest frame on the wire.
 
 use super::packet::{FRAME_OVERHEAD, VLAN_TAG_LEN};
-use crate::config::{CcKind, NetworkConfig, SimConfig};
+use crate::config::{us, CcKind, NetworkConfig, SimConfig};
 use crate::topology::Topology;
 use irn_transport::{
     bdp_cap_packets, ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, NoCcFactory, QpAttr,
@@ -11,11 +11,6 @@ use irn_transport::{
     WindowConfig, WindowFactory,
 };
 use std::sync::Arc;
-
-/// A configuration's microseconds, to the picosecond.
-pub(super) fn us(v: f64) -> Dur {
-    Dur::from_picos((v * 1e6).round() as u64)
-}
 
 /// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
 pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {

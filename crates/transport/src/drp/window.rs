@@ -69,7 +69,11 @@ pub(crate) enum AckOutcome {
 impl FrameSender {
     /// A sender for a transfer of `len` bytes framed and windowed as `cfg` says.
     pub fn for_transfer(cfg: &DrpConfig, len: u64) -> Self {
-        FrameSender::new(frames_of(len, cfg.payload), cfg.window, cfg.dup_ack_threshold)
+        FrameSender::new(
+            frames_of(len, cfg.payload),
+            cfg.window,
+            cfg.dup_ack_threshold,
+        )
     }
 
     pub fn new(frames: u32, window: u32, dup_threshold: u32) -> Self {
