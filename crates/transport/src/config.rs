@@ -12,6 +12,14 @@
 //! | [`RecoveryConfig::irn_go_back_n`] (E5) | go-back-N | on | RTO_low / RTO_high | IRN |
 //! | [`RecoveryConfig::irn_without_bdp_fc`] (E5) | selective repeat with SACK | off | RTO_low / RTO_high | IRN |
 //! | [`RecoveryConfig::irn_without_sack`] (E5) | selective repeat, no SACK bitmap | on | RTO_low / RTO_high | IRN |
+//! | [`RecoveryConfig::reorder_buffer`] (T8(a–b)) | go-back-N; the responder parks out-of-order packets; Read holes re-requested | off | fixed RTO_high | standard |
+//! | [`RecoveryConfig::ext_ib`] (T8(b–d)) | precise: a bitmap NAK names every lost PSN; go-back-N on timeout | off | fixed RTO_high | extended IB |
+//!
+//! The two designs of seed 002 (SPEC T8) share one loss-detection rule, [`HoleRule`]: a hole
+//! in a PSN sequence is declared lost when it stays open `delay`, or once `threshold` later
+//! packets have arrived behind it ("当空洞较长时间未填补或后续bit位连续多个置位后"). The
+//! reorder buffer's responder and the extended-IB responder NAK by it; both requesters re-issue
+//! smaller Reads for the missing response chunks by it.
 
 use crate::time::Dur;
 
@@ -29,6 +37,10 @@ pub enum Retransmission {
     /// Selective retransmit without the SACK bitmap (E5): on a NACK the sender retransmits only
     /// the cumulatively-acked-next PSN, remembering no selective acks.
     SelectiveRepeatNoSack,
+    /// Extended-IB precise retransmission (seed 002, SPEC T8(d)): a NAK carries a bitmap of
+    /// the lost PSNs and the sender resends exactly those; a timeout resends everything from
+    /// the oldest unacknowledged PSN (go-back-N).
+    Precise,
 }
 
 /// When the retransmission timer fires.
@@ -76,6 +88,33 @@ pub const IRN_RTO_N: u32 = 3;
 /// MTU (§3.2: "≈110 packets").
 pub const IRN_DEFAULT_BDP_CAP: u32 = 110;
 
+/// When a receiver declares a hole in a PSN sequence lost (seed 002's early NAK, SPEC T8(a–b)):
+/// when the hole has stayed open `delay`, or once `threshold` packets beyond it have arrived,
+/// whichever comes first. Used by the reorder buffer's responder (a sequence-error NAK), the
+/// extended-IB responder (a NAK with the loss bitmap) and both designs' requesters (smaller
+/// Read requests for the missing response chunks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HoleRule {
+    /// How long a hole may stay open before it counts as a loss.
+    pub delay: Dur,
+    /// How many later packets may arrive behind a hole before it counts as a loss.
+    pub threshold: u32,
+}
+
+impl HoleRule {
+    /// The default: 16 later packets (well above the reordering of a single path, below the
+    /// 110-packet BDP of the default scenario) or 20 µs (under a round trip of the default
+    /// fat-tree, a sixteenth of RTO_high).
+    pub const DEFAULT: HoleRule = HoleRule {
+        delay: Dur::from_micros(20),
+        threshold: 16,
+    };
+}
+
+/// Packets a reorder buffer holds by default (T8(a)): about the BDP cap of the default
+/// scenario, so a window's worth of out-of-order packets fits.
+pub const DEFAULT_REORDER_BUFFER: u32 = 128;
+
 /// How a queue pair recovers from loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RecoveryConfig {
@@ -88,6 +127,18 @@ pub struct RecoveryConfig {
     /// Whether packets carry IRN's extensions (BTH TVer 1, IRNETH, per-packet ACKs, read
     /// (N)ACKs, split sPSN/rPSN). Off: standard RoCEv2 that Linux rxe understands.
     pub irn_wire: bool,
+    /// Whether packets carry the extended-IB headers (BTH TVer 2, SPEC T8(c–d)): SSN, PSN
+    /// offset and receive WQE number on Sends, the RETH and PSN offset on every Write packet,
+    /// the local buffer in Read requests echoed by their responses, a loss bitmap in NAKs.
+    pub ext_ib: bool,
+    /// The responder's reorder buffer, in packets (T8(a)): out-of-order request packets are
+    /// parked whole in host memory and drained in PSN order. `None`: none (standard RoCE
+    /// discards them).
+    pub reorder_buffer: Option<u32>,
+    /// The loss-detection rule of seed 002's designs (T8(a–b)): `Some` makes the requester
+    /// place out-of-order Read responses and re-request only the missing chunks, and the
+    /// reorder-buffer or extended-IB responder NAK by it. `None`: standard behaviour.
+    pub hole_rule: Option<HoleRule>,
 }
 
 /// Why a recovery configuration was refused.
@@ -105,6 +156,16 @@ pub enum ConfigError {
     /// A zero timeout would fire at once.
     #[error("retransmission timeouts must be positive")]
     ZeroTimeout,
+    /// Precise retransmission and the extended-IB headers go together (one needs the other's
+    /// loss bitmap), and exclude IRN's wire.
+    #[error("precise retransmission needs the extended-IB wire, and the extended-IB wire precise retransmission (not IRN's)")]
+    PreciseNeedsExtIb,
+    /// A reorder buffer sits behind a standard RoCE responder, with a hole rule to NAK by.
+    #[error("a reorder buffer needs the standard wire, go-back-N and a hole rule")]
+    ReorderBufferNeedsStandard,
+    /// A zero-packet reorder buffer or hole threshold means nothing.
+    #[error("reorder buffer and hole threshold must be at least 1 packet")]
+    ZeroReorder,
 }
 
 impl RecoveryConfig {
@@ -115,6 +176,9 @@ impl RecoveryConfig {
             bdp_cap: None,
             rto: RtoPolicy::Fixed(IRN_RTO_HIGH),
             irn_wire: false,
+            ext_ib: false,
+            reorder_buffer: None,
+            hole_rule: None,
         }
     }
 
@@ -125,6 +189,9 @@ impl RecoveryConfig {
             bdp_cap: None,
             rto: RtoPolicy::Fixed(IRN_RTO_HIGH),
             irn_wire: false,
+            ext_ib: false,
+            reorder_buffer: None,
+            hole_rule: None,
         }
     }
 
@@ -147,6 +214,9 @@ impl RecoveryConfig {
                 n: IRN_RTO_N,
             },
             irn_wire: true,
+            ext_ib: false,
+            reorder_buffer: None,
+            hole_rule: None,
         }
     }
 
@@ -174,8 +244,51 @@ impl RecoveryConfig {
         }
     }
 
+    /// Seed 002's first design (T8(a–b)): a standard go-back-N requester that any RoCE NIC
+    /// (and Linux rxe) is, a responder with a reorder buffer of
+    /// [`DEFAULT_REORDER_BUFFER`] packets that NAKs by [`HoleRule::DEFAULT`], and Read
+    /// responses placed out of order with only the missing chunks re-requested.
+    pub const fn reorder_buffer() -> Self {
+        RecoveryConfig {
+            reorder_buffer: Some(DEFAULT_REORDER_BUFFER),
+            hole_rule: Some(HoleRule::DEFAULT),
+            ..Self::roce()
+        }
+    }
+
+    /// Seed 002's second design (T8(b–d)): extended-IB headers that let the responder place
+    /// any packet on arrival, a NAK with a bitmap of the lost PSNs that the requester resends
+    /// exactly, go-back-N on timeout, Read holes re-requested; no BDP-FC, one fixed timeout.
+    pub const fn ext_ib() -> Self {
+        RecoveryConfig {
+            retransmission: Retransmission::Precise,
+            ext_ib: true,
+            hole_rule: Some(HoleRule::DEFAULT),
+            ..Self::roce()
+        }
+    }
+
     /// Checks the combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if (self.retransmission == Retransmission::Precise) != self.ext_ib
+            || (self.ext_ib && self.irn_wire)
+        {
+            return Err(ConfigError::PreciseNeedsExtIb);
+        }
+        if self.reorder_buffer.is_some()
+            && (self.irn_wire
+                || self.ext_ib
+                || self.retransmission != Retransmission::GoBackN
+                || self.hole_rule.is_none())
+        {
+            return Err(ConfigError::ReorderBufferNeedsStandard);
+        }
+        if self.reorder_buffer == Some(0) || self.hole_rule.is_some_and(|h| h.threshold == 0) {
+            return Err(ConfigError::ZeroReorder);
+        }
+        if self.hole_rule.is_some_and(|h| h.delay == Dur::ZERO) {
+            return Err(ConfigError::ZeroTimeout);
+        }
         if matches!(
             self.retransmission,
             Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack
@@ -218,17 +331,24 @@ pub enum RecoveryMode {
     Roce,
     /// Early RoCE: go-back-0 (T3).
     RoceGoBack0,
+    /// RoCE with a responder reorder buffer and Read re-requests of missing chunks (T8(a–b)).
+    ReorderBuffer,
+    /// Extended-IB selective retransmission: placement of any packet on arrival, bitmap NAKs
+    /// (T8(b–d)).
+    ExtIb,
 }
 
 impl RecoveryMode {
     /// Every mode, IRN's first.
-    pub const ALL: [RecoveryMode; 6] = [
+    pub const ALL: [RecoveryMode; 8] = [
         RecoveryMode::Irn,
         RecoveryMode::IrnGoBackN,
         RecoveryMode::IrnNoBdpFc,
         RecoveryMode::IrnNoSack,
         RecoveryMode::Roce,
         RecoveryMode::RoceGoBack0,
+        RecoveryMode::ReorderBuffer,
+        RecoveryMode::ExtIb,
     ];
 
     /// The name in configurations, on command lines and in reports.
@@ -240,12 +360,20 @@ impl RecoveryMode {
             RecoveryMode::IrnNoSack => "irn-no-sack",
             RecoveryMode::Roce => "roce",
             RecoveryMode::RoceGoBack0 => "roce-go-back-0",
+            RecoveryMode::ReorderBuffer => "reorder-buffer",
+            RecoveryMode::ExtIb => "ext-ib",
         }
     }
 
     /// Whether this is one of IRN's variants (IRN's wire format).
     pub const fn is_irn(self) -> bool {
-        !matches!(self, RecoveryMode::Roce | RecoveryMode::RoceGoBack0)
+        !matches!(
+            self,
+            RecoveryMode::Roce
+                | RecoveryMode::RoceGoBack0
+                | RecoveryMode::ReorderBuffer
+                | RecoveryMode::ExtIb
+        )
     }
 
     /// The paper's configuration of this mode.
@@ -257,6 +385,8 @@ impl RecoveryMode {
             RecoveryMode::IrnNoSack => RecoveryConfig::irn_without_sack(),
             RecoveryMode::Roce => RecoveryConfig::roce(),
             RecoveryMode::RoceGoBack0 => RecoveryConfig::roce_go_back_0(),
+            RecoveryMode::ReorderBuffer => RecoveryConfig::reorder_buffer(),
+            RecoveryMode::ExtIb => RecoveryConfig::ext_ib(),
         }
     }
 }
@@ -304,6 +434,8 @@ mod tests {
             RecoveryConfig::irn_go_back_n(),
             RecoveryConfig::irn_without_bdp_fc(),
             RecoveryConfig::irn_without_sack(),
+            RecoveryConfig::reorder_buffer(),
+            RecoveryConfig::ext_ib(),
         ];
         for (i, a) in all.iter().enumerate() {
             assert_eq!(a.validate(), Ok(()), "{a:?}");
@@ -328,6 +460,26 @@ mod tests {
             ..RecoveryConfig::roce()
         };
         assert_eq!(c.validate(), Err(ConfigError::ZeroTimeout));
+        let c = RecoveryConfig {
+            ext_ib: false,
+            ..RecoveryConfig::ext_ib()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::PreciseNeedsExtIb));
+        let c = RecoveryConfig {
+            irn_wire: true,
+            ..RecoveryConfig::ext_ib()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::PreciseNeedsExtIb));
+        let c = RecoveryConfig {
+            hole_rule: None,
+            ..RecoveryConfig::reorder_buffer()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::ReorderBufferNeedsStandard));
+        let c = RecoveryConfig {
+            reorder_buffer: Some(0),
+            ..RecoveryConfig::reorder_buffer()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::ZeroReorder));
     }
 
     #[test]

@@ -71,7 +71,10 @@ pub use cc::{
     TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
 };
 pub use config::bdp_cap_packets;
-pub use config::{ConfigError, RecoveryConfig, RecoveryMode, Retransmission, RtoPolicy};
+pub use config::{
+    ConfigError, HoleRule, RecoveryConfig, RecoveryMode, Retransmission, RtoPolicy,
+    DEFAULT_REORDER_BUFFER,
+};
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
 pub use qp::{
     connect_qp, Counters, PostError, QpAttr, QpConfig, QpConfigError, QueuePair, Transmit,

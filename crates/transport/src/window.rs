@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use irn_wire::Psn;
+use irn_wire::{LossBitmap, Psn, MAX_BITMAP_WORDS};
 
 use crate::config::{Retransmission, RtoPolicy};
 use crate::time::{Dur, Time};
@@ -97,6 +97,15 @@ impl SendWindow {
         self.una
     }
 
+    /// Whether the sender keeps a bitmap of selectively acknowledged PSNs: IRN's selective
+    /// repeat, and precise retransmission, whose loss bitmaps fill it (T8(d)).
+    fn keeps_sacks(&self) -> bool {
+        matches!(
+            self.mode,
+            Retransmission::SelectiveRepeat | Retransmission::Precise
+        )
+    }
+
     pub(crate) fn next(&self) -> Psn {
         self.next
     }
@@ -130,7 +139,7 @@ impl SendWindow {
     pub(crate) fn on_sent_new(&mut self, now: Time, covers: u32) {
         self.next = self.next.add(covers.max(1));
         for _ in 0..covers.max(1) {
-            if matches!(self.mode, Retransmission::SelectiveRepeat) {
+            if self.keeps_sacks() {
                 self.sacked.push_back(false);
             }
             self.sent_at.push_back(now);
@@ -151,7 +160,7 @@ impl SendWindow {
             rec.cursor = self.una;
         }
         match self.mode {
-            Retransmission::SelectiveRepeat => loop {
+            Retransmission::SelectiveRepeat | Retransmission::Precise => loop {
                 let c = rec.cursor;
                 if c == self.next {
                     return None;
@@ -193,7 +202,8 @@ impl SendWindow {
             let after = psn.add(covers.max(1));
             self.go_back = (after.distance(self.next) > 0).then_some(after);
         } else if let Some(rec) = self.recovery.as_mut() {
-            rec.cursor = psn.add(1);
+            // A packet covering several PSNs (a standard Read request) resends them all.
+            rec.cursor = psn.add(covers.max(1));
             rec.force = false;
         }
         if self.timer_base.is_none() {
@@ -297,7 +307,7 @@ impl SendWindow {
     /// answered, so the retry budget's stall clock starts again whatever the mode makes of it.
     pub(crate) fn sack(&mut self, now: Time, psn: Psn) {
         self.peer_alive(now);
-        if self.mode != Retransmission::SelectiveRepeat || !self.outstanding(psn) {
+        if !self.keeps_sacks() || !self.outstanding(psn) {
             return;
         }
         let i = self.una.distance(psn) as usize;
@@ -340,6 +350,17 @@ impl SendWindow {
         self.go_back = (to != self.next).then_some(to);
     }
 
+    /// Precise retransmission's timeout (T8(d)): forget every selective acknowledgement and
+    /// resend everything from the oldest unacknowledged PSN.
+    pub(crate) fn timeout_go_back(&mut self) {
+        self.recovery = None;
+        self.highest_sack = None;
+        for s in self.sacked.iter_mut() {
+            *s = false;
+        }
+        self.go_back(self.una);
+    }
+
     /// Rewinds go-back-0's acknowledged point to the start of a message the receiver discarded.
     /// Only meaningful when `to` is at most `una`; the PSNs become outstanding again.
     pub(crate) fn rewind(&mut self, to: Psn) {
@@ -347,7 +368,7 @@ impl SendWindow {
         if d > 0 && (d as u32) < Psn::HALF {
             self.una = to;
             for _ in 0..d {
-                if self.mode == Retransmission::SelectiveRepeat {
+                if self.keeps_sacks() {
                     self.sacked.push_front(false);
                 }
                 self.sent_at.push_front(Time::MAX);
@@ -420,6 +441,8 @@ pub(crate) struct RecvWindow<A> {
     accept_ooo: bool,
     capacity: u32,
     slots: VecDeque<Slot<A>>,
+    /// Arrived slots beyond the expected PSN (packets held out of order).
+    arrived: u32,
     /// A NAK was sent for the current gap (RoCE sends one per sequence error, IBTA §9.7.5.1.3;
     /// cleared when the expected packet arrives).
     pub(crate) nak_sent: bool,
@@ -434,6 +457,7 @@ impl<A> RecvWindow<A> {
             accept_ooo: accept_ooo && capacity > 1,
             capacity: capacity.max(1),
             slots: VecDeque::new(),
+            arrived: 0,
             nak_sent: false,
         }
     }
@@ -445,6 +469,32 @@ impl<A> RecvWindow<A> {
     pub(crate) fn set_epsn(&mut self, epsn: Psn) {
         self.epsn = epsn;
         self.slots.clear();
+        self.arrived = 0;
+    }
+
+    /// PSNs that arrived beyond a hole and wait for it (0 when nothing is held).
+    pub(crate) fn held(&self) -> u32 {
+        self.arrived
+    }
+
+    /// The extended-IB loss bitmap (T8(d)): bit `i` set when PSN `epsn + i` has not arrived,
+    /// up to the highest PSN that has (at most [`MAX_BITMAP_WORDS`] words), and that highest
+    /// arrived PSN the bitmap reaches. `None` when nothing is held beyond the expected PSN.
+    pub(crate) fn loss_bitmap(&self) -> Option<(LossBitmap, Psn)> {
+        let cap = 32 * MAX_BITMAP_WORDS;
+        let highest = self
+            .slots
+            .iter()
+            .take(cap)
+            .rposition(|s| s.arrived)
+            .filter(|&h| h > 0)?;
+        let mut b = LossBitmap::with_words(highest.div_ceil(32).max(1))?;
+        for (i, s) in self.slots.iter().take(highest).enumerate() {
+            if !s.arrived {
+                b.set(i);
+            }
+        }
+        Some((b, self.epsn.add(highest as u32)))
     }
 
     /// Classifies `psn`.
@@ -483,6 +533,9 @@ impl<A> RecvWindow<A> {
             });
         }
         for s in self.slots.range_mut(d..d + covers) {
+            if !s.arrived {
+                self.arrived += 1;
+            }
             s.arrived = true;
         }
         self.slots[d].action = action;
@@ -494,6 +547,7 @@ impl<A> RecvWindow<A> {
             return None;
         }
         let s = self.slots.pop_front()?;
+        self.arrived = self.arrived.saturating_sub(1);
         let psn = self.epsn;
         self.epsn = self.epsn.add(1);
         self.nak_sent = false;

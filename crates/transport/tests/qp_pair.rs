@@ -15,6 +15,8 @@ fn modes() -> Vec<(&'static str, RecoveryConfig)> {
         ("irn-gbn", RecoveryConfig::irn_go_back_n()),
         ("irn-no-bdpfc", RecoveryConfig::irn_without_bdp_fc()),
         ("irn-no-sack", RecoveryConfig::irn_without_sack()),
+        ("reorder-buffer", RecoveryConfig::reorder_buffer()),
+        ("ext-ib", RecoveryConfig::ext_ib()),
     ]
 }
 
@@ -112,7 +114,7 @@ proptest! {
     #[test]
     fn random_verbs_under_random_impairment(
         ops in prop::collection::vec(op_strategy(), 1..12),
-        mode in 0usize..5,
+        mode in 0usize..7,
         loss in 0.0f64..0.2,
         reorder in 0.0f64..0.3,
         duplicate in 0.0f64..0.05,

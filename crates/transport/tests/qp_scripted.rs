@@ -1273,3 +1273,326 @@ fn impossible_configurations_are_typed_errors_at_creation() {
     };
     assert_eq!(make(cfg), Ok(()));
 }
+
+// ---- Seed 002: reorder buffer, extended IB, Read re-requests (T8) ----------------------------
+
+fn with_rule(rec: RecoveryConfig, threshold: u32, delay_us: u64) -> RecoveryConfig {
+    RecoveryConfig {
+        hole_rule: Some(irn_transport::HoleRule {
+            delay: Dur::from_micros(delay_us),
+            threshold,
+        }),
+        ..rec
+    }
+}
+
+fn ext_write_pkt(psn_off: u32, remote: Remote, total: u32) -> IbRepr {
+    let mut ib = write_pkt(psn_off, 1024, remote, total, true);
+    ib.bth.tver = irn_wire::TVER_EXT_IB;
+    ib.bth.ack_req = psn_off + 1 == total.div_ceil(1024);
+    ib
+}
+
+#[test]
+fn reorder_buffer_parks_out_of_order_packets_and_drains_them_in_order_without_a_nak() {
+    let mut q = qp(RecoveryConfig::reorder_buffer());
+    let (mut mem, _, remote, dst) = memory(4096);
+    let data: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 1024]).collect();
+    for i in [0u32, 2, 3, 1] {
+        let p = write_pkt(i, 1024, remote, 4096, false);
+        q.handle_packet(T0, &p, &data[i as usize], Ecn::NotEct, &mut mem);
+    }
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    assert_eq!(
+        out,
+        vec![(Opcode::RC_ACKNOWLEDGE, 3, Some(ACK), None)],
+        "no NAK: the reordering was absorbed; the last packet's ACK covers all"
+    );
+    let got = mem.buffer(dst).expect("dst");
+    for i in 0..4 {
+        assert!(got[i * 1024..(i + 1) * 1024]
+            .iter()
+            .all(|&b| b == i as u8 + 1));
+    }
+    let c = q.counters();
+    assert_eq!((c.reorder_parked, c.nacks_sent), (2, 0));
+    // Two whole packets (BTH + 1 KB; the last one with its RETH-less header) went to host memory.
+    assert_eq!(c.reorder_bytes, 2 * (12 + 1024));
+    assert_eq!(c.reorder_peak_bytes, 2 * (12 + 1024));
+}
+
+#[test]
+fn reorder_buffer_naks_a_hole_once_its_threshold_of_packets_is_parked_behind_it() {
+    let mut q = qp(with_rule(RecoveryConfig::reorder_buffer(), 3, 1_000));
+    let (mut mem, _, remote, _) = memory(8 * 1024);
+    let data = vec![5u8; 1024];
+    let mut naks = vec![];
+    for i in [0u32, 2, 3, 4, 5] {
+        let p = write_pkt(i, 1024, remote, 8 * 1024, false);
+        q.handle_packet(T0, &p, &data, Ecn::NotEct, &mut mem);
+        naks.push(
+            drain(&mut q, T0, &mem)
+                .iter()
+                .map(summary)
+                .collect::<Vec<_>>(),
+        );
+    }
+    let nak = vec![(Opcode::RC_ACKNOWLEDGE, 1, Some(NAK_SEQ), None)];
+    assert_eq!(
+        naks,
+        vec![vec![], vec![], vec![], nak, vec![]],
+        "NAK on the 3rd parked"
+    );
+    assert_eq!(q.counters().early_naks_sent, 1);
+    // The go-back-N resend from 1: 1 drains 2..=5, the resent 2..=5 are duplicates.
+    for i in [1u32, 2, 3, 4, 5, 6, 7] {
+        let p = write_pkt(i, 1024, remote, 8 * 1024, false);
+        q.handle_packet(T0, &p, &data, Ecn::NotEct, &mut mem);
+    }
+    assert_eq!(q.counters().duplicates, 4);
+    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    assert_eq!(
+        out.last(),
+        Some(&(Opcode::RC_ACKNOWLEDGE, 7, Some(ACK), None))
+    );
+}
+
+#[test]
+fn reorder_buffer_naks_a_hole_that_stays_open_for_the_delay() {
+    let mut q = qp(with_rule(RecoveryConfig::reorder_buffer(), 100, 20));
+    let (mut mem, _, remote, _) = memory(4096);
+    let data = vec![5u8; 1024];
+    let t1 = T0 + Dur::from_micros(3);
+    q.handle_packet(
+        T0,
+        &write_pkt(0, 1024, remote, 4096, false),
+        &data,
+        Ecn::NotEct,
+        &mut mem,
+    );
+    q.handle_packet(
+        t1,
+        &write_pkt(2, 1024, remote, 4096, false),
+        &data,
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert!(drain(&mut q, t1, &mem).is_empty());
+    let at = q.poll_timeout().expect("the hole timer");
+    assert_eq!(at, t1 + Dur::from_micros(20));
+    q.handle_timeout(at);
+    let out: Vec<_> = drain(&mut q, at, &mem).iter().map(summary).collect();
+    assert_eq!(out, vec![(Opcode::RC_ACKNOWLEDGE, 1, Some(NAK_SEQ), None)]);
+    assert_eq!(q.poll_timeout(), None, "one NAK per hole");
+}
+
+#[test]
+fn ext_ib_responder_places_any_packet_and_naks_with_the_bitmap_of_the_lost_ones() {
+    // Seed 002's example: the first two packets lost, the NAK carries 0x0003.
+    let mut q = qp(RecoveryConfig::ext_ib());
+    let (mut mem, _, remote, dst) = memory(20 * 1024);
+    let total = 20 * 1024;
+    let mut outs = vec![];
+    for i in 2..18u32 {
+        let data = vec![i as u8; 1024];
+        q.handle_packet(
+            T0,
+            &ext_write_pkt(i, remote, total),
+            &data,
+            Ecn::NotEct,
+            &mut mem,
+        );
+        outs.extend(drain(&mut q, T0, &mem));
+    }
+    assert_eq!(outs.len(), 1, "one NAK, at the 16th packet behind the hole");
+    let nak = &outs[0];
+    assert_eq!(nak.bth.tver, irn_wire::TVER_EXT_IB);
+    assert_eq!(
+        summary(nak),
+        (Opcode::RC_ACKNOWLEDGE, 0, Some(NAK_SEQ), Some(17))
+    );
+    let lost = nak.irn.and_then(|i| i.loss_bitmap).expect("a loss bitmap");
+    assert_eq!(lost.words(), &[0x0003]);
+    // Placed on arrival, before the hole filled.
+    let got = mem.buffer(dst).expect("dst");
+    assert!(got[2 * 1024..18 * 1024]
+        .chunks(1024)
+        .enumerate()
+        .all(|(i, c)| c.iter().all(|&b| b == i as u8 + 2)));
+    assert!(got[..2048].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn ext_ib_sender_resends_exactly_the_psns_a_bitmap_nak_names_and_everything_on_timeout() {
+    let mut q = qp(RecoveryConfig::ext_ib());
+    let (mut mem, sge, remote, _) = memory(10 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    let sent = drain(&mut q, T0, &mem);
+    assert_eq!(psns(&sent), (0..10).collect::<Vec<_>>());
+    for (k, p) in sent.iter().enumerate() {
+        assert_eq!(p.bth.tver, irn_wire::TVER_EXT_IB);
+        assert!(p.reth.is_some(), "the RETH rides on every Write packet");
+        assert_eq!(p.irn.and_then(|i| i.psn_offset), Some(k as u32));
+    }
+    // 0, 1 and 5 lost; 2-4 and 6-9 arrived.
+    let mut lost = irn_wire::LossBitmap::with_words(1).expect("1 word");
+    for i in [0, 1, 5] {
+        lost.set(i);
+    }
+    let mut nak = ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 9), false);
+    nak.bth.tver = irn_wire::TVER_EXT_IB;
+    nak.irn = Some(IrnEthRepr {
+        sack_psn: Some(Psn::new(SQ_PSN + 9)),
+        loss_bitmap: Some(lost),
+        ..IrnEthRepr::default()
+    });
+    let t1 = T0 + Dur::from_micros(10);
+    q.handle_packet(t1, &nak, &[], Ecn::NotEct, &mut mem);
+    assert_eq!(
+        psns(&drain(&mut q, t1, &mem)),
+        vec![0, 1, 5],
+        "exactly the lost ones"
+    );
+    // Nothing answers: the timeout resends everything from the oldest unacknowledged PSN.
+    let at = q.poll_timeout().expect("RTO");
+    q.handle_timeout(at);
+    assert_eq!(psns(&drain(&mut q, at, &mem)), (0..10).collect::<Vec<_>>());
+}
+
+fn read_resp(k: u32, n: u32, data: &[u8], first: bool, last: bool) -> IbRepr {
+    let _ = n;
+    let mut ib = IbRepr::new(bth(Opcode::read_response(first, last), SQ_PSN + k, false));
+    ib.bth.ack_req = false;
+    if first || last {
+        ib.aeth = Some(AethRepr {
+            syndrome: ACK,
+            msn: 1,
+        });
+    }
+    ib.payload_len = data.len();
+    ib
+}
+
+#[test]
+fn a_read_with_lost_responses_re_requests_only_the_missing_chunks() {
+    // Seed 002's example: a 7-MTU Read loses its responses 0, 4 and 6.
+    let len = 7 * 1024 - 100;
+    let mut q = qp(with_rule(RecoveryConfig::reorder_buffer(), 100, 20));
+    let mut mem = ByteMemory::new(3);
+    let local = mem.alloc(len);
+    let lk = mem
+        .register(local, len as u64, Access::ALL)
+        .expect("register");
+    let src: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let remote = Remote {
+        addr: 0x10_0000,
+        rkey: 77,
+    };
+    let sge = Sge {
+        addr: local,
+        len: len as u32,
+        lkey: lk.lkey,
+    };
+    q.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Read(remote),
+        sg_list: vec![sge],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    })
+    .expect("post");
+    q.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::Send,
+        sg_list: vec![],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    })
+    .expect("post");
+    let sent = drain(&mut q, T0, &mem);
+    assert_eq!(
+        psns(&sent),
+        vec![0, 7],
+        "the Read takes PSNs 0-6, the Send 7"
+    );
+    let chunk = |k: u32| &src[k as usize * 1024..((k as usize + 1) * 1024).min(len)];
+    let t1 = T0 + Dur::from_micros(5);
+    for k in [1u32, 2, 3, 5] {
+        let r = read_resp(k, 7, chunk(k), false, false);
+        q.handle_packet(t1, &r, chunk(k), Ecn::NotEct, &mut mem);
+    }
+    // The Send's ACK: the responder went past the Read, so its tail (6) is lost too.
+    q.handle_packet(
+        t1,
+        &ack(SQ_PSN + 7, ACK, None, false),
+        &[],
+        Ecn::NotEct,
+        &mut mem,
+    );
+    assert!(drain(&mut q, t1, &mem).is_empty(), "the rule's delay first");
+    let at = q.poll_timeout().expect("the Read hole timer");
+    assert_eq!(at, t1 + Dur::from_micros(20));
+    q.handle_timeout(at);
+    let asks = drain(&mut q, at, &mem);
+    let parts: Vec<_> = asks
+        .iter()
+        .map(|p| {
+            let r = p.reth.expect("RETH");
+            (p.bth.psn.value() - SQ_PSN, r.va - remote.addr, r.dma_len)
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        vec![
+            (0, 0, 1024),
+            (4, 4096, 1024),
+            (6, 6144, (len - 6144) as u32)
+        ],
+        "one smaller Read per missing chunk, nothing else"
+    );
+    assert_eq!(q.counters().read_rerequests, 3);
+    for k in [6u32, 0, 4] {
+        let r = read_resp(k, 7, chunk(k), true, true);
+        q.handle_packet(at, &r, chunk(k), Ecn::NotEct, &mut mem);
+    }
+    let done: Vec<_> = std::iter::from_fn(|| q.poll_completion()).collect();
+    assert_eq!(
+        done.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(mem.buffer(local).expect("local"), &src[..]);
+}
+
+#[test]
+fn a_standard_responder_answers_a_duplicate_read_for_a_part_with_that_part_only() {
+    let mut q = qp(RecoveryConfig::roce());
+    let (mut mem, _, remote, dst) = memory(7 * 1024);
+    let read = |psn_off: u32, off: u64, len: u32| {
+        let mut ib = IbRepr::new(bth(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN + psn_off, false));
+        ib.reth = Some(RethRepr {
+            va: remote.addr + off,
+            rkey: remote.rkey,
+            dma_len: len,
+        });
+        ib
+    };
+    let _ = dst;
+    q.handle_packet(T0, &read(0, 0, 7 * 1024), &[], Ecn::NotEct, &mut mem);
+    assert_eq!(drain(&mut q, T0, &mem).len(), 7);
+    q.handle_packet(T0, &read(4, 4096, 1024), &[], Ecn::NotEct, &mut mem);
+    let again = drain(&mut q, T0, &mem);
+    assert_eq!(
+        again
+            .iter()
+            .map(|p| (p.bth.opcode, p.bth.psn.value() - RQ_PSN, p.payload_len))
+            .collect::<Vec<_>>(),
+        vec![(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 4, 1024)]
+    );
+    // A part that is not whole MTUs short of the end, or outside the Read, is refused.
+    q.handle_packet(T0, &read(4, 4096, 1000), &[], Ecn::NotEct, &mut mem);
+    q.handle_packet(T0, &read(4, 0, 1024), &[], Ecn::NotEct, &mut mem);
+    assert!(drain(&mut q, T0, &mem).is_empty());
+    assert_eq!(q.counters().unexpected, 2);
+}

@@ -26,6 +26,10 @@ pub const BTH_LEN: usize = 12;
 pub const TVER_STANDARD: u8 = 0;
 /// The BTH transport header version of IRN traffic (`docs/WIRE.md`).
 pub const TVER_IRN: u8 = 1;
+/// BTH transport header version of extended-IB selective retransmission (SPEC T8(c–d), this
+/// project's encoding, `docs/WIRE.md` §5): an IRNETH follows the BTH as under [`TVER_IRN`], so
+/// a standard receiver drops the packet (an unsupported TVer) and an IRN receiver does too.
+pub const TVER_EXT_IB: u8 = 2;
 
 /// The default partition key (full membership, default partition), as RoCE uses.
 pub const DEFAULT_PKEY: u16 = 0xffff;
@@ -122,7 +126,8 @@ pub struct BthRepr {
     pub solicited: bool,
     /// Migration request.
     pub mig_req: bool,
-    /// Transport header version: [`TVER_STANDARD`] or [`TVER_IRN`] (others are carried opaquely).
+    /// Transport header version: [`TVER_STANDARD`], [`TVER_IRN`] or [`TVER_EXT_IB`] (others are
+    /// carried opaquely).
     pub tver: u8,
     /// Partition key.
     pub pkey: u16,

@@ -74,7 +74,7 @@ pub mod psn;
 pub mod roce;
 pub mod udp;
 
-pub use bth::{Bth, BthRepr, BTH_LEN, DEFAULT_PKEY, TVER_IRN, TVER_STANDARD};
+pub use bth::{Bth, BthRepr, BTH_LEN, DEFAULT_PKEY, TVER_EXT_IB, TVER_IRN, TVER_STANDARD};
 pub use drp::{Drp, DrpRepr};
 pub use error::{Error, Layer, Result};
 pub use ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, VlanTag};
@@ -87,7 +87,7 @@ pub use ib::IbRepr;
 pub use icrc::{IcrcCheck, ICRC_LEN};
 pub use ipv4::{Ecn, Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
-pub use irn::{IrnEth, IrnEthRepr, LocalBuffer, LossBitmap};
+pub use irn::{IrnEth, IrnEthRepr, LocalBuffer, LossBitmap, MAX_BITMAP_WORDS};
 pub use mac_control::{MacControl, MacControlRepr, PfcRepr};
 pub use opcode::{Headers, Layout, Opcode, PayloadRule, Transport};
 pub use psn::Psn;

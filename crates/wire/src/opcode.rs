@@ -251,7 +251,10 @@ impl Opcode {
     /// `None` when this codec carries the packet opaquely (see the module documentation).
     ///
     /// With `tver == 1` (IRN, `docs/WIRE.md`), RC opcodes put an IRNETH right after the BTH, every
-    /// RDMA Write packet carries a RETH (IRN §5.3.1), and `RC_IRN_READ_ACK` is defined.
+    /// RDMA Write packet carries a RETH (IRN §5.3.1), and `RC_IRN_READ_ACK` is defined. With
+    /// `tver == 2` (extended-IB selective retransmission, SPEC T8(c–d)) the layout is the same
+    /// but for `RC_IRN_READ_ACK`, which that design does not have (its Read responses share the
+    /// request PSN space, as standard RoCE's do).
     pub const fn layout(self, tver: u8) -> Option<Layout> {
         let op = self.operation();
         match (self.transport(), tver) {
@@ -259,8 +262,9 @@ impl Opcode {
                 0x18 => None,
                 _ => operation_layout(op),
             },
-            (Transport::Rc, 1) => {
+            (Transport::Rc, 1 | 2) => {
                 let base = match op {
+                    0x18 if tver == 2 => None,
                     0x18 => Some(Layout {
                         headers: Headers::AETH,
                         payload: PayloadRule::Empty,

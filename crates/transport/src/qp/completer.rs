@@ -31,6 +31,15 @@ pub(crate) struct Completer {
     pub(crate) rnr_psn: Psn,
     /// RNR NAKs in a row without progress (against `rnr_retry`).
     pub(crate) rnr_retries: u32,
+    /// T8(b): since when the Read hole at the in-order point has been open.
+    pub(crate) hole_since: Option<Time>,
+    /// T8(b): the current hole's chunks were re-requested (until the in-order point moves).
+    pub(crate) hole_asked: bool,
+    /// T8(b): responses received beyond the in-order point.
+    pub(crate) ahead: u32,
+    /// T8(b): the responder acknowledged request PSNs up to here, beyond a Read still missing
+    /// responses.
+    pub(crate) peer_done: Option<Psn>,
 }
 
 impl Completer {
@@ -41,6 +50,10 @@ impl Completer {
             rnr_until: None,
             rnr_psn: Psn::new(0),
             rnr_retries: 0,
+            hole_since: None,
+            hole_asked: false,
+            ahead: 0,
+            peer_done: None,
         }
     }
 }
@@ -121,6 +134,11 @@ impl QueuePair {
                         }
                         self.req.swin.enter_recovery(false);
                     }
+                    Retransmission::Precise => {
+                        self.cc.on_loss(now);
+                        self.ack_requests(now, psn);
+                        self.precise_nak(now, psn, ib);
+                    }
                 }
             }
             Syndrome::RnrNak(timer) => {
@@ -167,6 +185,28 @@ impl QueuePair {
         }
     }
 
+    /// Extended IB's NAK (T8(d)): every PSN from `epsn` to the highest the bitmap reaches that
+    /// it does not mark lost has arrived; the marked ones are resent, exactly those. A NAK
+    /// without a bitmap (nothing arrived beyond the hole) resends from `epsn`.
+    fn precise_nak(&mut self, now: Time, epsn: Psn, ib: &IbRepr) {
+        let irn = ib.irn.unwrap_or_default();
+        let (Some(lost), Some(highest)) = (irn.loss_bitmap, irn.sack_psn) else {
+            self.req.swin.go_back(epsn);
+            return;
+        };
+        let span = epsn.distance(highest);
+        if span <= 0 || span as usize >= lost.capacity() + 1 {
+            self.counters.dropped_invalid += 1;
+            return;
+        }
+        for i in 0..=span as usize {
+            if !lost.is_set(i) {
+                self.req.swin.sack(now, epsn.add(i as u32));
+            }
+        }
+        self.req.swin.enter_recovery(false);
+    }
+
     /// ECN echo accounting of a standard ACK or NAK (SPEC T9): an ACK stands for the `bytes`
     /// it newly acknowledged, and its echo for the one marked packet that triggered it (a
     /// controller that reads echoes has every packet ACKed); an echo on a NAK or on an ACK
@@ -183,7 +223,7 @@ impl QueuePair {
 
     /// Cumulative acknowledgement of every request PSN before `cum`; returns the bytes newly
     /// acknowledged.
-    fn ack_requests(&mut self, now: Time, mut cum: Psn) -> u64 {
+    pub(super) fn ack_requests(&mut self, now: Time, mut cum: Psn) -> u64 {
         if !self.irn_wire() {
             // Standard RoCE: an ACK beyond a Read whose responses are missing implies they were
             // lost (IBTA §9.7.5.1.2, implied NAK): resend the Read from the missing response.
@@ -194,7 +234,13 @@ impl QueuePair {
                 .find(|w| w.started && w.needs_response() && w.resp_rcvd < w.npkts)
             {
                 let expected = w.first_psn.add(w.resp_rcvd);
-                if expected.distance(cum) > 0 {
+                if expected.distance(cum) > 0 && self.rereads() {
+                    // T8(b): the responder is past the Read; its missing responses are
+                    // re-requested by the hole rule.
+                    let done = cum;
+                    cum = expected;
+                    self.note_peer_done(now, done);
+                } else if expected.distance(cum) > 0 {
                     cum = expected;
                     if self.cmp.read_gap != Some(expected) && self.req.swin.outstanding(expected) {
                         self.cmp.read_gap = Some(expected);
@@ -245,6 +291,8 @@ impl QueuePair {
         }
         if self.irn_wire() {
             self.handle_response_irn(now, ib, payload, mem, is_atomic_ack);
+        } else if self.rereads() {
+            self.handle_response_holes(now, ib, payload, mem, is_atomic_ack);
         } else {
             self.handle_response_standard(now, ib, payload, mem, is_atomic_ack);
         }
@@ -296,7 +344,7 @@ impl QueuePair {
 
     /// Places one in-order (standard) or in-window (IRN) response for WQE `idx`; returns the
     /// completion status if the response is unacceptable.
-    fn accept_response<M: Memory>(
+    pub(super) fn accept_response<M: Memory>(
         &mut self,
         idx: usize,
         ib: &IbRepr,
@@ -336,7 +384,8 @@ impl QueuePair {
         } else {
             u64::from(mtu)
         };
-        if op_last != last || ib.payload_len as u64 != want {
+        // A part asked for again (T8(b)) ends with its own LAST or ONLY packet.
+        if (op_last != last && !(op_last && self.part_may_end())) || ib.payload_len as u64 != want {
             return Err(WcStatus::BadRespErr);
         }
         if M::HOLDS_BYTES {
@@ -526,8 +575,12 @@ impl QueuePair {
             Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
                 self.req.swin.enter_recovery(true)
             }
+            Retransmission::Precise => self.req.swin.timeout_go_back(),
         }
         self.cmp.read_gap = None;
+        if self.rereads() {
+            self.reset_rereads();
+        }
     }
 
     /// The first PSN of the message holding `psn` (go-back-0 restarts there, T3).

@@ -22,8 +22,8 @@
 use std::collections::VecDeque;
 
 use irn_wire::{
-    AethRepr, BthRepr, Ecn, IbRepr, IrnEthRepr, Opcode, Psn, Syndrome, Transport,
-    ROCEV2_IPV4_ENCAP_LEN, TVER_IRN, TVER_STANDARD,
+    AethRepr, BthRepr, Ecn, IbRepr, IrnEthRepr, LossBitmap, Opcode, Psn, Syndrome, Transport,
+    ROCEV2_IPV4_ENCAP_LEN, TVER_EXT_IB, TVER_IRN, TVER_STANDARD,
 };
 
 use crate::cc::Controller;
@@ -39,6 +39,7 @@ use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus};
 
 mod completer;
 mod requester;
+mod reread;
 mod responder;
 mod sg;
 mod timers;
@@ -149,7 +150,7 @@ impl QueuePair {
             last_cnp: None,
             req: Requester::new(mode),
             cmp: Completer::new(),
-            rsp: Responder::new(mode, cfg.recovery.irn_wire),
+            rsp: Responder::new(&cfg.recovery),
             cfg,
         }
     }
@@ -210,6 +211,11 @@ impl QueuePair {
         self.cfg.recovery.irn_wire
     }
 
+    /// Extended-IB headers (T8(c–d)).
+    fn ext_ib(&self) -> bool {
+        self.cfg.recovery.ext_ib
+    }
+
     fn mode(&self) -> Retransmission {
         self.cfg.recovery.retransmission
     }
@@ -217,7 +223,9 @@ impl QueuePair {
     fn selective(&self) -> bool {
         matches!(
             self.mode(),
-            Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack
+            Retransmission::SelectiveRepeat
+                | Retransmission::SelectiveRepeatNoSack
+                | Retransmission::Precise
         )
     }
 
@@ -228,6 +236,8 @@ impl QueuePair {
     fn tver(&self) -> u8 {
         if self.irn_wire() {
             TVER_IRN
+        } else if self.ext_ib() {
+            TVER_EXT_IB
         } else {
             TVER_STANDARD
         }
@@ -397,6 +407,8 @@ impl QueuePair {
             read_sn: None,
             rpsn: Psn::new(0),
             resp_rcvd: 0,
+            ssn: 0,
+            got: VecDeque::new(),
             acked: false,
             error: None,
         });
@@ -453,6 +465,9 @@ impl QueuePair {
         self.req.tx_off = 0;
         // Only NAKs and ACKs already decided still go out.
         self.rsp.wire.on_error();
+        if let Some(rb) = self.rsp.reorder.as_mut() {
+            rb.clear();
+        }
         self.ctrl.retain(|c| !matches!(c, Ctrl::Cnp));
         self.cmp.rnr_until = None;
     }
@@ -512,7 +527,7 @@ impl QueuePair {
             if ce {
                 self.notify_congestion(now);
             }
-            self.handle_request(ib, payload, ce, mem);
+            self.handle_request(now, ib, payload, ce, mem);
         } else {
             match op {
                 Opcode::RC_ACKNOWLEDGE => self.handle_ack(now, ib),
@@ -576,7 +591,8 @@ impl QueuePair {
                 a.psn,
                 a.syndrome,
                 a.msn,
-                None,
+                a.lost.map(|(_, h)| h),
+                a.lost.map(|(b, _)| b),
                 a.becn,
             );
             self.count_tx(&t);
@@ -626,7 +642,8 @@ impl QueuePair {
                 a.psn,
                 a.syndrome,
                 a.msn,
-                None,
+                a.lost.map(|(_, h)| h),
+                a.lost.map(|(b, _)| b),
                 a.becn,
             )
         } else {
@@ -666,7 +683,7 @@ impl QueuePair {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
             return false;
         }
-        if self.req.swin.in_recovery() {
+        if self.req.swin.in_recovery() || !self.req.rereads.is_empty() {
             return true;
         }
         if self.state == QpState::Sqd && self.req.tx_off == 0 {
@@ -700,6 +717,7 @@ impl QueuePair {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn build_ack(
         &self,
         opcode: Opcode,
@@ -707,15 +725,17 @@ impl QueuePair {
         syndrome: Syndrome,
         msn: u32,
         sack: Option<Psn>,
+        lost: Option<LossBitmap>,
         becn: bool,
     ) -> Transmit {
         let mut bth = self.bth(opcode, psn);
         bth.becn = becn;
         let mut ib = IbRepr::new(bth);
         ib.aeth = Some(AethRepr { syndrome, msn });
-        if self.irn_wire() {
+        if self.irn_wire() || self.ext_ib() {
             ib.irn = Some(IrnEthRepr {
                 sack_psn: sack,
+                loss_bitmap: lost,
                 ..IrnEthRepr::default()
             });
         }
@@ -733,12 +753,12 @@ impl QueuePair {
                 msn,
                 sack,
                 becn,
-            } => self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, sack, becn),
+            } => self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, sack, None, becn),
             Ctrl::ReadAck {
                 psn,
                 syndrome,
                 sack,
-            } => self.build_ack(Opcode::RC_IRN_READ_ACK, psn, syndrome, 0, sack, false),
+            } => self.build_ack(Opcode::RC_IRN_READ_ACK, psn, syndrome, 0, sack, None, false),
             Ctrl::Cnp => {
                 let mut bth = self.bth(Opcode::CNP, Psn::new(0));
                 bth.tver = TVER_STANDARD;

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use irn_wire::{AtomicEthRepr, Ecn, IbRepr, IrnEthRepr, Opcode, Psn, RethRepr};
+use irn_wire::{AtomicEthRepr, Ecn, IbRepr, IrnEthRepr, LocalBuffer, Opcode, Psn, RethRepr};
 
 use super::sg::gather;
 use super::{packets, QueuePair, Transmit, MAX_MESSAGE};
@@ -23,6 +23,13 @@ use crate::wr::{SendOp, SendWr, WcStatus};
 /// Standard RoCE: the requester asks for an ACK at least every this many packets of a long
 /// message (Linux rxe asks every 128; a smaller value keeps the sender's state short).
 const STANDARD_ACK_EVERY: u32 = 64;
+
+/// T8(b): a response packet not received.
+pub(crate) const RESP_MISSING: u8 = 0;
+/// T8(b): a response packet received (out of order).
+pub(crate) const RESP_GOT: u8 = 1;
+/// T8(b): a response packet re-requested with a smaller Read.
+pub(crate) const RESP_ASKED: u8 = 2;
 
 /// A posted send WQE and its progress.
 #[derive(Debug, Clone)]
@@ -42,6 +49,11 @@ pub(crate) struct SendWqe {
     pub(crate) rpsn: Psn,
     /// Response packets received in order.
     pub(crate) resp_rcvd: u32,
+    /// Send sequence number (message number, 24 bits; carried by extended-IB Sends, T8(c)).
+    pub(crate) ssn: u32,
+    /// T8(b): the state of each response packet beyond `resp_rcvd` once one arrived out of
+    /// order ([`RESP_MISSING`], [`RESP_GOT`] or [`RESP_ASKED`]); empty until then.
+    pub(crate) got: VecDeque<u8>,
     /// Every sPSN is acknowledged.
     pub(crate) acked: bool,
     pub(crate) error: Option<WcStatus>,
@@ -88,6 +100,11 @@ pub(crate) struct Requester {
     pub(crate) pacing_until: Time,
     /// Request payload bytes sent since a standard request last asked for an ACK.
     pub(crate) unasked_bytes: u64,
+    /// SSN of the next message.
+    pub(crate) next_ssn: u32,
+    /// T8(b): smaller Read requests to send for missing response chunks — (first PSN,
+    /// packets) — ahead of everything else but control packets.
+    pub(crate) rereads: VecDeque<(Psn, u32)>,
 }
 
 impl Requester {
@@ -102,12 +119,14 @@ impl Requester {
             next_rpsn: Psn::new(0),
             pacing_until: Time::ZERO,
             unasked_bytes: 0,
+            next_ssn: 0,
+            rereads: VecDeque::new(),
         }
     }
 
     /// Whether a new request or a retransmission waits.
     pub(crate) fn has_data(&self) -> bool {
-        self.tx_idx < self.sq.len() || self.swin.in_recovery()
+        self.tx_idx < self.sq.len() || self.swin.in_recovery() || !self.rereads.is_empty()
     }
 }
 
@@ -137,6 +156,9 @@ impl QueuePair {
     ) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
             return None;
+        }
+        if let Some(t) = self.next_reread(mem, payload) {
+            return Some(t);
         }
         while let Some(psn) = self.req.swin.next_retransmit() {
             let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
@@ -188,7 +210,11 @@ impl QueuePair {
     /// cut by the loss stays shut). Go-back-0 keeps its ACKs on message boundaries (E11's
     /// livelock depends on it); a window controller over it is the driver's to refuse.
     fn ask_for_feedback(&mut self, t: &mut Transmit) {
-        if self.mode() != Retransmission::GoBackN || self.irn_wire() {
+        if !matches!(
+            self.mode(),
+            Retransmission::GoBackN | Retransmission::Precise
+        ) || self.irn_wire()
+        {
             return;
         }
         self.req.unasked_bytes += t.ib.payload_len as u64;
@@ -267,6 +293,8 @@ impl QueuePair {
         };
         w.first_psn = first_psn;
         w.started = true;
+        w.ssn = self.req.next_ssn;
+        self.req.next_ssn = (self.req.next_ssn + 1) & Psn::MASK;
         if w.wr.op.consumes_recv() {
             w.recv_sn = Some(self.req.next_recv_sn);
             self.req.next_recv_sn = self.req.next_recv_sn.wrapping_add(1);
@@ -282,6 +310,32 @@ impl QueuePair {
         true
     }
 
+    /// T8(b): the next smaller Read request for missing response chunks, if one waits: the
+    /// Read's request rebuilt at the first missing PSN, its length cut to the chunks asked
+    /// for. The standard responder answers it as a duplicate Read of that part (IBTA
+    /// §9.7.5.1.1).
+    fn next_reread<M: Memory>(&mut self, mem: &M, payload: &mut Vec<u8>) -> Option<Transmit> {
+        let mtu = u64::from(self.mtu());
+        while let Some((psn, n)) = self.req.rereads.pop_front() {
+            let Some(idx) = self
+                .req
+                .sq
+                .iter()
+                .position(|w| w.contains(psn) && w.needs_response() && !w.done())
+            else {
+                continue;
+            };
+            let (mut t, _) = self.build_request(idx, psn, mem, payload);
+            if let Some(r) = t.ib.reth.as_mut() {
+                r.dma_len = u64::from(r.dma_len).min(u64::from(n) * mtu) as u32;
+            }
+            self.counters.retransmitted += 1;
+            self.counters.read_rerequests += 1;
+            return Some(t);
+        }
+        None
+    }
+
     /// The request packet of WQE `idx` at `psn`, and how many PSNs it covers.
     fn build_request<M: Memory>(
         &mut self,
@@ -292,6 +346,7 @@ impl QueuePair {
     ) -> (Transmit, u32) {
         let mtu = self.mtu();
         let irn = self.irn_wire();
+        let ext = self.ext_ib();
         let mode = self.mode();
         let bth0 = self.bth(Opcode::RC_SEND_ONLY, psn);
         let w = &self.req.sq[idx];
@@ -340,10 +395,12 @@ impl QueuePair {
                         _ => {}
                     }
                 }
-                if irn {
+                if irn || ext {
+                    // IRN §5.3.2; extended IB adds the SSN (T8(c)).
                     ib.irn = Some(IrnEthRepr {
                         wqe_sn: w.recv_sn,
                         psn_offset: Some(k),
+                        ssn: ext.then_some(w.ssn),
                         ..IrnEthRepr::default()
                     });
                 }
@@ -375,14 +432,14 @@ impl QueuePair {
                     rkey: remote.rkey,
                     dma_len: w.len as u32,
                 };
-                // IRN §5.3.1: the RETH rides on every Write packet.
-                if first || irn {
+                // IRN §5.3.1 and extended IB (T8(c)): the RETH rides on every Write packet.
+                if first || irn || ext {
                     ib.reth = Some(reth);
                 }
                 if last {
                     ib.imm = imm;
                 }
-                if irn {
+                if irn || ext {
                     ib.irn = Some(IrnEthRepr {
                         wqe_sn: if last && imm.is_some() {
                             w.recv_sn
@@ -417,6 +474,18 @@ impl QueuePair {
                 } else {
                     covers = n - k.min(n);
                 }
+                if ext {
+                    // T8(c): the requester's buffer, echoed by every response with its PSN
+                    // offset (the address of the part asked for when the list has one entry).
+                    ib.irn = Some(IrnEthRepr {
+                        psn_offset: Some(k),
+                        local: w.wr.sg_list.first().map(|s| LocalBuffer {
+                            va: s.addr + off,
+                            lkey: s.lkey,
+                        }),
+                        ..IrnEthRepr::default()
+                    });
+                }
             }
             SendOp::CompareSwap {
                 remote,
@@ -431,9 +500,9 @@ impl QueuePair {
                     swap_add: swap,
                     compare,
                 });
-                if irn {
+                if irn || ext {
                     ib.irn = Some(IrnEthRepr {
-                        wqe_sn: w.read_sn,
+                        wqe_sn: irn.then_some(w.read_sn).flatten(),
                         ..IrnEthRepr::default()
                     });
                 }
@@ -447,9 +516,9 @@ impl QueuePair {
                     swap_add: add,
                     compare: 0,
                 });
-                if irn {
+                if irn || ext {
                     ib.irn = Some(IrnEthRepr {
-                        wqe_sn: w.read_sn,
+                        wqe_sn: irn.then_some(w.read_sn).flatten(),
                         ..IrnEthRepr::default()
                     });
                 }

@@ -26,15 +26,22 @@ pub(crate) enum Timer {
     Retransmit,
     /// IRN's Read responder: the rPSN space's retransmission timeout (IRN §5.4).
     ResponseRetransmit,
+    /// The responder's open hole meets the hole rule's delay: NAK it (T8(a), T8(d)).
+    ResponderHole,
+    /// The requester's Read hole meets the hole rule's delay: re-request the missing chunks
+    /// (T8(b)).
+    ReadHole,
 }
 
 impl Timer {
-    const ALL: [Timer; 5] = [
+    const ALL: [Timer; 7] = [
         Timer::Pacing,
         Timer::Controller,
         Timer::RnrWait,
         Timer::Retransmit,
         Timer::ResponseRetransmit,
+        Timer::ResponderHole,
+        Timer::ReadHole,
     ];
 }
 
@@ -89,6 +96,10 @@ impl QueuePair {
             if self.req.pacing_until > Time::ZERO && self.has_data_to_send() {
                 slot(Timer::Pacing, Some(self.req.pacing_until));
             }
+            slot(Timer::ResponderHole, self.responder_hole_deadline());
+        }
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+            slot(Timer::ReadHole, self.read_hole_deadline());
         }
     }
 
@@ -136,6 +147,12 @@ impl QueuePair {
         }
         if due.expired(Timer::ResponseRetransmit, now) {
             self.response_timeout(now);
+        }
+        if due.expired(Timer::ResponderHole, now) {
+            self.check_hole(now);
+        }
+        if due.expired(Timer::ReadHole, now) && matches!(self.state, QpState::Rts | QpState::Sqd) {
+            self.check_read_hole(now);
         }
     }
 

@@ -91,7 +91,9 @@ impl QpConfig {
         }
         let selective = matches!(
             self.recovery.retransmission,
-            Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack
+            Retransmission::SelectiveRepeat
+                | Retransmission::SelectiveRepeatNoSack
+                | Retransmission::Precise
         );
         if selective && self.recovery.bdp_cap.is_none() && self.ooo_window == 0 {
             return Err(QpConfigError::ZeroOooWindow);
@@ -209,6 +211,19 @@ pub struct Counters {
     pub dropped_state: u64,
     /// Responses or ACKs that matched nothing outstanding.
     pub unexpected: u64,
+    /// NAKs sent because a hole met the [`HoleRule`](crate::HoleRule) (T8(a), T8(d)); also
+    /// counted in `nacks_sent`.
+    pub early_naks_sent: u64,
+    /// Request packets parked in the reorder buffer (T8(a)).
+    pub reorder_parked: u64,
+    /// Bytes (headers and payload) parked in the reorder buffer: each crosses PCIe twice
+    /// more than a packet placed directly — written to host memory, read back to be
+    /// processed (seed 002).
+    pub reorder_bytes: u64,
+    /// Most bytes the reorder buffer held at once (a maximum, also when summed).
+    pub reorder_peak_bytes: u64,
+    /// Smaller Read requests sent for missing response chunks (T8(b)).
+    pub read_rerequests: u64,
 }
 
 impl core::ops::AddAssign for Counters {
@@ -234,6 +249,11 @@ impl core::ops::AddAssign for Counters {
             dropped_invalid,
             dropped_state,
             unexpected,
+            early_naks_sent,
+            reorder_parked,
+            reorder_bytes,
+            reorder_peak_bytes,
+            read_rerequests,
         } = o;
         self.tx_packets += tx_packets;
         self.tx_bytes += tx_bytes;
@@ -254,6 +274,11 @@ impl core::ops::AddAssign for Counters {
         self.dropped_invalid += dropped_invalid;
         self.dropped_state += dropped_state;
         self.unexpected += unexpected;
+        self.early_naks_sent += early_naks_sent;
+        self.reorder_parked += reorder_parked;
+        self.reorder_bytes += reorder_bytes;
+        self.reorder_peak_bytes = self.reorder_peak_bytes.max(reorder_peak_bytes);
+        self.read_rerequests += read_rerequests;
     }
 }
 

@@ -238,7 +238,7 @@ impl QueuePair {
                 ib.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
                 Some(Transmit { ib, ecn: Ecn::Ect0 })
             }
-            SavedKind::Read { va, rkey, len } => {
+            SavedKind::Read { va, rkey, len, .. } => {
                 let mtu = u64::from(self.mtu());
                 let done = u64::from(k) * mtu;
                 let chunk = (len - done.min(len)).min(mtu);

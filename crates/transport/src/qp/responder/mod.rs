@@ -12,16 +12,28 @@
 //! * [`IrnResponder`] (`irn`): out-of-order placement from IRNETH's receive WQE number and
 //!   PSN offset; per-packet ACKs and NACKs with the SACK PSN on the control queue; responses
 //!   in their own rPSN space with their own window and timeouts (IRN §5.4).
+//!
+//! Seed 002's two designs (SPEC T8) are variations of the standard responder:
+//!
+//! * with a reorder buffer (`reorder`, T8(a)): out-of-order packets are parked whole and
+//!   processed in PSN order once the hole before them fills; the hole is NAKed by the
+//!   [`HoleRule`](crate::HoleRule) rather than at once;
+//! * extended IB (`StandardResponder::ext`, T8(c–d)): any Send or Write packet is placed on
+//!   arrival from its extension headers (IRN's placement), Reads and atomics still run in PSN
+//!   order from the receive window's deferred actions, and Read responses share the request
+//!   PSN space as standard ones do; a hole that meets the rule is NAKed with a bitmap of every
+//!   PSN missing.
 
 use std::collections::VecDeque;
 
 use irn_wire::{
-    AethRepr, CreditCode, Ecn, IbRepr, NakCode, Opcode, Psn, RethRepr, RnrTimer, Syndrome,
+    AethRepr, CreditCode, Ecn, IbRepr, LocalBuffer, NakCode, Opcode, Psn, RethRepr, RnrTimer,
+    Syndrome,
 };
 
 use super::sg::place_local;
 use super::{packets, Ctrl, QueuePair, Transmit, MAX_MESSAGE};
-use crate::config::Retransmission;
+use crate::config::{RecoveryConfig, Retransmission};
 use crate::memory::{Access, AtomicOp, Key, MemError, Memory};
 use crate::state::QpState;
 use crate::time::Time;
@@ -29,9 +41,11 @@ use crate::window::{Arrival, RecvWindow, SendWindow};
 use crate::wr::{Completion, RecvWr, WcOpcode, WcStatus};
 
 mod irn;
+mod reorder;
 mod standard;
 
 pub(crate) use irn::IrnResponder;
+use reorder::{Park, ReorderBuffer};
 use standard::RespJob;
 pub(crate) use standard::{QueuedAck, StandardResponder};
 
@@ -66,6 +80,8 @@ pub(crate) enum ReqAction {
         rkey: u32,
         len: u64,
         npsn: u32,
+        /// Extended IB: the requester's buffer, echoed by the responses (T8(c)).
+        local: Option<LocalBuffer>,
     },
     /// Execute an atomic.
     Atomic { va: u64, rkey: u32, op: AtomicOp },
@@ -79,8 +95,15 @@ pub(crate) enum ReqAction {
 /// An executed Read or atomic: what answering it (again) takes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SavedKind {
-    Read { va: u64, rkey: u32, len: u64 },
-    Atomic { orig: u64 },
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u64,
+        local: Option<LocalBuffer>,
+    },
+    Atomic {
+        orig: u64,
+    },
 }
 
 /// A Read or atomic the responder executed, handed to its wire variant to answer.
@@ -127,20 +150,27 @@ pub(crate) struct Responder {
     pub(crate) msn: u32,
     /// What the wire format decides.
     pub(crate) wire: ResponderWire,
+    /// The reorder buffer (T8(a)), if the queue pair has one.
+    pub(crate) reorder: Option<ReorderBuffer>,
+    /// Extended IB: since when the current hole (packets held beyond the expected PSN) has
+    /// been open.
+    hole_since: Option<Time>,
 }
 
 impl Responder {
-    pub(crate) fn new(mode: Retransmission, irn_wire: bool) -> Responder {
+    pub(crate) fn new(recovery: &RecoveryConfig) -> Responder {
         Responder {
             rq: VecDeque::new(),
             rq_next_sn: 0,
             rwin: RecvWindow::new(Psn::new(0), false, 1),
             msn: 0,
-            wire: if irn_wire {
-                ResponderWire::Irn(IrnResponder::new(mode, Psn::new(0)))
+            wire: if recovery.irn_wire {
+                ResponderWire::Irn(IrnResponder::new(recovery.retransmission, Psn::new(0)))
             } else {
-                ResponderWire::Standard(StandardResponder::default())
+                ResponderWire::Standard(StandardResponder::new(recovery.ext_ib))
             },
+            reorder: recovery.reorder_buffer.map(ReorderBuffer::new),
+            hole_since: None,
         }
     }
 }
@@ -159,7 +189,15 @@ impl ResponderWire {
     /// (IBTA §9.7.4.1.4); IRN's takes packets in any order.
     fn in_sequence(&self, op: Opcode) -> bool {
         match self {
-            ResponderWire::Standard(s) => s.in_sequence(op),
+            ResponderWire::Standard(s) if !s.ext => s.in_sequence(op),
+            _ => true,
+        }
+    }
+
+    /// Whether packets are placed from their own headers, in any order (IRN, extended IB).
+    fn places_any(&self) -> bool {
+        match self {
+            ResponderWire::Standard(s) => s.ext,
             ResponderWire::Irn(_) => true,
         }
     }
@@ -167,30 +205,33 @@ impl ResponderWire {
     /// The receive WQE a Send packet belongs to and its packet offset in the message.
     fn send_position(&self, ib: &IbRepr) -> Option<(u32, u32)> {
         match self {
-            ResponderWire::Standard(s) => Some(s.send_position(ib.bth.psn)),
-            ResponderWire::Irn(_) => IrnResponder::send_position(ib),
+            ResponderWire::Standard(s) if !s.ext => Some(s.send_position(ib.bth.psn)),
+            _ => IrnResponder::send_position(ib),
         }
     }
 
     /// The RETH of the Write a packet belongs to and its packet offset in the message.
     fn write_position(&self, ib: &IbRepr) -> Option<(RethRepr, u32)> {
         match self {
-            ResponderWire::Standard(s) => s.write_position(ib),
-            ResponderWire::Irn(_) => IrnResponder::write_position(ib),
+            ResponderWire::Standard(s) if !s.ext => s.write_position(ib),
+            _ => IrnResponder::write_position(ib),
         }
     }
 
     /// The receive WQE the last packet of a Write with immediate consumes.
     fn write_imm_recv(&self, ib: &IbRepr) -> Option<u32> {
         match self {
-            ResponderWire::Standard(s) => Some(s.rq_claim_sn),
-            ResponderWire::Irn(_) => ib.irn.and_then(|i| i.wqe_sn),
+            ResponderWire::Standard(s) if !s.ext => Some(s.rq_claim_sn),
+            _ => ib.irn.and_then(|i| i.wqe_sn),
         }
     }
 
     /// A receive WQE was claimed by a Write with immediate.
     fn claimed_recv(&mut self, sn: u32) {
         if let ResponderWire::Standard(s) = self {
+            if s.ext {
+                return;
+            }
             s.rq_claim_sn = sn.wrapping_add(1);
         }
     }
@@ -198,6 +239,9 @@ impl ResponderWire {
     /// A Send packet was placed.
     fn placed_send(&mut self, psn: Psn, op: Opcode, sn: u32) {
         if let ResponderWire::Standard(s) = self {
+            if s.ext {
+                return;
+            }
             s.placed_send(psn, op, sn);
         }
     }
@@ -205,6 +249,9 @@ impl ResponderWire {
     /// A Write packet was placed.
     fn placed_write(&mut self, psn: Psn, op: Opcode, reth: RethRepr) {
         if let ResponderWire::Standard(s) = self {
+            if s.ext {
+                return;
+            }
             s.placed_write(psn, op, reth);
         }
     }
@@ -320,9 +367,30 @@ impl ResponderWire {
 }
 
 impl QueuePair {
-    /// A request packet (Send, Write, Read, atomic) from the peer's requester.
+    /// A request packet (Send, Write, Read, atomic) from the peer's requester; with a reorder
+    /// buffer (T8(a)), then every parked packet the expected PSN reaches, in PSN order.
     pub(super) fn handle_request<M: Memory>(
         &mut self,
+        now: Time,
+        ib: &IbRepr,
+        payload: &[u8],
+        ce: bool,
+        mem: &mut M,
+    ) {
+        self.handle_request_one(now, ib, payload, ce, mem);
+        while self.state != QpState::Err {
+            let e = self.rsp.rwin.epsn();
+            let Some(p) = self.rsp.reorder.as_mut().and_then(|r| r.take(e)) else {
+                break;
+            };
+            self.handle_request_one(now, &p.ib, &p.payload, p.ce, mem);
+        }
+        self.check_hole(now);
+    }
+
+    fn handle_request_one<M: Memory>(
+        &mut self,
+        now: Time,
         ib: &IbRepr,
         payload: &[u8],
         ce: bool,
@@ -341,6 +409,24 @@ impl QueuePair {
                 }
             }
             Arrival::OutOfOrder => {
+                if let Some(rb) = self.rsp.reorder.as_mut() {
+                    match rb.park(self.rsp.rwin.epsn(), ib, payload, ce, now) {
+                        Park::Parked { bytes } => {
+                            self.counters.out_of_order += 1;
+                            self.counters.reorder_parked += 1;
+                            self.counters.reorder_bytes += bytes;
+                            self.counters.reorder_peak_bytes =
+                                self.counters.reorder_peak_bytes.max(rb.bytes());
+                            return;
+                        }
+                        Park::Duplicate => {
+                            self.counters.duplicates += 1;
+                            return;
+                        }
+                        // Beyond the buffer: discarded and NAKed like standard RoCE.
+                        Park::Full => {}
+                    }
+                }
                 self.counters.out_of_order += 1;
                 if self.mode() == Retransmission::GoBack0 {
                     // Go-back-0 (T3): the partial message is discarded; the requester must
@@ -369,13 +455,18 @@ impl QueuePair {
                         // let it be resent (a NACK for the expected PSN).
                         self.counters.nacks_sent += 1;
                         let e = self.rsp.rwin.epsn();
-                        self.ctrl.push_back(Ctrl::Ack {
-                            psn: e,
-                            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                            msn: self.rsp.msn,
-                            sack: None,
-                            becn: ce,
-                        });
+                        match self.rsp.wire {
+                            ResponderWire::Irn(_) => self.ctrl.push_back(Ctrl::Ack {
+                                psn: e,
+                                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                                msn: self.rsp.msn,
+                                sack: None,
+                                becn: ce,
+                            }),
+                            ResponderWire::Standard(_) => {
+                                self.push_resp_ack(e, Syndrome::Nak(NakCode::PsnSequenceError), ce)
+                            }
+                        }
                         return;
                     }
                     Err(Refused::Rnr) => {
@@ -398,17 +489,24 @@ impl QueuePair {
                     Err(Refused::Fatal(nak, recv)) => Some(ReqAction::Fatal { nak, recv }),
                 };
                 let standard = matches!(self.rsp.wire, ResponderWire::Standard(_));
+                let mut covers = 1;
                 if let Some(a @ ReqAction::Read { npsn, .. }) = action {
                     if standard && npsn > 1 {
-                        // A standard Read takes ⌈len / MTU⌉ PSNs (validated to fit the PSN
-                        // window): run it and step the expected PSN over them in one go.
-                        self.run_action(psn, a, mem);
-                        self.rsp.rwin.set_epsn(psn.add(npsn));
-                        self.rsp.rwin.nak_sent = false;
-                        return;
+                        if !self.rsp.wire.places_any() {
+                            // A standard Read takes ⌈len / MTU⌉ PSNs (validated to fit the PSN
+                            // window): run it and step the expected PSN over them in one go.
+                            self.run_action(psn, a, mem);
+                            self.rsp.rwin.set_epsn(psn.add(npsn));
+                            self.rsp.rwin.nak_sent = false;
+                            return;
+                        }
+                        // Extended IB: it occupies them in the receive window, and runs once
+                        // everything before it has arrived.
+                        covers = npsn;
                     }
                 }
-                self.rsp.rwin.accept(psn, 1, action);
+                let before = self.rsp.rwin.epsn();
+                self.rsp.rwin.accept(psn, covers, action);
                 while let Some((p, action)) = self.rsp.rwin.pop_ready() {
                     if let Some(a) = action {
                         self.run_action(p, a, mem);
@@ -416,6 +514,12 @@ impl QueuePair {
                             return;
                         }
                     }
+                }
+                if self.rsp.rwin.epsn() != before {
+                    // The hole, if any, moved: it is open from now.
+                    self.rsp.hole_since = (self.rsp.rwin.held() > 0).then_some(now);
+                } else if ahead && self.rsp.hole_since.is_none() {
+                    self.rsp.hole_since = Some(now);
                 }
                 match self.rsp.wire {
                     ResponderWire::Irn(_) if ahead => {
@@ -443,6 +547,65 @@ impl QueuePair {
                     }
                 }
             }
+        }
+    }
+
+    /// Since when the hole at the expected PSN has been open, for the [`HoleRule`]: the oldest
+    /// parked packet's arrival (reorder buffer) or the hole's start (extended IB). `None` when
+    /// there is no hole, or it was NAKed already.
+    ///
+    /// [`HoleRule`]: crate::HoleRule
+    fn hole_open_since(&self) -> Option<(Time, u32)> {
+        if self.rsp.rwin.nak_sent || self.state == QpState::Err {
+            return None;
+        }
+        if let Some(rb) = &self.rsp.reorder {
+            return rb.oldest().map(|t| (t, rb.len()));
+        }
+        if self.rsp.wire.places_any() && self.rsp.rwin.held() > 0 {
+            return self.rsp.hole_since.map(|t| (t, self.rsp.rwin.held()));
+        }
+        None
+    }
+
+    /// When the open hole meets the rule's delay (the responder's hole timer, T8(a), T8(d)).
+    pub(super) fn responder_hole_deadline(&self) -> Option<Time> {
+        let rule = self.cfg.recovery.hole_rule?;
+        if !matches!(self.rsp.wire, ResponderWire::Standard(_)) {
+            return None;
+        }
+        self.hole_open_since().map(|(t, _)| t + rule.delay)
+    }
+
+    /// Applies the [`HoleRule`](crate::HoleRule) to the hole at the expected PSN: once it has
+    /// been open the rule's delay or has its threshold of packets behind it, NAK it — a
+    /// sequence-error NAK (reorder buffer: the standard requester goes back N), or one with the
+    /// bitmap of every missing PSN (extended IB: the requester resends exactly those).
+    pub(super) fn check_hole(&mut self, now: Time) {
+        let Some(rule) = self.cfg.recovery.hole_rule else {
+            return;
+        };
+        if !matches!(self.rsp.wire, ResponderWire::Standard(_)) {
+            return;
+        }
+        let Some((since, behind)) = self.hole_open_since() else {
+            return;
+        };
+        if behind < rule.threshold && now.since(since) < rule.delay {
+            return;
+        }
+        self.rsp.rwin.nak_sent = true;
+        self.counters.early_naks_sent += 1;
+        if self.rsp.wire.places_any() {
+            self.counters.nacks_sent += 1;
+            let e = self.rsp.rwin.epsn();
+            let lost = self.rsp.rwin.loss_bitmap();
+            let msn = self.rsp.msn;
+            if let ResponderWire::Standard(s) = &mut self.rsp.wire {
+                s.push_loss_nak(e, msn, lost);
+            }
+        } else {
+            self.queue_nak_seq(false);
         }
     }
 
@@ -601,6 +764,7 @@ impl QueuePair {
                     rkey: reth.rkey,
                     len,
                     npsn: packets(len, mtu),
+                    local: ib.irn.and_then(|i| i.local),
                 }))
             }
             Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD => {
@@ -676,6 +840,7 @@ impl QueuePair {
                 rkey,
                 len,
                 npsn,
+                local,
             } => {
                 self.rsp.msn = (self.rsp.msn + 1) & Psn::MASK;
                 let msn = self.rsp.msn;
@@ -685,7 +850,12 @@ impl QueuePair {
                     npsn,
                     npkts,
                     msn,
-                    kind: SavedKind::Read { va, rkey, len },
+                    kind: SavedKind::Read {
+                        va,
+                        rkey,
+                        len,
+                        local,
+                    },
                 };
                 let keep = self.saved_capacity();
                 self.rsp.wire.respond(saved, keep);

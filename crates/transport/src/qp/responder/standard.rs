@@ -7,7 +7,8 @@
 use std::collections::VecDeque;
 
 use irn_wire::{
-    AethRepr, AtomicAckEthRepr, CreditCode, Ecn, IbRepr, Opcode, Psn, RethRepr, Syndrome,
+    AethRepr, AtomicAckEthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, LocalBuffer, LossBitmap,
+    Opcode, Psn, RethRepr, Syndrome,
 };
 
 use super::{ReadSource, ResponderWire, Saved, SavedKind};
@@ -32,6 +33,8 @@ pub(crate) enum RespJob {
         syndrome: Syndrome,
         msn: u32,
         becn: bool,
+        /// Extended IB: the loss bitmap of a NAK and the highest PSN it reaches (T8(d)).
+        lost: Option<(LossBitmap, Psn)>,
     },
     Read {
         psn: Psn,
@@ -40,6 +43,10 @@ pub(crate) enum RespJob {
         len: u64,
         done: u64,
         msn: u32,
+        /// PSN offset of `psn` within the Read it answers (a duplicate may ask for a part).
+        off: u32,
+        /// Extended IB: the requester's buffer, echoed (T8(c)).
+        local: Option<LocalBuffer>,
     },
     Atomic {
         psn: Psn,
@@ -55,6 +62,7 @@ pub(crate) struct QueuedAck {
     pub(crate) syndrome: Syndrome,
     pub(crate) msn: u32,
     pub(crate) becn: bool,
+    pub(crate) lost: Option<(LossBitmap, Psn)>,
 }
 
 impl RespJob {
@@ -69,11 +77,13 @@ impl RespJob {
                 syndrome,
                 msn,
                 becn,
+                lost,
             } => Some(QueuedAck {
                 psn,
                 syndrome,
                 msn,
                 becn,
+                lost,
             }),
             _ => None,
         }
@@ -83,6 +93,9 @@ impl RespJob {
 /// The standard responder's own state.
 #[derive(Debug, Default)]
 pub(crate) struct StandardResponder {
+    /// Extended IB (T8(c–d)): packets are placed from their own headers in any order, so
+    /// the message-in-progress state below is not used.
+    pub(crate) ext: bool,
     /// Next receive WQE a new message claims.
     pub(crate) rq_claim_sn: u32,
     /// The message in progress.
@@ -95,6 +108,13 @@ pub(crate) struct StandardResponder {
 }
 
 impl StandardResponder {
+    pub(crate) fn new(ext: bool) -> StandardResponder {
+        StandardResponder {
+            ext,
+            ..StandardResponder::default()
+        }
+    }
+
     /// The opcode sequence check (IBTA §9.7.4.1.4): a message in progress continues with
     /// MIDDLE/LAST of its kind, and nothing else continues one.
     pub(super) fn in_sequence(&self, op: Opcode) -> bool {
@@ -174,8 +194,17 @@ impl StandardResponder {
     }
 
     /// Responses still owed.
+    /// Replays of a part of a Read (T8(b)'s re-requests) are not counted: they answer a Read
+    /// already counted, however many parts a requester asks for.
     pub(super) fn pending_reads(&self) -> usize {
-        self.jobs.iter().filter(|j| !j.is_ack()).count()
+        self.jobs
+            .iter()
+            .filter(|j| match j {
+                RespJob::Ack { .. } => false,
+                RespJob::Read { off, .. } => *off == 0,
+                RespJob::Atomic { .. } => true,
+            })
+            .count()
     }
 
     /// Saves an executed Read or atomic (keeping the newest `keep`) and queues its responses.
@@ -185,13 +214,20 @@ impl StandardResponder {
         }
         self.saved.push_back(s);
         self.jobs.push_back(match s.kind {
-            SavedKind::Read { va, rkey, len } => RespJob::Read {
+            SavedKind::Read {
+                va,
+                rkey,
+                len,
+                local,
+            } => RespJob::Read {
                 psn: s.psn,
                 va,
                 rkey,
                 len,
                 done: 0,
                 msn: s.msn,
+                off: 0,
+                local,
             },
             SavedKind::Atomic { orig } => RespJob::Atomic {
                 psn: s.psn,
@@ -208,6 +244,19 @@ impl StandardResponder {
             syndrome,
             msn,
             becn,
+            lost: None,
+        });
+    }
+
+    /// Queues an extended-IB sequence-error NAK at `epsn` with the bitmap of the missing PSNs
+    /// and the highest PSN it reaches (T8(d)).
+    pub(super) fn push_loss_nak(&mut self, epsn: Psn, msn: u32, lost: Option<(LossBitmap, Psn)>) {
+        self.jobs.push_back(RespJob::Ack {
+            psn: epsn,
+            syndrome: Syndrome::Nak(irn_wire::NakCode::PsnSequenceError),
+            msn,
+            becn: false,
+            lost,
         });
     }
 }
@@ -237,28 +286,59 @@ impl QueuePair {
             if let Some(&Saved {
                 psn: first,
                 msn,
-                kind: SavedKind::Read { va, rkey, len },
+                kind:
+                    SavedKind::Read {
+                        va,
+                        rkey,
+                        len,
+                        local,
+                    },
                 ..
             }) = found
             {
-                let k = u64::from(first.distance(psn) as u32) * u64::from(mtu);
+                let off = first.distance(psn) as u32;
+                let k = u64::from(off) * u64::from(mtu);
+                // The duplicate asks for the Read from its PSN on — all the rest, or a part
+                // (a requester re-requesting only missing chunks, T8(b)): its RETH names which,
+                // and must lie within the original at the offset its PSN says (IBTA
+                // §9.7.5.1.1; rxe's `duplicate_request` checks the same subset).
+                let (dva, dlen) = match ib.reth {
+                    Some(r) if r.rkey == rkey => (r.va, u64::from(r.dma_len)),
+                    _ => (va + k, len - k.min(len)),
+                };
+                if dva != va + k || k + dlen > len || (dlen == 0 && len > 0) {
+                    self.counters.unexpected += 1;
+                    return;
+                }
+                let parts = packets(dlen, mtu);
+                if !(k + dlen == len || dlen % u64::from(mtu) == 0) {
+                    self.counters.unexpected += 1;
+                    return;
+                }
                 // One replay per Read (as rxe restarts its read resource): a newer duplicate
-                // supersedes responses of the same Read still queued.
-                let npsn = packets(len, mtu);
+                // of the rest supersedes every queued response of the same Read; one for a
+                // part, those it covers.
+                let (from, span) = if k + dlen == len {
+                    (first, packets(len, mtu))
+                } else {
+                    (psn, parts)
+                };
                 s.jobs.retain(|j| match j {
                     RespJob::Read { psn: jp, .. } => {
-                        let d = first.distance(*jp);
-                        !(d >= 0 && (d as u32) < npsn)
+                        let d = from.distance(*jp);
+                        !(d >= 0 && (d as u32) < span)
                     }
                     _ => true,
                 });
                 s.jobs.push_back(RespJob::Read {
                     psn,
-                    va: va + k,
+                    va: dva,
                     rkey,
-                    len: len - k.min(len),
+                    len: dlen,
                     done: 0,
                     msn,
+                    off,
+                    local,
                 });
             } else {
                 self.counters.unexpected += 1;
@@ -329,9 +409,18 @@ impl QueuePair {
                 syndrome,
                 msn,
                 becn,
+                lost,
             } => {
                 s.jobs.pop_front();
-                Some(self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, None, becn))
+                Some(self.build_ack(
+                    Opcode::RC_ACKNOWLEDGE,
+                    psn,
+                    syndrome,
+                    msn,
+                    lost.map(|(_, h)| h),
+                    lost.map(|(b, _)| b),
+                    becn,
+                ))
             }
             RespJob::Atomic { psn, orig, msn } => {
                 s.jobs.pop_front();
@@ -341,6 +430,9 @@ impl QueuePair {
                     msn,
                 });
                 ib.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+                if self.ext_ib() {
+                    ib.irn = Some(IrnEthRepr::default());
+                }
                 Some(Transmit { ib, ecn: Ecn::Ect0 })
             }
             RespJob::Read {
@@ -350,6 +442,8 @@ impl QueuePair {
                 len,
                 done,
                 msn,
+                off,
+                local,
             } => {
                 let k = (done / mtu) as u32;
                 let chunk = (len - done).min(mtu);
@@ -361,7 +455,15 @@ impl QueuePair {
                 } else if let RespJob::Read { done: d, .. } = job {
                     *d += chunk;
                 }
-                let ib = IbRepr::new(self.bth(Opcode::read_response(first, last), this_psn));
+                let mut ib = IbRepr::new(self.bth(Opcode::read_response(first, last), this_psn));
+                if self.ext_ib() {
+                    // T8(c): the requester's buffer and this packet's place in the Read.
+                    ib.irn = Some(IrnEthRepr {
+                        psn_offset: Some((off + k) & Psn::MASK),
+                        local,
+                        ..IrnEthRepr::default()
+                    });
+                }
                 let src = ReadSource {
                     rkey,
                     va: va + done,
