@@ -65,10 +65,11 @@ pub struct PerfArgs {
     /// Queue pairs.
     #[arg(short = 'q', long, default_value_t = 1)]
     qps: u32,
-    /// Loss recovery: `roce` or `irn`, or one of IRN's factor-analysis variants
-    /// (`irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`) or early RoCE's `roce-go-back-0` (the
-    /// client's choice; the server follows). Default: irn with an irn peer, roce with perftest
-    /// (which speaks nothing else).
+    /// Loss recovery: `roce` or `irn`, one of IRN's factor-analysis variants (`irn-go-back-n`,
+    /// `irn-no-bdp-fc`, `irn-no-sack`), early RoCE's `roce-go-back-0`, or seed 002's
+    /// `reorder-buffer` and `ext-ib` (the client's choice; the server follows). Default: irn
+    /// with an irn peer, roce with perftest (which speaks standard RoCE only: roce,
+    /// roce-go-back-0 or reorder-buffer).
     #[arg(long)]
     mode: Option<QpMode>,
     /// Path MTU offered (256–4096); perftest's exchange settles on the smaller of both ends'.
@@ -332,8 +333,11 @@ fn connect(
 /// The parameters of this end when the peer is perftest (which agrees on nothing: its flags
 /// must match ours) — RoCE on port 4791.
 fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
-    if args.mode.is_some_and(QpMode::is_irn) {
-        bail!("the peer is perftest, which speaks RoCE only: use --mode roce");
+    if let Some(m) = args.mode.filter(|m| !m.standard_wire()) {
+        bail!(
+            "the peer is perftest, which speaks standard RoCE only: use --mode roce, \
+             roce-go-back-0 or reorder-buffer, not {m}"
+        );
     }
     if args.verify {
         bail!("--verify needs an irn peer (perftest does not check data)");
@@ -343,7 +347,7 @@ fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
         size: args.msg_size()?,
         iters: args.iters,
         qps: args.qps,
-        mode: QpMode::Roce,
+        mode: args.mode.unwrap_or(QpMode::Roce),
         latency: args.latency,
         verify: false,
         udp_port: ROCE_PORT,

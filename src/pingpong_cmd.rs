@@ -45,7 +45,8 @@ pub struct PingpongArgs {
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
     /// Loss recovery: `roce` (what rxe speaks), `irn` (both ends must be irn), or another of
-    /// the recovery modes (`roce-go-back-0`, `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`).
+    /// the recovery modes (`roce-go-back-0`, `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`,
+    /// `reorder-buffer` — rxe speaks it too — and `ext-ib`).
     #[arg(long, default_value = "roce")]
     mode: QpMode,
     #[command(flatten)]
@@ -58,6 +59,10 @@ pub(crate) struct LinkArgs {
     /// Drop this fraction (0–1) of the packets this side sends and receives (seeded).
     #[arg(long, default_value_t = 0.0)]
     pub(crate) loss: f64,
+    /// Hold back this fraction (0–1) of the packets this side receives and deliver each after
+    /// the next one (seeded): reordering, as packet spraying makes it.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) reorder: f64,
     /// Seed of the impairment.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -143,11 +148,17 @@ pub(crate) fn device_config(
     if !(0.0..=1.0).contains(&link.loss) {
         bail!("--loss is a probability in 0–1, not {}", link.loss);
     }
+    if !(0.0..=1.0).contains(&link.reorder) {
+        bail!("--reorder is a probability in 0–1, not {}", link.reorder);
+    }
     let mut cfg = DeviceConfig::new(ip);
     cfg.port = port;
     cfg.seed = link.seed;
     cfg.tx_impairment = Impairment::loss(link.loss);
-    cfg.rx_impairment = Impairment::loss(link.loss);
+    cfg.rx_impairment = Impairment {
+        reorder: link.reorder,
+        ..Impairment::loss(link.loss)
+    };
     cfg.pcap = link.pcap.clone();
     cfg.receive = link.rx;
     Ok(cfg)

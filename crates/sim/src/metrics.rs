@@ -178,6 +178,20 @@ pub struct RunSummary {
     pub headroom_overflow: u64,
     /// Packets retransmitted by queue pairs.
     pub retransmissions: u64,
+    /// Payload bytes sent again (requests, responses, replayed Read responses).
+    pub retransmitted_bytes: u64,
+    /// Packets that arrived ahead of their expected PSN (reordering and loss).
+    pub out_of_order: u64,
+    /// NAKs sent by the hole rule (reorder buffer, extended IB; SPEC T8).
+    pub early_naks: u64,
+    /// Bytes parked in reorder buffers (each crossed PCIe twice more; T8(a)).
+    pub reorder_bytes: u64,
+    /// Most bytes one reorder buffer held.
+    pub reorder_peak_bytes: u64,
+    /// Smaller Read requests for missing response chunks (T8(b)).
+    pub read_rerequests: u64,
+    /// Per-QP NIC state the transport adds to standard RoCE, bits (SPEC E13).
+    pub qp_state_bits: u64,
     /// Retransmission timeouts.
     pub timeouts: u64,
     /// NACKs sent by receivers.

@@ -195,6 +195,11 @@ impl<M: SimMemory> Simulation<M> {
         self.parts[0].bdp_cap()
     }
 
+    /// Per-QP NIC state the transport adds to standard RoCE, in bits (SPEC E13).
+    pub fn qp_state_bits(&self) -> u64 {
+        self.parts[0].qp_state_bits()
+    }
+
     /// The pause threshold of an input-queued switch port, in bytes.
     pub fn xoff_bytes(&self) -> u64 {
         self.parts[0].xoff_bytes()

@@ -313,6 +313,75 @@ impl RecoveryConfig {
     }
 }
 
+/// Per-queue-pair NIC state a recovery configuration adds to a standard RoCE queue pair
+/// (SPEC E13), in bits, from the structures this implementation keeps
+/// ([`RecoveryConfig::nic_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NicState {
+    /// Bitmaps: receive windows (IRN's 2-bitmap, extended IB's arrival and deferred-action
+    /// bits), the sender's SACK bitmap, the reorder buffer's bitmap, Read-response maps.
+    pub bitmap_bits: u64,
+    /// Reorder-buffer descriptors: one 64-bit host address per slot.
+    pub descriptor_bits: u64,
+    /// Extra registers: PSN pointers of recovery and of IRN's rPSN space (24 bits each), the
+    /// hole rule's timestamp (32 bits).
+    pub register_bits: u64,
+}
+
+impl NicState {
+    /// Everything, in bits.
+    pub fn total_bits(&self) -> u64 {
+        self.bitmap_bits + self.descriptor_bits + self.register_bits
+    }
+}
+
+impl RecoveryConfig {
+    /// The per-QP state this configuration adds to standard RoCE (SPEC E13). `window` sizes
+    /// what a design bounds by the path rather than by a setting: IRN's bitmaps span its BDP
+    /// cap (this `window` when the cap is off), extended IB's receive window and both seed-002
+    /// designs' Read-response maps span `window` packets (a hardware NIC would size them by
+    /// the BDP, as IRN does; this implementation grows them on demand).
+    pub fn nic_state(&self, window: u32) -> NicState {
+        const PSN: u64 = 24;
+        const STAMP: u64 = 32;
+        let w = u64::from(window);
+        let sack = |r: Retransmission| match r {
+            Retransmission::SelectiveRepeat | Retransmission::Precise => 1,
+            _ => 0,
+        };
+        if self.irn_wire {
+            let cap = u64::from(self.bdp_cap.unwrap_or(window));
+            // sPSN responder 2-bitmap (IRN §5.3.3), sender SACK bitmap, and the rPSN space:
+            // the requester's receive bitmap and the Read responder's SACK bitmap (§5.4).
+            let per = 2 + sack(self.retransmission) + 1 + sack(self.retransmission);
+            return NicState {
+                bitmap_bits: per * cap,
+                descriptor_bits: 0,
+                // Recovery sequence and cursor in each space, rPSN next / expected / oldest.
+                register_bits: 7 * PSN,
+            };
+        }
+        let mut st = NicState::default();
+        if let Some(rb) = self.reorder_buffer {
+            st.bitmap_bits += u64::from(rb);
+            st.descriptor_bits += 64 * u64::from(rb);
+        }
+        if self.ext_ib {
+            // Arrival and deferred-action bits of the receive window; the sender's SACK map;
+            // recovery sequence, cursor, highest SACK.
+            st.bitmap_bits += 2 * w + w;
+            st.register_bits += 3 * PSN;
+        }
+        if self.hole_rule.is_some() {
+            // Read responses: missing / received / re-requested (2 bits each); the hole's
+            // start, the responder's acknowledged point and the in-order point.
+            st.bitmap_bits += 2 * w;
+            st.register_bits += STAMP + 2 * PSN;
+        }
+        st
+    }
+}
+
 /// The loss-recovery schemes by the names of IRN's evaluation (§4): the one list the
 /// simulator's `transport.recovery` and the UDP runtime's `--mode` choose from. Each names a
 /// [`RecoveryConfig`] preset ([`RecoveryMode::preset`]) that a driver may then adapt (its
@@ -373,6 +442,16 @@ impl RecoveryMode {
                 | RecoveryMode::RoceGoBack0
                 | RecoveryMode::ReorderBuffer
                 | RecoveryMode::ExtIb
+        )
+    }
+
+    /// Whether the mode speaks standard RoCEv2 (what Linux rxe and RoCE NICs understand): RoCE,
+    /// early RoCE and the reorder buffer, whose requester is plain RoCE and whose responder
+    /// takes plain RoCE (SPEC T8(a)).
+    pub const fn standard_wire(self) -> bool {
+        matches!(
+            self,
+            RecoveryMode::Roce | RecoveryMode::RoceGoBack0 | RecoveryMode::ReorderBuffer
         )
     }
 
@@ -489,9 +568,27 @@ mod tests {
             assert_eq!(m.to_string(), m.name());
             assert_eq!(m.preset().validate(), Ok(()));
             assert_eq!(m.is_irn(), m.preset().irn_wire, "{m}");
+            assert_eq!(
+                m.standard_wire(),
+                !m.preset().irn_wire && !m.preset().ext_ib,
+                "{m}"
+            );
         }
         let e = "go-back-7".parse::<RecoveryMode>().expect_err("not a mode");
         assert!(e.contains("irn-no-sack") && e.contains("go-back-7"), "{e}");
+    }
+
+    #[test]
+    fn nic_state_is_zero_for_roce_and_grows_with_each_design() {
+        assert_eq!(RecoveryConfig::roce().nic_state(110).total_bits(), 0);
+        let irn = RecoveryConfig::irn().nic_state(999);
+        assert_eq!(irn.bitmap_bits, 5 * 110, "five bitmaps of the BDP cap");
+        let rb = RecoveryConfig::reorder_buffer().nic_state(110);
+        assert_eq!(rb.descriptor_bits, 64 * 128);
+        assert!(rb.total_bits() > irn.total_bits(), "descriptors dominate");
+        let ext = RecoveryConfig::ext_ib().nic_state(110);
+        assert_eq!(ext.bitmap_bits, 5 * 110);
+        assert_eq!(ext.descriptor_bits, 0);
     }
 
     #[test]

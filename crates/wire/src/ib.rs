@@ -341,6 +341,36 @@ mod tests {
     }
 
     #[test]
+    fn ext_ib_bitmap_nak_bytes_as_docs_wire_shows_them() {
+        // docs/WIRE.md §4.5: PSNs 0x1f4 and 0x1f5 lost, 0x205 the highest received.
+        let mut nak = IbRepr::new(bth(Opcode::RC_ACKNOWLEDGE, crate::bth::TVER_EXT_IB));
+        nak.bth.ack_req = false;
+        nak.bth.psn = Psn::new(0x1f4);
+        nak.irn = Some(IrnEthRepr {
+            sack_psn: Some(Psn::new(0x205)),
+            loss_bitmap: crate::irn::LossBitmap::from_words(&[3]),
+            ..Default::default()
+        });
+        nak.aeth = Some(AethRepr {
+            syndrome: Syndrome::Nak(crate::ext::NakCode::PsnSequenceError),
+            msn: 0,
+        });
+        let mut buf = [0u8; 28];
+        assert_eq!(nak.emit(&mut buf, &[]), Ok(28));
+        assert_eq!(
+            buf,
+            [
+                0x11, 0x02, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0x01, 0xf4, 0x08, 0x01, 0, 0, 0, 0,
+                0x02, 0x05, 0, 0, 0, 0x03, 0x60, 0, 0, 0
+            ]
+        );
+        assert_eq!(IbRepr::parse(&buf), Ok((nak, &[][..])));
+        // Extended IB has no read (N)ACK; IRN's TVer 1 has.
+        assert!(Opcode::RC_IRN_READ_ACK.layout(2).is_none());
+        assert!(Opcode::RC_IRN_READ_ACK.layout(TVER_IRN).is_some());
+    }
+
+    #[test]
     fn truncated_extension_header_is_reported_by_layer() {
         let mut r = IbRepr::new(bth(Opcode::RC_RDMA_READ_REQUEST, 0));
         r.reth = Some(RethRepr {

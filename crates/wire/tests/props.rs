@@ -66,7 +66,7 @@ fn arb_irneth() -> impl Strategy<Value = IrnEthRepr> {
 fn arb_ib() -> impl Strategy<Value = (IbRepr, Vec<u8>)> {
     (
         any::<u8>(),
-        prop_oneof![4 => Just(0u8), 4 => Just(1u8), 1 => 0u8..16],
+        prop_oneof![4 => Just(0u8), 4 => Just(1u8), 3 => Just(2u8), 1 => 0u8..16],
     )
         .prop_flat_map(|(op, tver)| {
             (

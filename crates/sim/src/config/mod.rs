@@ -219,6 +219,25 @@ pub struct NetworkConfig {
     pub trust: Trust,
     /// Probability that a link loses a packet (random loss, for fault experiments). Default 0.
     pub link_loss: f64,
+    /// How switches spread packets over equal-cost paths: `flow` (default: by the 5-tuple
+    /// hash, every packet of a queue pair on one path), `packet` (packet spraying: each packet
+    /// on a path of its own, as UEC and AWS SRD do), or `flowlet` (a queue pair moves to a new
+    /// path after `flowlet_gap_us` of silence).
+    pub ecmp: Ecmp,
+    /// The silence that starts a new flowlet, in µs (`ecmp = "flowlet"`). Default 50.
+    pub flowlet_gap_us: f64,
+}
+
+/// ECMP granularity (`network.ecmp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ecmp {
+    /// Per flow (5-tuple hash).
+    Flow,
+    /// Per packet (spraying).
+    Packet,
+    /// Per flowlet (a new path after a gap).
+    Flowlet,
 }
 
 impl Default for NetworkConfig {
@@ -234,6 +253,8 @@ impl Default for NetworkConfig {
             vlan: false,
             trust: Trust::Dscp,
             link_loss: 0.0,
+            ecmp: Ecmp::Flow,
+            flowlet_gap_us: 50.0,
         }
     }
 }
@@ -252,6 +273,11 @@ pub struct NicConfig {
     pub rx_gbps: Option<f64>,
     /// Receive buffer in bytes (with `rx_gbps`). Default 256 000.
     pub rx_buffer_bytes: u64,
+    /// Host-interface (PCIe) rate in Gb/s that a reorder buffer's traffic takes from the
+    /// receive pipeline (T8(a)): a parked packet is written to host memory and read back, two
+    /// crossings of its bytes at this rate before the pipeline moves on. Used with `rx_gbps`.
+    /// Default 64 (PCIe 3.0 x8).
+    pub pcie_gbps: f64,
     /// PFC headroom of the receive buffer in bytes: the NIC pauses its switch at
     /// buffer − headroom. Default: absent = as the switches' (the link's round-trip bytes plus
     /// two frames).
@@ -263,6 +289,7 @@ impl Default for NicConfig {
         NicConfig {
             rx_gbps: None,
             rx_buffer_bytes: 256_000,
+            pcie_gbps: 64.0,
             rx_pfc_headroom_bytes: None,
         }
     }
@@ -486,7 +513,7 @@ impl Default for WindowParams {
 #[serde(deny_unknown_fields, default)]
 pub struct TransportConfig {
     /// `irn` (default), `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`, `roce`,
-    /// `roce-go-back-0`.
+    /// `roce-go-back-0`, `reorder-buffer`, `ext-ib` (seed 002's designs, SPEC T8).
     #[serde(with = "recovery_name")]
     pub recovery: Recovery,
     /// BDP cap in packets; absent = the longest path's round-trip propagation × the host link
@@ -509,6 +536,13 @@ pub struct TransportConfig {
     pub op: FlowOp,
     /// Carry real payload bytes and check every delivered byte (slower). Default false.
     pub payload: bool,
+    /// `reorder-buffer`: the responder's reorder buffer in packets. Default 128.
+    pub reorder_buffer: u32,
+    /// `reorder-buffer` and `ext-ib`: a hole is declared lost once this many later packets
+    /// arrived behind it (T8's early NAK). Default 16.
+    pub nak_threshold: u32,
+    /// `reorder-buffer` and `ext-ib`: ...or once it has been open this long, in µs. Default 20.
+    pub nak_delay_us: f64,
 }
 
 impl Default for TransportConfig {
@@ -524,6 +558,9 @@ impl Default for TransportConfig {
             cc: CcKind::None,
             op: FlowOp::Write,
             payload: false,
+            reorder_buffer: irn_transport::DEFAULT_REORDER_BUFFER,
+            nak_threshold: irn_transport::HoleRule::DEFAULT.threshold,
+            nak_delay_us: 20.0,
         }
     }
 }
@@ -865,6 +902,32 @@ impl SimConfig {
             n.lossless_priorities.iter().all(|&p| p < 8),
             "network.lossless_priorities",
             "must be 0–7",
+        )?;
+        check(
+            n.flowlet_gap_us.is_finite() && n.flowlet_gap_us > 0.0,
+            "network.flowlet_gap_us",
+            "must be positive",
+        )?;
+        check(
+            self.nic.pcie_gbps.is_finite() && self.nic.pcie_gbps > 0.0,
+            "nic.pcie_gbps",
+            "must be positive",
+        )?;
+        let t = &self.transport;
+        check(
+            t.reorder_buffer >= 1,
+            "transport.reorder_buffer",
+            "must be at least 1 packet",
+        )?;
+        check(
+            t.nak_threshold >= 1,
+            "transport.nak_threshold",
+            "must be at least 1 packet",
+        )?;
+        check(
+            t.nak_delay_us.is_finite() && t.nak_delay_us > 0.0,
+            "transport.nak_delay_us",
+            "must be positive",
         )?;
         check(
             n.trust != Trust::Pcp || n.vlan,

@@ -116,6 +116,9 @@ impl<M: SimMemory> Part<M> {
                     flow,
                     end: end as u8,
                     peer,
+                    sent: 0,
+                    flowlet: 0,
+                    last_tx: Time::ZERO,
                 });
                 (nic.slots.len() - 1) as u32
             }
@@ -132,6 +135,9 @@ impl<M: SimMemory> Part<M> {
         s.peer = peer;
         s.timer = None;
         s.ready = false;
+        s.sent = 0;
+        s.flowlet = 0;
+        s.last_tx = Time::ZERO;
         slot
     }
 

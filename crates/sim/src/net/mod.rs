@@ -163,6 +163,8 @@ pub(crate) struct Part<M: SimMemory> {
     teardown: Dur,
     done_flows: usize,
     qp_cfg: QpConfig,
+    /// Packets that size the per-QP state of designs without a BDP cap (SPEC E13).
+    state_window: u32,
     qp_attr: QpAttr,
     /// The DSCP → priority map, the classes and the lossless priorities.
     classes: Classes,
@@ -265,9 +267,10 @@ impl<M: SimMemory> Part<M> {
                 stats: PortStats::default(),
                 rx: VecDeque::new(),
                 rx_held: Ingress::EMPTY,
+                rx_debt: Dur::ZERO,
             })
             .collect();
-        let (qp_cfg, qp_attr) = queue_pair_config(&cfg, &topo);
+        let (qp_cfg, qp_attr, state_window) = queue_pair_config(&cfg, &topo);
         let nodes = topo.nodes.len();
         let teardown = topo.max_delay();
         let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
@@ -322,6 +325,7 @@ impl<M: SimMemory> Part<M> {
             nics,
             done_flows: 0,
             qp_cfg,
+            state_window,
             qp_attr,
             classes,
             data_dscp,
@@ -356,6 +360,14 @@ impl<M: SimMemory> Part<M> {
     /// The BDP cap the queue pairs use (packets), if BDP-FC is on.
     pub(crate) fn bdp_cap(&self) -> Option<u32> {
         self.qp_cfg.recovery.bdp_cap
+    }
+
+    /// Per-QP NIC state the transport adds to standard RoCE, in bits (SPEC E13).
+    pub(crate) fn qp_state_bits(&self) -> u64 {
+        self.qp_cfg
+            .recovery
+            .nic_state(self.state_window)
+            .total_bits()
     }
 
     /// The pause threshold of an input-queued switch port, in bytes.

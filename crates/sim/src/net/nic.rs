@@ -13,6 +13,7 @@ use super::memory::SimMemory;
 use super::packet::{Ev, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, VLAN_TAG_LEN};
 use super::pfc::Ingress;
 use super::{Part, PortStats};
+use crate::config::{us, Ecmp};
 use irn_transport::rng::mix;
 use irn_transport::{Dur, QueuePair, Time};
 use irn_wire::Ecn;
@@ -31,6 +32,11 @@ pub(super) struct Slot {
     /// The host of the queue pair at the other end (kept here: the slot is read for every
     /// packet sent, the flow's state is not).
     pub(super) peer: u32,
+    /// Packets sent (packet spraying salts each packet's ECMP hash with it).
+    pub(super) sent: u32,
+    /// Flowlet number (`ecmp = "flowlet"`) and when the queue pair last sent.
+    pub(super) flowlet: u32,
+    pub(super) last_tx: Time,
 }
 
 #[derive(Debug)]
@@ -50,6 +56,9 @@ pub(super) struct Nic<M> {
     pub(super) rx: VecDeque<RxFrame>,
     /// The receive buffer's bytes per class, and the pauses the NIC has sent its switch.
     pub(super) rx_held: Ingress,
+    /// Receive-pipeline time owed to reorder-buffer traffic over PCIe (T8(a)), charged to
+    /// the next frame the pipeline starts.
+    pub(super) rx_debt: Dur,
 }
 
 /// A frame in a NIC's receive buffer.
@@ -145,10 +154,28 @@ impl<M: SimMemory> Part<M> {
             // At most a 4096-byte MTU (validated) plus headers: it fits.
             let wire =
                 u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + tag).unwrap_or(u16::MAX);
-            let hash = mix((u64::from(host) << 40)
+            let flow_hash = mix((u64::from(host) << 40)
                 ^ (u64::from(peer_host) << 20)
                 ^ u64::from(dest_qpn)
-                ^ (u64::from(qpn(flow, end)) << 48)) as u32;
+                ^ (u64::from(qpn(flow, end)) << 48));
+            // ECMP granularity: the flow's hash, or salted per packet (spraying) or per
+            // flowlet, so each switch's pick changes with it.
+            let salt = match self.cfg.network.ecmp {
+                Ecmp::Flow => None,
+                Ecmp::Packet => Some(s.sent),
+                Ecmp::Flowlet => {
+                    if s.sent > 0 && now.since(s.last_tx) > us(self.cfg.network.flowlet_gap_us) {
+                        s.flowlet += 1;
+                    }
+                    Some(s.flowlet)
+                }
+            };
+            s.sent = s.sent.wrapping_add(1);
+            s.last_tx = now;
+            let hash = match salt {
+                None => flow_hash as u32,
+                Some(k) => mix(flow_hash ^ (u64::from(k) << 32) ^ 0x5eed) as u32,
+            };
             let payload = if M::HOLDS_BYTES {
                 std::mem::take(&mut self.buf)
             } else {
@@ -189,7 +216,16 @@ impl<M: SimMemory> Part<M> {
         // NIL (the end is gone, or not set up yet) finds no slot.
         let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
         match live {
-            Some(qp) => qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem),
+            Some(qp) => {
+                let parked = qp.counters().reorder_bytes;
+                qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem);
+                let parked = qp.counters().reorder_bytes - parked;
+                if parked > 0 && self.rx_rate.is_some() {
+                    // Written to host memory, and read back before it is placed (seed 002).
+                    let pcie = (self.cfg.nic.pcie_gbps * 1e9).round() as u64;
+                    nic.rx_debt = nic.rx_debt + Dur::transmission(2 * parked, pcie);
+                }
+            }
             None => {
                 // A straggler for a queue pair already destroyed.
                 self.free_packet(pkt);
@@ -236,8 +272,10 @@ impl<M: SimMemory> Part<M> {
 
     /// Starts processing the first frame of `host`'s receive buffer.
     pub(super) fn nic_rx_start(&mut self, now: Time, host: u32) {
-        if let (Some(f), Some(rate)) = (self.nics[host as usize].rx.front(), self.rx_rate) {
-            let done = now + Dur::transmission(u64::from(f.hop.wire), rate);
+        let nic = &mut self.nics[host as usize];
+        if let (Some(f), Some(rate)) = (nic.rx.front(), self.rx_rate) {
+            let debt = std::mem::replace(&mut nic.rx_debt, Dur::ZERO);
+            let done = now + Dur::transmission(u64::from(f.hop.wire), rate) + debt;
             self.q.push(done, Ev::RxDone { host });
         }
     }

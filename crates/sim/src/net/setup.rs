@@ -6,8 +6,8 @@ use super::packet::{FRAME_OVERHEAD, VLAN_TAG_LEN};
 use crate::config::{us, CcKind, NetworkConfig, SimConfig};
 use crate::topology::Topology;
 use irn_transport::{
-    bdp_cap_packets, ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, NoCcFactory, QpAttr,
-    QpConfig, RecoveryConfig, RtoPolicy, TimelyConfig, TimelyFactory, WindowAlgorithm,
+    bdp_cap_packets, ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, HoleRule, NoCcFactory,
+    QpAttr, QpConfig, RecoveryConfig, RtoPolicy, TimelyConfig, TimelyFactory, WindowAlgorithm,
     WindowConfig, WindowFactory,
 };
 use std::sync::Arc;
@@ -88,7 +88,9 @@ pub(super) fn mtu_wire(net: &NetworkConfig) -> u32 {
 /// timeouts (IRN's RTO_low/RTO_high; RoCE's one RTO, or none over PFC) and BDP cap (the
 /// longest path's round trip at the host rate, in largest frames, unless configured), and
 /// the congestion controller of `transport.cc`.
-pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, QpAttr) {
+/// The queue pairs' configuration and attributes, and the window (packets) that sizes the
+/// per-QP state of designs not bounded by a BDP cap (SPEC E13: the path's BDP, or the cap).
+pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, QpAttr, u32) {
     let net = &cfg.network;
     let host_rate = topo.host_port(0).rate_bps;
     let tr = &cfg.transport;
@@ -113,6 +115,11 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         } else {
             roce_rto
         },
+        reorder_buffer: recovery.reorder_buffer.map(|_| tr.reorder_buffer),
+        hole_rule: recovery.hole_rule.map(|_| HoleRule {
+            delay: us(tr.nak_delay_us),
+            threshold: tr.nak_threshold,
+        }),
         ..recovery
     };
     let qp_cfg = QpConfig {
@@ -131,5 +138,5 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         path_mtu: cfg.network.mtu,
         ..QpAttr::default()
     };
-    (qp_cfg, qp_attr)
+    (qp_cfg, qp_attr, bdp_cap)
 }

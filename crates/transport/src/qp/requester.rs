@@ -169,6 +169,7 @@ impl QueuePair {
             let (mut t, covers) = self.build_request(idx, psn, mem, payload);
             self.req.swin.on_retransmitted(now, psn, covers);
             self.counters.retransmitted += 1;
+            self.counters.retransmitted_bytes += t.ib.payload_len as u64;
             self.ask_for_feedback(&mut t);
             return Some(t);
         }

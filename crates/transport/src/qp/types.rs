@@ -179,6 +179,9 @@ pub struct Counters {
     pub tx_bytes: u64,
     /// Request or response packets sent again.
     pub retransmitted: u64,
+    /// Payload bytes sent again: retransmitted requests and responses, and Read responses a
+    /// standard responder sends again for a duplicate Read.
+    pub retransmitted_bytes: u64,
     /// Packets received and accepted for processing.
     pub rx_packets: u64,
     /// ACKs sent (plain and read ACKs).
@@ -233,6 +236,7 @@ impl core::ops::AddAssign for Counters {
             tx_packets,
             tx_bytes,
             retransmitted,
+            retransmitted_bytes,
             rx_packets,
             acks_sent,
             nacks_sent,
@@ -258,6 +262,7 @@ impl core::ops::AddAssign for Counters {
         self.tx_packets += tx_packets;
         self.tx_bytes += tx_bytes;
         self.retransmitted += retransmitted;
+        self.retransmitted_bytes += retransmitted_bytes;
         self.rx_packets += rx_packets;
         self.acks_sent += acks_sent;
         self.nacks_sent += nacks_sent;

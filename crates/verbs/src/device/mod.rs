@@ -112,8 +112,9 @@ impl DeviceConfig {
 /// simulator's (`roce`, `irn`, and the factor-analysis variants).
 pub use irn_transport::RecoveryMode as QpMode;
 
-/// The recovery configuration of `mode` for a runtime on real hosts. The RoCE modes time out
-/// as the `timeout` attribute says (rxe does the same). IRN's RTO_low / RTO_high are the
+/// The recovery configuration of `mode` for a runtime on real hosts. The RoCE modes (and seed
+/// 002's `reorder-buffer` and `ext-ib`) time out as the `timeout` attribute says (rxe does the
+/// same). IRN's RTO_low / RTO_high are the
 /// paper's 100 / 320 µs stretched to 500 µs / 2 ms, because a user-space engine is woken by the
 /// kernel's scheduler, whose latency is tens of microseconds, not a NIC's nanoseconds; IRN's
 /// BDP-FC cap (where the mode has one) is the bandwidth-delay product of `line_rate_bps` over
@@ -139,6 +140,12 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
             // (`rxe_param.h`, checked in `rxe_req.c`); a software receiver behind a socket
             // buffer needs the same bound, or go-back-N drowns in its own retransmissions.
             bdp_cap: Some(ROCE_MAX_UNACKED_PSNS),
+            // Seed 002's hole rule waits 200 µs rather than 20: a software receiver is woken
+            // tens of microseconds late, and the packets behind a hole arrive in bursts.
+            hole_rule: preset.hole_rule.map(|h| irn_transport::HoleRule {
+                delay: Dur::from_micros(200),
+                ..h
+            }),
             ..preset
         }
     }

@@ -193,6 +193,7 @@ impl QueuePair {
                 r.win.on_retransmitted(now, rpsn, 1);
             }
             self.counters.retransmitted += 1;
+            self.counters.retransmitted_bytes += t.ib.payload_len as u64;
             return Some(t);
         }
         if !r.may_send_new(bdp_cap) {

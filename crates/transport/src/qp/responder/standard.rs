@@ -47,6 +47,8 @@ pub(crate) enum RespJob {
         off: u32,
         /// Extended IB: the requester's buffer, echoed (T8(c)).
         local: Option<LocalBuffer>,
+        /// Answers a duplicate: its bytes are sent again.
+        replay: bool,
     },
     Atomic {
         psn: Psn,
@@ -228,6 +230,7 @@ impl StandardResponder {
                 msn: s.msn,
                 off: 0,
                 local,
+                replay: false,
             },
             SavedKind::Atomic { orig } => RespJob::Atomic {
                 psn: s.psn,
@@ -339,6 +342,7 @@ impl QueuePair {
                     msn,
                     off,
                     local,
+                    replay: true,
                 });
             } else {
                 self.counters.unexpected += 1;
@@ -444,7 +448,11 @@ impl QueuePair {
                 msn,
                 off,
                 local,
+                replay,
             } => {
+                if replay {
+                    self.counters.retransmitted_bytes += (len - done).min(mtu);
+                }
                 let k = (done / mtu) as u32;
                 let chunk = (len - done).min(mtu);
                 let first = done == 0;
