@@ -139,6 +139,18 @@ pub struct RecoveryConfig {
     /// place out-of-order Read responses and re-request only the missing chunks, and the
     /// reorder-buffer or extended-IB responder NAK by it. `None`: standard behaviour.
     pub hole_rule: Option<HoleRule>,
+    /// Selective repeat's reordering tolerance (an IRN option beyond the paper, for packet
+    /// spraying): a PSN counts as lost once a PSN at least this many beyond it has been
+    /// selectively acknowledged, and a NACK alone does not resend the cumulative-ACK PSN.
+    /// 1 (every preset) is IRN §3.1: any higher SACKed PSN. The rule is TCP's DupThresh
+    /// (RFC 6675 §5) in PSNs; RACK (RFC 8985) would use time instead.
+    pub dup_threshold: u32,
+    /// With a hole rule: re-request every run of missing Read chunks at once (seed 002's
+    /// example), or — `false` — only the first run, each time the in-order point stops at a
+    /// hole. The latter never asks a responder for a part that starts before one asked for
+    /// earlier, which Linux rxe requires: its `duplicate_request` moves a Read's saved start to
+    /// each duplicate's address and drops any later duplicate below it.
+    pub reread_all: bool,
 }
 
 /// Why a recovery configuration was refused.
@@ -166,6 +178,9 @@ pub enum ConfigError {
     /// A zero-packet reorder buffer or hole threshold means nothing.
     #[error("reorder buffer and hole threshold must be at least 1 packet")]
     ZeroReorder,
+    /// A duplicate threshold is selective repeat's (and at least 1).
+    #[error("dup_threshold must be 1, or above 1 with IRN's selective repeat")]
+    DupThreshold,
 }
 
 impl RecoveryConfig {
@@ -179,6 +194,8 @@ impl RecoveryConfig {
             ext_ib: false,
             reorder_buffer: None,
             hole_rule: None,
+            dup_threshold: 1,
+            reread_all: true,
         }
     }
 
@@ -192,6 +209,8 @@ impl RecoveryConfig {
             ext_ib: false,
             reorder_buffer: None,
             hole_rule: None,
+            dup_threshold: 1,
+            reread_all: true,
         }
     }
 
@@ -217,6 +236,8 @@ impl RecoveryConfig {
             ext_ib: false,
             reorder_buffer: None,
             hole_rule: None,
+            dup_threshold: 1,
+            reread_all: true,
         }
     }
 
@@ -288,6 +309,11 @@ impl RecoveryConfig {
         }
         if self.hole_rule.is_some_and(|h| h.delay == Dur::ZERO) {
             return Err(ConfigError::ZeroTimeout);
+        }
+        if self.dup_threshold == 0
+            || (self.dup_threshold > 1 && self.retransmission != Retransmission::SelectiveRepeat)
+        {
+            return Err(ConfigError::DupThreshold);
         }
         if matches!(
             self.retransmission,

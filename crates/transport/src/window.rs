@@ -61,6 +61,9 @@ pub(crate) struct SendWindow {
     min_rtt: Option<Dur>,
     /// The last retransmission: the PSN after it, and when it left.
     last_retx: Option<(Psn, Time)>,
+    /// Selective repeat: a PSN counts as lost once a PSN at least this far beyond it is
+    /// selectively acknowledged (1: any higher one, IRN §3.1).
+    dup_threshold: u32,
 }
 
 /// What a cumulative acknowledgement did.
@@ -90,7 +93,14 @@ impl SendWindow {
             sent_at: VecDeque::new(),
             min_rtt: None,
             last_retx: None,
+            dup_threshold: 1,
         }
+    }
+
+    /// Selective repeat's reordering tolerance ([`RecoveryConfig::dup_threshold`](crate::RecoveryConfig::dup_threshold)).
+    pub(crate) fn dup_threshold(mut self, n: u32) -> SendWindow {
+        self.dup_threshold = n.max(1);
+        self
     }
 
     pub(crate) fn una(&self) -> Psn {
@@ -173,9 +183,10 @@ impl SendWindow {
                     rec.cursor = c.add(1);
                     continue;
                 }
-                // Lost only if a higher PSN was selectively acknowledged (IRN §3.1).
+                // Lost only if a higher PSN was selectively acknowledged (IRN §3.1) — with a
+                // reordering tolerance, one at least `dup_threshold` PSNs higher.
                 return match self.highest_sack {
-                    Some(h) if c.distance(h) > 0 => Some(c),
+                    Some(h) if c.distance(h) >= self.dup_threshold as i32 => Some(c),
                     _ => None,
                 };
             },
@@ -336,7 +347,9 @@ impl SendWindow {
                 _ => seq,
             },
             cursor: self.una,
-            force: true,
+            // A NACK under a reordering tolerance proves nothing yet about the cumulative-ACK
+            // PSN: it is resent when the SACKs beyond it reach the threshold. A timeout does.
+            force: restart || self.dup_threshold <= 1,
         });
     }
 

@@ -17,6 +17,20 @@ fn modes() -> Vec<(&'static str, RecoveryConfig)> {
         ("irn-no-sack", RecoveryConfig::irn_without_sack()),
         ("reorder-buffer", RecoveryConfig::reorder_buffer()),
         ("ext-ib", RecoveryConfig::ext_ib()),
+        (
+            "reorder-buffer-first-hole",
+            RecoveryConfig {
+                reread_all: false,
+                ..RecoveryConfig::reorder_buffer()
+            },
+        ),
+        (
+            "irn-dup4",
+            RecoveryConfig {
+                dup_threshold: 4,
+                ..RecoveryConfig::irn()
+            },
+        ),
     ]
 }
 
@@ -114,7 +128,7 @@ proptest! {
     #[test]
     fn random_verbs_under_random_impairment(
         ops in prop::collection::vec(op_strategy(), 1..12),
-        mode in 0usize..7,
+        mode in 0usize..9,
         loss in 0.0f64..0.2,
         reorder in 0.0f64..0.3,
         duplicate in 0.0f64..0.05,

@@ -1473,11 +1473,11 @@ fn read_resp(k: u32, n: u32, data: &[u8], first: bool, last: bool) -> IbRepr {
     ib
 }
 
-#[test]
-fn a_read_with_lost_responses_re_requests_only_the_missing_chunks() {
-    // Seed 002's example: a 7-MTU Read loses its responses 0, 4 and 6.
+/// A 7-MTU Read (and a Send behind it) whose responses 1, 2, 3 and 5 arrived and whose Send was
+/// acknowledged: the queue pair, its memory, the local buffer, the source bytes, when.
+fn read_with_holes(rec: RecoveryConfig) -> (QueuePair, ByteMemory, u64, Vec<u8>, Remote, Time) {
     let len = 7 * 1024 - 100;
-    let mut q = qp(with_rule(RecoveryConfig::reorder_buffer(), 100, 20));
+    let mut q = qp(rec);
     let mut mem = ByteMemory::new(3);
     let local = mem.alloc(len);
     let lk = mem
@@ -1493,37 +1493,32 @@ fn a_read_with_lost_responses_re_requests_only_the_missing_chunks() {
         len: len as u32,
         lkey: lk.lkey,
     };
-    q.post_send(SendWr {
-        wr_id: 1,
-        op: SendOp::Read(remote),
-        sg_list: vec![sge],
-        signaled: true,
-        fence: false,
-        solicited: false,
-    })
-    .expect("post");
-    q.post_send(SendWr {
-        wr_id: 2,
-        op: SendOp::Send,
-        sg_list: vec![],
-        signaled: true,
-        fence: false,
-        solicited: false,
-    })
-    .expect("post");
-    let sent = drain(&mut q, T0, &mem);
-    assert_eq!(
-        psns(&sent),
-        vec![0, 7],
-        "the Read takes PSNs 0-6, the Send 7"
-    );
-    let chunk = |k: u32| &src[k as usize * 1024..((k as usize + 1) * 1024).min(len)];
+    for (wr_id, op, sg) in [
+        (1, SendOp::Read(remote), vec![sge]),
+        (2, SendOp::Send, vec![]),
+    ] {
+        q.post_send(SendWr {
+            wr_id,
+            op,
+            sg_list: sg,
+            signaled: true,
+            fence: false,
+            solicited: false,
+        })
+        .expect("post");
+    }
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![0, 7]);
     let t1 = T0 + Dur::from_micros(5);
     for k in [1u32, 2, 3, 5] {
-        let r = read_resp(k, 7, chunk(k), false, false);
-        q.handle_packet(t1, &r, chunk(k), Ecn::NotEct, &mut mem);
+        let c = &src[k as usize * 1024..(k as usize + 1) * 1024];
+        q.handle_packet(
+            t1,
+            &read_resp(k, 7, c, false, false),
+            c,
+            Ecn::NotEct,
+            &mut mem,
+        );
     }
-    // The Send's ACK: the responder went past the Read, so its tail (6) is lost too.
     q.handle_packet(
         t1,
         &ack(SQ_PSN + 7, ACK, None, false),
@@ -1531,20 +1526,70 @@ fn a_read_with_lost_responses_re_requests_only_the_missing_chunks() {
         Ecn::NotEct,
         &mut mem,
     );
-    assert!(drain(&mut q, t1, &mem).is_empty(), "the rule's delay first");
-    let at = q.poll_timeout().expect("the Read hole timer");
-    assert_eq!(at, t1 + Dur::from_micros(20));
-    q.handle_timeout(at);
-    let asks = drain(&mut q, at, &mem);
-    let parts: Vec<_> = asks
-        .iter()
+    (q, mem, local, src, remote, t1)
+}
+
+fn asked(pkts: &[IbRepr], remote: Remote) -> Vec<(u32, u64, u32)> {
+    pkts.iter()
         .map(|p| {
             let r = p.reth.expect("RETH");
             (p.bth.psn.value() - SQ_PSN, r.va - remote.addr, r.dma_len)
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn asking_for_the_first_hole_only_moves_forward_as_rxe_needs() {
+    let rec = RecoveryConfig {
+        reread_all: false,
+        ..with_rule(RecoveryConfig::reorder_buffer(), 100, 20)
+    };
+    let (mut q, mut mem, local, src, remote, t1) = read_with_holes(rec);
+    let len = src.len();
+    let chunk = |k: u32| &src[k as usize * 1024..((k as usize + 1) * 1024).min(len)];
+    let mut now = t1;
+    let mut order = vec![];
+    for _ in 0..3 {
+        now = q.poll_timeout().expect("the Read hole timer");
+        q.handle_timeout(now);
+        let a = asked(&drain(&mut q, now, &mem), remote);
+        assert_eq!(a.len(), 1, "one part at a time");
+        let k = a[0].0;
+        order.push(a[0]);
+        let last = k == 6;
+        q.handle_packet(
+            now,
+            &read_resp(k, 7, chunk(k), !last, true),
+            chunk(k),
+            Ecn::NotEct,
+            &mut mem,
+        );
+    }
     assert_eq!(
-        parts,
+        order,
+        vec![
+            (0, 0, 1024),
+            (4, 4096, 1024),
+            (6, 6144, (len - 6144) as u32)
+        ]
+    );
+    assert_eq!(mem.buffer(local).expect("local"), &src[..]);
+}
+
+#[test]
+fn a_read_with_lost_responses_re_requests_only_the_missing_chunks() {
+    // Seed 002's example: a 7-MTU Read loses its responses 0, 4 and 6; the Send behind it is
+    // acknowledged, so the responder went past the Read and its tail (6) is lost too.
+    let (mut q, mut mem, local, src, remote, t1) =
+        read_with_holes(with_rule(RecoveryConfig::reorder_buffer(), 100, 20));
+    let len = src.len();
+    let chunk = |k: u32| &src[k as usize * 1024..((k as usize + 1) * 1024).min(len)];
+    assert!(drain(&mut q, t1, &mem).is_empty(), "the rule's delay first");
+    let at = q.poll_timeout().expect("the Read hole timer");
+    assert_eq!(at, t1 + Dur::from_micros(20));
+    q.handle_timeout(at);
+    assert_eq!(
+        asked(&drain(&mut q, at, &mem), remote),
         vec![
             (0, 0, 1024),
             (4, 4096, 1024),
@@ -1595,4 +1640,27 @@ fn a_standard_responder_answers_a_duplicate_read_for_a_part_with_that_part_only(
     q.handle_packet(T0, &read(4, 0, 1024), &[], Ecn::NotEct, &mut mem);
     assert!(drain(&mut q, T0, &mem).is_empty());
     assert_eq!(q.counters().unexpected, 2);
+}
+
+#[test]
+fn irn_with_a_dup_threshold_resends_a_hole_only_once_sacks_reach_that_far_beyond_it() {
+    let mut q = qp(RecoveryConfig {
+        dup_threshold: 3,
+        ..RecoveryConfig::irn()
+    });
+    let (mut mem, sge, remote, _) = memory(10 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(drain(&mut q, T0, &mem).len(), 10);
+    // 0 is late, not lost: the NACKs of 1 and 2 resend nothing (IRN alone would resend 0).
+    let mut resent = vec![];
+    for s in [1u32, 2, 3] {
+        let nack = ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + s), true);
+        q.handle_packet(T0, &nack, &[], Ecn::NotEct, &mut mem);
+        resent.push(psns(&drain(&mut q, T0, &mem)));
+    }
+    assert_eq!(
+        resent,
+        vec![vec![], vec![], vec![0]],
+        "0 is lost once 3 is SACKed"
+    );
 }

@@ -543,6 +543,10 @@ pub struct TransportConfig {
     pub nak_threshold: u32,
     /// `reorder-buffer` and `ext-ib`: ...or once it has been open this long, in µs. Default 20.
     pub nak_delay_us: f64,
+    /// `irn` and `irn-no-bdp-fc`: the reordering tolerance of selective repeat — a PSN counts as
+    /// lost once one at least this many beyond it is selectively acknowledged. Default 1 (the
+    /// paper's IRN); higher for packet spraying.
+    pub dup_threshold: u32,
 }
 
 impl Default for TransportConfig {
@@ -561,6 +565,7 @@ impl Default for TransportConfig {
             reorder_buffer: irn_transport::DEFAULT_REORDER_BUFFER,
             nak_threshold: irn_transport::HoleRule::DEFAULT.threshold,
             nak_delay_us: 20.0,
+            dup_threshold: 1,
         }
     }
 }
@@ -928,6 +933,14 @@ impl SimConfig {
             t.nak_delay_us.is_finite() && t.nak_delay_us > 0.0,
             "transport.nak_delay_us",
             "must be positive",
+        )?;
+        check(
+            t.dup_threshold == 1
+                || (t.dup_threshold > 1
+                    && t.recovery.preset().retransmission
+                        == irn_transport::Retransmission::SelectiveRepeat),
+            "transport.dup_threshold",
+            "must be 1, or above 1 with irn or irn-no-bdp-fc (selective repeat with SACKs)",
         )?;
         check(
             n.trust != Trust::Pcp || n.vlan,

@@ -120,6 +120,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
             delay: us(tr.nak_delay_us),
             threshold: tr.nak_threshold,
         }),
+        dup_threshold: tr.dup_threshold,
         ..recovery
     };
     let qp_cfg = QpConfig {

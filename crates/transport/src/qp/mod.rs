@@ -337,21 +337,22 @@ impl QueuePair {
             self.rto = ib_timeout(self.attr.timeout).map_or(RtoPolicy::Disabled, RtoPolicy::Fixed);
         }
         let mode = self.mode();
+        let dup = self.cfg.recovery.dup_threshold;
         if self.state == QpState::Init && to == QpState::Rtr {
             let ooo = self.selective();
             self.rsp.rwin = RecvWindow::new(self.attr.rq_psn, ooo, self.ooo_capacity());
             // IRN §5.4: the rPSN space of this responder's answers starts where the peer's
             // requests start, which both sides know.
             if let Some(win) = self.rsp.wire.response_window_mut() {
-                *win = SendWindow::new(mode, self.attr.rq_psn);
+                *win = SendWindow::new(mode, self.attr.rq_psn).dup_threshold(dup);
             }
         }
         if self.state == QpState::Sqd && mask.contains(AttrMask::SQ_PSN) {
             // A drained send queue restarts its sPSNs; the rPSN space of responses continues.
-            self.req.swin = SendWindow::new(mode, self.attr.sq_psn);
+            self.req.swin = SendWindow::new(mode, self.attr.sq_psn).dup_threshold(dup);
         }
         if self.state == QpState::Rtr && to == QpState::Rts {
-            self.req.swin = SendWindow::new(mode, self.attr.sq_psn);
+            self.req.swin = SendWindow::new(mode, self.attr.sq_psn).dup_threshold(dup);
             self.req.next_rpsn = self.attr.sq_psn;
             self.cmp.rrecv = RecvWindow::new(
                 self.attr.sq_psn,

@@ -17,7 +17,12 @@
 //!    4 and 6 re-reads those three single chunks.
 //!
 //! A re-requested chunk is asked for once per hole; if it is lost again, the retransmission
-//! timeout resends the Read from the in-order point, as a standard requester would. The
+//! timeout resends the Read from the in-order point, as a standard requester would. With
+//! [`RecoveryConfig::reread_all`](crate::RecoveryConfig::reread_all) off, only the first run of
+//! missing chunks of the oldest incomplete Read is asked for each time the in-order point stops
+//! at a hole, so every request for a part starts at the in-order point, which only moves
+//! forward, and no later Read is asked for a part (a timeout resends it from its first PSN) —
+//! what Linux rxe's responder needs. The
 //! re-requests are ordinary duplicate Read requests for a part of the original (IBTA
 //! §9.7.5.1.1): the standard responder, and Linux rxe, answer them from their saved Read
 //! state.
@@ -188,10 +193,17 @@ impl QueuePair {
     /// responder went past it.
     fn rerequest_holes(&mut self) {
         let peer_done = self.cmp.peer_done;
+        let all = self.cfg.recovery.reread_all;
         let mut asks = Vec::new();
+        let mut first = true;
         for w in self.req.sq.iter_mut() {
             if !w.started || !w.needs_response() || w.resp_rcvd >= w.npkts {
                 continue;
+            }
+            // One part at a time asks only of the oldest incomplete Read: a timeout resends
+            // later Reads from their first PSN, which rxe refuses once a part moved it on.
+            if !all && !std::mem::replace(&mut first, false) {
+                break;
             }
             let span = (w.npkts - w.resp_rcvd) as usize;
             let finished = peer_done.is_some_and(|d| w.last_psn().distance(d) > 0);
@@ -219,6 +231,9 @@ impl QueuePair {
                 }
                 let first = w.first_psn.add(w.resp_rcvd + start as u32);
                 asks.push((first, (i - start) as u32));
+                if !all {
+                    break;
+                }
             }
         }
         self.req.rereads.extend(asks);

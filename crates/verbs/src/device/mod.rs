@@ -146,6 +146,9 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
                 delay: Dur::from_micros(200),
                 ..h
             }),
+            // The reorder buffer speaks standard RoCE, so its peer may be Linux rxe, which
+            // answers re-requested Read parts only in ascending order (`reread_all`).
+            reread_all: mode != QpMode::ReorderBuffer,
             ..preset
         }
     }
