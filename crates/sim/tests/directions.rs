@@ -28,7 +28,9 @@
 //! RoCE's p99 without PFC under DCQCN; AIMD's p99), the test bounds it rather than claiming a
 //! direction.
 
-use irn_sim::config::{load_experiment, SimConfig};
+mod common;
+
+use common::by;
 use irn_sim::metrics::RunSummary;
 
 /// The seeds every claim is checked over.
@@ -67,54 +69,14 @@ name = "IRN no BDP-FC"
 transport.recovery = "irn-no-bdp-fc"
 "#;
 
-fn run_all(runs: &[SimConfig]) -> Vec<RunSummary> {
-    let out: Vec<std::sync::Mutex<Option<RunSummary>>> =
-        runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(cfg) = runs.get(i) else { break };
-                let r = irn_sim::run(cfg, |_| {}).expect("valid configuration");
-                *out[i].lock().expect("not poisoned") = Some(r.summary);
-            });
-        }
-    });
-    out.into_iter()
-        .map(|m| m.into_inner().expect("not poisoned").expect("ran"))
-        .collect()
-}
-
 /// `runs` on the base experiment at each of [`SEEDS`]: per seed, the summaries by run.
 fn run_on_base(runs: &str) -> Vec<Vec<RunSummary>> {
-    let configs: Vec<SimConfig> = SEEDS
-        .iter()
-        .flat_map(|&seed| {
-            load_experiment(
-                &format!("{BASE}{runs}"),
-                "directions",
-                std::path::Path::new("."),
-                &[],
-                Some(seed),
-            )
-            .expect("valid")
-            .runs
-        })
-        .collect();
-    let all = run_all(&configs);
-    let per_seed = all.len() / SEEDS.len();
-    all.chunks(per_seed).map(<[RunSummary]>::to_vec).collect()
+    common::per_seed(&format!("{BASE}{runs}"), &SEEDS)
 }
 
 /// The paper's three metrics: average slowdown, average FCT, p99 FCT.
 fn metrics(s: &RunSummary) -> [f64; 3] {
     [s.all.avg_slowdown, s.all.avg_fct_us, s.all.p99_fct_us]
-}
-
-/// Run `n` of one seed's summaries.
-fn by<'a>(seed: &'a [RunSummary], n: &str) -> &'a RunSummary {
-    seed.iter().find(|s| s.name == n).expect("run exists")
 }
 
 /// Per seed, run `a` ÷ run `b` on each metric.

@@ -15,7 +15,9 @@
 //! (< 0.5); bytes resent, reorder buffer ÷ RoCE, sprayed 0.21, 0.48, 0.28 (< 1); extended IB ÷
 //! RoCE 0.28, 0.32, 0.27 (< 0.5); Reads, reorder buffer ÷ RoCE 0.26, 0.13, 0.07 (< 0.5).
 
-use irn_sim::config::{load_experiment, SimConfig};
+mod common;
+
+use common::by;
 use irn_sim::metrics::RunSummary;
 
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -71,41 +73,8 @@ network.ecmp = "packet"
 transport.dup_threshold = 32
 "#;
 
-fn run_all(runs: &[SimConfig]) -> Vec<RunSummary> {
-    let out: Vec<std::sync::Mutex<Option<RunSummary>>> =
-        runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(cfg) = runs.get(i) else { break };
-                let r = irn_sim::run(cfg, |_| {}).expect("valid configuration");
-                *out[i].lock().expect("not poisoned") = Some(r.summary);
-            });
-        }
-    });
-    out.into_iter()
-        .map(|m| m.into_inner().expect("not poisoned").expect("ran"))
-        .collect()
-}
-
 fn seeds() -> Vec<Vec<RunSummary>> {
-    let configs: Vec<SimConfig> = SEEDS
-        .iter()
-        .flat_map(|&seed| {
-            load_experiment(BASE, "lossy", std::path::Path::new("."), &[], Some(seed))
-                .expect("valid")
-                .runs
-        })
-        .collect();
-    let all = run_all(&configs);
-    let per_seed = all.len() / SEEDS.len();
-    all.chunks(per_seed).map(<[RunSummary]>::to_vec).collect()
-}
-
-fn by<'a>(seed: &'a [RunSummary], n: &str) -> &'a RunSummary {
-    seed.iter().find(|s| s.name == n).expect("run exists")
+    common::per_seed(BASE, &SEEDS)
 }
 
 #[test]

@@ -453,16 +453,35 @@ fn summary(p: &IbRepr) -> (Opcode, u32, Option<Syndrome>, Option<u32>) {
     )
 }
 
-#[test]
-fn irn_receiver_places_out_of_order_packets_and_nacks_each_with_a_sack() {
-    let mut q = qp(RecoveryConfig::irn());
+type Summary = (Opcode, u32, Option<Syndrome>, Option<u32>);
+
+/// Packets 0, 2, 3, 1 of a 4 KB Write (packet `i` full of `i + 1`) into `q`: its memory, the
+/// target buffer, and what `q` sent.
+fn write_0231(q: &mut QueuePair, irn: bool) -> (ByteMemory, u64, Vec<Summary>) {
     let (mut mem, _, remote, dst) = memory(4096);
     let data: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 1024]).collect();
     for i in [0u32, 2, 3, 1] {
-        let p = write_pkt(i, 1024, remote, 4096, true);
+        let p = write_pkt(i, 1024, remote, 4096, irn);
         q.handle_packet(T0, &p, &data[i as usize], Ecn::NotEct, &mut mem);
     }
-    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    let out = drain(q, T0, &mem).iter().map(summary).collect();
+    (mem, dst, out)
+}
+
+/// Every 1 KB chunk `i` of the buffer at `dst` holds `i + 1`.
+fn assert_chunks_in_place(mem: &ByteMemory, dst: u64, n: usize) {
+    let got = mem.buffer(dst).expect("dst");
+    for i in 0..n {
+        assert!(got[i * 1024..(i + 1) * 1024]
+            .iter()
+            .all(|&b| b == i as u8 + 1));
+    }
+}
+
+#[test]
+fn irn_receiver_places_out_of_order_packets_and_nacks_each_with_a_sack() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mem, dst, out) = write_0231(&mut q, true);
     let a = Opcode::RC_ACKNOWLEDGE;
     assert_eq!(
         out,
@@ -474,12 +493,7 @@ fn irn_receiver_places_out_of_order_packets_and_nacks_each_with_a_sack() {
         ],
         "per-packet ACKs; NACK = expected PSN + triggering PSN; cum jumps when the hole fills"
     );
-    let got = mem.buffer(dst).expect("dst");
-    for i in 0..4 {
-        assert!(got[i * 1024..(i + 1) * 1024]
-            .iter()
-            .all(|&b| b == i as u8 + 1));
-    }
+    assert_chunks_in_place(&mem, dst, 4);
     assert_eq!(q.counters().out_of_order, 2);
 }
 
@@ -1296,24 +1310,13 @@ fn ext_write_pkt(psn_off: u32, remote: Remote, total: u32) -> IbRepr {
 #[test]
 fn reorder_buffer_parks_out_of_order_packets_and_drains_them_in_order_without_a_nak() {
     let mut q = qp(RecoveryConfig::reorder_buffer());
-    let (mut mem, _, remote, dst) = memory(4096);
-    let data: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 1024]).collect();
-    for i in [0u32, 2, 3, 1] {
-        let p = write_pkt(i, 1024, remote, 4096, false);
-        q.handle_packet(T0, &p, &data[i as usize], Ecn::NotEct, &mut mem);
-    }
-    let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
+    let (mem, dst, out) = write_0231(&mut q, false);
     assert_eq!(
         out,
         vec![(Opcode::RC_ACKNOWLEDGE, 3, Some(ACK), None)],
         "no NAK: the reordering was absorbed; the last packet's ACK covers all"
     );
-    let got = mem.buffer(dst).expect("dst");
-    for i in 0..4 {
-        assert!(got[i * 1024..(i + 1) * 1024]
-            .iter()
-            .all(|&b| b == i as u8 + 1));
-    }
+    assert_chunks_in_place(&mem, dst, 4);
     let c = q.counters();
     assert_eq!((c.reorder_parked, c.nacks_sent), (2, 0));
     // Two whole packets (BTH + 1 KB; the last one with its RETH-less header) went to host memory.
@@ -1547,10 +1550,10 @@ fn asking_for_the_first_hole_only_moves_forward_as_rxe_needs() {
     let (mut q, mut mem, local, src, remote, t1) = read_with_holes(rec);
     let len = src.len();
     let chunk = |k: u32| &src[k as usize * 1024..((k as usize + 1) * 1024).min(len)];
-    let mut now = t1;
     let mut order = vec![];
     for _ in 0..3 {
-        now = q.poll_timeout().expect("the Read hole timer");
+        let now = q.poll_timeout().expect("the Read hole timer");
+        assert!(now > t1);
         q.handle_timeout(now);
         let a = asked(&drain(&mut q, now, &mem), remote);
         assert_eq!(a.len(), 1, "one part at a time");

@@ -502,7 +502,13 @@ mod tests {
         let rack = Opcode::RC_IRN_READ_ACK.layout(1).expect("known");
         assert_eq!(rack.headers, Headers::IRNETH.with(Headers::AETH));
         assert_eq!(Opcode::UD_SEND_ONLY.layout(1), None);
-        assert_eq!(Opcode::RC_SEND_ONLY.layout(2), None);
+        // Extended IB (TVer 2): IRN's layouts without the read (N)ACK; TVer 3 is unknown.
+        assert_eq!(
+            Opcode::RC_RDMA_WRITE_MIDDLE.layout(2),
+            Opcode::RC_RDMA_WRITE_MIDDLE.layout(1)
+        );
+        assert_eq!(Opcode::RC_IRN_READ_ACK.layout(2), None);
+        assert_eq!(Opcode::RC_SEND_ONLY.layout(3), None);
     }
 
     #[test]

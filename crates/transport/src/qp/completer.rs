@@ -195,7 +195,8 @@ impl QueuePair {
             return;
         };
         let span = epsn.distance(highest);
-        if span <= 0 || span as usize >= lost.capacity() + 1 {
+        // The highest PSN itself (offset `span`) arrived and may lie just past the last word.
+        if span <= 0 || span as usize > lost.capacity() {
             self.counters.dropped_invalid += 1;
             return;
         }

@@ -453,20 +453,7 @@ impl QueuePair {
                         // An RNR NAK names a PSN and acknowledges everything before it, which
                         // has not all arrived: refuse the packet without a SACK instead, and
                         // let it be resent (a NACK for the expected PSN).
-                        self.counters.nacks_sent += 1;
-                        let e = self.rsp.rwin.epsn();
-                        match self.rsp.wire {
-                            ResponderWire::Irn(_) => self.ctrl.push_back(Ctrl::Ack {
-                                psn: e,
-                                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                                msn: self.rsp.msn,
-                                sack: None,
-                                becn: ce,
-                            }),
-                            ResponderWire::Standard(_) => {
-                                self.push_resp_ack(e, Syndrome::Nak(NakCode::PsnSequenceError), ce)
-                            }
-                        }
+                        self.queue_nak_seq(ce);
                         return;
                     }
                     Err(Refused::Rnr) => {
