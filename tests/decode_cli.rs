@@ -282,3 +282,32 @@ fn unreadable_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a pcap"));
 }
+
+#[test]
+fn extended_ib_bitmap_nak_decodes_with_its_lost_psns() {
+    // SPEC T8(d): TVer 2, IRNETH with the highest PSN received and the loss bitmap.
+    let mut nak = irn_wire::IbRepr::new(bth(Opcode::RC_ACKNOWLEDGE, 0x11, 0x1f4));
+    nak.bth.tver = irn_wire::TVER_EXT_IB;
+    nak.irn = Some(IrnEthRepr {
+        sack_psn: Some(irn_wire::Psn::new(0x205)),
+        loss_bitmap: irn_wire::LossBitmap::from_words(&[0x0003]),
+        ..Default::default()
+    });
+    nak.aeth = Some(irn_wire::AethRepr {
+        syndrome: irn_wire::Syndrome::Nak(irn_wire::NakCode::PsnSequenceError),
+        msn: 0,
+    });
+    let dir = tempdir("extib");
+    let path = dir.join("ext-ib.pcap");
+    let f = frame(nak, &[]);
+    write_pcap(&path, &[(f.clone(), f.len() as u32)]);
+    let lines = json_lines(&decode(&["--json"], &path));
+    assert_eq!(lines[0]["tver"], 2);
+    assert_eq!(lines[0]["icrc"], "ok");
+    assert_eq!(lines[0]["headers"]["IRNETH"]["sack_psn"], 0x205);
+    let text = String::from_utf8_lossy(&decode(&[], &path).stdout).into_owned();
+    assert!(
+        text.contains("tver=2") && text.contains("sack_psn=") && text.contains("lost=+[0,1]"),
+        "{text}"
+    );
+}
