@@ -123,6 +123,11 @@ impl QueuePair {
         // A response tells that the responder took every request up to its PSN.
         let done = self.cmp.peer_done.filter(|d| d.distance(psn.add(1)) < 0);
         self.ack_requests(now, done.unwrap_or(psn.add(1)));
+        if self.expected_response().is_none() {
+            // No Read waits: what the responder acknowledged says nothing about the next
+            // ones (and a stale PSN would look ahead again once the 24-bit space wraps).
+            self.cmp.peer_done = None;
+        }
         if self.expected_response() != before {
             // The in-order point moved: any hole left starts now.
             self.cmp.hole_since = self.read_hole().then_some(now);
