@@ -54,7 +54,7 @@ use std::time::Instant;
 use irn_transport::ByteMemory;
 
 use crate::config::{SimConfig, TopologyKind};
-use crate::metrics::{summarize, PortReport, RunSummary};
+use crate::metrics::{summarize, PortPrioReport, PortReport, RunSummary, SafetyReport};
 use crate::net::{FlowRecord, SharedChecked, SimMemory};
 use crate::parallel::Simulation;
 use crate::topology::{Topology, TopologyError};
@@ -81,6 +81,10 @@ pub struct RunOutput {
     pub summary: RunSummary,
     /// Every flow's record.
     pub records: Vec<FlowRecord>,
+    /// The monitor's samples (with `monitor_interval_us`; see [`metrics::write_monitor_csv`]).
+    pub monitor: Vec<crate::net::MonitorRow>,
+    /// Every node's name, for the samples.
+    pub node_names: Vec<String>,
 }
 
 /// Runs one configuration to the end. `progress` receives the fraction of flows done now and
@@ -115,6 +119,12 @@ fn run_with<M: SimMemory>(
 ) -> Result<RunOutput, SimError> {
     let started = Instant::now();
     let topo = Topology::build(&cfg.topology, &cfg.base_dir)?;
+    if let Some((i, f)) = cfg.fault.iter().enumerate().find(|(_, f)| f.host >= topo.hosts) {
+        return Err(SimError::Config(format!(
+            "fault[{i}].host: host {} does not exist (the topology has hosts 0..{})",
+            f.host, topo.hosts
+        )));
+    }
     let flows = workload::generate(cfg, topo.hosts, topo.host_port(0).rate_bps)?;
     let topology = describe(cfg, &topo);
     let mut sim: Simulation<M> = Simulation::new(cfg.clone(), topo, flows);
@@ -132,6 +142,43 @@ fn run_with<M: SimMemory>(
             eprintln!("{:?}\n{}", records[i], sim.debug_flow(i));
         }
     }
+    let sim_s = sim.now().as_picos() as f64 / 1e12;
+    let topo_ref = sim.topology();
+    let port_prio = net
+        .prio
+        .iter()
+        .map(|&(node, port, prio, c)| PortPrioReport {
+            node,
+            name: topo_ref.node_name(node),
+            port,
+            prio,
+            tx_packets: c.tx_packets,
+            tx_bytes: c.tx_bytes,
+            rx_packets: c.rx_packets,
+            rx_bytes: c.rx_bytes,
+            pause_sent: c.pause_sent,
+            pause_received: c.pause_received,
+            paused_us: c.paused.as_micros_f64(),
+            ingress_drops: c.ingress_drops,
+            egress_drops: c.egress_drops,
+        })
+        .collect();
+    let safety = SafetyReport {
+        floods: net.safety.floods,
+        flood_discards: net.safety.flood_discards,
+        l2_drops: net.safety.l2_drops,
+        arp_drops: net.safety.arp_drops,
+        nic_watchdog: net.safety.nic_watchdog,
+        switch_watchdog: net.safety.switch_watchdog,
+        restorations: net.safety.restorations,
+        mtt_misses: net.mtt_misses,
+        deadlock_at_ms: net
+            .deadlock
+            .as_ref()
+            .map(|d| d.at.as_picos() as f64 / 1e9),
+        deadlock_at_end: net.deadlock_at_end,
+        paused_hosts_max: net.timeline.iter().map(|p| p.paused_hosts).max().unwrap_or(0),
+    };
     let summary = RunSummary {
         name: cfg.name.clone(),
         transport: cfg.transport.recovery.name().into(),
@@ -191,6 +238,29 @@ fn run_with<M: SimMemory>(
                 drops: s.drops,
             })
             .collect(),
+        deadlocked: net.deadlock.is_some(),
+        deadlock_cycle: net.deadlock.map(|d| d.cycle).unwrap_or_default(),
+        watchdog_triggers: net.safety.nic_watchdog + net.safety.switch_watchdog,
+        goodput_gbps: if sim_s > 0.0 {
+            net.delivered_bytes as f64 * 8.0 / sim_s / 1e9
+        } else {
+            0.0
+        },
+        safety,
+        port_prio,
+        timeline: net.timeline,
     };
-    Ok(RunOutput { summary, records })
+    let monitor = net.rows;
+    Ok(RunOutput {
+        summary,
+        records,
+        node_names: if monitor.is_empty() {
+            Vec::new()
+        } else {
+            (0..topo_ref.nodes.len() as u32)
+                .map(|n| topo_ref.node_name(n))
+                .collect()
+        },
+        monitor,
+    })
 }

@@ -117,6 +117,64 @@ pub struct PortReport {
     pub drops: u64,
 }
 
+/// One (node, port, priority)'s counters over the run (SPEC N9), as operators read them.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PortPrioReport {
+    /// Node number (hosts first, then switches).
+    pub node: u32,
+    /// The node's name (a topology file's `name`, else `hN`/`sN`).
+    pub name: String,
+    /// Port number on the node.
+    pub port: u16,
+    /// Priority.
+    pub prio: u8,
+    /// Frames and bytes sent and received.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// PFC frames sent for this priority.
+    pub pause_sent: u64,
+    /// PFC frames received for this priority.
+    pub pause_received: u64,
+    /// Time this egress was paused, µs.
+    pub paused_us: f64,
+    /// Frames dropped on arrival.
+    pub ingress_drops: u64,
+    /// Frames dropped at the egress.
+    pub egress_drops: u64,
+}
+
+/// What the safety model (seed 001) counted.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct SafetyReport {
+    /// Packets flooded by a ToR for an incomplete ARP entry.
+    pub floods: u64,
+    /// Flooded copies discarded at egresses that did not lead to the destination.
+    pub flood_discards: u64,
+    /// Lossless packets dropped for an incomplete ARP entry (the paper's fix).
+    pub l2_drops: u64,
+    /// Packets dropped without an ARP entry.
+    pub arp_drops: u64,
+    /// NIC watchdogs that fired.
+    pub nic_watchdog: u64,
+    /// Storms the switch watchdog detected.
+    pub switch_watchdog: u64,
+    /// Queues the switch watchdog restored.
+    pub restorations: u64,
+    /// Translation-cache misses at NICs (slow receiver, SPEC N6).
+    pub mtt_misses: u64,
+    /// When the deadlock was first seen, ms.
+    pub deadlock_at_ms: Option<f64>,
+    /// A deadlock cycle still stood when the run ended.
+    pub deadlock_at_end: bool,
+    /// The most hosts held paused (over half of a monitoring interval) at once.
+    pub paused_hosts_max: u32,
+}
+
 /// Incast requests (E8).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct IncastReport {
@@ -214,6 +272,24 @@ pub struct RunSummary {
     pub events: u64,
     /// Ports with pause or drop activity.
     pub ports: Vec<PortReport>,
+    /// A PFC deadlock was detected (a cycle of paused queues that persisted
+    /// `deadlock.detect_ms`).
+    pub deadlocked: bool,
+    /// The deadlock's cycle, `NODE.pPORT/PRIO` per egress (empty if none).
+    pub deadlock_cycle: Vec<String>,
+    /// PFC watchdogs that fired, NIC and switch.
+    pub watchdog_triggers: u64,
+    /// Payload of the flows that completed successfully ÷ simulated time, Gb/s.
+    pub goodput_gbps: f64,
+    /// The safety model's counts.
+    pub safety: SafetyReport,
+    /// Per (node, port, priority) counters that are not all zero (kept with monitoring,
+    /// watchdogs, faults or Pingmesh).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub port_prio: Vec<PortPrioReport>,
+    /// The fabric-wide time series (with `monitor_interval_us`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<crate::net::TimelinePoint>,
 }
 
 /// Builds the fields that come from the per-flow records.
@@ -279,6 +355,49 @@ pub fn write_csv(out: &mut dyn Write, records: &[FlowRecord]) -> std::io::Result
             r.flow.dst,
             r.flow.size,
             r.ideal.as_micros_f64()
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes the monitor's samples as CSV: one row per (run, interval end, node, port,
+/// priority) that moved or held bytes — what it did during the interval, and its queue at the
+/// end (SPEC N9). `header` writes the column names first.
+pub fn write_monitor_csv(
+    out: &mut dyn Write,
+    run: &str,
+    rows: &[crate::net::MonitorRow],
+    names: &[String],
+    header: bool,
+) -> std::io::Result<()> {
+    if header {
+        writeln!(
+            out,
+            "run,t_us,node,name,port,prio,tx_packets,tx_bytes,rx_packets,rx_bytes,pause_sent,\
+             pause_received,paused_us,ingress_drops,egress_drops,queue_bytes"
+        )?;
+    }
+    let run: String = run.chars().filter(|&c| c != ',' && c != '"').collect();
+    for r in rows {
+        let d = &r.delta;
+        let name = names.get(r.node as usize).map_or("", String::as_str);
+        writeln!(
+            out,
+            "{run},{:.3},{},{name},{},{},{},{},{},{},{},{},{:.3},{},{},{}",
+            r.t_us,
+            r.node,
+            r.port,
+            r.prio,
+            d.tx_packets,
+            d.tx_bytes,
+            d.rx_packets,
+            d.rx_bytes,
+            d.pause_sent,
+            d.pause_received,
+            d.paused.as_micros_f64(),
+            d.ingress_drops,
+            d.egress_drops,
+            r.queue_bytes
         )?;
     }
     Ok(())

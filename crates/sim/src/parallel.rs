@@ -55,10 +55,11 @@ impl<M: SimMemory> std::fmt::Debug for Simulation<M> {
 
 impl<M: SimMemory> Simulation<M> {
     /// Sets up the network and the flows in `cfg.threads` partitions (one when payload bytes
-    /// are carried, or when two partitions would share a link without delay); nothing runs
-    /// yet.
+    /// are carried, when the safety model needs the whole network
+    /// ([`SimConfig::needs_one_partition`]), or when two partitions would share a link without
+    /// delay); nothing runs yet.
     pub fn new(cfg: SimConfig, topo: Topology, flows: Vec<Flow>) -> Simulation<M> {
-        let want = if M::HOLDS_BYTES {
+        let want = if M::HOLDS_BYTES || cfg.needs_one_partition() {
             1
         } else {
             cfg.threads.clamp(1, usize::from(u16::MAX))
@@ -175,6 +176,17 @@ impl<M: SimMemory> Simulation<M> {
             all.ports.extend(s.ports);
             all.headroom_overflow += s.headroom_overflow;
             all.max_in_flight = all.max_in_flight.max(s.max_in_flight);
+            all.delivered_bytes += s.delivered_bytes;
+            if self.parts.len() == 1 {
+                // The safety model and the monitor run in one partition only.
+                all.safety = s.safety;
+                all.deadlock = s.deadlock;
+                all.deadlock_at_end = s.deadlock_at_end;
+                all.mtt_misses = s.mtt_misses;
+                all.prio = s.prio;
+                all.rows = s.rows;
+                all.timeline = s.timeline;
+            }
         }
         all.ports.sort_by_key(|&(node, port, _)| (node, port));
         all

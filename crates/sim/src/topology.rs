@@ -94,6 +94,13 @@ pub struct Topology {
     route_ports: Vec<u16>,
     /// Links between the edge switches of every pair of groups, for ideal FCTs.
     group_dist: Vec<u16>,
+    /// Names given in a topology file (`name NODE LABEL`), by node.
+    names: BTreeMap<u32, String>,
+    /// Static routes of a topology file, applied over the shortest-path sets:
+    /// (switch, destination edge switch, ports, line).
+    pinned: Vec<(u32, u32, Vec<u16>, usize)>,
+    /// The file, for errors in `pinned`.
+    path: String,
 }
 
 /// Why a topology could not be built.
@@ -269,7 +276,11 @@ impl Topology {
     }
 
     /// The topology file format: `#` comments; `hosts N`; `switches N` (numbered after the
-    /// hosts); `link A B GBPS DELAY_NS` (A, B node numbers). Hosts have exactly one link.
+    /// hosts); `link A B GBPS DELAY_NS` (A, B node numbers); `name NODE LABEL` (reports name
+    /// the node LABEL, and later lines may use LABEL for NODE); `route SWITCH EDGE PORT…` (a
+    /// static route: at SWITCH, packets for the hosts of edge switch EDGE take only these of
+    /// its equal-cost ports — as an operator pins a path). Hosts have exactly one link; a
+    /// port's number is its link's order among the node's links.
     fn parse(text: &str, path: &str) -> Result<Topology, TopologyError> {
         let err = |line: usize, msg: String| TopologyError::Parse {
             path: path.to_string(),
@@ -277,6 +288,9 @@ impl Topology {
             msg,
         };
         let mut hosts: Option<u32> = None;
+        let mut names: BTreeMap<u32, String> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
+        let mut pinned = Vec::new();
         let mut b = Builder {
             nodes: Vec::new(),
             rates: vec![0],
@@ -291,7 +305,9 @@ impl Topology {
             let w: Vec<&str> = line.split_whitespace().collect();
             let num = |s: &str| {
                 s.parse::<u64>()
-                    .map_err(|_| err(ln, format!("`{s}` is not a number")))
+                    .ok()
+                    .or_else(|| by_name.get(s).copied())
+                    .ok_or_else(|| err(ln, format!("`{s}` is not a number or a node's name")))
             };
             match w.as_slice() {
                 ["hosts", n] => {
@@ -342,6 +358,30 @@ impl Topology {
                         Dur::from_nanos(d),
                     );
                 }
+                ["name", node, label] => {
+                    let node = num(node)?;
+                    if node >= b.nodes.len() as u64 {
+                        return Err(err(ln, format!("name {node}: no such node")));
+                    }
+                    if label.parse::<u64>().is_ok() || by_name.contains_key(*label) {
+                        return Err(err(ln, format!("name `{label}`: a number or taken")));
+                    }
+                    by_name.insert(label.to_string(), node);
+                    names.insert(node as u32, label.to_string());
+                }
+                ["route", sw, edge, ports @ ..] if !ports.is_empty() => {
+                    let (sw, edge) = (num(sw)?, num(edge)?);
+                    let mut list = Vec::new();
+                    for p in ports {
+                        let p = num(p)?;
+                        let ok = b.nodes.get(sw as usize).is_some_and(|n| (p as usize) < n.ports.len());
+                        if !ok {
+                            return Err(err(ln, format!("route: switch {sw} has no port {p}")));
+                        }
+                        list.push(p as u16);
+                    }
+                    pinned.push((sw as u32, edge as u32, list, ln));
+                }
                 _ => return Err(err(ln, format!("cannot read `{line}`"))),
             }
         }
@@ -358,7 +398,11 @@ impl Topology {
                 ));
             }
         }
-        Ok(Topology::raw(b, hosts))
+        let mut t = Topology::raw(b, hosts);
+        t.names = names;
+        t.pinned = pinned;
+        t.path = path.to_string();
+        Ok(t)
     }
 
     fn raw(b: Builder, hosts: u32) -> Topology {
@@ -372,6 +416,9 @@ impl Topology {
             sets: Vec::new(),
             route_ports: Vec::new(),
             group_dist: Vec::new(),
+            names: BTreeMap::new(),
+            pinned: Vec::new(),
+            path: String::new(),
         }
     }
 
@@ -456,11 +503,57 @@ impl Topology {
                 route_set[s * groups + g] = id;
             }
         }
+        for (sw, edge, list, line) in std::mem::take(&mut self.pinned) {
+            let err = |msg: String| TopologyError::Parse {
+                path: self.path.clone(),
+                line,
+                msg,
+            };
+            let g = match (sw as usize).checked_sub(h).zip(group_of_switch.get(edge as usize)) {
+                Some((s, &g)) if g != u32::MAX && s < switches => (s, g as usize),
+                _ => {
+                    return Err(err(format!(
+                        "route {sw} {edge}: {sw} must be a switch and {edge} an edge switch"
+                    )))
+                }
+            };
+            let (start, len) = sets[usize::from(route_set[g.0 * groups + g.1])];
+            let allowed = &ports[start as usize..start as usize + len as usize];
+            if let Some(p) = list.iter().find(|p| !allowed.contains(p)) {
+                return Err(err(format!(
+                    "route {sw} {edge}: port {p} is not on a shortest path (equal-cost ports: {allowed:?})"
+                )));
+            }
+            let id = u16::try_from(sets.len()).map_err(|_| TopologyError::TooManyRouteSets)?;
+            sets.push((ports.len() as u32, list.len() as u16));
+            ports.extend_from_slice(&list);
+            route_set[g.0 * groups + g.1] = id;
+        }
         self.route_set = route_set;
         self.sets = sets;
         self.route_ports = ports;
         self.group_dist = group_dist;
         Ok(self)
+    }
+
+    /// A node's name in reports: the topology file's `name`, else `hN` (host) or `sN`.
+    pub fn node_name(&self, n: u32) -> String {
+        match self.names.get(&n) {
+            Some(s) => s.clone(),
+            None if n < self.hosts => format!("h{n}"),
+            None => format!("s{n}"),
+        }
+    }
+
+    /// The edge switch (ToR) of host `h`.
+    pub fn edge_of(&self, h: u32) -> u32 {
+        self.nodes[h as usize].ports[0].peer
+    }
+
+    /// Switch ports that face a host: (switch, port) → the host.
+    pub fn port_host(&self, node: u32, port: usize) -> Option<u32> {
+        let p = self.nodes[node as usize].ports.get(port)?;
+        (p.peer < self.hosts).then_some(p.peer)
     }
 
     /// Equal-cost next-hop ports at switch `node` towards host `dst` (empty when `node` cannot
@@ -476,6 +569,24 @@ impl Topology {
         let (start, len) =
             self.sets[usize::from(self.route_set[(node - self.hosts) as usize * groups + g])];
         &self.route_ports[start as usize..start as usize + len as usize]
+    }
+
+    /// [`Topology::next_hops`], and whether `node` is `dst`'s edge switch (the last hop, where
+    /// a ToR looks the destination up in its ARP and MAC tables).
+    #[inline]
+    pub fn route(&self, node: u32, dst: u32) -> (&[u16], bool) {
+        let d = dst as usize;
+        let g = self.group[d] as usize;
+        if self.group_switch[g] == node {
+            return (std::slice::from_ref(&self.down_port[d]), true);
+        }
+        let groups = self.group_switch.len();
+        let (start, len) =
+            self.sets[usize::from(self.route_set[(node - self.hosts) as usize * groups + g])];
+        (
+            &self.route_ports[start as usize..start as usize + len as usize],
+            false,
+        )
     }
 
     /// Links on a shortest path between two hosts.

@@ -14,9 +14,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod experiment;
+mod safety;
 
 pub(crate) use experiment::apply_sets;
 pub use experiment::{load_experiment, parse_value, Experiment};
+pub use safety::{
+    DeadlockConfig, FaultConfig, FaultKind, L2Config, PingLevel, PingmeshConfig, SwitchWatchdog,
+    UnknownUnicast, WatchdogConfig,
+};
 
 /// An error in a configuration: which file (or `--set`), and what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -282,6 +287,14 @@ pub struct NicConfig {
     /// buffer − headroom. Default: absent = as the switches' (the link's round-trip bytes plus
     /// two frames).
     pub rx_pfc_headroom_bytes: Option<u64>,
+    /// Entries of the NIC's memory-translation table cache (SPEC N6; seed 001 §4.4: 2 K).
+    /// Default 2048.
+    pub mtt_entries: u32,
+    /// Page size the registered memory uses, bytes: 4096 (default) or 2 MiB huge pages.
+    pub page_bytes: u64,
+    /// How long a translation miss stalls the receive pipeline (the entry is fetched from
+    /// host memory over PCIe), ns. Default 0: the cache is not modelled.
+    pub mtt_miss_ns: f64,
 }
 
 impl Default for NicConfig {
@@ -291,6 +304,9 @@ impl Default for NicConfig {
             rx_buffer_bytes: 256_000,
             pcie_gbps: 64.0,
             rx_pfc_headroom_bytes: None,
+            mtt_entries: 2048,
+            page_bytes: 4096,
+            mtt_miss_ns: 0.0,
         }
     }
 }
@@ -547,6 +563,15 @@ pub struct TransportConfig {
     /// lost once one at least this many beyond it is selectively acknowledged. Default 1 (the
     /// paper's IRN); higher for packet spraying.
     pub dup_threshold: u32,
+    /// Retries after a timeout or sequence NAK before the work request completes with
+    /// `IBV_WC_RETRY_EXC_ERR` (the verbs `retry_cnt`, 0–7, IBTA §11.2.4.2 / C9-140). Absent
+    /// (default): never give up, as the papers' simulations assume; set it when hosts die
+    /// (`[[fault]]`), so that flows to a dead server fail as on a real NIC.
+    pub retry_cnt: Option<u8>,
+    /// With `retry_cnt`: the verbs local ACK `timeout` code (4.096 µs × 2^code, IBTA
+    /// §9.7.6.1.3), the interval at which a requester without progress counts a retry even
+    /// when its own RTO is shorter (IRN's). Default 14 (67 ms, perftest's).
+    pub ack_timeout: u8,
 }
 
 impl Default for TransportConfig {
@@ -566,6 +591,8 @@ impl Default for TransportConfig {
             nak_threshold: irn_transport::HoleRule::DEFAULT.threshold,
             nak_delay_us: 20.0,
             dup_threshold: 1,
+            retry_cnt: None,
+            ack_timeout: 14,
         }
     }
 }
@@ -657,6 +684,19 @@ pub struct SimConfig {
     pub workload: WorkloadConfig,
     /// `[cc]`.
     pub cc: CcConfig,
+    /// `[l2]`: the ToRs' ARP and MAC tables.
+    pub l2: L2Config,
+    /// `[watchdog]`: PFC storm watchdogs.
+    pub watchdog: WatchdogConfig,
+    /// `[deadlock]`: PFC deadlock detection.
+    pub deadlock: DeadlockConfig,
+    /// `[[fault]]`: fault events.
+    pub fault: Vec<FaultConfig>,
+    /// `[pingmesh]`: RDMA Pingmesh probes beside the workload.
+    pub pingmesh: PingmeshConfig,
+    /// Sample per (node, port, priority) counters every this many µs (SPEC N9; `irn sim
+    /// --monitor FILE` writes them). Default: absent = no time series.
+    pub monitor_interval_us: Option<f64>,
     /// Directory that relative paths are resolved against (the configuration file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -675,6 +715,12 @@ impl Default for SimConfig {
             transport: TransportConfig::default(),
             workload: WorkloadConfig::default(),
             cc: CcConfig::default(),
+            l2: L2Config::default(),
+            watchdog: WatchdogConfig::default(),
+            deadlock: DeadlockConfig::default(),
+            fault: Vec::new(),
+            pingmesh: PingmeshConfig::default(),
+            monitor_interval_us: None,
             base_dir: PathBuf::from("."),
         }
     }
@@ -943,6 +989,16 @@ impl SimConfig {
             "must be 1, or above 1 with irn or irn-no-bdp-fc (selective repeat with SACKs)",
         )?;
         check(
+            t.retry_cnt.is_none_or(|r| r <= 7),
+            "transport.retry_cnt",
+            "must be 0 to 7 (the verbs attribute's 3 bits)",
+        )?;
+        check(
+            (1..=31).contains(&t.ack_timeout),
+            "transport.ack_timeout",
+            "must be 1 to 31 (the verbs attribute's 5 bits; 0, infinite, is not simulated)",
+        )?;
+        check(
             n.trust != Trust::Pcp || n.vlan,
             "network.trust",
             "\"pcp\" needs network.vlan = true (untagged frames carry no PCP)",
@@ -1054,7 +1110,54 @@ impl SimConfig {
         if w.kind == WorkloadKind::Flows {
             check(w.flows_file.is_some(), "workload.flows_file", "is required")?;
         }
+        check(
+            nic.mtt_entries >= 1,
+            "nic.mtt_entries",
+            "must be at least 1",
+        )?;
+        check(
+            nic.page_bytes.is_power_of_two() && (4096..=1 << 30).contains(&nic.page_bytes),
+            "nic.page_bytes",
+            "must be a power of two, 4 KiB – 1 GiB",
+        )?;
+        check(
+            nic.mtt_miss_ns >= 0.0 && nic.mtt_miss_ns.is_finite(),
+            "nic.mtt_miss_ns",
+            "must be ≥ 0",
+        )?;
+        if let Some(m) = self.monitor_interval_us {
+            check(
+                m.is_finite() && m >= 1.0,
+                "monitor_interval_us",
+                "must be at least 1",
+            )?;
+        }
+        safety::validate(
+            &self.l2,
+            &self.watchdog,
+            &self.deadlock,
+            &self.fault,
+            &self.pingmesh,
+        )?;
+        if self.l2.unknown_unicast == UnknownUnicast::FloodLossy {
+            check(
+                !(n.pfc && n.lossless_priorities.contains(&self.network.priority(self.l2.flood_dscp))),
+                "l2.flood_dscp",
+                "must map to a lossy priority with unknown_unicast = \"flood-lossy\"",
+            )?;
+        }
         Ok(())
+    }
+
+    /// Whether the run needs the whole network in one partition: its faults, watchdogs,
+    /// deadlock detection, Pingmesh and monitoring read and act on state across nodes.
+    pub fn needs_one_partition(&self) -> bool {
+        !self.fault.is_empty()
+            || self.watchdog.any()
+            || (self.network.pfc && self.deadlock.detect_ms > 0.0)
+            || self.pingmesh.enabled
+            || self.monitor_interval_us.is_some()
+            || self.nic.mtt_miss_ns > 0.0
     }
 
     /// A path from the configuration, resolved against its file's directory.

@@ -102,6 +102,11 @@ pub(super) fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
     v
 }
 
+/// The first PSN of flow `i`'s requests (and of a Read's responses).
+pub(super) fn first_psn(seed: u64, i: usize) -> Psn {
+    Psn::new((mix(seed ^ i as u64) & 0xff_ffff) as u32)
+}
+
 impl<M: SimMemory> Part<M> {
     pub(super) fn new_qp(&mut self, now: Time, host: u32, flow: u32, end: usize, peer: u32) -> u32 {
         let nic = &mut self.nics[host as usize];
@@ -166,10 +171,7 @@ impl<M: SimMemory> Part<M> {
         self.states[i].buf[end] = buf;
         let attr = self.qp_attr;
         let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
-        let (p_req, p_resp) = (
-            psn(self.cfg.seed ^ i as u64),
-            psn(!(self.cfg.seed ^ i as u64)),
-        );
+        let (p_req, p_resp) = (first_psn(self.cfg.seed, i), psn(!(self.cfg.seed ^ i as u64)));
         let (mine, theirs) = if end == REQ {
             (p_req, p_resp)
         } else {
@@ -300,6 +302,10 @@ impl<M: SimMemory> Part<M> {
                 self.fill_seed(i),
             )
         };
+        if status == WcStatus::Success {
+            self.delivered += f.size;
+            self.mon.delivered += f.size;
+        }
         let r = &mut self.records[i];
         r.end = Some(now);
         r.status = Some(status);

@@ -68,10 +68,13 @@ mod ecn;
 mod flows;
 mod link;
 mod memory;
+mod monitor;
+mod mtt;
 mod nic;
 mod packet;
 mod pfc;
 mod queues;
+mod safety;
 mod setup;
 mod switch;
 
@@ -79,10 +82,14 @@ use classes::{Classes, MAX_CLASSES};
 pub use flows::FlowRecord;
 use flows::{end_host, FlowState, REQ, RESP};
 pub use memory::{SharedChecked, SimMemory};
+pub use monitor::{MonitorRow, PrioCounters, TimelinePoint};
+pub use safety::{Deadlock, SafetyStats};
 use nic::Nic;
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
-use packet::{Ev, Events, Meta, Packet, WORKLOAD};
+use monitor::Monitor;
+use packet::{Ev, Events, Meta, Packet, CONTROL, WORKLOAD};
+use safety::Safety;
 use pfc::{default_headroom, xoff_threshold, Ingress};
 use setup::{mtu_wire, queue_pair_config};
 use switch::Switch;
@@ -126,6 +133,22 @@ pub struct NetStats {
     /// The most packets any queue pair had in flight (requests or responses), measured after
     /// every packet a queue pair sent: BDP-FC keeps it at or below the cap.
     pub max_in_flight: u32,
+    /// What the safety model counted (floods, watchdogs).
+    pub safety: SafetyStats,
+    /// The first PFC deadlock found, if any.
+    pub deadlock: Option<Deadlock>,
+    /// A deadlock stood when the run ended.
+    pub deadlock_at_end: bool,
+    /// Payload bytes of the flows that completed successfully.
+    pub delivered_bytes: u64,
+    /// Per (node, port, priority), the counters that are not all zero (when kept).
+    pub prio: Vec<(u32, u16, u8, PrioCounters)>,
+    /// Translation-cache misses at NICs (SPEC N6).
+    pub mtt_misses: u64,
+    /// The monitor's samples (with `monitor_interval_us`).
+    pub rows: Vec<MonitorRow>,
+    /// The fabric-wide time series (with `monitor_interval_us`).
+    pub timeline: Vec<TimelinePoint>,
 }
 
 /// The nodes of one partition of the network and their event list (with one partition: the
@@ -190,6 +213,17 @@ pub(crate) struct Part<M: SimMemory> {
     totals: Counters,
     end_time: Time,
     max_in_flight: u32,
+    /// The safety model (seed 001): L2 tables, faults, watchdogs, deadlock detection.
+    safety: Safety,
+    /// Per (node, port, priority) counters and their time series (SPEC N9).
+    mon: Monitor,
+    /// The time of the last event that was not a periodic safety task.
+    last_real: Time,
+    /// Payload bytes of flows completed successfully.
+    delivered: u64,
+    /// Per host, the NIC's translation cache (empty when not modelled).
+    mtt: Vec<mtt::Mtt>,
+    mtt_misses: u64,
 }
 
 impl<M: SimMemory> std::fmt::Debug for Part<M> {
@@ -219,7 +253,12 @@ impl<M: SimMemory> Part<M> {
         } else {
             data_dscp
         };
-        let classes = Classes::new(net, &[data_dscp, ctrl_dscp]);
+        // Flooded copies demoted to a lossy class need that class at every port.
+        let mut dscps = vec![data_dscp, ctrl_dscp];
+        if cfg.l2.unknown_unicast == crate::config::UnknownUnicast::FloodLossy {
+            dscps.push(cfg.l2.flood_dscp);
+        }
+        let classes = Classes::new(net, &dscps);
         let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
         let mtu_wire = u64::from(mtu_wire(&cfg.network));
         // Upstream link round trip at its rate, plus a frame in flight each way.
@@ -273,6 +312,20 @@ impl<M: SimMemory> Part<M> {
         let (qp_cfg, qp_attr, state_window) = queue_pair_config(&cfg, &topo);
         let nodes = topo.nodes.len();
         let teardown = topo.max_delay();
+        let last = flows.last().map_or(Time::ZERO, |f| f.start);
+        let end_time = last + Dur::from_picos((cfg.workload.drain_us * 1e6) as u64);
+        let safety = Safety::new(&cfg, &topo, end_time);
+        let keep_counters = cfg.monitor_interval_us.is_some()
+            || cfg.watchdog.any()
+            || !cfg.fault.is_empty()
+            || cfg.pingmesh.enabled;
+        let port_counts: Vec<usize> = topo.nodes.iter().map(|n| n.ports.len()).collect();
+        let mon = Monitor::new(
+            keep_counters,
+            cfg.monitor_interval_us.map(crate::config::us),
+            &port_counts,
+            classes.len(),
+        );
         let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
             .flat_map(|i| {
                 let f = flows[i as usize];
@@ -317,6 +370,18 @@ impl<M: SimMemory> Part<M> {
                 origin: 0,
                 count: vec![0; nodes],
             },
+            safety,
+            mon,
+            last_real: Time::ZERO,
+            delivered: 0,
+            mtt: if cfg.nic.mtt_miss_ns > 0.0 {
+                (0..topo.hosts)
+                    .map(|_| mtt::Mtt::new(cfg.nic.mtt_entries as usize))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            mtt_misses: 0,
             packets: Vec::new(),
             payloads: Vec::new(),
             meta: Vec::new(),
@@ -352,8 +417,10 @@ impl<M: SimMemory> Part<M> {
         if let Some(&(at, key, ..)) = sim.starts.first() {
             sim.q.q.push_keyed(at, key, Ev::FlowStart);
         }
-        let last = sim.flows.last().map_or(Time::ZERO, |f| f.start);
-        sim.end_time = last + Dur::from_picos((sim.cfg.workload.drain_us * 1e6) as u64);
+        sim.end_time = end_time;
+        if sim.cfg.needs_one_partition() {
+            sim.safety_start();
+        }
         sim
     }
 
@@ -432,7 +499,13 @@ impl<M: SimMemory> Part<M> {
             Ev::RxDone { host } | Ev::QpTimer { host, .. } | Ev::FlowEnd { host, .. } => host,
             // Set below, once the flow end (and so its host) is known.
             Ev::FlowStart => WORKLOAD,
+            // The handlers set the node they act for before scheduling anything.
+            Ev::Control(_) => CONTROL,
         };
+        match ev {
+            Ev::Control(c) if c.periodic() => {}
+            _ => self.last_real = now,
+        }
         match ev {
             Ev::Arrive {
                 node,
@@ -443,12 +516,19 @@ impl<M: SimMemory> Part<M> {
                 if self.cfg.network.link_loss > 0.0
                     && self.loss_rng[node as usize].chance(self.cfg.network.link_loss)
                 {
+                    if self.mon.on {
+                        let c = self.classes.class(self.classes.priority(&hop));
+                        self.mon.at(node, port, c).ingress_drops += 1;
+                    }
                     self.drop_packet(node, port, pkt);
                 } else if node < self.topo.hosts {
-                    if self.rx_rate.is_some() {
+                    if self.safety.l2_on && !self.safety.host_up[node as usize] {
+                        // The link is down.
+                        self.drop_packet(node, port, pkt);
+                    } else if self.safety.rx_pipeline {
                         self.nic_buffer(now, node, pkt, hop);
                     } else {
-                        self.nic_receive(now, node, pkt, hop.ecn());
+                        self.nic_receive(now, node, pkt, hop);
                     }
                 } else {
                     self.switch_receive(now, node, port, pkt, hop);
@@ -494,10 +574,14 @@ impl<M: SimMemory> Part<M> {
                 }
                 let (i, end) = (flow as usize, usize::from(end));
                 // What the set-up schedules comes from the end's host.
-                self.q.origin = self.end_host(&self.flows[i], end);
-                self.start_end(now, i, end);
+                let host = self.end_host(&self.flows[i], end);
+                self.q.origin = host;
+                if self.safety.host_up[host as usize] {
+                    self.start_end(now, i, end);
+                }
             }
             Ev::FlowEnd { host, flow } => self.end_responder(host, flow as usize),
+            Ev::Control(c) => self.control(now, c),
         }
     }
 
@@ -517,6 +601,18 @@ impl<M: SimMemory> Part<M> {
 
     /// Ends the run at `now` (the last event of any partition).
     pub(crate) fn finish(&mut self, now: Time) {
+        self.safety_finish(now);
+        if self.mon.on {
+            // Close the per-priority pause intervals still open.
+            for node in 0..self.topo.nodes.len() as u32 {
+                for port in 0..self.topo.nodes[node as usize].ports.len() as u16 {
+                    for c in 0..self.classes.len() {
+                        let t = self.paused_total(now, node, port, c);
+                        self.mon.at(node, port, c).paused = t;
+                    }
+                }
+            }
+        }
         // Close pause intervals still open, and count live queue pairs.
         for nic in &mut self.nics {
             for p in 0..8 {
@@ -583,9 +679,9 @@ impl<M: SimMemory> Part<M> {
         &self.records
     }
 
-    /// Simulated time reached.
+    /// Simulated time reached: the last event that was not a periodic safety task.
     pub(crate) fn now(&self) -> Time {
-        self.q.q.now()
+        self.last_real
     }
 
     /// Events processed.
@@ -622,6 +718,26 @@ impl<M: SimMemory> Part<M> {
             }
         }
         s.host_packets = self.nics.iter().map(|n| n.stats.tx_packets).sum();
+        s.safety = self.safety.stats;
+        s.deadlock = self.safety.deadlock.clone();
+        s.deadlock_at_end = self.safety.deadlock_at_end;
+        s.delivered_bytes = self.delivered;
+        s.mtt_misses = self.mtt_misses;
+        if self.mon.on {
+            for node in 0..self.topo.nodes.len() as u32 {
+                for port in 0..self.topo.nodes[node as usize].ports.len() as u16 {
+                    for c in 0..self.classes.len() {
+                        let pc = self.mon.get(node, port, c);
+                        if pc != PrioCounters::default() {
+                            s.prio
+                                .push((node, port, self.classes.class_priority(c), pc));
+                        }
+                    }
+                }
+            }
+        }
+        s.rows = self.mon.rows.clone();
+        s.timeline = self.mon.timeline.clone();
         s
     }
 
@@ -646,11 +762,15 @@ impl<M: SimMemory> Part<M> {
             let mut ingress = vec![[0u64; MAX_CLASSES]; n];
             let mut egress = vec![[0u64; MAX_CLASSES]; n];
             let mut queued = 0u64;
+            // Copies of a flooded packet share its buffer: counted once at their ingress.
+            let mut groups = std::collections::BTreeSet::new();
             let mut count = |pkt: u32, inp: u16, out: usize, c: usize| {
                 let w = u64::from(self.meta[pkt as usize].hop.wire);
-                ingress[usize::from(inp)][c] += w;
                 egress[out][c] += w;
-                queued += w;
+                if self.flood_group(pkt).is_none_or(|g| groups.insert(g)) {
+                    ingress[usize::from(inp)][c] += w;
+                    queued += w;
+                }
             };
             sw.queues.for_each(&self.meta, &mut count);
             let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.ingress.bytes).collect();

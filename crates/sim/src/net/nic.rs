@@ -16,7 +16,6 @@ use super::{Part, PortStats};
 use crate::config::{us, Ecmp};
 use irn_transport::rng::mix;
 use irn_transport::{Dur, QueuePair, Time};
-use irn_wire::Ecn;
 use std::collections::VecDeque;
 
 #[derive(Debug)]
@@ -190,6 +189,11 @@ impl<M: SimMemory> Part<M> {
                 to: (1 - end) as u8,
             };
             let pkt = self.alloc_packet(p, payload, Meta { hop, next: NIL });
+            if self.mon.on {
+                let pc = self.mon.at(host, 0, self.classes.class(prio));
+                pc.tx_packets += 1;
+                pc.tx_bytes += u64::from(wire);
+            }
             let nic = &mut self.nics[host as usize];
             nic.stats.tx_packets += 1;
             nic.stats.tx_bytes += u64::from(wire);
@@ -204,7 +208,13 @@ impl<M: SimMemory> Part<M> {
         }
     }
 
-    pub(super) fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, ecn: Ecn) {
+    pub(super) fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
+        let ecn = hop.ecn();
+        if self.mon.on {
+            let pc = self.mon.at(host, 0, self.classes.class(self.classes.priority(&hop)));
+            pc.rx_packets += 1;
+            pc.rx_bytes += u64::from(hop.wire);
+        }
         let p = &self.packets[pkt as usize];
         let slot = self.states[p.flow as usize].slot[usize::from(p.to)];
         let payload = if M::HOLDS_BYTES {
@@ -241,16 +251,25 @@ impl<M: SimMemory> Part<M> {
     /// a lossless class's share passes the threshold.
     pub(super) fn nic_buffer(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
         let c = self.classes.class(self.classes.priority(&hop));
+        // A NIC whose watchdog fired no longer pauses: every class is lossy to it.
         let (prio, lossless) = (
             self.classes.class_priority(c),
-            self.classes.class_lossless(c),
+            self.classes.class_lossless(c) && !self.safety.nic_pfc_off[host as usize],
         );
         let wire = u64::from(hop.wire);
         let nic = &mut self.nics[host as usize];
         if nic.rx_held.total() + wire > self.cfg.nic.rx_buffer_bytes {
-            if lossless {
+            if lossless && nic.rx_held.total() + wire <= 2 * self.cfg.nic.rx_buffer_bytes {
                 nic.stats.headroom_overflow += 1;
             } else {
+                // Lossy, or lossless frames the peer sent through a pause (a switch
+                // watchdog's `forward`) beyond any headroom: the buffer is finite.
+                if lossless {
+                    nic.stats.headroom_overflow += 1;
+                }
+                if self.mon.on {
+                    self.mon.at(host, 0, c).ingress_drops += 1;
+                }
                 self.drop_packet(host, 0, pkt);
                 return;
             }
@@ -262,6 +281,8 @@ impl<M: SimMemory> Part<M> {
             class: c as u8,
         });
         if nic.rx.len() == 1 {
+            // The pipeline was idle until now: no stall so far.
+            self.safety.rx_progress[host as usize] = now;
             self.nic_rx_start(now, host);
         }
         let nic = &mut self.nics[host as usize];
@@ -270,13 +291,21 @@ impl<M: SimMemory> Part<M> {
         }
     }
 
-    /// Starts processing the first frame of `host`'s receive buffer.
+    /// Starts processing the first frame of `host`'s receive buffer: its time at the
+    /// pipeline's rate, plus what the pipeline owes (reorder-buffer PCIe traffic) and a
+    /// translation-cache miss's stall. A stopped pipeline (a fault) starts nothing.
     pub(super) fn nic_rx_start(&mut self, now: Time, host: u32) {
+        if self.safety.rx_stalled[host as usize] {
+            return;
+        }
+        let stall = self.mtt_stall(host);
         let nic = &mut self.nics[host as usize];
-        if let (Some(f), Some(rate)) = (nic.rx.front(), self.rx_rate) {
+        if let Some(f) = nic.rx.front() {
             let debt = std::mem::replace(&mut nic.rx_debt, Dur::ZERO);
-            let done = now + Dur::transmission(u64::from(f.hop.wire), rate) + debt;
-            self.q.push(done, Ev::RxDone { host });
+            let work = self
+                .rx_rate
+                .map_or(Dur::ZERO, |rate| Dur::transmission(u64::from(f.hop.wire), rate));
+            self.q.push(now + work + debt + stall, Ev::RxDone { host });
         }
     }
 
@@ -288,12 +317,13 @@ impl<M: SimMemory> Part<M> {
         };
         let c = usize::from(f.class);
         nic.rx_held.remove(c, u64::from(f.hop.wire));
+        self.safety.rx_progress[host as usize] = now;
         let gap = self.cfg.switch.pfc_resume_gap_bytes;
         if nic.rx_held.resume_below(c, self.nic_xoff_bytes, gap) {
             let prio = self.classes.class_priority(c);
             self.send_pfc(now, host, 0, prio, false);
         }
         self.nic_rx_start(now, host);
-        self.nic_receive(now, host, f.pkt, f.hop.ecn());
+        self.nic_receive(now, host, f.pkt, f.hop);
     }
 }

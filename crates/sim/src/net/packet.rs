@@ -42,6 +42,10 @@ pub(super) struct Hop {
 /// [`Hop::vlan`]: the frame carries an 802.1Q tag.
 const TAGGED: u8 = 0x80;
 
+/// [`Hop::vlan`]: a copy a ToR flooded (an unknown destination MAC, seed 001 §4.2); an egress
+/// that does not lead to the destination discards it when it reaches the head of its queue.
+const FLOODED: u8 = 0x40;
+
 impl Hop {
     pub(super) fn new(dst: u32, hash: u32, wire: u16, dscp: u8, ecn: Ecn, pcp: Option<u8>) -> Hop {
         Hop {
@@ -75,6 +79,26 @@ impl Hop {
     #[inline]
     pub(super) fn pcp(&self) -> Option<u8> {
         (self.vlan & TAGGED != 0).then_some(self.vlan & 7)
+    }
+
+    /// Whether this is a flooded copy.
+    #[inline]
+    pub(super) fn flooded(&self) -> bool {
+        self.vlan & FLOODED != 0
+    }
+
+    /// Marks this a flooded copy.
+    pub(super) fn mark_flooded(&mut self) {
+        self.vlan |= FLOODED;
+    }
+
+    /// Moves the frame to DSCP `dscp` (a flooded copy demoted to a lossy class); a tag's PCP
+    /// follows as `pcp`.
+    pub(super) fn set_dscp(&mut self, dscp: u8, pcp: u8) {
+        self.tos = (dscp << 2) | (self.tos & 3);
+        if self.vlan & TAGGED != 0 {
+            self.vlan = (self.vlan & !7) | (pcp & 7);
+        }
     }
 }
 
@@ -131,6 +155,34 @@ pub(super) enum Ev {
     FlowStart,
     /// The requester of `flow` completed a teardown delay ago: `host` destroys the responder.
     FlowEnd { host: u32, flow: u32 },
+    /// A fabric-wide task of the safety model (`safety.rs`): a fault, a watchdog's poll, the
+    /// deadlock check, a monitoring sample.
+    Control(Ctl),
+}
+
+/// The safety model's own events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ctl {
+    /// `[[fault]]` number `i` starts (`end` false) or ends.
+    Fault { i: u32, end: bool },
+    /// A restarted host's first frame (a gratuitous ARP) reaches its ToR.
+    Announce { host: u32 },
+    /// The NIC watchdogs look at their receive pipelines.
+    NicWatchdog,
+    /// The switch watchdogs poll their server-facing queues.
+    SwitchWatchdog,
+    /// The deadlock detector looks for a cycle of paused queues.
+    DeadlockCheck,
+    /// The monitor samples every counter.
+    Monitor,
+}
+
+impl Ctl {
+    /// Whether the event is periodic (it runs only while other events are pending, so that it
+    /// never extends a run).
+    pub(super) fn periodic(self) -> bool {
+        !matches!(self, Ctl::Fault { .. } | Ctl::Announce { .. })
+    }
 }
 
 /// An event for another partition, with its key, and the packet when a frame crosses: the
@@ -147,6 +199,9 @@ pub(crate) struct Msg {
 
 /// The event key's origin for the workload's flow starts (a node number never used).
 pub(super) const WORKLOAD: u32 = (1 << 24) - 1;
+
+/// The event key's origin for the safety model's events (a node number never used).
+pub(super) const CONTROL: u32 = (1 << 24) - 2;
 
 /// The events of one event list, keyed so that their order does not depend on how the
 /// network is partitioned: an event's key is the node that scheduled it (`origin`: the node
@@ -167,6 +222,13 @@ impl Events {
     pub(super) fn push(&mut self, at: Time, ev: Ev) {
         let key = self.next_key();
         self.q.push_keyed(at, key, ev);
+    }
+
+    /// Schedules a safety-model event: keys of their own, after every node's at one time.
+    pub(super) fn push_control(&mut self, at: Time, ctl: Ctl, seq: &mut u64) {
+        let key = (u64::from(CONTROL) << 40) | *seq;
+        *seq += 1;
+        self.q.push_keyed(at, key, Ev::Control(ctl));
     }
 
     /// The key of the next event the node being handled schedules.

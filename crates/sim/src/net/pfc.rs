@@ -133,6 +133,10 @@ impl<M: SimMemory> Part<M> {
     pub(super) fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
         let p = self.topo.nodes[node as usize].ports[port as usize];
         self.port_stats(node, port).pause_sent += 1;
+        if self.mon.on {
+            let c = self.classes.class(prio);
+            self.mon.at(node, port, c).pause_sent += 1;
+        }
         let at = now + p.transmission(PFC_FRAME) + p.delay;
         self.schedule(
             at,
@@ -147,6 +151,11 @@ impl<M: SimMemory> Part<M> {
     }
 
     pub(super) fn pfc_receive(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+        if self.mon.on {
+            if let Some(c) = self.classes.paused_class(prio) {
+                self.mon.at(node, port, c).pause_received += 1;
+            }
+        }
         if node < self.topo.hosts {
             let nic = &mut self.nics[node as usize];
             nic.stats.pause_received += 1;
@@ -156,7 +165,14 @@ impl<M: SimMemory> Part<M> {
                 nic.paused_since[p] = now;
             } else if !pause && nic.paused[p] {
                 nic.paused[p] = false;
-                nic.stats.paused = nic.stats.paused + (now - nic.paused_since[p]);
+                let d = now - nic.paused_since[p];
+                nic.stats.paused = nic.stats.paused + d;
+                if self.mon.on {
+                    if let Some(c) = self.classes.paused_class(prio) {
+                        let pc = self.mon.at(node, 0, c);
+                        pc.paused = pc.paused + d;
+                    }
+                }
                 // Queue pairs with data were kept in the ready list while paused.
                 self.kick_nic(now, node);
             }
@@ -178,6 +194,10 @@ impl<M: SimMemory> Part<M> {
             sw.ports[p].paused[c] = false;
             let d = now - sw.paused_since[oc];
             sw.stats[port as usize].paused = sw.stats[port as usize].paused + d;
+            if self.mon.on {
+                let pc = self.mon.at(node, port, c);
+                pc.paused = pc.paused + d;
+            }
             self.kick_port(now, node, port as usize);
         }
     }

@@ -130,13 +130,19 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         // Only DCQCN reads CNPs: under any other controller they would be wasted bytes.
         cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| us(cfg.cc.dcqcn.cnp_interval_us)),
         line_rate_bps: host_rate,
-        retry_limit: Some(u32::MAX / 2),
+        retry_limit: if tr.retry_cnt.is_some() {
+            None
+        } else {
+            Some(u32::MAX / 2)
+        },
         max_send_wr: 16,
         max_recv_wr: 16,
         ..QpConfig::default()
     };
     let qp_attr = QpAttr {
         path_mtu: cfg.network.mtu,
+        retry_cnt: tr.retry_cnt.unwrap_or(QpAttr::default().retry_cnt),
+        timeout: tr.ack_timeout,
         ..QpAttr::default()
     };
     (qp_cfg, qp_attr, bdp_cap)

@@ -41,6 +41,9 @@ pub(super) struct SwPort {
     pub(super) paused: [bool; MAX_CLASSES],
     /// A `TxDone` event is pending (at most one).
     pub(super) wake: bool,
+    /// Per class: the switch watchdog found a storm here and acts on it (ignores the peer's
+    /// pauses; with `drop`, drops the class's packets both ways).
+    pub(super) storm: [bool; MAX_CLASSES],
 }
 
 impl SwPort {
@@ -51,7 +54,14 @@ impl SwPort {
         busy_until: Time::ZERO,
         paused: [false; MAX_CLASSES],
         wake: false,
+        storm: [false; MAX_CLASSES],
     };
+
+    /// Whether class `c` must wait: paused by the peer, and no watchdog overriding it.
+    #[inline]
+    pub(super) fn held(&self, c: usize) -> bool {
+        self.paused[c] && !self.storm[c]
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<SwPort>() <= 192);
@@ -121,44 +131,90 @@ impl<M: SimMemory> Part<M> {
         }
     }
 
-    pub(super) fn switch_receive(
+    pub(super) fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32, hop: Hop) {
+        let si = (node - self.topo.hosts) as usize;
+        let dst = hop.dst;
+        let c = self.classes.class(self.classes.priority(&hop));
+        if self.mon.on {
+            let pc = self.mon.at(node, inp, c);
+            pc.rx_packets += 1;
+            pc.rx_bytes += u64::from(hop.wire);
+        }
+        if self.safety.l2_on {
+            // The ToR learns a server's MAC from every frame it sends (seed 001 §4.2).
+            if let Some(h) = self.topo.port_host(node, usize::from(inp)) {
+                self.safety.mac_seen[h as usize] = now;
+            }
+        }
+        let (hops, last) = self.topo.route(node, dst);
+        let out = match hops.len() {
+            0 => {
+                self.ingress_drop(node, inp, c, pkt);
+                return;
+            }
+            1 => hops[0] as usize,
+            n => hops[ecmp_pick(mix(u64::from(hop.hash) ^ self.switches[si].salt), n)] as usize,
+        };
+        if last && self.safety.l2_on && !self.mac_known(now, dst) {
+            self.unknown_destination(now, node, inp, c, pkt, hop);
+            return;
+        }
+        if self.safety.wd_drop
+            && (self.switches[si].ports[out].storm[c] || self.switches[si].ports[usize::from(inp)].storm[c])
+        {
+            // The switch watchdog disabled lossless on this queue: its packets are dropped,
+            // both ways.
+            self.ingress_drop(node, inp, c, pkt);
+            return;
+        }
+        self.enqueue(now, node, inp, out, c, pkt, hop);
+    }
+
+    /// A packet dropped on arrival at `node` through `inp` (class `c`).
+    pub(super) fn ingress_drop(&mut self, node: u32, inp: u16, c: usize, pkt: u32) {
+        if self.mon.on {
+            self.mon.at(node, inp, c).ingress_drops += 1;
+        }
+        self.drop_packet(node, inp, pkt);
+    }
+
+    /// Admission, ECN marking and queueing of `pkt` (class `c`, arrived through `inp`) for
+    /// output `out` — or, at an idle output with nothing queued, departure at once.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn enqueue(
         &mut self,
         now: Time,
         node: u32,
         inp: u16,
+        out: usize,
+        c: usize,
         pkt: u32,
-        mut hop: Hop,
+        hop: Hop,
     ) {
+        if self.admit(node, inp, out, c, u64::from(hop.wire)) {
+            self.place(now, node, inp, out, c, pkt, hop, true);
+        } else {
+            self.ingress_drop(node, inp, c, pkt);
+        }
+    }
+
+    /// Whether a `wire`-byte packet of class `c` from `inp` for `out` may enter the buffer
+    /// (a lossless one always may, counted as a headroom overflow when it does not fit).
+    pub(super) fn admit(&mut self, node: u32, inp: u16, out: usize, c: usize, wire: u64) -> bool {
         let si = (node - self.topo.hosts) as usize;
-        let Hop {
-            dst, hash, wire, ..
-        } = hop;
-        let wire = u64::from(wire);
-        let c = self.classes.class(self.classes.priority(&hop));
-        let hops = self.topo.next_hops(node, dst);
         let sw = &mut self.switches[si];
-        let out = match hops.len() {
-            0 => {
-                self.drop_packet(node, inp, pkt);
-                return;
-            }
-            1 => hops[0] as usize,
-            n => hops[ecmp_pick(mix(u64::from(hash) ^ sw.salt), n)] as usize,
-        };
         let lossless = self.classes.class_lossless(c);
         let i = inp as usize;
         let buffer = self.cfg.switch.buffer_bytes;
-        // Admission.
         match self.cfg.switch.model {
             SwitchModel::InputQueued => {
                 if sw.ports[i].ingress.total() + wire > buffer {
                     if lossless {
                         sw.stats[i].headroom_overflow += 1;
-                    } else {
-                        sw.stats[i].drops += 1;
-                        self.free_packet(pkt);
-                        return;
                     }
+                    lossless
+                } else {
+                    true
                 }
             }
             SwitchModel::SharedBuffer => {
@@ -168,13 +224,33 @@ impl<M: SimMemory> Part<M> {
                     if sw.used + wire > buffer {
                         sw.stats[i].headroom_overflow += 1;
                     }
-                } else if sw.used + wire > buffer || sw.ports[out].egress[c] + wire > limit {
-                    sw.stats[i].drops += 1;
-                    self.free_packet(pkt);
-                    return;
+                    true
+                } else {
+                    !(sw.used + wire > buffer || sw.ports[out].egress[c] + wire > limit)
                 }
             }
         }
+    }
+
+    /// Puts an admitted packet in the queue of (`out`, `c`), or on the link at once. `charge`:
+    /// its bytes count against its ingress and the buffer (false for the second and later
+    /// copies of a flooded packet, which share the first one's buffer).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn place(
+        &mut self,
+        now: Time,
+        node: u32,
+        inp: u16,
+        out: usize,
+        c: usize,
+        pkt: u32,
+        mut hop: Hop,
+        charge: bool,
+    ) {
+        let si = (node - self.topo.hosts) as usize;
+        let wire = u64::from(hop.wire);
+        let sw = &mut self.switches[si];
+        let i = inp as usize;
         // ECN marking on the egress queue this packet joins.
         if self.marking.is_on()
             && matches!(hop.ecn(), Ecn::Ect0 | Ecn::Ect1)
@@ -189,14 +265,18 @@ impl<M: SimMemory> Part<M> {
         // Nothing queued for an idle output: the packet leaves at once (exactly as queueing it
         // and serving the queue would do, without touching queue or packet metadata).
         let port = &sw.ports[out];
-        let through = port.queued == 0 && !port.paused[c] && !port.wake && now >= port.busy_until;
-        sw.ports[i].ingress.add(c, wire);
+        let through = port.queued == 0 && !port.held(c) && !port.wake && now >= port.busy_until;
+        if charge {
+            sw.ports[i].ingress.add(c, wire);
+            sw.used += wire;
+        }
         sw.ports[out].egress[c] += wire;
         sw.ports[out].queued += wire;
-        sw.used += wire;
         if through {
             self.pause_if_full(now, node, si, inp, c);
-            self.depart(now, node, si, out, c, inp, pkt, hop);
+            if !self.depart(now, node, si, out, c, inp, pkt, hop) {
+                self.kick_port(now, node, out);
+            }
             return;
         }
         sw.queues.push(&mut self.meta, out, c, inp, pkt);
@@ -207,24 +287,71 @@ impl<M: SimMemory> Part<M> {
     pub(super) fn switch_send(&mut self, now: Time, node: u32, out: usize) {
         let si = (node - self.topo.hosts) as usize;
         let nc = self.classes.len();
-        let sw = &mut self.switches[si];
-        if now < sw.ports[out].busy_until {
+        if now < self.switches[si].ports[out].busy_until {
             return;
         }
-        for c in 0..nc {
-            if sw.ports[out].paused[c] {
+        let mut c = 0;
+        while c < nc {
+            let sw = &mut self.switches[si];
+            if sw.ports[out].held(c) {
+                c += 1;
                 continue;
             }
             let picked = sw.queues.pop(&self.meta, out, c);
-            let Some((pkt, inp)) = picked else { continue };
+            let Some((pkt, inp)) = picked else {
+                c += 1;
+                continue;
+            };
             let hop = self.meta[pkt as usize].hop;
-            self.depart(now, node, si, out, c, inp, pkt, hop);
+            if self.depart(now, node, si, out, c, inp, pkt, hop) {
+                return;
+            }
+            // Discarded without using the link: serve the next packet (from the highest
+            // class again).
+            c = 0;
+        }
+    }
+
+    /// Takes `pkt` (class `c`, arrived through `inp`) out of the switch's books: its bytes
+    /// leave the output's queue and — unless other copies of a flooded packet still share them
+    /// — the input's ingress (which may resume its upstream) and the buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn release(
+        &mut self,
+        now: Time,
+        node: u32,
+        si: usize,
+        out: usize,
+        c: usize,
+        inp: u16,
+        pkt: u32,
+        wire: u64,
+    ) {
+        let i = inp as usize;
+        let last = !self.safety.l2_on || self.flood_release(pkt);
+        let sw = &mut self.switches[si];
+        sw.ports[out].egress[c] -= wire;
+        sw.ports[out].queued -= wire;
+        if !last {
             return;
+        }
+        sw.ports[i].ingress.remove(c, wire);
+        sw.used -= wire;
+        if sw.ports[i].ingress.xoff[c] {
+            let t = self.pause_threshold(si);
+            let gap = self.cfg.switch.pfc_resume_gap_bytes;
+            if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
+                let prio = self.classes.class_priority(c);
+                self.send_pfc(now, node, inp, prio, false);
+            }
         }
     }
 
     /// Takes `pkt` (class `c`, arrived through `inp`) out of the switch's books and puts it
-    /// on the link of `out`, which is free.
+    /// on the link of `out`, which is free — or discards it at the head of the queue: a
+    /// flooded copy on a port that does not lead to its destination (seed 001 §4.2), a packet
+    /// for a port whose link is down or whose queue the switch watchdog drops. Returns whether
+    /// it went on the link.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn depart(
         &mut self,
@@ -236,23 +363,56 @@ impl<M: SimMemory> Part<M> {
         inp: u16,
         pkt: u32,
         hop: Hop,
-    ) {
+    ) -> bool {
         let wire = u64::from(hop.wire);
-        let i = inp as usize;
+        self.release(now, node, si, out, c, inp, pkt, wire);
+        if self.safety.l2_on || self.safety.wd_drop {
+            let to_host = self.topo.port_host(node, out);
+            let mismatch = hop.flooded() && to_host != Some(hop.dst);
+            let discard = mismatch
+                || to_host.is_some_and(|h| !self.safety.host_up[h as usize])
+                || (self.safety.wd_drop && self.switches[si].ports[out].storm[c]);
+            if discard {
+                if self.mon.on {
+                    self.mon.at(node, out as u16, c).egress_drops += 1;
+                }
+                self.free_packet(pkt);
+                if mismatch {
+                    self.safety.stats.flood_discards += 1;
+                }
+                if !mismatch || to_host.is_none() {
+                    // A link down, a watchdog's drop, or a flooded copy at a port towards a
+                    // switch, whose egress drops a frame whose destination MAC is not the next
+                    // router's (seed 001 §4.2): gone at once.
+                    return false;
+                }
+                // A flooded copy for another server's port is sent, and dropped by that
+                // server's NIC (not its MAC): it takes the port's time.
+                let wake = self.switches[si].ports[out].queued > 0;
+                let port = self.topo.nodes[node as usize].ports[out];
+                let done = now + port.transmission(wire);
+                if wake {
+                    self.q.push(
+                        done,
+                        Ev::TxDone {
+                            node,
+                            port: out as u16,
+                        },
+                    );
+                }
+                let p = &mut self.switches[si].ports[out];
+                p.busy_until = done;
+                p.wake = wake;
+                return true;
+            }
+        }
         let sw = &mut self.switches[si];
-        sw.ports[i].ingress.remove(c, wire);
-        sw.ports[out].egress[c] -= wire;
-        sw.ports[out].queued -= wire;
-        sw.used -= wire;
         sw.stats[out].tx_packets += 1;
         sw.stats[out].tx_bytes += wire;
-        if sw.ports[i].ingress.xoff[c] {
-            let t = self.pause_threshold(si);
-            let gap = self.cfg.switch.pfc_resume_gap_bytes;
-            if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
-                let prio = self.classes.class_priority(c);
-                self.send_pfc(now, node, inp, prio, false);
-            }
+        if self.mon.on {
+            let pc = self.mon.at(node, out as u16, c);
+            pc.tx_packets += 1;
+            pc.tx_bytes += wire;
         }
         // Wake up when this frame is out only if something else waits for this output.
         let wake = self.switches[si].ports[out].queued > 0;
@@ -260,6 +420,7 @@ impl<M: SimMemory> Part<M> {
         let port = &mut self.switches[si].ports[out];
         port.busy_until = done;
         port.wake = wake;
+        true
     }
 }
 

@@ -1,0 +1,222 @@
+//! Monitoring as operators read it (SPEC N9; seed 001 §5.2): counters per (switch or NIC,
+//! port, priority) — pause frames sent and received, paused time, packets and bytes each way,
+//! ingress and egress drops — as mlx5 exposes `rx_prioN_pause`, `tx_prioN_pause_duration`
+//! and SONiC its per-queue counters; and, every `monitor_interval_us`, a sample of each one
+//! that moved (with the queue's occupancy at that instant) plus one fabric-wide point:
+//! goodput, pause frames, hosts held paused, drops.
+//!
+//! Counters are kept only when the run asks for them (monitoring, watchdogs, faults: the
+//! switch watchdog reads them), so that ordinary runs pay nothing per packet.
+
+use irn_transport::{Dur, Time};
+
+use super::classes::MAX_CLASSES;
+use super::memory::SimMemory;
+use super::Part;
+
+/// The counters of one (node, port, priority class).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrioCounters {
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// PFC frames sent (pause and resume) for this priority.
+    pub pause_sent: u64,
+    /// PFC frames received for this priority.
+    pub pause_received: u64,
+    /// Time this egress was paused, closed intervals (an open one is added when read).
+    pub paused: Dur,
+    /// Frames dropped on arrival (buffer full, watchdog, unknown MAC, link loss).
+    pub ingress_drops: u64,
+    /// Frames dropped at the egress (a flooded copy for another server, a watchdog's drop, a
+    /// link down).
+    pub egress_drops: u64,
+}
+
+/// One row of the time series: what a (node, port, priority) did during an interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MonitorRow {
+    /// End of the interval, µs.
+    pub t_us: f64,
+    /// Node.
+    pub node: u32,
+    /// Port.
+    pub port: u16,
+    /// Priority.
+    pub prio: u8,
+    /// What moved during the interval (paused time included).
+    pub delta: PrioCounters,
+    /// Bytes queued at this egress (switch) or held in the receive buffer (NIC) at the end.
+    pub queue_bytes: u64,
+}
+
+/// One fabric-wide point of the time series.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TimelinePoint {
+    /// End of the interval, ms.
+    pub t_ms: f64,
+    /// Payload of the flows that completed during the interval, Gb/s.
+    pub goodput_gbps: f64,
+    /// PFC frames sent during the interval, per second.
+    pub pause_rate: f64,
+    /// Hosts whose data priority was paused for more than half of the interval.
+    pub paused_hosts: u32,
+    /// Frames dropped anywhere during the interval.
+    pub drops: u64,
+}
+
+/// The monitor's state.
+#[derive(Debug, Default)]
+pub(super) struct Monitor {
+    /// Counters are kept.
+    pub(super) on: bool,
+    /// Sampling interval (`None`: no time series).
+    pub(super) interval: Option<Dur>,
+    /// Per node, the index of its port 0, class 0.
+    base: Vec<u32>,
+    nclasses: usize,
+    pub(super) c: Vec<PrioCounters>,
+    /// The counters at the previous sample (paused time with open intervals included).
+    last: Vec<PrioCounters>,
+    last_t: Time,
+    /// Completed payload bytes since the previous sample.
+    pub(super) delivered: u64,
+    pub(super) rows: Vec<MonitorRow>,
+    pub(super) timeline: Vec<TimelinePoint>,
+}
+
+impl Monitor {
+    pub(super) fn new(on: bool, interval: Option<Dur>, ports: &[usize], nclasses: usize) -> Monitor {
+        let mut base = Vec::with_capacity(ports.len());
+        let mut n = 0u32;
+        for &p in ports {
+            base.push(n);
+            if on {
+                n += (p * nclasses) as u32;
+            }
+        }
+        Monitor {
+            on,
+            interval,
+            base,
+            nclasses,
+            c: vec![PrioCounters::default(); n as usize],
+            last: vec![PrioCounters::default(); n as usize],
+            ..Monitor::default()
+        }
+    }
+
+    /// The counters of (`node`, `port`, class `c`); only call when `on`.
+    #[inline]
+    pub(super) fn at(&mut self, node: u32, port: u16, c: usize) -> &mut PrioCounters {
+        let i = self.base[node as usize] as usize + usize::from(port) * self.nclasses + c;
+        &mut self.c[i]
+    }
+
+    /// The counters of (`node`, `port`, class `c`), read-only.
+    pub(super) fn get(&self, node: u32, port: u16, c: usize) -> PrioCounters {
+        let i = self.base[node as usize] as usize + usize::from(port) * self.nclasses + c;
+        self.c[i]
+    }
+}
+
+impl<M: SimMemory> Part<M> {
+    /// How long (`node`, `port`, class `c`) has been paused by its peer in total, open
+    /// interval included.
+    pub(super) fn paused_total(&self, now: Time, node: u32, port: u16, c: usize) -> Dur {
+        let closed = self.mon.get(node, port, c).paused;
+        if node < self.topo.hosts {
+            let nic = &self.nics[node as usize];
+            let p = usize::from(self.classes.class_priority(c));
+            if nic.paused[p] {
+                return closed + (now - nic.paused_since[p]);
+            }
+        } else {
+            let sw = &self.switches[(node - self.topo.hosts) as usize];
+            if sw.ports[usize::from(port)].paused[c] {
+                return closed + (now - sw.paused_since[usize::from(port) * MAX_CLASSES + c]);
+            }
+        }
+        closed
+    }
+
+    /// Takes a sample: a row per (node, port, priority) that moved or holds bytes, and a
+    /// fabric-wide point.
+    pub(super) fn monitor_sample(&mut self, now: Time) {
+        if self.mon.interval.is_none() {
+            return;
+        }
+        let span = now - self.mon.last_t;
+        let t_us = now.as_picos() as f64 / 1e6;
+        let nc = self.classes.len();
+        let data_class = self.classes.class(self.data_prio);
+        let (mut pauses, mut drops, mut paused_hosts) = (0u64, 0u64, 0u32);
+        for node in 0..self.topo.nodes.len() as u32 {
+            let nports = self.topo.nodes[node as usize].ports.len();
+            for port in 0..nports as u16 {
+                for c in 0..nc {
+                    let mut cur = self.mon.get(node, port, c);
+                    cur.paused = self.paused_total(now, node, port, c);
+                    let i = self.mon.base[node as usize] as usize + usize::from(port) * nc + c;
+                    let last = self.mon.last[i];
+                    let delta = PrioCounters {
+                        tx_packets: cur.tx_packets - last.tx_packets,
+                        tx_bytes: cur.tx_bytes - last.tx_bytes,
+                        rx_packets: cur.rx_packets - last.rx_packets,
+                        rx_bytes: cur.rx_bytes - last.rx_bytes,
+                        pause_sent: cur.pause_sent - last.pause_sent,
+                        pause_received: cur.pause_received - last.pause_received,
+                        paused: Dur::from_picos(cur.paused.as_picos() - last.paused.as_picos()),
+                        ingress_drops: cur.ingress_drops - last.ingress_drops,
+                        egress_drops: cur.egress_drops - last.egress_drops,
+                    };
+                    self.mon.last[i] = cur;
+                    pauses += delta.pause_sent;
+                    drops += delta.ingress_drops + delta.egress_drops;
+                    if node < self.topo.hosts
+                        && c == data_class
+                        && delta.paused.as_picos() * 2 > span.as_picos()
+                    {
+                        paused_hosts += 1;
+                    }
+                    let queue_bytes = if node < self.topo.hosts {
+                        self.nics[node as usize].rx_held.bytes[c]
+                    } else {
+                        self.switches[(node - self.topo.hosts) as usize].ports
+                            [usize::from(port)]
+                        .egress[c]
+                    };
+                    if delta != PrioCounters::default() || queue_bytes > 0 {
+                        self.mon.rows.push(MonitorRow {
+                            t_us,
+                            node,
+                            port,
+                            prio: self.classes.class_priority(c),
+                            delta,
+                            queue_bytes,
+                        });
+                    }
+                }
+            }
+        }
+        let secs = span.as_picos() as f64 / 1e12;
+        let delivered = std::mem::take(&mut self.mon.delivered);
+        self.mon.timeline.push(TimelinePoint {
+            t_ms: t_us / 1000.0,
+            goodput_gbps: if secs > 0.0 {
+                delivered as f64 * 8.0 / secs / 1e9
+            } else {
+                0.0
+            },
+            pause_rate: if secs > 0.0 { pauses as f64 / secs } else { 0.0 },
+            paused_hosts,
+            drops,
+        });
+        self.mon.last_t = now;
+    }
+}
