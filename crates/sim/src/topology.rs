@@ -374,7 +374,10 @@ impl Topology {
                     let mut list = Vec::new();
                     for p in ports {
                         let p = num(p)?;
-                        let ok = b.nodes.get(sw as usize).is_some_and(|n| (p as usize) < n.ports.len());
+                        let ok = b
+                            .nodes
+                            .get(sw as usize)
+                            .is_some_and(|n| (p as usize) < n.ports.len());
                         if !ok {
                             return Err(err(ln, format!("route: switch {sw} has no port {p}")));
                         }
@@ -509,7 +512,10 @@ impl Topology {
                 line,
                 msg,
             };
-            let g = match (sw as usize).checked_sub(h).zip(group_of_switch.get(edge as usize)) {
+            let g = match (sw as usize)
+                .checked_sub(h)
+                .zip(group_of_switch.get(edge as usize))
+            {
                 Some((s, &g)) if g != u32::MAX && s < switches => (s, g as usize),
                 _ => {
                     return Err(err(format!(

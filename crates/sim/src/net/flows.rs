@@ -171,7 +171,10 @@ impl<M: SimMemory> Part<M> {
         self.states[i].buf[end] = buf;
         let attr = self.qp_attr;
         let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
-        let (p_req, p_resp) = (first_psn(self.cfg.seed, i), psn(!(self.cfg.seed ^ i as u64)));
+        let (p_req, p_resp) = (
+            first_psn(self.cfg.seed, i),
+            psn(!(self.cfg.seed ^ i as u64)),
+        );
         let (mine, theirs) = if end == REQ {
             (p_req, p_resp)
         } else {

@@ -91,7 +91,12 @@ pub(super) struct Monitor {
 }
 
 impl Monitor {
-    pub(super) fn new(on: bool, interval: Option<Dur>, ports: &[usize], nclasses: usize) -> Monitor {
+    pub(super) fn new(
+        on: bool,
+        interval: Option<Dur>,
+        ports: &[usize],
+        nclasses: usize,
+    ) -> Monitor {
         let mut base = Vec::with_capacity(ports.len());
         let mut n = 0u32;
         for &p in ports {
@@ -187,9 +192,8 @@ impl<M: SimMemory> Part<M> {
                     let queue_bytes = if node < self.topo.hosts {
                         self.nics[node as usize].rx_held.bytes[c]
                     } else {
-                        self.switches[(node - self.topo.hosts) as usize].ports
-                            [usize::from(port)]
-                        .egress[c]
+                        self.switches[(node - self.topo.hosts) as usize].ports[usize::from(port)]
+                            .egress[c]
                     };
                     if delta != PrioCounters::default() || queue_bytes > 0 {
                         self.mon.rows.push(MonitorRow {
@@ -213,7 +217,11 @@ impl<M: SimMemory> Part<M> {
             } else {
                 0.0
             },
-            pause_rate: if secs > 0.0 { pauses as f64 / secs } else { 0.0 },
+            pause_rate: if secs > 0.0 {
+                pauses as f64 / secs
+            } else {
+                0.0
+            },
             paused_hosts,
             drops,
         });

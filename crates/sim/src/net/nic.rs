@@ -211,7 +211,9 @@ impl<M: SimMemory> Part<M> {
     pub(super) fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
         let ecn = hop.ecn();
         if self.mon.on {
-            let pc = self.mon.at(host, 0, self.classes.class(self.classes.priority(&hop)));
+            let pc = self
+                .mon
+                .at(host, 0, self.classes.class(self.classes.priority(&hop)));
             pc.rx_packets += 1;
             pc.rx_bytes += u64::from(hop.wire);
         }
@@ -302,9 +304,9 @@ impl<M: SimMemory> Part<M> {
         let nic = &mut self.nics[host as usize];
         if let Some(f) = nic.rx.front() {
             let debt = std::mem::replace(&mut nic.rx_debt, Dur::ZERO);
-            let work = self
-                .rx_rate
-                .map_or(Dur::ZERO, |rate| Dur::transmission(u64::from(f.hop.wire), rate));
+            let work = self.rx_rate.map_or(Dur::ZERO, |rate| {
+                Dur::transmission(u64::from(f.hop.wire), rate)
+            });
             self.q.push(now + work + debt + stall, Ev::RxDone { host });
         }
     }

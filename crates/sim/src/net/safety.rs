@@ -117,8 +117,10 @@ pub(super) struct Safety {
 impl Safety {
     pub(super) fn new(cfg: &SimConfig, topo: &Topology, end: Time) -> Safety {
         let hosts = topo.hosts as usize;
-        let mac_timeout = Dur::from_picos((cfg.l2.mac_timeout_s * 1e12).min(u64::MAX as f64) as u64);
-        let arp_timeout = Dur::from_picos((cfg.l2.arp_timeout_s * 1e12).min(u64::MAX as f64) as u64);
+        let mac_timeout =
+            Dur::from_picos((cfg.l2.mac_timeout_s * 1e12).min(u64::MAX as f64) as u64);
+        let arp_timeout =
+            Dur::from_picos((cfg.l2.arp_timeout_s * 1e12).min(u64::MAX as f64) as u64);
         let mut wd = Vec::new();
         if cfg.watchdog.switch != SwitchWatchdog::Off {
             for node in topo.hosts..topo.nodes.len() as u32 {
@@ -174,16 +176,31 @@ impl<M: SimMemory> Part<M> {
         let cfg = &self.cfg;
         let mut events: Vec<(Time, Ctl)> = Vec::new();
         for (i, f) in cfg.fault.iter().enumerate() {
-            events.push((Time::ZERO + us(f.at_ms * 1e3), Ctl::Fault { i: i as u32, end: false }));
+            events.push((
+                Time::ZERO + us(f.at_ms * 1e3),
+                Ctl::Fault {
+                    i: i as u32,
+                    end: false,
+                },
+            ));
             if let Some(u) = f.until_ms {
-                events.push((Time::ZERO + us(u * 1e3), Ctl::Fault { i: i as u32, end: true }));
+                events.push((
+                    Time::ZERO + us(u * 1e3),
+                    Ctl::Fault {
+                        i: i as u32,
+                        end: true,
+                    },
+                ));
             }
         }
         if cfg.watchdog.nic {
             events.push((Time::ZERO + self.nic_watchdog_period(), Ctl::NicWatchdog));
         }
         if cfg.watchdog.switch != SwitchWatchdog::Off {
-            events.push((Time::ZERO + us(cfg.watchdog.poll_ms * 1e3), Ctl::SwitchWatchdog));
+            events.push((
+                Time::ZERO + us(cfg.watchdog.poll_ms * 1e3),
+                Ctl::SwitchWatchdog,
+            ));
         }
         if cfg.network.pfc && cfg.deadlock.detect_ms > 0.0 {
             events.push((Time::ZERO + us(cfg.deadlock.check_us), Ctl::DeadlockCheck));
@@ -575,8 +592,10 @@ impl<M: SimMemory> Part<M> {
         // Edges: egress (n, o, c) waits on the peer's ingress, whose packets sit in the peer's
         // candidate egresses.
         let mut edges: Vec<Vec<usize>> = vec![Vec::new(); list.len()];
-        let mut held: std::collections::BTreeMap<u32, std::collections::BTreeSet<(u16, usize, usize)>> =
-            Default::default();
+        let mut held: std::collections::BTreeMap<
+            u32,
+            std::collections::BTreeSet<(u16, usize, usize)>,
+        > = Default::default();
         for (k, &(node, out, c)) in list.iter().enumerate() {
             let p = self.topo.nodes[node as usize].ports[out];
             if p.peer < h {

@@ -160,7 +160,8 @@ impl<M: SimMemory> Part<M> {
             return;
         }
         if self.safety.wd_drop
-            && (self.switches[si].ports[out].storm[c] || self.switches[si].ports[usize::from(inp)].storm[c])
+            && (self.switches[si].ports[out].storm[c]
+                || self.switches[si].ports[usize::from(inp)].storm[c])
         {
             // The switch watchdog disabled lossless on this queue: its packets are dropped,
             // both ways.
