@@ -1,5 +1,7 @@
 //! Plots made by irn itself (SVG, through plotters): the paper's three metrics of every run,
-//! as ratios to a baseline run — the form of the IRN paper's bar charts (Figures 1–3).
+//! as ratios to a baseline run — the form of the IRN paper's bar charts (Figures 1–3) — and
+//! the fabric's timeline of every run (goodput, hosts paused, pause frames per second), the
+//! view an operator has of a PFC storm or deadlock (seed 001 §4–§5).
 
 use std::path::Path;
 
@@ -143,6 +145,70 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
         .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Three panels over simulated time, one line per run: the goodput of the flows completed in
+/// each sampling interval, the hosts whose data priority was paused for most of it, and the
+/// pause frames sent per second (runs must have been sampled: `monitor_interval_us`).
+pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
+    if runs.iter().all(|r| r.timeline.is_empty()) {
+        return Err(anyhow!("no run has a timeline (set monitor_interval_us)"));
+    }
+    type Series = (&'static str, fn(&irn_sim::net::TimelinePoint) -> f64);
+    let panels: [Series; 3] = [
+        ("goodput (Gb/s)", |p| p.goodput_gbps),
+        ("hosts paused", |p| f64::from(p.paused_hosts)),
+        ("pause frames / s", |p| p.pause_rate),
+    ];
+    let t_max = runs
+        .iter()
+        .flat_map(|r| r.timeline.iter().map(|p| p.t_ms))
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    let root = SVGBackend::new(path, (900, 3 * 260)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    for (area, (label, f)) in root.split_evenly((3, 1)).iter().zip(panels) {
+        let y_max = runs
+            .iter()
+            .flat_map(|r| r.timeline.iter().map(f))
+            .fold(0.0f64, f64::max)
+            .max(1.0)
+            * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(|e| anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .x_desc("simulated time (ms)")
+            .y_desc(label)
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+        for (ri, r) in runs.iter().enumerate() {
+            let color = COLORS[(2 * ri) % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    r.timeline.iter().map(|p| (p.t_ms, f(p))),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(r.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

@@ -50,6 +50,11 @@ pub struct SimArgs {
     /// (default 1000 µs when the file sets none) as CSV (SPEC N9).
     #[arg(long, value_name = "FILE.csv")]
     pub monitor: Option<PathBuf>,
+    /// Draw every run's fabric timeline (goodput, hosts paused, pause frames per second over
+    /// time) as an SVG; samples every `monitor_interval_us` (default 1000 µs when the file
+    /// sets none).
+    #[arg(long, value_name = "OUT.svg")]
+    pub timeline: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -79,7 +84,7 @@ pub fn run(args: SimArgs) -> Result<bool> {
         sets.push(format!("threads={t}"));
     }
     let mut exp = load_experiment(&text, &origin, &dir, &sets, args.seed)?;
-    if args.monitor.is_some() {
+    if args.monitor.is_some() || args.timeline.is_some() {
         for r in &mut exp.runs {
             r.monitor_interval_us.get_or_insert(1000.0);
         }
@@ -137,6 +142,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
     }
     if let Some(path) = &args.plot {
         crate::plot::bars(path, &summaries, args.baseline.as_deref())?;
+    }
+    if let Some(path) = &args.timeline {
+        crate::plot::timeline(path, &summaries)?;
     }
     // Success means every flow of every run completed intact.
     Ok(summaries
@@ -268,6 +276,46 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
             ratio,
             unfinished
         )?;
+    }
+    for r in runs {
+        if let Some(pm) = &r.pingmesh {
+            pingmesh_table(out, &r.name, pm)?;
+        }
+    }
+    Ok(())
+}
+
+/// Pingmesh's summary of one run: RTT percentiles per level, the errors, the suspects.
+fn pingmesh_table(
+    out: &mut dyn Write,
+    run: &str,
+    pm: &irn_sim::metrics::PingmeshReport,
+) -> Result<()> {
+    writeln!(
+        out,
+        "\npingmesh, {run}: {} probes, {} failed",
+        pm.probes, pm.failed
+    )?;
+    writeln!(
+        out,
+        "  level    probes  failed   p50 µs   p90 µs   p99 µs p99.9 µs   max µs"
+    )?;
+    for l in &pm.levels {
+        writeln!(
+            out,
+            "  {:<7} {:>7} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1}",
+            l.level, l.probes, l.failed, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
+        )?;
+    }
+    if !pm.errors.is_empty() {
+        let e: Vec<String> = pm.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        writeln!(out, "  errors: {}", e.join(", "))?;
+    }
+    if pm.suspects.is_empty() {
+        writeln!(out, "  suspects: none")?;
+    }
+    for s in &pm.suspects {
+        writeln!(out, "  suspect: server {}: {}", s.server, s.reason)?;
     }
     Ok(())
 }

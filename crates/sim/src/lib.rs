@@ -51,7 +51,7 @@ pub mod workload;
 
 use std::time::Instant;
 
-use irn_transport::ByteMemory;
+use irn_transport::{ByteMemory, Dur};
 
 use crate::config::{SimConfig, TopologyKind};
 use crate::metrics::{summarize, PortPrioReport, PortReport, RunSummary, SafetyReport};
@@ -79,8 +79,10 @@ pub enum SimError {
 pub struct RunOutput {
     /// The summary.
     pub summary: RunSummary,
-    /// Every flow's record.
+    /// Every flow's record (the workload's; Pingmesh's probes are in `probes`).
     pub records: Vec<FlowRecord>,
+    /// Every Pingmesh probe's record.
+    pub probes: Vec<FlowRecord>,
     /// The monitor's samples (with `monitor_interval_us`; see [`metrics::write_monitor_csv`]).
     pub monitor: Vec<crate::net::MonitorRow>,
     /// Every node's name, for the samples.
@@ -119,17 +121,44 @@ fn run_with<M: SimMemory>(
 ) -> Result<RunOutput, SimError> {
     let started = Instant::now();
     let topo = Topology::build(&cfg.topology, &cfg.base_dir)?;
-    if let Some((i, f)) = cfg.fault.iter().enumerate().find(|(_, f)| f.host >= topo.hosts) {
+    if let Some((i, f)) = cfg
+        .fault
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.host >= topo.hosts)
+    {
         return Err(SimError::Config(format!(
             "fault[{i}].host: host {} does not exist (the topology has hosts 0..{})",
             f.host, topo.hosts
         )));
     }
-    let flows = workload::generate(cfg, topo.hosts, topo.host_port(0).rate_bps)?;
+    let mut flows = workload::generate(cfg, topo.hosts, topo.host_port(0).rate_bps)?;
+    // Pingmesh's probes run beside the workload: after its flows, in start order (a stable
+    // sort keeps the workload's own order, so its flows keep their numbers).
+    let probes = workload::pingmesh_probes(cfg, &topo);
+    if !probes.is_empty() {
+        flows.extend(probes);
+        flows.sort_by_key(|f| f.start);
+    }
     let topology = describe(cfg, &topo);
+    let hosts = topo.hosts;
     let mut sim: Simulation<M> = Simulation::new(cfg.clone(), topo, flows);
     sim.run(progress);
-    let records = sim.records();
+    let all_records = sim.records();
+    if std::env::var_os("IRN_DEBUG_STUCK").is_some() {
+        if let Some(i) = all_records.iter().position(|r| r.end.is_none()) {
+            eprintln!("{:?}\n{}", all_records[i], sim.debug_flow(i));
+        }
+    }
+    let (probes, records): (Vec<FlowRecord>, Vec<FlowRecord>) = all_records
+        .into_iter()
+        .partition(|r| r.flow.probe.is_some());
+    let pingmesh = cfg.pingmesh.enabled.then(|| {
+        metrics::pingmesh_report(
+            &probes,
+            Dur::from_picos((cfg.pingmesh.timeout_us * 1e6) as u64),
+        )
+    });
     let net = sim.stats();
     let (all, by_size, incast) = summarize(&records);
     let completed = records
@@ -137,11 +166,6 @@ fn run_with<M: SimMemory>(
         .filter(|r| r.status == Some(irn_transport::WcStatus::Success))
         .count();
     let finished = records.iter().filter(|r| r.end.is_some()).count();
-    if std::env::var_os("IRN_DEBUG_STUCK").is_some() {
-        if let Some(i) = records.iter().position(|r| r.end.is_none()) {
-            eprintln!("{:?}\n{}", records[i], sim.debug_flow(i));
-        }
-    }
     let sim_s = sim.now().as_picos() as f64 / 1e12;
     let topo_ref = sim.topology();
     let port_prio = net
@@ -163,7 +187,20 @@ fn run_with<M: SimMemory>(
             egress_drops: c.egress_drops,
         })
         .collect();
+    // Pause frames the NICs sent, per server and second (seed 001 §4.4's "thousands").
+    let nic_pauses: Vec<u64> = {
+        let mut v = vec![0u64; hosts as usize];
+        for &(node, _, st) in &net.ports {
+            if node < hosts {
+                v[node as usize] += st.pause_sent;
+            }
+        }
+        v
+    };
+    let per_s = |n: u64| if sim_s > 0.0 { n as f64 / sim_s } else { 0.0 };
     let safety = SafetyReport {
+        nic_pauses_per_server_s: per_s(nic_pauses.iter().sum::<u64>()) / f64::from(hosts.max(1)),
+        nic_pauses_max_server_s: per_s(nic_pauses.iter().copied().max().unwrap_or(0)),
         floods: net.safety.floods,
         flood_discards: net.safety.flood_discards,
         l2_drops: net.safety.l2_drops,
@@ -172,12 +209,14 @@ fn run_with<M: SimMemory>(
         switch_watchdog: net.safety.switch_watchdog,
         restorations: net.safety.restorations,
         mtt_misses: net.mtt_misses,
-        deadlock_at_ms: net
-            .deadlock
-            .as_ref()
-            .map(|d| d.at.as_picos() as f64 / 1e9),
+        deadlock_at_ms: net.deadlock.as_ref().map(|d| d.at.as_picos() as f64 / 1e9),
         deadlock_at_end: net.deadlock_at_end,
-        paused_hosts_max: net.timeline.iter().map(|p| p.paused_hosts).max().unwrap_or(0),
+        paused_hosts_max: net
+            .timeline
+            .iter()
+            .map(|p| p.paused_hosts)
+            .max()
+            .unwrap_or(0),
     };
     let summary = RunSummary {
         name: cfg.name.clone(),
@@ -223,6 +262,7 @@ fn run_with<M: SimMemory>(
         bdp_cap: sim.bdp_cap(),
         max_in_flight: net.max_in_flight,
         incast,
+        pingmesh,
         sim_time_ms: sim.now().as_picos() as f64 / 1e9,
         wall_s: started.elapsed().as_secs_f64(),
         events: sim.events(),
@@ -254,6 +294,7 @@ fn run_with<M: SimMemory>(
     Ok(RunOutput {
         summary,
         records,
+        probes,
         node_names: if monitor.is_empty() {
             Vec::new()
         } else {

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use irn_transport::Dur;
 use serde::Serialize;
 
 use crate::net::FlowRecord;
@@ -173,6 +174,248 @@ pub struct SafetyReport {
     pub deadlock_at_end: bool,
     /// The most hosts held paused (over half of a monitoring interval) at once.
     pub paused_hosts_max: u32,
+    /// Pause frames sent by NICs per second of the run, averaged over the servers (a slow
+    /// receiver's symptom, seed 001 §4.4).
+    pub nic_pauses_per_server_s: f64,
+    /// The same for the server that sent the most.
+    pub nic_pauses_max_server_s: f64,
+}
+
+/// One Pingmesh level's probes (seed 001 §5.3): how many, how many failed, and the RTT
+/// percentiles of those that succeeded in time.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PingLevelReport {
+    /// `tor`, `pod` or `fabric`.
+    pub level: &'static str,
+    /// Probes sent.
+    pub probes: usize,
+    /// Probes that failed: an error completion, no completion, or later than the timeout.
+    pub failed: usize,
+    /// RTT percentiles of the successful probes (post to completion), µs.
+    pub p50_us: f64,
+    /// 90th percentile, µs.
+    pub p90_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+    /// Longest, µs.
+    pub max_us: f64,
+}
+
+/// One server's probes, sent or answered.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PingServerReport {
+    /// The server.
+    pub server: u32,
+    /// Probes it sent or was sent.
+    pub probes: usize,
+    /// Of which failed.
+    pub failed: usize,
+    /// Median RTT of its successful probes, µs.
+    pub p50_us: f64,
+    /// 99th-percentile RTT, µs.
+    pub p99_us: f64,
+}
+
+/// A server Pingmesh points at, and why.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PingSuspect {
+    /// The server.
+    pub server: u32,
+    /// What its probes showed.
+    pub reason: String,
+}
+
+/// RDMA Pingmesh's summary: per level, per server, the errors seen, and the servers whose
+/// probes fail or are slow.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PingmeshReport {
+    /// Probes sent.
+    pub probes: usize,
+    /// Probes failed.
+    pub failed: usize,
+    /// Per level.
+    pub levels: Vec<PingLevelReport>,
+    /// Per server (every server that sent or was sent a probe).
+    pub servers: Vec<PingServerReport>,
+    /// Failed probes by error (`IBV_WC_RETRY_EXC_ERR`, `TIMEOUT`, `UNFINISHED`, …).
+    pub errors: std::collections::BTreeMap<String, usize>,
+    /// Suspect servers, most failing first.
+    pub suspects: Vec<PingSuspect>,
+}
+
+/// A server is suspect when at least this share of its probes failed…
+pub const PING_FAIL_SHARE: f64 = 0.2;
+/// …or its median (or 99th-percentile) RTT is this many times the median server's.
+pub const PING_SLOW_FACTOR: f64 = 3.0;
+
+/// Pingmesh's summary of its probes' records. A probe fails when it completed with an error,
+/// did not complete, or took longer than `timeout`. Both ends of a probe are charged with
+/// it: a dead or slow server fails or slows every probe it takes part in, while each of its
+/// peers sees it in only a few of theirs — so the share of failed probes (explained away
+/// greedily, worst server first), and the tail RTT against the median server's, point at it
+/// (seed 001 §5.3: which servers or links are at fault).
+pub fn pingmesh_report(probes: &[FlowRecord], timeout: Dur) -> PingmeshReport {
+    use std::collections::BTreeMap;
+    let outcome = |r: &FlowRecord| -> Result<f64, String> {
+        match (r.status, r.fct()) {
+            (Some(irn_transport::WcStatus::Success), Some(f)) if f <= timeout => {
+                Ok(f.as_micros_f64())
+            }
+            (Some(irn_transport::WcStatus::Success), Some(_)) => Err("TIMEOUT".into()),
+            (Some(st), _) => Err(st.to_string()),
+            (None, _) => Err("UNFINISHED".into()),
+        }
+    };
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    let mut levels: BTreeMap<crate::config::PingLevel, (usize, usize, Vec<f64>)> = BTreeMap::new();
+    let mut servers: BTreeMap<u32, (usize, usize, Vec<f64>)> = BTreeMap::new();
+    let mut failed = 0;
+    for r in probes {
+        let Some(level) = r.flow.probe else { continue };
+        let o = outcome(r);
+        let l = levels.entry(level).or_default();
+        l.0 += 1;
+        for h in [r.flow.src, r.flow.dst] {
+            servers.entry(h).or_default().0 += 1;
+        }
+        match o {
+            Ok(rtt) => {
+                l.2.push(rtt);
+                for h in [r.flow.src, r.flow.dst] {
+                    servers.entry(h).or_default().2.push(rtt);
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                l.1 += 1;
+                *errors.entry(e).or_default() += 1;
+                for h in [r.flow.src, r.flow.dst] {
+                    servers.entry(h).or_default().1 += 1;
+                }
+            }
+        }
+    }
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let levels: Vec<PingLevelReport> = levels
+        .into_iter()
+        .map(|(level, (n, f, rtts))| {
+            let v = sorted(rtts);
+            PingLevelReport {
+                level: level.name(),
+                probes: n,
+                failed: f,
+                p50_us: percentile(&v, 50.0),
+                p90_us: percentile(&v, 90.0),
+                p99_us: percentile(&v, 99.0),
+                p999_us: percentile(&v, 99.9),
+                max_us: v.last().copied().unwrap_or(0.0),
+            }
+        })
+        .collect();
+    let servers: Vec<PingServerReport> = servers
+        .into_iter()
+        .map(|(server, (n, f, rtts))| {
+            let v = sorted(rtts);
+            PingServerReport {
+                server,
+                probes: n,
+                failed: f,
+                p50_us: percentile(&v, 50.0),
+                p99_us: percentile(&v, 99.0),
+            }
+        })
+        .collect();
+    let p99s = sorted(
+        servers
+            .iter()
+            .filter(|s| s.failed < s.probes)
+            .map(|s| s.p99_us)
+            .collect(),
+    );
+    let median_p99 = percentile(&p99s, 50.0);
+    // Failures, explained greedily: the server with the largest share of failed probes is a
+    // suspect; the probes it took part in are set aside (they are explained), and the rest
+    // are looked at again. A dead server's peers thus do not become suspects for the probes
+    // they sent it.
+    let outcomes: Vec<(u32, u32, bool)> = probes
+        .iter()
+        .filter(|r| r.flow.probe.is_some())
+        .map(|r| (r.flow.src, r.flow.dst, outcome(r).is_err()))
+        .collect();
+    let mut flagged: Vec<u32> = Vec::new();
+    let mut suspects: Vec<PingSuspect> = Vec::new();
+    loop {
+        let mut count: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+        for &(a, b, bad) in &outcomes {
+            if flagged.contains(&a) || flagged.contains(&b) {
+                continue;
+            }
+            for h in [a, b] {
+                let c = count.entry(h).or_default();
+                c.0 += 1;
+                c.1 += usize::from(bad);
+            }
+        }
+        let worst = count
+            .iter()
+            .filter(|(_, &(n, f))| f >= 2 && f as f64 >= PING_FAIL_SHARE * n as f64)
+            .max_by(|x, y| {
+                let share = |&(n, f): &(usize, usize)| f as f64 / n as f64;
+                share(x.1).total_cmp(&share(y.1)).then(y.0.cmp(x.0))
+            });
+        let Some((&h, &(n, f))) = worst else { break };
+        flagged.push(h);
+        suspects.push(PingSuspect {
+            server: h,
+            reason: format!("{f} of {n} probes failed"),
+        });
+    }
+    // Slowness: a server behind a slow link or NIC slows every probe it takes part in, so
+    // its median RTT stands out; one that slows some of them, its tail.
+    let p50s = sorted(
+        servers
+            .iter()
+            .filter(|s| s.failed < s.probes)
+            .map(|s| s.p50_us)
+            .collect(),
+    );
+    let median_p50 = percentile(&p50s, 50.0);
+    let mut slow: Vec<(f64, PingSuspect)> = servers
+        .iter()
+        .filter(|s| !flagged.contains(&s.server) && s.probes > s.failed)
+        .filter_map(|s| {
+            let (x50, x99) = (s.p50_us / median_p50, s.p99_us / median_p99);
+            let (x, what, v, m) = if median_p50 > 0.0 && x50 >= PING_SLOW_FACTOR {
+                (x50, "median", s.p50_us, median_p50)
+            } else if median_p99 > 0.0 && x99 >= PING_SLOW_FACTOR {
+                (x99, "p99", s.p99_us, median_p99)
+            } else {
+                return None;
+            };
+            Some((
+                x,
+                PingSuspect {
+                    server: s.server,
+                    reason: format!("{what} RTT {v:.1} µs, {x:.1}× the median server's {m:.1} µs"),
+                },
+            ))
+        })
+        .collect();
+    slow.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.server.cmp(&b.1.server)));
+    suspects.extend(slow.into_iter().map(|(_, s)| s));
+    PingmeshReport {
+        probes: probes.len(),
+        failed,
+        levels,
+        servers,
+        errors,
+        suspects,
+    }
 }
 
 /// Incast requests (E8).
@@ -264,6 +507,10 @@ pub struct RunSummary {
     pub max_in_flight: u32,
     /// Incast requests, for incast workloads.
     pub incast: Option<IncastReport>,
+    /// RDMA Pingmesh's probes, with `[pingmesh] enabled` (they are not in the flow counts
+    /// and statistics above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pingmesh: Option<PingmeshReport>,
     /// Simulated time, ms.
     pub sim_time_ms: f64,
     /// Wall-clock time of the run, s.

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use irn_transport::{Dur, Time};
 
-use crate::config::{SimConfig, WorkloadKind};
+use crate::config::{PingLevel, SimConfig, WorkloadKind};
+use crate::topology::Topology;
 use irn_transport::rng::Rng;
 
 /// A piecewise-linear cumulative distribution of flow sizes (the format of the HPCC and
@@ -149,6 +150,8 @@ pub struct Flow {
     pub start: Time,
     /// Incast request it belongs to, if any.
     pub group: Option<u32>,
+    /// A Pingmesh probe, at this level (not part of the workload's statistics).
+    pub probe: Option<PingLevel>,
 }
 
 /// The flows of a run, sorted by start time (ties: generation order).
@@ -203,6 +206,7 @@ pub fn generate(
                         size: each + u64::from((i as u64) < extra),
                         start,
                         group: Some(r),
+                        probe: None,
                     });
                 }
             }
@@ -242,6 +246,7 @@ pub fn generate(
                     size,
                     start: Time::from_picos((start * 1e6) as u64),
                     group: None,
+                    probe: None,
                 });
             }
         }
@@ -249,6 +254,67 @@ pub fn generate(
     flows.sort_by_key(|f| f.start);
     flows.truncate(usize::try_from(max).unwrap_or(usize::MAX));
     Ok(flows)
+}
+
+/// The level at which Pingmesh sees the pair `a`, `b` (seed 001 §5.3): under one ToR (two
+/// links apart), across the whole fabric (the topology's diameter), or in between (a pod of
+/// a fat-tree; a leaf-spine has no such level).
+pub fn ping_level(topo: &Topology, a: u32, b: u32) -> PingLevel {
+    let hops = topo.hops(a, b);
+    if hops <= 2 {
+        PingLevel::Tor
+    } else if hops >= topo.diameter() {
+        PingLevel::Fabric
+    } else {
+        PingLevel::Pod
+    }
+}
+
+/// RDMA Pingmesh's probes (seed 001 §5.3; `[pingmesh]`): every server, from a random phase
+/// on, sends a round every `interval_us` until `workload.duration_us` — at each configured
+/// level, `peers_per_level` peers drawn at random among the servers at that level — each a
+/// `size_bytes` operation of the workload's kind. Drawn from their own random streams, so the
+/// workload's flows are the same with or without them.
+pub fn pingmesh_probes(cfg: &SimConfig, topo: &Topology) -> Vec<Flow> {
+    let pm = &cfg.pingmesh;
+    let mut out = Vec::new();
+    if !pm.enabled {
+        return out;
+    }
+    let interval = pm.interval_us * 1e6;
+    let end = cfg.workload.duration_us * 1e6;
+    for h in 0..topo.hosts {
+        let peers: Vec<(PingLevel, Vec<u32>)> = pm
+            .levels
+            .iter()
+            .map(|&l| {
+                let at: Vec<u32> = (0..topo.hosts)
+                    .filter(|&p| p != h && ping_level(topo, h, p) == l)
+                    .collect();
+                (l, at)
+            })
+            .filter(|(_, at)| !at.is_empty())
+            .collect();
+        let mut rng = Rng::stream(cfg.seed, 50_000 + u64::from(h));
+        let mut t = rng.below(interval.max(1.0) as u64) as f64;
+        while t < end {
+            for (level, at) in &peers {
+                for _ in 0..pm.peers_per_level {
+                    let dst = at[rng.below(at.len() as u64) as usize];
+                    out.push(Flow {
+                        src: h,
+                        dst,
+                        size: pm.size_bytes,
+                        start: Time::from_picos(t as u64),
+                        group: None,
+                        probe: Some(*level),
+                    });
+                }
+            }
+            t += interval;
+        }
+    }
+    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -280,6 +346,7 @@ fn poisson(
                 size: cdf.sample(&mut rng),
                 start: Time::from_picos(t as u64),
                 group: None,
+                probe: None,
             });
             n += 1;
             t += rng.exponential(mean_gap_ps);

@@ -1141,7 +1141,9 @@ impl SimConfig {
         )?;
         if self.l2.unknown_unicast == UnknownUnicast::FloodLossy {
             check(
-                !(n.pfc && n.lossless_priorities.contains(&self.network.priority(self.l2.flood_dscp))),
+                !(n.pfc
+                    && n.lossless_priorities
+                        .contains(&self.network.priority(self.l2.flood_dscp))),
                 "l2.flood_dscp",
                 "must map to a lossy priority with unknown_unicast = \"flood-lossy\"",
             )?;
@@ -1150,12 +1152,12 @@ impl SimConfig {
     }
 
     /// Whether the run needs the whole network in one partition: its faults, watchdogs,
-    /// deadlock detection, Pingmesh and monitoring read and act on state across nodes.
+    /// deadlock detection and monitoring read and act on state across nodes (Pingmesh's
+    /// probes are flows like any other).
     pub fn needs_one_partition(&self) -> bool {
         !self.fault.is_empty()
             || self.watchdog.any()
             || (self.network.pfc && self.deadlock.detect_ms > 0.0)
-            || self.pingmesh.enabled
             || self.monitor_interval_us.is_some()
             || self.nic.mtt_miss_ns > 0.0
     }

@@ -82,15 +82,15 @@ use classes::{Classes, MAX_CLASSES};
 pub use flows::FlowRecord;
 use flows::{end_host, FlowState, REQ, RESP};
 pub use memory::{SharedChecked, SimMemory};
+use monitor::Monitor;
 pub use monitor::{MonitorRow, PrioCounters, TimelinePoint};
-pub use safety::{Deadlock, SafetyStats};
 use nic::Nic;
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
-use monitor::Monitor;
 use packet::{Ev, Events, Meta, Packet, CONTROL, WORKLOAD};
-use safety::Safety;
 use pfc::{default_headroom, xoff_threshold, Ingress};
+use safety::Safety;
+pub use safety::{Deadlock, SafetyStats};
 use setup::{mtu_wire, queue_pair_config};
 use switch::Switch;
 
@@ -315,10 +315,8 @@ impl<M: SimMemory> Part<M> {
         let last = flows.last().map_or(Time::ZERO, |f| f.start);
         let end_time = last + Dur::from_picos((cfg.workload.drain_us * 1e6) as u64);
         let safety = Safety::new(&cfg, &topo, end_time);
-        let keep_counters = cfg.monitor_interval_us.is_some()
-            || cfg.watchdog.any()
-            || !cfg.fault.is_empty()
-            || cfg.pingmesh.enabled;
+        let keep_counters =
+            cfg.monitor_interval_us.is_some() || cfg.watchdog.any() || !cfg.fault.is_empty();
         let port_counts: Vec<usize> = topo.nodes.iter().map(|n| n.ports.len()).collect();
         let mon = Monitor::new(
             keep_counters,
