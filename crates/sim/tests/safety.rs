@@ -1,0 +1,387 @@
+//! The production-RoCEv2 safety model (seed 001 §4–§5): PFC deadlock from flooding, pause
+//! storms and the watchdogs that stop them, the slow receiver's translation misses, and the
+//! configuration's errors. Each scenario at reduced scale, over several seeds, asserting the
+//! direction and size of the effect and each flow's fate.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use irn_sim::config::{load_experiment, SimConfig};
+use irn_sim::metrics::RunSummary;
+use irn_sim::RunOutput;
+use irn_transport::WcStatus;
+
+const SEEDS: [u64; 3] = [1, 2, 3];
+
+fn experiments() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")
+}
+
+/// Every run of an experiment text at `seed`, with `sets` applied; `dir` resolves its files.
+fn configs(text: &str, dir: &Path, sets: &[&str], seed: u64) -> Vec<SimConfig> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    load_experiment(text, "safety.toml", dir, &sets, Some(seed))
+        .expect("valid")
+        .runs
+}
+
+fn run_full(cfg: &SimConfig) -> RunOutput {
+    irn_sim::run(cfg, |_| {}).expect("valid configuration")
+}
+
+fn named<'a>(runs: &'a [(String, RunOutput)], name: &str) -> &'a RunOutput {
+    &runs.iter().find(|(n, _)| n == name).expect("run exists").1
+}
+
+/// Figure 4 (experiments/e11-deadlock.toml): flooding for two dead servers makes RoCE+PFC
+/// deadlock on the figure's cycle, and the cycle outlives the servers' return; the paper's
+/// fix and lossy flooding do not deadlock, nor does IRN without PFC, and there the flows to
+/// live servers complete while those to dead ones fail with retry-exceeded, once each.
+#[test]
+fn flooding_deadlocks_roce_with_pfc_and_the_fix_prevents_it() {
+    let text = std::fs::read_to_string(experiments().join("e11-deadlock.toml")).expect("read");
+    for seed in SEEDS {
+        let runs: Vec<(String, RunOutput)> = configs(&text, &experiments(), &[], seed)
+            .iter()
+            .map(|c| (c.name.clone(), run_full(c)))
+            .collect();
+        let dead = |r: &irn_sim::net::FlowRecord| r.flow.dst == 1 || r.flow.dst == 2;
+
+        let pfc = named(&runs, "RoCE+PFC");
+        let s = &pfc.summary;
+        assert!(s.deadlocked, "seed {seed}: {s:?}");
+        // The servers came back at 30 ms; the cycle, formed before, is still there.
+        let at = s.safety.deadlock_at_ms.expect("when");
+        assert!(
+            at < 30.0 && s.safety.deadlock_at_end,
+            "seed {seed}: at {at}"
+        );
+        let cycle = s.deadlock_cycle.join(" ");
+        for member in ["T0.p2/3", "La.p1/3", "T1.p4/3", "Lb.p0/3"] {
+            assert!(cycle.contains(member), "seed {seed}: {cycle}");
+        }
+        assert!(s.safety.floods > 0);
+        // Nothing completes: the collateral flows are stuck behind the cycle too.
+        assert_eq!(s.flows_completed, 0, "seed {seed}");
+        for r in &pfc.records {
+            assert_eq!(r.status, Some(WcStatus::RetryExcErr), "seed {seed}: {r:?}");
+        }
+
+        for name in ["RoCE+PFC, fix", "RoCE+PFC, lossy flood", "IRN"] {
+            let o = named(&runs, name);
+            let s = &o.summary;
+            assert!(
+                !s.deadlocked && !s.safety.deadlock_at_end,
+                "seed {seed} {name}"
+            );
+            assert_eq!(s.flows_unfinished, 0, "seed {seed} {name}");
+            for r in &o.records {
+                let want = if dead(r) {
+                    WcStatus::RetryExcErr
+                } else {
+                    WcStatus::Success
+                };
+                assert_eq!(r.status, Some(want), "seed {seed} {name}: {r:?}");
+                assert!(r.intact, "seed {seed} {name}");
+            }
+            assert!(o.records.iter().any(|r| !dead(r)));
+        }
+        let fix = &named(&runs, "RoCE+PFC, fix").summary;
+        assert!(
+            fix.safety.l2_drops > 0 && fix.safety.floods == 0,
+            "{:?}",
+            fix.safety
+        );
+        let lossy = &named(&runs, "RoCE+PFC, lossy flood").summary;
+        assert!(lossy.safety.floods > 0);
+        let irn = &named(&runs, "IRN").summary;
+        assert_eq!(irn.pause_frames, 0);
+    }
+}
+
+/// A reduced E11 storm: a k = 4 fat-tree at 30 % load, host 0's receive pipeline stops at
+/// 5 ms, the watchdogs' clocks scaled down tenfold (NIC 10 ms; switch polled every 5 ms,
+/// detection and restoration 20 ms) in a 100 ms run.
+const STORM: &str = r#"
+monitor_interval_us = 2000
+[topology]
+kind = "fat-tree"
+k = 4
+[workload]
+kind = "poisson"
+load = 0.3
+sizes = "irn"
+duration_us = 100000
+drain_us = 5000
+[network]
+pfc = true
+[transport]
+recovery = "roce"
+roce_timeout_with_pfc = true
+roce_rto_us = 67108.864
+retry_cnt = 7
+ack_timeout = 14
+[watchdog]
+nic_watchdog_ms = 10
+poll_ms = 5
+detection_ms = 20
+restoration_ms = 20
+[[fault]]
+kind = "nic-rx-stall"
+host = 0
+at_ms = 5
+[[run]]
+name = "none"
+[[run]]
+name = "nic"
+watchdog.nic = true
+[[run]]
+name = "switch"
+watchdog.switch = "drop"
+[[run]]
+name = "both"
+watchdog.nic = true
+watchdog.switch = "drop"
+[[run]]
+name = "IRN"
+transport.recovery = "irn"
+network.pfc = false
+"#;
+
+/// Hosts held paused over the last quarter of the run's timeline, on average (a loaded PFC
+/// fabric has a few now and then; a storm, nearly all of them all the time).
+fn paused_late(s: &RunSummary) -> f64 {
+    let n = s.timeline.len();
+    let late = &s.timeline[n * 3 / 4..];
+    late.iter().map(|p| f64::from(p.paused_hosts)).sum::<f64>() / late.len().max(1) as f64
+}
+
+/// Goodput over the last quarter of the arrivals (60–95 ms), Gb/s.
+fn goodput_late(s: &RunSummary) -> f64 {
+    let pts: Vec<f64> = s
+        .timeline
+        .iter()
+        .filter(|p| (60.0..=95.0).contains(&p.t_ms))
+        .map(|p| p.goodput_gbps)
+        .collect();
+    pts.iter().sum::<f64>() / pts.len().max(1) as f64
+}
+
+/// Without a watchdog the stalled NIC's pauses spread to (nearly) every server and stay; the
+/// fabric's goodput collapses. Either watchdog contains it — after its detection time, at most
+/// the odd server is paused now and then (congestion, as in any loaded PFC fabric) and
+/// goodput returns to within reach of what IRN, whose dead NIC just drops, delivers all along.
+/// With both, the NIC's (10 ms) acts before the switch's (20 ms + polling) could.
+#[test]
+fn a_pause_storm_spreads_without_watchdogs_and_either_watchdog_stops_it() {
+    let per_seed = common::per_seed(STORM, &SEEDS);
+    for (seed, runs) in SEEDS.iter().zip(&per_seed) {
+        let none = common::by(runs, "none");
+        let irn = common::by(runs, "IRN");
+        assert!(
+            none.safety.paused_hosts_max >= 12,
+            "seed {seed}: {:?}",
+            none.safety
+        );
+        assert!(paused_late(none) >= 12.0, "seed {seed}");
+        assert_eq!(none.watchdog_triggers, 0);
+        assert_eq!(irn.pause_frames, 0);
+        assert_eq!(irn.safety.paused_hosts_max, 0);
+        let healthy = goodput_late(irn);
+        assert!(healthy > 50.0, "seed {seed}: IRN {healthy} Gb/s");
+        assert!(goodput_late(none) < 0.2 * healthy, "seed {seed}");
+        for name in ["nic", "switch", "both"] {
+            let s = common::by(runs, name);
+            assert!(s.watchdog_triggers >= 1, "seed {seed} {name}");
+            assert!(
+                paused_late(s) < 2.0,
+                "seed {seed} {name}: {}",
+                paused_late(s)
+            );
+            let g = goodput_late(s);
+            assert!(
+                g > 0.6 * healthy,
+                "seed {seed} {name}: {g} vs IRN {healthy}"
+            );
+        }
+        assert_eq!(common::by(runs, "nic").safety.nic_watchdog, 1);
+        assert_eq!(common::by(runs, "nic").safety.switch_watchdog, 0);
+        assert_eq!(common::by(runs, "switch").safety.nic_watchdog, 0);
+        assert_eq!(common::by(runs, "both").safety.nic_watchdog, 1);
+        assert!(common::by(runs, "switch").safety.switch_watchdog >= 1);
+    }
+}
+
+/// A storm shorter than the detection time (the pipeline stops for 12 ms against a switch
+/// detection time of 20 ms and a NIC watchdog of 15 ms) triggers neither watchdog, and once
+/// the pipeline runs again every flow completes.
+#[test]
+fn a_storm_shorter_than_the_detection_time_triggers_nothing() {
+    let text = STORM.replace("at_ms = 5\n", "at_ms = 5\nuntil_ms = 17\n");
+    let sets = [
+        "watchdog.nic_watchdog_ms=15",
+        "workload.duration_us=40000",
+        "workload.drain_us=60000",
+    ];
+    let cfgs: Vec<SimConfig> = SEEDS
+        .iter()
+        .flat_map(|&seed| configs(&text, Path::new("."), &sets, seed))
+        .filter(|c| c.name == "both")
+        .collect();
+    for s in common::run_all(&cfgs) {
+        assert_eq!(s.watchdog_triggers, 0, "seed {}: {:?}", s.seed, s.safety);
+        assert!(
+            s.safety.paused_hosts_max >= 4,
+            "seed {}: the storm spread",
+            s.seed
+        );
+        assert_eq!(s.flows_completed, s.flows, "seed {}", s.seed);
+    }
+}
+
+/// Seed 001 §4.4: with 4 KB pages the 2 K-entry translation cache misses on every new page,
+/// the receive pipeline falls behind and the NICs pause their ToRs thousands of times a
+/// second; with 2 MB pages hardly ever. Under PFC nothing is lost either way.
+#[test]
+fn small_pages_make_slow_receivers_that_pause() {
+    let text = r#"
+[topology]
+kind = "fat-tree"
+k = 4
+[workload]
+kind = "poisson"
+load = 0.5
+sizes = "irn"
+duration_us = 3000
+[network]
+pfc = true
+[nic]
+mtt_miss_ns = 1000
+[transport]
+recovery = "roce"
+[[run]]
+name = "4k"
+nic.page_bytes = 4096
+[[run]]
+name = "2m"
+nic.page_bytes = 2097152
+[[run]]
+name = "none"
+nic.mtt_miss_ns = 0
+"#;
+    let per_seed = common::per_seed(text, &SEEDS);
+    for (seed, runs) in SEEDS.iter().zip(&per_seed) {
+        let (small, huge, none) = (
+            common::by(runs, "4k"),
+            common::by(runs, "2m"),
+            common::by(runs, "none"),
+        );
+        for s in [small, huge, none] {
+            assert_eq!(s.flows_completed, s.flows, "seed {seed} {}", s.name);
+            assert_eq!(s.drops, 0, "seed {seed} {}", s.name);
+        }
+        assert!(small.safety.mtt_misses > 50 * huge.safety.mtt_misses.max(1) / 10);
+        assert!(
+            small.safety.nic_pauses_per_server_s > 1000.0,
+            "seed {seed}: {:?}",
+            small.safety
+        );
+        assert!(
+            huge.safety.nic_pauses_per_server_s < 0.1 * small.safety.nic_pauses_per_server_s,
+            "seed {seed}: {:?} vs {:?}",
+            huge.safety,
+            small.safety
+        );
+        assert_eq!(none.safety.nic_pauses_per_server_s, 0.0);
+        assert!(
+            small.all.avg_slowdown > none.all.avg_slowdown,
+            "seed {seed}"
+        );
+    }
+}
+
+/// Safety settings that cannot mean anything are errors naming the key and the file; a fault
+/// on a host the topology lacks is an error naming the fault.
+#[test]
+fn safety_config_errors_name_the_key() {
+    for (text, key) in [
+        ("[l2]\nflood_dscp = 64\n", "l2.flood_dscp"),
+        ("[l2]\nmac_timeout_s = 0\n", "l2.mac_timeout_s"),
+        ("[watchdog]\npoll_ms = 0\n", "watchdog.poll_ms"),
+        ("[watchdog]\ndetection_ms = -1\n", "watchdog.detection_ms"),
+        ("[watchdog]\nswitch = \"reboot\"\n", "reboot"),
+        ("[deadlock]\ndetect_ms = -1\n", "deadlock.detect_ms"),
+        (
+            "[[fault]]\nkind = \"host-down\"\nhost = 0\nat_ms = 5\nuntil_ms = 1\n",
+            "fault[0].until_ms",
+        ),
+        ("[transport]\nretry_cnt = 8\n", "transport.retry_cnt"),
+        ("[transport]\nack_timeout = 0\n", "transport.ack_timeout"),
+        ("[nic]\npage_bytes = 5000\n", "nic.page_bytes"),
+    ] {
+        let e = load_experiment(text, "exp.toml", Path::new("."), &[], None).expect_err(key);
+        let m = e.to_string();
+        assert!(m.contains("exp.toml") && m.contains(key), "{key}: {m}");
+    }
+    let text = "[topology]\nk = 4\n[[fault]]\nkind = \"nic-rx-stall\"\nhost = 16\nat_ms = 1\n";
+    let cfg = &configs(text, Path::new("."), &[], 1)[0];
+    let e = irn_sim::run(cfg, |_| {}).expect_err("host 16 of 16");
+    assert!(e.to_string().contains("fault[0].host"), "{e}");
+}
+
+/// RDMA Pingmesh (seed 001 §5.3, experiments/e11-pingmesh.toml) beside a loaded network:
+/// Figure 4's topology with S5 (host 4) behind a link of 100 µs and S3 (host 2) dead. Every
+/// probe involving S3 fails (retry exceeded, or never sent), S5's take ~200 µs more, and the
+/// summary points at exactly those two servers — not at the peers that probed them — under
+/// both transports. The probes are not in the workload's statistics: its flows are the same
+/// with and without them.
+#[test]
+fn pingmesh_points_at_the_dead_and_the_slow_server() {
+    let text = std::fs::read_to_string(experiments().join("e11-pingmesh.toml")).expect("read");
+    for seed in SEEDS {
+        let sets = ["workload.duration_us=10000"];
+        let cfgs = configs(&text, &experiments(), &sets, seed);
+        let mut quiet = cfgs[0].clone();
+        quiet.pingmesh.enabled = false;
+        let without = run_full(&quiet);
+        for cfg in &cfgs {
+            let with = run_full(cfg);
+            let name = &cfg.name;
+            let pm = with.summary.pingmesh.as_ref().expect("a Pingmesh report");
+            // Every server probes every 250 µs at both levels (tor, and fabric: 4 links is
+            // the diameter here), for 10 ms.
+            assert_eq!(pm.probes, 6 * 2 * 40, "seed {seed} {name}");
+            assert_eq!(with.probes.len(), pm.probes);
+            let levels: Vec<&str> = pm.levels.iter().map(|l| l.level).collect();
+            assert_eq!(levels, ["tor", "fabric"]);
+            let involving_dead = with
+                .probes
+                .iter()
+                .filter(|r| r.flow.src == 2 || r.flow.dst == 2)
+                .count();
+            assert_eq!(
+                pm.failed, involving_dead,
+                "seed {seed} {name}: {:?}",
+                pm.errors
+            );
+            assert!(pm.errors.contains_key("IBV_WC_RETRY_EXC_ERR"));
+            let named: Vec<u32> = pm.suspects.iter().map(|s| s.server).collect();
+            assert_eq!(named, [2, 4], "seed {seed} {name}: {:?}", pm.suspects);
+            assert!(pm.suspects[1].reason.contains("median RTT"));
+            let s5 = pm.servers.iter().find(|s| s.server == 4).expect("S5");
+            assert!(s5.p50_us > 200.0, "seed {seed} {name}: {s5:?}");
+            if cfg.transport.recovery == cfgs[0].transport.recovery {
+                // Same workload, same order, with or without the probes.
+                assert!(without.summary.pingmesh.is_none() && without.probes.is_empty());
+                assert_eq!(with.records.len(), without.records.len());
+                for (a, b) in with.records.iter().zip(&without.records) {
+                    let key = |r: &irn_sim::net::FlowRecord| {
+                        (r.flow.src, r.flow.dst, r.flow.size, r.flow.start)
+                    };
+                    assert_eq!(key(a), key(b));
+                }
+            }
+        }
+    }
+}
