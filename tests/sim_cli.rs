@@ -20,6 +20,8 @@ fn json_has_the_documented_keys_and_runs_are_named() {
     let json = dir.join("out.json");
     let csv = dir.join("csv");
     let svg = dir.join("plot.svg");
+    let monitor = dir.join("monitor.csv");
+    let timeline = dir.join("timeline.svg");
     let out = irn()
         .args(["sim", "-q", "--seed", "3", "--json"])
         .arg(&json)
@@ -27,6 +29,10 @@ fn json_has_the_documented_keys_and_runs_are_named() {
         .arg(&csv)
         .arg("--plot")
         .arg(&svg)
+        .arg("--monitor")
+        .arg(&monitor)
+        .arg("--timeline")
+        .arg(&timeline)
         .arg(&cfg)
         .output()
         .expect("runs");
@@ -58,6 +64,15 @@ fn json_has_the_documented_keys_and_runs_are_named() {
         "sim_time_ms",
         "wall_s",
         "events",
+        // The safety model's (seed 001; SPEC N4, N5, N9).
+        "pause",
+        "deadlocked",
+        "deadlock_cycle",
+        "watchdog_triggers",
+        "goodput_gbps",
+        "safety",
+        "port_prio",
+        "timeline",
     ] {
         assert!(runs.iter().all(|r| r.get(key).is_some()), "missing {key}");
     }
@@ -73,6 +88,21 @@ fn json_has_the_documented_keys_and_runs_are_named() {
     assert!(std::fs::read_to_string(&svg)
         .expect("svg")
         .starts_with("<svg"));
+    assert!(std::fs::read_to_string(&timeline)
+        .expect("timeline")
+        .starts_with("<svg"));
+    assert_eq!(runs[1]["deadlocked"], false);
+    assert!(runs[1]["deadlock_cycle"]
+        .as_array()
+        .is_some_and(Vec::is_empty));
+    assert!(runs[1]["timeline"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+    let samples = std::fs::read_to_string(&monitor).expect("monitor CSV");
+    assert!(samples.starts_with(
+        "run,t_us,node,name,port,prio,tx_packets,tx_bytes,rx_packets,rx_bytes,pause_sent,pause_received,paused_us,ingress_drops,egress_drops,queue_bytes"
+    ));
+    assert!(samples.lines().any(|l| l.starts_with("RoCE+PFC,")));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

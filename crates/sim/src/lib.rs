@@ -222,6 +222,7 @@ fn run_with<M: SimMemory>(
         name: cfg.name.clone(),
         transport: cfg.transport.recovery.name().into(),
         pfc: cfg.network.pfc,
+        pause: cfg.network.pause,
         cc: cfg.transport.cc.name().into(),
         seed: cfg.seed,
         topology,

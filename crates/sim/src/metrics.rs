@@ -440,6 +440,8 @@ pub struct RunSummary {
     pub transport: String,
     /// PFC on.
     pub pfc: bool,
+    /// 802.3x link-wide PAUSE on (instead of PFC).
+    pub pause: bool,
     /// Congestion control.
     pub cc: String,
     /// Seed.

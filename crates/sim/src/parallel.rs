@@ -58,7 +58,9 @@ impl<M: SimMemory> Simulation<M> {
     /// are carried, when the safety model needs the whole network
     /// ([`SimConfig::needs_one_partition`]), or when two partitions would share a link without
     /// delay); nothing runs yet.
-    pub fn new(cfg: SimConfig, topo: Topology, flows: Vec<Flow>) -> Simulation<M> {
+    pub fn new(mut cfg: SimConfig, topo: Topology, flows: Vec<Flow>) -> Simulation<M> {
+        // 802.3x PAUSE runs as one lossless class for every frame (`NetworkConfig::as_run`).
+        cfg.network = cfg.network.as_run();
         let want = if M::HOLDS_BYTES || cfg.needs_one_partition() {
             1
         } else {

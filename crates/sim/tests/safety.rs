@@ -385,3 +385,64 @@ fn pingmesh_points_at_the_dead_and_the_slow_server() {
         }
     }
 }
+
+/// 802.3x PAUSE (SPEC N1): one pause stops the whole link, so every frame — data and
+/// ACK/NAK/CNP alike — is in one lossless class: nothing is dropped anywhere, every pause
+/// frame and every counted frame is in that class, and no flow is lost. Under PFC the
+/// control priority stays lossy and unpaused beside the paused data priority. PFC and PAUSE
+/// together are refused.
+#[test]
+fn global_pause_stops_the_whole_link_and_excludes_pfc() {
+    let text = r#"
+monitor_interval_us = 1000
+[topology]
+kind = "fat-tree"
+k = 4
+[workload]
+kind = "incast"
+load = 0.3
+incast_senders = 8
+incast_bytes = 8000000
+duration_us = 2000
+[transport]
+recovery = "roce"
+[[run]]
+name = "pause"
+network.pause = true
+[[run]]
+name = "pfc"
+network.pfc = true
+"#;
+    let per_seed = common::per_seed(text, &SEEDS);
+    for (seed, runs) in SEEDS.iter().zip(&per_seed) {
+        let pause = common::by(runs, "pause");
+        let pfc = common::by(runs, "pfc");
+        for s in [pause, pfc] {
+            assert_eq!(s.flows_completed, s.flows, "seed {seed} {}", s.name);
+            assert_eq!(s.drops, 0, "seed {seed} {}", s.name);
+            assert!(s.pause_frames > 0, "seed {seed} {}", s.name);
+        }
+        assert!(pause.pause && !pause.pfc);
+        // One class: every counter is priority 0's.
+        assert!(pause.port_prio.iter().all(|p| p.prio == 0), "seed {seed}");
+        // PFC: data (3) paused, control (6) flowing and never paused.
+        assert!(pfc
+            .port_prio
+            .iter()
+            .any(|p| p.prio == 6 && p.tx_packets > 0));
+        assert!(pfc
+            .port_prio
+            .iter()
+            .filter(|p| p.prio == 6)
+            .all(|p| p.pause_sent == 0 && p.pause_received == 0));
+    }
+    let e = load_experiment(
+        "[network]\npfc = true\npause = true\n",
+        "exp.toml",
+        Path::new("."),
+        &[],
+        None,
+    )
+    .expect_err("both");
+    assert!(e.to_string().contains("network.pause"), "{e}");
+}

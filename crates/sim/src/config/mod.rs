@@ -203,6 +203,11 @@ impl Default for SwitchConfig {
 pub struct NetworkConfig {
     /// Priority flow control (802.1Qbb) on the lossless priorities. Default false.
     pub pfc: bool,
+    /// IEEE 802.3x PAUSE (Annex 31B) instead of PFC (SPEC N1): one pause stops the whole
+    /// link — every priority, data and control alike — and every frame is lossless. A port
+    /// must not run both (IEEE 802.1Qbb), so `pfc` and `pause` together are an error.
+    /// Default false.
+    pub pause: bool,
     /// Priorities that are lossless when `pfc` is on. Default `[3]`.
     pub lossless_priorities: Vec<u8>,
     /// Path MTU in bytes (256–4096). Default 1024 (IRN's E0).
@@ -249,6 +254,7 @@ impl Default for NetworkConfig {
     fn default() -> Self {
         NetworkConfig {
             pfc: false,
+            pause: false,
             lossless_priorities: vec![3],
             mtu: 1024,
             data_dscp: 26,
@@ -323,6 +329,23 @@ pub enum Trust {
 }
 
 impl NetworkConfig {
+    /// The network as the switches run it: with 802.3x `pause`, one lossless class that
+    /// every frame shares — every DSCP in priority 0, control frames too, PFC's machinery
+    /// pausing that one class, which is the whole link. Without, itself.
+    pub fn as_run(&self) -> NetworkConfig {
+        if !self.pause {
+            return self.clone();
+        }
+        NetworkConfig {
+            pfc: true,
+            lossless_priorities: vec![0],
+            control_priority: false,
+            dscp_to_priority: Some(vec![0; 64]),
+            trust: Trust::Dscp,
+            ..self.clone()
+        }
+    }
+
     /// The priority of a DSCP.
     pub fn priority(&self, dscp: u8) -> u8 {
         match &self.dscp_to_priority {
@@ -997,6 +1020,11 @@ impl SimConfig {
             (1..=31).contains(&t.ack_timeout),
             "transport.ack_timeout",
             "must be 1 to 31 (the verbs attribute's 5 bits; 0, infinite, is not simulated)",
+        )?;
+        check(
+            !(n.pfc && n.pause),
+            "network.pause",
+            "802.3x PAUSE and PFC must not both be enabled on a port (IEEE 802.1Qbb); choose one",
         )?;
         check(
             n.trust != Trust::Pcp || n.vlan,
