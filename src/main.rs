@@ -7,6 +7,7 @@
 //!   — run a simulation experiment (with no file: the built-in E1–E3 comparison).
 //! * `irn perf write|read|send|atomic [HOST]` — perftest-style bandwidth and latency over UDP.
 //! * `irn pingpong [HOST]` — `ibv_rc_pingpong` over UDP.
+//! * `irn pingmesh --hosts FILE` — RDMA Pingmesh (seed 001 §5.3) over UDP.
 //! * `irn drp --iface IF [PEER_MAC]` — Dynamic RDMA (seed 003) over raw Ethernet.
 
 use std::io::{self, Write};
@@ -19,6 +20,7 @@ mod decode;
 mod drp_cmd;
 mod drp_sim;
 mod perf_cmd;
+mod pingmesh_cmd;
 mod pingpong_cmd;
 mod plot;
 mod sim_cmd;
@@ -55,6 +57,10 @@ enum Command {
     Perf(perf_cmd::PerfArgs),
     /// `ibv_rc_pingpong` over irn: same flags (-p -s -n -g -m -r), exchange and output.
     Pingpong(pingpong_cmd::PingpongArgs),
+    /// RDMA Pingmesh (seed 001 §5.3): every host of a list probes every other with 512-byte
+    /// RDMA Writes and serves their probes; JSON lines per probe and a summary that points at
+    /// the hosts at fault (`--summarize` merges every agent's lines).
+    Pingmesh(pingmesh_cmd::PingmeshArgs),
     /// Dynamic RDMA (seed 003) over raw Ethernet, EtherType 0x01FF: `irn drp --iface IF` is the
     /// responder; with a PEER_MAC, the initiator, which prints each transfer's time and the
     /// average. Exit status 0 only if every byte arrived intact (each write is read back).
@@ -94,6 +100,7 @@ fn main() -> ExitCode {
                 })
         }
         Command::Perf(args) => perf_cmd::run(args).map(exit_code),
+        Command::Pingmesh(args) => pingmesh_cmd::run(args).map(exit_code),
         Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
         Command::Drp(args) => drp_cmd::run(args).map(exit_code),

@@ -63,6 +63,9 @@ pub(crate) struct LinkArgs {
     /// the next one (seeded): reordering, as packet spraying makes it.
     #[arg(long, default_value_t = 0.0)]
     pub(crate) reorder: f64,
+    /// Hold every packet this side receives this long, µs (a slow link or host).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) delay_us: u64,
     /// Seed of the impairment.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -157,6 +160,8 @@ pub(crate) fn device_config(
     cfg.tx_impairment = Impairment::loss(link.loss);
     cfg.rx_impairment = Impairment {
         reorder: link.reorder,
+        delay: if link.delay_us > 0 { 1.0 } else { 0.0 },
+        delay_us: link.delay_us,
         ..Impairment::loss(link.loss)
     };
     cfg.pcap = link.pcap.clone();

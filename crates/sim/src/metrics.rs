@@ -247,8 +247,12 @@ pub struct PingmeshReport {
 
 /// A server is suspect when at least this share of its probes failed…
 pub const PING_FAIL_SHARE: f64 = 0.2;
-/// …or its median (or 99th-percentile) RTT is this many times the median server's.
+/// …or its median (or 99th-percentile) RTT is this many times the median server's…
 pub const PING_SLOW_FACTOR: f64 = 3.0;
+/// …judged on at least this many successful probes for the median…
+pub const PING_MIN_MEDIAN: usize = 5;
+/// …and this many for the 99th percentile (below, it is one unlucky probe).
+pub const PING_MIN_TAIL: usize = 100;
 
 /// Pingmesh's summary of its probes' records. A probe fails when it completed with an error,
 /// did not complete, or took longer than `timeout`. Both ends of a probe are charged with
@@ -257,33 +261,62 @@ pub const PING_SLOW_FACTOR: f64 = 3.0;
 /// greedily, worst server first), and the tail RTT against the median server's, point at it
 /// (seed 001 §5.3: which servers or links are at fault).
 pub fn pingmesh_report(probes: &[FlowRecord], timeout: Dur) -> PingmeshReport {
+    let outcomes: Vec<ProbeOutcome> = probes
+        .iter()
+        .filter_map(|r| {
+            let level = r.flow.probe?;
+            let result = match (r.status, r.fct()) {
+                (Some(irn_transport::WcStatus::Success), Some(f)) if f <= timeout => {
+                    Ok(f.as_micros_f64())
+                }
+                (Some(irn_transport::WcStatus::Success), Some(_)) => Err("TIMEOUT".into()),
+                (Some(st), _) => Err(st.to_string()),
+                (None, _) => Err("UNFINISHED".into()),
+            };
+            Some(ProbeOutcome {
+                src: r.flow.src,
+                dst: r.flow.dst,
+                level,
+                result,
+            })
+        })
+        .collect();
+    pingmesh_summary(&outcomes, 0.0)
+}
+
+/// One Pingmesh probe's outcome, wherever it ran (the simulator or `irn pingmesh`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeOutcome {
+    /// The prober.
+    pub src: u32,
+    /// The probed server.
+    pub dst: u32,
+    /// Their level.
+    pub level: crate::config::PingLevel,
+    /// The RTT in µs, or the error (a verbs status's name, `TIMEOUT`, …).
+    pub result: Result<f64, String>,
+}
+
+/// The summary of a set of probes' outcomes: [`pingmesh_report`]'s rules. A slow server must
+/// also be slower than the median server by `min_excess_us` (real hosts' scheduling noise;
+/// 0 in the simulator, which has none).
+pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> PingmeshReport {
     use std::collections::BTreeMap;
-    let outcome = |r: &FlowRecord| -> Result<f64, String> {
-        match (r.status, r.fct()) {
-            (Some(irn_transport::WcStatus::Success), Some(f)) if f <= timeout => {
-                Ok(f.as_micros_f64())
-            }
-            (Some(irn_transport::WcStatus::Success), Some(_)) => Err("TIMEOUT".into()),
-            (Some(st), _) => Err(st.to_string()),
-            (None, _) => Err("UNFINISHED".into()),
-        }
-    };
+    let outcome = |r: &ProbeOutcome| r.result.clone();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     let mut levels: BTreeMap<crate::config::PingLevel, (usize, usize, Vec<f64>)> = BTreeMap::new();
     let mut servers: BTreeMap<u32, (usize, usize, Vec<f64>)> = BTreeMap::new();
     let mut failed = 0;
     for r in probes {
-        let Some(level) = r.flow.probe else { continue };
-        let o = outcome(r);
-        let l = levels.entry(level).or_default();
+        let l = levels.entry(r.level).or_default();
         l.0 += 1;
-        for h in [r.flow.src, r.flow.dst] {
+        for h in [r.src, r.dst] {
             servers.entry(h).or_default().0 += 1;
         }
-        match o {
+        match outcome(r) {
             Ok(rtt) => {
                 l.2.push(rtt);
-                for h in [r.flow.src, r.flow.dst] {
+                for h in [r.src, r.dst] {
                     servers.entry(h).or_default().2.push(rtt);
                 }
             }
@@ -291,7 +324,7 @@ pub fn pingmesh_report(probes: &[FlowRecord], timeout: Dur) -> PingmeshReport {
                 failed += 1;
                 l.1 += 1;
                 *errors.entry(e).or_default() += 1;
-                for h in [r.flow.src, r.flow.dst] {
+                for h in [r.src, r.dst] {
                     servers.entry(h).or_default().1 += 1;
                 }
             }
@@ -344,8 +377,7 @@ pub fn pingmesh_report(probes: &[FlowRecord], timeout: Dur) -> PingmeshReport {
     // they sent it.
     let outcomes: Vec<(u32, u32, bool)> = probes
         .iter()
-        .filter(|r| r.flow.probe.is_some())
-        .map(|r| (r.flow.src, r.flow.dst, outcome(r).is_err()))
+        .map(|r| (r.src, r.dst, r.result.is_err()))
         .collect();
     let mut flagged: Vec<u32> = Vec::new();
     let mut suspects: Vec<PingSuspect> = Vec::new();
@@ -390,9 +422,18 @@ pub fn pingmesh_report(probes: &[FlowRecord], timeout: Dur) -> PingmeshReport {
         .filter(|s| !flagged.contains(&s.server) && s.probes > s.failed)
         .filter_map(|s| {
             let (x50, x99) = (s.p50_us / median_p50, s.p99_us / median_p99);
-            let (x, what, v, m) = if median_p50 > 0.0 && x50 >= PING_SLOW_FACTOR {
+            let ok = s.probes - s.failed;
+            let slow_median = ok >= PING_MIN_MEDIAN
+                && median_p50 > 0.0
+                && x50 >= PING_SLOW_FACTOR
+                && s.p50_us - median_p50 >= min_excess_us;
+            let slow_tail = ok >= PING_MIN_TAIL
+                && median_p99 > 0.0
+                && x99 >= PING_SLOW_FACTOR
+                && s.p99_us - median_p99 >= min_excess_us;
+            let (x, what, v, m) = if slow_median {
                 (x50, "median", s.p50_us, median_p50)
-            } else if median_p99 > 0.0 && x99 >= PING_SLOW_FACTOR {
+            } else if slow_tail {
                 (x99, "p99", s.p99_us, median_p99)
             } else {
                 return None;
