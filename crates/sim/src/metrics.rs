@@ -18,7 +18,10 @@ pub const BUCKETS: [(&str, u64, u64); 4] = [
 /// Statistics of a set of flows.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct FlowStats {
-    /// Completed flows counted.
+    /// Completed flows counted. Not serialized here: where the statistics are flattened into a
+    /// run's summary, `flows` is the workload's count ([`RunSummary::flows`]); a bucket and the
+    /// incast background say it themselves ([`Bucket::flows`], [`Counted::flows`]).
+    #[serde(skip_serializing)]
     pub flows: usize,
     /// Mean slowdown (FCT ÷ ideal FCT).
     pub avg_slowdown: f64,
@@ -96,9 +99,30 @@ impl FlowStats {
 pub struct Bucket {
     /// Its label.
     pub size: &'static str,
+    /// Completed flows counted.
+    pub flows: usize,
     /// Statistics of its flows.
     #[serde(flatten)]
     pub stats: FlowStats,
+}
+
+/// Statistics with their count (the incast background).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Counted {
+    /// Completed flows counted.
+    pub flows: usize,
+    /// Their statistics.
+    #[serde(flatten)]
+    pub stats: FlowStats,
+}
+
+impl Counted {
+    fn of(stats: FlowStats) -> Counted {
+        Counted {
+            flows: stats.flows,
+            stats,
+        }
+    }
 }
 
 /// Pause and drop activity of one port.
@@ -469,7 +493,7 @@ pub struct IncastReport {
     /// Longest request completion time, µs.
     pub max_rct_us: f64,
     /// Statistics of the background flows (flows of no request).
-    pub background: FlowStats,
+    pub background: Counted,
 }
 
 /// The summary of one run: the JSON object of `irn sim --json`.
@@ -587,9 +611,13 @@ pub fn summarize(records: &[FlowRecord]) -> (FlowStats, Vec<Bucket>, Option<Inca
     let all = FlowStats::of(records.iter());
     let by_size = BUCKETS
         .iter()
-        .map(|&(label, lo, hi)| Bucket {
-            size: label,
-            stats: FlowStats::of(records.iter().filter(|r| (lo..=hi).contains(&r.flow.size))),
+        .map(|&(label, lo, hi)| {
+            let stats = FlowStats::of(records.iter().filter(|r| (lo..=hi).contains(&r.flow.size)));
+            Bucket {
+                size: label,
+                flows: stats.flows,
+                stats,
+            }
         })
         .collect();
     let groups = records.iter().filter_map(|r| r.flow.group).max();
@@ -616,7 +644,9 @@ pub fn summarize(records: &[FlowRecord]) -> (FlowStats, Vec<Bucket>, Option<Inca
                 rcts.iter().sum::<f64>() / rcts.len() as f64
             },
             max_rct_us: rcts.iter().copied().fold(0.0, f64::max),
-            background: FlowStats::of(records.iter().filter(|r| r.flow.group.is_none())),
+            background: Counted::of(FlowStats::of(
+                records.iter().filter(|r| r.flow.group.is_none()),
+            )),
         }
     });
     (all, by_size, incast)
