@@ -125,6 +125,7 @@ impl<M: SimMemory> Part<M> {
                     flowlet: 0,
                     last_tx: Time::ZERO,
                 });
+                nic.ctrl.push(false);
                 (nic.slots.len() - 1) as u32
             }
         };
@@ -143,6 +144,7 @@ impl<M: SimMemory> Part<M> {
         s.sent = 0;
         s.flowlet = 0;
         s.last_tx = Time::ZERO;
+        nic.ctrl[slot as usize] = false;
         slot
     }
 
@@ -250,6 +252,7 @@ impl<M: SimMemory> Part<M> {
             self.finish_flow(now, flow, c.status);
             return;
         }
+        nic.ctrl[slot as usize] = qp.control_ready();
         Self::arm_timer(&mut self.q, now, s, host, slot);
         // Only a queue pair that may have something to send joins the NIC's list and wakes
         // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
@@ -342,7 +345,11 @@ impl<M: SimMemory> Part<M> {
         let s = &mut nic.slots[slot as usize];
         if let Some(qp) = s.qp.take() {
             self.totals += *qp.counters();
+            // Its entries stay on the NIC's list until a look drops them. (Counted whether or
+            // not the slot says it is listed: a reused slot can leave an entry behind.)
+            nic.dead_ready += 1;
         }
+        nic.ctrl[slot as usize] = false;
         s.gen = s.gen.wrapping_add(1);
         s.timer = None;
         nic.free.push(slot);

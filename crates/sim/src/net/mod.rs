@@ -307,6 +307,9 @@ impl<M: SimMemory> Part<M> {
                 rx: VecDeque::new(),
                 rx_held: Ingress::EMPTY,
                 rx_debt: Dur::ZERO,
+                ctrl_idle: false,
+                dead_ready: 0,
+                ctrl: Vec::new(),
             })
             .collect();
         let (qp_cfg, qp_attr, state_window) = queue_pair_config(&cfg, &topo);
@@ -558,6 +561,7 @@ impl<M: SimMemory> Part<M> {
                 if let Some(qp) = s.qp.as_mut() {
                     if qp.poll_timeout().is_some_and(|t| t <= now) {
                         qp.handle_timeout(now);
+                        self.nics[host as usize].ctrl_idle = false;
                     }
                 }
                 self.touch(now, host, slot);

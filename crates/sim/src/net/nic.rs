@@ -58,6 +58,16 @@ pub(super) struct Nic<M> {
     /// Receive-pipeline time owed to reorder-buffer traffic over PCIe (T8(a)), charged to
     /// the next frame the pipeline starts.
     pub(super) rx_debt: Dur,
+    /// No queue pair on `ready` has a control packet: the last look found none, and none has
+    /// had an input (a packet or a timeout — the only things that make control packets)
+    /// since. While the data priority is paused, looking again would only rotate the list.
+    pub(super) ctrl_idle: bool,
+    /// At most this many entries of `ready` name a destroyed queue pair (0: none).
+    pub(super) dead_ready: u32,
+    /// Per slot: its queue pair's [`QueuePair::control_ready`], as of its last input or
+    /// poll (kept apart from the slots, which hold whole queue pairs, so that a paused NIC
+    /// scans bytes, not queue pairs).
+    pub(super) ctrl: Vec<bool>,
 }
 
 /// A frame in a NIC's receive buffer.
@@ -97,7 +107,44 @@ impl<M: SimMemory> Part<M> {
         if now < nic.busy_until {
             return;
         }
+        // With the data priority paused, a look at the list sends a control packet or does
+        // nothing but rotate it once round (the same order again) and drop the destroyed queue
+        // pairs from it. When it can send nothing — control paused too, or sharing the data
+        // priority, or no queue pair with a control packet — do only the dropping, and only if
+        // there is any: a NIC paused for long with thousands of queue pairs on its list would
+        // otherwise spend its time asking each of them, every time it may send.
+        if data_paused && (!separate || ctrl_paused || nic.ctrl_idle) {
+            if nic.dead_ready > 0 {
+                let slots = &mut nic.slots;
+                nic.ready.retain(|&slot| {
+                    let s = &mut slots[slot as usize];
+                    let live = s.qp.is_some();
+                    if !live {
+                        s.ready = false;
+                    }
+                    live
+                });
+                nic.dead_ready = 0;
+            }
+            return;
+        }
         let mut tries = nic.ready.len();
+        if data_paused && nic.dead_ready == 0 {
+            // Only a control packet can go, and the loop below would pass every queue pair
+            // before the first that has one to the back of the list, in order: rotate there
+            // at once (the flags say where, without touching a queue pair).
+            let ctrl = &nic.ctrl;
+            match nic.ready.iter().position(|&slot| ctrl[slot as usize]) {
+                Some(pos) => {
+                    nic.ready.rotate_left(pos);
+                    tries -= pos;
+                }
+                None => {
+                    nic.ctrl_idle = true;
+                    return;
+                }
+            }
+        }
         while tries > 0 {
             tries -= 1;
             let Some(slot) = nic.ready.pop_front() else {
@@ -111,7 +158,12 @@ impl<M: SimMemory> Part<M> {
             let t = if !(data_paused || separate && ctrl_paused && qp.has_control()) {
                 qp.poll_transmit(now, &nic.mem, &mut self.buf)
             } else if separate && !ctrl_paused {
-                qp.poll_control(&nic.mem, &mut self.buf)
+                // Exactly when it would answer.
+                if nic.ctrl[slot as usize] {
+                    qp.poll_control(&nic.mem, &mut self.buf)
+                } else {
+                    None
+                }
             } else {
                 None
             };
@@ -124,6 +176,7 @@ impl<M: SimMemory> Part<M> {
                 }
                 continue;
             };
+            nic.ctrl[slot as usize] = qp.control_ready();
             // Round-robin: back of the list if it may have more; otherwise out of it (a
             // receiver that just sent its ACK usually has nothing more) until an input
             // gives it something, so that the NIC does not wake up for it.
@@ -206,6 +259,13 @@ impl<M: SimMemory> Part<M> {
             nic.wake = more;
             return;
         }
+        // A whole round without a packet: every destroyed queue pair has left the list, and
+        // while data is paused, none has a control packet either.
+        let nic = &mut self.nics[host as usize];
+        nic.dead_ready = 0;
+        if data_paused {
+            nic.ctrl_idle = true;
+        }
     }
 
     pub(super) fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
@@ -229,6 +289,7 @@ impl<M: SimMemory> Part<M> {
         let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
         match live {
             Some(qp) => {
+                nic.ctrl_idle = false;
                 let parked = qp.counters().reorder_bytes;
                 qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem);
                 let parked = qp.counters().reorder_bytes - parked;

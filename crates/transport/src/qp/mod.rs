@@ -659,6 +659,14 @@ impl QueuePair {
         !self.ctrl.is_empty() || self.rsp.wire.ack_first()
     }
 
+    /// Whether [`poll_control`](QueuePair::poll_control) would return a packet now: a control
+    /// packet waits and the queue pair is past INIT. Changes only when the queue pair is
+    /// handed an input or polled, so a driver may keep it beside the queue pair between those
+    /// calls instead of asking each of thousands of queue pairs every time its link frees.
+    pub fn control_ready(&self) -> bool {
+        !matches!(self.state, QpState::Reset | QpState::Init) && self.has_control()
+    }
+
     /// Whether [`poll_transmit`](QueuePair::poll_transmit) may have a packet for the driver,
     /// now or once pacing allows. `false` only when it certainly has none until the queue
     /// pair is next handed an input — a packet, a timeout, a work request or a `modify`: no
