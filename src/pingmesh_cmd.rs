@@ -174,6 +174,22 @@ fn qp_attr() -> QpAttr {
     }
 }
 
+/// A queue pair for one probing connection (either end), in INIT.
+fn probe_qp(pd: &Pd, cq: &irn_verbs::Cq, mode: QpMode) -> Result<Qp> {
+    let qp = pd.create_qp(
+        cq,
+        cq,
+        QpInit {
+            mode,
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            ..QpInit::default()
+        },
+    )?;
+    qp.init(&qp_attr())?;
+    Ok(qp)
+}
+
 /// The responder side of one prober's connection: kept alive while the agent runs.
 struct Served {
     _qp: Qp,
@@ -202,17 +218,7 @@ fn serve_one(
         ["irn-pingmesh", q, p, g] => (q.parse::<u32>()?, p.parse::<u32>()?, g.parse::<IpAddr>()?),
         _ => bail!("{peer}: not a Pingmesh request: {line:?}"),
     };
-    let qp = pd.create_qp(
-        cq,
-        cq,
-        QpInit {
-            mode,
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            ..QpInit::default()
-        },
-    )?;
-    qp.init(&qp_attr())?;
+    let qp = probe_qp(pd, cq, mode)?;
     let my_psn = irn_verbs::random_psn();
     qp.connect(
         &qp_attr(),
@@ -247,17 +253,7 @@ fn connect(
         Duration::from_millis(args.timeout_ms),
     )?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let qp = pd.create_qp(
-        cq,
-        cq,
-        QpInit {
-            mode: args.mode,
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            ..QpInit::default()
-        },
-    )?;
-    qp.init(&qp_attr())?;
+    let qp = probe_qp(pd, cq, args.mode)?;
     let my_psn = irn_verbs::random_psn();
     writeln!(s, "irn-pingmesh {} {my_psn} {me}", qp.qpn())?;
     let mut line = String::new();

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use irn_sim::metrics::RunSummary;
@@ -138,15 +139,23 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
             BLACK.stroke_width(1),
         )))
         .map_err(|e| anyhow!("{e}"))?;
+    legend(&mut chart)?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// A chart of the SVG backend over two `f64` axes.
+type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The runs' legend, upper right.
+fn legend(chart: &mut Chart<'_>) -> Result<()> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .position(SeriesLabelPosition::UpperRight)
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
-    Ok(())
+        .map_err(|e| anyhow!("{e}"))
 }
 
 /// Three panels over simulated time, one line per run: the goodput of the flows completed in
@@ -201,13 +210,7 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+        legend(&mut chart)?;
     }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
