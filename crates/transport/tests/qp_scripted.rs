@@ -991,6 +991,9 @@ fn duplicate_atomic_is_answered_from_saved_state_not_executed_twice() {
     mem.read(irn_transport::Key::Local(tk.lkey), t, &mut v)
         .expect("read");
     assert_eq!(u64::from_ne_bytes(v), 5, "executed once");
+    // Each response returned 8 bytes of data (the original value): the counters say so.
+    let c = q.counters();
+    assert_eq!((c.tx_packets, c.tx_bytes), (2, 16), "{c:?}");
 }
 
 #[test]

@@ -708,7 +708,13 @@ impl QueuePair {
             self.counters.cnps_sent += 1;
         }
         self.counters.tx_packets += 1;
-        self.counters.tx_bytes += t.ib.payload_len as u64;
+        // Data moved: the payload, and the 8 bytes an atomic carries in its headers (the
+        // operand of a request, the original value of a response, IBTA §9.4.5).
+        let atomic = match (&t.ib.atomic_eth, &t.ib.atomic_ack_eth) {
+            (None, None) => 0,
+            _ => 8,
+        };
+        self.counters.tx_bytes += (t.ib.payload_len + atomic) as u64;
     }
 
     fn bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {

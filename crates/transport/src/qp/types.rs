@@ -175,7 +175,8 @@ pub enum PostError {
 pub struct Counters {
     /// Packets sent (all kinds).
     pub tx_packets: u64,
-    /// Payload bytes sent.
+    /// Data bytes sent: payloads, and 8 for each atomic request or atomic response (its
+    /// operand or original value, carried in the AtomicETH / AtomicAckETH).
     pub tx_bytes: u64,
     /// Request or response packets sent again.
     pub retransmitted: u64,
