@@ -20,6 +20,7 @@ mod decode;
 mod drp_cmd;
 mod drp_sim;
 mod perf_cmd;
+mod perf_lat;
 mod pingmesh_cmd;
 mod pingpong_cmd;
 mod plot;

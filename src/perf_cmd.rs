@@ -17,8 +17,10 @@
 //!   most 16, the queue pair's `max_rd_atomic`), BW peak = the best window of 1/16 of the run
 //!   (at least 1 ms), BW
 //!   average = all bytes over the whole time, MB = 2^20 bytes as perftest counts;
-//! * latency (`--latency`): one operation at a time, each timed from post to completion (a
-//!   round trip: request and ACK or response).
+//! * latency (`--latency`, one queue pair): perftest's latency tools — a ping-pong of Writes
+//!   or Sends between both ends, or the client's Reads / atomics one at a time — with their
+//!   hand-shakes and columns (module [`crate::perf_lat`]); pairs with `ib_write_lat`,
+//!   `ib_read_lat`, `ib_send_lat` and `ib_atomic_lat` in either role;
 //! * `--verify`: messages carry per-iteration patterns; Sends are checked by the server as they
 //!   arrive, Reads by the client, Writes and atomics by the server at the end.
 
@@ -32,6 +34,7 @@ use irn_verbs::{
     WcStatus, ROCE_PORT,
 };
 
+use crate::perf_lat::{self, LatEnd, LatReport, LINE};
 use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -104,14 +107,17 @@ fn pattern(q: u32, i: u64, out: &mut [u8]) {
 struct Side {
     dev: Device,
     _pd: irn_verbs::Pd,
+    /// Send completions.
     cq: Cq,
+    /// Receive completions.
+    rcq: Cq,
     qps: Vec<Qp>,
     mrs: Vec<Mr>,
     slots: u64,
 }
 
 fn setup(p: &PerfParams, oob: &Oob, args: &PerfArgs) -> anyhow::Result<Side> {
-    let ip = local_ip(&oob.tcp)?;
+    let ip = local_ip(&oob.tcp, &args.link)?;
     let open =
         |port| Device::open(device_config(ip, port, &args.link)?).map_err(anyhow::Error::from);
     let dev = match open(args.link.udp_port) {
@@ -124,13 +130,15 @@ fn setup(p: &PerfParams, oob: &Oob, args: &PerfArgs) -> anyhow::Result<Side> {
     let pd = dev.alloc_pd();
     let depth = (p.qps as usize) * (args.tx_depth as usize + 256) + 16;
     let cq = dev.create_cq(depth)?;
+    // Room for every receive a queue pair may have posted (`max_recv_wr`).
+    let rcq = dev.create_cq(p.qps as usize * 512 + 16)?;
     let slots = (SLOT_BYTES / p.size.max(8)).clamp(1, 256);
     let mut qps = Vec::new();
     let mut mrs = Vec::new();
     for _ in 0..p.qps {
         qps.push(pd.create_qp(
             &cq,
-            &cq,
+            &rcq,
             QpInit {
                 mode: p.mode,
                 max_send_wr: args.tx_depth.max(1) as usize,
@@ -144,6 +152,7 @@ fn setup(p: &PerfParams, oob: &Oob, args: &PerfArgs) -> anyhow::Result<Side> {
         dev,
         _pd: pd,
         cq,
+        rcq,
         qps,
         mrs,
         slots,
@@ -154,7 +163,12 @@ fn setup(p: &PerfParams, oob: &Oob, args: &PerfArgs) -> anyhow::Result<Side> {
 /// buffers (a perftest client targets offsets up to one cycle buffer past the advertised
 /// address, atomics included).
 fn region_len(p: &PerfParams, slots: u64) -> u64 {
-    (slots * p.size.max(8)).max(2 * CYCLE_BUFFER)
+    let len = (slots * p.size.max(8)).max(2 * CYCLE_BUFFER);
+    if p.latency {
+        len.max(perf_lat::region_len(p.size))
+    } else {
+        len
+    }
 }
 
 fn is_addr_in_use(e: &anyhow::Error) -> bool {
@@ -235,23 +249,39 @@ impl Oob {
     /// Writes, Reads and atomics, one per queue pair and one more; for Sends, one, one per
     /// queue pair, the server's receives posted (`ready`), and one more, so that no Send
     /// arrives before its receive.
+    ///
+    /// A latency test (`latency`) follows perftest's latency tools instead, one queue pair:
+    /// Write, Read and atomics swap keys twice, connect and swap twice more; Send swaps once,
+    /// connects, swaps twice, posts its receives (`ready`) and swaps a last time.
     fn before_test(
         &mut self,
         mine: &[PerfKey],
         op: PerfOp,
+        latency: bool,
         connect: impl FnOnce(&[PerfKey]) -> anyhow::Result<()>,
         ready: impl FnOnce() -> anyhow::Result<()>,
     ) -> anyhow::Result<Vec<PerfKey>> {
+        if latency {
+            let k = &mine[0];
+            let theirs = [self.hand_shake(k, TIMEOUT)?];
+            same_family(&theirs, k)?;
+            if op != PerfOp::Send {
+                self.hand_shake(k, TIMEOUT)?;
+            }
+            connect(&theirs)?;
+            self.hand_shake(k, TIMEOUT)?;
+            self.hand_shake(k, TIMEOUT)?;
+            if op == PerfOp::Send {
+                ready()?;
+                self.hand_shake(k, TIMEOUT)?;
+            }
+            return Ok(theirs.to_vec());
+        }
         let mut theirs = Vec::with_capacity(mine.len());
         for k in mine {
             theirs.push(self.hand_shake(k, TIMEOUT)?);
         }
-        if theirs
-            .iter()
-            .any(|t| t.gid.ip().is_ipv4() != mine[0].gid.ip().is_ipv4())
-        {
-            bail!("the peer's GID and ours are not both IPv4 (or both IPv6): pick its IPv4 GID index (-x)");
-        }
+        same_family(&theirs, &mine[0])?;
         connect(&theirs)?;
         let (first, then) = if op == PerfOp::Send {
             (1, mine.len())
@@ -285,14 +315,30 @@ impl Oob {
         Ok(BwReport::parse(&theirs)?)
     }
 
-    /// perftest's `ctx_close_connection`: a hand-shake, then `done` (the peer's is not
-    /// required).
-    fn close(mut self, mine: &PerfKey) -> anyhow::Result<()> {
-        self.hand_shake(mine, TIMEOUT)?;
+    /// perftest's `ctx_close_connection`: a hand-shake (waiting up to `timeout` for the
+    /// peer to get there), then `done` (the peer's is not required).
+    fn close(mut self, mine: &PerfKey, timeout: Duration) -> anyhow::Result<()> {
+        self.hand_shake(mine, timeout)?;
         exchange::write_all(&mut self.tcp, b"done\0")?;
         let _ = exchange::read_exact(&mut self.tcp, 5, Duration::from_secs(2));
         Ok(())
     }
+}
+
+/// perftest refuses to connect an IPv4 GID with an IPv6 one (`ctx_check_gid_compatibility`).
+fn same_family(theirs: &[PerfKey], mine: &PerfKey) -> anyhow::Result<()> {
+    if theirs
+        .iter()
+        .any(|t| t.gid.ip().is_ipv4() != mine.gid.ip().is_ipv4())
+    {
+        bail!(
+            "the peer's GID {} and ours {} are not both IPv4 (or both IPv6): give the peer the \
+             GID index (-x / -g) of the address family this connection uses",
+            theirs[0].gid.ip(),
+            mine.gid.ip()
+        );
+    }
+    Ok(())
 }
 
 fn connect(
@@ -380,6 +426,9 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         // The client proposes; we adopt its parameters and answer with our UDP port.
         let theirs = exchange::read_exact(&mut oob.tcp, PerfParams::WIRE_LEN, TIMEOUT)?;
         let mut p = PerfParams::parse(exchange::unpadded(&theirs)?)?;
+        if p.latency {
+            perf_lat::check_params(&p)?;
+        }
         let client_udp = p.udp_port;
         let side = setup(&p, &oob, &args)?;
         p.udp_port = side.dev.local_addr().port();
@@ -391,6 +440,21 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         let side = setup(&p, &oob, &args)?;
         (p, side, ROCE_PORT)
     };
+    let r = server_test(oob, mtu, &p, &side, client_udp);
+    // The counters help most when the run failed.
+    if args.link.counters {
+        print_counters(&side);
+    }
+    r
+}
+
+fn server_test(
+    mut oob: Oob,
+    mtu: u32,
+    p: &PerfParams,
+    side: &Side,
+    client_udp: u16,
+) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     // Read targets hold known patterns.
     if p.op == PerfOp::Read {
@@ -402,17 +466,24 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
             }
         }
     }
-    let mine = keys(&side, &psns);
-    let recvs = Receiver::new(&side, &p);
+    let mine = keys(side, &psns);
+    let recvs = Receiver::new(side, p);
     let peer_irn = oob.peer_irn;
-    oob.before_test(
+    let theirs = oob.before_test(
         &mine,
         p.op,
-        |theirs| connect(&side, theirs, &psns, (client_udp, peer_irn), mtu),
-        || recvs.post_initial(),
+        p.latency,
+        |theirs| connect(side, theirs, &psns, (client_udp, peer_irn), mtu),
+        || {
+            if p.latency {
+                perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
+            } else {
+                recvs.post_initial()
+            }
+        },
     )?;
     println!(
-        "irn perf server: {} {} B × {} on {} QP(s), mode {}, MTU {mtu}, from {} ({})",
+        "irn perf server: {} {} B × {} on {} QP(s), mode {}, MTU {mtu}, from {} ({}){}",
         p.op.name(),
         p.size,
         p.iters,
@@ -420,7 +491,11 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         p.mode.name(),
         oob.tcp.peer_addr()?,
         if oob.peer_irn { "irn" } else { "perftest" },
+        if p.latency { ", latency" } else { "" },
     );
+    if p.latency {
+        return latency_test(oob, side, p, &theirs[0], &mine[0]);
+    }
     let mut ok = true;
     if p.op == PerfOp::Send {
         ok &= recvs.run()?;
@@ -438,7 +513,7 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
             .and_then(|v| v.strip_prefix("crc="))
             .and_then(|v| u32::from_str_radix(v, 16).ok());
         if p.verify && matches!(p.op, PerfOp::Write | PerfOp::Atomic) {
-            let got = region_crc(&side);
+            let got = region_crc(side);
             if expect != Some(got) {
                 ok = false;
                 println!("verify: MISMATCH (memory crc {got:08x}, expected {line})");
@@ -449,9 +524,59 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         let verdict: [u8; 64] = exchange::padded(if ok { "OK" } else { "MISMATCH" });
         exchange::write_all(&mut oob.tcp, &verdict)?;
     }
-    oob.close(&mine[0])?;
-    if args.link.counters {
-        print_counters(&side);
+    oob.close(&mine[0], TIMEOUT)?;
+    Ok(ok)
+}
+
+/// A latency test from the hand-shakes on, either end: runs it, prints perftest's report
+/// (the server of a Read or atomic test, which measures nothing, prints perftest's line), and
+/// closes as the peer expects: irn ends swap verdicts and close; `ib_write_lat` just
+/// disconnects; the other perftest tools close with a hand-shake and `done`.
+fn latency_test(
+    mut oob: Oob,
+    side: &Side,
+    p: &PerfParams,
+    theirs: &PerfKey,
+    mine: &PerfKey,
+) -> anyhow::Result<bool> {
+    let end = LatEnd {
+        qp: &side.qps[0],
+        mr: &side.mrs[0],
+        send_cq: &side.cq,
+        recv_cq: &side.rcq,
+        peer: theirs,
+        p,
+        client: oob.client,
+        verify: p.verify,
+        pattern,
+    };
+    let r = end.run()?;
+    let rtt_factor = if matches!(p.op, PerfOp::Write | PerfOp::Send) {
+        2.0
+    } else {
+        1.0
+    };
+    match LatReport::from_posts(&r.posted, rtt_factor) {
+        Some(rep) => perf_lat::print_report(p.size, p.iters, &rep),
+        None => println!("{LINE}"),
+    }
+    let mut ok = r.ok;
+    if oob.peer_irn {
+        // Each end checked what it received (or read); the verdicts cross.
+        let verdict: [u8; 64] = exchange::padded(if ok { "OK" } else { "MISMATCH" });
+        let peer = oob.swap(&verdict, 64, TEST_TIMEOUT)?;
+        let peer = exchange::unpadded(&peer)?;
+        if peer != "OK" {
+            println!("peer: {peer}");
+            ok = false;
+        }
+        oob.close(mine, TIMEOUT)?;
+    } else if p.op != PerfOp::Write {
+        // The server of ib_read_lat waits here for the whole test.
+        oob.close(mine, TEST_TIMEOUT)?;
+    }
+    if p.verify {
+        println!("verify: {}", if ok { "ok" } else { "FAILED" });
     }
     Ok(ok)
 }
@@ -516,7 +641,7 @@ impl<'a> Receiver<'a> {
         let mut done = 0;
         let mut start = None;
         while done < total {
-            let Some(wc) = side.cq.wait(Duration::from_secs(30))? else {
+            let Some(wc) = side.rcq.wait(Duration::from_secs(30))? else {
                 bail!("no Send for 30 s after {done} of {total}");
             };
             start.get_or_insert_with(Instant::now);
@@ -597,6 +722,9 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             verify: args.verify,
             udp_port: 0,
         };
+        if p.latency {
+            perf_lat::check_params(&p)?;
+        }
         let side = setup(&p, &oob, &args)?;
         p.udp_port = side.dev.local_addr().port();
         let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
@@ -608,19 +736,44 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
         let side = setup(&p, &oob, &args)?;
         (p, side, ROCE_PORT)
     };
+    let r = client_test(&args, oob, mtu, &p, &side, server_udp);
+    // The counters help most when the run failed.
+    if args.link.counters {
+        print_counters(&side);
+    }
+    r
+}
+
+fn client_test(
+    args: &PerfArgs,
+    mut oob: Oob,
+    mtu: u32,
+    p: &PerfParams,
+    side: &Side,
+    server_udp: u16,
+) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
-    let mine = keys(&side, &psns);
+    let mine = keys(side, &psns);
     let peer_irn = oob.peer_irn;
     let theirs = oob.before_test(
         &mine,
         p.op,
-        |theirs| connect(&side, theirs, &psns, (server_udp, peer_irn), mtu),
-        || Ok(()),
+        p.latency,
+        |theirs| connect(side, theirs, &psns, (server_udp, peer_irn), mtu),
+        || {
+            if p.latency {
+                perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
+            } else {
+                Ok(())
+            }
+        },
     )?;
-
+    if p.latency {
+        return latency_test(oob, side, p, &theirs[0], &mine[0]);
+    }
     let run = Runner {
-        side: &side,
-        p: &p,
+        side,
+        p,
         theirs: &theirs,
         // A perftest server's buffer is sized by its own -s: stay at its first message.
         remote_slots: if oob.peer_irn { side.slots } else { 1 },
@@ -631,20 +784,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             args.tx_depth
         },
     };
-    let measured = if p.latency {
-        run.latency().map(|ok| (ok, BwReport::default()))
-    } else {
-        run.bandwidth()
-    };
-    let (mut ok, report) = match measured {
-        Ok(r) => r,
-        Err(e) => {
-            if args.link.counters {
-                print_counters(&side);
-            }
-            return Err(e);
-        }
-    };
+    let (mut ok, report) = run.bandwidth()?;
     if p.op != PerfOp::Send {
         oob.after_test(&mine[0], &report)?;
     }
@@ -662,12 +802,9 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             ok = false;
         }
     }
-    oob.close(&mine[0])?;
+    oob.close(&mine[0], TIMEOUT)?;
     if p.verify {
         println!("verify: {}", if ok { "ok" } else { "FAILED" });
-    }
-    if args.link.counters {
-        print_counters(&side);
     }
     Ok(ok)
 }
@@ -698,9 +835,6 @@ struct Runner<'a> {
     remote_slots: u64,
     depth: u32,
 }
-
-const LINE: &str =
-    "---------------------------------------------------------------------------------------";
 
 impl Runner<'_> {
     fn slot_off(&self, i: u64) -> u64 {
@@ -825,49 +959,6 @@ impl Runner<'_> {
         };
         print_bw(&report);
         Ok((ok, report))
-    }
-
-    /// Returns whether every checked Read matched.
-    fn latency(&self) -> anyhow::Result<bool> {
-        let p = self.p;
-        let mut buf = vec![0u8; p.size as usize];
-        let mut want = vec![0u8; p.size as usize];
-        let mut lat = Vec::with_capacity(p.iters as usize);
-        let mut ok = true;
-        for i in 0..p.iters {
-            for q in 0..self.side.qps.len() {
-                let t = Instant::now();
-                self.post(q, i, &mut buf)?;
-                let Some(wc) = self.side.cq.wait(Duration::from_secs(30))? else {
-                    bail!("no completion for 30 s at iteration {i}");
-                };
-                lat.push(t.elapsed().as_secs_f64() * 1e6);
-                ok &= self.complete(wc, &mut buf, &mut want)?;
-            }
-        }
-        lat.sort_by(f64::total_cmp);
-        let n = lat.len();
-        let at = |f: f64| lat[((n as f64 * f) as usize).min(n - 1)];
-        let avg = lat.iter().sum::<f64>() / n as f64;
-        let var = lat.iter().map(|x| (x - avg).powi(2)).sum::<f64>() / n as f64;
-        println!("{LINE}");
-        println!(
-            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
-        );
-        println!(
-            " {:<6} {:<10} {:>14.2} {:>14.2} {:>16.2} {:>14.2} {:>16.2} {:>22.2} {:>24.2}",
-            p.size,
-            p.iters,
-            lat[0],
-            lat[n - 1],
-            at(0.5),
-            avg,
-            var.sqrt(),
-            at(0.99),
-            at(0.999)
-        );
-        println!("{LINE}");
-        Ok(ok)
     }
 
     /// What the server's regions must hold after a verified Write or atomic run.

@@ -35,7 +35,8 @@ pub struct PingpongArgs {
     /// Iterations (messages each way).
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     iters: u64,
-    /// GID index (accepted for compatibility: the GID is the address of the TCP connection).
+    /// GID index (accepted for compatibility: the GID is the address of the TCP connection,
+    /// or `--gid`).
     #[arg(short = 'g', long = "gid-idx")]
     gid_idx: Option<u32>,
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
@@ -78,6 +79,12 @@ pub(crate) struct LinkArgs {
     /// Print the queue pairs' and the device's counters at the end.
     #[arg(long)]
     pub(crate) counters: bool,
+    /// This end's GID, as an address of this host (IPv4 or IPv6). Default: the address the
+    /// out-of-band TCP connection runs from. Give an IPv6 address to use an IPv6 GID while the
+    /// exchange runs over IPv4 (rdma-core's and perftest's tools listen on IPv4 only); the
+    /// peer must then use its IPv6 GID too (`-g` / `-x` of that index).
+    #[arg(long)]
+    pub(crate) gid: Option<IpAddr>,
     /// Receive path: `raw` (needs CAP_NET_RAW; IPv4; sees whole packets, so every ICRC is
     /// verified and the capture holds the real bytes), `udp` (unprivileged; IPv4 ICRCs not
     /// verifiable), or `auto` (raw when permitted).
@@ -132,9 +139,16 @@ pub(crate) fn oob_connect(host: Option<&str>, port: u16) -> anyhow::Result<TcpSt
     }
 }
 
-/// The local address the exchange runs from: the device binds it, so the peer's packets and
-/// its GID agree (rxe checks that a packet's source is the GID it was told).
-pub(crate) fn local_ip(s: &TcpStream) -> anyhow::Result<IpAddr> {
+/// The address the device binds and advertises as its GID: `--gid`, or the local address
+/// the exchange runs from — so that the peer's packets and its GID agree (rxe checks that a
+/// packet's source is the GID it was told).
+pub(crate) fn local_ip(s: &TcpStream, link: &LinkArgs) -> anyhow::Result<IpAddr> {
+    if let Some(gid) = link.gid {
+        return Ok(match gid {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(gid, IpAddr::V4),
+            v4 => v4,
+        });
+    }
     let ip = s.local_addr()?.ip();
     Ok(match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -181,7 +195,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     }
     let _ = args.gid_idx;
     let mut tcp = oob_connect(args.host.as_deref(), args.port)?;
-    let ip = local_ip(&tcp)?;
+    let ip = local_ip(&tcp, &args.link)?;
     let port = args.link.udp_port;
     let dev = Device::open(device_config(ip, port, &args.link)?)
         .with_context(|| format!("opening a device on {ip} port {port}"))?;
@@ -250,6 +264,13 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
         PingpongDest::LEN,
         EXCHANGE_TIMEOUT,
     )?)?;
+    if peer.gid.ip().is_ipv4() != ip.is_ipv4() {
+        bail!(
+            "the peer's GID {} and ours {ip} are not of one address family: give --gid an \
+             address of this host in the peer's family (or the peer the GID index of ours)",
+            peer.gid.ip()
+        );
+    }
     // Either way the queue pair is in RTS before the next message: the server's answer, or the
     // client's `done`.
     connect(&peer)?;

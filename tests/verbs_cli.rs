@@ -98,39 +98,110 @@ fn every_operation_in_both_modes_through_loss_with_verification() {
     }
 }
 
-#[test]
-fn latency_columns() {
-    let (server, client) = perf("write", &["--latency", "-n", "200", "-s", "64"], &[]);
-    assert!(
-        client.status.success() && server.status.success(),
-        "{}",
-        text(&client)
-    );
-    let out = String::from_utf8_lossy(&client.stdout);
-    for col in [
-        "t_min[usec]",
-        "t_max[usec]",
-        "t_typical[usec]",
-        "t_avg[usec]",
-        "t_stdev[usec]",
-        "99% percentile[usec]",
-        "99.9% percentile[usec]",
-    ] {
-        assert!(out.contains(col), "{col}: {out}");
-    }
+/// The numbers of the result row of a perftest latency report (9 columns), if there is one.
+fn latency_row(out: &str, size: &str) -> Option<Vec<f64>> {
     let row = out
         .lines()
-        .find(|l| l.trim_start().starts_with("64 "))
-        .expect("row");
-    let v: Vec<f64> = row
-        .split_whitespace()
-        .filter_map(|c| c.parse().ok())
-        .collect();
-    assert_eq!(v.len(), 9, "{row}");
-    assert!(
-        v[2] > 0.0 && v[2] <= v[4] && v[4] <= v[3],
-        "min ≤ typical ≤ max: {row}"
-    );
+        .find(|l| l.split_whitespace().next() == Some(size))?;
+    Some(
+        row.split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect(),
+    )
+}
+
+#[test]
+fn latency_tests_as_perftest_measures_them() {
+    // perftest's latency tools: Write and Send ping-pong (both ends report), Read and atomic
+    // from the client alone; through loss, verified, in both modes.
+    for mode in ["irn", "roce"] {
+        for op in ["write", "read", "send", "atomic"] {
+            let flags = [
+                "--latency",
+                "--verify",
+                "--mode",
+                mode,
+                "--loss",
+                "0.01",
+                "-n",
+                "200",
+                "-s",
+                "100",
+            ];
+            let (server, client) = perf(op, &flags, &["--loss", "0.01"]);
+            let what = format!(
+                "{mode} {op}\nclient:\n{}\nserver:\n{}",
+                text(&client),
+                text(&server)
+            );
+            assert!(client.status.success() && server.status.success(), "{what}");
+            let out = String::from_utf8_lossy(&client.stdout);
+            for col in [
+                "t_min[usec]",
+                "t_max[usec]",
+                "t_typical[usec]",
+                "t_avg[usec]",
+                "t_stdev[usec]",
+                "99% percentile[usec]",
+                "99.9% percentile[usec]",
+            ] {
+                assert!(out.contains(col), "{col}: {what}");
+            }
+            let size = if op == "atomic" { "8" } else { "100" };
+            let v = latency_row(&out, size).unwrap_or_else(|| panic!("no row: {what}"));
+            assert_eq!(v.len(), 9, "{what}");
+            assert_eq!(v[1], 200.0, "{what}");
+            assert!(
+                v[2] > 0.0 && v[2] <= v[4] && v[4] <= v[3],
+                "min ≤ typical ≤ max: {what}"
+            );
+            assert!(
+                v[2] <= v[5] && v[6] >= 0.0 && v[7] >= v[4] && v[8] >= v[7],
+                "{what}"
+            );
+            assert!(out.contains("verify: ok"), "{what}");
+            // The server of a ping-pong measures too; a Read or atomic server does not.
+            let sout = String::from_utf8_lossy(&server.stdout);
+            let server_row = latency_row(&sout, size);
+            if matches!(op, "write" | "send") {
+                assert_eq!(server_row.map(|r| r.len()), Some(9), "{what}");
+            } else {
+                assert!(server_row.is_none(), "{what}");
+            }
+            assert!(sout.contains("verify: ok"), "{what}");
+        }
+    }
+}
+
+#[test]
+fn counters_print_when_a_run_fails() {
+    // Everything the client sends is lost: its first Write fails (retries exhausted), the run
+    // exits non-zero, and the counters it was asked for show why.
+    let flags = [
+        "--mode",
+        "irn",
+        "--loss",
+        "1",
+        "-n",
+        "10",
+        "-s",
+        "64",
+        "--counters",
+    ];
+    let (server, client) = perf("write", &flags, &[]);
+    assert!(!client.status.success(), "{}", text(&client));
+    assert!(!server.status.success(), "{}", text(&server));
+    let out = String::from_utf8_lossy(&client.stdout);
+    let err = String::from_utf8_lossy(&client.stderr);
+    assert!(err.contains("IBV_WC_RETRY_EXC_ERR"), "{}", text(&client));
+    assert!(out.contains("device counters:"), "{}", text(&client));
+    let timeouts: u64 = out
+        .split("timeouts: ")
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no timeouts counter: {}", text(&client)));
+    assert!(timeouts >= 7, "retry_cnt 7: {}", text(&client));
 }
 
 #[test]

@@ -109,7 +109,13 @@ impl Sockets {
                 let _ = sys::set_no_check(udp.as_fd());
             }
             IpAddr::V6(_) => {
-                sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?
+                sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?;
+                // Linux rxe (and RoCE NICs) send IPv6 UDP with checksum 0, which RFC 8200
+                // §8.1 forbids unless the receiving socket opts in (RFC 6935/6936, as UDP
+                // tunnels do); without this the kernel drops every such datagram and counts
+                // it in Udp6InCsumErrors. The ICRC covers everything the checksum would.
+                // This side still sends checksummed datagrams, which every receiver accepts.
+                sys::set_no_check6_rx(udp.as_fd())?;
             }
         }
         let local = udp.local_addr()?;
@@ -523,13 +529,18 @@ pub(crate) mod sys {
     }
 
     /// `setsockopt(SOL_SOCKET, opt)` with a plain-data value.
-    fn set_option<T: Copy>(fd: BorrowedFd<'_>, opt: libc::c_int, value: &T) -> io::Result<()> {
+    fn set_option<T: Copy>(
+        fd: BorrowedFd<'_>,
+        level: libc::c_int,
+        opt: libc::c_int,
+        value: &T,
+    ) -> io::Result<()> {
         // SAFETY: `value` is plain data of its own size, borrowed for the call; the kernel
         // copies it and keeps no pointer.
         let rc = unsafe {
             libc::setsockopt(
                 fd.as_raw_fd(),
-                libc::SOL_SOCKET,
+                level,
                 opt,
                 std::ptr::from_ref(value).cast(),
                 size_of::<T>() as libc::socklen_t,
@@ -555,14 +566,14 @@ pub(crate) mod sys {
             // Alive until the call returns: the kernel copies the program.
             filter: filter.as_mut_ptr(),
         };
-        set_option(fd, libc::SO_ATTACH_FILTER, &fprog)
+        set_option(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
     }
 
     /// `setsockopt(SO_RCVBUFFORCE)`: a receive buffer past `net.core.rmem_max` (needs
     /// `CAP_NET_ADMIN`).
     pub(super) fn set_rcvbuf_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
         let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        set_option(fd, libc::SO_RCVBUFFORCE, &v)
+        set_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v)
     }
 
     /// `bind` of an `AF_PACKET` socket to interface `ifindex` for EtherType `ethertype`
@@ -586,7 +597,14 @@ pub(crate) mod sys {
 
     /// `setsockopt(SO_NO_CHECK)`: send IPv4 UDP datagrams with checksum 0.
     pub(super) fn set_no_check(fd: BorrowedFd<'_>) -> io::Result<()> {
-        set_option(fd, libc::SO_NO_CHECK, &(1 as libc::c_int))
+        set_option(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, &(1 as libc::c_int))
+    }
+
+    /// `setsockopt(SOL_UDP, UDP_NO_CHECK6_RX)`: accept IPv6 UDP datagrams with checksum 0
+    /// (linux/udp.h; the libc crate does not export the constant for Linux).
+    pub(super) fn set_no_check6_rx(fd: BorrowedFd<'_>) -> io::Result<()> {
+        const UDP_NO_CHECK6_RX: libc::c_int = 102;
+        set_option(fd, libc::SOL_UDP, UDP_NO_CHECK6_RX, &(1 as libc::c_int))
     }
 
     /// What `recvmmsg` fills in, kept between bursts.

@@ -495,6 +495,58 @@ fn ipv6_verifies_icrcs_on_the_udp_path() {
 }
 
 #[test]
+#[allow(unsafe_code)]
+fn ipv6_accepts_zero_udp_checksums_as_rxe_sends_them() {
+    // Linux rxe sends IPv6 UDP with checksum 0 (RFC 6935/6936); the kernel drops such
+    // datagrams unless the receiving socket opts in (UDP_NO_CHECK6_RX). A datagram sent with
+    // checksum 0 must reach the device: 40 × 0xff, verified on the IPv6 UDP path, is counted
+    // as an ICRC error — and would not be counted at all had the kernel dropped it.
+    use std::os::fd::AsRawFd;
+    let Ok(sender) = UdpSocket::bind("[::1]:0") else {
+        precondition_missing("ipv6_accepts_zero_udp_checksums", "no IPv6 loopback");
+        return;
+    };
+    const UDP_NO_CHECK6_TX: libc::c_int = 101; // linux/udp.h
+    let one: libc::c_int = 1;
+    // SAFETY: `one` is a c_int of the size passed, borrowed for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            sender.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_NO_CHECK6_TX,
+            std::ptr::from_ref(&one).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "UDP_NO_CHECK6_TX: {}",
+        std::io::Error::last_os_error()
+    );
+    let p = pair_on("::1", ReceivePath::Udp, QpMode::Roce);
+    let before = p.b.dev.counters();
+    for _ in 0..3 {
+        sender
+            .send_to(&[0xff; 40], p.b.dev.local_addr())
+            .expect("send");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = p.b.dev.counters();
+        if c.rx_icrc_errors - before.rx_icrc_errors == 3 {
+            assert_eq!(c.rx_packets - before.rx_packets, 3, "{c:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "zero-checksum datagrams never reached the device: {c:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
 fn handles_are_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<irn_verbs::Device>();
