@@ -271,7 +271,8 @@ pub struct PingmeshReport {
 
 /// A server is suspect when at least this share of its probes failed…
 pub const PING_FAIL_SHARE: f64 = 0.2;
-/// …or its median (or 99th-percentile) RTT is this many times the median server's…
+/// …or its median (or 99th-percentile) RTT is this many times that of the probes it took no
+/// part in (the median server's when those are too few)…
 pub const PING_SLOW_FACTOR: f64 = 3.0;
 /// …judged on at least this many successful probes for the median…
 pub const PING_MIN_MEDIAN: usize = 5;
@@ -282,7 +283,8 @@ pub const PING_MIN_TAIL: usize = 100;
 /// did not complete, or took longer than `timeout`. Both ends of a probe are charged with
 /// it: a dead or slow server fails or slows every probe it takes part in, while each of its
 /// peers sees it in only a few of theirs — so the share of failed probes (explained away
-/// greedily, worst server first), and the tail RTT against the median server's, point at it
+/// greedily, worst server first), and its RTTs against the probes between other servers, point
+/// at it
 /// (seed 001 §5.3: which servers or links are at fault).
 pub fn pingmesh_report(probes: &[FlowRecord], timeout: Dur) -> PingmeshReport {
     let outcomes: Vec<ProbeOutcome> = probes
@@ -432,7 +434,10 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
         });
     }
     // Slowness: a server behind a slow link or NIC slows every probe it takes part in, so
-    // its median RTT stands out; one that slows some of them, its tail.
+    // its median RTT stands out; one that slows some of them, its tail. Each server is held
+    // against the probes it took no part in (nor a server suspected of failing): in a small
+    // mesh the slow server takes part in most probes, and the median *server* is then slow
+    // too. With too few such probes, against the median server.
     let p50s = sorted(
         servers
             .iter()
@@ -441,24 +446,47 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
             .collect(),
     );
     let median_p50 = percentile(&p50s, 50.0);
+    let baseline = |h: u32| -> (f64, f64, &'static str) {
+        let rest = sorted(
+            probes
+                .iter()
+                .filter(|r| {
+                    ![r.src, r.dst]
+                        .iter()
+                        .any(|x| *x == h || flagged.contains(x))
+                })
+                .filter_map(|r| r.result.as_ref().ok().copied())
+                .collect(),
+        );
+        if rest.len() >= PING_MIN_MEDIAN {
+            (
+                percentile(&rest, 50.0),
+                percentile(&rest, 99.0),
+                "the probes between other servers",
+            )
+        } else {
+            (median_p50, median_p99, "the median server")
+        }
+    };
     let mut slow: Vec<(f64, PingSuspect)> = servers
         .iter()
         .filter(|s| !flagged.contains(&s.server) && s.probes > s.failed)
         .filter_map(|s| {
-            let (x50, x99) = (s.p50_us / median_p50, s.p99_us / median_p99);
+            let (base50, base99, against) = baseline(s.server);
+            let (x50, x99) = (s.p50_us / base50, s.p99_us / base99);
             let ok = s.probes - s.failed;
             let slow_median = ok >= PING_MIN_MEDIAN
-                && median_p50 > 0.0
+                && base50 > 0.0
                 && x50 >= PING_SLOW_FACTOR
-                && s.p50_us - median_p50 >= min_excess_us;
+                && s.p50_us - base50 >= min_excess_us;
             let slow_tail = ok >= PING_MIN_TAIL
-                && median_p99 > 0.0
+                && base99 > 0.0
                 && x99 >= PING_SLOW_FACTOR
-                && s.p99_us - median_p99 >= min_excess_us;
+                && s.p99_us - base99 >= min_excess_us;
             let (x, what, v, m) = if slow_median {
-                (x50, "median", s.p50_us, median_p50)
+                (x50, "median", s.p50_us, base50)
             } else if slow_tail {
-                (x99, "p99", s.p99_us, median_p99)
+                (x99, "p99", s.p99_us, base99)
             } else {
                 return None;
             };
@@ -466,7 +494,7 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
                 x,
                 PingSuspect {
                     server: s.server,
-                    reason: format!("{what} RTT {v:.1} µs, {x:.1}× the median server's {m:.1} µs"),
+                    reason: format!("{what} RTT {v:.1} µs, {x:.1}× that of {against} ({m:.1} µs)"),
                 },
             ))
         })
