@@ -47,6 +47,8 @@
 //! * [`cc`]: the congestion-control trait and factory, with `none`, DCQCN, TIMELY, AIMD and
 //!   DCTCP;
 //! * [`config`]: loss-recovery configuration with the paper's defaults and presets;
+//! * [`ud`]: unreliable-datagram queue pairs (`UD_SEND_ONLY` with a DETH, the GRH area of a
+//!   receive), the same sans-IO contract without timers;
 //! * [`drp`]: the Dynamic RDMA endpoint of seed 003 (SPEC T10), the same sans-IO contract for a
 //!   connection-per-transfer protocol on raw Ethernet.
 
@@ -63,6 +65,7 @@ pub mod qp;
 pub mod rng;
 pub mod state;
 pub mod time;
+pub mod ud;
 mod window;
 pub mod wr;
 
@@ -82,4 +85,7 @@ pub use qp::{
 };
 pub use state::{AttrMask, ModifyError, PostRule, QpState};
 pub use time::{Dur, Time};
+pub use ud::{
+    UdAttr, UdCounters, UdDest, UdModifyError, UdQueuePair, UdSendWr, UdTransmit, GRH_LEN,
+};
 pub use wr::{Completion, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus};

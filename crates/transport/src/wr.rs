@@ -226,6 +226,9 @@ pub struct Completion {
     pub invalidated_rkey: Option<u32>,
     /// The local QP number.
     pub qp_num: u32,
+    /// A UD receive: the sender's QP number (`ibv_wc.src_qp`; the GRH area of the receive
+    /// buffer is always filled on RoCE, `IBV_WC_GRH`). `None` otherwise.
+    pub src_qp: Option<u32>,
 }
 
 impl Completion {
@@ -239,6 +242,7 @@ impl Completion {
             imm: None,
             invalidated_rkey: None,
             qp_num,
+            src_qp: None,
         }
     }
 }

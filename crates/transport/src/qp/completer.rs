@@ -519,6 +519,7 @@ impl QueuePair {
                     imm: None,
                     invalidated_rkey: None,
                     qp_num: self.cfg.qpn,
+                    src_qp: None,
                 });
             }
         }

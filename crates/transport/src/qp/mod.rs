@@ -42,6 +42,8 @@ mod requester;
 mod reread;
 mod responder;
 mod sg;
+
+pub(crate) use sg::{gather, scatter};
 mod timers;
 mod types;
 

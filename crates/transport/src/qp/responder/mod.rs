@@ -930,6 +930,7 @@ impl QueuePair {
             imm: r.imm,
             invalidated_rkey: r.inv,
             qp_num: self.cfg.qpn,
+            src_qp: None,
         });
     }
 
