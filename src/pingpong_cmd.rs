@@ -6,6 +6,11 @@
 //! receives of `size` bytes; the client sends first; a side posts its next Send once its
 //! previous Send completed *and* a message from the peer arrived; each side stops after
 //! `iters` Sends and `iters` receives.
+//!
+//! With `--ud`, `ibv_ud_pingpong` (`ud_pingpong.c`): the same exchange and pattern over an
+//! unreliable-datagram queue pair with Q_Key 0x11111111 and an address handle for the peer;
+//! each buffer has the 40-byte GRH area in front (receives of `size + 40`, Sends from byte
+//! 40), and `size` is at most the MTU.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -13,8 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use irn_verbs::exchange::{self, PingpongDest};
 use irn_verbs::{
-    Access, Device, DeviceConfig, Gid, Impairment, QpAttr, QpInit, QpMode, ReceivePath, RecvWr,
-    RemoteQp, SendOp, SendWr, WcStatus, ROCE_PORT,
+    Access, Ah, Cq, Device, DeviceConfig, Gid, Impairment, Mr, Pd, Qp, QpAttr, QpInit, QpMode,
+    ReceivePath, RecvWr, RemoteQp, SendOp, SendWr, UdInit, UdQp, UdSend, WcStatus, GRH_LEN,
+    ROCE_PORT,
 };
 
 const RECV_WRID: u64 = 1;
@@ -45,6 +51,10 @@ pub struct PingpongArgs {
     /// Receives posted at a time.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
+    /// An unreliable-datagram queue pair, as `ibv_ud_pingpong` (messages up to the MTU, Q_Key
+    /// 0x11111111; a lost datagram stops the ping-pong).
+    #[arg(long)]
+    ud: bool,
     /// Loss recovery: `roce` (what rxe speaks), `irn` (both ends must be irn), or another of
     /// the recovery modes (`roce-go-back-0`, `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`,
     /// `reorder-buffer` — rxe speaks it too — and `ext-ib`).
@@ -183,6 +193,89 @@ pub(crate) fn device_config(
     Ok(cfg)
 }
 
+/// `ibv_ud_pingpong`'s Q_Key.
+const UD_QKEY: u32 = 0x1111_1111;
+
+/// The queue pair of a ping-pong: RC (`ibv_rc_pingpong`) or UD (`ibv_ud_pingpong`, whose
+/// buffers have the 40-byte GRH area in front: receives take `size + 40` bytes, Sends go from
+/// byte 40).
+enum Endpoint {
+    Rc { qp: Qp, attr: QpAttr },
+    Ud { qp: UdQp, to: Option<(Ah, u32)> },
+}
+
+impl Endpoint {
+    fn qpn(&self) -> u32 {
+        match self {
+            Endpoint::Rc { qp, .. } => qp.qpn(),
+            Endpoint::Ud { qp, .. } => qp.qpn(),
+        }
+    }
+
+    fn post_recv(&self, buf: &Mr, size: u32) -> irn_verbs::Result<()> {
+        match self {
+            Endpoint::Rc { qp, .. } => qp.post_recv(RecvWr {
+                wr_id: RECV_WRID,
+                sg_list: vec![buf.sge(0, size)],
+            }),
+            Endpoint::Ud { qp, .. } => qp.post_recv(RecvWr {
+                wr_id: RECV_WRID,
+                sg_list: vec![buf.sge(0, size + GRH_LEN as u32)],
+            }),
+        }
+    }
+
+    /// Ready to send to `peer` (RC: INIT → RTR → RTS towards it; UD: RTR → RTS and an
+    /// address handle for it).
+    fn connect(&mut self, pd: &Pd, peer: &RemoteQp, psn: u32, mtu: u32) -> anyhow::Result<()> {
+        match self {
+            Endpoint::Rc { qp, attr } => qp.connect(attr, peer, psn)?,
+            Endpoint::Ud { qp, to } => {
+                qp.ready(mtu, psn)?;
+                *to = Some((pd.create_ah(peer.gid, peer.port)?, peer.qpn));
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&self, buf: &Mr, size: u32) -> anyhow::Result<()> {
+        match self {
+            Endpoint::Rc { qp, .. } => qp.post_send(SendWr {
+                wr_id: SEND_WRID,
+                op: SendOp::Send,
+                sg_list: vec![buf.sge(0, size)],
+                signaled: true,
+                fence: false,
+                solicited: false,
+            })?,
+            Endpoint::Ud { qp, to } => {
+                let Some((ah, qpn)) = to else {
+                    bail!("a UD Send before the exchange");
+                };
+                qp.post_send(UdSend {
+                    wr_id: SEND_WRID,
+                    ah,
+                    remote_qpn: *qpn,
+                    remote_qkey: UD_QKEY,
+                    sg_list: vec![buf.sge(GRH_LEN as u64, size)],
+                    imm: None,
+                    signaled: true,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn print_counters(&self, dev: &Device) {
+        match self {
+            Endpoint::Rc { qp, .. } => println!("qp counters: {:?}", qp.counters()),
+            Endpoint::Ud { qp, .. } => println!("qp counters: {:?}", qp.counters()),
+        }
+        println!("device counters: {:?}", dev.counters());
+        println!("receive path: {}", dev.receive_path());
+    }
+}
+
 pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     if ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
         bail!(
@@ -193,6 +286,12 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     if args.rx_depth == 0 || args.iters == 0 {
         bail!("-r and -n must be at least 1");
     }
+    if args.ud && args.size > args.mtu {
+        bail!(
+            "Requested size larger than port MTU ({}): a UD message is one packet",
+            args.mtu
+        );
+    }
     let _ = args.gid_idx;
     let mut tcp = oob_connect(args.host.as_deref(), args.port)?;
     let ip = local_ip(&tcp, &args.link)?;
@@ -201,66 +300,83 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
         .with_context(|| format!("opening a device on {ip} port {port}"))?;
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(args.rx_depth as usize + 1)?;
-    let qp = pd.create_qp(
-        &cq,
-        &cq,
-        QpInit {
-            mode: args.mode,
-            max_send_wr: 1,
-            max_recv_wr: args.rx_depth as usize,
-            ..QpInit::default()
-        },
-    )?;
-    let buf = pd.reg_mr(args.size as usize, Access::LOCAL_WRITE)?;
-    let attr = QpAttr {
-        path_mtu: args.mtu,
-        max_dest_rd_atomic: 1,
-        max_rd_atomic: 1,
-        min_rnr_timer: 12,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        access: Access::LOCAL_WRITE,
-        ..QpAttr::default()
+    let mut ep = if args.ud {
+        let qp = pd.create_ud_qp(
+            &cq,
+            &cq,
+            UdInit {
+                max_send_wr: 1,
+                max_recv_wr: args.rx_depth as usize,
+            },
+        )?;
+        qp.init(UD_QKEY)?;
+        Endpoint::Ud { qp, to: None }
+    } else {
+        let qp = pd.create_qp(
+            &cq,
+            &cq,
+            QpInit {
+                mode: args.mode,
+                max_send_wr: 1,
+                max_recv_wr: args.rx_depth as usize,
+                ..QpInit::default()
+            },
+        )?;
+        let attr = QpAttr {
+            path_mtu: args.mtu,
+            max_dest_rd_atomic: 1,
+            max_rd_atomic: 1,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            access: Access::LOCAL_WRITE,
+            ..QpAttr::default()
+        };
+        qp.init(&attr)?;
+        Endpoint::Rc { qp, attr }
     };
-    // As rc_pingpong: INIT, then the receives, then the exchange.
-    qp.init(&attr)?;
-    let post_recvs = |n: u32| -> anyhow::Result<u32> {
+    let grh = if args.ud { GRH_LEN } else { 0 };
+    let buf = pd.reg_mr(args.size as usize + grh, Access::LOCAL_WRITE)?;
+    let r = pingpong(&args, &mut tcp, ip, &pd, &cq, &mut ep, &buf);
+    // The counters help most when the run failed.
+    if args.link.counters {
+        ep.print_counters(&dev);
+    }
+    r
+}
+
+fn pingpong(
+    args: &PingpongArgs,
+    tcp: &mut TcpStream,
+    ip: IpAddr,
+    pd: &Pd,
+    cq: &Cq,
+    ep: &mut Endpoint,
+    buf: &Mr,
+) -> anyhow::Result<bool> {
+    // As the rdma-core tools: INIT, then the receives, then the exchange.
+    let post_recvs = |ep: &Endpoint, n: u32| -> anyhow::Result<u32> {
         for _ in 0..n {
-            qp.post_recv(RecvWr {
-                wr_id: RECV_WRID,
-                sg_list: vec![buf.sge(0, args.size)],
-            })?;
+            ep.post_recv(buf, args.size)?;
         }
         Ok(n)
     };
-    let mut routs = post_recvs(args.rx_depth)?;
+    let mut routs = post_recvs(ep, args.rx_depth)?;
 
     let me = PingpongDest {
         lid: 0,
-        qpn: qp.qpn(),
+        qpn: ep.qpn(),
         psn: irn_verbs::random_psn(),
         gid: Gid::from(ip),
     };
     println!("  local address:  {}", me.describe());
-    let connect = |peer: &PingpongDest| {
-        qp.connect(
-            &attr,
-            &RemoteQp {
-                gid: peer.gid,
-                port: args.link.udp_port,
-                qpn: peer.qpn,
-                psn: peer.psn,
-            },
-            me.psn,
-        )
-    };
     let client = args.host.is_some();
     if client {
-        exchange::write_all(&mut tcp, &me.to_wire())?;
+        exchange::write_all(tcp, &me.to_wire())?;
     }
     let peer = PingpongDest::parse(&exchange::read_exact(
-        &mut tcp,
+        tcp,
         PingpongDest::LEN,
         EXCHANGE_TIMEOUT,
     )?)?;
@@ -271,35 +387,32 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
             peer.gid.ip()
         );
     }
-    // Either way the queue pair is in RTS before the next message: the server's answer, or the
+    // Either way the queue pair is ready before the next message: the server's answer, or the
     // client's `done`.
-    connect(&peer)?;
+    let remote = RemoteQp {
+        gid: peer.gid,
+        port: args.link.udp_port,
+        qpn: peer.qpn,
+        psn: peer.psn,
+    };
+    ep.connect(pd, &remote, me.psn, args.mtu)?;
     if client {
-        exchange::write_all(&mut tcp, b"done\0")?;
+        exchange::write_all(tcp, b"done\0")?;
     } else {
-        exchange::write_all(&mut tcp, &me.to_wire())?;
-        let _ = exchange::read_exact(&mut tcp, 5, EXCHANGE_TIMEOUT)?;
+        exchange::write_all(tcp, &me.to_wire())?;
+        let _ = exchange::read_exact(tcp, 5, EXCHANGE_TIMEOUT)?;
     }
     println!("  remote address: {}", peer.describe());
 
-    let send = || {
-        qp.post_send(SendWr {
-            wr_id: SEND_WRID,
-            op: SendOp::Send,
-            sg_list: vec![buf.sge(0, args.size)],
-            signaled: true,
-            fence: false,
-            solicited: false,
-        })
-    };
     let start = Instant::now();
     let mut pending = RECV_WRID;
     if client {
-        send()?;
+        ep.send(buf, args.size)?;
         pending |= SEND_WRID;
     }
     let (mut rcnt, mut scnt) = (0u64, 0u64);
-    // Generous: rxe's retries at timeout 14 take 7 × 67 ms; an idle peer is a failure.
+    // Generous: rxe's retries at timeout 14 take 7 × 67 ms; an idle peer is a failure. (A
+    // lost UD datagram is never resent: the ping-pong stops, as ibv_ud_pingpong's does.)
     let idle = Duration::from_secs(30);
     while rcnt < args.iters || scnt < args.iters {
         let Some(wc) = cq.wait(idle)? else {
@@ -318,7 +431,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
             RECV_WRID => {
                 routs -= 1;
                 if routs <= 1 {
-                    routs += post_recvs(args.rx_depth - routs)?;
+                    routs += post_recvs(ep, args.rx_depth - routs)?;
                 }
                 rcnt += 1;
             }
@@ -326,7 +439,7 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
         }
         pending &= !wc.wr_id;
         if scnt < args.iters && pending == 0 {
-            send()?;
+            ep.send(buf, args.size)?;
             pending = RECV_WRID | SEND_WRID;
         }
     }
@@ -342,10 +455,5 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
         args.iters,
         usec / args.iters as f64
     );
-    if args.link.counters {
-        println!("qp counters: {:?}", qp.counters());
-        println!("device counters: {:?}", dev.counters());
-        println!("receive path: {}", dev.receive_path());
-    }
     Ok(true)
 }

@@ -239,36 +239,41 @@ fn errors_exit_non_zero_with_a_message() {
 fn pingpong_like_ibv_rc_pingpong_and_its_capture_decodes() {
     let dir = std::env::temp_dir().join(format!("irn-verbs-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    for mode in ["roce", "irn"] {
+    // RC in both modes through loss; UD (ibv_ud_pingpong: one packet per message, nothing
+    // resent, so no loss) with messages of 1 000 bytes.
+    for mode in ["roce", "irn", "ud"] {
         let port = free_tcp_port().to_string();
         let pcap = dir.join(format!("pingpong-{mode}.pcap"));
         let pcap_s = pcap.to_string_lossy().to_string();
+        let (size, extra): (&str, Vec<&str>) = if mode == "ud" {
+            ("1000", vec!["--ud"])
+        } else {
+            ("3000", vec!["--mode", mode])
+        };
         // The server answers on 127.0.0.2, the client comes from 127.0.0.1: both on UDP 4791,
         // as two RoCE hosts are.
-        let server = spawn(&[
-            "pingpong", "-p", &port, "-n", "50", "-s", "3000", "--mode", mode,
-        ]);
+        let mut sargs = vec!["pingpong", "-p", &port, "-n", "50", "-s", size];
+        sargs.extend(&extra);
+        let server = spawn(&sargs);
+        let mut cargs = vec![
+            "pingpong",
+            "127.0.0.2",
+            "-p",
+            &port,
+            "-n",
+            "50",
+            "-s",
+            size,
+            "--pcap",
+            &pcap_s,
+        ];
+        cargs.extend(&extra);
+        if mode != "ud" {
+            cargs.extend(["--loss", "0.02"]);
+        }
         let mut client = None;
         for _ in 0..50 {
-            let out = finish(
-                spawn(&[
-                    "pingpong",
-                    "127.0.0.2",
-                    "-p",
-                    &port,
-                    "-n",
-                    "50",
-                    "-s",
-                    "3000",
-                    "--mode",
-                    mode,
-                    "--pcap",
-                    &pcap_s,
-                    "--loss",
-                    "0.02",
-                ]),
-                120,
-            );
+            let out = finish(spawn(&cargs), 120);
             if String::from_utf8_lossy(&out.stderr).contains("Connection refused") {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
@@ -287,7 +292,8 @@ fn pingpong_like_ibv_rc_pingpong_and_its_capture_decodes() {
         );
         assert!(out.contains("GID ::ffff:127.0.0.1"), "{out}");
         assert!(out.contains("  remote address: LID 0x0000"), "{out}");
-        assert!(out.contains("300000 bytes in "), "{out}");
+        let bytes = 2 * 50 * size.parse::<u64>().expect("size");
+        assert!(out.contains(&format!("{bytes} bytes in ")), "{out}");
         assert!(out.contains("50 iters in "), "{out}");
         // Every packet in the capture is RoCEv2 with a correct ICRC.
         let d = irn()

@@ -555,3 +555,87 @@ fn handles_are_send_and_sync() {
     check::<irn_verbs::Cq>();
     check::<irn_verbs::Qp>();
 }
+
+#[test]
+fn ud_datagrams_carry_the_grh_area_and_drop_what_they_must() {
+    use irn_verbs::{UdInit, UdSend, GRH_LEN};
+    const QKEY: u32 = 0x1111_1111;
+    let (da, db) = (device(0.0, 1), device(0.0, 2));
+    let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
+    let (ca, cb) = (da.create_cq(64).expect("cq"), db.create_cq(64).expect("cq"));
+    let qa = pa.create_ud_qp(&ca, &ca, UdInit::default()).expect("ud qp");
+    let qb = pb.create_ud_qp(&cb, &cb, UdInit::default()).expect("ud qp");
+    for q in [&qa, &qb] {
+        assert_eq!(q.state(), QpState::Reset);
+        q.init(QKEY).expect("init");
+    }
+    let ma = pa.reg_mr(4096, all()).expect("mr");
+    let mb = pb.reg_mr(4096, all()).expect("mr");
+    // Receives posted in INIT, as ibv_ud_pingpong posts them before its exchange.
+    qb.post_recv(RecvWr {
+        wr_id: 70,
+        sg_list: vec![mb.sge(0, 1024 + GRH_LEN as u32)],
+    })
+    .expect("recv");
+    qa.ready(1024, 0x42).expect("rts");
+    qb.ready(1024, 0x99).expect("rts");
+    let to_b = pa.create_ah(db.gid(), db.local_addr().port()).expect("ah");
+    let mut msg = vec![0u8; 1000];
+    pattern(9, &mut msg);
+    ma.write(0, &msg).expect("fill");
+    let send = |wr_id, qkey, len| UdSend {
+        wr_id,
+        ah: &to_b,
+        remote_qpn: qb.qpn(),
+        remote_qkey: qkey,
+        sg_list: vec![ma.sge(0, len)],
+        imm: Some(7),
+        signaled: true,
+    };
+    qa.post_send(send(1, QKEY, 1000)).expect("send");
+    let wc = wait(&ca, 5);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (1, WcStatus::Success, 1000)
+    );
+    let wc = wait(&cb, 5);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (70, WcStatus::Success, WcOpcode::Recv)
+    );
+    assert_eq!(
+        (wc.byte_len, wc.src_qp, wc.imm),
+        (1040, Some(qa.qpn()), Some(7))
+    );
+    let mut got = vec![0u8; 1040];
+    mb.read(0, &mut got).expect("read");
+    // The GRH area of an IPv4 datagram: 20 zero bytes, then its IPv4 header (rxe's layout).
+    assert_eq!(&got[..20], &[0u8; 20]);
+    assert_eq!(got[20], 0x45, "an IPv4 header without options");
+    assert_eq!(&got[32..36], &[127, 0, 0, 1], "its source address");
+    assert_eq!(&got[GRH_LEN..], &msg[..]);
+    // A wrong Q_Key and a datagram with no receive posted are dropped, silently, and counted.
+    qa.post_send(send(2, 0x2222, 10)).expect("send");
+    qa.post_send(send(3, QKEY, 10)).expect("send");
+    assert_eq!(wait(&ca, 5).wr_id, 2);
+    assert_eq!(wait(&ca, 5).wr_id, 3);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while qb.counters().rx_bad_qkey + qb.counters().rx_no_recv < 2 {
+        assert!(Instant::now() < deadline, "{:?}", qb.counters());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        (qb.counters().rx_bad_qkey, qb.counters().rx_no_recv),
+        (1, 1)
+    );
+    assert!(
+        cb.poll(8).expect("poll").is_empty(),
+        "UD drops complete nothing"
+    );
+    // Longer than the path MTU: refused at post, as a verbs provider refuses it.
+    assert!(matches!(
+        qa.post_send(send(4, QKEY, 1025)),
+        Err(Error::InvalidWr(_))
+    ));
+    assert_eq!(qa.counters().tx_packets, 3);
+}

@@ -19,7 +19,7 @@ impl Core {
     /// Moves the completions of queue pair `qpn` to their CQs. Returns whether any moved.
     pub(super) fn drain_completions(&mut self, qpn: u32) -> bool {
         let Some(e) = self.qps.get_mut(&qpn) else {
-            return false;
+            return self.drain_ud(qpn);
         };
         let mut any = false;
         while let Some(wc) = e.qp.poll_completion() {
@@ -28,14 +28,7 @@ impl Core {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
-            if let Some(cq) = self.cqs.get_mut(&to) {
-                cq.reserved = cq.reserved.saturating_sub(1);
-                if cq.entries.len() >= cq.depth {
-                    cq.overrun = true;
-                } else {
-                    cq.entries.push_back(wc);
-                }
-            }
+            push_wc(&mut self.cqs, to, wc);
         }
         any
     }
@@ -43,6 +36,9 @@ impl Core {
     /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets. Returns whether it may have
     /// more (then it is in `tx_pending`).
     pub(super) fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) -> bool {
+        if !self.qps.contains_key(&qpn) {
+            return self.transmit_ud(sock, now, qpn);
+        }
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
@@ -58,20 +54,7 @@ impl Core {
             let Some(t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
                 break;
             };
-            let slot = self.tx_batch.len();
-            let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
-            let Some((hdr, len)) = build(buf, self.local, peer, &t, &payload) else {
-                continue;
-            };
-            if !self.tx_imp.is_active() {
-                if let Some(c) = self.capture.as_mut() {
-                    c.write(&buf[..len]);
-                }
-                self.tx_batch.push((slot, hdr, len, peer));
-                continue;
-            }
-            let bytes = buf[..len].to_vec();
-            impair(self, sock, now, Some(peer), &bytes);
+            self.queue_tx(sock, now, peer, &t, &payload);
         }
         self.flush_tx(sock);
         self.payload = payload;
@@ -81,6 +64,32 @@ impl Core {
             self.tx_pending.remove(&qpn);
         }
         more
+    }
+
+    /// Builds packet `t` to `peer` in the next slot of the transmit batch (captured there), or
+    /// passes it through the send impairment.
+    pub(super) fn queue_tx(
+        &mut self,
+        sock: &UdpSocket,
+        now: Time,
+        peer: SocketAddr,
+        t: &Transmit,
+        payload: &[u8],
+    ) {
+        let slot = self.tx_batch.len();
+        let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
+        let Some((hdr, len)) = build(buf, self.local, peer, t, payload) else {
+            return;
+        };
+        if !self.tx_imp.is_active() {
+            if let Some(c) = self.capture.as_mut() {
+                c.write(&buf[..len]);
+            }
+            self.tx_batch.push((slot, hdr, len, peer));
+            return;
+        }
+        let bytes = buf[..len].to_vec();
+        impair(self, sock, now, Some(peer), &bytes);
     }
 
     /// Sends the packets batched in this turn, in order, with as few system calls as the
@@ -129,7 +138,17 @@ impl Core {
         };
         let qpn = ib.bth.dest_qpn;
         let Some(e) = self.qps.get_mut(&qpn) else {
-            self.counters.rx_unknown_qp += 1;
+            match self.uds.get_mut(&qpn) {
+                Some(u) => {
+                    // A datagram: the GRH area of its receive holds the IP header.
+                    let grh = irn_transport::ud::grh_area(packet);
+                    if let Some(pd) = self.pds.get_mut(&u.pd) {
+                        u.qp.handle_packet(&ib, payload, &grh, &mut pd.mem);
+                    }
+                    self.drain_ud(qpn);
+                }
+                None => self.counters.rx_unknown_qp += 1,
+            }
             return;
         };
         if e.remote.is_some_and(|r| r.ip() != from.ip()) {
@@ -162,6 +181,18 @@ impl Core {
         }
         let next = self.qps.values().filter_map(|e| e.qp.poll_timeout()).min();
         (any, next)
+    }
+}
+
+/// Appends a completion to CQ `to`, releasing its reservation; a full CQ overruns.
+pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
+    if let Some(cq) = cqs.get_mut(&to) {
+        cq.reserved = cq.reserved.saturating_sub(1);
+        if cq.entries.len() >= cq.depth {
+            cq.overrun = true;
+        } else {
+            cq.entries.push_back(wc);
+        }
     }
 }
 

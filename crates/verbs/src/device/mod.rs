@@ -39,6 +39,9 @@ use crate::capture::Capture;
 
 mod engine;
 mod objects;
+mod ud;
+
+pub use ud::{Ah, UdInit, UdQp, UdSend};
 
 use crate::impair::{Fate, Impairment, Rng};
 use crate::net::{self, ReceivePath, Reject, RxBatch, Sockets};
@@ -181,6 +184,9 @@ pub enum Error {
     /// `modify` refused the transition or an attribute.
     #[error("{0}")]
     Modify(#[from] ModifyError),
+    /// A UD queue pair's `modify` refused the transition.
+    #[error("{0}")]
+    UdModify(irn_transport::UdModifyError),
     /// `create_qp` refused the queue pair's configuration (`EINVAL` from `ibv_create_qp`).
     #[error("queue pair configuration: {0}")]
     QpConfig(#[from] irn_transport::QpConfigError),
@@ -297,6 +303,10 @@ pub(crate) struct Core {
     pds: BTreeMap<u32, PdState>,
     cqs: BTreeMap<u32, CqState>,
     qps: BTreeMap<u32, QpEntry>,
+    /// Unreliable-datagram queue pairs (one QPN space with `qps`).
+    uds: BTreeMap<u32, ud::UdEntry>,
+    /// Address handles: where UD datagrams go.
+    ahs: BTreeMap<u32, SocketAddr>,
     next_id: u32,
     tx_imp: Impairment,
     rx_imp: Impairment,
@@ -402,6 +412,8 @@ impl Device {
             pds: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
+            uds: BTreeMap::new(),
+            ahs: BTreeMap::new(),
             next_id: 1,
             tx_imp: cfg.tx_impairment,
             rx_imp: cfg.rx_impairment,
@@ -514,6 +526,19 @@ impl Drop for Device {
             let now = self.shared.now();
             let _ =
                 e.qp.modify(now, QpState::Err, &QpAttr::default(), AttrMask::NONE);
+        }
+        let closing = irn_transport::UdAttr {
+            pkey: irn_wire::DEFAULT_PKEY,
+            qkey: 0,
+            pmtu: 1024,
+            sq_psn: 0,
+        };
+        for e in core.uds.values_mut() {
+            let _ = e.qp.modify(QpState::Err, &closing);
+        }
+        let ud: Vec<u32> = core.uds.keys().copied().collect();
+        for q in ud {
+            core.drain_ud(q);
         }
         drop(core);
         self.shared.cq_ready.notify_all();

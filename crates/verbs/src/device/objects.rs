@@ -36,13 +36,7 @@ impl Pd {
         if !core.cqs.contains_key(&send_cq.id) || !core.cqs.contains_key(&recv_cq.id) {
             return Err(Error::Gone);
         }
-        // A random 24-bit QPN above the special ones (0, 1), not in use.
-        let qpn = loop {
-            let q = (random_u64() as u32) & 0x00ff_ffff;
-            if q > 1 && !core.qps.contains_key(&q) {
-                break q;
-            }
-        };
+        let qpn = core.fresh_qpn();
         let cfg = QpConfig {
             qpn,
             recovery: runtime_recovery(init.mode, init.line_rate_bps),
@@ -74,7 +68,7 @@ impl Drop for Pd {
     fn drop(&mut self) {
         let mut core = self.shared.lock();
         let id = self.id;
-        let used = core.qps.values().any(|e| e.pd == id);
+        let used = core.pd_in_use(id);
         if used {
             if let Some(pd) = core.pds.get_mut(&id) {
                 pd.closed = true;
@@ -396,12 +390,7 @@ impl Drop for Qp {
     fn drop(&mut self) {
         let mut core = self.shared.lock();
         if let Some(e) = core.qps.remove(&self.qpn) {
-            let pd = e.pd;
-            let orphan = core.pds.get(&pd).is_some_and(|p| p.closed)
-                && !core.qps.values().any(|q| q.pd == pd);
-            if orphan {
-                core.pds.remove(&pd);
-            }
+            core.release_pd_of(e.pd);
         }
     }
 }
