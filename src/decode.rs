@@ -615,6 +615,14 @@ fn syndrome_json(s: Syndrome) -> Value {
     }
 }
 
+/// A QP1 datagram's CM message, decoded field by field (IBTA §12.6; `irn_wire::cm`).
+fn cm_mad(ib: &IbRepr, payload: &[u8]) -> Option<irn_wire::cm::CmMad> {
+    if ib.bth.opcode != Opcode::UD_SEND_ONLY || ib.bth.dest_qpn != irn_wire::cm::GSI_QPN {
+        return None;
+    }
+    irn_wire::cm::CmMad::parse(payload).ok()
+}
+
 /// The MAD header of a QP1 datagram, as text.
 fn mad_text(ib: &IbRepr, payload: &[u8]) -> Option<String> {
     if ib.bth.opcode != Opcode::UD_SEND_ONLY || ib.bth.dest_qpn != 1 {
@@ -697,6 +705,13 @@ fn ext_text(l: &mut String, ib: &IbRepr, payload: &[u8]) {
     if let Some(m) = mad_text(ib, payload) {
         let _ = write!(l, " MAD[{m}]");
     }
+    if let Some(cm) = cm_mad(ib, payload) {
+        let _ = write!(l, " CM[{}", cm.msg.name());
+        for (k, v) in cm.fields() {
+            let _ = write!(l, " {k}={v}");
+        }
+        l.push(']');
+    }
 }
 
 fn ext_json(ib: &IbRepr, payload: &[u8]) -> Value {
@@ -746,6 +761,14 @@ fn ext_json(ib: &IbRepr, payload: &[u8]) -> Value {
     }
     if let Some(m) = mad_text(ib, payload) {
         h.insert("MAD".into(), json!(m));
+    }
+    if let Some(cm) = cm_mad(ib, payload) {
+        let mut f = Map::new();
+        f.insert("message".into(), json!(cm.msg.name()));
+        for (k, v) in cm.fields() {
+            f.insert(k.into(), json!(v));
+        }
+        h.insert("CM".into(), Value::Object(f));
     }
     if ib.layout().is_none() {
         h.insert("undecoded".into(), json!(true));

@@ -79,6 +79,19 @@ fn golden_capture_json_has_no_icrc_errors() {
     assert!(lines.iter().any(|l| l["headers"]["MAD"]
         .as_str()
         .is_some_and(|m| m.contains("CM REQ"))));
+    // The CM exchange (rping's), every field: the REQ's rdma_cm header names both ends.
+    let req = lines
+        .iter()
+        .find(|l| l["headers"]["CM"]["message"] == "REQ")
+        .expect("a REQ");
+    assert_eq!(req["headers"]["CM"]["service_id"], "0x1061c06");
+    assert_eq!(req["headers"]["CM"]["primary_remote_gid"], "10.99.0.11");
+    assert_eq!(req["headers"]["CM"]["cma_src"], "10.99.0.12:41162");
+    let names: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["headers"]["CM"]["message"].as_str())
+        .collect();
+    assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
 }
 
 #[test]

@@ -58,6 +58,7 @@ mod error;
 mod view;
 
 pub mod bth;
+pub mod cm;
 pub mod drp;
 pub mod ethernet;
 pub mod ext;

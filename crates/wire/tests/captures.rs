@@ -186,3 +186,85 @@ fn every_covered_bit_flip_breaks_the_icrc_and_variant_flips_do_not() {
         done.len()
     );
 }
+
+#[test]
+fn rpings_cm_exchange_decodes_field_by_field_and_reemits_identically() {
+    use irn_wire::cm::{CmMad, CmMsg, CmaHdr, GSI_QKEY, GSI_QPN};
+    let mut mads = Vec::new();
+    for bytes in frames("rping.pcap") {
+        let Ok(Frame::RoceV2 { packet, .. }) = Frame::parse_ethernet(&bytes) else {
+            continue;
+        };
+        let ib = packet.repr.ib;
+        if ib.bth.opcode != Opcode::UD_SEND_ONLY {
+            continue;
+        }
+        assert_eq!(ib.bth.dest_qpn, GSI_QPN);
+        let deth = ib.deth.expect("DETH");
+        assert_eq!((deth.qkey, deth.src_qpn), (GSI_QKEY, GSI_QPN));
+        let m = CmMad::parse(packet.payload).expect("a CM MAD");
+        // Linux leaves every reserved bit zero: what this codec emits is what was sent.
+        assert_eq!(&m.emit().expect("emit")[..], packet.payload);
+        mads.push(m);
+    }
+    let names: Vec<&str> = mads.iter().map(|m| m.msg.name()).collect();
+    assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    let CmMsg::Req(req) = mads[0].msg else {
+        unreachable!()
+    };
+    let CmMsg::Rep(rep) = mads[1].msg else {
+        unreachable!()
+    };
+    // What the bytes say (and tshark's IB CM dissector shows, but for the flow label).
+    assert_eq!(req.local_comm_id, 0x64b5_3403);
+    assert_eq!(req.service_id, irn_wire::cm::rdma_cm_service_id(0x1c06));
+    assert_eq!((req.local_qpn, req.starting_psn), (0x18, 0x0f4b83));
+    assert_eq!((req.responder_resources, req.initiator_depth), (1, 1));
+    assert_eq!(
+        (
+            req.remote_cm_response_timeout,
+            req.local_cm_response_timeout
+        ),
+        (20, 20)
+    );
+    assert_eq!(
+        (req.retry_count, req.rnr_retry_count, req.max_cm_retries),
+        (7, 7, 15)
+    );
+    assert_eq!((req.pkey, req.path_mtu), (0xffff, 3));
+    assert_eq!(
+        (req.primary.local_lid, req.primary.remote_lid),
+        (0xffff, 0xffff)
+    );
+    assert_eq!(req.primary.local_gid[10..], [0xff, 0xff, 10, 99, 0, 12]);
+    assert_eq!(req.primary.remote_gid[10..], [0xff, 0xff, 10, 99, 0, 11]);
+    // The bytes are 39 47 c0 00: flow label 0x3947c (rxe's hash of the QPNs), packet rate
+    // 0. (tshark 4.0 shows "0x00394" and rate 0x39: it reads the field one nibble off.)
+    assert_eq!(
+        (req.primary.flow_label, req.primary.packet_rate),
+        (0x3947c, 0)
+    );
+    assert_eq!(
+        (req.primary.hop_limit, req.primary.local_ack_timeout),
+        (64, 19)
+    );
+    assert_eq!(req.alternate, irn_wire::cm::CmPath::default());
+    let cma = CmaHdr::parse(&req.private_data).expect("rdma_cm header");
+    assert_eq!(cma.src_port, 0xa0ca);
+    assert_eq!(cma.src.to_string(), "10.99.0.12");
+    assert_eq!(cma.dst.to_string(), "10.99.0.11");
+    // The exchange's IDs chain: REP answers the REQ, RTU the REP, DREP the DREQ.
+    assert_eq!(rep.remote_comm_id, req.local_comm_id);
+    assert_eq!(mads[1].hdr.tid, mads[0].hdr.tid);
+    let (CmMsg::Rtu(rtu), CmMsg::Dreq(dreq), CmMsg::Drep(drep)) =
+        (mads[2].msg, mads[3].msg, mads[4].msg)
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (rtu.local_comm_id, rtu.remote_comm_id),
+        (req.local_comm_id, rep.local_comm_id)
+    );
+    assert_eq!(drep.remote_comm_id, dreq.local_comm_id);
+    assert!(dreq.remote_qpn == rep.local_qpn || dreq.remote_qpn == req.local_qpn);
+}
