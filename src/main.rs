@@ -7,6 +7,7 @@
 //!   — run a simulation experiment (with no file: the built-in E1–E3 comparison).
 //! * `irn perf write|read|send|atomic [HOST]` — perftest-style bandwidth and latency over UDP.
 //! * `irn pingpong [HOST]` — `ibv_rc_pingpong` over UDP.
+//! * `irn rping -s|-c -a ADDR` — rdma-core's `rping` over the RDMA CM, over UDP.
 //! * `irn pingmesh --hosts FILE` — RDMA Pingmesh (seed 001 §5.3) over UDP.
 //! * `irn drp --iface IF [PEER_MAC]` — Dynamic RDMA (seed 003) over raw Ethernet.
 
@@ -24,6 +25,7 @@ mod perf_lat;
 mod pingmesh_cmd;
 mod pingpong_cmd;
 mod plot;
+mod rping_cmd;
 mod sim_cmd;
 
 #[derive(Parser)]
@@ -58,6 +60,9 @@ enum Command {
     Perf(perf_cmd::PerfArgs),
     /// `ibv_rc_pingpong` over irn: same flags (-p -s -n -g -m -r), exchange and output.
     Pingpong(pingpong_cmd::PingpongArgs),
+    /// rdma-core's `rping` over irn, connected through the RDMA CM (REQ / REP / RTU over QP1):
+    /// `-s` server or `-c` client, `-a ADDR`, `-p PORT`, `-C COUNT`, `-S SIZE`, `-v`, `-V`.
+    Rping(rping_cmd::RpingArgs),
     /// RDMA Pingmesh (seed 001 §5.3): every host of a list probes every other with 512-byte
     /// RDMA Writes and serves their probes; JSON lines per probe and a summary that points at
     /// the hosts at fault (`--summarize` merges every agent's lines).
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf_cmd::run(args).map(exit_code),
         Command::Pingmesh(args) => pingmesh_cmd::run(args).map(exit_code),
         Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
+        Command::Rping(args) => rping_cmd::run(args).map(exit_code),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
         Command::Drp(args) => drp_cmd::run(args).map(exit_code),
     };

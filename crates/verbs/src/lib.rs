@@ -87,6 +87,7 @@
 #![warn(missing_docs)]
 
 mod capture;
+pub mod cm;
 mod device;
 pub mod drp;
 pub mod exchange;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -638,4 +638,140 @@ fn ud_datagrams_carry_the_grh_area_and_drop_what_they_must() {
         Err(Error::InvalidWr(_))
     ));
     assert_eq!(qa.counters().tx_packets, 3);
+}
+
+#[test]
+fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
+    use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
+    let (da, db) = (
+        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 1).expect("device"),
+        device_on("127.0.0.2", ReceivePath::Udp, 0.0, 2).expect("device"),
+    );
+    let cfg_a = CmConfig {
+        peer_port: db.local_addr().port(),
+        ..CmConfig::default()
+    };
+    let cfg_b = CmConfig {
+        peer_port: da.local_addr().port(),
+        ..CmConfig::default()
+    };
+    let a = side(da, QpMode::Roce, 64);
+    let b = side(db, QpMode::Roce, 64);
+    let attr = QpAttr {
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let server_ip = b.dev.local_addr().ip();
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let mut l = CmListener::bind(&b.dev, 7174, cfg_b).expect("listen");
+            // A request for another port is refused before this one is accepted.
+            let req = l.get_request(Duration::from_secs(10)).expect("request");
+            assert_eq!(req.private_data, b"hello");
+            assert_eq!(req.qpn(), a.qp.qpn());
+            let cma = req.cma.expect("rdma_cm header");
+            assert_eq!(cma.dst, server_ip);
+            let conn = l.accept(&req, &b.qp, &attr, b"welcome").expect("accept");
+            assert_eq!(b.qp.state(), QpState::Rts);
+            conn.wait_disconnect(Duration::from_secs(10))
+                .expect("the client disconnects");
+        });
+        let refused = cm::connect(
+            &a.dev,
+            &a.qp,
+            &attr,
+            SocketAddr::new(server_ip, 9999),
+            b"",
+            cfg_a,
+        );
+        assert!(matches!(refused, Err(CmError::Rejected(8))), "{refused:?}");
+        let conn = cm::connect(
+            &a.dev,
+            &a.qp,
+            &attr,
+            SocketAddr::new(server_ip, 7174),
+            b"hello",
+            cfg_a,
+        )
+        .expect("connect");
+        assert_eq!(conn.private_data(), b"welcome");
+        assert_eq!(conn.remote_qpn(), b.qp.qpn());
+        assert_eq!(a.qp.state(), QpState::Rts);
+        // The connected pair moves data.
+        let src = a.pd.reg_mr(4096, all()).expect("mr");
+        let dst = b.pd.reg_mr(4096, all()).expect("mr");
+        src.write(0, &[7u8; 4096]).expect("fill");
+        a.qp.post_send(wr(
+            1,
+            SendOp::Write(remote_of(&dst, 0)),
+            vec![src.sge(0, 4096)],
+        ))
+        .expect("post");
+        assert_eq!(wait(&a.cq, 10).status, WcStatus::Success);
+        let mut got = [0u8; 4096];
+        dst.read(0, &mut got).expect("read");
+        assert_eq!(got, [7u8; 4096]);
+        assert!(
+            conn.disconnect().expect("disconnect"),
+            "the DREQ was answered"
+        );
+        srv.join().expect("server");
+    });
+}
+
+#[test]
+fn the_cm_connects_through_lost_mads() {
+    // 30 % of every packet each device sends and receives is lost, CM MADs included: REQ, REP
+    // and DREQ are sent again until answered, a lost RTU is made up for by the first packet
+    // on the queue pair, and the connected pair moves data. Several seeds.
+    use irn_verbs::cm::{self, CmConfig, CmListener};
+    for seed in 1..=4u64 {
+        let (da, db) = (
+            device_on("127.0.0.1", ReceivePath::Udp, 0.3, seed).expect("device"),
+            device_on("127.0.0.2", ReceivePath::Udp, 0.3, seed + 100).expect("device"),
+        );
+        let quick = |peer_port| CmConfig {
+            peer_port,
+            retry_timeout: Duration::from_millis(50),
+            max_retries: 20,
+        };
+        let (cfg_a, cfg_b) = (quick(db.local_addr().port()), quick(da.local_addr().port()));
+        let attr = QpAttr {
+            timeout: 8,
+            retry_cnt: 7,
+            ..QpAttr::default()
+        };
+        let a = side(da, QpMode::Roce, 64);
+        let b = side(db, QpMode::Roce, 64);
+        let server = SocketAddr::new(b.dev.local_addr().ip(), 18);
+        std::thread::scope(|s| {
+            let srv = s.spawn(|| {
+                let mut l = CmListener::bind(&b.dev, 18, cfg_b).expect("listen");
+                let req = l.get_request(Duration::from_secs(20)).expect("request");
+                let conn = l.accept(&req, &b.qp, &attr, b"").expect("accept");
+                // The server side's dropped count is whatever loss left; the DREQ arrives.
+                let _ = conn.wait_disconnect(Duration::from_secs(20));
+            });
+            let conn = cm::connect(&a.dev, &a.qp, &attr, server, b"", cfg_a)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let src = a.pd.reg_mr(8192, all()).expect("mr");
+            let dst = b.pd.reg_mr(8192, all()).expect("mr");
+            let mut data = vec![0u8; 8192];
+            pattern(seed, &mut data);
+            src.write(0, &data).expect("fill");
+            a.qp.post_send(wr(
+                1,
+                SendOp::Write(remote_of(&dst, 0)),
+                vec![src.sge(0, 8192)],
+            ))
+            .expect("post");
+            assert_eq!(wait(&a.cq, 20).status, WcStatus::Success, "seed {seed}");
+            let mut got = vec![0u8; 8192];
+            dst.read(0, &mut got).expect("read");
+            assert!(got == data, "seed {seed}: data");
+            let _ = conn.disconnect().expect("disconnect");
+            srv.join().expect("server");
+        });
+    }
 }

@@ -83,6 +83,23 @@ impl Drop for Ah {
 impl Pd {
     /// Creates a UD queue pair in RESET (`ibv_create_qp` with `IBV_QPT_UD`).
     pub fn create_ud_qp(&self, send_cq: &Cq, recv_cq: &Cq, init: UdInit) -> Result<UdQp> {
+        self.new_ud_qp(send_cq, recv_cq, init, None)
+    }
+
+    /// Creates the device's general services interface queue pair, QP1 (IBTA §13.5.1), a UD
+    /// queue pair that receives the management datagrams (the CM's) sent to QP1; at most one
+    /// per device. Give it Q_Key 0x80010000 ([`irn_wire::cm::GSI_QKEY`]) in INIT.
+    pub fn create_gsi_qp(&self, send_cq: &Cq, recv_cq: &Cq, init: UdInit) -> Result<UdQp> {
+        self.new_ud_qp(send_cq, recv_cq, init, Some(irn_wire::cm::GSI_QPN))
+    }
+
+    fn new_ud_qp(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        init: UdInit,
+        qpn: Option<u32>,
+    ) -> Result<UdQp> {
         if init.max_send_wr == 0 || init.max_recv_wr == 0 {
             return Err(Error::Config("queue depths must be at least 1"));
         }
@@ -93,7 +110,13 @@ impl Pd {
         if !core.cqs.contains_key(&send_cq.id) || !core.cqs.contains_key(&recv_cq.id) {
             return Err(Error::Gone);
         }
-        let qpn = core.fresh_qpn();
+        let qpn = match qpn {
+            Some(q) if core.uds.contains_key(&q) || core.qps.contains_key(&q) => {
+                return Err(Error::Config("the device already has a QP1"));
+            }
+            Some(q) => q,
+            None => core.fresh_qpn(),
+        };
         core.uds.insert(
             qpn,
             UdEntry {
