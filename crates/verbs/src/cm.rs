@@ -345,39 +345,18 @@ impl CmConnection {
         }
     }
 
-    /// Ends the connection (`rdma_disconnect`): DREQ until a DREP (or the peer's own DREQ)
-    /// answers it. Returns whether the peer answered: a DREQ unanswered after every retry
-    /// still ends the connection (Linux's CM goes to TIMEWAIT the same way).
-    pub fn disconnect(mut self) -> CmResult<bool> {
-        let dreq = self.dreq();
-        let tries = self.cfg.max_retries + 1;
-        for _ in 0..tries {
-            self.gsi.send(self.peer, &dreq)?;
-            let until = Instant::now() + self.cfg.retry_timeout;
-            while let Some((from, m)) = self.gsi.recv(until)? {
-                match m.msg {
-                    CmMsg::Drep(d) if from == self.peer && d.remote_comm_id == self.local_id => {
-                        return Ok(true)
-                    }
-                    CmMsg::Dreq(d) if from == self.peer && d.remote_comm_id == self.local_id => {
-                        let drep = self.drep(m.hdr.tid);
-                        self.gsi.send(self.peer, &drep)?;
-                        return Ok(true);
-                    }
-                    _ => self.gsi.dropped += 1,
-                }
+    /// Waits until `until` for the peer's DREQ (and, with `drep_too`, a DREP answering ours);
+    /// answers a DREQ with a DREP. Returns whether either came; drops everything else (the
+    /// peer's retransmitted RTU or REP: the connection is up already).
+    fn await_disconnect(&mut self, until: Instant, drep_too: bool) -> CmResult<bool> {
+        while let Some((from, m)) = self.gsi.recv(until)? {
+            if from != self.peer {
+                self.gsi.dropped += 1;
+                continue;
             }
-        }
-        Ok(false)
-    }
-
-    /// Whether the peer has ended the connection: looks at QP1 without waiting and answers a
-    /// DREQ with a DREP (`RDMA_CM_EVENT_DISCONNECTED`). Call it between waits on the data
-    /// path.
-    pub fn poll_disconnect(&mut self) -> CmResult<bool> {
-        while let Some((from, m)) = self.gsi.recv(Instant::now())? {
             match m.msg {
-                CmMsg::Dreq(d) if from == self.peer && d.remote_comm_id == self.local_id => {
+                CmMsg::Drep(d) if drep_too && d.remote_comm_id == self.local_id => return Ok(true),
+                CmMsg::Dreq(d) if d.remote_comm_id == self.local_id => {
                     let drep = self.drep(m.hdr.tid);
                     self.gsi.send(self.peer, &drep)?;
                     return Ok(true);
@@ -388,22 +367,35 @@ impl CmConnection {
         Ok(false)
     }
 
+    /// Ends the connection (`rdma_disconnect`): DREQ until a DREP (or the peer's own DREQ)
+    /// answers it. Returns whether the peer answered: a DREQ unanswered after every retry
+    /// still ends the connection (Linux's CM goes to TIMEWAIT the same way).
+    pub fn disconnect(mut self) -> CmResult<bool> {
+        let dreq = self.dreq();
+        for _ in 0..=self.cfg.max_retries {
+            self.gsi.send(self.peer, &dreq)?;
+            if self.await_disconnect(Instant::now() + self.cfg.retry_timeout, true)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether the peer has ended the connection: looks at QP1 without waiting and answers a
+    /// DREQ with a DREP (`RDMA_CM_EVENT_DISCONNECTED`). Call it between waits on the data
+    /// path.
+    pub fn poll_disconnect(&mut self) -> CmResult<bool> {
+        self.await_disconnect(Instant::now(), false)
+    }
+
     /// Waits (up to `timeout`) for the peer to end the connection, and answers its DREQ with
     /// a DREP (what rping's server does after its last iteration).
     pub fn wait_disconnect(mut self, timeout: Duration) -> CmResult<()> {
-        let until = Instant::now() + timeout;
-        while let Some((from, m)) = self.gsi.recv(until)? {
-            match m.msg {
-                CmMsg::Dreq(d) if from == self.peer && d.remote_comm_id == self.local_id => {
-                    let drep = self.drep(m.hdr.tid);
-                    self.gsi.send(self.peer, &drep)?;
-                    return Ok(());
-                }
-                // The peer's retransmitted RTU or REP: the connection is up already.
-                _ => self.gsi.dropped += 1,
-            }
+        if self.await_disconnect(Instant::now() + timeout, false)? {
+            Ok(())
+        } else {
+            Err(CmError::Idle(timeout))
         }
-        Err(CmError::Idle(timeout))
     }
 }
 

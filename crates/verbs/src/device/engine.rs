@@ -184,6 +184,26 @@ impl Core {
     }
 }
 
+/// Hands a work request to its queue pair (`post`) if CQ `cq_id` has room for one more
+/// completion, which it reserves when `reserve` (every receive and every signaled send surely
+/// completes; errors always do, so the room is checked either way).
+pub(super) fn post_reserving(
+    cqs: &mut BTreeMap<u32, CqState>,
+    cq_id: u32,
+    reserve: bool,
+    post: impl FnOnce() -> Result<(), PostError>,
+) -> Result<()> {
+    let cq = cqs.get_mut(&cq_id).ok_or(Error::Gone)?;
+    if cq.entries.len() + cq.reserved >= cq.depth {
+        return Err(Error::CqFull(cq_id));
+    }
+    post()?;
+    if reserve {
+        cq.reserved += 1;
+    }
+    Ok(())
+}
+
 /// Appends a completion to CQ `to`, releasing its reservation; a full CQ overruns.
 pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
     if let Some(cq) = cqs.get_mut(&to) {

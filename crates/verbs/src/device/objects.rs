@@ -355,15 +355,7 @@ impl Qp {
         self.with(|core, _| {
             let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
             let cq_id = cq_of(e);
-            let cq = core.cqs.get_mut(&cq_id).ok_or(Error::Gone)?;
-            if cq.entries.len() + cq.reserved >= cq.depth {
-                return Err(Error::CqFull(cq_id));
-            }
-            post(&mut e.qp)?;
-            if reserve {
-                cq.reserved += 1;
-            }
-            Ok(())
+            engine::post_reserving(&mut core.cqs, cq_id, reserve, || post(&mut e.qp))
         })
     }
 

@@ -3,7 +3,7 @@
 //! where its work request's address handle says, and handing a received one the GRH area of
 //! its IP header.
 
-use super::engine::push_wc;
+use super::engine::{post_reserving, push_wc};
 use super::*;
 use irn_transport::{UdAttr, UdCounters, UdDest, UdQueuePair, UdSendWr};
 
@@ -250,15 +250,7 @@ impl UdQp {
         self.with(|core| {
             let e = core.uds.get_mut(&qpn).ok_or(Error::Gone)?;
             let cq_id = if send { e.send_cq } else { e.recv_cq };
-            let cq = core.cqs.get_mut(&cq_id).ok_or(Error::Gone)?;
-            if cq.entries.len() + cq.reserved >= cq.depth {
-                return Err(Error::CqFull(cq_id));
-            }
-            post(&mut e.qp)?;
-            if reserve {
-                cq.reserved += 1;
-            }
-            Ok(())
+            post_reserving(&mut core.cqs, cq_id, reserve, || post(&mut e.qp))
         })
     }
 
