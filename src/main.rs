@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 mod decode;
 mod drp_cmd;
 mod drp_sim;
+mod perf_cm;
 mod perf_cmd;
 mod perf_lat;
 mod pingmesh_cmd;

@@ -25,15 +25,18 @@
 //!   arrive, Reads by the client, Writes and atomics by the server at the end.
 
 use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use irn_verbs::cm::CmConfig;
 use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerfParams, PerftestVersion};
 use irn_verbs::{
     Access, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp, SendOp, SendWr,
     WcStatus, ROCE_PORT,
 };
 
+use crate::perf_cm::{self, CmChannel};
 use crate::perf_lat::{self, LatEnd, LatReport, LINE};
 use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
 
@@ -87,8 +90,14 @@ pub struct PerfArgs {
     /// Operations outstanding per queue pair in a bandwidth test.
     #[arg(short = 't', long, default_value_t = 128)]
     tx_depth: u32,
+    /// Connect the queue pairs through the RDMA CM, and run the exchange over a CM connection
+    /// too, as perftest's `-R` does (pairs with `ib_*_bw -R` / `ib_*_lat -R`). The server
+    /// binds the address `--gid` gives; the CM and the queue pairs use UDP port `--udp-port`
+    /// at both ends (4791 with perftest).
+    #[arg(short = 'R', long = "rdma-cm", alias = "rdma_cm")]
+    rdma_cm: bool,
     /// Device flags; in `irn perf` the UDP port is told to the peer, and 4791 taken falls back
-    /// to any free port.
+    /// to any free port (not with `-R`).
     #[command(flatten)]
     link: LinkArgs,
 }
@@ -116,17 +125,19 @@ struct Side {
     slots: u64,
 }
 
-fn setup(p: &PerfParams, oob: &Oob, args: &PerfArgs) -> anyhow::Result<Side> {
-    let ip = local_ip(&oob.tcp, &args.link)?;
+/// Opens the device on `ip`. Both ends on one address: the peer has 4791; with an irn peer
+/// (`fallback`), whom the exchange tells our port, take any free one (perftest sends to 4791).
+fn open_device(ip: IpAddr, fallback: bool, args: &PerfArgs) -> anyhow::Result<Device> {
     let open =
         |port| Device::open(device_config(ip, port, &args.link)?).map_err(anyhow::Error::from);
-    let dev = match open(args.link.udp_port) {
-        Ok(d) => d,
-        // Both ends on one address: the peer has 4791; the exchange carries ours (an irn
-        // peer's only: perftest sends to 4791).
-        Err(e) if oob.peer_irn && args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0)?,
-        Err(e) => return Err(e).context(format!("opening a device on {ip}")),
-    };
+    match open(args.link.udp_port) {
+        Ok(d) => Ok(d),
+        Err(e) if fallback && args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0),
+        Err(e) => Err(e).context(format!("opening a device on {ip}")),
+    }
+}
+
+fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> anyhow::Result<Side> {
     let pd = dev.alloc_pd();
     let depth = (p.qps as usize) * (args.tx_depth as usize + 256) + 16;
     let cq = dev.create_cq(depth)?;
@@ -199,23 +210,34 @@ fn keys(side: &Side, psns: &[u32]) -> Vec<PerfKey> {
         .collect()
 }
 
+/// What carries the exchange: TCP, or (`-R`) an RC connection made through the RDMA CM.
+enum Chan {
+    Tcp(TcpStream),
+    Cm(Box<CmChannel>),
+}
+
 /// The out-of-band connection: perftest's exchange, with irn's additions when both ends are
 /// irn.
 struct Oob {
-    tcp: std::net::TcpStream,
+    chan: Chan,
     client: bool,
     peer_irn: bool,
+    peer: SocketAddr,
 }
 
 impl Oob {
-    /// Connects (client) or accepts (server) and runs the opening: versions, system data,
-    /// path MTU. Returns the session and the path MTU both ends use.
-    fn open(host: Option<&str>, port: u16, mtu: u32) -> anyhow::Result<(Oob, u32)> {
-        let tcp = oob_connect(host, port)?;
+    /// Runs the opening over `chan`: versions, system data, path MTU. Returns the session and
+    /// the path MTU both ends use.
+    fn open(chan: Chan, client: bool, mtu: u32) -> anyhow::Result<(Oob, u32)> {
+        let peer = match &chan {
+            Chan::Tcp(t) => t.peer_addr()?,
+            Chan::Cm(c) => c.peer(),
+        };
         let mut oob = Oob {
-            tcp,
-            client: host.is_some(),
+            chan,
+            client,
             peer_irn: false,
+            peer,
         };
         let v = oob.swap(&PerftestVersion::ours(), PerftestVersion::LEN, TIMEOUT)?;
         let v = PerftestVersion::parse(&v)?;
@@ -228,20 +250,66 @@ impl Oob {
         Ok((oob, mtu.min(theirs)))
     }
 
-    fn swap(&mut self, mine: &[u8], n: usize, timeout: Duration) -> anyhow::Result<Vec<u8>> {
-        Ok(exchange::swap(
-            &mut self.tcp,
-            self.client,
-            mine,
-            n,
-            timeout,
-        )?)
+    fn cm(&self) -> bool {
+        matches!(self.chan, Chan::Cm(_))
     }
 
-    /// perftest's `ctx_hand_shake`: one key message each way.
+    /// One message of `n` bytes from the peer.
+    fn recv_msg(&mut self, n: usize, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+        match &mut self.chan {
+            Chan::Tcp(t) => Ok(exchange::read_exact(t, n, timeout)?),
+            Chan::Cm(c) => c.recv(n, timeout),
+        }
+    }
+
+    /// One message to the peer.
+    fn send_msg(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        match &mut self.chan {
+            Chan::Tcp(t) => Ok(exchange::write_all(t, bytes)?),
+            Chan::Cm(c) => c.send(bytes),
+        }
+    }
+
+    /// perftest's `ctx_xchg_data`: the client sends first, the server answers.
+    fn swap(&mut self, mine: &[u8], n: usize, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+        match &mut self.chan {
+            Chan::Tcp(t) => Ok(exchange::swap(t, self.client, mine, n, timeout)?),
+            Chan::Cm(_) if self.client => {
+                self.send_msg(mine)?;
+                self.recv_msg(n, timeout)
+            }
+            Chan::Cm(_) => {
+                let theirs = self.recv_msg(n, timeout)?;
+                self.send_msg(mine)?;
+                Ok(theirs)
+            }
+        }
+    }
+
+    /// perftest's `ctx_hand_shake`: one key message each way (text over TCP, perftest's
+    /// binary `struct pingpong_dest` over the CM).
     fn hand_shake(&mut self, mine: &PerfKey, timeout: Duration) -> anyhow::Result<PerfKey> {
+        if self.cm() {
+            let theirs = self.swap(&mine.to_binary(0), PerfKey::BINARY_LEN, timeout)?;
+            return Ok(PerfKey::parse_binary(&theirs)?);
+        }
         let theirs = self.swap(&mine.to_wire(), PerfKey::LEN, timeout)?;
         Ok(PerfKey::parse(&theirs)?)
+    }
+
+    /// `-R`: the test queue pairs connect through the CM between two hand-shakes
+    /// (perftest's `create_rdma_cm_connection`); nothing over TCP.
+    fn cm_connect(&mut self, side: &Side, attr: &QpAttr, k: &PerfKey) -> anyhow::Result<()> {
+        if !self.cm() {
+            return Ok(());
+        }
+        self.hand_shake(k, TIMEOUT)?;
+        let client = self.client;
+        if let Chan::Cm(c) = &mut self.chan {
+            c.connect_data(&side.dev, &side.qps, attr, client)?;
+        }
+        self.hand_shake(k, TIMEOUT)?;
+        Ok(())
     }
 
     /// The hand-shakes before a test (perftest's order, which its peer follows step by step):
@@ -316,12 +384,24 @@ impl Oob {
     }
 
     /// perftest's `ctx_close_connection`: a hand-shake (waiting up to `timeout` for the
-    /// peer to get there), then `done` (the peer's is not required).
+    /// peer to get there), then `done` over TCP (the peer's is not required); then
+    /// [`Oob::end`].
     fn close(mut self, mine: &PerfKey, timeout: Duration) -> anyhow::Result<()> {
         self.hand_shake(mine, timeout)?;
-        exchange::write_all(&mut self.tcp, b"done\0")?;
-        let _ = exchange::read_exact(&mut self.tcp, 5, Duration::from_secs(2));
-        Ok(())
+        if let Chan::Tcp(t) = &mut self.chan {
+            exchange::write_all(t, b"done\0")?;
+            let _ = exchange::read_exact(t, 5, Duration::from_secs(2));
+        }
+        self.end()
+    }
+
+    /// Ends the session: over the CM, the client disconnects every connection and the server
+    /// waits for it to (the CM answering); a TCP connection just closes.
+    fn end(self) -> anyhow::Result<()> {
+        match self.chan {
+            Chan::Tcp(_) => Ok(()),
+            Chan::Cm(c) => c.finish(self.client, Duration::from_secs(10)),
+        }
     }
 }
 
@@ -341,27 +421,36 @@ fn same_family(theirs: &[PerfKey], mine: &PerfKey) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The test queue pairs' attributes; `out_reads` is what the peer's responder accepts.
+fn test_attr(mtu: u32, peer_irn: bool, out_reads: u16) -> QpAttr {
+    QpAttr {
+        path_mtu: mtu,
+        // Local ACK timeout: perftest's 14 (67 ms) towards perftest, whose responder may
+        // take that long to get through a window of go-back-N retransmissions (rxe in a
+        // slow VM does); ≈ 4 ms between irn ends.
+        timeout: if peer_irn { 10 } else { 14 },
+        retry_cnt: 7,
+        rnr_retry: 7,
+        // perftest: the requester keeps at most what the responder advertised.
+        max_rd_atomic: out_reads.clamp(1, OUT_READS) as u8,
+        max_dest_rd_atomic: OUT_READS as u8,
+        ..QpAttr::default()
+    }
+}
+
+/// Connects the test queue pairs to the peer's keys (not with `-R`: the CM connected them).
 fn connect(
     side: &Side,
     theirs: &[PerfKey],
     psns: &[u32],
-    (udp_port, peer_irn): (u16, bool),
+    (udp_port, peer_irn, by_cm): (u16, bool, bool),
     mtu: u32,
 ) -> anyhow::Result<()> {
+    if by_cm {
+        return Ok(());
+    }
     for ((qp, k), &psn) in side.qps.iter().zip(theirs).zip(psns) {
-        let attr = QpAttr {
-            path_mtu: mtu,
-            // Local ACK timeout: perftest's 14 (67 ms) towards perftest, whose responder may
-            // take that long to get through a window of go-back-N retransmissions (rxe in a
-            // slow VM does); ≈ 4 ms between irn ends.
-            timeout: if peer_irn { 10 } else { 14 },
-            retry_cnt: 7,
-            rnr_retry: 7,
-            // perftest: the requester keeps at most what the responder advertised.
-            max_rd_atomic: k.out_reads.clamp(1, OUT_READS) as u8,
-            max_dest_rd_atomic: OUT_READS as u8,
-            ..QpAttr::default()
-        };
+        let attr = test_attr(mtu, peer_irn, k.out_reads);
         qp.connect(
             &attr,
             &RemoteQp {
@@ -413,6 +502,9 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
             args.mtu
         );
     }
+    if args.rdma_cm && args.link.udp_port == 0 {
+        bail!("-R: the CM reaches the peer's device at our own UDP port: give --udp-port a port, not 0");
+    }
     if args.host.is_some() {
         client(args)
     } else {
@@ -420,24 +512,61 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     }
 }
 
+/// The CM's settings for `-R`: the peer's QP1 on our own UDP port.
+fn cm_config(args: &PerfArgs) -> CmConfig {
+    CmConfig {
+        peer_port: args.link.udp_port,
+        ..CmConfig::default()
+    }
+}
+
+/// The server's device and exchange: over TCP, the device opens once the connection says
+/// which address the client reaches; with `-R` it opens first, on `--gid`, and carries the
+/// exchange's connection.
+fn server_open(args: &PerfArgs) -> anyhow::Result<(Oob, u32, Option<Device>)> {
+    if !args.rdma_cm {
+        let tcp = oob_connect(None, args.port)?;
+        let (oob, mtu) = Oob::open(Chan::Tcp(tcp), false, args.mtu)?;
+        return Ok((oob, mtu, None));
+    }
+    let Some(ip) = args.link.gid else {
+        bail!("-R: the server binds one address; give it with --gid ADDR");
+    };
+    let dev = open_device(ip, false, args)?;
+    let ch = CmChannel::accept(&dev, args.port, cm_config(args), TEST_TIMEOUT)?;
+    let (oob, mtu) = Oob::open(Chan::Cm(Box::new(ch)), false, args.mtu)?;
+    Ok((oob, mtu, Some(dev)))
+}
+
+/// The device for the test queue pairs: the one `-R` opened already, or one on the address
+/// the TCP exchange runs from.
+fn test_device(oob: &Oob, dev: Option<Device>, args: &PerfArgs) -> anyhow::Result<Device> {
+    match (dev, &oob.chan) {
+        (Some(d), _) => Ok(d),
+        (None, Chan::Tcp(t)) => open_device(local_ip(t, &args.link)?, oob.peer_irn, args),
+        (None, Chan::Cm(_)) => unreachable!("-R opens its device first"),
+    }
+}
+
 fn server(args: PerfArgs) -> anyhow::Result<bool> {
-    let (mut oob, mtu) = Oob::open(None, args.port, args.mtu)?;
+    let (mut oob, mtu, dev) = server_open(&args)?;
+    let dev = test_device(&oob, dev, &args)?;
     let (p, side, client_udp) = if oob.peer_irn {
         // The client proposes; we adopt its parameters and answer with our UDP port.
-        let theirs = exchange::read_exact(&mut oob.tcp, PerfParams::WIRE_LEN, TIMEOUT)?;
+        let theirs = oob.recv_msg(PerfParams::WIRE_LEN, TIMEOUT)?;
         let mut p = PerfParams::parse(exchange::unpadded(&theirs)?)?;
         if p.latency {
             perf_lat::check_params(&p)?;
         }
         let client_udp = p.udp_port;
-        let side = setup(&p, &oob, &args)?;
+        let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
         let reply: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
-        exchange::write_all(&mut oob.tcp, &reply)?;
+        oob.send_msg(&reply)?;
         (p, side, client_udp)
     } else {
         let p = own_params(&args)?;
-        let side = setup(&p, &oob, &args)?;
+        let side = setup(&p, dev, &args)?;
         (p, side, ROCE_PORT)
     };
     let r = server_test(oob, mtu, &p, &side, client_udp);
@@ -468,12 +597,13 @@ fn server_test(
     }
     let mine = keys(side, &psns);
     let recvs = Receiver::new(side, p);
-    let peer_irn = oob.peer_irn;
+    let (peer_irn, by_cm) = (oob.peer_irn, oob.cm());
+    oob.cm_connect(side, &test_attr(mtu, peer_irn, OUT_READS), &mine[0])?;
     let theirs = oob.before_test(
         &mine,
         p.op,
         p.latency,
-        |theirs| connect(side, theirs, &psns, (client_udp, peer_irn), mtu),
+        |theirs| connect(side, theirs, &psns, (client_udp, peer_irn, by_cm), mtu),
         || {
             if p.latency {
                 perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
@@ -483,15 +613,20 @@ fn server_test(
         },
     )?;
     println!(
-        "irn perf server: {} {} B × {} on {} QP(s), mode {}, MTU {mtu}, from {} ({}){}",
+        "irn perf server: {} {} B × {} on {} QP(s), mode {}, MTU {mtu}, from {} ({}){}{}",
         p.op.name(),
         p.size,
         p.iters,
         p.qps,
         p.mode.name(),
-        oob.tcp.peer_addr()?,
+        oob.peer,
         if oob.peer_irn { "irn" } else { "perftest" },
         if p.latency { ", latency" } else { "" },
+        if by_cm {
+            ", connected through the RDMA CM"
+        } else {
+            ""
+        },
     );
     if p.latency {
         return latency_test(oob, side, p, &theirs[0], &mine[0]);
@@ -506,7 +641,7 @@ fn server_test(
     }
     if oob.peer_irn {
         // The client's expected checksum of our memory; our verdict.
-        let line = exchange::read_exact(&mut oob.tcp, 64, TEST_TIMEOUT)?;
+        let line = oob.recv_msg(64, TEST_TIMEOUT)?;
         let line = exchange::unpadded(&line)?.to_string();
         let expect: Option<u32> = line
             .strip_prefix("DONE ")
@@ -522,7 +657,7 @@ fn server_test(
             }
         }
         let verdict: [u8; 64] = exchange::padded(if ok { "OK" } else { "MISMATCH" });
-        exchange::write_all(&mut oob.tcp, &verdict)?;
+        oob.send_msg(&verdict)?;
     }
     oob.close(&mine[0], TIMEOUT)?;
     Ok(ok)
@@ -574,6 +709,8 @@ fn latency_test(
     } else if p.op != PerfOp::Write {
         // The server of ib_read_lat waits here for the whole test.
         oob.close(mine, TEST_TIMEOUT)?;
+    } else {
+        oob.end()?;
     }
     if p.verify {
         println!("verify: {}", if ok { "ok" } else { "FAILED" });
@@ -709,8 +846,30 @@ fn print_bw(r: &BwReport) {
     println!("{LINE}");
 }
 
+/// The client's exchange (TCP, or with `-R` a CM connection from a device opened on the
+/// address the route to the server leaves from, or `--gid`).
+fn client_open(args: &PerfArgs, host: &str) -> anyhow::Result<(Oob, u32, Option<Device>)> {
+    if !args.rdma_cm {
+        let tcp = oob_connect(Some(host), args.port)?;
+        let (oob, mtu) = Oob::open(Chan::Tcp(tcp), true, args.mtu)?;
+        return Ok((oob, mtu, None));
+    }
+    let server: SocketAddr = (host, args.port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))?;
+    let ip = perf_cm::route_source(server.ip(), args.link.gid, args.link.udp_port)?;
+    let dev = open_device(ip, false, args)?;
+    let ch = CmChannel::connect(&dev, server, cm_config(args))?;
+    let (oob, mtu) = Oob::open(Chan::Cm(Box::new(ch)), true, args.mtu)?;
+    Ok((oob, mtu, Some(dev)))
+}
+
 fn client(args: PerfArgs) -> anyhow::Result<bool> {
-    let (mut oob, mtu) = Oob::open(args.host.as_deref(), args.port, args.mtu)?;
+    let host = args.host.clone().expect("a client has a host");
+    let (mut oob, mtu, dev) = client_open(&args, &host)?;
+    let dev = test_device(&oob, dev, &args)?;
     let (p, side, server_udp) = if oob.peer_irn {
         let mut p = PerfParams {
             op: args.op,
@@ -725,7 +884,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
         if p.latency {
             perf_lat::check_params(&p)?;
         }
-        let side = setup(&p, &oob, &args)?;
+        let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
         let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         let reply = oob.swap(&line, PerfParams::WIRE_LEN, TIMEOUT)?;
@@ -733,7 +892,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
         (p, side, reply.udp_port)
     } else {
         let p = own_params(&args)?;
-        let side = setup(&p, &oob, &args)?;
+        let side = setup(&p, dev, &args)?;
         (p, side, ROCE_PORT)
     };
     let r = client_test(&args, oob, mtu, &p, &side, server_udp);
@@ -754,12 +913,13 @@ fn client_test(
 ) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     let mine = keys(side, &psns);
-    let peer_irn = oob.peer_irn;
+    let (peer_irn, by_cm) = (oob.peer_irn, oob.cm());
+    oob.cm_connect(side, &test_attr(mtu, peer_irn, OUT_READS), &mine[0])?;
     let theirs = oob.before_test(
         &mine,
         p.op,
         p.latency,
-        |theirs| connect(side, theirs, &psns, (server_udp, peer_irn), mtu),
+        |theirs| connect(side, theirs, &psns, (server_udp, peer_irn, by_cm), mtu),
         || {
             if p.latency {
                 perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)

@@ -312,3 +312,77 @@ fn pingpong_like_ibv_rc_pingpong_and_its_capture_decodes() {
         assert!(!last.contains("\"rocev2\":0,"), "{last}");
     }
 }
+
+/// A UDP port free on the loopback addresses (both `-R` ends use the same one, as RoCE
+/// devices all use 4791).
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn rdma_cm_mode_connects_every_queue_pair_through_the_cm() {
+    // perftest's -R between two irn ends: the exchange over a CM connection, three queue
+    // pairs each connected through the CM to the same port, every operation verified through
+    // loss; the latency tools too. The ends are 127.0.0.1 and 127.0.0.2 on one UDP port.
+    let runs: [&[&str]; 6] = [
+        &["write", "-q", "3", "-s", "16384", "-n", "300"],
+        &["read", "-q", "3", "-s", "16384", "-n", "300"],
+        &["send", "-q", "3", "-s", "16384", "-n", "300"],
+        &["atomic", "-q", "3", "-n", "300"],
+        &["write", "--latency", "-s", "100", "-n", "200"],
+        &["send", "--latency", "-s", "100", "-n", "200"],
+    ];
+    for run in runs {
+        let port = free_tcp_port().to_string();
+        let udp = free_udp_port().to_string();
+        let common = ["-R", "-p", &port, "--udp-port", &udp, "--loss", "0.01"];
+        let mut s = vec!["perf", run[0], "--gid", "127.0.0.1"];
+        s.extend_from_slice(&common);
+        let server = spawn(&s);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut c = vec![
+            "perf",
+            run[0],
+            "127.0.0.1",
+            "--gid",
+            "127.0.0.2",
+            "--verify",
+        ];
+        c.extend_from_slice(&common);
+        c.extend_from_slice(&run[1..]);
+        let client = finish(spawn(&c), 120);
+        let server = finish(server, 60);
+        let what = format!(
+            "{run:?}\nclient:\n{}\nserver:\n{}",
+            text(&client),
+            text(&server)
+        );
+        assert!(client.status.success() && server.status.success(), "{what}");
+        let out = String::from_utf8_lossy(&client.stdout);
+        assert!(out.contains("verify: ok"), "{what}");
+        let sout = String::from_utf8_lossy(&server.stdout);
+        assert!(
+            sout.contains("from 127.0.0.2:") && sout.contains("connected through the RDMA CM"),
+            "the server names its client and how it connected: {what}"
+        );
+        if run.contains(&"--latency") {
+            assert!(latency_row(&out, "100").is_some(), "{what}");
+        } else {
+            assert!(out.contains("BW average[MB/sec]"), "{what}");
+        }
+    }
+    // The server of -R binds one address, which it must be given.
+    let out = irn()
+        .args(["perf", "write", "-R"])
+        .output()
+        .expect("irn runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--gid"),
+        "{}",
+        text(&out)
+    );
+}

@@ -25,13 +25,24 @@
 //! stretches the wait by its service timeout. Malformed or unrelated MADs are counted and
 //! dropped ([`CmConnection::dropped`]).
 //!
+//! # One agent per device
+//!
+//! Every listener and connection of a device shares its QP1 through one agent (Linux's
+//! `ib_cm`), so a device carries any number of connections — perftest's `-R` makes one for its
+//! own exchange and one per queue pair, all to one port. Whichever call is waiting receives for
+//! all: a MAD is routed by the communication IDs it names, a REQ by its service ID. The agent
+//! answers what needs no consumer, as Linux's CM does: a DREQ with a DREP (also for a
+//! connection it no longer knows), a repeated REQ with the REP, a repeated REP with the RTU (a
+//! lost RTU), a REQ for a port nobody listens on with a REJ.
+//!
 //! # Not built
 //!
-//! One connection per [`CmListener`] (it becomes the connection, holding QP1), and one user of
-//! QP1 per device; no alternate paths (LAP/APR), no UD service resolution (SIDR). A lost RTU is
-//! recovered only by the REP's retransmission while the passive side still waits for it.
+//! No alternate paths (LAP/APR), no UD service resolution (SIDR), no TIMEWAIT (a connection's
+//! IDs are forgotten when it is dropped).
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use irn_wire::cm::{
@@ -68,6 +79,9 @@ pub enum CmError {
     /// A message that cannot be built (a field out of range, private data too long).
     #[error("{0}")]
     Wire(#[from] irn_wire::Error),
+    /// Another listener of the device has that port.
+    #[error("rdma_cm port {0} already has a listener on this device")]
+    PortInUse(u16),
 }
 
 /// Result of the CM calls.
@@ -100,6 +114,12 @@ const SLOTS: u64 = 32;
 const SLOT: u64 = (GRH_LEN + MAD_LEN) as u64;
 /// Where this side builds the MAD it sends.
 const SEND_AT: u64 = SLOTS * SLOT;
+/// The longest a call holds the device's CM while it waits for a MAD: another thread's call
+/// waits at most this long for its turn.
+const SLICE: Duration = Duration::from_millis(5);
+/// MADs kept for calls that have not asked for them yet (a REQ for a listener between two
+/// `get_request`s, a REP for a connect in progress); beyond, the oldest is counted and dropped.
+const PENDING_MAX: usize = 64;
 
 /// QP1 of a device, with its buffers: sends and receives CM MADs.
 struct Gsi {
@@ -108,14 +128,13 @@ struct Gsi {
     rcq: Cq,
     mr: Mr,
     pd: Pd,
-    ahs: Vec<(IpAddr, Ah)>,
-    port: u16,
+    ahs: Vec<(IpAddr, u16, Ah)>,
     local: IpAddr,
     dropped: u64,
 }
 
 impl Gsi {
-    fn open(dev: &Device, port: u16) -> CmResult<Gsi> {
+    fn open(dev: &Device) -> CmResult<Gsi> {
         let pd = dev.alloc_pd();
         let scq = dev.create_cq(4)?;
         let rcq = dev.create_cq(SLOTS as usize + 1)?;
@@ -146,28 +165,30 @@ impl Gsi {
             mr,
             pd,
             ahs: Vec::new(),
-            port,
             local: dev.local_addr().ip(),
             dropped: 0,
         })
     }
 
-    fn send(&mut self, to: IpAddr, mad: &CmMad) -> CmResult<()> {
+    /// Sends `mad` to QP1 at `to`, whose device listens on UDP port `port`.
+    fn send(&mut self, to: IpAddr, port: u16, mad: &CmMad) -> CmResult<()> {
         let bytes = mad.emit()?;
-        if !self.ahs.iter().any(|(ip, _)| *ip == to) {
-            let ah = self.pd.create_ah(Gid::from(to), self.port)?;
-            self.ahs.push((to, ah));
-        }
-        let ah = &self
+        let i = match self
             .ahs
             .iter()
-            .find(|(ip, _)| *ip == to)
-            .expect("just made")
-            .1;
+            .position(|(ip, p, _)| *ip == to && *p == port)
+        {
+            Some(i) => i,
+            None => {
+                let ah = self.pd.create_ah(Gid::from(to), port)?;
+                self.ahs.push((to, port, ah));
+                self.ahs.len() - 1
+            }
+        };
         self.mr.write(SEND_AT, &bytes)?;
         self.qp.post_send(UdSend {
             wr_id: 0,
-            ah,
+            ah: &self.ahs[i].2,
             remote_qpn: GSI_QPN,
             remote_qkey: GSI_QKEY,
             sg_list: vec![self.mr.sge(SEND_AT, MAD_LEN as u32)],
@@ -280,9 +301,251 @@ fn mtu_bytes(e: u8) -> u32 {
     }
 }
 
-/// An established connection: its QP1, the peer, the IDs both ends use.
-pub struct CmConnection {
+/// Where a connection of the device stands, as its agent tracks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// REQ sent, no REP yet.
+    Connecting,
+    /// REP sent, no RTU (nor packet) yet.
+    Accepting,
+    Established,
+    /// DREQ or DREP received (or a REJ while connecting).
+    Disconnected,
+}
+
+/// One connection of the device, keyed by this end's communication ID.
+struct Conn {
+    peer: IpAddr,
+    peer_port: u16,
+    /// The peer's communication ID (0 until its REP names it).
+    remote_id: u32,
+    remote_qpn: u32,
+    state: State,
+    /// It was established (RTU or first packet) before whatever ended it.
+    was_up: bool,
+    /// What a repeated message of the peer is answered with: the REP for a repeated REQ
+    /// (passive side), the RTU for a repeated REP (active side: its RTU was lost).
+    again: Option<CmMad>,
+}
+
+/// The connection manager of one device: QP1, shared by every listener and connection of the
+/// device (Linux's `ib_cm` agent). Whoever calls into it receives MADs for everyone: each is
+/// routed to its connection by the communication IDs it names (IBTA §12.6), or to a listener
+/// by its service ID. The agent itself answers what needs no consumer, as Linux's CM does:
+/// a DREQ with a DREP (also for a connection it no longer knows, `cm_issue_drep`), a repeated
+/// REQ with the REP, a repeated REP with the RTU, a REQ for a port nobody listens on with a
+/// REJ (reason 8, invalid service ID: `ECONNREFUSED` at the requester).
+pub(crate) struct Agent {
     gsi: Gsi,
+    /// The UDP port of a peer's QP1 when nothing else says (a REJ to an unknown requester).
+    default_port: u16,
+    conns: BTreeMap<u32, Conn>,
+    /// rdma_cm ports listened on.
+    listening: BTreeSet<u16>,
+    /// MADs for calls in progress that have not taken them yet.
+    pending: VecDeque<(IpAddr, CmMad)>,
+}
+
+type AgentRef = Arc<Mutex<Agent>>;
+
+fn lock(agent: &AgentRef) -> MutexGuard<'_, Agent> {
+    agent.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The device's agent, opened (QP1 created) on first use.
+fn agent_of(dev: &Device, default_port: u16) -> CmResult<AgentRef> {
+    let mut slot = dev.cm_slot().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(a) = slot.upgrade() {
+        return Ok(a);
+    }
+    let a = Arc::new(Mutex::new(Agent {
+        gsi: Gsi::open(dev)?,
+        default_port,
+        conns: BTreeMap::new(),
+        listening: BTreeSet::new(),
+        pending: VecDeque::new(),
+    }));
+    *slot = Arc::downgrade(&a);
+    Ok(a)
+}
+
+/// The rdma_cm port a REQ's service ID names (TCP port space, RC only).
+fn req_port(req: &CmReq) -> Option<u16> {
+    (req.service_id & !0xffff == rdma_cm_service_id(0) && req.transport_service_type == 0)
+        .then_some(req.service_id as u16)
+}
+
+impl Agent {
+    /// A communication ID no connection of this device uses.
+    fn fresh_id(&self) -> u32 {
+        loop {
+            let id = random_u32();
+            if !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Receives what arrives until `until` (at most one MAD) and routes it. Returns whether a
+    /// MAD arrived.
+    fn pump(&mut self, until: Instant) -> CmResult<bool> {
+        match self.gsi.recv(until)? {
+            Some((from, m)) => {
+                self.route(from, m)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Everything already received, without waiting.
+    fn drain(&mut self) -> CmResult<()> {
+        while self.pump(Instant::now())? {}
+        Ok(())
+    }
+
+    fn keep(&mut self, from: IpAddr, m: CmMad) {
+        if self.pending.len() == PENDING_MAX {
+            self.pending.pop_front();
+            self.gsi.dropped += 1;
+        }
+        self.pending.push_back((from, m));
+    }
+
+    fn route(&mut self, from: IpAddr, m: CmMad) -> CmResult<()> {
+        let to = match &m.msg {
+            CmMsg::Req(r) => {
+                // A repeated REQ of a connection this side replied to: the REP again.
+                let known = self.conns.values().find(|c| {
+                    c.peer == from && c.state != State::Connecting && c.remote_id == r.local_comm_id
+                });
+                if let Some(c) = known {
+                    if let (Some(rep), State::Accepting | State::Established) = (&c.again, c.state)
+                    {
+                        let (rep, port) = (*rep, c.peer_port);
+                        self.gsi.send(from, port, &rep)?;
+                    }
+                    return Ok(());
+                }
+                if req_port(r).is_some_and(|p| self.listening.contains(&p)) {
+                    self.keep(from, m);
+                } else {
+                    let rej = reject(r, m.hdr.tid, 8);
+                    let port = self.default_port;
+                    self.gsi.send(from, port, &rej)?;
+                }
+                return Ok(());
+            }
+            CmMsg::Mra(r) => r.remote_comm_id,
+            CmMsg::Rej(r) => r.remote_comm_id,
+            CmMsg::Rep(r) => r.remote_comm_id,
+            CmMsg::Rtu(r) | CmMsg::Drep(r) => r.remote_comm_id,
+            CmMsg::Dreq(r) => r.remote_comm_id,
+        };
+        let Some(c) = self.conns.get_mut(&to).filter(|c| c.peer == from) else {
+            if let CmMsg::Dreq(d) = &m.msg {
+                // A connection this side no longer knows (destroyed, or never made): Linux's
+                // CM answers such a DREQ all the same, so the peer need not time out.
+                let drep = drep(d.remote_comm_id, d.local_comm_id, m.hdr.tid);
+                let port = self.default_port;
+                return self.gsi.send(from, port, &drep);
+            }
+            self.gsi.dropped += 1;
+            return Ok(());
+        };
+        match (&m.msg, c.state) {
+            (CmMsg::Dreq(_), _) => {
+                c.state = State::Disconnected;
+                let (drep, port) = (drep(to, c.remote_id, m.hdr.tid), c.peer_port);
+                self.gsi.send(from, port, &drep)?;
+            }
+            (CmMsg::Drep(_), _) => c.state = State::Disconnected,
+            (CmMsg::Rtu(_), State::Accepting) => {
+                c.state = State::Established;
+                c.was_up = true;
+            }
+            (CmMsg::Rep(_), State::Established) => {
+                if let Some(rtu) = c.again {
+                    let port = c.peer_port;
+                    self.gsi.send(from, port, &rtu)?;
+                }
+            }
+            (CmMsg::Rep(_) | CmMsg::Rej(_) | CmMsg::Mra(_), State::Connecting) => {
+                self.keep(from, m)
+            }
+            (CmMsg::Rej(_), State::Accepting) => c.state = State::Disconnected,
+            _ => self.gsi.dropped += 1,
+        }
+        Ok(())
+    }
+
+    /// Takes the first pending MAD `want` accepts.
+    fn take(&mut self, want: &mut impl FnMut(IpAddr, &CmMad) -> bool) -> Option<(IpAddr, CmMad)> {
+        let i = self.pending.iter().position(|(f, m)| want(*f, m))?;
+        self.pending.remove(i)
+    }
+
+    fn state(&self, id: u32) -> State {
+        self.conns.get(&id).map_or(State::Disconnected, |c| c.state)
+    }
+}
+
+/// Waits until `until` for a MAD that `want` accepts, receiving and routing everything else
+/// meanwhile; holds the agent a [`SLICE`] at a time.
+fn next_mad(
+    agent: &AgentRef,
+    until: Instant,
+    mut want: impl FnMut(IpAddr, &CmMad) -> bool,
+) -> CmResult<Option<(IpAddr, CmMad)>> {
+    loop {
+        let mut a = lock(agent);
+        if let Some(got) = a.take(&mut want) {
+            return Ok(Some(got));
+        }
+        let now = Instant::now();
+        if now >= until {
+            return Ok(None);
+        }
+        a.pump((now + SLICE).min(until))?;
+    }
+}
+
+/// Waits until `until` for connection `id` to leave `from`, or `done` to hold; returns the
+/// state it is in then.
+fn wait_state(
+    agent: &AgentRef,
+    id: u32,
+    from: State,
+    until: Instant,
+    done: impl Fn() -> bool,
+) -> CmResult<State> {
+    loop {
+        let mut a = lock(agent);
+        a.drain()?;
+        let s = a.state(id);
+        let now = Instant::now();
+        if s != from || done() || now >= until {
+            return Ok(s);
+        }
+        a.pump((now + SLICE).min(until))?;
+    }
+}
+
+fn drep(local_id: u32, remote_id: u32, tid: u64) -> CmMad {
+    CmMad {
+        hdr: MadHdr::cm(0x0016, tid),
+        msg: CmMsg::Drep(CmIds224 {
+            local_comm_id: local_id,
+            remote_comm_id: remote_id,
+            private_data: [0; 224],
+        }),
+    }
+}
+
+/// An established connection: the peer, the IDs both ends use; its device's QP1 is shared
+/// with the device's other connections and listeners.
+pub struct CmConnection {
+    agent: AgentRef,
     cfg: CmConfig,
     peer: IpAddr,
     local_id: u32,
@@ -298,6 +561,13 @@ impl std::fmt::Debug for CmConnection {
             .field("local_id", &self.local_id)
             .field("remote_id", &self.remote_id)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for CmConnection {
+    fn drop(&mut self) {
+        // Forgotten: a later DREQ from the peer is still answered (as for any unknown ID).
+        lock(&self.agent).conns.remove(&self.local_id);
     }
 }
 
@@ -317,9 +587,10 @@ impl CmConnection {
         &self.private_data
     }
 
-    /// MADs received and dropped (malformed, or not for this connection).
+    /// MADs the device's QP1 received and dropped (malformed, or for no connection or
+    /// listener of the device).
     pub fn dropped(&self) -> u64 {
-        self.gsi.dropped
+        lock(&self.agent).gsi.dropped
     }
 
     fn dreq(&self) -> CmMad {
@@ -334,64 +605,50 @@ impl CmConnection {
         }
     }
 
-    fn drep(&self, tid: u64) -> CmMad {
-        CmMad {
-            hdr: MadHdr::cm(0x0016, tid),
-            msg: CmMsg::Drep(CmIds224 {
-                local_comm_id: self.local_id,
-                remote_comm_id: self.remote_id,
-                private_data: [0; 224],
-            }),
-        }
-    }
-
-    /// Waits until `until` for the peer's DREQ (and, with `drep_too`, a DREP answering ours);
-    /// answers a DREQ with a DREP. Returns whether either came; drops everything else (the
-    /// peer's retransmitted RTU or REP: the connection is up already).
-    fn await_disconnect(&mut self, until: Instant, drep_too: bool) -> CmResult<bool> {
-        while let Some((from, m)) = self.gsi.recv(until)? {
-            if from != self.peer {
-                self.gsi.dropped += 1;
-                continue;
-            }
-            match m.msg {
-                CmMsg::Drep(d) if drep_too && d.remote_comm_id == self.local_id => return Ok(true),
-                CmMsg::Dreq(d) if d.remote_comm_id == self.local_id => {
-                    let drep = self.drep(m.hdr.tid);
-                    self.gsi.send(self.peer, &drep)?;
-                    return Ok(true);
-                }
-                _ => self.gsi.dropped += 1,
-            }
-        }
-        Ok(false)
+    /// Waits until `until` for the connection to end (the peer's DREQ, answered by the
+    /// agent, or the DREP to ours). Returns whether it did.
+    fn await_disconnect(&self, until: Instant) -> CmResult<bool> {
+        let s = wait_state(
+            &self.agent,
+            self.local_id,
+            State::Established,
+            until,
+            || false,
+        )?;
+        Ok(s == State::Disconnected)
     }
 
     /// Ends the connection (`rdma_disconnect`): DREQ until a DREP (or the peer's own DREQ)
     /// answers it. Returns whether the peer answered: a DREQ unanswered after every retry
     /// still ends the connection (Linux's CM goes to TIMEWAIT the same way).
-    pub fn disconnect(mut self) -> CmResult<bool> {
+    pub fn disconnect(self) -> CmResult<bool> {
         let dreq = self.dreq();
         for _ in 0..=self.cfg.max_retries {
-            self.gsi.send(self.peer, &dreq)?;
-            if self.await_disconnect(Instant::now() + self.cfg.retry_timeout, true)? {
+            {
+                let mut a = lock(&self.agent);
+                if a.state(self.local_id) == State::Disconnected {
+                    return Ok(true);
+                }
+                a.gsi.send(self.peer, self.cfg.peer_port, &dreq)?;
+            }
+            if self.await_disconnect(Instant::now() + self.cfg.retry_timeout)? {
                 return Ok(true);
             }
         }
         Ok(false)
     }
 
-    /// Whether the peer has ended the connection: looks at QP1 without waiting and answers a
-    /// DREQ with a DREP (`RDMA_CM_EVENT_DISCONNECTED`). Call it between waits on the data
-    /// path.
+    /// Whether the peer has ended the connection (`RDMA_CM_EVENT_DISCONNECTED`; its DREQ is
+    /// answered with a DREP): looks at QP1 without waiting. Call it between waits on the
+    /// data path.
     pub fn poll_disconnect(&mut self) -> CmResult<bool> {
-        self.await_disconnect(Instant::now(), false)
+        self.await_disconnect(Instant::now())
     }
 
     /// Waits (up to `timeout`) for the peer to end the connection, and answers its DREQ with
     /// a DREP (what rping's server does after its last iteration).
-    pub fn wait_disconnect(mut self, timeout: Duration) -> CmResult<()> {
-        if self.await_disconnect(Instant::now() + timeout, false)? {
+    pub fn wait_disconnect(self, timeout: Duration) -> CmResult<()> {
+        if self.await_disconnect(Instant::now() + timeout)? {
             Ok(())
         } else {
             Err(CmError::Idle(timeout))
@@ -413,6 +670,7 @@ fn connected_attr(base: &QpAttr, mtu: u32, rd_atomic: u8, dest_rd_atomic: u8) ->
 /// rdma_cm port (`rdma_connect`). `attr` gives the queue pair's settings (MTU, timeouts,
 /// retries, access, reads/atomics outstanding); `private_data` (at most 56 bytes) reaches the
 /// peer after rdma_cm's header. The device must be bound to an address of `to`'s family.
+/// Any number of connections (and listeners) may share one device.
 pub fn connect(
     dev: &Device,
     qp: &Qp,
@@ -428,8 +686,34 @@ pub fn connect(
             what: "REQ private data longer than 56 bytes",
         }));
     }
-    let mut gsi = Gsi::open(dev, cfg.peer_port)?;
-    let local_id = random_u32();
+    let agent = agent_of(dev, cfg.peer_port)?;
+    let local_id = {
+        let mut a = lock(&agent);
+        let id = a.fresh_id();
+        a.conns.insert(
+            id,
+            Conn {
+                peer: to.ip(),
+                peer_port: cfg.peer_port,
+                remote_id: 0,
+                remote_qpn: 0,
+                state: State::Connecting,
+                was_up: false,
+                again: None,
+            },
+        );
+        id
+    };
+    // Registered from here: forget it on any early return.
+    let mut conn = CmConnection {
+        agent,
+        cfg,
+        peer: to.ip(),
+        local_id,
+        remote_id: 0,
+        remote_qpn: 0,
+        private_data: Vec::new(),
+    };
     let psn = crate::random_psn();
     let mut pd = [0u8; 92];
     CmaHdr {
@@ -486,32 +770,34 @@ pub fn connect(
     let tries = cfg.max_retries + 1;
     let mut sent = 0;
     let mut until = Instant::now();
-    let rep = 'wait: loop {
+    let ours = |m: &CmMad| match &m.msg {
+        CmMsg::Rep(r) => r.remote_comm_id == local_id,
+        CmMsg::Rej(r) => r.remote_comm_id == local_id,
+        CmMsg::Mra(r) => r.remote_comm_id == local_id,
+        _ => false,
+    };
+    let rep = loop {
         if Instant::now() >= until {
             if sent == tries {
                 return Err(CmError::Timeout { what: "REQ", tries });
             }
-            gsi.send(to.ip(), &req)?;
+            lock(&conn.agent).gsi.send(to.ip(), cfg.peer_port, &req)?;
             sent += 1;
             until = Instant::now() + cfg.retry_timeout;
         }
-        while let Some((from, m)) = gsi.recv(until)? {
-            if from != to.ip() {
-                gsi.dropped += 1;
-                continue;
+        let Some((_, m)) = next_mad(&conn.agent, until, |from, m| from == to.ip() && ours(m))?
+        else {
+            continue;
+        };
+        match m.msg {
+            CmMsg::Rep(r) => break (r, m.hdr.tid),
+            CmMsg::Rej(r) => return Err(CmError::Rejected(r.reason)),
+            CmMsg::Mra(r) => {
+                // The peer needs 4.096 µs × 2^t more.
+                let t = Duration::from_nanos(4096 << r.service_timeout.min(24));
+                until = Instant::now() + t + cfg.retry_timeout;
             }
-            match m.msg {
-                CmMsg::Rep(r) if r.remote_comm_id == local_id => break 'wait (r, m.hdr.tid),
-                CmMsg::Rej(r) if r.remote_comm_id == local_id => {
-                    return Err(CmError::Rejected(r.reason))
-                }
-                CmMsg::Mra(r) if r.remote_comm_id == local_id => {
-                    // The peer needs 4.096 µs × 2^t more.
-                    let t = Duration::from_nanos(4096 << r.service_timeout.min(24));
-                    until = Instant::now() + t + cfg.retry_timeout;
-                }
-                _ => gsi.dropped += 1,
-            }
+            _ => {}
         }
     };
     let (rep, tid): (CmRep, u64) = rep;
@@ -543,21 +829,25 @@ pub fn connect(
             private_data: [0; 224],
         }),
     };
-    gsi.send(to.ip(), &rtu)?;
+    {
+        let mut a = lock(&conn.agent);
+        if let Some(c) = a.conns.get_mut(&local_id) {
+            c.remote_id = rep.local_comm_id;
+            c.remote_qpn = rep.local_qpn;
+            c.state = State::Established;
+            c.again = Some(rtu);
+        }
+        a.gsi.send(to.ip(), cfg.peer_port, &rtu)?;
+    }
     let used = rep
         .private_data
         .iter()
         .rposition(|&b| b != 0)
         .map_or(0, |i| i + 1);
-    Ok(CmConnection {
-        gsi,
-        cfg,
-        peer: to.ip(),
-        local_id,
-        remote_id: rep.local_comm_id,
-        remote_qpn: rep.local_qpn,
-        private_data: rep.private_data[..used].to_vec(),
-    })
+    conn.remote_id = rep.local_comm_id;
+    conn.remote_qpn = rep.local_qpn;
+    conn.private_data = rep.private_data[..used].to_vec();
+    Ok(conn)
 }
 
 /// A connection request received by a [`CmListener`].
@@ -583,11 +873,17 @@ impl CmRequest {
     pub fn path_mtu(&self) -> u32 {
         mtu_bytes(self.req.path_mtu)
     }
+
+    /// The reads and atomics the requester accepts at once as responder.
+    pub fn responder_resources(&self) -> u8 {
+        self.req.responder_resources
+    }
 }
 
 /// Listens for connection requests to an rdma_cm port (`rdma_listen`), on the device's QP1.
+/// It accepts any number of them; each becomes a [`CmConnection`].
 pub struct CmListener {
-    gsi: Gsi,
+    agent: AgentRef,
     cfg: CmConfig,
     port: u16,
 }
@@ -600,56 +896,79 @@ impl std::fmt::Debug for CmListener {
     }
 }
 
+impl Drop for CmListener {
+    fn drop(&mut self) {
+        let mut a = lock(&self.agent);
+        a.listening.remove(&self.port);
+        // Requests nobody took: refused from now on, as a REQ to a closed port is.
+        let port = self.port;
+        a.pending
+            .retain(|(_, m)| !matches!(&m.msg, CmMsg::Req(r) if req_port(r) == Some(port)));
+    }
+}
+
 impl CmListener {
-    /// Listens on rdma_cm port `port` of `dev` (which then has its QP1 in use).
+    /// Listens on rdma_cm port `port` of `dev`. One listener per port and device
+    /// ([`CmError::PortInUse`] otherwise, as `rdma_bind_addr` says `EADDRINUSE`).
     pub fn bind(dev: &Device, port: u16, cfg: CmConfig) -> CmResult<CmListener> {
-        Ok(CmListener {
-            gsi: Gsi::open(dev, cfg.peer_port)?,
-            cfg,
-            port,
-        })
+        let agent = agent_of(dev, cfg.peer_port)?;
+        if !lock(&agent).listening.insert(port) {
+            return Err(CmError::PortInUse(port));
+        }
+        Ok(CmListener { agent, cfg, port })
     }
 
     /// Waits up to `timeout` for a REQ to this port (`rdma_get_cm_event`:
-    /// `RDMA_CM_EVENT_CONNECT_REQUEST`). A REQ for another service is rejected (reason 8).
+    /// `RDMA_CM_EVENT_CONNECT_REQUEST`). REQs for ports nobody listens on are rejected
+    /// (reason 8) meanwhile.
     pub fn get_request(&mut self, timeout: Duration) -> CmResult<CmRequest> {
         let until = Instant::now() + timeout;
-        while let Some((from, m)) = self.gsi.recv(until)? {
-            let CmMsg::Req(req) = m.msg else {
-                self.gsi.dropped += 1;
-                continue;
-            };
-            if req.service_id != rdma_cm_service_id(self.port) || req.transport_service_type != 0 {
-                let rej = reject(&req, m.hdr.tid, 8);
-                self.gsi.send(from, &rej)?;
-                continue;
-            }
-            let cma = CmaHdr::parse(&req.private_data);
-            let pd = &req.private_data[if cma.is_some() { CmaHdr::LEN } else { 0 }..];
-            let used = pd.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            return Ok(CmRequest {
-                peer: from,
-                cma,
-                private_data: pd[..used].to_vec(),
-                req,
-                tid: m.hdr.tid,
-            });
-        }
-        Err(CmError::Idle(timeout))
+        let port = self.port;
+        let got = next_mad(
+            &self.agent,
+            until,
+            |_, m| matches!(&m.msg, CmMsg::Req(r) if req_port(r) == Some(port)),
+        )?;
+        let Some((
+            from,
+            CmMad {
+                hdr,
+                msg: CmMsg::Req(req),
+            },
+        )) = got
+        else {
+            return Err(CmError::Idle(timeout));
+        };
+        // Copies of the same REQ (the requester sent it again before we got to it).
+        lock(&self.agent).pending.retain(|(f, m)| {
+            !(*f == from && matches!(&m.msg, CmMsg::Req(r) if r.local_comm_id == req.local_comm_id))
+        });
+        let cma = CmaHdr::parse(&req.private_data);
+        let pd = &req.private_data[if cma.is_some() { CmaHdr::LEN } else { 0 }..];
+        let used = pd.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        Ok(CmRequest {
+            peer: from,
+            cma,
+            private_data: pd[..used].to_vec(),
+            req,
+            tid: hdr.tid,
+        })
     }
 
     /// Refuses a request (REJ, reason 28: the consumer rejected).
     pub fn reject(&mut self, request: &CmRequest) -> CmResult<()> {
         let rej = reject(&request.req, request.tid, 28);
-        self.gsi.send(request.peer, &rej)
+        lock(&self.agent)
+            .gsi
+            .send(request.peer, self.cfg.peer_port, &rej)
     }
 
     /// Accepts a request (`rdma_accept`): moves `qp` (RESET or INIT) to RTR and RTS towards
     /// the requester, replies with a REP carrying `private_data` (at most 196 bytes), and
-    /// waits for the RTU, answering a repeated REQ with the REP again. The listener becomes
-    /// the connection.
+    /// waits for the RTU (or the first packet on `qp`), the agent answering a repeated REQ
+    /// with the REP again. The listener goes on listening.
     pub fn accept(
-        mut self,
+        &mut self,
         request: &CmRequest,
         qp: &Qp,
         attr: &QpAttr,
@@ -662,7 +981,6 @@ impl CmListener {
                 what: "REP private data longer than 196 bytes",
             }));
         }
-        let local_id = random_u32();
         let psn = crate::random_psn();
         let mtu = attr.path_mtu.min(mtu_bytes(req.path_mtu));
         let qattr = connected_attr(
@@ -685,6 +1003,10 @@ impl CmListener {
         )?;
         let mut pd = [0u8; 196];
         pd[..private_data.len()].copy_from_slice(private_data);
+        let (local_id, local_guid) = {
+            let a = lock(&self.agent);
+            (a.fresh_id(), a.gsi.local)
+        };
         let rep = CmMad {
             hdr: MadHdr::cm(0x0013, request.tid),
             msg: CmMsg::Rep(CmRep {
@@ -701,47 +1023,61 @@ impl CmListener {
                 e2e_flow_control: false,
                 rnr_retry_count: attr.rnr_retry.min(7),
                 srq: false,
-                local_ca_guid: ca_guid(self.gsi.local),
+                local_ca_guid: ca_guid(local_guid),
                 private_data: pd,
             }),
+        };
+        lock(&self.agent).conns.insert(
+            local_id,
+            Conn {
+                peer: request.peer,
+                peer_port: self.cfg.peer_port,
+                remote_id: req.local_comm_id,
+                remote_qpn: req.local_qpn,
+                state: State::Accepting,
+                was_up: false,
+                again: Some(rep),
+            },
+        );
+        let conn = CmConnection {
+            agent: self.agent.clone(),
+            cfg: self.cfg,
+            peer: request.peer,
+            local_id,
+            remote_id: req.local_comm_id,
+            remote_qpn: req.local_qpn,
+            private_data: request.private_data.clone(),
         };
         let tries = self.cfg.max_retries + 1;
         // A packet on the queue pair means the requester got the REP and is connected even if
         // its RTU was lost (IBTA §12.9.7: communication established).
-        let established = |qp: &Qp| qp.counters().rx_packets > 0;
+        let established = || qp.counters().rx_packets > 0;
         for _ in 0..tries {
-            self.gsi.send(request.peer, &rep)?;
+            lock(&self.agent)
+                .gsi
+                .send(request.peer, self.cfg.peer_port, &rep)?;
             let until = Instant::now() + self.cfg.retry_timeout;
-            let mut up = false;
-            while !up && Instant::now() < until {
-                up = established(qp);
-                let slice = (Instant::now() + Duration::from_millis(10)).min(until);
-                let Some((from, m)) = self.gsi.recv(slice)? else {
-                    continue;
-                };
-                match m.msg {
-                    CmMsg::Rtu(r) if from == request.peer && r.remote_comm_id == local_id => {
-                        up = true;
-                    }
-                    // Our REP was lost: the requester asks again.
-                    CmMsg::Req(r)
-                        if from == request.peer && r.local_comm_id == req.local_comm_id =>
-                    {
-                        self.gsi.send(request.peer, &rep)?;
-                    }
-                    _ => self.gsi.dropped += 1,
+            match wait_state(&self.agent, local_id, State::Accepting, until, established)? {
+                // Up and already ended (a quick peer on a busy host: RTU, data and DREQ all
+                // came before this thread looked): the connection was made.
+                State::Disconnected
+                    if established()
+                        || lock(&self.agent)
+                            .conns
+                            .get(&local_id)
+                            .is_some_and(|c| c.was_up) =>
+                {
+                    return Ok(conn)
                 }
-            }
-            if up || established(qp) {
-                return Ok(CmConnection {
-                    gsi: self.gsi,
-                    cfg: self.cfg,
-                    peer: request.peer,
-                    local_id,
-                    remote_id: req.local_comm_id,
-                    remote_qpn: req.local_qpn,
-                    private_data: request.private_data.clone(),
-                });
+                State::Disconnected => return Err(CmError::Rejected(0)),
+                State::Established => return Ok(conn),
+                _ if established() => {
+                    if let Some(c) = lock(&self.agent).conns.get_mut(&local_id) {
+                        c.state = State::Established;
+                    }
+                    return Ok(conn);
+                }
+                _ => {}
             }
         }
         Err(CmError::Timeout { what: "REP", tries })

@@ -202,6 +202,59 @@ impl PerfKey {
             srqn: hex(W, bytes, f[22], 8)?,
         })
     }
+
+    /// Size of the binary form perftest sends over an RDMA CM connection (`-R`, `-z`).
+    pub const BINARY_LEN: usize = 56;
+
+    /// The binary form: perftest's `struct pingpong_dest` as `rdma_write_keys` sends it with
+    /// `HAVE_ENDIAN` — `lid`, `out_reads`, `qpn`, `psn`, `rkey` (4 bytes each, big-endian),
+    /// 4 bytes of padding, `vaddr` (8), the GID (16), `srqn` and `gid_index` (4 each).
+    pub fn to_binary(&self, gid_index: u32) -> [u8; Self::BINARY_LEN] {
+        let mut out = [0u8; Self::BINARY_LEN];
+        out[0..4].copy_from_slice(&u32::from(self.lid).to_be_bytes());
+        out[4..8].copy_from_slice(&u32::from(self.out_reads).to_be_bytes());
+        out[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        out[12..16].copy_from_slice(&self.psn.to_be_bytes());
+        out[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        out[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        out[32..48].copy_from_slice(&self.gid.0);
+        out[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        out[52..56].copy_from_slice(&gid_index.to_be_bytes());
+        out
+    }
+
+    /// Parses the binary form (`rdma_read_keys`, which ignores `srqn` and `gid_index`: so
+    /// does this). Values beyond the fields' ranges are an error.
+    pub fn parse_binary(bytes: &[u8]) -> Result<PerfKey, ExchangeError> {
+        const W: &str = "perftest key (binary)";
+        if bytes.len() < Self::BINARY_LEN {
+            return Err(ExchangeError::Format {
+                what: W,
+                text: format!("{} bytes, not {}", bytes.len(), Self::BINARY_LEN),
+            });
+        }
+        let u32_at = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        let (lid, out_reads) = (u32_at(0), u32_at(4));
+        let (qpn, psn) = (u32_at(8), u32_at(12));
+        if lid > 0xffff || out_reads > 0xffff || qpn > 0xff_ffff || psn > 0xff_ffff {
+            return Err(ExchangeError::Format {
+                what: W,
+                text: format!("lid {lid}, out_reads {out_reads}, qpn {qpn:#x}, psn {psn:#x}"),
+            });
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&bytes[32..48]);
+        Ok(PerfKey {
+            lid: lid as u16,
+            out_reads: out_reads as u16,
+            qpn,
+            psn,
+            rkey: u32_at(16),
+            vaddr: u64::from_be_bytes(bytes[24..32].try_into().expect("8 bytes")),
+            gid: Gid(gid),
+            srqn: 0,
+        })
+    }
 }
 
 /// perftest's version message (`exchange_versions`): the version as a NUL-terminated string in
@@ -656,11 +709,40 @@ mod tests {
         }
     }
 
+    #[test]
+    fn binary_key_is_pingpong_dest_in_network_order() {
+        let k = PerfKey {
+            lid: 0,
+            out_reads: 128,
+            qpn: 0x00_0011,
+            psn: 0x00ab_cdef,
+            rkey: 0x1234_5678,
+            vaddr: 0x5555_0000_1000,
+            gid: Gid::from(std::net::Ipv4Addr::new(10, 99, 0, 2)),
+            srqn: 0,
+        };
+        let b = k.to_binary(1);
+        // Field by field as perftest's struct lays them out (x86-64: vaddr 8-aligned).
+        assert_eq!(&b[4..8], &[0, 0, 0, 128]);
+        assert_eq!(&b[8..12], &[0, 0, 0, 0x11]);
+        assert_eq!(&b[12..16], &[0, 0xab, 0xcd, 0xef]);
+        assert_eq!(&b[16..20], &[0x12, 0x34, 0x56, 0x78]);
+        assert_eq!(&b[24..32], &[0, 0, 0x55, 0x55, 0, 0, 0x10, 0]);
+        assert_eq!(&b[32..48], &k.gid.0);
+        assert_eq!(&b[52..56], &[0, 0, 0, 1]);
+        assert_eq!(PerfKey::parse_binary(&b).expect("parses"), k);
+        let mut bad = b;
+        bad[8] = 1; // a QPN over 24 bits
+        assert!(PerfKey::parse_binary(&bad).is_err());
+        assert!(PerfKey::parse_binary(&b[..55]).is_err());
+    }
+
     proptest! {
         #[test]
         fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = PingpongDest::parse(&bytes);
             let _ = PerfKey::parse(&bytes);
+            let _ = PerfKey::parse_binary(&bytes);
             let _ = PerfParams::parse(&String::from_utf8_lossy(&bytes));
             let _ = PerftestVersion::parse(&bytes);
             let _ = mtu_from_wire(&bytes);

@@ -721,6 +721,99 @@ fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
 }
 
 #[test]
+fn one_device_carries_many_cm_connections_to_one_port() {
+    // perftest's -R: a connection for the exchange and one per queue pair, all to one rdma_cm
+    // port of one device. Each connection moves its own data; the device's CM answers the
+    // peer's DREQs while the application waits on another connection (or has dropped the
+    // one named), and a second listener on the port is refused.
+    use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
+    const N: usize = 4;
+    let (da, db) = (
+        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("device"),
+        device_on("127.0.0.2", ReceivePath::Udp, 0.0, 6).expect("device"),
+    );
+    let cfg_a = CmConfig {
+        peer_port: db.local_addr().port(),
+        ..CmConfig::default()
+    };
+    let cfg_b = CmConfig {
+        peer_port: da.local_addr().port(),
+        ..CmConfig::default()
+    };
+    let a = side(da, QpMode::Irn, 64);
+    let b = side(db, QpMode::Irn, 64);
+    let qps = |s: &Side| -> Vec<irn_verbs::Qp> {
+        (0..N)
+            .map(|_| s.pd.create_qp(&s.cq, &s.cq, QpInit::default()).expect("qp"))
+            .collect()
+    };
+    let (qa, qb) = (qps(&a), qps(&b));
+    let attr = QpAttr::default();
+    let server = SocketAddr::new(b.dev.local_addr().ip(), 7175);
+    let dst = b.pd.reg_mr(N * 1024, all()).expect("mr");
+    let src = a.pd.reg_mr(N * 1024, all()).expect("mr");
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let mut l = CmListener::bind(&b.dev, 7175, cfg_b).expect("listen");
+            assert!(matches!(
+                CmListener::bind(&b.dev, 7175, cfg_b),
+                Err(CmError::PortInUse(7175))
+            ));
+            let mut conns = Vec::new();
+            for q in &qb {
+                let req = l.get_request(Duration::from_secs(10)).expect("request");
+                let i = usize::from(req.private_data[0]) - 1;
+                assert_eq!(req.qpn(), qa[i].qpn(), "requests come in the order sent");
+                conns.push(l.accept(&req, q, &attr, &[]).expect("accept"));
+            }
+            drop(l);
+            // The last connection is forgotten before its DREQ comes: answered all the same.
+            drop(conns.pop());
+            // Waiting on the first, the device answers the DREQs of the others.
+            let first = conns.remove(0);
+            first
+                .wait_disconnect(Duration::from_secs(20))
+                .expect("the client ends the first connection last");
+        });
+        let mut conns = Vec::new();
+        for (i, q) in qa.iter().enumerate() {
+            conns.push(
+                cm::connect(&a.dev, q, &attr, server, &[i as u8 + 1], cfg_a).expect("connect"),
+            );
+        }
+        for (i, (c, q)) in conns.iter().zip(&qa).enumerate() {
+            assert_eq!(c.remote_qpn(), qb[i].qpn());
+            let off = (i * 1024) as u64;
+            src.write(off, &[i as u8 + 1; 1024]).expect("fill");
+            q.post_send(wr(
+                i as u64,
+                SendOp::Write(remote_of(&dst, off)),
+                vec![src.sge(off, 1024)],
+            ))
+            .expect("post");
+            assert_eq!(wait(&a.cq, 10).status, WcStatus::Success);
+        }
+        let mut got = vec![0u8; N * 1024];
+        dst.read(0, &mut got).expect("read");
+        for (i, chunk) in got.chunks(1024).enumerate() {
+            assert!(
+                chunk.iter().all(|&x| x == i as u8 + 1),
+                "connection {i}'s data"
+            );
+        }
+        let first = conns.remove(0);
+        for c in conns {
+            assert!(
+                c.disconnect().expect("disconnect"),
+                "every DREQ is answered"
+            );
+        }
+        assert!(first.disconnect().expect("disconnect"));
+        srv.join().expect("server");
+    });
+}
+
+#[test]
 fn the_cm_connects_through_lost_mads() {
     // 30 % of every packet each device sends and receives is lost, CM MADs included: REQ, REP
     // and DREQ are sent again until answered, a lost RTU is made up for by the first packet

@@ -338,6 +338,9 @@ pub(crate) struct Shared {
     wake: rustix::fd::OwnedFd,
     epoch: Instant,
     closed: AtomicBool,
+    /// The device's connection manager (QP1 and its connections), while someone uses it: every
+    /// listener and connection of the device shares it (`crate::cm`).
+    pub(crate) cm: Mutex<std::sync::Weak<Mutex<crate::cm::Agent>>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -439,6 +442,7 @@ impl Device {
             .map_err(io::Error::from)?,
             epoch: Instant::now(),
             closed: AtomicBool::new(false),
+            cm: Mutex::new(std::sync::Weak::new()),
         });
         let s = shared.clone();
         let engine = std::thread::Builder::new()
@@ -448,6 +452,11 @@ impl Device {
             shared,
             engine: Some(engine),
         })
+    }
+
+    /// The slot of the device's connection manager.
+    pub(crate) fn cm_slot(&self) -> &Mutex<std::sync::Weak<Mutex<crate::cm::Agent>>> {
+        &self.shared.cm
     }
 
     /// The bound address and port.
