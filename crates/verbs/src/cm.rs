@@ -29,9 +29,10 @@
 //!
 //! Every listener and connection of a device shares its QP1 through one agent (Linux's
 //! `ib_cm`), so a device carries any number of connections — perftest's `-R` makes one for its
-//! own exchange and one per queue pair, all to one port. Whichever call is waiting receives for
-//! all: a MAD is routed by the communication IDs it names, a REQ by its service ID. The agent
-//! answers what needs no consumer, as Linux's CM does: a DREQ with a DREP (also for a
+//! own exchange and one per queue pair, all to one port. The agent has a thread of its own that
+//! receives every MAD and routes it by the communication IDs it names (a REQ by its service
+//! ID) to the call waiting for it, and answers what needs no consumer, as Linux's CM does in
+//! the kernel, whether or not the application is in a CM call: a DREQ with a DREP (also for a
 //! connection it no longer knows), a repeated REQ with the REP, a repeated REP with the RTU (a
 //! lost RTU), a REQ for a port nobody listens on with a REJ.
 //!
@@ -42,7 +43,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use irn_wire::cm::{
@@ -114,9 +115,9 @@ const SLOTS: u64 = 32;
 const SLOT: u64 = (GRH_LEN + MAD_LEN) as u64;
 /// Where this side builds the MAD it sends.
 const SEND_AT: u64 = SLOTS * SLOT;
-/// The longest a call holds the device's CM while it waits for a MAD: another thread's call
-/// waits at most this long for its turn.
-const SLICE: Duration = Duration::from_millis(5);
+/// How often the agent's thread looks whether the agent is still in use, and a wait for a
+/// connection's state looks at its queue pair.
+const SLICE: Duration = Duration::from_millis(10);
 /// MADs kept for calls that have not asked for them yet (a REQ for a listener between two
 /// `get_request`s, a REP for a connect in progress); beyond, the oldest is counted and dropped.
 const PENDING_MAX: usize = 64;
@@ -125,7 +126,6 @@ const PENDING_MAX: usize = 64;
 struct Gsi {
     qp: UdQp,
     scq: Cq,
-    rcq: Cq,
     mr: Mr,
     pd: Pd,
     ahs: Vec<(IpAddr, u16, Ah)>,
@@ -134,7 +134,8 @@ struct Gsi {
 }
 
 impl Gsi {
-    fn open(dev: &Device) -> CmResult<Gsi> {
+    /// QP1 and its receive completion queue (which the agent's thread waits on).
+    fn open(dev: &Device) -> CmResult<(Gsi, Cq)> {
         let pd = dev.alloc_pd();
         let scq = dev.create_cq(4)?;
         let rcq = dev.create_cq(SLOTS as usize + 1)?;
@@ -158,16 +159,16 @@ impl Gsi {
             })?;
         }
         qp.ready(1024, 0)?;
-        Ok(Gsi {
+        let gsi = Gsi {
             qp,
             scq,
-            rcq,
             mr,
             pd,
             ahs: Vec::new(),
             local: dev.local_addr().ip(),
             dropped: 0,
-        })
+        };
+        Ok((gsi, rcq))
     }
 
     /// Sends `mad` to QP1 at `to`, whose device listens on UDP port `port`.
@@ -211,36 +212,33 @@ impl Gsi {
         }
     }
 
-    /// The next well-formed CM MAD (and its sender's address) within `until`; anything else
-    /// that arrives is counted and dropped.
-    fn recv(&mut self, until: Instant) -> CmResult<Option<(IpAddr, CmMad)>> {
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let Some(wc) = self.rcq.wait(left)? else {
-                return Ok(None);
-            };
-            if wc.opcode != WcOpcode::Recv {
-                continue;
-            }
-            let slot = wc.wr_id;
-            let mut buf = [0u8; (GRH_LEN + MAD_LEN)];
-            let got = if wc.status == WcStatus::Success {
-                self.mr.read(slot * SLOT, &mut buf)?;
-                let from = grh_source(&buf[..GRH_LEN]);
-                let mad = CmMad::parse(&buf[GRH_LEN..]).ok();
-                from.zip(mad)
-            } else {
-                None
-            };
-            self.qp.post_recv(RecvWr {
-                wr_id: slot,
-                sg_list: vec![self.mr.sge(slot * SLOT, SLOT as u32)],
-            })?;
-            match got {
-                Some(m) => return Ok(Some(m)),
-                None => self.dropped += 1,
-            }
+    /// The well-formed CM MAD (and its sender's address) a receive completion holds, if it
+    /// does; the slot is posted again. Anything else is counted and dropped.
+    fn take_recv(&mut self, wc: &crate::Wc) -> CmResult<Option<(IpAddr, CmMad)>> {
+        if wc.opcode != WcOpcode::Recv {
+            return Ok(None);
         }
+        let slot = wc.wr_id;
+        let mut buf = [0u8; (GRH_LEN + MAD_LEN)];
+        // A MAD is exactly 256 bytes (IBTA §13.4.2); a shorter datagram must not be read with
+        // what an earlier MAD left in the slot.
+        let whole = wc.byte_len as usize == GRH_LEN + MAD_LEN;
+        let got = if wc.status == WcStatus::Success && whole {
+            self.mr.read(slot * SLOT, &mut buf)?;
+            let from = grh_source(&buf[..GRH_LEN]);
+            let mad = CmMad::parse(&buf[GRH_LEN..]).ok();
+            from.zip(mad)
+        } else {
+            None
+        };
+        self.qp.post_recv(RecvWr {
+            wr_id: slot,
+            sg_list: vec![self.mr.sge(slot * SLOT, SLOT as u32)],
+        })?;
+        if got.is_none() {
+            self.dropped += 1;
+        }
+        Ok(got)
     }
 }
 
@@ -346,27 +344,80 @@ pub(crate) struct Agent {
     pending: VecDeque<(IpAddr, CmMad)>,
 }
 
-type AgentRef = Arc<Mutex<Agent>>;
-
-fn lock(agent: &AgentRef) -> MutexGuard<'_, Agent> {
-    agent.lock().unwrap_or_else(|p| p.into_inner())
+/// The agent with what its thread needs outside the lock: the thread waits on QP1's receive
+/// completions without holding the agent, then routes each MAD under it and wakes the calls
+/// waiting for a MAD or a state change — so the device answers DREQs, repeated REQs and the
+/// like at any time, as Linux's CM (in the kernel) does, whether or not the application is in
+/// a CM call.
+pub(crate) struct AgentCell {
+    state: Mutex<Agent>,
+    changed: Condvar,
+    rcq: Cq,
 }
 
-/// The device's agent, opened (QP1 created) on first use.
+type AgentRef = Arc<AgentCell>;
+
+fn lock(agent: &AgentRef) -> MutexGuard<'_, Agent> {
+    agent.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `agent`'s condition variable at most `d`.
+fn wait_changed<'a>(
+    agent: &'a AgentRef,
+    a: MutexGuard<'a, Agent>,
+    d: Duration,
+) -> MutexGuard<'a, Agent> {
+    match agent.changed.wait_timeout(a, d) {
+        Ok((a, _)) => a,
+        Err(p) => p.into_inner().0,
+    }
+}
+
+/// The device's agent, opened (QP1 created, its thread started) on first use; it closes when
+/// its last listener or connection is dropped.
 fn agent_of(dev: &Device, default_port: u16) -> CmResult<AgentRef> {
     let mut slot = dev.cm_slot().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(a) = slot.upgrade() {
         return Ok(a);
     }
-    let a = Arc::new(Mutex::new(Agent {
-        gsi: Gsi::open(dev)?,
-        default_port,
-        conns: BTreeMap::new(),
-        listening: BTreeSet::new(),
-        pending: VecDeque::new(),
-    }));
+    let (gsi, rcq) = Gsi::open(dev)?;
+    let a = Arc::new(AgentCell {
+        state: Mutex::new(Agent {
+            gsi,
+            default_port,
+            conns: BTreeMap::new(),
+            listening: BTreeSet::new(),
+            pending: VecDeque::new(),
+        }),
+        changed: Condvar::new(),
+        rcq,
+    });
     *slot = Arc::downgrade(&a);
+    let weak = Arc::downgrade(&a);
+    std::thread::Builder::new()
+        .name("irn-cm".into())
+        .spawn(move || agent_thread(&weak))
+        .map_err(crate::Error::Io)?;
     Ok(a)
+}
+
+/// Receives and routes QP1's MADs while anyone holds the agent.
+fn agent_thread(weak: &std::sync::Weak<AgentCell>) {
+    while let Some(agent) = weak.upgrade() {
+        let wc = match agent.rcq.wait(SLICE) {
+            Ok(Some(wc)) => wc,
+            Ok(None) => continue,
+            // The device closed.
+            Err(_) => return,
+        };
+        let mut a = lock(&agent);
+        // A reply that cannot be sent (the device closing) changes nothing here.
+        if let Ok(Some((from, m))) = a.gsi.take_recv(&wc) {
+            let _ = a.route(from, m);
+        }
+        drop(a);
+        agent.changed.notify_all();
+    }
 }
 
 /// The rdma_cm port a REQ's service ID names (TCP port space, RC only).
@@ -384,24 +435,6 @@ impl Agent {
                 return id;
             }
         }
-    }
-
-    /// Receives what arrives until `until` (at most one MAD) and routes it. Returns whether a
-    /// MAD arrived.
-    fn pump(&mut self, until: Instant) -> CmResult<bool> {
-        match self.gsi.recv(until)? {
-            Some((from, m)) => {
-                self.route(from, m)?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    /// Everything already received, without waiting.
-    fn drain(&mut self) -> CmResult<()> {
-        while self.pump(Instant::now())? {}
-        Ok(())
     }
 
     fn keep(&mut self, from: IpAddr, m: CmMad) {
@@ -490,15 +523,14 @@ impl Agent {
     }
 }
 
-/// Waits until `until` for a MAD that `want` accepts, receiving and routing everything else
-/// meanwhile; holds the agent a [`SLICE`] at a time.
+/// Waits until `until` for a MAD that `want` accepts (the agent's thread keeps them).
 fn next_mad(
     agent: &AgentRef,
     until: Instant,
     mut want: impl FnMut(IpAddr, &CmMad) -> bool,
 ) -> CmResult<Option<(IpAddr, CmMad)>> {
+    let mut a = lock(agent);
     loop {
-        let mut a = lock(agent);
         if let Some(got) = a.take(&mut want) {
             return Ok(Some(got));
         }
@@ -506,7 +538,7 @@ fn next_mad(
         if now >= until {
             return Ok(None);
         }
-        a.pump((now + SLICE).min(until))?;
+        a = wait_changed(agent, a, until - now);
     }
 }
 
@@ -519,15 +551,14 @@ fn wait_state(
     until: Instant,
     done: impl Fn() -> bool,
 ) -> CmResult<State> {
+    let mut a = lock(agent);
     loop {
-        let mut a = lock(agent);
-        a.drain()?;
         let s = a.state(id);
         let now = Instant::now();
         if s != from || done() || now >= until {
             return Ok(s);
         }
-        a.pump((now + SLICE).min(until))?;
+        a = wait_changed(agent, a, (until - now).min(SLICE));
     }
 }
 
@@ -580,6 +611,11 @@ impl CmConnection {
     /// The peer's queue pair.
     pub fn remote_qpn(&self) -> u32 {
         self.remote_qpn
+    }
+
+    /// The communication IDs: this end's and the peer's (IBTA §12.6.1).
+    pub fn comm_ids(&self) -> (u32, u32) {
+        (self.local_id, self.remote_id)
     }
 
     /// The private data of the peer's REQ or REP (rdma_cm's header excluded).

@@ -814,6 +814,130 @@ fn one_device_carries_many_cm_connections_to_one_port() {
 }
 
 #[test]
+fn the_cm_counts_and_drops_malformed_and_forged_mads() {
+    // A third host sends the server's QP1 garbage, a short datagram (a REP's first bytes), a
+    // REP for no connection, and a DREQ naming the live connection's IDs from the wrong
+    // address: the first three are counted and dropped, the forged DREQ is answered as for an
+    // unknown connection and leaves the real one up; the connection still moves data and
+    // ends normally.
+    use irn_verbs::cm::{self, CmConfig, CmListener};
+    use irn_verbs::{UdInit, UdSend};
+    use irn_wire::cm::{CmDreq, CmIds224, CmMad, CmMsg, MadHdr, GSI_QKEY, GSI_QPN};
+    let (da, db) = (
+        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 7).expect("device"),
+        device_on("127.0.0.2", ReceivePath::Udp, 0.0, 8).expect("device"),
+    );
+    let dc = device_on("127.0.0.3", ReceivePath::Udp, 0.0, 9).expect("device");
+    let cfg = |peer: &irn_verbs::Device| CmConfig {
+        peer_port: peer.local_addr().port(),
+        ..CmConfig::default()
+    };
+    let (cfg_a, cfg_b) = (cfg(&db), cfg(&da));
+    let a = side(da, QpMode::Irn, 64);
+    let b = side(db, QpMode::Irn, 64);
+    let attr = QpAttr::default();
+    let server = SocketAddr::new(b.dev.local_addr().ip(), 7176);
+    let (ca, cb) = std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let mut l = CmListener::bind(&b.dev, 7176, cfg_b).expect("listen");
+            let req = l.get_request(Duration::from_secs(10)).expect("request");
+            l.accept(&req, &b.qp, &attr, &[]).expect("accept")
+        });
+        let ca = cm::connect(&a.dev, &a.qp, &attr, server, &[], cfg_a).expect("connect");
+        (ca, srv.join().expect("server"))
+    });
+    // The forger: a UD queue pair on a third address, sending to the server's QP1.
+    let pd = dc.alloc_pd();
+    let cq = dc.create_cq(16).expect("cq");
+    let ud = pd
+        .create_ud_qp(
+            &cq,
+            &cq,
+            UdInit {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+            },
+        )
+        .expect("ud qp");
+    ud.init(GSI_QKEY).expect("init");
+    ud.ready(1024, 0).expect("ready");
+    let ah = pd
+        .create_ah(b.dev.gid(), b.dev.local_addr().port())
+        .expect("ah");
+    let mr = pd.reg_mr(4096, all()).expect("mr");
+    let send = |bytes: &[u8]| {
+        mr.write(0, bytes).expect("fill");
+        ud.post_send(UdSend {
+            wr_id: 0,
+            ah: &ah,
+            remote_qpn: GSI_QPN,
+            remote_qkey: GSI_QKEY,
+            sg_list: vec![mr.sge(0, bytes.len() as u32)],
+            imm: None,
+            signaled: true,
+        })
+        .expect("post");
+        assert_eq!(wait(&cq, 5).status, WcStatus::Success);
+    };
+    let before = cb.dropped();
+    send(&[0xff; 256]);
+    let rep_for_nobody = CmMad {
+        hdr: MadHdr::cm(0x0014, 99),
+        msg: CmMsg::Rtu(CmIds224 {
+            local_comm_id: 5,
+            remote_comm_id: 6,
+            private_data: [0; 224],
+        }),
+    }
+    .emit()
+    .expect("emit");
+    send(&rep_for_nobody[..100]);
+    send(&rep_for_nobody);
+    let (server_id, client_id) = cb.comm_ids();
+    let forged = CmMad {
+        hdr: MadHdr::cm(0x0015, 7),
+        msg: CmMsg::Dreq(CmDreq {
+            local_comm_id: client_id,
+            remote_comm_id: server_id,
+            remote_qpn: b.qp.qpn(),
+            private_data: [0; 220],
+        }),
+    }
+    .emit()
+    .expect("emit");
+    send(&forged);
+    let mut cb = cb;
+    let t = Instant::now();
+    while cb.dropped() < before + 3 && t.elapsed() < Duration::from_secs(5) {
+        assert!(
+            !cb.poll_disconnect().expect("poll"),
+            "a forged DREQ ended the connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!cb.poll_disconnect().expect("poll"));
+    assert_eq!(
+        cb.dropped(),
+        before + 3,
+        "garbage, short and unknown-ID MADs"
+    );
+    // Still connected: a Write lands, and the client's DREQ ends it.
+    let src = a.pd.reg_mr(64, all()).expect("mr");
+    let dst = b.pd.reg_mr(64, all()).expect("mr");
+    src.write(0, &[9u8; 64]).expect("fill");
+    a.qp.post_send(wr(
+        1,
+        SendOp::Write(remote_of(&dst, 0)),
+        vec![src.sge(0, 64)],
+    ))
+    .expect("post");
+    assert_eq!(wait(&a.cq, 10).status, WcStatus::Success);
+    assert!(ca.disconnect().expect("disconnect"));
+    cb.wait_disconnect(Duration::from_secs(5))
+        .expect("the server sees it");
+}
+
+#[test]
 fn the_cm_connects_through_lost_mads() {
     // 30 % of every packet each device sends and receives is lost, CM MADs included: REQ, REP
     // and DREQ are sent again until answered, a lost RTU is made up for by the first packet

@@ -340,7 +340,7 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// The device's connection manager (QP1 and its connections), while someone uses it: every
     /// listener and connection of the device shares it (`crate::cm`).
-    pub(crate) cm: Mutex<std::sync::Weak<Mutex<crate::cm::Agent>>>,
+    pub(crate) cm: Mutex<std::sync::Weak<crate::cm::AgentCell>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -455,7 +455,7 @@ impl Device {
     }
 
     /// The slot of the device's connection manager.
-    pub(crate) fn cm_slot(&self) -> &Mutex<std::sync::Weak<Mutex<crate::cm::Agent>>> {
+    pub(crate) fn cm_slot(&self) -> &Mutex<std::sync::Weak<crate::cm::AgentCell>> {
         &self.shared.cm
     }
 
