@@ -132,6 +132,7 @@ fn run_with<M: SimMemory>(
             f.host, topo.hosts
         )));
     }
+    net::check_headroom(cfg, &topo).map_err(SimError::Config)?;
     let mut flows = workload::generate(cfg, topo.hosts, topo.host_port(0).rate_bps)?;
     // Pingmesh's probes run beside the workload: after its flows, in start order (a stable
     // sort keeps the workload's own order, so its flows keep their numbers).

@@ -188,6 +188,25 @@ fn pfc_never_drops_and_its_headroom_suffices() {
     }
 }
 
+#[test]
+fn a_buffer_below_its_pfc_headroom_is_refused() {
+    // 40 Gb/s × 2 µs each way is 20 000 B of round trip, plus two 1 118-byte frames: a 20 KB
+    // buffer cannot pause in time. Without PFC, or with the headroom given, it runs.
+    let mut c = small(Recovery::Roce, true);
+    c.switch.buffer_bytes = 20_000;
+    let e = run(&c, |_| {}).err().expect("refused").to_string();
+    assert!(
+        e.contains("switch.buffer_bytes") && e.contains("22236"),
+        "{e}"
+    );
+    c.network.pfc = false;
+    c.workload.duration_us = 50.0;
+    assert!(run(&c, |_| {}).is_ok());
+    c.network.pfc = true;
+    c.switch.pfc_headroom_bytes = Some(4_000);
+    assert!(run(&c, |_| {}).is_ok());
+}
+
 /// Priority classes are what the switches read from each frame (SPEC N2): the DSCP through a
 /// many-to-one map, or the VLAN PCP when they trust it. PFC protects exactly the lossless
 /// priorities, whichever DSCP or PCP puts a packet there.

@@ -56,8 +56,15 @@ pub(crate) fn apply_sets(
         let (k, v) = s
             .split_once('=')
             .ok_or_else(|| ConfigError::new("--set", format!("`{s}` is not key=value")))?;
-        set_path(table, k.trim(), parse_value(v.trim()))
-            .map_err(|m| ConfigError::new("--set", m))?;
+        let (k, v) = (k.trim(), parse_value(v.trim()));
+        // The key and its value alone against the schema: a typo is the flag's, not the file's.
+        let mut alone = toml::Table::new();
+        set_path(&mut alone, k, v.clone()).map_err(|m| ConfigError::new("--set", m))?;
+        let text = toml::to_string(&alone).map_err(|e| ConfigError::new("--set", e.to_string()))?;
+        if let Err(e) = toml::from_str::<SimConfig>(&text) {
+            return Err(ConfigError::new("--set", format!("`{k}`: {}", e.message())));
+        }
+        set_path(table, k, v).map_err(|m| ConfigError::new("--set", m))?;
     }
     if let Some(seed) = seed {
         table.insert("seed".into(), toml::Value::Integer(seed as i64));
@@ -136,6 +143,15 @@ pub fn load_experiment(
                 format!("run {} is not a table", i + 1),
             ));
         };
+        if rt.is_empty() {
+            return Err(ConfigError::new(
+                origin,
+                format!(
+                    "run {} is empty: a [[run]] names what differs from the base (at least `name`)",
+                    i + 1
+                ),
+            ));
+        }
         let mut t = table.clone();
         merge(&mut t, rt);
         if seed.is_some() {

@@ -1099,9 +1099,10 @@ impl SimConfig {
         )?;
         let w = &self.workload;
         check(
-            w.load >= 0.0 && w.load <= 1.5,
+            (0.0..=1.0).contains(&w.load),
             "workload.load",
-            "must be in [0, 1.5]",
+            "must be in [0, 1]: a fraction of each host's link rate (above 1 a host offers more \
+             than its link carries, and no run reaches a steady state)",
         )?;
         check(
             w.kind != WorkloadKind::Poisson || w.load > 0.0,
@@ -1233,6 +1234,26 @@ mod tests {
         );
         let e = load("", &["switch.bufer_bytes=5"]).expect_err("typo");
         assert!(e.to_string().contains("bufer_bytes"), "{e}");
+        // A typo in a --set key is the flag's: not blamed on the file or a run.
+        let e = load("[[run]]\nname = \"a\"\n", &["workload.lod=0.5"]).expect_err("typo");
+        let s = e.to_string();
+        assert!(
+            s.contains("--set") && s.contains("workload.lod") && !s.contains("test.toml"),
+            "{s}"
+        );
+        let e = load("", &["workload.load=high"]).expect_err("a string for a number");
+        assert!(e.to_string().contains("--set"), "{e}");
+    }
+
+    #[test]
+    fn meaningless_experiments_are_errors() {
+        // An empty [[run]] (nothing differs from the base, not even its name).
+        let e = load("[[run]]\nname = \"a\"\n[[run]]\n", &[]).expect_err("empty run");
+        assert!(e.to_string().contains("run 2 is empty"), "{e}");
+        // Load is a fraction of each host's link rate.
+        let e = load("[workload]\nload = 1.2\n", &[]).expect_err("load above 1");
+        assert!(e.to_string().contains("workload.load"), "{e}");
+        assert!(load("[workload]\nload = 1.0\n", &[]).is_ok());
     }
 
     #[test]

@@ -60,7 +60,9 @@ impl FlowRecord {
     pub fn fct(&self) -> Option<Dur> {
         self.end.map(|e| e - self.flow.start)
     }
-    /// FCT ÷ ideal FCT.
+    /// FCT ÷ ideal FCT, at least 1: standard RoCE's multi-packet Writes carry the RETH in
+    /// their first packet only and can finish ≈ 1.4 % under the ideal, which counts it in
+    /// every packet (docs/SIMULATOR.md).
     pub fn slowdown(&self) -> Option<f64> {
         self.fct()
             .map(|f| (f.as_picos() as f64 / self.ideal.as_picos().max(1) as f64).max(1.0))

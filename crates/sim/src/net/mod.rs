@@ -236,6 +236,33 @@ impl<M: SimMemory> std::fmt::Debug for Part<M> {
     }
 }
 
+/// A switch buffer that cannot hold its own PFC headroom (the default: the round trip of the
+/// network's fastest, longest link plus two frames) is a configuration that cannot mean
+/// anything: the lossless class would pause at once and still overflow.
+pub(crate) fn check_headroom(cfg: &SimConfig, topo: &Topology) -> Result<(), String> {
+    if !(cfg.network.pfc || cfg.network.pause) || cfg.switch.pfc_headroom_bytes.is_some() {
+        return Ok(());
+    }
+    let (max_rate, max_delay) = topo
+        .nodes
+        .iter()
+        .flat_map(|n| n.ports.iter())
+        .fold((0u64, Dur::ZERO), |(r, d), p| {
+            (r.max(p.rate_bps), d.max(p.delay))
+        });
+    let mtu = u64::from(mtu_wire(&cfg.network));
+    let headroom = default_headroom(max_rate, max_delay, mtu);
+    if cfg.switch.buffer_bytes < headroom + mtu {
+        return Err(format!(
+            "switch.buffer_bytes: {} B cannot hold the PFC headroom this topology needs ({} B: \
+             the round trip of its fastest, longest link plus two frames) and a frame more; \
+             raise it, or set switch.pfc_headroom_bytes",
+            cfg.switch.buffer_bytes, headroom
+        ));
+    }
+    Ok(())
+}
+
 impl<M: SimMemory> Part<M> {
     /// Sets up partition `me` of the network (`part_of`: each node's partition) and its ends
     /// of the flows; nothing runs yet.
