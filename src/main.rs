@@ -55,6 +55,9 @@ enum Command {
     /// and 99th-percentile FCT with ratios to RoCE+PFC. Exit status 0 only if every flow of
     /// every run completed intact.
     Sim(sim_cmd::SimArgs),
+    /// Put the slices of a sharded experiment (`irn sim FILE --shard I/N --json …`) back
+    /// together: the JSON the whole experiment writes, its table, and optionally its plot.
+    Merge(sim_cmd::MergeArgs),
     /// perftest over irn: `irn perf write|read|send|atomic` is a server; with a HOST, the
     /// client, which prints perftest's bandwidth (or, with --latency, latency) columns. Exit
     /// status 0 only if every operation succeeded (and, with --verify, the data checked).
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
         Command::Rping(args) => rping_cmd::run(args).map(exit_code),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
+        Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
         Command::Drp(args) => drp_cmd::run(args).map(exit_code),
     };
     match result {

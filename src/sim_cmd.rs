@@ -58,6 +58,44 @@ pub struct SimArgs {
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Run only slice I of N (`I/N`, I from 0): the experiment's runs I, I + N, I + 2N, … —
+    /// disjoint, deterministic slices whose `--json` files `irn merge` combines into exactly
+    /// the JSON of the whole experiment (`scripts/slurm-sweep.sh` runs one per array task).
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+}
+
+/// A slice of an experiment's runs (`--shard I/N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// Which slice, 0 to `count − 1`.
+    pub index: usize,
+    /// How many slices.
+    pub count: usize,
+}
+
+fn parse_shard(s: &str) -> std::result::Result<Shard, String> {
+    let bad = || format!("--shard takes I/N with 0 ≤ I < N (e.g. 0/4), not `{s}`");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (index, count): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
+}
+
+/// What a shard's JSON adds to `{"runs": [...]}`: which slice it is and where its runs go.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+struct ShardInfo {
+    index: usize,
+    count: usize,
+    /// The experiment's runs, all slices together.
+    runs_total: usize,
+    /// Each run's position in the whole experiment.
+    positions: Vec<usize>,
 }
 
 pub fn run(args: SimArgs) -> Result<bool> {
@@ -77,6 +115,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
         ),
     };
     if irn_sim::drp::DrpExperiment::is_kind(&text) {
+        if args.shard.is_some() {
+            bail!("--shard: a dynamic-RDMA experiment ({origin}) runs as one piece");
+        }
         return crate::drp_sim::run(&args, &text, &origin);
     }
     let mut sets = args.sets.clone();
@@ -89,13 +130,27 @@ pub fn run(args: SimArgs) -> Result<bool> {
             r.monitor_interval_us.get_or_insert(1000.0);
         }
     }
+    let shard = args.shard.map(|sh| {
+        let total = exp.runs.len();
+        let positions: Vec<usize> = (sh.index..total).step_by(sh.count).collect();
+        exp.runs = positions.iter().map(|&i| exp.runs[i].clone()).collect();
+        ShardInfo {
+            index: sh.index,
+            count: sh.count,
+            runs_total: total,
+            positions,
+        }
+    });
     let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
     let summaries: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     print_table(&mut out, &summaries, args.baseline.as_deref())?;
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({ "runs": summaries });
+        let doc = match &shard {
+            Some(info) => serde_json::json!({ "runs": summaries, "shard": info }),
+            None => serde_json::json!({ "runs": summaries }),
+        };
         let mut f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(&mut f, &doc)?;
@@ -318,4 +373,106 @@ fn pingmesh_table(
         writeln!(out, "  suspect: server {}: {}", s.server, s.reason)?;
     }
     Ok(())
+}
+
+/// Options of `irn merge`.
+#[derive(clap::Args)]
+pub struct MergeArgs {
+    /// Where the whole experiment's JSON goes.
+    pub out: PathBuf,
+    /// Every slice's JSON (`irn sim FILE --shard I/N --json …`), in any order.
+    #[arg(required = true)]
+    pub shards: Vec<PathBuf>,
+    /// The run the ratios compare with (as `irn sim --baseline`).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Draw the three metrics of every run, relative to the baseline, as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+/// `irn merge`: puts the slices of a sharded experiment back together, in the experiment's
+/// order — the JSON an unsharded run writes (wall times aside: each slice ran on its own) —
+/// and prints its table. Every slice must be there, once, and all of one split.
+pub fn merge(args: MergeArgs) -> Result<bool> {
+    let mut total: Option<(usize, usize)> = None;
+    let mut seen = std::collections::BTreeMap::new();
+    let mut slots: Vec<Option<serde_json::Value>> = Vec::new();
+    for path in &args.shards {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+        let info: ShardInfo = serde_json::from_value(doc["shard"].take()).with_context(|| {
+            format!(
+                "{}: no `shard` object (written by `irn sim --shard I/N --json`?)",
+                path.display()
+            )
+        })?;
+        match total {
+            None => {
+                total = Some((info.count, info.runs_total));
+                slots = vec![None; info.runs_total];
+            }
+            Some(t) if t != (info.count, info.runs_total) => bail!(
+                "{}: slice {}/{} of {} runs, but the first file is of {}/{} runs: not one split",
+                path.display(),
+                info.index,
+                info.count,
+                info.runs_total,
+                t.0,
+                t.1
+            ),
+            Some(_) => {}
+        }
+        if let Some(other) = seen.insert(info.index, path.clone()) {
+            bail!(
+                "slice {} twice: {} and {}",
+                info.index,
+                other.display(),
+                path.display()
+            );
+        }
+        let runs = doc["runs"]
+            .as_array()
+            .with_context(|| format!("{}: no `runs` array", path.display()))?;
+        let want: Vec<usize> = (info.index..info.runs_total).step_by(info.count).collect();
+        if info.positions != want || runs.len() != want.len() {
+            bail!(
+                "{}: slice {}/{} should hold runs {want:?}, holds {:?} ({} summaries)",
+                path.display(),
+                info.index,
+                info.count,
+                info.positions,
+                runs.len()
+            );
+        }
+        for (&pos, run) in info.positions.iter().zip(runs) {
+            slots[pos] = Some(run.clone());
+        }
+    }
+    let (count, _) = total.context("no slices given")?;
+    let missing: Vec<usize> = (0..count).filter(|i| !seen.contains_key(i)).collect();
+    if !missing.is_empty() {
+        bail!("slices {missing:?} of {count} missing");
+    }
+    let runs: Vec<serde_json::Value> = slots.into_iter().flatten().collect();
+    let summaries: Vec<RunSummary> = runs
+        .iter()
+        .map(|r| serde_json::from_value(r.clone()))
+        .collect::<std::result::Result<_, _>>()
+        .context("a run summary that irn cannot read back (written by another version?)")?;
+    let doc = serde_json::json!({ "runs": runs });
+    let mut f = std::fs::File::create(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    serde_json::to_writer_pretty(&mut f, &doc)?;
+    writeln!(f)?;
+    let stdout = std::io::stdout();
+    print_table(&mut stdout.lock(), &summaries, args.baseline.as_deref())?;
+    if let Some(path) = &args.plot {
+        crate::plot::bars(path, &summaries, args.baseline.as_deref())?;
+    }
+    Ok(summaries
+        .iter()
+        .all(|s| s.flows_failed == 0 && s.flows_corrupted == 0))
 }

@@ -124,3 +124,97 @@ fn a_misspelled_key_is_an_error_naming_key_and_file() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The JSON text of a run file with every `wall_s` value removed (wall times differ between
+/// any two runs).
+fn without_wall_times(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .expect("json")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("\"wall_s\""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn shards_merge_into_exactly_the_unsharded_json() {
+    // Five runs (a sweep) cut into three slices: the merge of the slices' JSON, given in any
+    // order, is byte for byte the unsharded run's but for wall times; a missing, repeated or
+    // foreign slice is refused.
+    let dir = std::env::temp_dir().join(format!("irn-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cfg = dir.join("sweep.toml");
+    std::fs::write(
+        &cfg,
+        "[topology]\nk = 4\n[workload]\nduration_us = 150\n[[run]]\nname = \"IRN\"\n\
+         [[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n\
+         [sweep]\n\"workload.load\" = [0.3, 0.6, 0.9]\n",
+    )
+    .expect("write");
+    let sim = |extra: &[&str], json: &std::path::Path| {
+        let out = irn()
+            .args(["sim", "-q", "--seed", "4"])
+            .args(extra)
+            .arg("--json")
+            .arg(json)
+            .arg(&cfg)
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let whole = dir.join("whole.json");
+    sim(&[], &whole);
+    let shard = |i: usize| dir.join(format!("shard-{i}.json"));
+    for i in 0..4 {
+        sim(&["--shard", &format!("{i}/4")], &shard(i));
+    }
+    let merged = dir.join("merged.json");
+    let out = irn()
+        .arg("merge")
+        .arg(&merged)
+        .args([shard(2), shard(0), shard(3), shard(1)])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("IRN load=0.3") && table.contains("÷ RoCE+PFC"),
+        "{table}"
+    );
+    assert_eq!(without_wall_times(&merged), without_wall_times(&whole));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&merged).expect("json")).expect("valid JSON");
+    assert_eq!(doc["runs"].as_array().map(Vec::len), Some(6));
+    // Refusals: a slice missing, a slice twice, slices of another split.
+    let other = dir.join("other.json");
+    sim(&["--shard", "0/2"], &other);
+    for (files, why) in [
+        (vec![shard(0), shard(1), shard(2)], "missing"),
+        (
+            vec![shard(0), shard(1), shard(1), shard(2), shard(3)],
+            "twice",
+        ),
+        (
+            vec![shard(0), shard(1), shard(2), shard(3), other],
+            "one split",
+        ),
+    ] {
+        let out = irn()
+            .arg("merge")
+            .arg(dir.join("bad.json"))
+            .args(&files)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{why}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{why}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

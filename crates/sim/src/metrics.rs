@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use irn_transport::Dur;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::net::FlowRecord;
 
@@ -16,12 +16,12 @@ pub const BUCKETS: [(&str, u64, u64); 4] = [
 ];
 
 /// Statistics of a set of flows.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct FlowStats {
     /// Completed flows counted. Not serialized here: where the statistics are flattened into a
     /// run's summary, `flows` is the workload's count ([`RunSummary::flows`]); a bucket and the
     /// incast background say it themselves ([`Bucket::flows`], [`Counted::flows`]).
-    #[serde(skip_serializing)]
+    #[serde(skip)]
     pub flows: usize,
     /// Mean slowdown (FCT ÷ ideal FCT).
     pub avg_slowdown: f64,
@@ -95,10 +95,10 @@ impl FlowStats {
 }
 
 /// A size bucket's statistics.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Bucket {
     /// Its label.
-    pub size: &'static str,
+    pub size: String,
     /// Completed flows counted.
     pub flows: usize,
     /// Statistics of its flows.
@@ -107,7 +107,7 @@ pub struct Bucket {
 }
 
 /// Statistics with their count (the incast background).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Counted {
     /// Completed flows counted.
     pub flows: usize,
@@ -126,7 +126,7 @@ impl Counted {
 }
 
 /// Pause and drop activity of one port.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PortReport {
     /// Node number (hosts first, then switches).
     pub node: u32,
@@ -143,7 +143,7 @@ pub struct PortReport {
 }
 
 /// One (node, port, priority)'s counters over the run (SPEC N9), as operators read them.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PortPrioReport {
     /// Node number (hosts first, then switches).
     pub node: u32,
@@ -174,7 +174,7 @@ pub struct PortPrioReport {
 }
 
 /// What the safety model (seed 001) counted.
-#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct SafetyReport {
     /// Packets flooded by a ToR for an incomplete ARP entry.
     pub floods: u64,
@@ -207,10 +207,10 @@ pub struct SafetyReport {
 
 /// One Pingmesh level's probes (seed 001 §5.3): how many, how many failed, and the RTT
 /// percentiles of those that succeeded in time.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PingLevelReport {
     /// `tor`, `pod` or `fabric`.
-    pub level: &'static str,
+    pub level: String,
     /// Probes sent.
     pub probes: usize,
     /// Probes that failed: an error completion, no completion, or later than the timeout.
@@ -228,7 +228,7 @@ pub struct PingLevelReport {
 }
 
 /// One server's probes, sent or answered.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PingServerReport {
     /// The server.
     pub server: u32,
@@ -243,7 +243,7 @@ pub struct PingServerReport {
 }
 
 /// A server Pingmesh points at, and why.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PingSuspect {
     /// The server.
     pub server: u32,
@@ -253,7 +253,7 @@ pub struct PingSuspect {
 
 /// RDMA Pingmesh's summary: per level, per server, the errors seen, and the servers whose
 /// probes fail or are slow.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PingmeshReport {
     /// Probes sent.
     pub probes: usize,
@@ -365,7 +365,7 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
         .map(|(level, (n, f, rtts))| {
             let v = sorted(rtts);
             PingLevelReport {
-                level: level.name(),
+                level: level.name().to_string(),
                 probes: n,
                 failed: f,
                 p50_us: percentile(&v, 50.0),
@@ -512,7 +512,7 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
 }
 
 /// Incast requests (E8).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct IncastReport {
     /// Requests whose every flow completed.
     pub requests: usize,
@@ -525,7 +525,7 @@ pub struct IncastReport {
 }
 
 /// The summary of one run: the JSON object of `irn sim --json`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunSummary {
     /// Run name.
     pub name: String,
@@ -604,7 +604,7 @@ pub struct RunSummary {
     pub incast: Option<IncastReport>,
     /// RDMA Pingmesh's probes, with `[pingmesh] enabled` (they are not in the flow counts
     /// and statistics above).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pingmesh: Option<PingmeshReport>,
     /// Simulated time, ms.
     pub sim_time_ms: f64,
@@ -627,10 +627,10 @@ pub struct RunSummary {
     pub safety: SafetyReport,
     /// Per (node, port, priority) counters that are not all zero (kept with monitoring,
     /// watchdogs, faults or Pingmesh).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub port_prio: Vec<PortPrioReport>,
     /// The fabric-wide time series (with `monitor_interval_us`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<crate::net::TimelinePoint>,
 }
 
@@ -642,7 +642,7 @@ pub fn summarize(records: &[FlowRecord]) -> (FlowStats, Vec<Bucket>, Option<Inca
         .map(|&(label, lo, hi)| {
             let stats = FlowStats::of(records.iter().filter(|r| (lo..=hi).contains(&r.flow.size)));
             Bucket {
-                size: label,
+                size: label.to_string(),
                 flows: stats.flows,
                 stats,
             }

@@ -56,7 +56,7 @@ pub struct MonitorRow {
 }
 
 /// One fabric-wide point of the time series.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TimelinePoint {
     /// End of the interval, ms.
     pub t_ms: f64,
