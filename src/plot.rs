@@ -215,3 +215,65 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
+
+/// The tail of single-packet flows' FCTs (IRN §4.3's figure, SPEC E7): one panel per
+/// congestion controller, side by side, one line per run in it — FCT (µs) across, the
+/// percentile (90 to 99.9) up — so that the lowest, leftmost line has the best tail.
+pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
+    if runs.iter().all(|r| r.single_packet_tail.is_empty()) {
+        return Err(anyhow!("no run completed a single-packet flow"));
+    }
+    let mut ccs: Vec<&str> = Vec::new();
+    for r in runs {
+        if !ccs.contains(&r.cc.as_str()) {
+            ccs.push(&r.cc);
+        }
+    }
+    let root = SVGBackend::new(path, (420 * ccs.len() as u32, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    for (area, cc) in root.split_evenly((1, ccs.len())).iter().zip(&ccs) {
+        // Each controller's own scale: their tails differ by an order of magnitude.
+        let x_max = runs
+            .iter()
+            .filter(|r| r.cc == *cc)
+            .flat_map(|r| r.single_packet_tail.iter().map(|p| p.fct_us))
+            .fold(0.0f64, f64::max)
+            .max(1.0)
+            * 1.05;
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("congestion control: {cc}"), ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0.0..x_max, 90.0..100.0)
+            .map_err(|e| anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .x_desc("FCT of single-packet flows (µs)")
+            .y_desc("percentile")
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+        for (ri, r) in runs.iter().filter(|r| r.cc == *cc).enumerate() {
+            let color = COLORS[(2 * ri) % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    r.single_packet_tail.iter().map(|p| (p.fct_us, p.pct)),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(r.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

@@ -55,6 +55,10 @@ pub struct SimArgs {
     /// sets none).
     #[arg(long, value_name = "OUT.svg")]
     pub timeline: Option<PathBuf>,
+    /// Draw the tail (90th to 99.9th percentile) of single-packet flows' completion times,
+    /// one panel per congestion controller (SPEC E7), as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub tail_cdf: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -200,6 +204,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
     }
     if let Some(path) = &args.timeline {
         crate::plot::timeline(path, &summaries)?;
+    }
+    if let Some(path) = &args.tail_cdf {
+        crate::plot::tail_cdf(path, &summaries)?;
     }
     // Success means every flow of every run completed intact.
     Ok(summaries
@@ -389,6 +396,9 @@ pub struct MergeArgs {
     /// Draw the three metrics of every run, relative to the baseline, as an SVG.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Draw the single-packet flows' tail (as `irn sim --tail-cdf`).
+    #[arg(long, value_name = "OUT.svg")]
+    pub tail_cdf: Option<PathBuf>,
 }
 
 /// `irn merge`: puts the slices of a sharded experiment back together, in the experiment's
@@ -471,6 +481,9 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
     print_table(&mut stdout.lock(), &summaries, args.baseline.as_deref())?;
     if let Some(path) = &args.plot {
         crate::plot::bars(path, &summaries, args.baseline.as_deref())?;
+    }
+    if let Some(path) = &args.tail_cdf {
+        crate::plot::tail_cdf(path, &summaries)?;
     }
     Ok(summaries
         .iter()

@@ -239,6 +239,7 @@ fn run_with<M: SimMemory>(
         flows_corrupted: records.iter().filter(|r| !r.intact).count(),
         all,
         by_size,
+        single_packet_tail: metrics::single_packet_tail(&records, cfg.network.mtu),
         drop_rate: if net.host_packets == 0 {
             0.0
         } else {

@@ -50,7 +50,14 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    // p × n ÷ 100, rounded up — except where it is an integer that floating point missed by
+    // an ulp (99.9 % of 1 000 is 999, not 999.000…1 rounded up to 1 000).
+    let x = p / 100.0 * sorted.len() as f64;
+    let rank = if (x - x.round()).abs() < 1e-9 * sorted.len() as f64 {
+        x.round()
+    } else {
+        x.ceil()
+    } as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
@@ -625,6 +632,9 @@ pub struct RunSummary {
     pub goodput_gbps: f64,
     /// The safety model's counts.
     pub safety: SafetyReport,
+    /// The tail of single-packet flows' FCTs, p90–p99.9 (SPEC E7; `irn sim --tail-cdf`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub single_packet_tail: Vec<TailPoint>,
     /// Per (node, port, priority) counters that are not all zero (kept with monitoring,
     /// watchdogs, faults or Pingmesh).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -632,6 +642,44 @@ pub struct RunSummary {
     /// The fabric-wide time series (with `monitor_interval_us`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<crate::net::TimelinePoint>,
+}
+
+/// One point of a tail CDF: the `pct`-th percentile of the flows' completion times.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct TailPoint {
+    /// Percentile, 90–99.9.
+    pub pct: f64,
+    /// FCT at that percentile, µs.
+    pub fct_us: f64,
+}
+
+/// The percentiles of [`single_packet_tail`]: 90 to 99 by halves, then 99.1 to 99.9 by
+/// tenths (IRN §4.3's figure of single-packet messages' tail, SPEC E7).
+pub fn tail_percentiles() -> impl Iterator<Item = f64> {
+    (0..=18)
+        .map(|i| 90.0 + f64::from(i) * 0.5)
+        .chain((1..=9).map(|i| 99.0 + f64::from(i) * 0.1))
+}
+
+/// The tail CDF (90th to 99.9th percentile) of the completion times of the flows that fit in
+/// one packet (`size ≤ mtu`) and completed successfully. Empty when there are none.
+pub fn single_packet_tail(records: &[FlowRecord], mtu: u32) -> Vec<TailPoint> {
+    let mut fct: Vec<f64> = records
+        .iter()
+        .filter(|r| r.flow.size <= u64::from(mtu))
+        .filter(|r| r.status == Some(irn_transport::WcStatus::Success))
+        .filter_map(|r| r.fct().map(|f| f.as_micros_f64()))
+        .collect();
+    if fct.is_empty() {
+        return Vec::new();
+    }
+    fct.sort_by(f64::total_cmp);
+    tail_percentiles()
+        .map(|pct| TailPoint {
+            pct,
+            fct_us: percentile(&fct, pct),
+        })
+        .collect()
 }
 
 /// Builds the fields that come from the per-flow records.
@@ -763,5 +811,51 @@ mod tests {
         assert_eq!(percentile(&v, 99.9), 100.0);
         assert_eq!(percentile(&v, 0.0), 1.0);
         assert_eq!(percentile(&[], 50.0), 0.0);
+        let w: Vec<f64> = (1..=1000).map(f64::from).collect();
+        assert_eq!(percentile(&w, 99.9), 999.0);
+        assert_eq!(percentile(&w, 99.0 + 9.0 * 0.1), 999.0);
+    }
+
+    #[test]
+    fn the_single_packet_tail_reads_only_completed_single_packet_flows() {
+        use crate::workload::Flow;
+        use irn_transport::time::{Dur, Time};
+        let rec = |size: u64, fct_us: u64, status: Option<irn_transport::WcStatus>| FlowRecord {
+            flow: Flow {
+                src: 0,
+                dst: 1,
+                size,
+                start: Time::ZERO,
+                group: None,
+                probe: None,
+            },
+            end: status.map(|_| Time::ZERO + Dur::from_micros(fct_us)),
+            status,
+            ideal: Dur::from_micros(1),
+            intact: true,
+        };
+        let ok = Some(irn_transport::WcStatus::Success);
+        // 1 000 single-packet flows taking 1..=1000 µs; a larger flow, a failed and an
+        // unfinished one that must not count.
+        let mut v: Vec<FlowRecord> = (1..=1000).map(|i| rec(1000, i, ok)).collect();
+        v.push(rec(1025, 1_000_000, ok));
+        v.push(rec(
+            10,
+            2_000_000,
+            Some(irn_transport::WcStatus::RetryExcErr),
+        ));
+        v.push(rec(10, 0, None));
+        let t = single_packet_tail(&v, 1024);
+        assert_eq!(t.len(), tail_percentiles().count());
+        assert_eq!((t[0].pct, t[0].fct_us), (90.0, 900.0));
+        let last = t.last().expect("points");
+        assert!(
+            (last.pct - 99.9).abs() < 1e-9 && last.fct_us == 999.0,
+            "{last:?}"
+        );
+        assert!(t
+            .windows(2)
+            .all(|w| w[0].pct < w[1].pct && w[0].fct_us <= w[1].fct_us));
+        assert!(single_packet_tail(&v[1000..], 1024).is_empty());
     }
 }

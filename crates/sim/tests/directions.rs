@@ -1,4 +1,4 @@
-//! The IRN paper's central claims, checked for direction at reduced scale (SPEC E1–E5):
+//! The IRN paper's central claims, checked for direction at reduced scale (SPEC E1–E5, E7, E9):
 //! the paper's network (k = 6 fat-tree, 40 Gb/s, 2 µs links, 240 KB input buffers) and
 //! workload at 70 % load, but 8 ms of arrivals instead of the paper's long runs, over three
 //! seeds (and E4 and E9 on the same base). About four minutes on two cores. The numbers at full length are in docs/RESULTS.md.
@@ -23,6 +23,11 @@
 //! | IRN+PFC ÷ IRN, AIMD (§4.4.4) | 1.48 ± 0.10 | 1.21 ± 0.05 | 1.07 ± 0.06 |
 //! | Resilient RoCE ÷ IRN (E9) | 1.07 ± 0.03 | 1.88 ± 0.04 | 2.33 ± 0.11 |
 //! | Resilient RoCE ÷ IRN DCQCN (E9) | 1.39 ± 0.02 | 1.46 ± 0.03 | 1.23 ± 0.04 |
+//!
+//! E7, single-packet flows' FCT at p99 / p99.9 (experiments/e7-tail-latency.toml, seeds 1–6):
+//! RoCE+PFC ÷ IRN 3.12 ± 0.47 / 3.03 ± 0.51 without congestion control, 1.77 ± 0.27 /
+//! 1.97 ± 0.27 under DCQCN, 1.59 ± 0.31 / 1.88 ± 0.44 under TIMELY (smallest seeds 2.39 /
+//! 2.30, 1.50 / 1.61, 1.35 / 1.52).
 //!
 //! Where an effect is within the noise at this scale (PFC's few percent on IRN under DCQCN;
 //! RoCE's p99 without PFC under DCQCN; AIMD's p99), the test bounds it rather than claiming a
@@ -123,6 +128,35 @@ fn above(x: f64) -> Option<std::ops::Range<f64>> {
     Some(x..1e9)
 }
 
+/// E7: the tail of single-packet flows, `a` ÷ `b` at the 99th and 99.9th percentiles — every
+/// seed's ratio at least `per_seed`, the seeds' mean at least `mean` (each pair: p99, p99.9).
+fn check_tail(seeds: &[Vec<RunSummary>], (a, b): (&str, &str), per_seed: [f64; 2], mean: [f64; 2]) {
+    let at = |s: &RunSummary, pct: f64| {
+        s.single_packet_tail
+            .iter()
+            .find(|p| (p.pct - pct).abs() < 1e-6)
+            .map(|p| p.fct_us)
+            .unwrap_or_else(|| panic!("{}: no single-packet p{pct}", s.name))
+    };
+    for (i, pct) in [99.0, 99.9].into_iter().enumerate() {
+        let v: Vec<f64> = seeds
+            .iter()
+            .map(|r| at(by(r, a), pct) / at(by(r, b), pct))
+            .collect();
+        assert!(
+            v.iter().all(|&x| x >= per_seed[i]),
+            "{a} ÷ {b}, single-packet p{pct}, seeds {SEEDS:?}: {v:.3?} not all ≥ {}",
+            per_seed[i]
+        );
+        let avg = v.iter().sum::<f64>() / v.len() as f64;
+        assert!(
+            avg >= mean[i],
+            "{a} ÷ {b}, single-packet p{pct}: mean {avg:.3} ({v:.3?}) < {}",
+            mean[i]
+        );
+    }
+}
+
 #[test]
 fn e1_e3_and_e5_hold_in_direction() {
     let seeds = run_on_base(EXPERIMENT);
@@ -172,6 +206,8 @@ fn e1_e3_and_e5_hold_in_direction() {
         [None, above(1.2), None],
         [None, above(1.6), None],
     );
+    // E7: IRN has the shortest tail for single-packet messages (no congestion control).
+    check_tail(&seeds, ("RoCE+PFC", "IRN"), [2.0, 2.0], [2.4, 2.3]);
 }
 
 const E4: &str = r#"
@@ -201,6 +237,14 @@ transport.cc = "aimd"
 [[run]]
 name = "IRN+PFC AIMD"
 transport.cc = "aimd"
+network.pfc = true
+[[run]]
+name = "IRN TIMELY"
+transport.cc = "timely"
+[[run]]
+name = "RoCE+PFC TIMELY"
+transport.cc = "timely"
+transport.recovery = "roce"
 network.pfc = true
 "#;
 
@@ -241,6 +285,19 @@ fn e4_holds_in_direction_with_congestion_control() {
         ("IRN+PFC AIMD", "IRN AIMD"),
         [above(1.2), above(1.08), None],
         [above(1.25), above(1.12), None],
+    );
+    // E7 under DCQCN and TIMELY: IRN's single-packet tail stays the shortest.
+    check_tail(
+        &seeds,
+        ("RoCE+PFC DCQCN", "IRN DCQCN"),
+        [1.3, 1.4],
+        [1.4, 1.6],
+    );
+    check_tail(
+        &seeds,
+        ("RoCE+PFC TIMELY", "IRN TIMELY"),
+        [1.2, 1.3],
+        [1.2, 1.35],
     );
 }
 
