@@ -36,8 +36,10 @@ const COLORS: [RGBColor; 16] = [
 ];
 
 /// The run that `run`'s ratios divide by: the run named `name` if given; otherwise the first
-/// RoCE run with PFC under the same congestion control (so that an experiment comparing
-/// controllers, such as E4, compares transports within each), else the first RoCE run with PFC.
+/// RoCE run with PFC of the same scenario (`[[variant]]` and `[sweep]` point) under the same
+/// congestion control (so that an experiment comparing controllers, such as E4, compares
+/// transports within each, and a sweep compares them at each point), else under the same
+/// controller, else the first RoCE run with PFC.
 pub fn baseline_of<'a>(
     runs: &'a [RunSummary],
     run: &RunSummary,
@@ -49,7 +51,8 @@ pub fn baseline_of<'a>(
         None => runs
             .iter()
             .filter(roce_pfc)
-            .find(|r| r.cc == run.cc)
+            .find(|r| r.cc == run.cc && r.scenario == run.scenario)
+            .or_else(|| runs.iter().filter(roce_pfc).find(|r| r.cc == run.cc))
             .or_else(|| runs.iter().find(roce_pfc)),
     }
 }
@@ -63,21 +66,64 @@ pub fn baseline_label(runs: &[RunSummary], name: Option<&str>) -> Option<String>
     {
         Some(first.name.clone())
     } else {
-        Some("RoCE+PFC under the same congestion control".into())
+        Some("RoCE+PFC of the same scenario and congestion control".into())
     }
 }
 
 /// Grouped bars: for each metric (average slowdown, average FCT, 99th-percentile FCT), one
 /// bar per run, divided by its baseline run's value ([`baseline_of`]; the first run when there
-/// is none).
+/// is none), the ratio written on it, the metric's name under its group and the legend beside
+/// the chart, outside the data. An experiment of several congestion controllers with more than
+/// eight runs (E4) gets one panel per controller.
 pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<()> {
     if runs.is_empty() {
         return Err(anyhow!("nothing to plot"));
     }
-    let label = baseline_label(runs, baseline).unwrap_or_else(|| runs[0].name.clone());
+    let mut ccs: Vec<&str> = Vec::new();
+    for r in runs {
+        if !ccs.contains(&r.cc.as_str()) {
+            ccs.push(&r.cc);
+        }
+    }
+    let panels: Vec<Vec<&RunSummary>> = if ccs.len() > 1 && runs.len() > 8 {
+        ccs.iter()
+            .map(|cc| runs.iter().filter(|r| r.cc == *cc).collect())
+            .collect()
+    } else {
+        vec![runs.iter().collect()]
+    };
+    let widest = panels.iter().map(Vec::len).max().unwrap_or(1);
+    let legend_w = 40
+        + 8 * runs
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(8) as u32;
+    let px_w = 120 + 3 * 34 * (widest as u32 + 1) + legend_w;
+    let root =
+        SVGBackend::new(path, (px_w.max(520), 360 * panels.len() as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(&panels) {
+        bar_panel(&root, area, runs, panel, baseline, legend_w)?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// One panel of [`bars`]: `panel`'s runs, their ratios to their baselines among `runs`.
+fn bar_panel(
+    root: &Area<'_>,
+    area: &Area<'_>,
+    runs: &[RunSummary],
+    panel: &[&RunSummary],
+    baseline: Option<&str>,
+    legend_w: u32,
+) -> Result<()> {
     let metrics: [Metric; 3] = [
-        ("avg slowdown", |r| r.all.avg_slowdown),
-        ("avg FCT", |r| r.all.avg_fct_us),
+        ("average slowdown", |r| r.all.avg_slowdown),
+        ("average FCT", |r| r.all.avg_fct_us),
         ("p99 FCT", |r| r.all.p99_fct_us),
     ];
     let ratio = |r: &RunSummary, f: fn(&RunSummary) -> f64| {
@@ -89,49 +135,71 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
             0.0
         }
     };
-    let ymax = runs
+    let label = {
+        let owned: Vec<RunSummary> = panel.iter().map(|r| (*r).clone()).collect();
+        match baseline {
+            Some(n) => n.to_string(),
+            None => baseline_label(&owned, None)
+                .or_else(|| baseline_label(runs, None))
+                .unwrap_or_else(|| runs[0].name.clone()),
+        }
+    };
+    let ymax = panel
         .iter()
         .flat_map(|r| metrics.iter().map(move |(_, f)| ratio(r, *f)))
         .fold(1.0f64, f64::max)
         * 1.15;
-    let n = runs.len();
+    let n = panel.len();
     let group = n + 1;
     let width = (3 * group) as f64;
-    let root = SVGBackend::new(path, (200 + 90 * n as u32 * 3, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("relative to {label}"), ("sans-serif", 18))
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("each run ÷ {label} (below 1: better than it)"),
+            ("sans-serif", 16),
+        )
         .margin(12)
-        .x_label_area_size(40)
+        .margin_right(legend_w + 12)
+        .x_label_area_size(30)
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..width, 0.0..ymax)
         .map_err(|e| anyhow!("{e}"))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(3)
-        .x_label_formatter(&|x| {
-            let g = (*x / group as f64).floor() as usize;
-            metrics.get(g).map_or(String::new(), |m| m.0.to_string())
-        })
+        .x_labels(0)
         .y_desc("ratio")
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    for (ri, r) in runs.iter().enumerate() {
-        let color = COLORS[ri % COLORS.len()];
-        let rects: Vec<Rectangle<(f64, f64)>> = metrics
-            .iter()
-            .enumerate()
-            .map(|(mi, (_, f))| {
-                let x0 = (mi * group + ri) as f64 + 0.5;
-                Rectangle::new([(x0, 0.0), (x0 + 0.9, ratio(r, *f))], color.filled())
-            })
-            .collect();
-        chart
-            .draw_series(rects)
-            .map_err(|e| anyhow!("{e}"))?
-            .label(r.name.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    for (ri, r) in panel.iter().enumerate() {
+        let color = COLORS[(2 * ri) % COLORS.len()];
+        for (mi, (_, f)) in metrics.iter().enumerate() {
+            let v = ratio(r, *f);
+            let x0 = (mi * group + ri) as f64 + 0.5;
+            chart
+                .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
+                .map_err(|e| anyhow!("{e}"))?;
+            chart
+                .draw_series([Text::new(
+                    format!("{v:.2}"),
+                    (x0, v + ymax * 0.015),
+                    ("sans-serif", 10).into_font(),
+                )])
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        // The legend, right of the plotting area.
+        let (right, top) = chart.backend_coord(&(width, ymax));
+        let y = top + 8 + 18 * ri as i32;
+        root.draw(&Rectangle::new(
+            [(right + 14, y), (right + 26, y + 12)],
+            color.filled(),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+        root.draw(&Text::new(
+            r.name.clone(),
+            (right + 32, y),
+            ("sans-serif", 12).into_font().color(&BLACK),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
     }
     chart
         .draw_series(std::iter::once(PathElement::new(
@@ -139,8 +207,18 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
             BLACK.stroke_width(1),
         )))
         .map_err(|e| anyhow!("{e}"))?;
-    legend(&mut chart)?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    // Each metric's name centred under its group.
+    for (mi, (name, _)) in metrics.iter().enumerate() {
+        let centre = (mi * group) as f64 + 0.5 + n as f64 / 2.0;
+        let (x, y) = chart.backend_coord(&(centre, 0.0));
+        let w = 7 * name.len() as i32 / 2;
+        root.draw(&Text::new(
+            name.to_string(),
+            (x - w, y + 8),
+            ("sans-serif", 13).into_font().color(&BLACK),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+    }
     Ok(())
 }
 
@@ -273,6 +351,175 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .position(SeriesLabelPosition::LowerRight)
             .draw()
             .map_err(|e| anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Baseline ÷ run for each of the paper's three metrics, where the baseline is
+/// [`baseline_of`] (the RoCE+PFC run of the run's own scenario): above 1, the run is better —
+/// the IRN paper's "RoCE+PFC ÷ IRN" convention.
+fn paper_ratios(runs: &[RunSummary], r: &RunSummary) -> Option<[f64; 3]> {
+    let b = baseline_of(runs, r, None)?;
+    let m = |s: &RunSummary| [s.all.avg_slowdown, s.all.avg_fct_us, s.all.p99_fct_us];
+    let (x, y) = (m(b), m(r));
+    (y.iter().all(|v| *v > 0.0)).then(|| [x[0] / y[0], x[1] / y[1], x[2] / y[2]])
+}
+
+/// The scenario without its seed (`seed=N` of a sweep): the point seeds are averaged over.
+fn point_of(r: &RunSummary) -> String {
+    r.scenario
+        .split(' ')
+        .filter(|t| !t.starts_with("seed="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A robustness sweep (E6): for every scenario (`[[variant]]` and sweep point, seeds pooled)
+/// and every run that is not the RoCE+PFC baseline, the baseline ÷ run on each metric — one
+/// panel per metric, one group of bars per scenario, the seeds' mean as the bar and their
+/// range as a whisker, the mean written above it; above the line at 1 the run beats RoCE+PFC.
+pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
+    let others: Vec<&RunSummary> = runs
+        .iter()
+        .filter(|r| !(r.transport == "roce" && r.pfc))
+        .filter(|r| paper_ratios(runs, r).is_some())
+        .collect();
+    if others.is_empty() {
+        return Err(anyhow!(
+            "no run to compare with a RoCE+PFC run of its scenario"
+        ));
+    }
+    let label_of = |r: &RunSummary| {
+        r.name
+            .strip_suffix(&r.scenario)
+            .unwrap_or(&r.name)
+            .trim()
+            .to_string()
+    };
+    let mut points: Vec<String> = Vec::new();
+    let mut series: Vec<String> = Vec::new();
+    for r in &others {
+        let (p, s) = (point_of(r), label_of(r));
+        if !points.contains(&p) {
+            points.push(p);
+        }
+        if !series.contains(&s) {
+            series.push(s);
+        }
+    }
+    // (series, point) → per metric (mean, min, max) over seeds.
+    let stat = |s: &str, p: &str, m: usize| -> Option<(f64, f64, f64)> {
+        let v: Vec<f64> = others
+            .iter()
+            .filter(|r| label_of(r) == s && point_of(r) == p)
+            .filter_map(|r| paper_ratios(runs, r).map(|x| x[m]))
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0f64, f64::max);
+        Some((mean, lo, hi))
+    };
+    let names = ["average slowdown", "average FCT", "99th-percentile FCT"];
+    let group = series.len() + 1;
+    let width = (points.len() * group) as f64;
+    let px_w = (160 + 46 * points.len() * group).max(700) as u32;
+    let root = SVGBackend::new(path, (px_w, 3 * 340)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    for (m, area) in root.split_evenly((3, 1)).iter().enumerate() {
+        let ymax = series
+            .iter()
+            .flat_map(|s| points.iter().filter_map(move |p| stat(s, p, m)))
+            .map(|(_, _, hi)| hi)
+            .fold(1.0f64, f64::max)
+            * 1.2;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!(
+                    "RoCE+PFC ÷ {}, {} (above 1: {} is better); seeds' mean and range",
+                    if series.len() == 1 {
+                        series[0].as_str()
+                    } else {
+                        "run"
+                    },
+                    names[m],
+                    if series.len() == 1 {
+                        series[0].as_str()
+                    } else {
+                        "the run"
+                    },
+                ),
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .margin_bottom(105)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..width, 0.0..ymax)
+            .map_err(|e| anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("ratio")
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+        for (si, s) in series.iter().enumerate() {
+            let color = COLORS[(2 * si) % COLORS.len()];
+            for (pi, p) in points.iter().enumerate() {
+                let Some((mean, lo, hi)) = stat(s, p, m) else {
+                    continue;
+                };
+                let x0 = (pi * group + si) as f64 + 0.5;
+                let bar = chart
+                    .draw_series([Rectangle::new(
+                        [(x0, 0.0), (x0 + 0.9, mean)],
+                        color.filled(),
+                    )])
+                    .map_err(|e| anyhow!("{e}"))?;
+                if pi == 0 {
+                    bar.label(s.clone()).legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                    });
+                }
+                let xc = x0 + 0.45;
+                chart
+                    .draw_series([PathElement::new(
+                        vec![(xc, lo), (xc, hi)],
+                        BLACK.stroke_width(1),
+                    )])
+                    .map_err(|e| anyhow!("{e}"))?;
+                chart
+                    .draw_series([Text::new(
+                        format!("{mean:.2}"),
+                        (x0, hi + ymax * 0.02),
+                        ("sans-serif", 11).into_font(),
+                    )])
+                    .map_err(|e| anyhow!("{e}"))?;
+            }
+        }
+        chart
+            .draw_series([PathElement::new(
+                vec![(0.0, 1.0), (width, 1.0)],
+                BLACK.stroke_width(1),
+            )])
+            .map_err(|e| anyhow!("{e}"))?;
+        if series.len() > 1 {
+            legend(&mut chart)?;
+        }
+        // Scenario names under their groups, turned a quarter to fit.
+        for (pi, p) in points.iter().enumerate() {
+            let centre = (pi * group) as f64 + 0.5 + (group - 1) as f64 * 0.45;
+            let (x, y) = chart.backend_coord(&(centre, 0.0));
+            let style = ("sans-serif", 12)
+                .into_font()
+                .transform(FontTransform::Rotate90)
+                .color(&BLACK);
+            root.draw(&Text::new(p.clone(), (x + 6, y + 4), style))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
     }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())

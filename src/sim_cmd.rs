@@ -59,6 +59,10 @@ pub struct SimArgs {
     /// one panel per congestion controller (SPEC E7), as an SVG.
     #[arg(long, value_name = "OUT.svg")]
     pub tail_cdf: Option<PathBuf>,
+    /// Draw RoCE+PFC ÷ each run per scenario (`[[variant]]` and sweep point, seeds pooled:
+    /// mean and range), one panel per metric (E6), as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub ratio_plot: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -207,6 +211,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
     }
     if let Some(path) = &args.tail_cdf {
         crate::plot::tail_cdf(path, &summaries)?;
+    }
+    if let Some(path) = &args.ratio_plot {
+        crate::plot::ratio_plot(path, &summaries)?;
     }
     // Success means every flow of every run completed intact.
     Ok(summaries
@@ -399,6 +406,9 @@ pub struct MergeArgs {
     /// Draw the single-packet flows' tail (as `irn sim --tail-cdf`).
     #[arg(long, value_name = "OUT.svg")]
     pub tail_cdf: Option<PathBuf>,
+    /// Draw RoCE+PFC ÷ each run per scenario (as `irn sim --ratio-plot`).
+    #[arg(long, value_name = "OUT.svg")]
+    pub ratio_plot: Option<PathBuf>,
 }
 
 /// `irn merge`: puts the slices of a sharded experiment back together, in the experiment's
@@ -484,6 +494,9 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
     }
     if let Some(path) = &args.tail_cdf {
         crate::plot::tail_cdf(path, &summaries)?;
+    }
+    if let Some(path) = &args.ratio_plot {
+        crate::plot::ratio_plot(path, &summaries)?;
     }
     Ok(summaries
         .iter()

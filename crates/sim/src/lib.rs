@@ -221,6 +221,7 @@ fn run_with<M: SimMemory>(
     };
     let summary = RunSummary {
         name: cfg.name.clone(),
+        scenario: cfg.scenario.clone(),
         transport: cfg.transport.recovery.name().into(),
         pfc: cfg.network.pfc,
         pause: cfg.network.pause,

@@ -536,6 +536,9 @@ pub struct IncastReport {
 pub struct RunSummary {
     /// Run name.
     pub name: String,
+    /// Its scenario (`[[variant]]` and `[sweep]` point; empty for an experiment of one).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scenario: String,
     /// Loss recovery (`irn`, `roce`, …).
     pub transport: String,
     /// PFC on.

@@ -116,6 +116,35 @@ pub fn load_experiment(
             ))
         }
     };
+    // Scenarios every run is run in (`[[variant]]`: a name and the keys it changes), before
+    // the sweep's points.
+    let scenario_tables = match table.remove("variant") {
+        None => Vec::new(),
+        Some(toml::Value::Array(a)) => a,
+        Some(_) => {
+            return Err(ConfigError::new(
+                origin,
+                "`variant` must be an array of tables ([[variant]])",
+            ))
+        }
+    };
+    let mut scenarios: Vec<(String, toml::Table)> = Vec::new();
+    for (i, v) in scenario_tables.iter().enumerate() {
+        let mut vt = v
+            .as_table()
+            .cloned()
+            .ok_or_else(|| ConfigError::new(origin, format!("variant {} is not a table", i + 1)))?;
+        let Some(toml::Value::String(name)) = vt.remove("name") else {
+            return Err(ConfigError::new(
+                origin,
+                format!(
+                    "variant {} has no `name` (it labels the scenario in every run's name)",
+                    i + 1
+                ),
+            ));
+        };
+        scenarios.push((name, vt));
+    }
     let sweep = match table.remove("sweep") {
         None => toml::Table::new(),
         Some(toml::Value::Table(t)) => t,
@@ -165,13 +194,27 @@ pub fn load_experiment(
     }
     let mut out = Vec::new();
     let points = sweep_points(&sweep).map_err(|m| ConfigError::new(origin, m))?;
+    if scenarios.is_empty() {
+        scenarios.push((String::new(), toml::Table::new()));
+    }
     for (label, t) in &variants {
-        for (suffix, sets) in &points {
+        for ((scenario, vt), (suffix, sets)) in scenarios
+            .iter()
+            .flat_map(|sc| points.iter().map(move |p| (sc, p)))
+        {
             let mut t = t.clone();
+            merge(&mut t, vt);
             for (k, v) in sets {
                 set_path(&mut t, k, v.clone()).map_err(|m| ConfigError::new(origin, m))?;
             }
-            if !suffix.is_empty() {
+            // The scenario: the variant and the sweep point; the name gains both.
+            let scenario = [scenario.as_str(), suffix.as_str()]
+                .iter()
+                .filter(|x| !x.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !scenario.is_empty() {
                 let name = t
                     .get("name")
                     .and_then(|v| v.as_str())
@@ -179,8 +222,9 @@ pub fn load_experiment(
                     .to_string();
                 t.insert(
                     "name".into(),
-                    toml::Value::String(format!("{name} {suffix}")),
+                    toml::Value::String(format!("{name} {scenario}")),
                 );
+                t.insert("scenario".into(), toml::Value::String(scenario));
             }
             let o = if label.is_empty() {
                 origin.to_string()

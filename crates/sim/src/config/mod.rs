@@ -688,6 +688,10 @@ impl Default for WorkloadConfig {
 pub struct SimConfig {
     /// The run's name in reports. Default "run".
     pub name: String,
+    /// The scenario the run belongs to — its `[[variant]]` and `[sweep]` point, set by the
+    /// experiment loader (empty: the experiment's only one). Ratios divide a run by the
+    /// RoCE+PFC run of its own scenario.
+    pub scenario: String,
     /// Seed of every random choice. Default 1.
     pub seed: u64,
     /// Threads one run uses: the network is cut into this many partitions that advance
@@ -729,6 +733,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             name: "run".into(),
+            scenario: String::new(),
             seed: 1,
             threads: 1,
             topology: TopologyConfig::default(),
@@ -1243,6 +1248,52 @@ mod tests {
         );
         let e = load("", &["workload.load=high"]).expect_err("a string for a number");
         assert!(e.to_string().contains("--set"), "{e}");
+    }
+
+    #[test]
+    fn variants_multiply_runs_and_name_their_scenario() {
+        let text = r#"
+[[run]]
+name = "IRN"
+[[run]]
+name = "RoCE+PFC"
+transport.recovery = "roce"
+network.pfc = true
+[[variant]]
+name = "10Gbps"
+topology.link_gbps = 10
+[[variant]]
+name = "default"
+[sweep]
+seed = [1, 2]
+"#;
+        let e = load(text, &[]).expect("loads");
+        let names: Vec<(&str, &str)> = e
+            .runs
+            .iter()
+            .map(|r| (r.name.as_str(), r.scenario.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("IRN 10Gbps seed=1", "10Gbps seed=1"),
+                ("IRN 10Gbps seed=2", "10Gbps seed=2"),
+                ("IRN default seed=1", "default seed=1"),
+                ("IRN default seed=2", "default seed=2"),
+                ("RoCE+PFC 10Gbps seed=1", "10Gbps seed=1"),
+                ("RoCE+PFC 10Gbps seed=2", "10Gbps seed=2"),
+                ("RoCE+PFC default seed=1", "default seed=1"),
+                ("RoCE+PFC default seed=2", "default seed=2"),
+            ]
+        );
+        assert_eq!(e.runs[0].topology.link_gbps.tier(0), 10.0);
+        assert_eq!(e.runs[2].topology.link_gbps.tier(0), 40.0);
+        assert_eq!(
+            (e.runs[1].seed, e.runs[4].transport.recovery),
+            (2, Recovery::Roce)
+        );
+        let e = load("[[variant]]\nworkload.load = 0.5\n", &[]).expect_err("unnamed");
+        assert!(e.to_string().contains("variant 1 has no `name`"), "{e}");
     }
 
     #[test]
