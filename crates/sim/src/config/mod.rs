@@ -219,6 +219,13 @@ pub struct NetworkConfig {
     /// ACK/NAK/CNP travel at `control_dscp`, ahead of data and never paused with it. Default
     /// true. Off: they share the data packets' DSCP (and PFC class).
     pub control_priority: bool,
+    /// With PFC, the control priority is lossless as well. Default true: a RoCE NIC sends its
+    /// ACKs and NAKs in the queue pair's own traffic class, which PFC protects (ConnectX: the
+    /// QP's DSCP; only CNPs take a priority of their own), so a lossless fabric never drops
+    /// one. Off: a full buffer drops control packets, and RoCE over PFC — which keeps no timer
+    /// unless `transport.roce_timeout_with_pfc` — leaves a flow whose last ACK was dropped
+    /// unfinished (docs/RESULTS.md).
+    pub control_lossless: bool,
     /// DSCP → priority map (SPEC N2), 64 entries, many-to-one; absent = the usual DSCP ÷ 8.
     pub dscp_to_priority: Option<Vec<u8>>,
     /// NICs send 802.1Q-tagged frames whose PCP is the packet's priority (the map of its
@@ -260,6 +267,7 @@ impl Default for NetworkConfig {
             data_dscp: 26,
             control_dscp: 48,
             control_priority: true,
+            control_lossless: true,
             dscp_to_priority: None,
             vlan: false,
             trust: Trust::Dscp,

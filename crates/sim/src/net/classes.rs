@@ -52,6 +52,11 @@ impl Classes {
             for &p in &net.lossless_priorities {
                 lossless[usize::from(p & 7)] = true;
             }
+            // ACKs, NAKs and CNPs (`control_dscp`, the second DSCP a NIC sends) in a lossless
+            // class too: see `NetworkConfig::control_lossless`.
+            if net.control_priority && net.control_lossless {
+                lossless[usize::from(dscp_map[usize::from(net.control_dscp & 63)])] = true;
+            }
         }
         Classes {
             trust: net.trust,
