@@ -214,9 +214,15 @@ impl<M: SimMemory> Simulation<M> {
         self.parts[0].qp_state_bits()
     }
 
-    /// The pause threshold of an input-queued switch port, in bytes.
+    /// The largest pause threshold of an input-queued switch port, in bytes.
     pub fn xoff_bytes(&self) -> u64 {
         self.parts[0].xoff_bytes()
+    }
+
+    /// The pause threshold of switch `node`'s input `port`: the buffer less the headroom of
+    /// that port's own link (`None` for a host or a port that does not exist).
+    pub fn port_xoff(&self, node: u32, port: u16) -> Option<u64> {
+        self.parts[0].port_xoff(node, port)
     }
 
     /// The completion time of a `size`-byte Write from `src` to `dst` alone in the network

@@ -207,6 +207,31 @@ fn a_buffer_below_its_pfc_headroom_is_refused() {
     assert!(run(&c, |_| {}).is_ok());
 }
 
+/// Each switch port's PFC threshold is the buffer less its own link's headroom: on seed 001's
+/// Figure 4 with S5 behind a 100 µs link (e11-pingmesh), T1's port to S5 needs a megabyte of
+/// headroom (its 240 KB buffer pauses at one frame), every other port 22 236 B (40 Gb/s × 1 µs
+/// each way plus two frames) — not the network's worst link's for every port.
+#[test]
+fn pfc_headroom_is_each_ports_own_links() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    let mut c = SimConfig::default();
+    c.topology.kind = irn_sim::config::TopologyKind::File;
+    c.topology.file = Some("e11/fig4-slow-s5.topo".into());
+    c.network.pfc = true;
+    let topo = irn_sim::topology::Topology::build(&c.topology, &dir).expect("topology");
+    let frame = 1118;
+    let short = 240_000 - (2 * 40_000 * 1_000 / 8 / 1_000 + 2 * frame);
+    let sim =
+        irn_sim::parallel::Simulation::<irn_sim::net::SharedChecked>::new(c, topo, Vec::new());
+    let t1 = 7; // T1: S3, S4, S5, La, Lb, S6 on ports 0-5
+    assert_eq!(sim.port_xoff(t1, 2), Some(frame), "the 100 µs link");
+    for p in [0, 1, 3, 4, 5] {
+        assert_eq!(sim.port_xoff(t1, p), Some(short), "T1 port {p}");
+    }
+    assert_eq!(sim.port_xoff(6, 0), Some(short), "T0 port 0");
+    assert_eq!(sim.port_xoff(0, 0), None, "a host");
+}
+
 /// With PFC the control class is lossless too (`network.control_lossless`, the default: a
 /// RoCE NIC's ACKs travel in the queue pair's lossless class): on E0's network with 120 KB
 /// buffers (seed 1) a lossy control class loses 7 ACKs, and RoCE, which keeps no timer under

@@ -198,9 +198,15 @@ pub(crate) struct Part<M: SimMemory> {
     ctrl_prio: u8,
     /// NICs tag their frames (802.1Q) with the priority as PCP.
     vlan: bool,
-    xoff_bytes: u64,
-    /// A NIC's receive buffer share of a lossless class above which it pauses its switch.
-    nic_xoff_bytes: u64,
+    /// Per switch (index), per input port: the occupancy of a lossless class above which the
+    /// port pauses its upstream — the buffer less the headroom of that port's own link.
+    xoff_in: Vec<Vec<u64>>,
+    /// Per switch: the headroom its ports reserve together (a shared-buffer switch's share
+    /// kept out of the dynamic threshold).
+    reserved: Vec<u64>,
+    /// Per host: the share of its receive buffer a lossless class may hold before the NIC
+    /// pauses its switch (the buffer less its own link's headroom).
+    nic_xoff: Vec<u64>,
     /// The NICs' receive pipeline rate in bits per second (`None`: never the bottleneck).
     rx_rate: Option<u64>,
     /// Per node: random link loss on its incoming links.
@@ -240,8 +246,7 @@ impl<M: SimMemory> std::fmt::Debug for Part<M> {
 /// round trip at its rate, plus two frames) is a configuration that cannot mean anything: no
 /// lossless class could pause in time anywhere. (A single long link whose headroom exceeds the
 /// buffer — e11-pingmesh's 100 µs link — is a modelled fault: its overflow is counted in
-/// `headroom_overflow`. The pause threshold itself still uses the network's largest headroom
-/// at every port: docs/SIMULATOR.md.)
+/// `headroom_overflow`; its port pauses at one frame.)
 pub(crate) fn check_headroom(cfg: &SimConfig, topo: &Topology) -> Result<(), String> {
     if !(cfg.network.pfc || cfg.network.pause) || cfg.switch.pfc_headroom_bytes.is_some() {
         return Ok(());
@@ -292,20 +297,41 @@ impl<M: SimMemory> Part<M> {
         let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
         let mtu_wire = u64::from(mtu_wire(&cfg.network));
         // Upstream link round trip at its rate, plus a frame in flight each way.
-        let (max_rate, max_delay) = topo
-            .nodes
-            .iter()
-            .flat_map(|n| n.ports.iter())
-            .fold((0u64, Dur::ZERO), |(r, d), p| {
-                (r.max(p.rate_bps), d.max(p.delay))
-            });
-        let default_headroom = default_headroom(max_rate, max_delay, mtu_wire);
-        // A lossless queue pauses its upstream at buffer − headroom (at least one frame).
-        let xoff = |buffer: u64, headroom: Option<u64>| {
-            xoff_threshold(buffer, headroom.unwrap_or(default_headroom), mtu_wire)
+        // A lossless queue pauses its upstream at buffer − headroom (at least one frame), the
+        // headroom being what its own link still delivers after the pause leaves: that link's
+        // round trip at its rate, plus a frame each way — unless the configuration gives one.
+        let xoff = |buffer: u64, headroom: Option<u64>, link: &crate::topology::Port| {
+            let h =
+                headroom.unwrap_or_else(|| default_headroom(link.rate_bps, link.delay, mtu_wire));
+            xoff_threshold(buffer, h, mtu_wire)
         };
-        let xoff_bytes = xoff(cfg.switch.buffer_bytes, cfg.switch.pfc_headroom_bytes);
-        let nic_xoff_bytes = xoff(cfg.nic.rx_buffer_bytes, cfg.nic.rx_pfc_headroom_bytes);
+        let xoff_in: Vec<Vec<u64>> = (topo.hosts..topo.nodes.len() as u32)
+            .map(|n| {
+                topo.nodes[n as usize]
+                    .ports
+                    .iter()
+                    .map(|l| xoff(cfg.switch.buffer_bytes, cfg.switch.pfc_headroom_bytes, l))
+                    .collect()
+            })
+            .collect();
+        let reserved = xoff_in
+            .iter()
+            .map(|ports| {
+                ports
+                    .iter()
+                    .map(|&x| cfg.switch.buffer_bytes - x.min(cfg.switch.buffer_bytes))
+                    .sum()
+            })
+            .collect();
+        let nic_xoff = (0..topo.hosts)
+            .map(|h| {
+                xoff(
+                    cfg.nic.rx_buffer_bytes,
+                    cfg.nic.rx_pfc_headroom_bytes,
+                    topo.host_port(h),
+                )
+            })
+            .collect();
         let rx_rate = cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64);
         let mine = |n: u32| part_of[n as usize] == me;
         let switches = (topo.hosts..topo.nodes.len() as u32)
@@ -430,8 +456,9 @@ impl<M: SimMemory> Part<M> {
             ctrl_prio,
             vlan: cfg.network.vlan,
             marking: ecn::Marking::new(&cfg.switch),
-            xoff_bytes,
-            nic_xoff_bytes,
+            xoff_in,
+            reserved,
+            nic_xoff,
             rx_rate,
             buf: Vec::new(),
             totals: Counters::default(),
@@ -468,9 +495,16 @@ impl<M: SimMemory> Part<M> {
             .total_bits()
     }
 
-    /// The pause threshold of an input-queued switch port, in bytes.
+    /// The largest pause threshold of an input-queued switch port, in bytes (every port's,
+    /// where all links are alike).
     pub(crate) fn xoff_bytes(&self) -> u64 {
-        self.xoff_bytes
+        self.xoff_in.iter().flatten().copied().max().unwrap_or(0)
+    }
+
+    /// The pause threshold of switch `node`'s input `port` (input-queued), in bytes.
+    pub(crate) fn port_xoff(&self, node: u32, port: u16) -> Option<u64> {
+        let si = node.checked_sub(self.topo.hosts)? as usize;
+        self.xoff_in.get(si)?.get(usize::from(port)).copied()
     }
 
     /// The completion time of a `size`-byte Write from `src` to `dst` alone in the network:

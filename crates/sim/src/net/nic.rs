@@ -349,7 +349,7 @@ impl<M: SimMemory> Part<M> {
             self.nic_rx_start(now, host);
         }
         let nic = &mut self.nics[host as usize];
-        if lossless && nic.rx_held.pause_above(c, self.nic_xoff_bytes) {
+        if lossless && nic.rx_held.pause_above(c, self.nic_xoff[host as usize]) {
             self.send_pfc(now, host, 0, prio, true);
         }
     }
@@ -382,7 +382,10 @@ impl<M: SimMemory> Part<M> {
         nic.rx_held.remove(c, u64::from(f.hop.wire));
         self.safety.rx_progress[host as usize] = now;
         let gap = self.cfg.switch.pfc_resume_gap_bytes;
-        if nic.rx_held.resume_below(c, self.nic_xoff_bytes, gap) {
+        if nic
+            .rx_held
+            .resume_below(c, self.nic_xoff[host as usize], gap)
+        {
             let prio = self.classes.class_priority(c);
             self.send_pfc(now, host, 0, prio, false);
         }

@@ -76,13 +76,12 @@ impl Ingress {
     }
 }
 
-/// The default PFC headroom: the bytes that can still arrive after a pause leaves — the
-/// round trip of the fastest, longest link at its rate — plus one largest frame in flight each
-/// way (`mtu_wire`: the largest frame on the wire).
-pub(super) fn default_headroom(max_rate_bps: u64, max_delay: Dur, mtu_wire: u64) -> u64 {
-    let rtt_bytes = (u128::from(max_rate_bps) * u128::from(max_delay.as_picos()) * 2
-        / 8
-        / 1_000_000_000_000) as u64;
+/// The default PFC headroom of a port: the bytes its link can still deliver after a pause
+/// leaves — the link's round trip at its rate — plus one largest frame in flight each way
+/// (`mtu_wire`: the largest frame on the wire).
+pub(super) fn default_headroom(rate_bps: u64, delay: Dur, mtu_wire: u64) -> u64 {
+    let rtt_bytes =
+        (u128::from(rate_bps) * u128::from(delay.as_picos()) * 2 / 8 / 1_000_000_000_000) as u64;
     rtt_bytes + 2 * mtu_wire
 }
 
@@ -93,11 +92,10 @@ pub(super) fn xoff_threshold(buffer: u64, headroom: u64, mtu_wire: u64) -> u64 {
 }
 
 /// The dynamic XOFF threshold of a shared-buffer switch: α times what is free of the shared
-/// part (the buffer less every port's headroom reservation, `buffer − xoff` each), and at least
+/// part (the buffer less every port's headroom reservation, `reserved` together), and at least
 /// 2 KB.
-pub(super) fn shared_xoff(buffer: u64, xoff: u64, nports: usize, used: u64, alpha: f64) -> u64 {
-    let headroom = buffer - xoff.min(buffer);
-    let shared = buffer.saturating_sub(headroom * nports as u64);
+pub(super) fn shared_xoff(buffer: u64, reserved: u64, used: u64, alpha: f64) -> u64 {
+    let shared = buffer.saturating_sub(reserved);
     let free = shared.saturating_sub(used);
     ((alpha * free as f64) as u64).max(2048)
 }
@@ -107,7 +105,7 @@ impl<M: SimMemory> Part<M> {
     /// than its threshold; the pause names the class's priority.
     pub(super) fn pause_if_full(&mut self, now: Time, node: u32, si: usize, inp: u16, c: usize) {
         if self.classes.class_lossless(c) {
-            let threshold = self.pause_threshold(si);
+            let threshold = self.pause_threshold(si, inp);
             let port = &mut self.switches[si].ports[inp as usize];
             if port.ingress.pause_above(c, threshold) {
                 let prio = self.classes.class_priority(c);
@@ -116,14 +114,13 @@ impl<M: SimMemory> Part<M> {
         }
     }
 
-    /// The ingress occupancy above which a lossless (port, priority) pauses its upstream.
-    pub(super) fn pause_threshold(&self, si: usize) -> u64 {
+    /// The ingress occupancy above which a lossless (port `inp`, priority) pauses its upstream.
+    pub(super) fn pause_threshold(&self, si: usize, inp: u16) -> u64 {
         match self.cfg.switch.model {
-            SwitchModel::InputQueued => self.xoff_bytes,
+            SwitchModel::InputQueued => self.xoff_in[si][inp as usize],
             SwitchModel::SharedBuffer => shared_xoff(
                 self.cfg.switch.buffer_bytes,
-                self.xoff_bytes,
-                self.switches[si].ports.len(),
+                self.reserved[si],
                 self.switches[si].used,
                 self.cfg.switch.dt_alpha,
             ),
@@ -273,9 +270,10 @@ mod tests {
     fn the_shared_buffer_threshold_shrinks_as_the_buffer_fills() {
         let (buffer, xoff) = (1_000_000, 900_000);
         // Four ports reserve 100 000 each: 600 000 shared.
-        assert_eq!(shared_xoff(buffer, xoff, 4, 0, 1.0), 600_000);
-        assert_eq!(shared_xoff(buffer, xoff, 4, 200_000, 1.0), 400_000);
-        assert_eq!(shared_xoff(buffer, xoff, 4, 200_000, 0.5), 200_000);
+        let reserved = 4 * (buffer - xoff);
+        assert_eq!(shared_xoff(buffer, reserved, 0, 1.0), 600_000);
+        assert_eq!(shared_xoff(buffer, reserved, 200_000, 1.0), 400_000);
+        assert_eq!(shared_xoff(buffer, reserved, 200_000, 0.5), 200_000);
         // Never below 2 KB.
         assert_eq!(shared_xoff(buffer, xoff, 4, 600_000, 1.0), 2048);
     }

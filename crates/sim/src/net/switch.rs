@@ -339,7 +339,7 @@ impl<M: SimMemory> Part<M> {
         sw.ports[i].ingress.remove(c, wire);
         sw.used -= wire;
         if sw.ports[i].ingress.xoff[c] {
-            let t = self.pause_threshold(si);
+            let t = self.pause_threshold(si, i as u16);
             let gap = self.cfg.switch.pfc_resume_gap_bytes;
             if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
                 let prio = self.classes.class_priority(c);
