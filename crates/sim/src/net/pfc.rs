@@ -275,6 +275,6 @@ mod tests {
         assert_eq!(shared_xoff(buffer, reserved, 200_000, 1.0), 400_000);
         assert_eq!(shared_xoff(buffer, reserved, 200_000, 0.5), 200_000);
         // Never below 2 KB.
-        assert_eq!(shared_xoff(buffer, xoff, 4, 600_000, 1.0), 2048);
+        assert_eq!(shared_xoff(buffer, reserved, 600_000, 1.0), 2048);
     }
 }
