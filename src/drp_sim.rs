@@ -39,7 +39,7 @@ pub fn run(args: &SimArgs, text: &str, origin: &str) -> Result<bool> {
         serde_json::to_writer_pretty(&mut f, &report)?;
         writeln!(f)?;
     }
-    if let Some(path) = &args.plot {
+    if let Some(path) = &args.figures.plot {
         plot(path, &report)?;
     }
     if args.csv.is_some() {

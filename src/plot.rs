@@ -163,13 +163,7 @@ fn bar_panel(
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..width, 0.0..ymax)
         .map_err(|e| anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_desc("ratio")
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+    ratio_mesh(&mut chart)?;
     for (ri, r) in panel.iter().enumerate() {
         let color = COLORS[(2 * ri) % COLORS.len()];
         for (mi, (_, f)) in metrics.iter().enumerate() {
@@ -220,6 +214,18 @@ fn bar_panel(
         .map_err(|e| anyhow!("{e}"))?;
     }
     Ok(())
+}
+
+/// The grid of a chart of ratios over categories: horizontal lines only, no x labels (the
+/// caller writes the categories' names under their groups).
+fn ratio_mesh(chart: &mut Chart<'_>) -> Result<()> {
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("ratio")
+        .draw()
+        .map_err(|e| anyhow!("{e}"))
 }
 
 /// A chart of the SVG backend over two `f64` axes.
@@ -459,13 +465,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .y_label_area_size(50)
             .build_cartesian_2d(0.0..width, 0.0..ymax)
             .map_err(|e| anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(0)
-            .y_desc("ratio")
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+        ratio_mesh(&mut chart)?;
         for (si, s) in series.iter().enumerate() {
             let color = COLORS[(2 * si) % COLORS.len()];
             for (pi, p) in points.iter().enumerate() {

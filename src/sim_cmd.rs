@@ -39,13 +39,9 @@ pub struct SimArgs {
     /// every value). Same as `--set threads=N`; default: the file's, or 1.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// The run the ratios compare with (default: the first RoCE run with PFC under the same
-    /// congestion control).
-    #[arg(long)]
-    pub baseline: Option<String>,
-    /// Draw the three metrics of every run, relative to the baseline, as an SVG.
-    #[arg(long, value_name = "OUT.svg")]
-    pub plot: Option<PathBuf>,
+    /// The ratio columns' baseline and the figures.
+    #[command(flatten)]
+    pub figures: Figures,
     /// Write the per (node, port, priority) counters sampled every `monitor_interval_us`
     /// (default 1000 µs when the file sets none) as CSV (SPEC N9).
     #[arg(long, value_name = "FILE.csv")]
@@ -55,14 +51,6 @@ pub struct SimArgs {
     /// sets none).
     #[arg(long, value_name = "OUT.svg")]
     pub timeline: Option<PathBuf>,
-    /// Draw the tail (90th to 99.9th percentile) of single-packet flows' completion times,
-    /// one panel per congestion controller (SPEC E7), as an SVG.
-    #[arg(long, value_name = "OUT.svg")]
-    pub tail_cdf: Option<PathBuf>,
-    /// Draw RoCE+PFC ÷ each run per scenario (`[[variant]]` and sweep point, seeds pooled:
-    /// mean and range), one panel per metric (E6), as an SVG.
-    #[arg(long, value_name = "OUT.svg")]
-    pub ratio_plot: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -71,6 +59,45 @@ pub struct SimArgs {
     /// the JSON of the whole experiment (`scripts/slurm-sweep.sh` runs one per array task).
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     pub shard: Option<Shard>,
+}
+
+/// The baseline of the ratio columns and the figures drawn from a finished experiment — the
+/// same for `irn sim` and `irn merge`.
+#[derive(clap::Args)]
+pub struct Figures {
+    /// The run the ratios compare with (default: for each run, the first RoCE run with PFC of
+    /// its scenario and congestion control).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Draw the three metrics of every run, relative to its baseline, as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
+    /// Draw the tail (90th to 99.9th percentile) of single-packet flows' completion times,
+    /// one panel per congestion controller (SPEC E7), as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub tail_cdf: Option<PathBuf>,
+    /// Draw RoCE+PFC ÷ each run per scenario (`[[variant]]` and sweep point, seeds pooled:
+    /// mean and range), one panel per metric (E6), as an SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub ratio_plot: Option<PathBuf>,
+}
+
+impl Figures {
+    /// Prints the table and draws the figures asked for.
+    fn show(&self, summaries: &[RunSummary]) -> Result<()> {
+        let stdout = std::io::stdout();
+        print_table(&mut stdout.lock(), summaries, self.baseline.as_deref())?;
+        if let Some(path) = &self.plot {
+            crate::plot::bars(path, summaries, self.baseline.as_deref())?;
+        }
+        if let Some(path) = &self.tail_cdf {
+            crate::plot::tail_cdf(path, summaries)?;
+        }
+        if let Some(path) = &self.ratio_plot {
+            crate::plot::ratio_plot(path, summaries)?;
+        }
+        Ok(())
+    }
 }
 
 /// A slice of an experiment's runs (`--shard I/N`).
@@ -151,9 +178,6 @@ pub fn run(args: SimArgs) -> Result<bool> {
     });
     let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
     let summaries: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    print_table(&mut out, &summaries, args.baseline.as_deref())?;
     if let Some(path) = &args.json {
         let doc = match &shard {
             Some(info) => serde_json::json!({ "runs": summaries, "shard": info }),
@@ -203,17 +227,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
         }
         f.flush()?;
     }
-    if let Some(path) = &args.plot {
-        crate::plot::bars(path, &summaries, args.baseline.as_deref())?;
-    }
+    args.figures.show(&summaries)?;
     if let Some(path) = &args.timeline {
         crate::plot::timeline(path, &summaries)?;
-    }
-    if let Some(path) = &args.tail_cdf {
-        crate::plot::tail_cdf(path, &summaries)?;
-    }
-    if let Some(path) = &args.ratio_plot {
-        crate::plot::ratio_plot(path, &summaries)?;
     }
     // Success means every flow of every run completed intact.
     Ok(summaries
@@ -397,18 +413,9 @@ pub struct MergeArgs {
     /// Every slice's JSON (`irn sim FILE --shard I/N --json …`), in any order.
     #[arg(required = true)]
     pub shards: Vec<PathBuf>,
-    /// The run the ratios compare with (as `irn sim --baseline`).
-    #[arg(long)]
-    pub baseline: Option<String>,
-    /// Draw the three metrics of every run, relative to the baseline, as an SVG.
-    #[arg(long, value_name = "OUT.svg")]
-    pub plot: Option<PathBuf>,
-    /// Draw the single-packet flows' tail (as `irn sim --tail-cdf`).
-    #[arg(long, value_name = "OUT.svg")]
-    pub tail_cdf: Option<PathBuf>,
-    /// Draw RoCE+PFC ÷ each run per scenario (as `irn sim --ratio-plot`).
-    #[arg(long, value_name = "OUT.svg")]
-    pub ratio_plot: Option<PathBuf>,
+    /// The ratio columns' baseline and the figures, as `irn sim` draws them.
+    #[command(flatten)]
+    pub figures: Figures,
 }
 
 /// `irn merge`: puts the slices of a sharded experiment back together, in the experiment's
@@ -487,17 +494,7 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     serde_json::to_writer_pretty(&mut f, &doc)?;
     writeln!(f)?;
-    let stdout = std::io::stdout();
-    print_table(&mut stdout.lock(), &summaries, args.baseline.as_deref())?;
-    if let Some(path) = &args.plot {
-        crate::plot::bars(path, &summaries, args.baseline.as_deref())?;
-    }
-    if let Some(path) = &args.tail_cdf {
-        crate::plot::tail_cdf(path, &summaries)?;
-    }
-    if let Some(path) = &args.ratio_plot {
-        crate::plot::ratio_plot(path, &summaries)?;
-    }
+    args.figures.show(&summaries)?;
     Ok(summaries
         .iter()
         .all(|s| s.flows_failed == 0 && s.flows_corrupted == 0))

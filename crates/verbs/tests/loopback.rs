@@ -640,23 +640,28 @@ fn ud_datagrams_carry_the_grh_area_and_drop_what_they_must() {
     assert_eq!(qa.counters().tx_packets, 3);
 }
 
+/// Two devices for a CM test, on 127.0.0.1 and 127.0.0.2 (UDP path, `loss` each way, seeds
+/// `seed` and `seed + 1`), each side's CM configured for the other's UDP port.
+fn cm_sides(
+    mode: QpMode,
+    loss: f64,
+    seed: u64,
+    cfg: irn_verbs::cm::CmConfig,
+) -> (Side, Side, irn_verbs::cm::CmConfig, irn_verbs::cm::CmConfig) {
+    let da = device_on("127.0.0.1", ReceivePath::Udp, loss, seed).expect("device");
+    let db = device_on("127.0.0.2", ReceivePath::Udp, loss, seed + 1).expect("device");
+    let to = |peer: &irn_verbs::Device| irn_verbs::cm::CmConfig {
+        peer_port: peer.local_addr().port(),
+        ..cfg
+    };
+    let (cfg_a, cfg_b) = (to(&db), to(&da));
+    (side(da, mode, 64), side(db, mode, 64), cfg_a, cfg_b)
+}
+
 #[test]
 fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
     use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
-    let (da, db) = (
-        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 1).expect("device"),
-        device_on("127.0.0.2", ReceivePath::Udp, 0.0, 2).expect("device"),
-    );
-    let cfg_a = CmConfig {
-        peer_port: db.local_addr().port(),
-        ..CmConfig::default()
-    };
-    let cfg_b = CmConfig {
-        peer_port: da.local_addr().port(),
-        ..CmConfig::default()
-    };
-    let a = side(da, QpMode::Roce, 64);
-    let b = side(db, QpMode::Roce, 64);
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 1, CmConfig::default());
     let attr = QpAttr {
         max_rd_atomic: 1,
         max_dest_rd_atomic: 1,
@@ -728,20 +733,7 @@ fn one_device_carries_many_cm_connections_to_one_port() {
     // one named), and a second listener on the port is refused.
     use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
     const N: usize = 4;
-    let (da, db) = (
-        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("device"),
-        device_on("127.0.0.2", ReceivePath::Udp, 0.0, 6).expect("device"),
-    );
-    let cfg_a = CmConfig {
-        peer_port: db.local_addr().port(),
-        ..CmConfig::default()
-    };
-    let cfg_b = CmConfig {
-        peer_port: da.local_addr().port(),
-        ..CmConfig::default()
-    };
-    let a = side(da, QpMode::Irn, 64);
-    let b = side(db, QpMode::Irn, 64);
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Irn, 0.0, 5, CmConfig::default());
     let qps = |s: &Side| -> Vec<irn_verbs::Qp> {
         (0..N)
             .map(|_| s.pd.create_qp(&s.cq, &s.cq, QpInit::default()).expect("qp"))
@@ -823,18 +815,8 @@ fn the_cm_counts_and_drops_malformed_and_forged_mads() {
     use irn_verbs::cm::{self, CmConfig, CmListener};
     use irn_verbs::{UdInit, UdSend};
     use irn_wire::cm::{CmDreq, CmIds224, CmMad, CmMsg, MadHdr, GSI_QKEY, GSI_QPN};
-    let (da, db) = (
-        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 7).expect("device"),
-        device_on("127.0.0.2", ReceivePath::Udp, 0.0, 8).expect("device"),
-    );
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Irn, 0.0, 7, CmConfig::default());
     let dc = device_on("127.0.0.3", ReceivePath::Udp, 0.0, 9).expect("device");
-    let cfg = |peer: &irn_verbs::Device| CmConfig {
-        peer_port: peer.local_addr().port(),
-        ..CmConfig::default()
-    };
-    let (cfg_a, cfg_b) = (cfg(&db), cfg(&da));
-    let a = side(da, QpMode::Irn, 64);
-    let b = side(db, QpMode::Irn, 64);
     let attr = QpAttr::default();
     let server = SocketAddr::new(b.dev.local_addr().ip(), 7176);
     let (ca, cb) = std::thread::scope(|s| {
@@ -944,23 +926,17 @@ fn the_cm_connects_through_lost_mads() {
     // on the queue pair, and the connected pair moves data. Several seeds.
     use irn_verbs::cm::{self, CmConfig, CmListener};
     for seed in 1..=4u64 {
-        let (da, db) = (
-            device_on("127.0.0.1", ReceivePath::Udp, 0.3, seed).expect("device"),
-            device_on("127.0.0.2", ReceivePath::Udp, 0.3, seed + 100).expect("device"),
-        );
-        let quick = |peer_port| CmConfig {
-            peer_port,
+        let quick = CmConfig {
             retry_timeout: Duration::from_millis(50),
             max_retries: 20,
+            ..CmConfig::default()
         };
-        let (cfg_a, cfg_b) = (quick(db.local_addr().port()), quick(da.local_addr().port()));
+        let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.3, 10 * seed, quick);
         let attr = QpAttr {
             timeout: 8,
             retry_cnt: 7,
             ..QpAttr::default()
         };
-        let a = side(da, QpMode::Roce, 64);
-        let b = side(db, QpMode::Roce, 64);
         let server = SocketAddr::new(b.dev.local_addr().ip(), 18);
         std::thread::scope(|s| {
             let srv = s.spawn(|| {
