@@ -201,10 +201,7 @@ fn counters_print_when_a_run_fails() {
         .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("no timeouts counter: {}", text(&client)));
-    // The timer fires at RTO_high (2 ms: ten packets in flight) and doubles after each expiry
-    // (RFC 6298 §5.5) — 2, 6, 14, 30 ms — until the retry budget, retry_cnt + 1 local ACK
-    // timeouts without progress (8 × 4.2 ms), is spent.
-    assert!(timeouts >= 4, "{}", text(&client));
+    assert!(timeouts >= 7, "retry_cnt 7: {}", text(&client));
 }
 
 #[test]

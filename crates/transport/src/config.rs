@@ -59,19 +59,6 @@ pub enum RtoPolicy {
         /// N (3 in the paper).
         n: u32,
     },
-    /// IRN's two timeouts, each at least the queue pair's smoothed round trip plus four times
-    /// its variation (RFC 6298 §2, from the RTT samples of its ACKs): what a software NIC
-    /// needs, whose peer may answer late because it is busy, not because a packet was lost —
-    /// the fixed timers would take every slow ACK for a loss and resend the window. The UDP
-    /// runtime's IRN mode; the simulator keeps the paper's fixed ones.
-    Adaptive {
-        /// RTO_low before the floor.
-        low: Dur,
-        /// RTO_high before the floor.
-        high: Dur,
-        /// N.
-        n: u32,
-    },
     /// The verbs `timeout` attribute of the queue pair: 4.096 µs × 2^timeout, 0 = never
     /// (IBTA §9.7.6.1.3). What a standard RoCE NIC (and Linux rxe) does; the UDP runtime uses it
     /// to behave like rxe towards rxe.
@@ -84,9 +71,7 @@ impl RtoPolicy {
         match *self {
             RtoPolicy::Disabled => None,
             RtoPolicy::Fixed(d) => Some(d),
-            RtoPolicy::Irn { low, high, n } | RtoPolicy::Adaptive { low, high, n } => {
-                Some(if in_flight <= n { low } else { high })
-            }
+            RtoPolicy::Irn { low, high, n } => Some(if in_flight <= n { low } else { high }),
             // Resolved by the queue pair into `Fixed` or `Disabled` when the attribute is set.
             RtoPolicy::FromAttr => None,
         }
@@ -345,9 +330,7 @@ impl RecoveryConfig {
         let zero = match self.rto {
             RtoPolicy::Disabled | RtoPolicy::FromAttr => false,
             RtoPolicy::Fixed(d) => d == Dur::ZERO,
-            RtoPolicy::Irn { low, high, .. } | RtoPolicy::Adaptive { low, high, .. } => {
-                low == Dur::ZERO || high == Dur::ZERO
-            }
+            RtoPolicy::Irn { low, high, .. } => low == Dur::ZERO || high == Dur::ZERO,
         };
         if zero {
             return Err(ConfigError::ZeroTimeout);

@@ -54,8 +54,6 @@ pub(crate) struct SendWindow {
     stall_base: Option<Time>,
     /// Retries counted in the current stretch without progress.
     retries: u32,
-    /// Timer expiries since the last progress (the adaptive timeout's exponential backoff).
-    expiries: u32,
     /// When each outstanding PSN was first sent; `Time::MAX` once retransmitted (Karn: no RTT
     /// sample from a retransmitted packet).
     sent_at: VecDeque<Time>,
@@ -92,7 +90,6 @@ impl SendWindow {
             timer_base: None,
             stall_base: None,
             retries: 0,
-            expiries: 0,
             sent_at: VecDeque::new(),
             min_rtt: None,
             last_retx: None,
@@ -304,7 +301,6 @@ impl SendWindow {
     /// and resets the retry count.
     pub(crate) fn progress(&mut self, now: Time) {
         self.retries = 0;
-        self.expiries = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
         self.stall_base = self.timer_base;
     }
@@ -396,22 +392,12 @@ impl SendWindow {
 
     /// The retransmission deadline under `rto`, if the timer runs. IRN picks RTO_low or
     /// RTO_high from the packets in flight *now* (T5), so the deadline follows the window.
-    /// `adaptive`: [`RtoPolicy::Adaptive`]'s round-trip floor — the timeout is then at least
-    /// that, doubled for each expiry since the last progress (RFC 6298 §5.5, up to 64×), so
-    /// that a round trip longer than every timeout still yields a sample.
-    pub(crate) fn deadline(
-        &self,
-        rto: &RtoPolicy,
-        adaptive: Option<crate::time::Dur>,
-    ) -> Option<Time> {
+    pub(crate) fn deadline(&self, rto: &RtoPolicy) -> Option<Time> {
         let base = self.timer_base?;
         if self.in_flight() == 0 {
             return None;
         }
-        rto.timeout(self.in_flight()).map(|d| match adaptive {
-            None => base + d,
-            Some(floor) => base + d.max(floor).saturating_mul(1 << self.expiries.min(6)),
-        })
+        rto.timeout(self.in_flight()).map(|d| base + d)
     }
 
     /// Restarts the timer at `now` (after a timeout, or an RNR wait).
@@ -427,7 +413,6 @@ impl SendWindow {
     /// `t`, as IRN's), the retries are the whole `t`s elapsed without progress, so a queue
     /// pair gives up after `retry_cnt + 1` local ACK timeouts whatever its RTO.
     pub(crate) fn on_timeout(&mut self, now: Time, retry_every: Option<crate::time::Dur>) -> u32 {
-        self.expiries = self.expiries.saturating_add(1);
         match retry_every {
             None => self.retries += 1,
             Some(t) => {
@@ -694,20 +679,14 @@ mod tests {
             n: 3,
         };
         let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
-        assert_eq!(w.deadline(&rto, None), None);
+        assert_eq!(w.deadline(&rto), None);
         sent(&mut w, 3);
-        assert_eq!(
-            w.deadline(&rto, None),
-            Some(Time::ZERO + Dur::from_micros(100))
-        );
+        assert_eq!(w.deadline(&rto), Some(Time::ZERO + Dur::from_micros(100)));
         sent(&mut w, 1);
-        assert_eq!(
-            w.deadline(&rto, None),
-            Some(Time::ZERO + Dur::from_micros(320))
-        );
+        assert_eq!(w.deadline(&rto), Some(Time::ZERO + Dur::from_micros(320)));
         let t = Time::ZERO + Dur::from_micros(7);
         w.ack(t, p(2));
-        assert_eq!(w.deadline(&rto, None), Some(t + Dur::from_micros(100)));
+        assert_eq!(w.deadline(&rto), Some(t + Dur::from_micros(100)));
     }
 
     #[test]

@@ -256,9 +256,6 @@ impl QueuePair {
         if acked.psns > 0 {
             self.cmp.rnr_retries = 0;
             self.cc.on_ack(now, bytes, acked.rtt);
-            if let Some(r) = acked.rtt {
-                self.rtt.sample(r);
-            }
         }
         let una = self.req.swin.una();
         for w in self.req.sq.iter_mut() {

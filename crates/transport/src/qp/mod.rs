@@ -105,8 +105,6 @@ pub struct QueuePair {
     state: QpState,
     attr: QpAttr,
     rto: RtoPolicy,
-    /// The round-trip estimate behind [`RtoPolicy::Adaptive`]'s floor.
-    rtt: RttEstimate,
     cc: Box<dyn Controller>,
     counters: Counters,
     completions: VecDeque<Completion>,
@@ -131,42 +129,7 @@ fn path_mtu_valid(mtu: u32) -> bool {
     matches!(mtu, 256 | 512 | 1024 | 2048 | 4096)
 }
 
-/// Smoothed round-trip time and its variation (RFC 6298 §2), from the RTT samples of ACKs.
-#[derive(Debug, Clone, Copy, Default)]
-struct RttEstimate {
-    /// (SRTT, RTTVAR) in picoseconds, once a sample came.
-    est: Option<(u64, u64)>,
-}
-
-impl RttEstimate {
-    /// The least granularity of the floor's variation term (RFC 6298's G).
-    const GRANULARITY_PS: u64 = 10_000_000;
-
-    fn sample(&mut self, r: Dur) {
-        let r = r.as_picos();
-        self.est = Some(match self.est {
-            None => (r, r / 2),
-            Some((srtt, var)) => (
-                srtt - srtt / 8 + r / 8,
-                var - var / 4 + srtt.abs_diff(r) / 4,
-            ),
-        });
-    }
-
-    /// SRTT + max(G, 4·RTTVAR); zero before the first sample.
-    fn floor(&self) -> Dur {
-        self.est.map_or(Dur::ZERO, |(srtt, var)| {
-            Dur::from_picos(srtt + (4 * var).max(Self::GRANULARITY_PS))
-        })
-    }
-}
-
 impl QueuePair {
-    /// The round-trip floor of the retransmission timeout under [`RtoPolicy::Adaptive`].
-    pub(crate) fn rto_floor(&self) -> Option<Dur> {
-        matches!(self.rto, RtoPolicy::Adaptive { .. }).then(|| self.rtt.floor())
-    }
-
     /// A queue pair in the RESET state, or why `cfg` cannot make one
     /// ([`QpConfig::validate`]).
     pub fn new(now: Time, cfg: QpConfig) -> Result<QueuePair, QpConfigError> {
@@ -182,7 +145,6 @@ impl QueuePair {
             state: QpState::Reset,
             attr: QpAttr::default(),
             rto: cfg.recovery.rto,
-            rtt: RttEstimate::default(),
             cc,
             counters: Counters::default(),
             completions: VecDeque::new(),

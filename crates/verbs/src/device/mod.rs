@@ -126,7 +126,7 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
     let preset = mode.preset();
     if mode.is_irn() {
         RecoveryConfig {
-            rto: irn_transport::RtoPolicy::Adaptive {
+            rto: irn_transport::RtoPolicy::Irn {
                 low: Dur::from_micros(500),
                 high: Dur::from_micros(2_000),
                 n: 3,
