@@ -3,6 +3,9 @@
 
 use std::process::Command;
 
+mod common;
+use common::without_wall_times;
+
 fn irn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_irn"))
 }
@@ -123,17 +126,6 @@ fn a_misspelled_key_is_an_error_naming_key_and_file() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The JSON text of a run file with every `wall_s` value removed (wall times differ between
-/// any two runs).
-fn without_wall_times(path: &std::path::Path) -> String {
-    std::fs::read_to_string(path)
-        .expect("json")
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("\"wall_s\""))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[test]

@@ -4,25 +4,16 @@
 //! wall times aside. Needs root (it installs and starts the daemons); without it the test says
 //! why and skips — in CI (`CI=true`) that is a failure.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
-use common::{irn_bin, precondition_missing, text};
+use common::{irn_bin, precondition_missing, text, without_wall_times};
 
 const TEST: &str = "slurm_sweep";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn without_wall_times(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("\"wall_s\""))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Stops the test's Slurm however the test ends.

@@ -175,3 +175,14 @@ pub fn precondition_missing(test: &str, why: &str) {
         "\n*** SKIPPED {test}: {why} ***\n*** (it did not run: with CI=true this is a failure) ***\n"
     );
 }
+
+/// The text of an `irn sim --json` file without its `wall_s` lines (wall times differ between
+/// any two runs of the same experiment).
+pub fn without_wall_times(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("\"wall_s\""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

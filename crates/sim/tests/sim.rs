@@ -194,7 +194,7 @@ fn a_buffer_below_its_pfc_headroom_is_refused() {
     // buffer cannot pause in time. Without PFC, or with the headroom given, it runs.
     let mut c = small(Recovery::Roce, true);
     c.switch.buffer_bytes = 20_000;
-    let e = run(&c, |_| {}).err().expect("refused").to_string();
+    let e = run(&c, |_| {}).expect_err("refused").to_string();
     assert!(
         e.contains("switch.buffer_bytes") && e.contains("22236"),
         "{e}"
