@@ -63,6 +63,20 @@ pub enum RtoPolicy {
     /// (IBTA §9.7.6.1.3). What a standard RoCE NIC (and Linux rxe) does; the UDP runtime uses it
     /// to behave like rxe towards rxe.
     FromAttr,
+    /// TCP's retransmission timer (RFC 6298): `SRTT + 4·RTTVAR` from the round-trip samples
+    /// of never-retransmitted packets (Karn), `initial` before the first sample, within
+    /// `[min, max]`, doubled at each expiry without progress (§5.5) and back to the estimate
+    /// once an ACK acknowledges new data. The send window keeps the estimator; this policy
+    /// only bounds it. Used by the TCP model of SPEC E10 ([`RecoveryConfig::tcp`]).
+    Adaptive {
+        /// The floor (RFC 6298 §2.4 says 1 s for the Internet; datacenter stacks use
+        /// hundreds of microseconds to milliseconds).
+        min: Dur,
+        /// The ceiling of the backed-off timer.
+        max: Dur,
+        /// The timeout before the first sample (RFC 6298 §2.1).
+        initial: Dur,
+    },
 }
 
 impl RtoPolicy {
@@ -74,6 +88,9 @@ impl RtoPolicy {
             RtoPolicy::Irn { low, high, n } => Some(if in_flight <= n { low } else { high }),
             // Resolved by the queue pair into `Fixed` or `Disabled` when the attribute is set.
             RtoPolicy::FromAttr => None,
+            // The send window's estimator refines it (`SendWindow::deadline`); a space
+            // without samples uses the initial value.
+            RtoPolicy::Adaptive { initial, .. } => Some(initial),
         }
     }
 }
@@ -115,6 +132,33 @@ impl HoleRule {
 /// scenario, so a window's worth of out-of-order packets fits.
 pub const DEFAULT_REORDER_BUFFER: u32 = 128;
 
+/// What turns selective repeat into the TCP model of SPEC E10 (iWARP's transport: a full TCP
+/// stack on the NIC, seed 000 §2.3, §4.6), beyond what [`RecoveryConfig::tcp`] sets in the
+/// shared knobs (no BDP cap, RFC 6298's timer, `dup_threshold` = DupThresh = 3):
+///
+/// * **loss detection** by RFC 6675's `IsLost`: a segment is lost once `dup_threshold`
+///   segments above it have been selectively acknowledged (IRN §3.1: once *one* higher PSN
+///   has), and a partial ACK during recovery marks the next hole lost (NewReno, RFC 6582);
+/// * **the congestion window** counts RFC 6675's `pipe` — segments sent and neither
+///   cumulatively nor selectively acknowledged — rather than everything past the cumulative
+///   ACK, so SACKed segments let new ones out during recovery;
+/// * **one congestion signal per loss event**, at the fast retransmit (RFC 5681 §3.2), not at
+///   each duplicate ACK; slow start and AIMD come from the window controller
+///   ([`WindowConfig::init_ssthresh`](crate::WindowConfig::init_ssthresh));
+/// * optional **delayed ACKs** (RFC 1122 §4.2.3.2, RFC 5681 §4.2).
+///
+/// Sequence numbers stay PSNs, one per segment: iWARP's MPA aligns each FPDU with a TCP
+/// segment (RFC 5044), so with full-sized segments that are never re-packetized a byte offset
+/// and a segment number name the same boundary, and counting either gives the same rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TcpModel {
+    /// Delayed ACKs: the receiver acknowledges every second in-order segment, or once the
+    /// oldest unacknowledged one has waited this long; out-of-order segments, hole fills and
+    /// a message's last segment are acknowledged at once (RFC 5681 §4.2). `None`: every
+    /// segment is acknowledged (what IRN does).
+    pub delayed_ack: Option<Dur>,
+}
+
 /// How a queue pair recovers from loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RecoveryConfig {
@@ -151,6 +195,9 @@ pub struct RecoveryConfig {
     /// earlier, which Linux rxe requires: its `duplicate_request` moves a Read's saved start to
     /// each duplicate's address and drops any later duplicate below it.
     pub reread_all: bool,
+    /// The TCP model's rules (SPEC E10), over selective repeat and IRN's wire; `None` for
+    /// every RDMA design.
+    pub tcp: Option<TcpModel>,
 }
 
 /// Why a recovery configuration was refused.
@@ -181,6 +228,13 @@ pub enum ConfigError {
     /// A duplicate threshold is selective repeat's (and at least 1).
     #[error("dup_threshold must be 1, or above 1 with IRN's selective repeat")]
     DupThreshold,
+    /// The TCP model runs over selective repeat and IRN's wire (SACKs, out-of-order
+    /// placement).
+    #[error("the TCP model needs selective repeat over the IRN wire format")]
+    TcpNeedsSelectiveRepeat,
+    /// An adaptive timer's floor above its ceiling, or its initial value outside them.
+    #[error("adaptive RTO needs min <= initial <= max")]
+    RtoBounds,
 }
 
 impl RecoveryConfig {
@@ -196,6 +250,7 @@ impl RecoveryConfig {
             hole_rule: None,
             dup_threshold: 1,
             reread_all: true,
+            tcp: None,
         }
     }
 
@@ -211,6 +266,7 @@ impl RecoveryConfig {
             hole_rule: None,
             dup_threshold: 1,
             reread_all: true,
+            tcp: None,
         }
     }
 
@@ -238,6 +294,7 @@ impl RecoveryConfig {
             hole_rule: None,
             dup_threshold: 1,
             reread_all: true,
+            tcp: None,
         }
     }
 
@@ -289,8 +346,41 @@ impl RecoveryConfig {
         }
     }
 
+    /// The TCP model of iWARP's transport (SPEC E10; [`TcpModel`]): selective repeat with
+    /// RFC 6675's DupThresh of 3 over IRN's packets, no BDP cap (a TCP sender is bounded by
+    /// its congestion and receive windows), RFC 6298's adaptive timer with a floor of
+    /// RTO_high (320 µs, the IRN evaluation's choice for a fixed timer; the paper does not say
+    /// how it set its TCP's), starting at the floor. Congestion control (slow start, AIMD) is
+    /// the window controller the driver pairs with it.
+    pub const fn tcp() -> Self {
+        RecoveryConfig {
+            bdp_cap: None,
+            rto: RtoPolicy::Adaptive {
+                min: IRN_RTO_HIGH,
+                max: Dur::from_micros(100_000),
+                initial: IRN_RTO_HIGH,
+            },
+            dup_threshold: 3,
+            tcp: Some(TcpModel { delayed_ack: None }),
+            ..Self::irn()
+        }
+    }
+
     /// Checks the combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.tcp.is_some()
+            && (self.retransmission != Retransmission::SelectiveRepeat || !self.irn_wire)
+        {
+            return Err(ConfigError::TcpNeedsSelectiveRepeat);
+        }
+        if let RtoPolicy::Adaptive { min, max, initial } = self.rto {
+            if min > max || initial < min || initial > max {
+                return Err(ConfigError::RtoBounds);
+            }
+        }
+        if self.tcp.is_some_and(|t| t.delayed_ack == Some(Dur::ZERO)) {
+            return Err(ConfigError::ZeroTimeout);
+        }
         if (self.retransmission == Retransmission::Precise) != self.ext_ib
             || (self.ext_ib && self.irn_wire)
         {
@@ -331,6 +421,7 @@ impl RecoveryConfig {
             RtoPolicy::Disabled | RtoPolicy::FromAttr => false,
             RtoPolicy::Fixed(d) => d == Dur::ZERO,
             RtoPolicy::Irn { low, high, .. } => low == Dur::ZERO || high == Dur::ZERO,
+            RtoPolicy::Adaptive { min, .. } => min == Dur::ZERO,
         };
         if zero {
             return Err(ConfigError::ZeroTimeout);
@@ -380,11 +471,16 @@ impl RecoveryConfig {
             // sPSN responder 2-bitmap (IRN §5.3.3), sender SACK bitmap, and the rPSN space:
             // the requester's receive bitmap and the Read responder's SACK bitmap (§5.4).
             let per = 2 + sack(self.retransmission) + 1 + sack(self.retransmission);
+            // The TCP model adds RFC 6298's estimator (SRTT, RTTVAR), the SACK scoreboard's
+            // count and highest SACKed segment, and a delayed-ACK timestamp when it has one.
+            let tcp = self.tcp.map_or(0, |t| {
+                2 * STAMP + 2 * PSN + if t.delayed_ack.is_some() { STAMP } else { 0 }
+            });
             return NicState {
                 bitmap_bits: per * cap,
                 descriptor_bits: 0,
                 // Recovery sequence and cursor in each space, rPSN next / expected / oldest.
-                register_bits: 7 * PSN,
+                register_bits: 7 * PSN + tcp,
             };
         }
         let mut st = NicState::default();
@@ -431,11 +527,14 @@ pub enum RecoveryMode {
     /// Extended-IB selective retransmission: placement of any packet on arrival, bitmap NAKs
     /// (T8(b–d)).
     ExtIb,
+    /// The TCP model of iWARP's transport (SPEC E10): a comparison in the simulator, not a
+    /// transport of the UDP runtime.
+    Tcp,
 }
 
 impl RecoveryMode {
     /// Every mode, IRN's first.
-    pub const ALL: [RecoveryMode; 8] = [
+    pub const ALL: [RecoveryMode; 9] = [
         RecoveryMode::Irn,
         RecoveryMode::IrnGoBackN,
         RecoveryMode::IrnNoBdpFc,
@@ -444,6 +543,7 @@ impl RecoveryMode {
         RecoveryMode::RoceGoBack0,
         RecoveryMode::ReorderBuffer,
         RecoveryMode::ExtIb,
+        RecoveryMode::Tcp,
     ];
 
     /// The name in configurations, on command lines and in reports.
@@ -457,10 +557,11 @@ impl RecoveryMode {
             RecoveryMode::RoceGoBack0 => "roce-go-back-0",
             RecoveryMode::ReorderBuffer => "reorder-buffer",
             RecoveryMode::ExtIb => "ext-ib",
+            RecoveryMode::Tcp => "tcp",
         }
     }
 
-    /// Whether this is one of IRN's variants (IRN's wire format).
+    /// Whether this is one of IRN's variants (IRN's wire format; the TCP model rides it too).
     pub const fn is_irn(self) -> bool {
         !matches!(
             self,
@@ -492,6 +593,7 @@ impl RecoveryMode {
             RecoveryMode::RoceGoBack0 => RecoveryConfig::roce_go_back_0(),
             RecoveryMode::ReorderBuffer => RecoveryConfig::reorder_buffer(),
             RecoveryMode::ExtIb => RecoveryConfig::ext_ib(),
+            RecoveryMode::Tcp => RecoveryConfig::tcp(),
         }
     }
 }
@@ -541,6 +643,7 @@ mod tests {
             RecoveryConfig::irn_without_sack(),
             RecoveryConfig::reorder_buffer(),
             RecoveryConfig::ext_ib(),
+            RecoveryConfig::tcp(),
         ];
         for (i, a) in all.iter().enumerate() {
             assert_eq!(a.validate(), Ok(()), "{a:?}");
@@ -585,6 +688,27 @@ mod tests {
             ..RecoveryConfig::reorder_buffer()
         };
         assert_eq!(c.validate(), Err(ConfigError::ZeroReorder));
+        let c = RecoveryConfig {
+            tcp: Some(TcpModel::default()),
+            ..RecoveryConfig::irn_go_back_n()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::TcpNeedsSelectiveRepeat));
+        let c = RecoveryConfig {
+            rto: RtoPolicy::Adaptive {
+                min: Dur::from_micros(500),
+                max: Dur::from_micros(100),
+                initial: Dur::from_micros(500),
+            },
+            ..RecoveryConfig::tcp()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::RtoBounds));
+        let c = RecoveryConfig {
+            tcp: Some(TcpModel {
+                delayed_ack: Some(Dur::ZERO),
+            }),
+            ..RecoveryConfig::tcp()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::ZeroTimeout));
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub use cc::{
 pub use config::bdp_cap_packets;
 pub use config::{
     ConfigError, HoleRule, NicState, RecoveryConfig, RecoveryMode, Retransmission, RtoPolicy,
-    DEFAULT_REORDER_BUFFER,
+    TcpModel, DEFAULT_REORDER_BUFFER,
 };
 pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
 pub use qp::{

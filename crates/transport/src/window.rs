@@ -30,6 +30,51 @@ struct Recovery {
     /// The cursor's PSN must be retransmitted whatever the SACK bitmap says (it is the
     /// cumulative-ACK PSN on entering recovery, or after a partial ACK without SACKs).
     force: bool,
+    /// Entered on a NACK and nothing retransmitted yet: the first retransmission is the fast
+    /// retransmit, where the TCP model signals its one loss of the episode (RFC 5681 §3.2).
+    fast_pending: bool,
+}
+
+/// RFC 6298's round-trip estimator, kept by every send window (a few additions per ACK) and
+/// read only under [`RtoPolicy::Adaptive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct RttEstimator {
+    /// SRTT, once there is a sample.
+    srtt: Option<Dur>,
+    /// RTTVAR.
+    rttvar: Dur,
+    /// Expiries since the last ACK of new data: the timer is doubled this many times (§5.5).
+    backoff: u32,
+}
+
+impl RttEstimator {
+    /// A sample `r` (RFC 6298 §2.2–§2.3, α = 1/8, β = 1/4).
+    fn sample(&mut self, r: Dur) {
+        let r = r.as_picos();
+        match self.srtt {
+            None => {
+                self.srtt = Some(Dur::from_picos(r));
+                self.rttvar = Dur::from_picos(r / 2);
+            }
+            Some(s) => {
+                let s = s.as_picos();
+                let var = self.rttvar.as_picos();
+                self.rttvar = Dur::from_picos(var - var / 4 + s.abs_diff(r) / 4);
+                self.srtt = Some(Dur::from_picos(s - s / 8 + r / 8));
+            }
+        }
+    }
+
+    /// The timeout: `SRTT + 4·RTTVAR` (`initial` before a sample) within `[min, max]`,
+    /// doubled per expiry without progress and capped at `max` (§2, §5.5).
+    fn rto(&self, min: Dur, max: Dur, initial: Dur) -> Dur {
+        let base = self.srtt.map_or(initial.as_picos(), |s| {
+            s.as_picos().saturating_add(4 * self.rttvar.as_picos())
+        });
+        let base = base.clamp(min.as_picos(), max.as_picos().max(min.as_picos()));
+        let backed = base.saturating_mul(1u64 << self.backoff.min(20));
+        Dur::from_picos(backed.min(max.as_picos().max(min.as_picos())))
+    }
 }
 
 /// The sender side of a PSN space.
@@ -62,8 +107,129 @@ pub(crate) struct SendWindow {
     /// The last retransmission: the PSN after it, and when it left.
     last_retx: Option<(Psn, Time)>,
     /// Selective repeat: a PSN counts as lost once a PSN at least this far beyond it is
-    /// selectively acknowledged (1: any higher one, IRN §3.1).
+    /// selectively acknowledged (1: any higher one, IRN §3.1) — under the TCP model, once
+    /// this many PSNs beyond it are.
     dup_threshold: u32,
+    /// The TCP model's scoreboard, which replaces `recovery` there (boxed: IRN's windows,
+    /// one per queue pair and space, stay small).
+    board: Option<Box<Scoreboard>>,
+    /// RFC 6298's estimator.
+    est: RttEstimator,
+}
+
+/// Where an outstanding segment stands on the TCP model's scoreboard (RFC 6675 §2–§5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seg {
+    /// Sent once and neither acknowledged nor deemed lost: in the pipe.
+    Sent,
+    /// Selectively acknowledged: out of the pipe.
+    Sacked,
+    /// Deemed lost and not resent since: out of the pipe, next to retransmit.
+    Lost,
+    /// Retransmitted since it was deemed lost: in the pipe again.
+    Retx,
+}
+
+/// The TCP model's SACK scoreboard (RFC 6675): one [`Seg`] per outstanding PSN, the `pipe`
+/// the congestion window is compared with, and the loss-recovery episode.
+///
+/// A segment is deemed lost when `DupThresh` segments above it are SACKed (`IsLost`), when a
+/// partial ACK during recovery leaves it the next hole (NewReno, RFC 6582 §3.2), and — every
+/// segment not SACKed — when the retransmission timer expires (RFC 6675 §5.1, as Linux's
+/// `tcp_enter_loss` marks them), so that after a timeout the window's slow start resends the
+/// holes in order instead of one per timeout. Retransmissions are the lowest lost segments,
+/// and they too wait for room in the congestion window (RFC 6675 §5 `NextSeg`).
+#[derive(Debug, Clone, Default)]
+struct Scoreboard {
+    seg: VecDeque<Seg>,
+    /// Segments [`Seg::Sent`] or [`Seg::Retx`].
+    pipe: u32,
+    /// Segments [`Seg::Lost`].
+    lost: u32,
+    /// Index (from `una`) below which every [`Seg::Sent`] segment is lost already: `IsLost`
+    /// only moves it up.
+    frontier: usize,
+    /// No [`Seg::Lost`] segment has a lower index.
+    first_lost: usize,
+    /// The loss-recovery episode's RecoveryPoint (`HighData` when it began, RFC 6675 §5);
+    /// `None` outside one.
+    recover: Option<Psn>,
+    /// The episode began on SACKs and nothing was retransmitted yet: the first retransmission
+    /// is the fast retransmit.
+    fast_pending: bool,
+}
+
+impl Scoreboard {
+    fn set(&mut self, i: usize, to: Seg) {
+        let Some(s) = self.seg.get_mut(i) else {
+            return;
+        };
+        let from = std::mem::replace(s, to);
+        let in_pipe = |x: Seg| matches!(x, Seg::Sent | Seg::Retx);
+        self.pipe = self.pipe + u32::from(in_pipe(to)) - u32::from(in_pipe(from));
+        self.lost = self.lost + u32::from(to == Seg::Lost) - u32::from(from == Seg::Lost);
+        if to == Seg::Lost {
+            self.first_lost = self.first_lost.min(i);
+        }
+    }
+
+    /// Drops the first `n` segments (cumulatively acknowledged).
+    fn pop(&mut self, n: usize) {
+        for _ in 0..n {
+            match self.seg.pop_front() {
+                Some(Seg::Sent | Seg::Retx) => self.pipe -= 1,
+                Some(Seg::Lost) => self.lost -= 1,
+                _ => {}
+            }
+        }
+        self.frontier = self.frontier.saturating_sub(n);
+        self.first_lost = self.first_lost.saturating_sub(n);
+    }
+
+    /// Marks lost every sent segment with `dup` SACKed segments above it (`IsLost`, with
+    /// full-sized segments), starting an episode at `high` (the highest PSN sent) if none
+    /// runs.
+    fn detect(&mut self, dup: u32, high: Psn) {
+        let mut above = 0;
+        let mut at = None;
+        for (i, s) in self.seg.iter().enumerate().rev() {
+            if i < self.frontier {
+                break;
+            }
+            if *s == Seg::Sacked {
+                above += 1;
+                if above >= dup {
+                    at = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(top) = at else {
+            return;
+        };
+        let mut marked = false;
+        for i in self.frontier..top {
+            if self.seg[i] == Seg::Sent {
+                self.set(i, Seg::Lost);
+                marked = true;
+            }
+        }
+        self.frontier = self.frontier.max(top);
+        if marked && self.recover.is_none() {
+            self.recover = Some(high);
+            self.fast_pending = true;
+        }
+    }
+
+    /// The lowest lost segment's index.
+    fn next_lost(&mut self) -> Option<usize> {
+        if self.lost == 0 {
+            return None;
+        }
+        let i = (self.first_lost..self.seg.len()).find(|&i| self.seg[i] == Seg::Lost)?;
+        self.first_lost = i;
+        Some(i)
+    }
 }
 
 /// What a cumulative acknowledgement did.
@@ -94,7 +260,47 @@ impl SendWindow {
             min_rtt: None,
             last_retx: None,
             dup_threshold: 1,
+            board: None,
+            est: RttEstimator::default(),
         }
+    }
+
+    /// The TCP model's loss recovery ([`Scoreboard`]) instead of IRN's.
+    pub(crate) fn tcp_scoreboard(mut self) -> SendWindow {
+        self.board = Some(Box::default());
+        self
+    }
+
+    /// RFC 6675's `pipe`: under the TCP model, segments sent (or resent) and neither
+    /// acknowledged nor deemed lost; otherwise every PSN past the cumulative ACK.
+    pub(crate) fn pipe(&self) -> u32 {
+        self.board.as_ref().map_or(self.in_flight(), |b| b.pipe)
+    }
+
+    /// The smoothed round trip of RFC 6298, once sampled.
+    #[cfg(test)]
+    pub(crate) fn srtt(&self) -> Option<Dur> {
+        self.est.srtt
+    }
+
+    /// Whether the TCP model's fast retransmit is due: the one retransmission that does not
+    /// wait for room in the congestion window (RFC 6675 §5 step 4.3).
+    pub(crate) fn fast_retransmit_due(&self) -> bool {
+        self.board
+            .as_ref()
+            .is_some_and(|b| b.fast_pending && b.lost > 0)
+    }
+
+    /// Whether this is the first retransmission of a recovery entered on a NACK (the fast
+    /// retransmit), and from now on not: the TCP model's one congestion signal per loss
+    /// event. Call before [`on_retransmitted`](Self::on_retransmitted).
+    pub(crate) fn take_fast_retransmit(&mut self) -> bool {
+        if let Some(b) = self.board.as_mut() {
+            return std::mem::replace(&mut b.fast_pending, false);
+        }
+        self.recovery
+            .as_mut()
+            .is_some_and(|r| std::mem::replace(&mut r.fast_pending, false))
     }
 
     /// Selective repeat's reordering tolerance ([`RecoveryConfig::dup_threshold`](crate::RecoveryConfig::dup_threshold)).
@@ -125,7 +331,11 @@ impl SendWindow {
         self.una.distance(self.next).max(0) as u32
     }
 
+    /// In loss recovery — under the TCP model, with a lost segment waiting to be resent.
     pub(crate) fn in_recovery(&self) -> bool {
+        if let Some(b) = &self.board {
+            return b.lost > 0;
+        }
         self.recovery.is_some() || self.go_back.is_some()
     }
 
@@ -153,6 +363,10 @@ impl SendWindow {
                 self.sacked.push_back(false);
             }
             self.sent_at.push_back(now);
+            if let Some(b) = self.board.as_mut() {
+                b.seg.push_back(Seg::Sent);
+                b.pipe += 1;
+            }
         }
         if self.timer_base.is_none() {
             self.timer_base = Some(now);
@@ -162,6 +376,9 @@ impl SendWindow {
 
     /// The PSN to retransmit next, if any.
     pub(crate) fn next_retransmit(&mut self) -> Option<Psn> {
+        if let Some(b) = self.board.as_mut() {
+            return b.next_lost().map(|i| self.una.add(i as u32));
+        }
         if let Some(c) = self.go_back {
             return (c != self.next).then_some(c);
         }
@@ -202,6 +419,13 @@ impl SendWindow {
         self.last_retx = Some((psn.add(covers.max(1)), now));
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
+            if let Some(b) = self.board.as_mut() {
+                for j in i..i + covers.max(1) as usize {
+                    if matches!(b.seg.get(j), Some(Seg::Lost | Seg::Sent)) {
+                        b.set(j, Seg::Retx);
+                    }
+                }
+            }
             for t in self
                 .sent_at
                 .range_mut(i..(i + covers.max(1) as usize).min(self.sent_at.len()))
@@ -238,6 +462,9 @@ impl SendWindow {
             newest_sacked = self.sacked.pop_front().unwrap_or(false);
             newest = self.sent_at.pop_front().unwrap_or(Time::MAX);
         }
+        if let Some(b) = self.board.as_mut() {
+            b.pop(n as usize);
+        }
         let rtt = (newest != Time::MAX).then(|| now - newest);
         if let Some(r) = rtt {
             self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
@@ -245,6 +472,9 @@ impl SendWindow {
         // The smallest-RTT estimate keeps every sample (an old one only overestimates); a
         // congestion controller gets none from a PSN selectively acknowledged before.
         let rtt = rtt.filter(|_| !newest_sacked);
+        if let Some(r) = rtt {
+            self.est.sample(r);
+        }
         // Whether this ACK can be the answer to the last retransmission: it covers it, and at
         // least half the smallest round trip seen has passed since it left — much sooner, it
         // answers the original, delayed rather than lost (the test TCP stacks use to call a
@@ -269,6 +499,26 @@ impl SendWindow {
         if let Some(c) = self.go_back {
             if c.distance(cum) > 0 {
                 self.go_back = (cum != self.next).then_some(cum);
+            }
+        }
+        if let Some(b) = self.board.as_mut() {
+            match b.recover {
+                // The cumulative ACK passed RecoveryPoint: the episode is over.
+                Some(r) if r.distance(cum) > 0 => {
+                    b.recover = None;
+                    b.fast_pending = false;
+                    self.last_retx = None;
+                }
+                // A partial ACK answering a retransmission with nothing SACKed above it: the
+                // next hole is lost too (RFC 6582 §3.2 step 5).
+                Some(_)
+                    if self.highest_sack.is_none()
+                        && answers_retx
+                        && matches!(b.seg.front(), Some(Seg::Sent | Seg::Retx)) =>
+                {
+                    b.set(0, Seg::Lost);
+                }
+                _ => {}
             }
         }
         if let Some(rec) = self.recovery.as_mut() {
@@ -301,6 +551,7 @@ impl SendWindow {
     /// and resets the retry count.
     pub(crate) fn progress(&mut self, now: Time) {
         self.retries = 0;
+        self.est.backoff = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
         self.stall_base = self.timer_base;
     }
@@ -328,12 +579,34 @@ impl SendWindow {
         if self.highest_sack.is_none_or(|h| h.distance(psn) > 0) {
             self.highest_sack = Some(psn);
         }
+        let high = self.next.sub(1);
+        if let Some(b) = self.board.as_mut() {
+            if b.seg.get(i) != Some(&Seg::Sacked) {
+                b.set(i, Seg::Sacked);
+            }
+            b.detect(self.dup_threshold, high);
+        }
     }
 
     /// Selective repeat enters loss recovery (on a NACK or a timeout); a no-op when already in
     /// it, unless `restart` (a timeout restarts recovery from the cumulative ACK).
     pub(crate) fn enter_recovery(&mut self, restart: bool) {
         if self.in_flight() == 0 {
+            return;
+        }
+        if let Some(b) = self.board.as_mut() {
+            // The TCP model: SACKs start episodes (`Scoreboard::detect`); a timeout deems
+            // every segment not SACKed lost and starts one without a fast retransmit.
+            if restart {
+                for i in 0..b.seg.len() {
+                    if matches!(b.seg[i], Seg::Sent | Seg::Retx) {
+                        b.set(i, Seg::Lost);
+                    }
+                }
+                b.frontier = b.seg.len();
+                b.recover = Some(self.next.sub(1));
+                b.fast_pending = false;
+            }
             return;
         }
         if self.recovery.is_some() && !restart {
@@ -350,6 +623,7 @@ impl SendWindow {
             // A NACK under a reordering tolerance proves nothing yet about the cumulative-ACK
             // PSN: it is resent when the SACKs beyond it reach the threshold. A timeout does.
             force: restart || self.dup_threshold <= 1,
+            fast_pending: !restart && self.recovery.is_none_or(|r| r.fast_pending),
         });
     }
 
@@ -397,6 +671,9 @@ impl SendWindow {
         if self.in_flight() == 0 {
             return None;
         }
+        if let RtoPolicy::Adaptive { min, max, initial } = *rto {
+            return Some(base + self.est.rto(min, max, initial));
+        }
         rto.timeout(self.in_flight()).map(|d| base + d)
     }
 
@@ -421,6 +698,7 @@ impl SendWindow {
                 self.retries = self.retries.max(u32::try_from(stalled).unwrap_or(u32::MAX));
             }
         }
+        self.est.backoff = self.est.backoff.saturating_add(1);
         self.timer_base = Some(now);
         self.retries
     }
@@ -581,6 +859,216 @@ mod tests {
         for _ in 0..n {
             w.on_sent_new(Time::ZERO, 1);
         }
+    }
+
+    fn tcp_window(start: u32) -> SendWindow {
+        SendWindow::new(Retransmission::SelectiveRepeat, p(start))
+            .dup_threshold(3)
+            .tcp_scoreboard()
+    }
+
+    fn us(n: u64) -> Time {
+        Time::ZERO + Dur::from_micros(n)
+    }
+
+    /// RFC 6675 `IsLost` with DupThresh 3: a hole is lost once three segments above it are
+    /// SACKed — not at the first SACK, as IRN's selective repeat would have it — and the
+    /// first retransmission is the one fast retransmit of the episode.
+    #[test]
+    fn tcp_model_deems_a_hole_lost_at_three_sacks_above_it() {
+        let mut w = tcp_window(0);
+        sent(&mut w, 10); // 0..=9; 0 and 5 lost
+        assert_eq!(w.pipe(), 10);
+        w.sack(us(1), p(1));
+        w.enter_recovery(false); // what a NACK does: nothing yet under the TCP model
+        assert_eq!(
+            w.next_retransmit(),
+            None,
+            "one SACK is reordering, not loss"
+        );
+        w.sack(us(2), p(2));
+        assert_eq!(w.next_retransmit(), None);
+        assert!(!w.fast_retransmit_due());
+        w.sack(us(3), p(3));
+        assert!(w.fast_retransmit_due());
+        assert_eq!(w.next_retransmit(), Some(p(0)));
+        assert_eq!(
+            w.pipe(),
+            10 - 3 - 1,
+            "SACKed and lost segments left the pipe"
+        );
+        assert!(w.take_fast_retransmit());
+        w.on_retransmitted(us(4), p(0), 1);
+        assert!(!w.take_fast_retransmit(), "one fast retransmit per episode");
+        assert_eq!(w.pipe(), 7, "the retransmission is in the pipe again");
+        assert_eq!(w.next_retransmit(), None);
+        // 5 is lost too, but needs three SACKs above it: 6 and 7 are two.
+        w.sack(us(5), p(4));
+        w.sack(us(5), p(6));
+        w.sack(us(5), p(7));
+        assert_eq!(w.next_retransmit(), None);
+        w.sack(us(6), p(8));
+        assert_eq!(w.next_retransmit(), Some(p(5)));
+        assert!(
+            !w.take_fast_retransmit(),
+            "same episode: no second window cut"
+        );
+        w.on_retransmitted(us(6), p(5), 1);
+        // The retransmitted 0 arrives: a partial ACK up to the still-missing 5.
+        w.ack(us(30), p(5));
+        assert!(!w.in_recovery(), "nothing left to resend");
+        w.ack(us(40), p(10));
+        assert_eq!((w.pipe(), w.in_flight()), (0, 0));
+    }
+
+    /// A timeout deems every segment not SACKed lost (RFC 6675 §5.1): they are resent in order
+    /// as the window allows, with no fast retransmit.
+    #[test]
+    fn tcp_model_timeout_marks_every_unsacked_segment_lost() {
+        let mut w = tcp_window(50);
+        sent(&mut w, 6); // 50..=55
+        w.sack(us(1), p(52));
+        w.on_timeout(us(400), None);
+        w.enter_recovery(true);
+        assert_eq!(w.pipe(), 0);
+        assert!(!w.fast_retransmit_due());
+        let mut resent = Vec::new();
+        while let Some(psn) = w.next_retransmit() {
+            resent.push(psn.value());
+            w.on_retransmitted(us(401), psn, 1);
+        }
+        assert_eq!(resent, [50, 51, 53, 54, 55], "SACKed 52 is not resent");
+        assert_eq!(w.pipe(), 5);
+    }
+
+    /// NewReno's partial-ACK rule (RFC 6582): an ACK answering a retransmission with nothing
+    /// SACKed above it leaves the next hole lost.
+    #[test]
+    fn tcp_model_partial_ack_marks_the_next_hole() {
+        let mut w = tcp_window(0);
+        sent(&mut w, 8);
+        for s in [1, 2, 3] {
+            w.sack(us(1), p(s));
+        }
+        assert_eq!(w.next_retransmit(), Some(p(0)));
+        w.on_retransmitted(us(2), p(0), 1);
+        // 0 arrives; 4..=7 were a lost tail: cum = 4, no SACK above.
+        w.ack(us(2) + Dur::from_micros(30), p(4));
+        assert_eq!(w.next_retransmit(), Some(p(4)));
+    }
+
+    /// What a driver may do to a TCP-model send window, for the property below.
+    #[derive(Debug, Clone)]
+    enum TcpOp {
+        Send(u8),
+        Sack(u16),
+        Ack(u16),
+        Timeout,
+        Retransmit,
+    }
+
+    fn tcp_op() -> impl proptest::strategy::Strategy<Value = TcpOp> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (1u8..8).prop_map(TcpOp::Send),
+            any::<u16>().prop_map(TcpOp::Sack),
+            any::<u16>().prop_map(TcpOp::Ack),
+            Just(TcpOp::Timeout),
+            Just(TcpOp::Retransmit),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever SACKs, ACKs, timeouts and retransmissions arrive in whatever order, the
+        /// scoreboard's counts stay those of its segments (pipe + lost + SACKed = in flight),
+        /// and only an outstanding PSN that is neither SACKed nor already resent since it was
+        /// deemed lost is ever offered for retransmission.
+        #[test]
+        fn tcp_scoreboard_counts_stay_exact(ops in proptest::collection::vec(tcp_op(), 1..200)) {
+            let mut w = tcp_window(0xff_fff0);
+            let mut t = Time::ZERO;
+            for op in ops {
+                t = t + Dur::from_micros(1);
+                match op {
+                    TcpOp::Send(n) => sent(&mut w, u32::from(n)),
+                    TcpOp::Sack(k) => {
+                        let psn = w.una().add(u32::from(k) % (w.in_flight() + 1));
+                        w.sack(t, psn);
+                    }
+                    TcpOp::Ack(k) => {
+                        let cum = w.una().add(u32::from(k) % (w.in_flight() + 1));
+                        w.ack(t, cum);
+                    }
+                    TcpOp::Timeout => {
+                        w.on_timeout(t, None);
+                        w.enter_recovery(true);
+                    }
+                    TcpOp::Retransmit => {
+                        if let Some(psn) = w.next_retransmit() {
+                            proptest::prop_assert!(w.outstanding(psn));
+                            let i = w.una().distance(psn) as usize;
+                            let b = w.board.as_ref().expect("tcp");
+                            proptest::prop_assert_eq!(b.seg[i], Seg::Lost);
+                            w.take_fast_retransmit();
+                            w.on_retransmitted(t, psn, 1);
+                        }
+                    }
+                }
+                let b = w.board.as_ref().expect("tcp");
+                let count = |f: fn(&Seg) -> bool| b.seg.iter().filter(|s| f(s)).count() as u32;
+                proptest::prop_assert_eq!(b.seg.len() as u32, w.in_flight());
+                proptest::prop_assert_eq!(b.pipe, count(|s| matches!(s, Seg::Sent | Seg::Retx)));
+                proptest::prop_assert_eq!(b.lost, count(|s| *s == Seg::Lost));
+                proptest::prop_assert_eq!(w.in_recovery(), b.lost > 0);
+            }
+        }
+    }
+
+    /// RFC 6298: the first sample sets SRTT = R, RTTVAR = R/2; later ones smooth with 1/8 and
+    /// 1/4; the timeout is SRTT + 4·RTTVAR within [min, max], doubled per expiry and back
+    /// after an ACK of new data.
+    #[test]
+    fn adaptive_rto_follows_rfc_6298() {
+        let rto = RtoPolicy::Adaptive {
+            min: Dur::from_micros(50),
+            max: Dur::from_micros(10_000),
+            initial: Dur::from_micros(300),
+        };
+        let mut w = tcp_window(0);
+        sent(&mut w, 1);
+        assert_eq!(w.deadline(&rto), Some(us(300)), "initial before a sample");
+        w.ack(us(100), p(1)); // R = 100 µs
+        assert_eq!(w.srtt(), Some(Dur::from_micros(100)));
+        w.on_sent_new(us(100), 1);
+        // SRTT 100 + 4 × 50.
+        assert_eq!(w.deadline(&rto), Some(us(100) + Dur::from_micros(300)));
+        w.ack(us(120), p(2)); // R = 20: RTTVAR = 3/4·50 + 1/4·80 = 57.5; SRTT = 90
+        assert_eq!(w.srtt(), Some(Dur::from_micros(90)));
+        w.on_sent_new(us(120), 1);
+        assert_eq!(w.deadline(&rto), Some(us(120) + Dur::from_micros(320)));
+        w.on_timeout(us(440), None);
+        assert_eq!(
+            w.deadline(&rto),
+            Some(us(440) + Dur::from_micros(640)),
+            "backed off"
+        );
+        w.on_timeout(us(1080), None);
+        assert_eq!(w.deadline(&rto), Some(us(1080) + Dur::from_micros(1280)));
+        // Floors and ceilings.
+        let tight = RtoPolicy::Adaptive {
+            min: Dur::from_micros(500),
+            max: Dur::from_micros(1000),
+            initial: Dur::from_micros(500),
+        };
+        assert_eq!(w.deadline(&tight), Some(us(1080) + Dur::from_micros(1000)));
+        // An ACK of new data ends the backoff; its 980 µs sample (PSN 2 was never resent)
+        // moves the estimate: RTTVAR 265.625, SRTT 201.25, RTO 1 263.75 µs — not 4× that.
+        w.ack(us(1100), p(3));
+        w.on_sent_new(us(1100), 1);
+        assert_eq!(
+            w.deadline(&rto),
+            Some(us(1100) + Dur::from_picos(1_263_750_000))
+        );
     }
 
     #[test]

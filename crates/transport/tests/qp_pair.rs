@@ -31,6 +31,16 @@ fn modes() -> Vec<(&'static str, RecoveryConfig)> {
                 ..RecoveryConfig::irn()
             },
         ),
+        ("tcp", RecoveryConfig::tcp()),
+        (
+            "tcp-delayed-ack",
+            RecoveryConfig {
+                tcp: Some(irn_transport::TcpModel {
+                    delayed_ack: Some(Dur::from_micros(40)),
+                }),
+                ..RecoveryConfig::tcp()
+            },
+        ),
     ]
 }
 
@@ -122,13 +132,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// Random verbs under random impairment, in every mode but go-back-0: every work request
-    /// completes exactly once and successfully, in order; memory equals the reference model;
-    /// IRN never has more than the BDP cap in flight.
+    /// Random verbs under random impairment, in every mode but go-back-0 (the TCP model
+    /// too): every work request completes exactly once and successfully, in order; memory
+    /// equals the reference model; IRN never has more than the BDP cap in flight.
     #[test]
     fn random_verbs_under_random_impairment(
         ops in prop::collection::vec(op_strategy(), 1..12),
-        mode in 0usize..9,
+        mode in 0usize..11,
         loss in 0.0f64..0.2,
         reorder in 0.0f64..0.3,
         duplicate in 0.0f64..0.05,

@@ -17,9 +17,9 @@
 //!   window of acknowledged bytes), and at the window's end updates `α = (1 − g)·α + g·F`,
 //!   with `F` the fraction of the window's bytes echoed as marked.
 //!
-//! There is no slow start at the beginning: as IRN's flows start at line rate, a new queue
-//! pair's window is `init_window` (the simulator sets the BDP) with `ssthresh` equal to it, so
-//! it grows by congestion avoidance, up to `max_window` (the simulator: the same BDP, as a
+//! There is no slow start at the beginning by default: as IRN's flows start at line rate, a
+//! new queue pair's window is `init_window` (the simulator sets the BDP) with `ssthresh` equal
+//! to it (`init_ssthresh` gives TCP's slow start instead), so it grows by congestion avoidance, up to `max_window` (the simulator: the same BDP, as a
 //! window beyond IRN's BDP cap sends nothing more and only dulls the cuts). Echoes ride on
 //! ACKs: the responder sets BTH's BECN bit in the ACK or NACK of a CE-marked packet — IRN
 //! answers every packet, and a standard RoCE requester under a window asks for an ACK on every
@@ -47,6 +47,11 @@ pub struct WindowConfig {
     pub mss: u64,
     /// A new queue pair's window in bytes. Default 120 000 (IRN's E0 BDP).
     pub init_window: u64,
+    /// A new queue pair's slow-start threshold in bytes. `None` (the default): the initial
+    /// window, so a flow starts in congestion avoidance, at IRN's line rate. TCP's slow start
+    /// (RFC 5681 §3.1, the TCP model of SPEC E10) sets it high — "arbitrarily high" in the
+    /// RFC's words — with an initial window of a few segments (RFC 6928: ten).
+    pub init_ssthresh: Option<u64>,
     /// The smallest window. Default one MSS.
     pub min_window: u64,
     /// The largest window (`None`: unbounded; the BDP cap bounds what is in flight anyway).
@@ -65,6 +70,7 @@ impl Default for WindowConfig {
             algorithm: WindowAlgorithm::Dctcp,
             mss: 1024,
             init_window: 120_000,
+            init_ssthresh: None,
             min_window: 1024,
             max_window: None,
             g: 1.0 / 16.0,
@@ -103,7 +109,7 @@ impl WindowCc {
         WindowCc {
             cfg,
             cwnd: w,
-            ssthresh: w,
+            ssthresh: cfg.init_ssthresh.map_or(w, |s| s as f64),
             alpha: 1.0,
             srtt: None,
             cut_until: Time::ZERO,
@@ -286,6 +292,34 @@ mod tests {
         assert_eq!(c.window(), Some(w / 2));
         c.on_loss(us(30)); // the next one
         assert_eq!(c.window(), Some(w / 4));
+    }
+
+    /// TCP's slow start from an initial window (RFC 5681 §3.1, RFC 6928): with ssthresh set
+    /// high, every acknowledged byte grows the window by a byte — it doubles per window of
+    /// ACKs — until the first loss halves it and congestion avoidance takes over.
+    #[test]
+    fn slow_start_from_an_initial_window_doubles_per_round_trip_until_a_loss() {
+        let mut c = WindowCc::new(WindowConfig {
+            algorithm: WindowAlgorithm::Aimd,
+            init_window: 10 * 1024,
+            init_ssthresh: Some(4 << 20),
+            ..WindowConfig::default()
+        });
+        assert_eq!(c.window(), Some(10 * 1024));
+        for round in 0..3u64 {
+            let w = c.window().expect("window");
+            for _ in 0..w / 1024 {
+                c.on_ack(us(round * 30), 1024, Some(Dur::from_micros(25)));
+            }
+            assert_eq!(c.window(), Some(2 * w), "round {round}");
+        }
+        c.on_loss(us(100));
+        assert_eq!((c.window(), c.ssthresh()), (Some(40 * 1024), 40 * 1024));
+        c.on_ack(us(101), 1024, None);
+        assert!(
+            c.window().expect("window") < 41 * 1024,
+            "congestion avoidance now"
+        );
     }
 
     #[test]

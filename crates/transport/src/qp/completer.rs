@@ -127,7 +127,11 @@ impl QueuePair {
                         self.req.swin.go_back(psn);
                     }
                     Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
-                        self.cc.on_loss(now);
+                        // IRN's NACK is its loss signal; the TCP model's is the fast
+                        // retransmit that DupThresh SACKs trigger later (`next_request`).
+                        if !self.tcp() {
+                            self.cc.on_loss(now);
+                        }
                         self.ack_requests(now, psn);
                         if let Some(s) = sack {
                             self.req.swin.sack(now, s);

@@ -265,6 +265,21 @@ impl QueuePair {
         Some(ib_timeout(self.attr.timeout).unwrap_or(Dur::MAX))
     }
 
+    /// A send window starting at `start`, with this configuration's loss rule.
+    fn new_send_window(&self, start: Psn) -> SendWindow {
+        let w = SendWindow::new(self.mode(), start).dup_threshold(self.cfg.recovery.dup_threshold);
+        if self.cfg.recovery.tcp.is_some() {
+            w.tcp_scoreboard()
+        } else {
+            w
+        }
+    }
+
+    /// Whether this queue pair runs the TCP model (SPEC E10).
+    pub(super) fn tcp(&self) -> bool {
+        self.cfg.recovery.tcp.is_some()
+    }
+
     fn ooo_capacity(&self) -> u32 {
         self.cfg.recovery.bdp_cap.unwrap_or(self.cfg.ooo_window)
     }
@@ -338,23 +353,22 @@ impl QueuePair {
         if mask.contains(AttrMask::TIMEOUT) && self.cfg.recovery.rto == RtoPolicy::FromAttr {
             self.rto = ib_timeout(self.attr.timeout).map_or(RtoPolicy::Disabled, RtoPolicy::Fixed);
         }
-        let mode = self.mode();
-        let dup = self.cfg.recovery.dup_threshold;
         if self.state == QpState::Init && to == QpState::Rtr {
             let ooo = self.selective();
             self.rsp.rwin = RecvWindow::new(self.attr.rq_psn, ooo, self.ooo_capacity());
             // IRN §5.4: the rPSN space of this responder's answers starts where the peer's
             // requests start, which both sides know.
+            let fresh = self.new_send_window(self.attr.rq_psn);
             if let Some(win) = self.rsp.wire.response_window_mut() {
-                *win = SendWindow::new(mode, self.attr.rq_psn).dup_threshold(dup);
+                *win = fresh;
             }
         }
         if self.state == QpState::Sqd && mask.contains(AttrMask::SQ_PSN) {
             // A drained send queue restarts its sPSNs; the rPSN space of responses continues.
-            self.req.swin = SendWindow::new(mode, self.attr.sq_psn).dup_threshold(dup);
+            self.req.swin = self.new_send_window(self.attr.sq_psn);
         }
         if self.state == QpState::Rtr && to == QpState::Rts {
-            self.req.swin = SendWindow::new(mode, self.attr.sq_psn).dup_threshold(dup);
+            self.req.swin = self.new_send_window(self.attr.sq_psn);
             self.req.next_rpsn = self.attr.sq_psn;
             self.cmp.rrecv = RecvWindow::new(
                 self.attr.sq_psn,
@@ -694,7 +708,10 @@ impl QueuePair {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
             return false;
         }
-        if self.req.swin.in_recovery() || !self.req.rereads.is_empty() {
+        if (self.req.swin.in_recovery()
+            && (!self.tcp() || self.cc_window_open() || self.req.swin.fast_retransmit_due()))
+            || !self.req.rereads.is_empty()
+        {
             return true;
         }
         if self.state == QpState::Sqd && self.req.tx_off == 0 {

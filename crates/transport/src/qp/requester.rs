@@ -132,10 +132,17 @@ impl Requester {
 
 impl QueuePair {
     /// Whether the congestion controller's window (if it has one) admits another packet.
+    /// The TCP model counts RFC 6675's `pipe` against it (SACKed packets have left the
+    /// network); IRN's controllers count everything past the cumulative ACK.
     pub(super) fn cc_window_open(&self) -> bool {
+        let out = if self.tcp() {
+            self.req.swin.pipe()
+        } else {
+            self.req.swin.in_flight()
+        };
         self.cc
             .window()
-            .is_none_or(|win| u64::from(self.req.swin.in_flight()) * u64::from(self.mtu()) < win)
+            .is_none_or(|win| u64::from(out) * u64::from(self.mtu()) < win)
     }
 
     /// Paces data: after a data packet of `bytes` on the wire, the next may leave only when
@@ -160,12 +167,19 @@ impl QueuePair {
         if let Some(t) = self.next_reread(mem, payload) {
             return Some(t);
         }
-        while let Some(psn) = self.req.swin.next_retransmit() {
+        // The TCP model resends only into room in the congestion window, but for the fast
+        // retransmit (RFC 6675 §5).
+        let hold = self.tcp() && !self.cc_window_open() && !self.req.swin.fast_retransmit_due();
+        while let Some(psn) = self.req.swin.next_retransmit().filter(|_| !hold) {
             let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
                 // Nothing holds it any more (completed meanwhile): skip it.
                 self.req.swin.on_retransmitted(now, psn, 1);
                 continue;
             };
+            if self.req.swin.take_fast_retransmit() && self.tcp() {
+                // The TCP model's loss event: one window cut per fast retransmit.
+                self.cc.on_loss(now);
+            }
             let (mut t, covers) = self.build_request(idx, psn, mem, payload);
             self.req.swin.on_retransmitted(now, psn, covers);
             self.counters.retransmitted += 1;

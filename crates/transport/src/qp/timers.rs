@@ -31,10 +31,12 @@ pub(crate) enum Timer {
     /// The requester's Read hole meets the hole rule's delay: re-request the missing chunks
     /// (T8(b)).
     ReadHole,
+    /// The TCP model's delayed ACK is due (RFC 1122 §4.2.3.2).
+    DelayedAck,
 }
 
 impl Timer {
-    const ALL: [Timer; 7] = [
+    const ALL: [Timer; 8] = [
         Timer::Pacing,
         Timer::Controller,
         Timer::RnrWait,
@@ -42,6 +44,7 @@ impl Timer {
         Timer::ResponseRetransmit,
         Timer::ResponderHole,
         Timer::ReadHole,
+        Timer::DelayedAck,
     ];
 }
 
@@ -97,6 +100,7 @@ impl QueuePair {
                 slot(Timer::Pacing, Some(self.req.pacing_until));
             }
             slot(Timer::ResponderHole, self.responder_hole_deadline());
+            slot(Timer::DelayedAck, self.delayed_ack_deadline());
         }
         if matches!(self.state, QpState::Rts | QpState::Sqd) {
             slot(Timer::ReadHole, self.read_hole_deadline());
@@ -153,6 +157,9 @@ impl QueuePair {
         }
         if due.expired(Timer::ReadHole, now) && matches!(self.state, QpState::Rts | QpState::Sqd) {
             self.check_read_hole(now);
+        }
+        if due.expired(Timer::DelayedAck, now) {
+            self.delayed_ack_timeout();
         }
     }
 

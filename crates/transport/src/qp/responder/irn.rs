@@ -112,6 +112,8 @@ impl QueuePair {
     /// An IRN ACK: cumulative (last in-order PSN) with the PSN that triggered it.
     pub(super) fn queue_ack(&mut self, syndrome: Syndrome, sack: Option<Psn>, becn: bool) {
         self.counters.acks_sent += 1;
+        // Whatever this acknowledges covers a delayed ACK's segments too.
+        self.rsp.delack = None;
         let psn = self.rsp.rwin.epsn().sub(1);
         // Consecutive plain ACKs coalesce: the newest says everything the older ones did.
         if let Some(Ctrl::Ack {

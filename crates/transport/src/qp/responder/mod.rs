@@ -155,6 +155,9 @@ pub(crate) struct Responder {
     /// Extended IB: since when the current hole (packets held beyond the expected PSN) has
     /// been open.
     hole_since: Option<Time>,
+    /// The TCP model's delayed ACK: when the oldest in-order segment not yet acknowledged
+    /// arrived, and whether any such segment was CE-marked.
+    pub(crate) delack: Option<(Time, bool)>,
 }
 
 impl Responder {
@@ -171,6 +174,7 @@ impl Responder {
             },
             reorder: recovery.reorder_buffer.map(ReorderBuffer::new),
             hole_since: None,
+            delack: None,
         }
     }
 }
@@ -510,6 +514,7 @@ impl QueuePair {
                 }
                 match self.rsp.wire {
                     ResponderWire::Irn(_) if ahead => {
+                        self.rsp.delack = None;
                         self.counters.nacks_sent += 1;
                         let e = self.rsp.rwin.epsn();
                         self.ctrl.push_back(Ctrl::Ack {
@@ -521,7 +526,25 @@ impl QueuePair {
                         });
                     }
                     ResponderWire::Irn(_) => {
-                        self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce)
+                        // The TCP model's delayed ACK (RFC 5681 §4.2): every second in-order
+                        // segment, or at the timer; a segment that fills a hole, or arrives
+                        // while later ones are held, is acknowledged at once.
+                        let in_order =
+                            self.rsp.rwin.epsn() == before.add(covers) && self.rsp.rwin.held() == 0;
+                        let delay = self.cfg.recovery.tcp.and_then(|t| t.delayed_ack);
+                        match self.rsp.delack {
+                            None if delay.is_some() && in_order => {
+                                self.rsp.delack = Some((now, ce));
+                            }
+                            Some((_, marked)) => self.queue_ack(
+                                Syndrome::Ack(CreditCode::INVALID),
+                                Some(psn),
+                                ce || marked,
+                            ),
+                            None => {
+                                self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce)
+                            }
+                        }
                     }
                     ResponderWire::Standard(_) => {
                         if ib.bth.ack_req && !ib.bth.opcode.is_read_or_atomic_request() {
@@ -534,6 +557,20 @@ impl QueuePair {
                     }
                 }
             }
+        }
+    }
+
+    /// The TCP model's delayed-ACK deadline, if an in-order segment waits for its ACK.
+    pub(super) fn delayed_ack_deadline(&self) -> Option<Time> {
+        let delay = self.cfg.recovery.tcp?.delayed_ack?;
+        self.rsp.delack.map(|(at, _)| at + delay)
+    }
+
+    /// The delayed-ACK timer expired: acknowledge what arrived.
+    pub(super) fn delayed_ack_timeout(&mut self) {
+        if let Some((_, marked)) = self.rsp.delack {
+            let e = self.rsp.rwin.epsn().sub(1);
+            self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(e), marked);
         }
     }
 
