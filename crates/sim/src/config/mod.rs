@@ -560,7 +560,8 @@ impl Default for WindowParams {
 #[serde(deny_unknown_fields, default)]
 pub struct TransportConfig {
     /// `irn` (default), `irn-go-back-n`, `irn-no-bdp-fc`, `irn-no-sack`, `roce`,
-    /// `roce-go-back-0`, `reorder-buffer`, `ext-ib` (seed 002's designs, SPEC T8).
+    /// `roce-go-back-0`, `reorder-buffer`, `ext-ib` (seed 002's designs, SPEC T8), `tcp`
+    /// (iWARP's transport as a TCP model, SPEC E10: the `tcp_*` keys).
     #[serde(with = "recovery_name")]
     pub recovery: Recovery,
     /// BDP cap in packets; absent = the longest path's round-trip propagation × the host link
@@ -603,6 +604,19 @@ pub struct TransportConfig {
     /// §9.7.6.1.3), the interval at which a requester without progress counts a retry even
     /// when its own RTO is shorter (IRN's). Default 14 (67 ms, perftest's).
     pub ack_timeout: u8,
+    /// `tcp`: the initial congestion window in segments (RFC 6928: 10; RFC 3390's 4 KB is
+    /// about 3 of ours). Slow start runs from it (ssthresh starts at the receive window).
+    pub tcp_initial_window: u32,
+    /// `tcp`: the retransmission timer's floor and initial value in µs (RFC 6298 with a
+    /// datacenter minimum). Default 320, IRN's RTO_high.
+    pub tcp_min_rto_us: f64,
+    /// `tcp`: the timer's ceiling after backoff, in µs. Default 100 000.
+    pub tcp_max_rto_us: f64,
+    /// `tcp`: DupThresh, the SACKed segments above a hole that make it lost (RFC 6675). Default 3.
+    pub tcp_dup_thresh: u32,
+    /// `tcp`: delayed ACKs — every second segment, or this many µs after the first unacknowledged
+    /// one (RFC 1122 §4.2.3.2). Absent (default): every segment is acknowledged.
+    pub tcp_delayed_ack_us: Option<f64>,
 }
 
 impl Default for TransportConfig {
@@ -624,6 +638,11 @@ impl Default for TransportConfig {
             dup_threshold: 1,
             retry_cnt: None,
             ack_timeout: 14,
+            tcp_initial_window: 10,
+            tcp_min_rto_us: 320.0,
+            tcp_max_rto_us: 100_000.0,
+            tcp_dup_thresh: 3,
+            tcp_delayed_ack_us: None,
         }
     }
 }
@@ -1023,6 +1042,36 @@ impl SimConfig {
                         == irn_transport::Retransmission::SelectiveRepeat),
             "transport.dup_threshold",
             "must be 1, or above 1 with irn or irn-no-bdp-fc (selective repeat with SACKs)",
+        )?;
+        check(
+            t.tcp_initial_window >= 1,
+            "transport.tcp_initial_window",
+            "must be at least 1 segment",
+        )?;
+        check(
+            t.tcp_min_rto_us.is_finite()
+                && t.tcp_min_rto_us > 0.0
+                && t.tcp_max_rto_us.is_finite()
+                && t.tcp_max_rto_us >= t.tcp_min_rto_us,
+            "transport.tcp_min_rto_us",
+            "must be positive and at most transport.tcp_max_rto_us",
+        )?;
+        check(
+            t.tcp_dup_thresh >= 1,
+            "transport.tcp_dup_thresh",
+            "must be at least 1 segment",
+        )?;
+        check(
+            t.tcp_delayed_ack_us
+                .is_none_or(|d| d.is_finite() && d > 0.0),
+            "transport.tcp_delayed_ack_us",
+            "must be positive",
+        )?;
+        check(
+            t.recovery != Recovery::Tcp
+                || matches!(t.cc, CcKind::None | CcKind::Aimd | CcKind::Dctcp),
+            "transport.cc",
+            "must be none or aimd (TCP's own slow start and AIMD) or dctcp with recovery = \"tcp\"",
         )?;
         check(
             t.retry_cnt.is_none_or(|r| r <= 7),

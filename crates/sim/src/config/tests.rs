@@ -107,6 +107,37 @@ fn bad_values_name_the_key() {
     assert!(e.to_string().contains("network.mtu"), "{e}");
 }
 
+/// The TCP model's keys (SPEC E10) refuse what cannot mean anything, naming the key.
+#[test]
+fn tcp_model_keys_are_checked() {
+    let tcp = "[transport]\nrecovery = \"tcp\"\n";
+    load(tcp, &[]).expect("the TCP model with its defaults");
+    let dctcp = [
+        "transport.cc=dctcp",
+        "switch.ecn=threshold",
+        "transport.tcp_delayed_ack_us=40",
+    ];
+    load(tcp, &dctcp).expect("DCTCP");
+    for (set, key) in [
+        ("transport.cc=dcqcn", "transport.cc"),
+        ("transport.cc=timely", "transport.cc"),
+        (
+            "transport.tcp_initial_window=0",
+            "transport.tcp_initial_window",
+        ),
+        ("transport.tcp_min_rto_us=0", "transport.tcp_min_rto_us"),
+        ("transport.tcp_max_rto_us=10", "transport.tcp_min_rto_us"),
+        ("transport.tcp_dup_thresh=0", "transport.tcp_dup_thresh"),
+        (
+            "transport.tcp_delayed_ack_us=-1",
+            "transport.tcp_delayed_ack_us",
+        ),
+    ] {
+        let e = load(tcp, &[set]).expect_err(set);
+        assert!(e.to_string().contains(key), "{set}: {e}");
+    }
+}
+
 #[test]
 fn runs_sets_and_sweeps_combine() {
     let text = r#"

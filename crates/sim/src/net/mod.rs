@@ -194,6 +194,8 @@ pub(crate) struct Part<M: SimMemory> {
     /// The DSCPs of data and of control packets, and their priorities as NICs see them.
     data_dscp: u8,
     ctrl_dscp: u8,
+    /// Header bytes the TCP model adds to (data, control) packets (zero otherwise).
+    extra_headers: [u32; 2],
     data_prio: u8,
     ctrl_prio: u8,
     /// NICs tag their frames (802.1Q) with the priority as PCP.
@@ -251,7 +253,7 @@ pub(crate) fn check_headroom(cfg: &SimConfig, topo: &Topology) -> Result<(), Str
     if !(cfg.network.pfc || cfg.network.pause) || cfg.switch.pfc_headroom_bytes.is_some() {
         return Ok(());
     }
-    let mtu = u64::from(mtu_wire(&cfg.network));
+    let mtu = u64::from(mtu_wire(cfg));
     let least = topo
         .nodes
         .iter()
@@ -295,7 +297,7 @@ impl<M: SimMemory> Part<M> {
         }
         let classes = Classes::new(net, &dscps);
         let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
-        let mtu_wire = u64::from(mtu_wire(&cfg.network));
+        let mtu_wire = u64::from(mtu_wire(&cfg));
         // Upstream link round trip at its rate, plus a frame in flight each way.
         // A lossless queue pauses its upstream at buffer − headroom (at least one frame), the
         // headroom being what its own link still delivers after the pause leaves: that link's
@@ -452,6 +454,7 @@ impl<M: SimMemory> Part<M> {
             classes,
             data_dscp,
             ctrl_dscp,
+            extra_headers: setup::extra_headers(&cfg),
             data_prio,
             ctrl_prio,
             vlan: cfg.network.vlan,

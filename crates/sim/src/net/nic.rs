@@ -204,8 +204,9 @@ impl<M: SimMemory> Part<M> {
             let pcp = self.vlan.then_some(prio);
             let tag = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
             // At most a 4096-byte MTU (validated) plus headers: it fits.
-            let wire =
-                u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + tag).unwrap_or(u16::MAX);
+            let extra = self.extra_headers[usize::from(control)];
+            let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + tag + extra)
+                .unwrap_or(u16::MAX);
             let flow_hash = mix((u64::from(host) << 40)
                 ^ (u64::from(peer_host) << 20)
                 ^ u64::from(dest_qpn)

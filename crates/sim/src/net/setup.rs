@@ -3,12 +3,12 @@
 //! the largest frame on the wire.
 
 use super::packet::{FRAME_OVERHEAD, VLAN_TAG_LEN};
-use crate::config::{us, CcKind, NetworkConfig, SimConfig};
+use crate::config::{us, CcKind, Recovery, SimConfig};
 use crate::topology::Topology;
 use irn_transport::{
     bdp_cap_packets, ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, HoleRule, NoCcFactory,
-    QpAttr, QpConfig, RecoveryConfig, RtoPolicy, TimelyConfig, TimelyFactory, WindowAlgorithm,
-    WindowConfig, WindowFactory,
+    QpAttr, QpConfig, RecoveryConfig, RtoPolicy, TcpModel, TimelyConfig, TimelyFactory,
+    WindowAlgorithm, WindowConfig, WindowFactory,
 };
 use std::sync::Arc;
 
@@ -16,6 +16,30 @@ use std::sync::Arc;
 pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
     let bps = |mbps: f64| (mbps * 1e6).round() as u64;
     match cfg.transport.cc {
+        _ if cfg.transport.recovery == Recovery::Tcp => {
+            // The TCP model's own congestion control (SPEC E10): slow start from the initial
+            // window with ssthresh at the receive window, then AIMD (or DCTCP's cuts); the
+            // receive window is the receiver's out-of-order window (4 096 segments).
+            let w = &cfg.cc.window;
+            let mss = u64::from(cfg.network.mtu);
+            let rwnd = u64::from(QpConfig::default().ooo_window) * mss;
+            Arc::new(WindowFactory(WindowConfig {
+                algorithm: if cfg.transport.cc == CcKind::Dctcp {
+                    WindowAlgorithm::Dctcp
+                } else {
+                    WindowAlgorithm::Aimd
+                },
+                mss,
+                init_window: w
+                    .init_window_bytes
+                    .unwrap_or(u64::from(cfg.transport.tcp_initial_window) * mss),
+                init_ssthresh: Some(rwnd),
+                min_window: w.min_window_bytes.unwrap_or(mss),
+                max_window: Some(w.max_window_bytes.unwrap_or(rwnd)),
+                g: w.g,
+                initial_rtt: rtt,
+            }))
+        }
         CcKind::None => Arc::new(NoCcFactory),
         CcKind::Dcqcn => {
             let d = &cfg.cc.dcqcn;
@@ -61,6 +85,7 @@ pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn Con
                 },
                 mss,
                 init_window: init,
+                init_ssthresh: None,
                 min_window: w.min_window_bytes.unwrap_or(mss),
                 // Beyond the BDP a window sends nothing more (IRN's cap) and only dulls cuts.
                 max_window: Some(w.max_window_bytes.unwrap_or(init)),
@@ -76,11 +101,32 @@ pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn Con
 /// 4-byte head).
 const LARGEST_HEADERS: u32 = (irn_wire::BTH_LEN + irn_wire::RethRepr::LEN + 16) as u32;
 
+/// What the TCP model's segments carry beyond the IRN packet they ride, in bytes: (data,
+/// ACK). An iWARP data segment has TCP's 20-byte header with the 12-byte timestamp option,
+/// MPA's 2-byte length and 4-byte CRC, and the DDP/RDMAP tagged header (14) — 52 bytes where
+/// an IRN Write packet has UDP (8), BTH (12), RETH (16) and ICRC (4), 40: 12 more. A pure ACK
+/// has TCP's header, the timestamps and a SACK option of up to three blocks (26) — 58 bytes
+/// against IRN's UDP, BTH, AETH, SACK PSN and ICRC (32): 26 more. (RFC 793, 7323, 2018;
+/// RFC 5044 MPA without markers; RFC 5041 DDP; RFC 5040 RDMAP.)
+pub(super) const TCP_EXTRA_HEADERS: [u32; 2] = [12, 26];
+
+/// The TCP model's extra header bytes (data, control) for this run, zero for every RDMA
+/// transport.
+pub(super) fn extra_headers(cfg: &SimConfig) -> [u32; 2] {
+    if cfg.transport.recovery == Recovery::Tcp {
+        TCP_EXTRA_HEADERS
+    } else {
+        [0, 0]
+    }
+}
+
 /// The largest frame on the wire at the network's path MTU: the payload, the largest headers
-/// and the framing ([`FRAME_OVERHEAD`], and the 802.1Q tag when frames carry one).
-pub(super) fn mtu_wire(net: &NetworkConfig) -> u32 {
+/// (the TCP model's larger ones when it runs) and the framing ([`FRAME_OVERHEAD`], and the
+/// 802.1Q tag when frames carry one).
+pub(super) fn mtu_wire(cfg: &SimConfig) -> u32 {
+    let net = &cfg.network;
     let tag = if net.vlan { VLAN_TAG_LEN } else { 0 };
-    net.mtu + FRAME_OVERHEAD + tag + LARGEST_HEADERS
+    net.mtu + FRAME_OVERHEAD + tag + LARGEST_HEADERS + extra_headers(cfg)[0]
 }
 
 /// The creation-time configuration every queue pair of the run shares (its QPN set per queue
@@ -96,7 +142,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
     let tr = &cfg.transport;
     let bdp_cap = tr
         .bdp_cap
-        .unwrap_or_else(|| bdp_cap_packets(host_rate, topo.max_rtt(), mtu_wire(&cfg.network)));
+        .unwrap_or_else(|| bdp_cap_packets(host_rate, topo.max_rtt(), mtu_wire(cfg)));
     let irn_rto = RtoPolicy::Irn {
         low: us(tr.rto_low_us),
         high: us(tr.rto_high_us),
@@ -107,20 +153,35 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
     } else {
         RtoPolicy::Fixed(us(tr.roce_rto_us))
     };
+    let tcp_rto = RtoPolicy::Adaptive {
+        min: us(tr.tcp_min_rto_us),
+        max: us(tr.tcp_max_rto_us),
+        initial: us(tr.tcp_min_rto_us),
+    };
     let recovery = tr.recovery.preset();
+    let tcp = tr.recovery == Recovery::Tcp;
     let recovery = RecoveryConfig {
         bdp_cap: recovery.bdp_cap.map(|_| bdp_cap),
-        rto: if tr.recovery.is_irn() {
+        rto: if tcp {
+            tcp_rto
+        } else if tr.recovery.is_irn() {
             irn_rto
         } else {
             roce_rto
         },
+        tcp: tcp.then(|| TcpModel {
+            delayed_ack: tr.tcp_delayed_ack_us.map(us),
+        }),
         reorder_buffer: recovery.reorder_buffer.map(|_| tr.reorder_buffer),
         hole_rule: recovery.hole_rule.map(|_| HoleRule {
             delay: us(tr.nak_delay_us),
             threshold: tr.nak_threshold,
         }),
-        dup_threshold: tr.dup_threshold,
+        dup_threshold: if tcp {
+            tr.tcp_dup_thresh
+        } else {
+            tr.dup_threshold
+        },
         ..recovery
     };
     let qp_cfg = QpConfig {
