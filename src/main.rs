@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 mod decode;
 mod drp_cmd;
 mod drp_sim;
+mod nic_state_cmd;
 mod perf_cm;
 mod perf_cmd;
 mod perf_lat;
@@ -75,6 +76,10 @@ enum Command {
     /// responder; with a PEER_MAC, the initiator, which prints each transfer's time and the
     /// average. Exit status 0 only if every byte arrived intact (each write is read back).
     Drp(drp_cmd::DrpArgs),
+    /// The per-queue-pair NIC state each loss-recovery design adds to RoCE (SPEC E13), from
+    /// irn-transport's own structures at the BDP of each link rate, next to an mlx5 QP
+    /// context's 1 856 bits.
+    NicState(nic_state_cmd::NicStateArgs),
 }
 
 fn exit_code(ok: bool) -> ExitCode {
@@ -116,6 +121,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
         Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
         Command::Drp(args) => drp_cmd::run(args).map(exit_code),
+        Command::NicState(args) => nic_state_cmd::run(args).map(exit_code),
     };
     match result {
         Ok(code) => code,

@@ -210,3 +210,59 @@ fn shards_merge_into_exactly_the_unsharded_json() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `irn nic-state` (SPEC E13): the state each design adds, from irn-transport's accounting —
+/// none for RoCE, IRN's five bitmaps of the BDP cap plus seven 24-bit PSN registers (708 bits
+/// at E0's 108-packet cap), growing with the link rate — as a table, JSON and a plot.
+#[test]
+fn nic_state_reports_each_designs_added_state() {
+    let dir = std::env::temp_dir().join(format!("irn-nic-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (json, svg) = (dir.join("e13.json"), dir.join("e13.svg"));
+    let out = irn()
+        .args(["nic-state", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid JSON");
+    let row = |design: &str, gbps: f64| {
+        doc["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .find(|r| r["design"] == design && r["gbps"].as_f64() == Some(gbps))
+            .unwrap_or_else(|| panic!("{design} at {gbps}"))
+            .clone()
+    };
+    let irn40 = row("irn", 40.0);
+    assert_eq!(irn40["bdp_packets"], 108);
+    assert_eq!(irn40["total_bits"], 5 * 108 + 7 * 24);
+    assert_eq!(row("roce", 40.0)["total_bits"], 0);
+    let bits = |d: &str, g: f64| row(d, g)["total_bits"].as_u64().expect("bits");
+    assert!(bits("irn", 10.0) < bits("irn", 40.0) && bits("irn", 40.0) < bits("irn", 100.0));
+    assert!(
+        bits("tcp", 40.0) > bits("irn", 40.0),
+        "RFC 6298's estimator and the scoreboard"
+    );
+    assert!(
+        bits("reorder-buffer", 40.0) > 10 * bits("irn", 40.0),
+        "64-bit descriptors"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1856") && text.contains("irn"), "{text}");
+    assert!(std::fs::read_to_string(&svg).expect("svg").contains("<svg"));
+    let bad = irn()
+        .args(["nic-state", "--gbps", "0"])
+        .output()
+        .expect("runs");
+    assert_eq!(bad.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,237 @@
+//! `irn nic-state`: the per-queue-pair NIC state each loss-recovery design adds to a standard
+//! RoCE queue pair (SPEC E13, IRN §6), computed from irn-transport's own accounting
+//! ([`RecoveryConfig::nic_state`]: the bitmaps, descriptors and registers this implementation
+//! keeps per queue pair), at the BDP of each link rate the paper evaluates, next to the QP
+//! context a ConnectX NIC is programmed with.
+//!
+//! The reference is the QP context of Linux's mlx5 driver interface (`struct mlx5_ifc_qpc_bits`
+//! in `include/linux/mlx5/mlx5_ifc.h`, what `CREATE_QP` hands the firmware): 0x740 bits = 1 856
+//! bits = 232 bytes. It is a floor of what a RoCE NIC keeps per queue pair (the firmware holds
+//! more inside, and Read responder resources live apart), so the percentages below are
+//! ceilings of IRN's relative cost in per-QP memory. The IRN paper's "3–10 % more NIC
+//! resources" (§6) counts SRAM and logic of a whole NIC from an FPGA synthesis that is not in
+//! the seed: this command measures the state half of that claim only.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use plotters::prelude::*;
+
+use irn_transport::{bdp_cap_packets, Dur, RecoveryMode};
+
+/// Bits of the mlx5 QP context (`struct mlx5_ifc_qpc_bits`: offsets 0x000–0x73f).
+pub const MLX5_QPC_BITS: u64 = 0x740;
+
+/// Frame bytes on the wire per full packet: a 1 KB payload with the simulator's largest
+/// headers and framing (what `irn sim` sizes the BDP cap with: 108 packets at 40 Gb/s).
+const HEADERS: u32 = 94;
+
+#[derive(Args, Debug)]
+pub struct NicStateArgs {
+    /// Link rates in Gb/s (the paper's 10, 40 and 100).
+    #[arg(long, value_delimiter = ',', default_value = "10,40,100")]
+    gbps: Vec<f64>,
+    /// Longest-path round trip, µs (E0's: six 2 µs links each way).
+    #[arg(long, default_value_t = 24.0)]
+    rtt_us: f64,
+    /// Path MTU payload, bytes.
+    #[arg(long, default_value_t = 1024)]
+    mtu: u32,
+    /// Queue pairs on one NIC, for the totals.
+    #[arg(long, default_value_t = 10_000)]
+    qps: u64,
+    /// Write the table as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw each design's added state as a share of the mlx5 QP context, per link rate (SVG).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// One row: a design at a link rate.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    design: &'static str,
+    gbps: f64,
+    bdp_packets: u32,
+    bitmap_bits: u64,
+    descriptor_bits: u64,
+    register_bits: u64,
+    total_bits: u64,
+    bytes_per_qp: u64,
+    /// Added state ÷ the mlx5 QP context, in percent.
+    pct_of_mlx5_qpc: f64,
+    /// Added state for `qps` queue pairs, KiB.
+    kib_for_qps: f64,
+}
+
+pub fn run(args: NicStateArgs) -> Result<bool> {
+    if args.gbps.is_empty() || args.gbps.iter().any(|g| !(g.is_finite() && *g > 0.0)) {
+        return Err(anyhow!("--gbps: positive link rates, e.g. 10,40,100"));
+    }
+    if !(args.rtt_us.is_finite() && args.rtt_us > 0.0) || args.mtu == 0 {
+        return Err(anyhow!("--rtt-us and --mtu must be positive"));
+    }
+    let rtt = Dur::from_picos((args.rtt_us * 1e6).round() as u64);
+    let mut rows = Vec::new();
+    for &g in &args.gbps {
+        let bdp = bdp_cap_packets((g * 1e9).round() as u64, rtt, args.mtu + HEADERS);
+        for mode in RecoveryMode::ALL {
+            let mut cfg = mode.preset();
+            // The paper sizes IRN's bitmaps by the BDP cap of the network (§3.2, §5.3).
+            cfg.bdp_cap = cfg.bdp_cap.map(|_| bdp);
+            let st = cfg.nic_state(bdp);
+            let total = st.total_bits();
+            rows.push(Row {
+                design: mode.name(),
+                gbps: g,
+                bdp_packets: bdp,
+                bitmap_bits: st.bitmap_bits,
+                descriptor_bits: st.descriptor_bits,
+                register_bits: st.register_bits,
+                total_bits: total,
+                bytes_per_qp: total.div_ceil(8),
+                pct_of_mlx5_qpc: 100.0 * total as f64 / MLX5_QPC_BITS as f64,
+                kib_for_qps: (total * args.qps) as f64 / 8.0 / 1024.0,
+            });
+        }
+    }
+    println!(
+        "per-QP state each design adds to RoCE (bits), at a {} µs round trip and {}-byte MTU; \
+         reference: mlx5 QP context = {MLX5_QPC_BITS} bits",
+        args.rtt_us, args.mtu
+    );
+    println!(
+        "{:<16} {:>6} {:>5} {:>8} {:>11} {:>9} {:>8} {:>7} {:>8} {:>12}",
+        "design",
+        "Gb/s",
+        "BDP",
+        "bitmaps",
+        "descriptors",
+        "registers",
+        "total",
+        "bytes",
+        "÷ QPC",
+        format!("{} QPs", args.qps)
+    );
+    for r in &rows {
+        println!(
+            "{:<16} {:>6} {:>5} {:>8} {:>11} {:>9} {:>8} {:>7} {:>7.1}% {:>8.0} KiB",
+            r.design,
+            r.gbps,
+            r.bdp_packets,
+            r.bitmap_bits,
+            r.descriptor_bits,
+            r.register_bits,
+            r.total_bits,
+            r.bytes_per_qp,
+            r.pct_of_mlx5_qpc,
+            r.kib_for_qps
+        );
+    }
+    if let Some(path) = &args.json {
+        let v = serde_json::json!({
+            "rtt_us": args.rtt_us,
+            "mtu": args.mtu,
+            "qps": args.qps,
+            "mlx5_qpc_bits": MLX5_QPC_BITS,
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        plot(path, &rows, &args.gbps)?;
+    }
+    Ok(true)
+}
+
+/// Grouped bars: per design, its added state ÷ the mlx5 QP context at each link rate.
+fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
+    let designs: Vec<&str> = RecoveryMode::ALL.iter().map(|m| m.name()).collect();
+    let group = rates.len() + 1;
+    let width = (designs.len() * group) as f64;
+    // The reorder buffer's descriptors (several QP contexts' worth) would flatten every other
+    // bar: the axis stops at the largest of the rest, and taller bars are cut there, their
+    // value still written on top.
+    let top = rows
+        .iter()
+        .map(|r| r.pct_of_mlx5_qpc)
+        .filter(|&v| v <= 100.0)
+        .fold(10.0f64, f64::max);
+    let ymax = top * 1.15;
+    let root = SVGBackend::new(path, (980, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "per-QP state added to RoCE, % of an mlx5 QP context (1 856 bits; ↑: cut)",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .margin_right(130)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..width, 0.0..ymax)
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("% of the QP context")
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+    ];
+    for (di, d) in designs.iter().enumerate() {
+        for (gi, g) in rates.iter().enumerate() {
+            let Some(r) = rows.iter().find(|r| r.design == *d && r.gbps == *g) else {
+                continue;
+            };
+            let x0 = (di * group + gi) as f64 + 0.5;
+            let color = colors[gi % colors.len()];
+            let h = r.pct_of_mlx5_qpc.min(top * 1.05);
+            chart
+                .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, h)], color.filled())])
+                .map_err(|e| anyhow!("{e}"))?;
+            let cut = if h < r.pct_of_mlx5_qpc { "↑" } else { "" };
+            chart
+                .draw_series([Text::new(
+                    format!("{:.0}{cut}", r.pct_of_mlx5_qpc),
+                    (x0, h + ymax * 0.012),
+                    ("sans-serif", 9).into_font(),
+                )])
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        let centre = (di * group) as f64 + 0.5 + rates.len() as f64 / 2.0;
+        let (x, y) = chart.backend_coord(&(centre, 0.0));
+        let w = 6 * d.len() as i32 / 2;
+        root.draw(&Text::new(
+            d.to_string(),
+            (x - w, y + 8),
+            ("sans-serif", 11).into_font().color(&BLACK),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+    }
+    let (right, top) = chart.backend_coord(&(width, ymax));
+    for (gi, g) in rates.iter().enumerate() {
+        let y = top + 8 + 18 * gi as i32;
+        root.draw(&Rectangle::new(
+            [(right + 14, y), (right + 26, y + 12)],
+            colors[gi % colors.len()].filled(),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+        root.draw(&Text::new(
+            format!("{g} Gb/s"),
+            (right + 32, y),
+            ("sans-serif", 12).into_font().color(&BLACK),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
