@@ -524,3 +524,168 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
+
+/// An incast experiment (E8), in the form of the IRN paper's Figure 9: per scenario other than
+/// the number of senders (a `[[variant]]` such as a link rate: one panel each), the average
+/// request completion time of each run at each M (`incast_senders`), a bar per run with the
+/// slowest request as a whisker, and each run's RCT ÷ the RoCE+PFC run's of the same point
+/// written above its bar. `irn sim --plot` draws this when every run is an incast.
+pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
+    let senders = |r: &RunSummary| -> Option<u32> {
+        r.scenario
+            .split(' ')
+            .find_map(|t| t.strip_prefix("incast_senders="))
+            .and_then(|v| v.parse().ok())
+    };
+    let panel_of = |r: &RunSummary| {
+        r.scenario
+            .split(' ')
+            .filter(|t| !t.starts_with("incast_senders=") && !t.starts_with("seed="))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let label_of = |r: &RunSummary| {
+        r.name
+            .strip_suffix(&r.scenario)
+            .unwrap_or(&r.name)
+            .trim()
+            .to_string()
+    };
+    let runs: Vec<&RunSummary> = runs
+        .iter()
+        .filter(|r| r.incast.as_ref().is_some_and(|i| i.requests > 0))
+        .collect();
+    if runs.is_empty() {
+        return Err(anyhow!("no incast run with a completed request"));
+    }
+    let mut panels: Vec<String> = Vec::new();
+    let mut series: Vec<String> = Vec::new();
+    let mut ms: Vec<u32> = Vec::new();
+    for r in &runs {
+        let (p, s) = (panel_of(r), label_of(r));
+        if !panels.contains(&p) {
+            panels.push(p);
+        }
+        if !series.contains(&s) {
+            series.push(s);
+        }
+        let m = senders(r).unwrap_or(0);
+        if !ms.contains(&m) {
+            ms.push(m);
+        }
+    }
+    ms.sort_unstable();
+    let find = |p: &str, s: &str, m: u32| {
+        runs.iter()
+            .find(|r| panel_of(r) == p && label_of(r) == s && senders(r).unwrap_or(0) == m)
+            .copied()
+    };
+    let ms_of = |r: &RunSummary| {
+        let i = r.incast.as_ref().expect("incast run");
+        (i.avg_rct_us / 1000.0, i.max_rct_us / 1000.0)
+    };
+    let group = series.len() + 1;
+    let width = (ms.len() * group) as f64;
+    let legend_w = 40 + 7 * series.iter().map(|s| s.chars().count()).fold(24, usize::max) as u32;
+    let panel_w = (110 + 40 * ms.len() * group) as u32;
+    let root = SVGBackend::new(path, (panel_w * panels.len() as u32 + legend_w, 400))
+        .into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let (plots, key) = root.split_horizontally(panel_w * panels.len() as u32);
+    for (area, p) in plots.split_evenly((1, panels.len())).iter().zip(&panels) {
+        let ymax = runs
+            .iter()
+            .filter(|r| panel_of(r) == *p)
+            .map(|r| ms_of(r).1)
+            .fold(1.0f64, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                if p.is_empty() {
+                    "request completion time".to_string()
+                } else {
+                    format!("request completion time, {p}")
+                },
+                ("sans-serif", 15),
+            )
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..width, 0.0..ymax)
+            .map_err(|e| anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("RCT (ms): average, whisker to the slowest")
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+        for (mi, &m) in ms.iter().enumerate() {
+            let base = series
+                .iter()
+                .filter_map(|s| find(p, s, m))
+                .find(|r| r.transport == "roce" && r.pfc)
+                .map(|r| ms_of(r).0);
+            for (si, s) in series.iter().enumerate() {
+                let Some(r) = find(p, s, m) else {
+                    continue;
+                };
+                let (avg, max) = ms_of(r);
+                let color = COLORS[(2 * si) % COLORS.len()];
+                let x0 = (mi * group + si) as f64 + 0.5;
+                chart
+                    .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, avg)], color.filled())])
+                    .map_err(|e| anyhow!("{e}"))?;
+                let xc = x0 + 0.45;
+                chart
+                    .draw_series([PathElement::new(
+                        vec![(xc, avg), (xc, max)],
+                        BLACK.stroke_width(1),
+                    )])
+                    .map_err(|e| anyhow!("{e}"))?;
+                let text = match base {
+                    Some(b) if b > 0.0 => format!("{:.2}", avg / b),
+                    _ => format!("{avg:.1}"),
+                };
+                chart
+                    .draw_series([Text::new(
+                        text,
+                        (x0, max + ymax * 0.015),
+                        ("sans-serif", 10).into_font(),
+                    )])
+                    .map_err(|e| anyhow!("{e}"))?;
+            }
+            let centre = (mi * group) as f64 + 0.5 + series.len() as f64 * 0.45;
+            let (x, y) = chart.backend_coord(&(centre, 0.0));
+            let label = format!("M = {m}");
+            root.draw(&Text::new(
+                label.clone(),
+                (x - 3 * label.len() as i32, y + 8),
+                ("sans-serif", 12).into_font().color(&BLACK),
+            ))
+            .map_err(|e| anyhow!("{e}"))?;
+        }
+    }
+    for (si, s) in series.iter().enumerate() {
+        let y = 40 + 18 * si as i32;
+        key.draw(&Rectangle::new(
+            [(10, y), (22, y + 12)],
+            COLORS[(2 * si) % COLORS.len()].filled(),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+        key.draw(&Text::new(
+            s.clone(),
+            (28, y),
+            ("sans-serif", 12).into_font().color(&BLACK),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+    }
+    key.draw(&Text::new(
+        "above bars: ÷ RoCE+PFC",
+        (10, 40 + 18 * series.len() as i32 + 8),
+        ("sans-serif", 11).into_font().color(&BLACK),
+    ))
+    .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

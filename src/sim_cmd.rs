@@ -88,7 +88,12 @@ impl Figures {
         let stdout = std::io::stdout();
         print_table(&mut stdout.lock(), summaries, self.baseline.as_deref())?;
         if let Some(path) = &self.plot {
-            crate::plot::bars(path, summaries, self.baseline.as_deref())?;
+            // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
+            if summaries.iter().all(|r| r.incast.is_some()) {
+                crate::plot::incast_plot(path, summaries)?;
+            } else {
+                crate::plot::bars(path, summaries, self.baseline.as_deref())?;
+            }
         }
         if let Some(path) = &self.tail_cdf {
             crate::plot::tail_cdf(path, summaries)?;
@@ -410,7 +415,8 @@ fn pingmesh_table(
 pub struct MergeArgs {
     /// Where the whole experiment's JSON goes.
     pub out: PathBuf,
-    /// Every slice's JSON (`irn sim FILE --shard I/N --json …`), in any order.
+    /// Every slice's JSON (`irn sim FILE --shard I/N --json …`), in any order — or one whole
+    /// experiment's JSON, whose table and figures are then made again.
     #[arg(required = true)]
     pub shards: Vec<PathBuf>,
     /// The ratio columns' baseline and the figures, as `irn sim` draws them.
@@ -422,6 +428,20 @@ pub struct MergeArgs {
 /// order — the JSON an unsharded run writes (wall times aside: each slice ran on its own) —
 /// and prints its table. Every slice must be there, once, and all of one split.
 pub fn merge(args: MergeArgs) -> Result<bool> {
+    if let [only] = &args.shards[..] {
+        // One whole experiment's JSON (no `shard` object): copied, its table printed and its
+        // figures drawn again — how a figure is redrawn without rerunning the experiment.
+        let text =
+            std::fs::read_to_string(only).with_context(|| format!("reading {}", only.display()))?;
+        let doc: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", only.display()))?;
+        if doc.get("shard").is_none_or(serde_json::Value::is_null) {
+            let runs = doc["runs"]
+                .as_array()
+                .with_context(|| format!("{}: no `runs` array", only.display()))?;
+            return write_merged(&args, runs.clone());
+        }
+    }
     let mut total: Option<(usize, usize)> = None;
     let mut seen = std::collections::BTreeMap::new();
     let mut slots: Vec<Option<serde_json::Value>> = Vec::new();
@@ -483,7 +503,11 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
     if !missing.is_empty() {
         bail!("slices {missing:?} of {count} missing");
     }
-    let runs: Vec<serde_json::Value> = slots.into_iter().flatten().collect();
+    write_merged(&args, slots.into_iter().flatten().collect())
+}
+
+/// Writes the whole experiment's JSON of `runs`, prints its table and draws its figures.
+fn write_merged(args: &MergeArgs, runs: Vec<serde_json::Value>) -> Result<bool> {
     let summaries: Vec<RunSummary> = runs
         .iter()
         .map(|r| serde_json::from_value(r.clone()))

@@ -266,3 +266,47 @@ fn nic_state_reports_each_designs_added_state() {
     assert_eq!(bad.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An incast experiment's `--plot` is the paper's Figure 9 (RCT against M, ÷ RoCE+PFC), and
+/// `irn merge OUT WHOLE.json` redraws a finished experiment's table and figures without running
+/// it again, copying its JSON unchanged.
+#[test]
+fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
+    let dir = std::env::temp_dir().join(format!("irn-incast-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cfg = dir.join("incast.toml");
+    std::fs::write(
+        &cfg,
+        "[topology]\nk = 4\n[workload]\nkind = \"incast\"\nload = 0.0\nincast_bytes = 400000\nincast_repetitions = 2\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n[sweep]\n\"workload.incast_senders\" = [2, 4]\n",
+    )
+    .expect("write");
+    let (json, svg) = (dir.join("out.json"), dir.join("rct.svg"));
+    let out = irn()
+        .args(["sim", "-q", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .arg(&cfg)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let drawn = std::fs::read_to_string(&svg).expect("svg");
+    assert!(drawn.contains("request completion time") && drawn.contains("M = 4"));
+    let (copy, again) = (dir.join("copy.json"), dir.join("again.svg"));
+    let out = irn()
+        .arg("merge")
+        .arg(&copy)
+        .arg(&json)
+        .arg("--plot")
+        .arg(&again)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).expect("json")).expect("valid JSON")
+    };
+    assert_eq!(read(&copy), read(&json));
+    assert_eq!(std::fs::read_to_string(&again).expect("svg"), drawn);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("RoCE+PFC"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
