@@ -433,7 +433,9 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     let group = series.len() + 1;
     let width = (points.len() * group) as f64;
     let px_w = (160 + 46 * points.len() * group).max(700) as u32;
-    let root = SVGBackend::new(path, (px_w, 3 * 340)).into_drawing_area();
+    // Room under each panel for the longest scenario name, turned a quarter.
+    let label_px = 20 + 7 * points.iter().map(|p| p.chars().count()).max().unwrap_or(10) as u32;
+    let root = SVGBackend::new(path, (px_w, 3 * (235 + label_px.max(105)))).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     for (m, area) in root.split_evenly((3, 1)).iter().enumerate() {
         let ymax = series
@@ -461,7 +463,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 ("sans-serif", 16),
             )
             .margin(10)
-            .margin_bottom(105)
+            .margin_bottom(label_px.max(105))
             .y_label_area_size(50)
             .build_cartesian_2d(0.0..width, 0.0..ymax)
             .map_err(|e| anyhow!("{e}"))?;

@@ -51,7 +51,7 @@ pub mod workload;
 
 use std::time::Instant;
 
-use irn_transport::{ByteMemory, Dur};
+use irn_transport::{ByteMemory, Dur, Time};
 
 use crate::config::{SimConfig, TopologyKind};
 use crate::metrics::{summarize, PortPrioReport, PortReport, RunSummary, SafetyReport};
@@ -161,7 +161,30 @@ fn run_with<M: SimMemory>(
         )
     });
     let net = sim.stats();
-    let (all, by_size, incast) = summarize(&records);
+    // The statistics cover the flows that started inside the measurement window (all of them
+    // by default): a steady-state window leaves out the network's filling and draining.
+    let (from, until) = (
+        Time::ZERO + Dur::from_picos((cfg.workload.measure_from_us * 1e6).round() as u64),
+        cfg.workload.measure_until_us.map_or(Time::MAX, |u| {
+            Time::ZERO + Dur::from_picos((u * 1e6).round() as u64)
+        }),
+    );
+    let windowed = cfg.workload.measure_from_us > 0.0 || cfg.workload.measure_until_us.is_some();
+    let measured: Vec<FlowRecord> = if windowed {
+        records
+            .iter()
+            .filter(|r| r.flow.start >= from && r.flow.start < until)
+            .copied()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let measured = if windowed {
+        &measured[..]
+    } else {
+        &records[..]
+    };
+    let (all, by_size, incast) = summarize(measured);
     let completed = records
         .iter()
         .filter(|r| r.status == Some(irn_transport::WcStatus::Success))
@@ -240,7 +263,7 @@ fn run_with<M: SimMemory>(
         flows_corrupted: records.iter().filter(|r| !r.intact).count(),
         all,
         by_size,
-        single_packet_tail: metrics::single_packet_tail(&records, cfg.network.mtu),
+        single_packet_tail: metrics::single_packet_tail(measured, cfg.network.mtu),
         drop_rate: if net.host_packets == 0 {
             0.0
         } else {
