@@ -107,7 +107,8 @@ fn bad_values_name_the_key() {
     assert!(e.to_string().contains("network.mtu"), "{e}");
 }
 
-/// The TCP model's keys (SPEC E10) refuse what cannot mean anything, naming the key.
+/// The TCP model's keys (SPEC E10) and the measurement window refuse what cannot mean
+/// anything, naming the key.
 #[test]
 fn tcp_model_keys_are_checked() {
     let tcp = "[transport]\nrecovery = \"tcp\"\n";
@@ -132,6 +133,8 @@ fn tcp_model_keys_are_checked() {
             "transport.tcp_delayed_ack_us=-1",
             "transport.tcp_delayed_ack_us",
         ),
+        ("workload.measure_from_us=-5", "workload.measure_from_us"),
+        ("workload.measure_until_us=0", "workload.measure_until_us"),
     ] {
         let e = load(tcp, &[set]).expect_err(set);
         assert!(e.to_string().contains(key), "{set}: {e}");
