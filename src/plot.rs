@@ -588,10 +588,14 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     };
     let group = series.len() + 1;
     let width = (ms.len() * group) as f64;
-    let legend_w = 40 + 7 * series.iter().map(|s| s.chars().count()).fold(24, usize::max) as u32;
+    let legend_w = 40
+        + 7 * series
+            .iter()
+            .map(|s| s.chars().count())
+            .fold(24, usize::max) as u32;
     let panel_w = (110 + 40 * ms.len() * group) as u32;
-    let root = SVGBackend::new(path, (panel_w * panels.len() as u32 + legend_w, 400))
-        .into_drawing_area();
+    let root =
+        SVGBackend::new(path, (panel_w * panels.len() as u32 + legend_w, 400)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let (plots, key) = root.split_horizontally(panel_w * panels.len() as u32);
     for (area, p) in plots.split_evenly((1, panels.len())).iter().zip(&panels) {

@@ -289,7 +289,11 @@ fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
         .arg(&cfg)
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let drawn = std::fs::read_to_string(&svg).expect("svg");
     assert!(drawn.contains("request completion time") && drawn.contains("M = 4"));
     let (copy, again) = (dir.join("copy.json"), dir.join("again.svg"));
@@ -301,7 +305,11 @@ fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
         .arg(&again)
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let read = |p: &std::path::Path| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(p).expect("json")).expect("valid JSON")
     };

@@ -89,9 +89,11 @@ fn every_operation_in_both_modes_through_loss_with_verification() {
                 .collect();
             assert_eq!(cols.len(), 5, "{row}");
             assert_eq!(cols[1], 300.0);
+            // Peak ≥ average, and a message rate: an 8-byte atomic's MB/s rounds to 0.00
+            // when a RoCE-mode loss waits out the 67 ms local ACK timeout.
             assert!(
-                cols[3] > 0.0 && cols[2] >= cols[3],
-                "peak ≥ average > 0: {row}"
+                cols[4] > 0.0 && cols[2] >= cols[3],
+                "peak ≥ average, rate > 0: {row}"
             );
             assert!(out.contains("verify: ok"), "{out}");
         }
@@ -435,4 +437,47 @@ fn rping_between_two_irn_ends_through_loss() {
     let out = String::from_utf8_lossy(&client.stdout);
     assert_eq!(out.matches("ping data: rdma-ping-").count(), 20, "{what}");
     assert!(out.contains("rdma-ping-19: TUVWXYZ"), "{what}");
+}
+
+/// Issue 21: a busy host is not a dead peer. With a spinning thread on every core, RDMA
+/// Writes through 1 % loss (each side drops 1 % of what it sends and receives) finish and
+/// verify in both modes, with one queue pair and with 64 — where the fixed 0.5 / 2 ms IRN timer
+/// and a 4.2 ms local ACK timeout used to give up (`IBV_WC_RETRY_EXC_ERR`) with nothing lost
+/// for good.
+#[test]
+fn transfers_finish_verified_while_every_core_is_busy() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spinners: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    for mode in ["irn", "roce"] {
+        for qps in ["1", "64"] {
+            let flags = [
+                "--mode", mode, "-q", qps, "-n", "20", "-s", "65536", "--loss", "0.01", "--verify",
+            ];
+            let (server, client) = perf("write", &flags, &[]);
+            let what = format!("{mode}, {qps} QP(s): {}", text(&client));
+            assert!(client.status.success(), "{what}");
+            assert!(server.status.success(), "{mode}, {qps}: {}", text(&server));
+            assert!(
+                String::from_utf8_lossy(&client.stdout).contains("verify: ok"),
+                "{what}"
+            );
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for s in spinners {
+        s.join().expect("spinner");
+    }
 }

@@ -704,5 +704,8 @@ fn a_measurement_window_covers_exactly_the_flows_starting_in_it() {
     assert!(inside.len() > 10 && inside.len() < whole.records.len() / 2);
     let mean = inside.iter().sum::<f64>() / inside.len() as f64;
     assert!((windowed.summary.all.avg_fct_us - mean).abs() < 1e-6 * mean);
-    assert_ne!(windowed.summary.all.avg_fct_us, whole.summary.all.avg_fct_us);
+    assert_ne!(
+        windowed.summary.all.avg_fct_us,
+        whole.summary.all.avg_fct_us
+    );
 }

@@ -99,6 +99,8 @@ pub(crate) struct SendWindow {
     stall_base: Option<Time>,
     /// Retries counted in the current stretch without progress.
     retries: u32,
+    /// Retransmission timeouts in the current stretch without progress.
+    expiries: u32,
     /// When each outstanding PSN was first sent; `Time::MAX` once retransmitted (Karn: no RTT
     /// sample from a retransmitted packet).
     sent_at: VecDeque<Time>,
@@ -256,6 +258,7 @@ impl SendWindow {
             timer_base: None,
             stall_base: None,
             retries: 0,
+            expiries: 0,
             sent_at: VecDeque::new(),
             min_rtt: None,
             last_retx: None,
@@ -551,6 +554,7 @@ impl SendWindow {
     /// and resets the retry count.
     pub(crate) fn progress(&mut self, now: Time) {
         self.retries = 0;
+        self.expiries = 0;
         self.est.backoff = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
         self.stall_base = self.timer_base;
@@ -560,6 +564,7 @@ impl SendWindow {
     /// so the stretch without progress that the retry budget measures starts again.
     pub(crate) fn peer_alive(&mut self, now: Time) {
         self.retries = 0;
+        self.expiries = 0;
         if self.in_flight() > 0 {
             self.stall_base = Some(now);
         }
@@ -688,14 +693,20 @@ impl SendWindow {
     /// With `retry_every` `None`, every expiry is a retry (the timer is the verbs local ACK
     /// timeout). With `Some(t)` (a retransmission timer shorter than the local ACK timeout
     /// `t`, as IRN's), the retries are the whole `t`s elapsed without progress, so a queue
-    /// pair gives up after `retry_cnt + 1` local ACK timeouts whatever its RTO.
+    /// pair gives up after `retry_cnt + 1` local ACK timeouts whatever its RTO — but never
+    /// more than the expiries it has seen: a driver that could not run for a while (a busy
+    /// host's scheduler) calls in once, late, and that one expiry is one retry, not every
+    /// period that passed while nothing ran (issue 21: 7 of 42 benchmark runs on a loaded host
+    /// gave up with no packet lost).
     pub(crate) fn on_timeout(&mut self, now: Time, retry_every: Option<crate::time::Dur>) -> u32 {
+        self.expiries = self.expiries.saturating_add(1);
         match retry_every {
             None => self.retries += 1,
             Some(t) => {
                 let base = *self.stall_base.get_or_insert(now);
                 let stalled = now.since(base).as_picos() / t.as_picos().max(1);
-                self.retries = self.retries.max(u32::try_from(stalled).unwrap_or(u32::MAX));
+                let stalled = u32::try_from(stalled).unwrap_or(u32::MAX);
+                self.retries = self.retries.max(stalled.min(self.expiries));
             }
         }
         self.est.backoff = self.est.backoff.saturating_add(1);
@@ -1022,6 +1033,33 @@ mod tests {
                 proptest::prop_assert_eq!(w.in_recovery(), b.lost > 0);
             }
         }
+    }
+
+    /// The retry budget under a short RTO counts local-ACK-timeout periods without progress,
+    /// but never more than the expiries seen: a driver that wakes late (a busy host) fires
+    /// once, and that is one retry; a peer that stays silent while the timer keeps firing
+    /// still exhausts the budget in `retry_cnt + 1` periods.
+    #[test]
+    fn a_late_wake_up_is_one_retry_and_a_silent_peer_still_exhausts_the_budget() {
+        let period = Dur::from_micros(4_200);
+        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
+        sent(&mut w, 4);
+        // Nothing ran for 40 ms: the first expiry, 9 periods late.
+        assert_eq!(w.on_timeout(us(40_000), Some(period)), 1);
+        assert_eq!(w.on_timeout(us(42_000), Some(period)), 2);
+        // An ACK: progress, the count starts again.
+        w.ack(us(42_100), p(1));
+        // A silent peer, the timer firing every 2 ms: the periods count, one per 4.2 ms.
+        let mut retries = 0;
+        let mut t = 42_100;
+        while t < 42_100 + 9 * 4_200 {
+            t += 2_000;
+            retries = w.on_timeout(us(t), Some(period));
+        }
+        assert_eq!(
+            retries, 9,
+            "nine periods without progress, eighteen expiries"
+        );
     }
 
     /// RFC 6298: the first sample sets SRTT = R, RTTVAR = R/2; later ones smooth with 1/8 and
