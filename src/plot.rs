@@ -372,6 +372,22 @@ fn paper_ratios(runs: &[RunSummary], r: &RunSummary) -> Option<[f64; 3]> {
     (y.iter().all(|v| *v > 0.0)).then(|| [x[0] / y[0], x[1] / y[1], x[2] / y[2]])
 }
 
+/// A run's name without its scenario (`IRN` of `IRN load=0.5`): the series it belongs to.
+fn label_of(r: &RunSummary) -> String {
+    r.name
+        .strip_suffix(&r.scenario)
+        .unwrap_or(&r.name)
+        .trim()
+        .to_string()
+}
+
+/// Appends `v` to `seen` unless it is there: the distinct values in order of first appearance.
+fn note<T: PartialEq>(seen: &mut Vec<T>, v: T) {
+    if !seen.contains(&v) {
+        seen.push(v);
+    }
+}
+
 /// The scenario without its seed (`seed=N` of a sweep): the point seeds are averaged over.
 fn point_of(r: &RunSummary) -> String {
     r.scenario
@@ -396,23 +412,11 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             "no run to compare with a RoCE+PFC run of its scenario"
         ));
     }
-    let label_of = |r: &RunSummary| {
-        r.name
-            .strip_suffix(&r.scenario)
-            .unwrap_or(&r.name)
-            .trim()
-            .to_string()
-    };
     let mut points: Vec<String> = Vec::new();
     let mut series: Vec<String> = Vec::new();
     for r in &others {
-        let (p, s) = (point_of(r), label_of(r));
-        if !points.contains(&p) {
-            points.push(p);
-        }
-        if !series.contains(&s) {
-            series.push(s);
-        }
+        note(&mut points, point_of(r));
+        note(&mut series, label_of(r));
     }
     // (series, point) → per metric (mean, min, max) over seeds.
     let stat = |s: &str, p: &str, m: usize| -> Option<(f64, f64, f64)> {
@@ -546,13 +550,6 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let label_of = |r: &RunSummary| {
-        r.name
-            .strip_suffix(&r.scenario)
-            .unwrap_or(&r.name)
-            .trim()
-            .to_string()
-    };
     let runs: Vec<&RunSummary> = runs
         .iter()
         .filter(|r| r.incast.as_ref().is_some_and(|i| i.requests > 0))
@@ -564,17 +561,9 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     let mut series: Vec<String> = Vec::new();
     let mut ms: Vec<u32> = Vec::new();
     for r in &runs {
-        let (p, s) = (panel_of(r), label_of(r));
-        if !panels.contains(&p) {
-            panels.push(p);
-        }
-        if !series.contains(&s) {
-            series.push(s);
-        }
-        let m = senders(r).unwrap_or(0);
-        if !ms.contains(&m) {
-            ms.push(m);
-        }
+        note(&mut panels, panel_of(r));
+        note(&mut series, label_of(r));
+        note(&mut ms, senders(r).unwrap_or(0));
     }
     ms.sort_unstable();
     let find = |p: &str, s: &str, m: u32| {

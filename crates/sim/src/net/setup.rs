@@ -15,32 +15,9 @@ use std::sync::Arc;
 /// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
 pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
     let bps = |mbps: f64| (mbps * 1e6).round() as u64;
+    let tcp = cfg.transport.recovery == Recovery::Tcp;
     match cfg.transport.cc {
-        _ if cfg.transport.recovery == Recovery::Tcp => {
-            // The TCP model's own congestion control (SPEC E10): slow start from the initial
-            // window with ssthresh at the receive window, then AIMD (or DCTCP's cuts); the
-            // receive window is the receiver's out-of-order window (4 096 segments).
-            let w = &cfg.cc.window;
-            let mss = u64::from(cfg.network.mtu);
-            let rwnd = u64::from(QpConfig::default().ooo_window) * mss;
-            Arc::new(WindowFactory(WindowConfig {
-                algorithm: if cfg.transport.cc == CcKind::Dctcp {
-                    WindowAlgorithm::Dctcp
-                } else {
-                    WindowAlgorithm::Aimd
-                },
-                mss,
-                init_window: w
-                    .init_window_bytes
-                    .unwrap_or(u64::from(cfg.transport.tcp_initial_window) * mss),
-                init_ssthresh: Some(rwnd),
-                min_window: w.min_window_bytes.unwrap_or(mss),
-                max_window: Some(w.max_window_bytes.unwrap_or(rwnd)),
-                g: w.g,
-                initial_rtt: rtt,
-            }))
-        }
-        CcKind::None => Arc::new(NoCcFactory),
+        CcKind::None if !tcp => Arc::new(NoCcFactory),
         CcKind::Dcqcn => {
             let d = &cfg.cc.dcqcn;
             Arc::new(DcqcnFactory {
@@ -73,27 +50,47 @@ pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn Con
                 min_rate_bps: bps(t.min_rate_mbps),
             }))
         }
-        CcKind::Dctcp | CcKind::Aimd => {
-            let w = &cfg.cc.window;
-            let mss = u64::from(cfg.network.mtu);
-            let init = w.init_window_bytes.unwrap_or(u64::from(bdp_cap) * mss);
-            Arc::new(WindowFactory(WindowConfig {
-                algorithm: if cfg.transport.cc == CcKind::Dctcp {
-                    WindowAlgorithm::Dctcp
-                } else {
-                    WindowAlgorithm::Aimd
-                },
-                mss,
-                init_window: init,
-                init_ssthresh: None,
-                min_window: w.min_window_bytes.unwrap_or(mss),
-                // Beyond the BDP a window sends nothing more (IRN's cap) and only dulls cuts.
-                max_window: Some(w.max_window_bytes.unwrap_or(init)),
-                g: w.g,
-                initial_rtt: rtt,
-            }))
-        }
+        // `recovery = "tcp"` with dcqcn or timely is refused by the configuration's checks.
+        CcKind::None | CcKind::Dctcp | CcKind::Aimd => window_factory(cfg, bdp_cap, rtt, tcp),
     }
+}
+
+/// AIMD's or DCTCP's window (`[cc.window]`), as IRN runs it or as the TCP model does.
+fn window_factory(
+    cfg: &SimConfig,
+    bdp_cap: u32,
+    rtt: Dur,
+    tcp: bool,
+) -> Arc<dyn ControllerFactory> {
+    let w = &cfg.cc.window;
+    let mss = u64::from(cfg.network.mtu);
+    // IRN's flows start at line rate: a window of the BDP, in congestion avoidance, no
+    // larger than the BDP (beyond it a window sends nothing more, IRN's cap, and only
+    // dulls the cuts). The TCP model (SPEC E10) slow-starts from its initial window
+    // with ssthresh and ceiling at the receive window, the receiver's out-of-order
+    // window (4 096 segments).
+    let rwnd = u64::from(QpConfig::default().ooo_window) * mss;
+    let (init, ssthresh, ceiling) = if tcp {
+        let iw = u64::from(cfg.transport.tcp_initial_window) * mss;
+        (w.init_window_bytes.unwrap_or(iw), Some(rwnd), rwnd)
+    } else {
+        let init = w.init_window_bytes.unwrap_or(u64::from(bdp_cap) * mss);
+        (init, None, init)
+    };
+    Arc::new(WindowFactory(WindowConfig {
+        algorithm: if cfg.transport.cc == CcKind::Dctcp {
+            WindowAlgorithm::Dctcp
+        } else {
+            WindowAlgorithm::Aimd
+        },
+        mss,
+        init_window: init,
+        init_ssthresh: ssthresh,
+        min_window: w.min_window_bytes.unwrap_or(mss),
+        max_window: Some(w.max_window_bytes.unwrap_or(ceiling)),
+        g: w.g,
+        initial_rtt: rtt,
+    }))
 }
 
 /// The largest headers a data packet carries beyond its payload: BTH, a RETH (on every IRN
