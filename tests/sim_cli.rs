@@ -10,10 +10,16 @@ fn irn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_irn"))
 }
 
+/// A fresh directory of this test process for `tag`'s files.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("irn-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
 #[test]
 fn json_has_the_documented_keys_and_runs_are_named() {
-    let dir = std::env::temp_dir().join(format!("irn-sim-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch("sim-cli");
     let cfg = dir.join("tiny.toml");
     std::fs::write(
         &cfg,
@@ -111,8 +117,7 @@ fn json_has_the_documented_keys_and_runs_are_named() {
 
 #[test]
 fn a_misspelled_key_is_an_error_naming_key_and_file() {
-    let dir = std::env::temp_dir().join(format!("irn-sim-cli-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch("sim-cli-bad");
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "[workload]\nlaod = 0.5\n").expect("write");
     let out = irn().args(["sim", "-q"]).arg(&cfg).output().expect("runs");
@@ -133,8 +138,7 @@ fn shards_merge_into_exactly_the_unsharded_json() {
     // Five runs (a sweep) cut into three slices: the merge of the slices' JSON, given in any
     // order, is byte for byte the unsharded run's but for wall times; a missing, repeated or
     // foreign slice is refused.
-    let dir = std::env::temp_dir().join(format!("irn-shards-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch("shards");
     let cfg = dir.join("sweep.toml");
     std::fs::write(
         &cfg,
@@ -216,8 +220,7 @@ fn shards_merge_into_exactly_the_unsharded_json() {
 /// at E0's 108-packet cap), growing with the link rate — as a table, JSON and a plot.
 #[test]
 fn nic_state_reports_each_designs_added_state() {
-    let dir = std::env::temp_dir().join(format!("irn-nic-state-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch("nic-state");
     let (json, svg) = (dir.join("e13.json"), dir.join("e13.svg"));
     let out = irn()
         .args(["nic-state", "--json"])
@@ -272,8 +275,7 @@ fn nic_state_reports_each_designs_added_state() {
 /// it again, copying its JSON unchanged.
 #[test]
 fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
-    let dir = std::env::temp_dir().join(format!("irn-incast-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = scratch("incast-plot");
     let cfg = dir.join("incast.toml");
     std::fs::write(
         &cfg,
