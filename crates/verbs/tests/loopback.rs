@@ -464,6 +464,40 @@ fn malformed_datagrams_are_counted_and_dropped() {
     junk_is_counted_and_dropped(&p, "127.0.0.1:0", (3, 0, 2));
 }
 
+/// Issue 21: packets for an IRN-mode queue pair from its peer's address but another UDP port
+/// are counted (`rx_wrong_source`) and dropped before the queue pair sees them — no NAK, no
+/// retransmission is provoked — and the pair still moves data.
+#[test]
+fn irn_mode_drops_packets_from_a_port_other_than_the_peers() {
+    let p = pair_on("127.0.0.1", ReceivePath::Udp, QpMode::Irn);
+    let forger = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let qpn = p.b.qp.qpn().to_be_bytes();
+    // RC Send Only, PSN 0, for b's queue pair; ICRC zero (the UDP path cannot check it).
+    let mut forged = vec![0x04, 0, 0xff, 0xff, 0, qpn[1], qpn[2], qpn[3], 0, 0, 0, 0];
+    forged.extend_from_slice(&[0; 4]);
+    let before = p.b.dev.counters();
+    for _ in 0..50 {
+        forger.send_to(&forged, p.b.dev.local_addr()).expect("send");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.b.dev.counters().rx_wrong_source - before.rx_wrong_source < 50 {
+        assert!(Instant::now() < deadline, "{:?}", p.b.dev.counters());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let src = p.a.pd.reg_mr(4096, all()).expect("mr");
+    let dst = p.b.pd.reg_mr(4096, all()).expect("mr");
+    p.a.qp
+        .post_send(wr(
+            1,
+            SendOp::Write(remote_of(&dst, 0)),
+            vec![src.sge(0, 4096)],
+        ))
+        .expect("post");
+    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    assert_eq!(p.b.qp.counters().nacks_sent, 0, "the QP never saw them");
+    assert_eq!(p.a.qp.counters().retransmitted, 0);
+}
+
 #[test]
 fn the_raw_path_verifies_every_icrc() {
     if !raw_permitted() {

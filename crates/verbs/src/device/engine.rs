@@ -151,7 +151,18 @@ impl Core {
             }
             return;
         };
-        if e.remote.is_some_and(|r| r.ip() != from.ip()) {
+        // Only the connected peer's packets reach the queue pair. The address is always
+        // checked (as rxe checks it). The UDP source port is checked where the mode allows:
+        // IRN modes talk only to irn devices, which send from the port they receive on — the
+        // one the peer was told — so anything from another port is stray or forged, and is
+        // dropped before the PSN logic can react to it (issue 21: ~4 000 forged Writes made a
+        // RoCE-mode sender resend 229 042 packets). RoCE modes may face Linux rxe, whose source
+        // port is per QP (0xC000 | a hash of the QPN, RoCEv2's entropy), so there only the
+        // address can be.
+        let wrong = e.remote.is_some_and(|r| {
+            r.ip() != from.ip() || (e.qp.config().recovery.irn_wire && r.port() != from.port())
+        });
+        if wrong {
             self.counters.rx_wrong_source += 1;
             return;
         }

@@ -254,7 +254,9 @@ pub struct DeviceCounters {
     pub rx_icrc_errors: u64,
     /// Received packets for a queue pair this device does not have (dropped, as rxe does).
     pub rx_unknown_qp: u64,
-    /// Received packets whose source is not the queue pair's peer (dropped, as rxe does).
+    /// Received packets whose source is not the queue pair's peer: another address (dropped, as
+    /// rxe does), or — in the IRN modes, whose peer is always an irn device sending from the
+    /// port it was told — another UDP port.
     pub rx_wrong_source: u64,
     /// Sends the kernel refused (buffer full, unreachable): the packet is lost.
     pub tx_errors: u64,
