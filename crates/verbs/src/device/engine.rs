@@ -63,7 +63,28 @@ impl Core {
         } else {
             self.tx_pending.remove(&qpn);
         }
+        // Every input a queue pair takes (a post, a modify, a packet, a timeout) is followed by
+        // its turn here, so this is where its deadline is read again.
+        self.rearm(qpn);
         more
+    }
+
+    /// Puts queue pair `qpn`'s current deadline on the timer heap if it changed.
+    pub(super) fn rearm(&mut self, qpn: u32) {
+        if let Some(e) = self.qps.get_mut(&qpn) {
+            let t = e.qp.poll_timeout();
+            if t != e.armed {
+                e.armed = t;
+                if let Some(t) = t {
+                    self.timer_heap.push(std::cmp::Reverse((t, qpn)));
+                }
+            }
+        }
+    }
+
+    /// Whether a heap entry is its queue pair's current deadline.
+    fn current(&self, (t, qpn): (Time, u32)) -> bool {
+        self.qps.get(&qpn).is_some_and(|e| e.armed == Some(t))
     }
 
     /// Builds packet `t` to `peer` in the next slot of the transmit batch (captured there), or
@@ -177,20 +198,47 @@ impl Core {
     /// Fires expired timers; returns the earliest deadline left.
     pub(super) fn timers(&mut self, sock: &UdpSocket, now: Time) -> (bool, Option<Time>) {
         let mut any = false;
-        let due: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, e)| e.qp.poll_timeout().is_some_and(|t| t <= now))
-            .map(|(&q, _)| q)
-            .collect();
+        let mut due = Vec::new();
+        while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
+            if top.0 > now {
+                break;
+            }
+            self.timer_heap.pop();
+            if self.current(top) {
+                due.push(top.1);
+            }
+        }
+        due.sort_unstable();
+        due.dedup();
         for qpn in due {
             if let Some(e) = self.qps.get_mut(&qpn) {
+                // Read again after it runs, even if its deadline stays the same.
+                e.armed = None;
                 e.qp.handle_timeout(now);
                 self.transmit(sock, now, qpn);
                 any |= self.drain_completions(qpn);
             }
         }
-        let next = self.qps.values().filter_map(|e| e.qp.poll_timeout()).min();
+        // Entries no longer current leave the top, so the next one is a real deadline.
+        while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
+            if self.current(top) {
+                break;
+            }
+            self.timer_heap.pop();
+        }
+        let next = self.timer_heap.peek().map(|r| r.0 .0);
+        // The heap may wake the engine early (a queue pair closed since), never late.
+        debug_assert!(
+            match (
+                next,
+                self.qps.values().filter_map(|e| e.qp.poll_timeout()).min()
+            ) {
+                (_, None) => true,
+                (None, Some(_)) => false,
+                (Some(h), Some(s)) => h <= s,
+            },
+            "a queue pair's deadline is missing from the timer heap"
+        );
         (any, next)
     }
 }

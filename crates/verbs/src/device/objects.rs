@@ -60,6 +60,7 @@ impl Pd {
                 send_cq: send_cq.id,
                 recv_cq: recv_cq.id,
                 remote: None,
+                armed: None,
             },
         );
         Ok(Qp {
