@@ -1,8 +1,8 @@
 //! `irn nic-state`: the per-queue-pair NIC state each loss-recovery design adds to a standard
 //! RoCE queue pair (SPEC E13, IRN §6), computed from irn-transport's own accounting
-//! ([`RecoveryConfig::nic_state`]: the bitmaps, descriptors and registers this implementation
-//! keeps per queue pair), at the BDP of each link rate the paper evaluates, next to the QP
-//! context a ConnectX NIC is programmed with.
+//! ([`RecoveryConfig::nic_state`](irn_transport::RecoveryConfig::nic_state): the bitmaps,
+//! descriptors and registers this implementation keeps per queue pair), at the BDP of each
+//! link rate the paper evaluates, next to the QP context a ConnectX NIC is programmed with.
 //!
 //! The reference is the QP context of Linux's mlx5 driver interface (`struct mlx5_ifc_qpc_bits`
 //! in `include/linux/mlx5/mlx5_ifc.h`, what `CREATE_QP` hands the firmware): 0x740 bits = 1 856

@@ -78,7 +78,9 @@ pub use config::{
     ConfigError, HoleRule, NicState, RecoveryConfig, RecoveryMode, Retransmission, RtoPolicy,
     TcpModel, DEFAULT_REORDER_BUFFER,
 };
-pub use memory::{Access, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys};
+pub use memory::{
+    Access, AppBuffer, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys,
+};
 pub use qp::{
     connect_qp, Counters, PostError, QpAttr, QpConfig, QpConfigError, QueuePair, Transmit,
     MAX_MESSAGE,

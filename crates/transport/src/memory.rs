@@ -325,11 +325,74 @@ impl Regions {
     }
 }
 
-/// Memory that holds bytes.
+/// A buffer an application hands a [`ByteMemory`] to place into and read from directly: any
+/// owner of bytes that can move to the engine's thread. `Vec<u8>` and `Box<[u8]>` are; the UDP
+/// runtime implements it for memory registered by address (`irn_verbs::Pd::reg_mr_raw`).
+pub trait AppBuffer: Send + core::fmt::Debug {
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
+    /// The bytes, to write.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl AppBuffer for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl AppBuffer for Box<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// Where an allocation's bytes live.
+#[derive(Debug)]
+enum Backing {
+    /// A `Vec`: allocated here, or handed over by the application ([`ByteMemory::adopt`]),
+    /// which may take it back ([`ByteMemory::release`]).
+    Owned(Vec<u8>),
+    /// Any other application buffer ([`ByteMemory::adopt_buffer`]).
+    App(Box<dyn AppBuffer>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Owned(v) => v,
+            Backing::App(b) => b.bytes(),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Backing::Owned(v) => v,
+            Backing::App(b) => b.bytes_mut(),
+        }
+    }
+}
+
+impl Clone for Backing {
+    /// A clone owns a copy of the bytes: two memories never share one application buffer.
+    fn clone(&self) -> Backing {
+        Backing::Owned(self.bytes().to_vec())
+    }
+}
+
+/// Memory that holds bytes: its own allocations, or buffers the application handed over —
+/// moved in, never copied ([`adopt`](Self::adopt), [`adopt_buffer`](Self::adopt_buffer)) —
+/// which packets are placed into directly.
 #[derive(Debug, Clone)]
 pub struct ByteMemory {
     regions: Regions,
-    bytes: BTreeMap<u64, Vec<u8>>,
+    bytes: BTreeMap<u64, Backing>,
 }
 
 impl ByteMemory {
@@ -343,18 +406,41 @@ impl ByteMemory {
 
     /// Allocates a zeroed buffer of `len` bytes; returns its address.
     pub fn alloc(&mut self, len: usize) -> u64 {
-        let addr = self.regions.alloc(len as u64);
-        self.bytes.insert(addr, vec![0; len]);
+        self.adopt(vec![0; len])
+    }
+
+    /// Takes `buf` as an allocation — moved, not copied — and returns its address; the bytes
+    /// are placed into and read from `buf` itself, and [`release`](Self::release) gives it
+    /// back. What a safe `ibv_reg_mr` over application memory can be in Rust.
+    pub fn adopt(&mut self, buf: Vec<u8>) -> u64 {
+        let addr = self.regions.alloc(buf.len() as u64);
+        self.bytes.insert(addr, Backing::Owned(buf));
         addr
+    }
+
+    /// Takes any application buffer as an allocation (moved, not copied); returns its
+    /// address. Packets are placed into it directly.
+    pub fn adopt_buffer(&mut self, buf: Box<dyn AppBuffer>) -> u64 {
+        let addr = self.regions.alloc(buf.bytes().len() as u64);
+        self.bytes.insert(addr, Backing::App(buf));
+        addr
+    }
+
+    /// Forgets the allocation at `addr` and returns its buffer if it was a `Vec` (allocated
+    /// here or [adopted](Self::adopt)): the same `Vec`, never a copy. Another application
+    /// buffer ([`adopt_buffer`](Self::adopt_buffer)) is dropped, which ends this memory's use
+    /// of it. Its regions should be deregistered first; keys still registered over it read
+    /// and write nothing from now on.
+    pub fn release(&mut self, addr: u64) -> Option<Vec<u8>> {
+        match self.bytes.remove(&addr)? {
+            Backing::Owned(v) => Some(v),
+            Backing::App(_) => None,
+        }
     }
 
     /// Allocates a buffer holding `data`; returns its address.
     pub fn alloc_with(&mut self, data: &[u8]) -> u64 {
-        let addr = self.alloc(data.len());
-        if let Some(b) = self.bytes.get_mut(&addr) {
-            b.copy_from_slice(data);
-        }
-        addr
+        self.adopt(data.to_vec())
     }
 
     /// Registers a memory region (see [`Regions::register`]).
@@ -369,19 +455,19 @@ impl ByteMemory {
 
     /// The bytes of the allocation at `addr` (for tests and applications, not the QP).
     pub fn buffer(&self, addr: u64) -> Option<&[u8]> {
-        self.bytes.get(&addr).map(Vec::as_slice)
+        self.bytes.get(&addr).map(Backing::bytes)
     }
 
     /// Mutable bytes of the allocation at `addr`.
     pub fn buffer_mut(&mut self, addr: u64) -> Option<&mut [u8]> {
-        self.bytes.get_mut(&addr).map(Vec::as_mut_slice)
+        self.bytes.get_mut(&addr).map(Backing::bytes_mut)
     }
 
     fn slice_mut(&mut self, buffer: u64, off: u64, len: usize) -> &mut [u8] {
         // `resolve` has checked the range lies in a registered region of this buffer.
         let off = off as usize;
         match self.bytes.get_mut(&buffer) {
-            Some(b) => &mut b[off..off + len],
+            Some(b) => b.bytes_mut().get_mut(off..off + len).unwrap_or(&mut []),
             None => &mut [],
         }
     }
@@ -399,8 +485,12 @@ impl Memory for ByteMemory {
             self.regions
                 .resolve(key, addr, out.len() as u64, needed(key, false))?;
         let off = off as usize;
-        if let Some(b) = self.bytes.get(&buffer) {
-            out.copy_from_slice(&b[off..off + out.len()]);
+        if let Some(b) = self
+            .bytes
+            .get(&buffer)
+            .and_then(|b| b.bytes().get(off..off + out.len()))
+        {
+            out.copy_from_slice(b);
         }
         Ok(())
     }
@@ -482,6 +572,37 @@ impl Memory for CheckedMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An adopted `Vec` is placed into in place and given back as the same allocation; a
+    /// clone of the memory copies it rather than sharing it; a released buffer is no longer
+    /// written through keys still registered over it.
+    #[test]
+    fn adopted_buffers_are_written_in_place_and_given_back_whole() {
+        let mut m = ByteMemory::new(3);
+        let buf = vec![0u8; 256];
+        let ptr = buf.as_ptr();
+        let a = m.adopt(buf);
+        let k = m
+            .register(a, 256, Access::LOCAL_WRITE.with(Access::REMOTE_WRITE))
+            .expect("valid");
+        m.write(Key::Remote(k.rkey), a + 10, b"placed")
+            .expect("in bounds");
+        let copy = m.clone();
+        assert_ne!(
+            copy.buffer(a).map(<[u8]>::as_ptr),
+            Some(ptr),
+            "a clone copies"
+        );
+        let boxed: Box<[u8]> = vec![7u8; 64].into_boxed_slice();
+        let b = m.adopt_buffer(Box::new(boxed));
+        assert_eq!(m.buffer(b), Some(&[7u8; 64][..]));
+        m.deregister(k.lkey).expect("registered");
+        let back = m.release(a).expect("a Vec");
+        assert_eq!(back.as_ptr(), ptr, "the same allocation, not a copy");
+        assert_eq!(&back[10..16], b"placed");
+        assert_eq!(m.release(b), None, "not a Vec: dropped");
+        assert_eq!(m.buffer(a), None);
+    }
 
     fn setup() -> (ByteMemory, u64, MrKeys) {
         let mut m = ByteMemory::new(7);

@@ -83,7 +83,7 @@
 //! # }
 //! ```
 
-#![deny(unsafe_code)] // allowed in one place only: `net::sys`
+#![deny(unsafe_code)] // allowed in two places only: `net::sys` and `device::app_memory`
 #![warn(missing_docs)]
 
 mod capture;

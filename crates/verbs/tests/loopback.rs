@@ -1020,3 +1020,65 @@ fn the_cm_connects_through_lost_mads() {
         });
     }
 }
+
+/// Issue 21: memory regions over application memory. A `Vec` handed to `reg_mr_vec` is placed
+/// into in place — the peer's Write lands in the very allocation, given back by `into_vec`
+/// with the same address — and a buffer registered by address (`reg_mr_raw`, `ibv_reg_mr`'s
+/// form) is written through its pointer: the application reads the peer's bytes in its own
+/// array once the Mr is gone, no copy through the device. Bounds and rights are checked as
+/// for any region: a Write past the end fails and changes nothing.
+#[test]
+#[allow(unsafe_code)] // `reg_mr_raw`, whose contract the comment at the call keeps
+fn application_memory_is_placed_into_without_a_copy() {
+    let p = pair(QpMode::Irn, 0.0, &QpAttr::default());
+    let mut msg = vec![0u8; 3000];
+    pattern(21, &mut msg);
+    let src = p.a.pd.reg_mr_vec(msg.clone(), all()).expect("mr");
+    // Owned by the application, moved in.
+    let mine = vec![0u8; 4096];
+    let at = mine.as_ptr();
+    let dst = p.b.pd.reg_mr_vec(mine, all()).expect("mr");
+    p.a.qp
+        .post_send(wr(
+            1,
+            SendOp::Write(remote_of(&dst, 100)),
+            vec![src.sge(0, 3000)],
+        ))
+        .expect("post");
+    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    let back = dst.into_vec().expect("a Vec");
+    assert_eq!(
+        back.as_ptr(),
+        at,
+        "the same allocation: placed into, not copied"
+    );
+    assert_eq!(&back[100..3100], &msg[..]);
+    assert!(back[..100].iter().chain(&back[3100..]).all(|&b| b == 0));
+    // Registered by address.
+    let mut raw = vec![0u8; 2048].into_boxed_slice();
+    // SAFETY: `raw` outlives the region and is not touched until the region is dropped.
+    let raw_mr = unsafe { p.b.pd.reg_mr_raw(raw.as_mut_ptr(), raw.len(), all()) }.expect("mr");
+    p.a.qp
+        .post_send(wr(
+            2,
+            SendOp::Write(remote_of(&raw_mr, 0)),
+            vec![src.sge(0, 2048)],
+        ))
+        .expect("post");
+    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    // Out of bounds: refused at the responder, nothing written.
+    p.a.qp
+        .post_send(wr(
+            3,
+            SendOp::Write(remote_of(&raw_mr, 1024)),
+            vec![src.sge(0, 2048)],
+        ))
+        .expect("post");
+    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::RemAccessErr);
+    assert!(raw_mr.into_vec().is_err(), "no Vec behind an address");
+    assert_eq!(
+        &raw[..],
+        &msg[..2048],
+        "the peer's bytes, in the application's array"
+    );
+}

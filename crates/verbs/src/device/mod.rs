@@ -37,6 +37,7 @@ use irn_wire::udp::HEADER_LEN as UDP_LEN;
 
 use crate::capture::Capture;
 
+mod app_memory;
 mod engine;
 mod objects;
 mod ud;

@@ -10,10 +10,72 @@ impl Pd {
     /// Registers a new zeroed memory region of `len` bytes with `access` rights
     /// (`ibv_reg_mr` over a fresh buffer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        self.register(len, access, |mem| mem.alloc(len))
+    }
+
+    /// Registers the application's buffer `buf` (`ibv_reg_mr` over memory the application
+    /// owns): moved into the device, never copied — packets are placed into these very bytes
+    /// and sent from them — and [`Mr::into_vec`] gives the same allocation back.
+    ///
+    /// While registered the bytes are the device's: the application reaches them only through
+    /// the [`Mr`] ([`read`](Mr::read), [`write`](Mr::write), [`with_bytes`](Mr::with_bytes),
+    /// under the device lock), which is what makes this safe where `ibv_reg_mr` is not. Take
+    /// the buffer back only once no work request or peer still needs it: afterwards accesses
+    /// through its keys fail (`IBV_WC_LOC_PROT_ERR` / remote access error).
+    pub fn reg_mr_vec(&self, buf: Vec<u8>, access: Access) -> Result<Mr> {
+        let len = buf.len();
+        self.register(len, access, |mem| mem.adopt(buf))
+    }
+
+    /// [`reg_mr_vec`](Self::reg_mr_vec) for a boxed slice (turned into a `Vec` without a copy).
+    pub fn reg_mr_boxed(&self, buf: Box<[u8]>, access: Access) -> Result<Mr> {
+        self.reg_mr_vec(buf.into_vec(), access)
+    }
+
+    /// Registers `len` bytes of the application's memory at `ptr`, as `ibv_reg_mr` does:
+    /// packets are placed there directly by the engine thread (no copy through the device),
+    /// and sent from there.
+    ///
+    /// # Safety
+    ///
+    /// Until the returned [`Mr`] is dropped (or its device closed), the `len` bytes at `ptr`
+    /// must stay allocated and valid, and the application must not read or write them while a
+    /// posted work request or a peer (remote Write, Read, atomic) may access them — exactly as
+    /// with an RDMA NIC, which writes behind the program's back: wait for the completions (and
+    /// for the peer's word that it is done) before touching the bytes. A null `ptr` or a `len`
+    /// of 0 registers an empty region.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
+        let buf = match std::ptr::NonNull::new(ptr) {
+            // SAFETY: the caller's contract above is RawBuffer's.
+            Some(p) if len > 0 => Some(Box::new(unsafe {
+                super::app_memory::RawBuffer::new(p, len)
+            })),
+            _ => None,
+        };
+        let len = if buf.is_some() { len } else { 0 };
+        self.register(len, access, |mem| match buf {
+            Some(b) => mem.adopt_buffer(b),
+            None => mem.alloc(0),
+        })
+    }
+
+    fn register(
+        &self,
+        len: usize,
+        access: Access,
+        place: impl FnOnce(&mut irn_transport::ByteMemory) -> u64,
+    ) -> Result<Mr> {
         let mut core = self.shared.lock();
         let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
-        let addr = pd.mem.alloc(len);
-        let keys = pd.mem.register(addr, len as u64, access)?;
+        let addr = place(&mut pd.mem);
+        let keys = match pd.mem.register(addr, len as u64, access) {
+            Ok(k) => k,
+            Err(e) => {
+                pd.mem.release(addr);
+                return Err(e.into());
+            }
+        };
         Ok(Mr {
             shared: self.shared.clone(),
             pd: self.id,
@@ -152,6 +214,17 @@ impl Mr {
         Ok(())
     }
 
+    /// Deregisters the region and gives its buffer back: the very `Vec` handed to
+    /// [`Pd::reg_mr_vec`] (or allocated by [`Pd::reg_mr`]), with whatever was placed into it —
+    /// never a copy. A region over memory registered by address ([`Pd::reg_mr_raw`]) has no
+    /// `Vec` to give: [`Error::Gone`].
+    pub fn into_vec(self) -> Result<Vec<u8>> {
+        let mut core = self.shared.lock();
+        let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
+        let _ = pd.mem.deregister(self.lkey);
+        pd.mem.release(self.addr).ok_or(Error::Gone)
+    }
+
     /// Runs `f` over the region's bytes, under the device lock (hashing, checking).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let core = self.shared.lock();
@@ -162,10 +235,13 @@ impl Mr {
 }
 
 impl Drop for Mr {
+    /// Deregisters the region and lets its memory go: the device's allocation is freed, an
+    /// application buffer is no longer touched.
     fn drop(&mut self) {
         let mut core = self.shared.lock();
         if let Some(pd) = core.pds.get_mut(&self.pd) {
             let _ = pd.mem.deregister(self.lkey);
+            pd.mem.release(self.addr);
         }
     }
 }
