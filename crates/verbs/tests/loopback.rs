@@ -464,12 +464,32 @@ fn malformed_datagrams_are_counted_and_dropped() {
     junk_is_counted_and_dropped(&p, "127.0.0.1:0", (3, 0, 2));
 }
 
-/// Issue 21: packets for an IRN-mode queue pair from its peer's address but another UDP port
-/// are counted (`rx_wrong_source`) and dropped before the queue pair sees them — no NAK, no
-/// retransmission is provoked — and the pair still moves data.
+/// Issue 21: packets for a queue pair from its peer's address but another UDP port are counted
+/// (`rx_wrong_source`) and dropped before the queue pair sees them — no NAK, no retransmission
+/// is provoked — and the pair still moves data: in IRN mode any port but the peer's, in RoCE
+/// mode any port but the one the peer's first packet came from.
 #[test]
-fn irn_mode_drops_packets_from_a_port_other_than_the_peers() {
-    let p = pair_on("127.0.0.1", ReceivePath::Udp, QpMode::Irn);
+fn packets_from_a_port_other_than_the_peers_are_dropped() {
+    for mode in [QpMode::Irn, QpMode::Roce] {
+        forged_port_is_dropped(mode);
+    }
+}
+
+fn forged_port_is_dropped(mode: QpMode) {
+    let p = pair_on("127.0.0.1", ReceivePath::Udp, mode);
+    if mode == QpMode::Roce {
+        // The peer's first packet: its port is the one held to from now on.
+        let src = p.a.pd.reg_mr(64, all()).expect("mr");
+        let dst = p.b.pd.reg_mr(64, all()).expect("mr");
+        p.a.qp
+            .post_send(wr(
+                0,
+                SendOp::Write(remote_of(&dst, 0)),
+                vec![src.sge(0, 64)],
+            ))
+            .expect("post");
+        assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    }
     let forger = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let qpn = p.b.qp.qpn().to_be_bytes();
     // RC Send Only, PSN 0, for b's queue pair; ICRC zero (the UDP path cannot check it).

@@ -172,17 +172,21 @@ impl Core {
             }
             return;
         };
-        // Only the connected peer's packets reach the queue pair. The address is always
-        // checked (as rxe checks it). The UDP source port is checked where the mode allows:
-        // IRN modes talk only to irn devices, which send from the port they receive on — the
-        // one the peer was told — so anything from another port is stray or forged, and is
-        // dropped before the PSN logic can react to it (issue 21: ~4 000 forged Writes made a
-        // RoCE-mode sender resend 229 042 packets). RoCE modes may face Linux rxe, whose source
-        // port is per QP (0xC000 | a hash of the QPN, RoCEv2's entropy), so there only the
-        // address can be.
-        let wrong = e.remote.is_some_and(|r| {
-            r.ip() != from.ip() || (e.qp.config().recovery.irn_wire && r.port() != from.port())
-        });
+        // Only the connected peer's packets reach the queue pair, and are dropped before the
+        // PSN logic can react to them otherwise (issue 21: ~4 000 forged Writes made a
+        // RoCE-mode sender resend 229 042 packets). The address is always checked (as rxe
+        // checks it), and the UDP source port: IRN modes talk only to irn devices, which send
+        // from the port they receive on — the one the peer was told; a RoCE peer may be Linux
+        // rxe, whose source port is its own per queue pair (0xC000 | a hash of the QPN,
+        // RoCEv2's entropy), so a RoCE mode holds the peer to the port of its first packet.
+        let wrong = match e.remote {
+            None => false,
+            Some(r) if r.ip() != from.ip() => true,
+            Some(_) if !e.qp.config().recovery.irn_wire => {
+                *e.peer_sport.get_or_insert(from.port()) != from.port()
+            }
+            Some(r) => r.port() != from.port(),
+        };
         if wrong {
             self.counters.rx_wrong_source += 1;
             return;

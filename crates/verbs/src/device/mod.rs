@@ -256,8 +256,9 @@ pub struct DeviceCounters {
     /// Received packets for a queue pair this device does not have (dropped, as rxe does).
     pub rx_unknown_qp: u64,
     /// Received packets whose source is not the queue pair's peer: another address (dropped, as
-    /// rxe does), or — in the IRN modes, whose peer is always an irn device sending from the
-    /// port it was told — another UDP port.
+    /// rxe does), or another UDP port — in the IRN modes, whose peer is always an irn device
+    /// sending from the port it was told, any other; in the RoCE modes, any other than the one
+    /// the peer's first packet came from.
     pub rx_wrong_source: u64,
     /// Sends the kernel refused (buffer full, unreachable): the packet is lost.
     pub tx_errors: u64,
@@ -280,6 +281,10 @@ struct QpEntry {
     /// The deadline of this queue pair's entry in [`Core::timer_heap`] that is current (the
     /// heap may hold older ones, skipped when they come up).
     armed: Option<Time>,
+    /// RoCE modes: the UDP source port the peer's first packet came from, which its later
+    /// ones must come from too (a RoCE peer picks one per queue pair: rxe 0xC000 | a hash of
+    /// the QPN, irn its socket's). `None` until then, and after each (re)connection.
+    peer_sport: Option<u16>,
 }
 
 struct CqState {

@@ -123,6 +123,7 @@ impl Pd {
                 recv_cq: recv_cq.id,
                 remote: None,
                 armed: None,
+                peer_sport: None,
             },
         );
         Ok(Qp {
@@ -361,6 +362,7 @@ impl Qp {
             e.qp.modify(now, to, attr, mask)?;
             if let Some(r) = remote {
                 e.remote = Some(r);
+                e.peer_sport = None;
             }
             Ok(())
         })
