@@ -418,6 +418,20 @@ fn posting_errors_are_typed() {
     ));
 }
 
+/// One `len`-byte Write from `p.a` into a fresh region of `p.b`, completed successfully.
+fn write_once(p: &Pair, wr_id: u64, len: usize) {
+    let src = p.a.pd.reg_mr(len, all()).expect("mr");
+    let dst = p.b.pd.reg_mr(len, all()).expect("mr");
+    p.a.qp
+        .post_send(wr(
+            wr_id,
+            SendOp::Write(remote_of(&dst, 0)),
+            vec![src.sge(0, len as u32)],
+        ))
+        .expect("post");
+    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+}
+
 /// Sends junk to `p.b` from an ordinary UDP socket on `from`: an empty datagram, one shorter
 /// than a BTH, 40 bytes of 0xff, an RDMA Write First whose RETH is cut short, and a
 /// well-formed packet (ICRC zero) for a queue pair that does not exist. Then checks that the
@@ -433,16 +447,7 @@ fn junk_is_counted_and_dropped(p: &Pair, from: &str, expect: (u64, u64, u64)) {
     for d in [&b""[..], &[0u8; 3], &[0xff; 40], &cut, &unknown] {
         junk.send_to(d, to).expect("send");
     }
-    let src = p.a.pd.reg_mr(64, all()).expect("mr");
-    let dst = p.b.pd.reg_mr(64, all()).expect("mr");
-    p.a.qp
-        .post_send(wr(
-            1,
-            SendOp::Write(remote_of(&dst, 0)),
-            vec![src.sge(0, 64)],
-        ))
-        .expect("post");
-    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    write_once(p, 1, 64);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let c = p.b.dev.counters();
@@ -479,16 +484,7 @@ fn forged_port_is_dropped(mode: QpMode) {
     let p = pair_on("127.0.0.1", ReceivePath::Udp, mode);
     if mode == QpMode::Roce {
         // The peer's first packet: its port is the one held to from now on.
-        let src = p.a.pd.reg_mr(64, all()).expect("mr");
-        let dst = p.b.pd.reg_mr(64, all()).expect("mr");
-        p.a.qp
-            .post_send(wr(
-                0,
-                SendOp::Write(remote_of(&dst, 0)),
-                vec![src.sge(0, 64)],
-            ))
-            .expect("post");
-        assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+        write_once(&p, 0, 64);
     }
     let forger = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let qpn = p.b.qp.qpn().to_be_bytes();
@@ -504,16 +500,7 @@ fn forged_port_is_dropped(mode: QpMode) {
         assert!(Instant::now() < deadline, "{:?}", p.b.dev.counters());
         std::thread::sleep(Duration::from_millis(10));
     }
-    let src = p.a.pd.reg_mr(4096, all()).expect("mr");
-    let dst = p.b.pd.reg_mr(4096, all()).expect("mr");
-    p.a.qp
-        .post_send(wr(
-            1,
-            SendOp::Write(remote_of(&dst, 0)),
-            vec![src.sge(0, 4096)],
-        ))
-        .expect("post");
-    assert_eq!(wait(&p.a.cq, 10).status, WcStatus::Success);
+    write_once(&p, 1, 4096);
     assert_eq!(p.b.qp.counters().nacks_sent, 0, "the QP never saw them");
     assert_eq!(p.a.qp.counters().retransmitted, 0);
 }
