@@ -153,9 +153,9 @@ pub const DEFAULT_REORDER_BUFFER: u32 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct TcpModel {
     /// Delayed ACKs: the receiver acknowledges every second in-order segment, or once the
-    /// oldest unacknowledged one has waited this long; out-of-order segments, hole fills and
-    /// a message's last segment are acknowledged at once (RFC 5681 §4.2). `None`: every
-    /// segment is acknowledged (what IRN does).
+    /// oldest unacknowledged one has waited this long; out-of-order segments and hole fills
+    /// are acknowledged at once (RFC 5681 §4.2). A message's last segment waits like any
+    /// other (no quick-ACK mode). `None`: every segment is acknowledged (what IRN does).
     pub delayed_ack: Option<Dur>,
 }
 

@@ -30,9 +30,6 @@ struct Recovery {
     /// The cursor's PSN must be retransmitted whatever the SACK bitmap says (it is the
     /// cumulative-ACK PSN on entering recovery, or after a partial ACK without SACKs).
     force: bool,
-    /// Entered on a NACK and nothing retransmitted yet: the first retransmission is the fast
-    /// retransmit, where the TCP model signals its one loss of the episode (RFC 5681 §3.2).
-    fast_pending: bool,
 }
 
 /// RFC 6298's round-trip estimator, kept by every send window (a few additions per ACK) and
@@ -68,12 +65,14 @@ impl RttEstimator {
     /// The timeout: `SRTT + 4·RTTVAR` (`initial` before a sample) within `[min, max]`,
     /// doubled per expiry without progress and capped at `max` (§2, §5.5).
     fn rto(&self, min: Dur, max: Dur, initial: Dur) -> Dur {
+        let (lo, hi) = (min.as_picos(), max.as_picos().max(min.as_picos()));
         let base = self.srtt.map_or(initial.as_picos(), |s| {
             s.as_picos().saturating_add(4 * self.rttvar.as_picos())
         });
-        let base = base.clamp(min.as_picos(), max.as_picos().max(min.as_picos()));
-        let backed = base.saturating_mul(1u64 << self.backoff.min(20));
-        Dur::from_picos(backed.min(max.as_picos().max(min.as_picos())))
+        let backed = base
+            .clamp(lo, hi)
+            .saturating_mul(1u64 << self.backoff.min(20));
+        Dur::from_picos(backed.min(hi))
     }
 }
 
@@ -190,11 +189,14 @@ impl Scoreboard {
 
     /// Marks lost every sent segment with `dup` SACKed segments above it (`IsLost`, with
     /// full-sized segments), starting an episode at `high` (the highest PSN sent) if none
-    /// runs.
-    fn detect(&mut self, dup: u32, high: Psn) {
+    /// runs. `top` is the highest SACKed segment's index: nothing above it is SACKed, so the
+    /// count starts there rather than at the window's newest segment (per SACK, a few steps
+    /// instead of the whole flight).
+    fn detect(&mut self, dup: u32, high: Psn, top: usize) {
         let mut above = 0;
         let mut at = None;
-        for (i, s) in self.seg.iter().enumerate().rev() {
+        let end = (top + 1).min(self.seg.len());
+        for (i, s) in self.seg.range(..end).enumerate().rev() {
             if i < self.frontier {
                 break;
             }
@@ -294,16 +296,14 @@ impl SendWindow {
             .is_some_and(|b| b.fast_pending && b.lost > 0)
     }
 
-    /// Whether this is the first retransmission of a recovery entered on a NACK (the fast
-    /// retransmit), and from now on not: the TCP model's one congestion signal per loss
-    /// event. Call before [`on_retransmitted`](Self::on_retransmitted).
+    /// Whether this is the TCP model's fast retransmit — the first retransmission of a loss
+    /// episode its SACKs began — and from now on not: its one congestion signal per loss
+    /// event. Always `false` outside the TCP model. Call before
+    /// [`on_retransmitted`](Self::on_retransmitted).
     pub(crate) fn take_fast_retransmit(&mut self) -> bool {
-        if let Some(b) = self.board.as_mut() {
-            return std::mem::replace(&mut b.fast_pending, false);
-        }
-        self.recovery
+        self.board
             .as_mut()
-            .is_some_and(|r| std::mem::replace(&mut r.fast_pending, false))
+            .is_some_and(|b| std::mem::replace(&mut b.fast_pending, false))
     }
 
     /// Selective repeat's reordering tolerance ([`RecoveryConfig::dup_threshold`](crate::RecoveryConfig::dup_threshold)).
@@ -585,11 +585,15 @@ impl SendWindow {
             self.highest_sack = Some(psn);
         }
         let high = self.next.sub(1);
+        // `psn` is outstanding and `highest_sack` at or above it.
+        let top = self
+            .highest_sack
+            .map_or(i, |h| self.una.distance(h) as usize);
         if let Some(b) = self.board.as_mut() {
             if b.seg.get(i) != Some(&Seg::Sacked) {
                 b.set(i, Seg::Sacked);
             }
-            b.detect(self.dup_threshold, high);
+            b.detect(self.dup_threshold, high, top);
         }
     }
 
@@ -628,7 +632,6 @@ impl SendWindow {
             // A NACK under a reordering tolerance proves nothing yet about the cumulative-ACK
             // PSN: it is resent when the SACKs beyond it reach the threshold. A timeout does.
             force: restart || self.dup_threshold <= 1,
-            fast_pending: !restart && self.recovery.is_none_or(|r| r.fast_pending),
         });
     }
 

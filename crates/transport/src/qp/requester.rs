@@ -176,7 +176,7 @@ impl QueuePair {
                 self.req.swin.on_retransmitted(now, psn, 1);
                 continue;
             };
-            if self.req.swin.take_fast_retransmit() && self.tcp() {
+            if self.req.swin.take_fast_retransmit() {
                 // The TCP model's loss event: one window cut per fast retransmit.
                 self.cc.on_loss(now);
             }
