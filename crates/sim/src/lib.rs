@@ -163,27 +163,17 @@ fn run_with<M: SimMemory>(
     let net = sim.stats();
     // The statistics cover the flows that started inside the measurement window (all of them
     // by default): a steady-state window leaves out the network's filling and draining.
-    let (from, until) = (
-        Time::ZERO + Dur::from_picos((cfg.workload.measure_from_us * 1e6).round() as u64),
-        cfg.workload.measure_until_us.map_or(Time::MAX, |u| {
-            Time::ZERO + Dur::from_picos((u * 1e6).round() as u64)
-        }),
-    );
-    let windowed = cfg.workload.measure_from_us > 0.0 || cfg.workload.measure_until_us.is_some();
-    let measured: Vec<FlowRecord> = if windowed {
-        records
-            .iter()
-            .filter(|r| r.flow.start >= from && r.flow.start < until)
-            .copied()
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let measured = if windowed {
-        &measured[..]
-    } else {
-        &records[..]
-    };
+    let from = Time::ZERO + config::us(cfg.workload.measure_from_us);
+    let until = cfg
+        .workload
+        .measure_until_us
+        .map_or(Time::MAX, |u| Time::ZERO + config::us(u));
+    let measured: Vec<FlowRecord> = records
+        .iter()
+        .filter(|r| r.flow.start >= from && r.flow.start < until)
+        .copied()
+        .collect();
+    let measured = &measured[..];
     let (all, by_size, incast) = summarize(measured);
     let completed = records
         .iter()
