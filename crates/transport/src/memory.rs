@@ -463,13 +463,14 @@ impl ByteMemory {
         self.bytes.get_mut(&addr).map(Backing::bytes_mut)
     }
 
-    fn slice_mut(&mut self, buffer: u64, off: u64, len: usize) -> &mut [u8] {
-        // `resolve` has checked the range lies in a registered region of this buffer.
+    /// The bytes `resolve` found a registered region for; `None` only when the buffer under a
+    /// still-registered key was released (see [`release`](Self::release)): nothing to touch.
+    fn slice_mut(&mut self, buffer: u64, off: u64, len: usize) -> Option<&mut [u8]> {
         let off = off as usize;
-        match self.bytes.get_mut(&buffer) {
-            Some(b) => b.bytes_mut().get_mut(off..off + len).unwrap_or(&mut []),
-            None => &mut [],
-        }
+        self.bytes
+            .get_mut(&buffer)?
+            .bytes_mut()
+            .get_mut(off..off + len)
     }
 }
 
@@ -499,14 +500,17 @@ impl Memory for ByteMemory {
         let (buffer, off) =
             self.regions
                 .resolve(key, addr, data.len() as u64, needed(key, true))?;
-        self.slice_mut(buffer, off, data.len())
-            .copy_from_slice(data);
+        if let Some(dst) = self.slice_mut(buffer, off, data.len()) {
+            dst.copy_from_slice(data);
+        }
         Ok(())
     }
 
     fn atomic(&mut self, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
         let (buffer, off) = self.regions.check_atomic(rkey, addr)?;
-        let cell = self.slice_mut(buffer, off, 8);
+        let Some(cell) = self.slice_mut(buffer, off, 8) else {
+            return Ok(0);
+        };
         let mut v = [0u8; 8];
         v.copy_from_slice(cell);
         let old = u64::from_ne_bytes(v);
@@ -602,6 +606,14 @@ mod tests {
         assert_eq!(&back[10..16], b"placed");
         assert_eq!(m.release(b), None, "not a Vec: dropped");
         assert_eq!(m.buffer(a), None);
+        // A key left registered over a released buffer touches nothing (and does not panic).
+        let c = m.adopt(vec![0; 16]);
+        let k = m
+            .register(c, 16, Access::LOCAL_WRITE.with(Access::REMOTE_WRITE))
+            .expect("valid");
+        m.release(c);
+        m.write(Key::Remote(k.rkey), c, &[1; 16])
+            .expect("still registered");
     }
 
     fn setup() -> (ByteMemory, u64, MrKeys) {
