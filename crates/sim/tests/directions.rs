@@ -125,6 +125,13 @@ fn check(
     }
 }
 
+/// Every run of every seed finished every flow.
+fn every_flow_completes(seeds: &[Vec<RunSummary>]) {
+    for s in seeds.iter().flatten() {
+        assert_eq!(s.flows_completed, s.flows, "{} seed {}", s.name, s.seed);
+    }
+}
+
 /// At least `x` (and not absurdly more).
 fn above(x: f64) -> Option<std::ops::Range<f64>> {
     Some(x..1e9)
@@ -257,10 +264,8 @@ network.pfc = true
 #[test]
 fn e4_holds_in_direction_with_congestion_control() {
     let seeds = run_on_base(E4);
+    every_flow_completes(&seeds);
     for r in &seeds {
-        for s in r {
-            assert_eq!(s.flows_completed, s.flows, "{} seed {}", s.name, s.seed);
-        }
         assert!(by(r, "IRN DCQCN").cnps > 0, "DCQCN ran without CNPs");
     }
     check(
@@ -322,9 +327,9 @@ transport.cc = "dcqcn"
 #[test]
 fn e9_irn_beats_resilient_roce() {
     let seeds = run_on_base(E9);
+    every_flow_completes(&seeds);
     for r in &seeds {
         for s in r {
-            assert_eq!(s.flows_completed, s.flows, "{} seed {}", s.name, s.seed);
             assert_eq!(s.pause_frames, 0, "{}: no PFC in E9", s.name);
         }
         assert!(
@@ -366,10 +371,8 @@ transport.cc = "aimd"
 #[test]
 fn e10_irn_beats_a_full_tcp_stack() {
     let seeds = run_on_base(E10);
+    every_flow_completes(&seeds);
     for r in &seeds {
-        for s in r {
-            assert_eq!(s.flows_completed, s.flows, "{} seed {}", s.name, s.seed);
-        }
         let tcp = by(r, "TCP");
         assert!(
             tcp.drop_rate > 0.01,
@@ -426,11 +429,7 @@ network.pfc = true
 #[test]
 fn e6_holds_across_scenarios_and_loses_at_half_a_bdp_of_buffer() {
     let seeds = run_on_base(E6);
-    for r in &seeds {
-        for s in r {
-            assert_eq!(s.flows_completed, s.flows, "{} seed {}", s.name, s.seed);
-        }
-    }
+    every_flow_completes(&seeds);
     let pair = |sc: &str| (format!("RoCE+PFC {sc}"), format!("IRN {sc}"));
     let (a, b) = pair("load=0.5");
     check(
