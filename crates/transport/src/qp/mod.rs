@@ -708,8 +708,7 @@ impl QueuePair {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
             return false;
         }
-        if (self.req.swin.in_recovery()
-            && (!self.tcp() || self.cc_window_open() || self.req.swin.fast_retransmit_due()))
+        if (self.req.swin.in_recovery() && self.retransmit_allowed())
             || !self.req.rereads.is_empty()
         {
             return true;

@@ -145,6 +145,12 @@ impl QueuePair {
             .is_none_or(|win| u64::from(out) * u64::from(self.mtu()) < win)
     }
 
+    /// Whether a retransmission may leave now: always, but under the TCP model, which resends
+    /// only into room in the congestion window — the fast retransmit excepted (RFC 6675 §5).
+    pub(super) fn retransmit_allowed(&self) -> bool {
+        !self.tcp() || self.cc_window_open() || self.req.swin.fast_retransmit_due()
+    }
+
     /// Paces data: after a data packet of `bytes` on the wire, the next may leave only when
     /// it would have at the controller's rate.
     pub(super) fn pace(&mut self, now: Time, bytes: u64) {
@@ -167,10 +173,8 @@ impl QueuePair {
         if let Some(t) = self.next_reread(mem, payload) {
             return Some(t);
         }
-        // The TCP model resends only into room in the congestion window, but for the fast
-        // retransmit (RFC 6675 §5).
-        let hold = self.tcp() && !self.cc_window_open() && !self.req.swin.fast_retransmit_due();
-        while let Some(psn) = self.req.swin.next_retransmit().filter(|_| !hold) {
+        let allowed = self.retransmit_allowed();
+        while let Some(psn) = self.req.swin.next_retransmit().filter(|_| allowed) {
             let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
                 // Nothing holds it any more (completed meanwhile): skip it.
                 self.req.swin.on_retransmitted(now, psn, 1);
