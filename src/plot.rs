@@ -81,9 +81,7 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
     }
     let mut ccs: Vec<&str> = Vec::new();
     for r in runs {
-        if !ccs.contains(&r.cc.as_str()) {
-            ccs.push(&r.cc);
-        }
+        note(&mut ccs, r.cc.as_str());
     }
     let panels: Vec<Vec<&RunSummary>> = if ccs.len() > 1 && runs.len() > 8 {
         ccs.iter()
@@ -309,9 +307,7 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
     }
     let mut ccs: Vec<&str> = Vec::new();
     for r in runs {
-        if !ccs.contains(&r.cc.as_str()) {
-            ccs.push(&r.cc);
-        }
+        note(&mut ccs, r.cc.as_str());
     }
     let root = SVGBackend::new(path, (420 * ccs.len() as u32, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
