@@ -10,7 +10,7 @@ impl Pd {
     /// Registers a new zeroed memory region of `len` bytes with `access` rights
     /// (`ibv_reg_mr` over a fresh buffer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        self.register(len, access, |mem| mem.alloc(len))
+        self.register(access, |mem| mem.alloc(len))
     }
 
     /// Registers the application's buffer `buf` (`ibv_reg_mr` over memory the application
@@ -23,8 +23,7 @@ impl Pd {
     /// the buffer back only once no work request or peer still needs it: afterwards accesses
     /// through its keys fail (`IBV_WC_LOC_PROT_ERR` / remote access error).
     pub fn reg_mr_vec(&self, buf: Vec<u8>, access: Access) -> Result<Mr> {
-        let len = buf.len();
-        self.register(len, access, |mem| mem.adopt(buf))
+        self.register(access, |mem| mem.adopt(buf))
     }
 
     /// [`reg_mr_vec`](Self::reg_mr_vec) for a boxed slice (turned into a `Vec` without a copy).
@@ -53,22 +52,22 @@ impl Pd {
             })),
             _ => None,
         };
-        let len = if buf.is_some() { len } else { 0 };
-        self.register(len, access, |mem| match buf {
+        self.register(access, |mem| match buf {
             Some(b) => mem.adopt_buffer(b),
             None => mem.alloc(0),
         })
     }
 
+    /// Registers the allocation `place` makes in this PD's memory, whole.
     fn register(
         &self,
-        len: usize,
         access: Access,
         place: impl FnOnce(&mut irn_transport::ByteMemory) -> u64,
     ) -> Result<Mr> {
         let mut core = self.shared.lock();
         let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
         let addr = place(&mut pd.mem);
+        let len = pd.mem.buffer(addr).map_or(0, <[u8]>::len);
         let keys = match pd.mem.register(addr, len as u64, access) {
             Ok(k) => k,
             Err(e) => {
