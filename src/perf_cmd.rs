@@ -32,8 +32,8 @@ use anyhow::{bail, Context};
 use irn_verbs::cm::CmConfig;
 use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerfParams, PerftestVersion};
 use irn_verbs::{
-    Access, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp, SendOp, SendWr,
-    WcStatus, ROCE_PORT,
+    Access, Congestion, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp,
+    SendOp, SendWr, WcStatus, ROCE_PORT,
 };
 
 use crate::perf_cm::{self, CmChannel};
@@ -79,8 +79,10 @@ pub struct PerfArgs {
     #[arg(long)]
     mode: Option<QpMode>,
     /// Path MTU offered (256–4096); perftest's exchange settles on the smaller of both ends'.
-    #[arg(short = 'm', long, default_value_t = 1024)]
-    mtu: u32,
+    /// Default: the largest the route to the peer carries, as rxe's active MTU (1024 over
+    /// 1500-byte Ethernet, 4096 over loopback or jumbo frames).
+    #[arg(short = 'm', long)]
+    mtu: Option<u32>,
     /// Latency test (one operation outstanding) instead of bandwidth.
     #[arg(long)]
     latency: bool,
@@ -96,6 +98,17 @@ pub struct PerfArgs {
     /// at both ends (4791 with perftest).
     #[arg(short = 'R', long = "rdma-cm", alias = "rdma_cm")]
     rdma_cm: bool,
+    /// UDP GSO: up to 64 packets to the peer in one system call, cut into datagrams by the
+    /// kernel. `auto`: when the peer says it takes them (an irn peer on the UDP receive path);
+    /// `on`: always — for a peer whose link cuts them before it (another host; a raw-path
+    /// peer on the same host would see one oversized packet); `off`: one packet per datagram.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    gso: String,
+    /// Congestion control of the test queue pairs: none, dcqcn, timely, dctcp or aimd (the
+    /// client's choice; the server follows). The same controllers the simulator runs; data
+    /// leaves ECN-capable, and CE marks on the way (a switch's, or `--ce-mark`) are answered.
+    #[arg(long, default_value_t = Congestion::None)]
+    cc: Congestion,
     /// Device flags; in `irn perf` the UDP port is told to the peer, and 4791 taken falls back
     /// to any free port (not with `-R`).
     #[command(flatten)]
@@ -154,6 +167,7 @@ fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> anyhow::Result<Side> {
                 mode: p.mode,
                 max_send_wr: args.tx_depth.max(1) as usize,
                 max_recv_wr: 512,
+                cc: p.cc,
                 ..QpInit::default()
             },
         )?);
@@ -228,11 +242,12 @@ struct Oob {
 impl Oob {
     /// Runs the opening over `chan`: versions, system data, path MTU. Returns the session and
     /// the path MTU both ends use.
-    fn open(chan: Chan, client: bool, mtu: u32) -> anyhow::Result<(Oob, u32)> {
+    fn open(chan: Chan, client: bool, mtu: Option<u32>) -> anyhow::Result<(Oob, u32)> {
         let peer = match &chan {
             Chan::Tcp(t) => t.peer_addr()?,
             Chan::Cm(c) => c.peer(),
         };
+        let mtu = mtu.unwrap_or_else(|| irn_verbs::active_mtu(peer.ip()));
         let mut oob = Oob {
             chan,
             client,
@@ -448,9 +463,12 @@ fn connect(
     side: &Side,
     theirs: &[PerfKey],
     psns: &[u32],
-    (udp_port, by_cm): (u16, bool),
+    (udp_port, gso, by_cm): (u16, bool, bool),
     mtu: u32,
 ) -> anyhow::Result<()> {
+    for qp in &side.qps {
+        qp.set_peer_gso(gso)?;
+    }
     if by_cm {
         return Ok(());
     }
@@ -491,6 +509,8 @@ fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
         latency: args.latency,
         verify: false,
         udp_port: ROCE_PORT,
+        gso: false,
+        cc: args.cc,
     })
 }
 
@@ -501,11 +521,11 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     if args.qps == 0 || args.qps > 1024 || args.iters == 0 || args.tx_depth == 0 {
         bail!("--qps (1–1024), --iters and --tx-depth must be positive");
     }
-    if ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
-        bail!(
-            "-m: the MTU is 256, 512, 1024, 2048 or 4096, not {}",
-            args.mtu
-        );
+    if let Some(m) = args
+        .mtu
+        .filter(|m| ![256, 512, 1024, 2048, 4096].contains(m))
+    {
+        bail!("-m: the MTU is 256, 512, 1024, 2048 or 4096, not {m}");
     }
     if args.rdma_cm && args.link.udp_port == 0 {
         bail!("-R: the CM reaches the peer's device at our own UDP port: give --udp-port a port, not 0");
@@ -563,16 +583,17 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         if p.latency {
             perf_lat::check_params(&p)?;
         }
-        let client_udp = p.udp_port;
+        let client = (p.udp_port, args.use_gso(p.gso));
         let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
+        p.gso = side.dev.accepts_gso();
         let reply: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         oob.send_msg(&reply)?;
-        (p, side, client_udp)
+        (p, side, client)
     } else {
         let p = own_params(&args)?;
         let side = setup(&p, dev, &args)?;
-        (p, side, ROCE_PORT)
+        (p, side, (ROCE_PORT, false))
     };
     let r = server_test(oob, mtu, &p, &side, client_udp);
     // The counters help most when the run failed.
@@ -587,7 +608,7 @@ fn server_test(
     mtu: u32,
     p: &PerfParams,
     side: &Side,
-    client_udp: u16,
+    client_udp: (u16, bool),
 ) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     // Read targets hold known patterns.
@@ -608,7 +629,15 @@ fn server_test(
         &mine,
         p.op,
         p.latency,
-        |theirs| connect(side, theirs, &psns, (client_udp, by_cm), mtu),
+        |theirs| {
+            connect(
+                side,
+                theirs,
+                &psns,
+                (client_udp.0, client_udp.1, by_cm),
+                mtu,
+            )
+        },
         || {
             if p.latency {
                 perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
@@ -885,20 +914,23 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
             latency: args.latency,
             verify: args.verify,
             udp_port: 0,
+            gso: false,
+            cc: args.cc,
         };
         if p.latency {
             perf_lat::check_params(&p)?;
         }
         let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
+        p.gso = side.dev.accepts_gso();
         let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         let reply = oob.swap(&line, PerfParams::WIRE_LEN, TIMEOUT)?;
         let reply = PerfParams::parse(exchange::unpadded(&reply)?)?;
-        (p, side, reply.udp_port)
+        (p, side, (reply.udp_port, args.use_gso(reply.gso)))
     } else {
         let p = own_params(&args)?;
         let side = setup(&p, dev, &args)?;
-        (p, side, ROCE_PORT)
+        (p, side, (ROCE_PORT, false))
     };
     let r = client_test(&args, oob, mtu, &p, &side, server_udp);
     // The counters help most when the run failed.
@@ -914,7 +946,7 @@ fn client_test(
     mtu: u32,
     p: &PerfParams,
     side: &Side,
-    server_udp: u16,
+    server_udp: (u16, bool),
 ) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     let mine = keys(side, &psns);
@@ -924,7 +956,15 @@ fn client_test(
         &mine,
         p.op,
         p.latency,
-        |theirs| connect(side, theirs, &psns, (server_udp, by_cm), mtu),
+        |theirs| {
+            connect(
+                side,
+                theirs,
+                &psns,
+                (server_udp.0, server_udp.1, by_cm),
+                mtu,
+            )
+        },
         || {
             if p.latency {
                 perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
@@ -975,6 +1015,16 @@ fn client_test(
 }
 
 impl PerfArgs {
+    /// Whether the test queue pairs send UDP GSO batches to a peer that says it takes them
+    /// (`peer_takes`) or not.
+    fn use_gso(&self, peer_takes: bool) -> bool {
+        match self.gso.as_str() {
+            "on" => true,
+            "off" => false,
+            _ => peer_takes,
+        }
+    }
+
     fn op_is_atomic(&self) -> bool {
         self.op == PerfOp::Atomic
     }

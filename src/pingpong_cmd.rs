@@ -74,6 +74,11 @@ pub(crate) struct LinkArgs {
     /// the next one (seeded): reordering, as packet spraying makes it.
     #[arg(long, default_value_t = 0.0)]
     pub(crate) reorder: f64,
+    /// Mark this fraction (0–1) of the ECN-capable packets this side sends Congestion
+    /// Experienced (seeded), as a congested switch would: the marks reach the peer through
+    /// the kernel, and its congestion notification (`--cc`) answers them.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) ce_mark: f64,
     /// Hold every packet this side receives this long, µs (a slow link or host).
     #[arg(long, default_value_t = 0)]
     pub(crate) delay_us: u64,
@@ -178,10 +183,16 @@ pub(crate) fn device_config(
     if !(0.0..=1.0).contains(&link.reorder) {
         bail!("--reorder is a probability in 0–1, not {}", link.reorder);
     }
+    if !(0.0..=1.0).contains(&link.ce_mark) {
+        bail!("--ce-mark is a probability in 0–1, not {}", link.ce_mark);
+    }
     let mut cfg = DeviceConfig::new(ip);
     cfg.port = port;
     cfg.seed = link.seed;
-    cfg.tx_impairment = Impairment::loss(link.loss);
+    cfg.tx_impairment = Impairment {
+        ce: link.ce_mark,
+        ..Impairment::loss(link.loss)
+    };
     cfg.rx_impairment = Impairment {
         reorder: link.reorder,
         delay: if link.delay_us > 0 { 1.0 } else { 0.0 },

@@ -476,6 +476,12 @@ pub struct PerfParams {
     pub verify: bool,
     /// The sender's UDP port.
     pub udp_port: u16,
+    /// The sender's device takes coalesced datagrams (`Device::accepts_gso`): the receiver of
+    /// this line may send it UDP GSO batches. Optional on the wire (absent: no).
+    pub gso: bool,
+    /// Congestion control both ends' queue pairs run (the client's choice). Optional on the
+    /// wire (absent: none).
+    pub cc: crate::Congestion,
 }
 
 impl PerfParams {
@@ -485,7 +491,7 @@ impl PerfParams {
     /// The line on the wire (newline-terminated).
     pub fn to_line(&self) -> String {
         format!(
-            "IRNPERF1 op={} size={} iters={} qps={} mode={} latency={} verify={} udp_port={}\n",
+            "IRNPERF1 op={} size={} iters={} qps={} mode={} latency={} verify={} udp_port={} gso={} cc={}\n",
             self.op.name(),
             self.size,
             self.iters,
@@ -493,7 +499,9 @@ impl PerfParams {
             self.mode.name(),
             u8::from(self.latency),
             u8::from(self.verify),
-            self.udp_port
+            self.udp_port,
+            u8::from(self.gso),
+            self.cc
         )
     }
 
@@ -519,6 +527,8 @@ impl PerfParams {
             latency: false,
             verify: false,
             udp_port: 0,
+            gso: false,
+            cc: crate::Congestion::None,
         };
         let mut seen = 0u32;
         for kv in it {
@@ -537,6 +547,15 @@ impl PerfParams {
                 "latency" => p.latency = flag(v)?,
                 "verify" => p.verify = flag(v)?,
                 "udp_port" => p.udp_port = v.parse().map_err(|_| b())?,
+                // Optional (older irn ends do not send it), so not counted.
+                "gso" => {
+                    p.gso = flag(v)?;
+                    continue;
+                }
+                "cc" => {
+                    p.cc = v.parse().map_err(|_| b())?;
+                    continue;
+                }
                 _ => return Err(b()),
             }
             seen += 1;
@@ -654,6 +673,8 @@ mod tests {
             latency: false,
             verify: true,
             udp_port: 4791,
+            gso: false,
+            cc: crate::Congestion::None,
         }
         .to_line();
         let f: [u8; PerfParams::WIRE_LEN] = padded(&line);
@@ -693,8 +714,22 @@ mod tests {
             latency: true,
             verify: false,
             udp_port: 4791,
+            gso: true,
+            cc: crate::Congestion::Dcqcn,
         };
         assert_eq!(PerfParams::parse(&p.to_line()).expect("parses"), p);
+        // An older irn end's line, without the optional key: no GSO.
+        let old = p.to_line().replace(" gso=1 cc=dcqcn", "");
+        assert_eq!(
+            PerfParams::parse(&old).expect("parses"),
+            PerfParams {
+                gso: false,
+                cc: crate::Congestion::None,
+                ..p
+            }
+        );
+        assert!(PerfParams::parse(&p.to_line().replace("cc=dcqcn", "cc=bbr")).is_err());
+        assert!(PerfParams::parse(&p.to_line().replace("gso=1", "gso=2")).is_err());
         // Cut inside its last value (a field too short for it): refused, not misread.
         let line = p.to_line();
         assert!(PerfParams::parse(&line[..line.len() - 2]).is_err());

@@ -19,6 +19,11 @@ pub struct Impairment {
     pub delay: f64,
     /// The extra delay of a delayed packet, in microseconds.
     pub delay_us: u64,
+    /// An ECN-capable packet sent is marked Congestion Experienced (RFC 3168), as a switch
+    /// whose queue is past its marking threshold would mark it: the marking reaches the peer
+    /// through the kernel's IP headers, and the peer's congestion notification answers it.
+    /// Applied on the send path only.
+    pub ce: f64,
 }
 
 impl Impairment {
@@ -32,12 +37,13 @@ impl Impairment {
 
     /// Whether every probability is a number in 0–1.
     pub fn is_valid(&self) -> bool {
-        [self.drop, self.duplicate, self.reorder, self.delay]
+        [self.drop, self.duplicate, self.reorder, self.delay, self.ce]
             .iter()
             .all(|p| (0.0..=1.0).contains(p))
     }
 
-    /// Whether anything is impaired.
+    /// Whether any packet may be dropped, duplicated, reordered or delayed (CE marking is
+    /// applied as packets are built, apart from these).
     pub fn is_active(&self) -> bool {
         self.drop > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0 || self.delay > 0.0
     }

@@ -97,8 +97,8 @@ mod net;
 pub mod packet;
 
 pub use device::{
-    random_psn, runtime_recovery, Ah, Cq, Device, DeviceConfig, DeviceCounters, Error, Mr, Pd, Qp,
-    QpInit, QpMode, RemoteQp, Result, UdInit, UdQp, UdSend, Wc, ROCE_PORT,
+    random_psn, runtime_recovery, Ah, Congestion, Cq, Device, DeviceConfig, DeviceCounters, Error,
+    Mr, Pd, Qp, QpInit, QpMode, RemoteQp, Result, UdInit, UdQp, UdSend, Wc, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;
@@ -106,4 +106,4 @@ pub use irn_transport::{
     Access, AttrMask, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr, Sge, UdAttr,
     UdCounters, WcOpcode, WcStatus, GRH_LEN,
 };
-pub use net::ReceivePath;
+pub use net::{active_mtu, ReceivePath};

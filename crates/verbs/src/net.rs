@@ -76,6 +76,39 @@ impl std::fmt::Display for ReceivePath {
     }
 }
 
+/// The largest InfiniBand path MTU a route to `peer` carries, derived as Linux rxe derives its
+/// port's active MTU from its netdev's (`rxe.h`, `eth_mtu_int_to_enum`: 80 bytes of headers
+/// off, then rounded down to 256, 512, 1024, 2048 or 4096): 1024 over 1500-byte Ethernet,
+/// 4096 over loopback or jumbo frames. The route's MTU is the kernel's (`IP_MTU` of a UDP
+/// socket connected to `peer`; nothing is sent); 1024 when it cannot be read.
+pub fn active_mtu(peer: IpAddr) -> u32 {
+    use rustix::net::sockopt;
+    let route = (|| {
+        let any: SocketAddr = match peer {
+            IpAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+            IpAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let s = UdpSocket::bind(any)?;
+        s.connect((peer, crate::ROCE_PORT))?;
+        Ok::<u32, io::Error>(match peer {
+            IpAddr::V4(_) => sockopt::ip_mtu(&s)?,
+            IpAddr::V6(_) => sockopt::ipv6_mtu(&s)?,
+        })
+    })();
+    match route {
+        Ok(m) => ib_mtu_fitting(m.saturating_sub(80)),
+        Err(_) => 1024,
+    }
+}
+
+/// The largest InfiniBand MTU (256 · 2^k, at most 4096) no larger than `bytes` (256 at least).
+fn ib_mtu_fitting(bytes: u32) -> u32 {
+    [4096, 2048, 1024, 512]
+        .into_iter()
+        .find(|&m| m <= bytes)
+        .unwrap_or(256)
+}
+
 /// Room in front of a received UDP payload for the IP (IPv6: 40 bytes) and UDP headers.
 const HEADROOM: usize = 48;
 
@@ -106,7 +139,7 @@ impl Sockets {
                 sockopt::set_ip_mtu_discover(&udp, sockopt::Ipv4PathMtuDiscovery::DO)?;
                 // Checksum 0, as rxe sends: what goes on the wire is then exactly what the
                 // device built (and captured). IPv6 requires the checksum.
-                let _ = sys::set_no_check(udp.as_fd());
+                let _ = sys::set_no_check(udp.as_fd(), true);
             }
             IpAddr::V6(_) => {
                 sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?;
@@ -144,6 +177,16 @@ impl Sockets {
                 let _ = sockopt::set_socket_recv_buffer_size(rx, buffer);
             }
             let _ = sockopt::set_socket_send_buffer_size(&udp, buffer);
+        }
+        if raw.is_none() {
+            // Coalesced datagrams (a GSO peer's batches arrive whole on loopback and veths;
+            // a NIC's GRO merges a flow's datagrams) and the ECN bits of each: best effort,
+            // a kernel without them delivers datagrams one by one and no traffic class.
+            let _ = sys::set_gro(udp.as_fd());
+            let _ = match local {
+                SocketAddr::V4(_) => sockopt::set_ip_recvtos(&udp, true),
+                SocketAddr::V6(_) => sockopt::set_ipv6_recvtclass(&udp, true),
+            };
         }
         if let Some(fd) = &raw {
             // The raw socket gets every datagram now: none may pile up on the UDP socket.
@@ -267,11 +310,11 @@ fn port_filter(port: u16) -> [Insn; 7] {
     ]
 }
 
-/// One received packet in a [`RxBatch`] buffer.
+/// One received packet in a [`RxBatch`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rx {
-    /// Index of the buffer.
-    pub(crate) buf: usize,
+    /// Index of the buffer it is in; `None`: the segment area.
+    pub(crate) buf: Option<usize>,
     /// Where the IP packet starts in it.
     pub(crate) start: usize,
     /// Its length.
@@ -284,58 +327,113 @@ pub(crate) struct Rx {
 /// Receive buffers reused burst after burst, and what the last burst put in them.
 pub(crate) struct RxBatch {
     bufs: Vec<Vec<u8>>,
+    /// The segments of coalesced (GRO) datagrams, each behind rebuilt IP and UDP headers.
+    segments: Vec<u8>,
     pub(crate) got: Vec<Rx>,
+    /// Coalesced datagrams in the last burst.
+    pub(crate) coalesced: u64,
     sys: sys::MmsgState,
 }
 
 impl RxBatch {
-    /// `n` buffers of `size` bytes (the largest IP packet to accept).
+    /// `n` buffers of `size` bytes (the largest IP packet to accept, or coalesced datagram:
+    /// up to 64 KiB on the UDP path).
     pub(crate) fn new(n: usize, size: usize) -> RxBatch {
         RxBatch {
             bufs: (0..n).map(|_| vec![0u8; HEADROOM + size]).collect(),
+            segments: Vec::new(),
             got: Vec::with_capacity(n),
+            coalesced: 0,
             sys: sys::MmsgState::new(n),
         }
     }
 
     /// The bytes of a received packet.
     pub(crate) fn packet(&self, rx: &Rx) -> &[u8] {
-        &self.bufs[rx.buf][rx.start..rx.start + rx.len]
+        let b = match rx.buf {
+            Some(i) => &self.bufs[i],
+            None => &self.segments,
+        };
+        &b[rx.start..rx.start + rx.len]
     }
 
     /// Receives what is waiting, up to one buffer each, without blocking. On the UDP path the
-    /// IP and UDP headers are rebuilt in front of each payload.
+    /// IP and UDP headers are rebuilt in front of each payload, and a coalesced datagram is
+    /// cut back into the packets it was made of (each segment but the last is exactly the
+    /// segment size the kernel reports).
     pub(crate) fn recv(&mut self, socks: &Sockets) {
         self.got.clear();
+        self.segments.clear();
+        self.coalesced = 0;
         let raw = socks.raw.is_some();
         let skip = if raw { 0 } else { HEADROOM };
         let n = sys::recvmmsg(socks.rx_fd(), &mut self.bufs, skip, !raw, &mut self.sys);
+        let bad = |i| Rx {
+            buf: Some(i),
+            start: 0,
+            len: 0,
+            malformed: true,
+        };
         for i in 0..n {
             let (len, truncated) = self.sys.result(i);
-            let packet = if raw {
-                Some((0, len))
-            } else {
-                // Rebuild the IP and UDP headers in front of the payload.
-                self.sys
-                    .source(i)
-                    .and_then(|from| prepend_headers(&mut self.bufs[i], from, socks.local, len))
-                    .map(|start| (start, HEADROOM - start + len))
+            if raw {
+                self.got.push(match truncated {
+                    false => Rx {
+                        buf: Some(i),
+                        start: 0,
+                        len,
+                        malformed: false,
+                    },
+                    true => bad(i),
+                });
+                continue;
+            }
+            let (seg, tos) = self.sys.meta(i);
+            // The rebuilt header carries the ECN field the kernel reported.
+            let ecn = tos.map_or(Ecn::NotEct, Ecn::from_bits);
+            let from = self.sys.source(i);
+            let (Some(from), false) = (from, truncated) else {
+                self.got.push(bad(i));
+                continue;
             };
-            self.got.push(match packet {
-                Some((start, len)) if !truncated => Rx {
-                    buf: i,
-                    start,
-                    len,
-                    malformed: false,
-                },
-                // Cut short, or (UDP path) without a usable source address.
-                _ => Rx {
-                    buf: i,
-                    start: 0,
-                    len: 0,
-                    malformed: true,
-                },
-            });
+            let seg = usize::from(seg);
+            if seg == 0 || seg >= len {
+                // Rebuild the IP and UDP headers in front of the payload.
+                self.got.push(
+                    match prepend_headers(&mut self.bufs[i], from, socks.local, len, ecn) {
+                        Some(start) => Rx {
+                            buf: Some(i),
+                            start,
+                            len: HEADROOM - start + len,
+                            malformed: false,
+                        },
+                        None => bad(i),
+                    },
+                );
+                continue;
+            }
+            // A coalesced datagram: each segment is copied behind its own headers.
+            self.coalesced += 1;
+            for chunk in self.bufs[i][HEADROOM..HEADROOM + len].chunks(seg) {
+                let at = self.segments.len();
+                self.segments.resize(at + HEADROOM, 0);
+                self.segments.extend_from_slice(chunk);
+                let area = &mut self.segments[at..];
+                self.got.push(
+                    match prepend_headers(area, from, socks.local, chunk.len(), ecn) {
+                        Some(start) => Rx {
+                            buf: None,
+                            start: at + start,
+                            len: HEADROOM - start + chunk.len(),
+                            malformed: false,
+                        },
+                        None => Rx {
+                            buf: None,
+                            ..bad(0)
+                        },
+                    },
+                );
+            }
         }
     }
 }
@@ -347,8 +445,9 @@ fn prepend_headers(
     from: SocketAddr,
     local: SocketAddr,
     len: usize,
+    ecn: Ecn,
 ) -> Option<usize> {
-    let (mut ip, udp) = headers(from, local)?;
+    let (mut ip, udp) = headers(from, local, ecn)?;
     ip.set_payload_len(UDP_LEN + len);
     let start = HEADROOM.checked_sub(ip.header_len() + UDP_LEN)?;
     let packet = buf.get_mut(start..HEADROOM + len)?;
@@ -359,15 +458,15 @@ fn prepend_headers(
 
 /// The IP and UDP headers of a datagram from `src` to `dst` as Linux sends it from an
 /// unconnected UDP socket with `IP_PMTUDISC_DO`: IPv4 ID 0 and DF (hence a predictable ICRC),
-/// TTL / hop limit 64, no ECN marking, no UDP checksum. Lengths are set on emission.
-pub(crate) fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRepr)> {
+/// TTL / hop limit 64, ECN field `ecn`, no UDP checksum. Lengths are set on emission.
+pub(crate) fn headers(src: SocketAddr, dst: SocketAddr, ecn: Ecn) -> Option<(IpRepr, UdpRepr)> {
     let ip = match (src.ip(), dst.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
             src,
             dst,
             protocol: PROTO_UDP,
             dscp: 0,
-            ecn: Ecn::NotEct,
+            ecn,
             ident: 0,
             dont_frag: true,
             ttl: 64,
@@ -378,7 +477,7 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRe
             dst,
             next_header: PROTO_UDP,
             dscp: 0,
-            ecn: Ecn::NotEct,
+            ecn,
             flow_label: 0,
             hop_limit: 64,
             payload_len: 0,
@@ -393,45 +492,80 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr) -> Option<(IpRepr, UdpRe
     Some((ip, udp))
 }
 
-/// Sends `msgs` (UDP payload and destination each), in order, with `sendmmsg(2)`; waits for
+/// Most packets one UDP GSO message carries. Linux accepts 64 (`UDP_MAX_SEGMENTS` before
+/// 6.9, 128 since); the smaller is the portable bound.
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes of UDP payload one GSO message carries: it is one IP datagram until the kernel
+/// (or the NIC) cuts it, so it must fit the 16-bit IP and UDP length fields.
+pub(crate) const GSO_MAX_BYTES: usize = 65_000;
+
+/// One message of a send batch: `count` consecutive packets (UDP payloads) of the batch, all
+/// to `dest`. One packet is one datagram; more go as one UDP GSO message (`UDP_SEGMENT`,
+/// Linux 4.18): the kernel cuts it every `seg_len` bytes into datagrams with the same headers
+/// — only the last may be shorter — and on the way out numbers their IPv4 identifications
+/// 0, 1, 2, … (checked with software segmentation on a veth), which is what the packets'
+/// ICRCs were computed over.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxMsg {
+    pub(crate) dest: SocketAddr,
+    /// Index of the first packet in the batch.
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+    /// Length of each packet but the last (which may be shorter).
+    pub(crate) seg_len: u16,
+    /// The ECN field of every packet (`IP_TOS` / `IPV6_TCLASS` control message).
+    pub(crate) ecn: Ecn,
+    /// Sent with a UDP checksum (GSO needs one): the caller has the socket's `SO_NO_CHECK`
+    /// cleared.
+    pub(crate) checksum: bool,
+}
+
+/// What [`send_batch`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Sent {
+    /// Packets (datagrams on the wire) sent, and their bytes.
+    pub(crate) packets: u64,
+    pub(crate) bytes: u64,
+    /// Packets the kernel refused: lost.
+    pub(crate) errors: u64,
+    /// GSO messages among those sent.
+    pub(crate) gso: u64,
+}
+
+/// Sends `msgs` (over the UDP payloads `packets`), in order, with `sendmmsg(2)`; waits for
 /// room when the socket buffer is full (as a NIC's doorbell waits for a free descriptor).
-/// Returns (datagrams sent, their bytes, datagrams the kernel refused — lost).
-pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[(SocketAddr, &[u8])]) -> (u64, u64, u64) {
-    use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
-    use std::io::IoSlice;
-    let addrs: Vec<SocketAddrAny> = msgs.iter().map(|(a, _)| SocketAddrAny::from(*a)).collect();
-    let iovs: Vec<[IoSlice<'_>; 1]> = msgs.iter().map(|(_, b)| [IoSlice::new(b)]).collect();
-    let (mut sent, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[TxMsg], packets: &[&[u8]]) -> Sent {
+    let mut r = Sent::default();
     let mut at = 0;
-    while at < msgs.len() {
-        let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> = (at..msgs.len())
-            .map(|_| SendAncillaryBuffer::default())
-            .collect();
-        let mut hdrs: Vec<MMsgHdr<'_>> = addrs[at..]
+    let count = |m: &TxMsg| {
+        let b: usize = packets[m.first..m.first + m.count]
             .iter()
-            .zip(&iovs[at..])
-            .zip(controls.iter_mut())
-            .map(|((a, iov), c)| MMsgHdr::new_with_addr(a, iov, c))
-            .collect();
-        match rustix::net::sendmmsg(sock, &mut hdrs, SendFlags::DONTWAIT) {
+            .map(|p| p.len())
+            .sum();
+        (m.count as u64, b as u64)
+    };
+    while at < msgs.len() {
+        match sys::sendmmsg(sock.as_fd(), &msgs[at..], packets) {
             Ok(n) if n > 0 => {
-                for (_, b) in &msgs[at..at + n] {
-                    sent += 1;
-                    bytes += b.len() as u64;
+                for m in &msgs[at..at + n] {
+                    let (d, b) = count(m);
+                    r.packets += d;
+                    r.bytes += b;
+                    r.gso += u64::from(m.count > 1);
                 }
                 at += n;
             }
             Ok(_) => wait_writable(sock),
-            Err(e) if e == rustix::io::Errno::AGAIN => wait_writable(sock),
-            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(sock),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => {
                 // The first message of the call failed (unreachable, too big): it is lost.
-                errors += 1;
+                r.errors += count(&msgs[at]).0;
                 at += 1;
             }
         }
     }
-    (sent, bytes, errors)
+    r
 }
 
 /// Waits (at most 10 ms) for room in the socket's send buffer.
@@ -519,6 +653,7 @@ pub(crate) mod sys {
     use std::os::fd::{AsRawFd, BorrowedFd};
 
     use super::Insn;
+    use irn_wire::Ecn;
 
     fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
         if rc < 0 {
@@ -596,8 +731,159 @@ pub(crate) mod sys {
     }
 
     /// `setsockopt(SO_NO_CHECK)`: send IPv4 UDP datagrams with checksum 0.
-    pub(super) fn set_no_check(fd: BorrowedFd<'_>) -> io::Result<()> {
-        set_option(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, &(1 as libc::c_int))
+    pub(crate) fn set_no_check(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+        set_option(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            &libc::c_int::from(on),
+        )
+    }
+
+    /// `setsockopt(SOL_UDP, UDP_GRO)`: the kernel hands over datagrams of one flow that arrive
+    /// together (a peer's GSO message, or what the NIC's GRO merged) as one, with their
+    /// segment size in a control message (linux/udp.h; not exported by the libc crate).
+    pub(super) fn set_gro(fd: BorrowedFd<'_>) -> io::Result<()> {
+        set_option(fd, libc::SOL_UDP, UDP_GRO, &(1 as libc::c_int))
+    }
+
+    /// `SOL_UDP` options and control messages (linux/udp.h).
+    const UDP_SEGMENT: libc::c_int = 103;
+    const UDP_GRO: libc::c_int = 104;
+
+    /// A socket address as the kernel takes it.
+    fn raw_addr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        // SAFETY: sockaddr_storage is plain data; all-zero is a valid (AF_UNSPEC) value.
+        let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = match a {
+            SocketAddr::V4(v4) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: v4.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(*v4.ip()).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and aligned for every sockaddr.
+                unsafe {
+                    std::ptr::from_mut(&mut st)
+                        .cast::<libc::sockaddr_in>()
+                        .write(sin)
+                };
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(v6) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: v6.port().to_be(),
+                    sin6_flowinfo: v6.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: v6.ip().octets(),
+                    },
+                    sin6_scope_id: v6.scope_id(),
+                };
+                // SAFETY: as above.
+                unsafe {
+                    std::ptr::from_mut(&mut st)
+                        .cast::<libc::sockaddr_in6>()
+                        .write(sin6)
+                };
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        (st, len as libc::socklen_t)
+    }
+
+    /// Room for the control messages of one message, aligned as `cmsghdr` needs.
+    type Control = [u64; 8];
+
+    /// `sendmmsg(MSG_DONTWAIT)` of `msgs` over `packets`, a GSO message with its
+    /// `UDP_SEGMENT` control message. Returns how many messages the kernel took.
+    pub(super) fn sendmmsg(
+        fd: BorrowedFd<'_>,
+        msgs: &[super::TxMsg],
+        packets: &[&[u8]],
+    ) -> io::Result<usize> {
+        let msgs = &msgs[..msgs.len().min(1024)];
+        let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
+            msgs.iter().map(|m| raw_addr(&m.dest)).collect();
+        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(packets.len());
+        let mut ctrls: Vec<Control> = vec![[0; 8]; msgs.len()];
+        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            for p in &packets[m.first..m.first + m.count] {
+                iovs.push(libc::iovec {
+                    iov_base: p.as_ptr().cast_mut().cast(),
+                    iov_len: p.len(),
+                });
+            }
+        }
+        let mut iov_at = 0;
+        for (i, m) in msgs.iter().enumerate() {
+            // SAFETY: mmsghdr is plain data; all-zero is a valid empty header.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = std::ptr::from_mut(&mut names[i].0).cast();
+            h.msg_hdr.msg_namelen = names[i].1;
+            h.msg_hdr.msg_iov = iovs.as_mut_ptr().wrapping_add(iov_at);
+            h.msg_hdr.msg_iovlen = m.count as _;
+            iov_at += m.count;
+            let segment = (m.count > 1).then_some(m.seg_len);
+            let tos = (m.ecn != Ecn::NotEct).then_some(libc::c_int::from(m.ecn.bits()));
+            if segment.is_some() || tos.is_some() {
+                let ctrl = &mut ctrls[i];
+                h.msg_hdr.msg_control = ctrl.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE is arithmetic on its argument.
+                h.msg_hdr.msg_controllen = unsafe {
+                    segment.map_or(0, |_| libc::CMSG_SPACE(2))
+                        + tos.map_or(0, |_| libc::CMSG_SPACE(4))
+                } as _;
+                let (level, kind) = match m.dest {
+                    SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_TOS),
+                    SocketAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_TCLASS),
+                };
+                // SAFETY: the control buffer is 64 bytes, aligned for cmsghdr, and
+                // msg_controllen (at most 24 + 24) covers exactly the messages written: a
+                // header and a u16 (UDP_SEGMENT), a header and an int (the traffic class).
+                unsafe {
+                    let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                    if let Some(seg) = segment {
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                        libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg);
+                        c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                    }
+                    if let Some(tos) = tos {
+                        (*c).cmsg_level = level;
+                        (*c).cmsg_type = kind;
+                        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+                        libc::CMSG_DATA(c)
+                            .cast::<libc::c_int>()
+                            .write_unaligned(tos);
+                    }
+                }
+            }
+            hdrs.push(h);
+        }
+        loop {
+            // SAFETY: every header points into `names`, `iovs` and `ctrls`, which live and stay
+            // where they are until the call returns; the iovecs point at the borrowed packets,
+            // which the kernel only reads.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    hdrs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            match check(rc) {
+                Ok(n) => return Ok(n as usize),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// `setsockopt(SOL_UDP, UDP_NO_CHECK6_RX)`: accept IPv6 UDP datagrams with checksum 0
@@ -611,6 +897,10 @@ pub(crate) mod sys {
     pub(super) struct MmsgState {
         names: Vec<libc::sockaddr_storage>,
         lens: Vec<(usize, bool)>,
+        ctrls: Vec<Control>,
+        /// Per message: the segment size of a coalesced (GRO) datagram, 0 for a plain one,
+        /// and the IP header's traffic class (TOS) when the socket reports it.
+        meta: Vec<(u16, Option<u8>)>,
         name_lens: Vec<libc::socklen_t>,
         iovs: Vec<libc::iovec>,
         hdrs: Vec<libc::mmsghdr>,
@@ -623,6 +913,8 @@ pub(crate) mod sys {
             MmsgState {
                 names: vec![zero; n],
                 lens: vec![(0, false); n],
+                ctrls: vec![[0; 8]; n],
+                meta: vec![(0, None); n],
                 name_lens: vec![0; n],
                 iovs: Vec::with_capacity(n),
                 hdrs: Vec::with_capacity(n),
@@ -632,6 +924,11 @@ pub(crate) mod sys {
         /// Length and truncation of message `i` of the last burst.
         pub(super) fn result(&self, i: usize) -> (usize, bool) {
             self.lens[i]
+        }
+
+        /// Segment size (0: not coalesced) and traffic class of message `i` of the last burst.
+        pub(super) fn meta(&self, i: usize) -> (u16, Option<u8>) {
+            self.meta[i]
         }
 
         /// Source address of message `i` of the last burst.
@@ -690,6 +987,8 @@ pub(crate) mod sys {
             if names {
                 h.msg_hdr.msg_name = st.names.as_mut_ptr().wrapping_add(i).cast();
                 h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                h.msg_hdr.msg_control = st.ctrls.as_mut_ptr().wrapping_add(i).cast();
+                h.msg_hdr.msg_controllen = size_of::<Control>() as _;
             }
             st.hdrs.push(h);
         }
@@ -716,6 +1015,35 @@ pub(crate) mod sys {
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             st.lens[i] = ((h.msg_len as usize).min(st.iovs[i].iov_len), truncated);
             st.name_lens[i] = h.msg_hdr.msg_namelen;
+            let mut meta = (0u16, None);
+            if names {
+                // SAFETY: the kernel wrote msg_controllen bytes of control messages into this
+                // message's control buffer; the CMSG_* walk stays inside them, and each
+                // message's data is read within its cmsg_len.
+                unsafe {
+                    let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                    while !c.is_null() {
+                        let data = libc::CMSG_DATA(c);
+                        let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                        match ((*c).cmsg_level, (*c).cmsg_type) {
+                            (libc::SOL_UDP, UDP_GRO) if len >= 4 => {
+                                let g = data.cast::<libc::c_int>().read_unaligned();
+                                meta.0 = u16::try_from(g).unwrap_or(0);
+                            }
+                            (libc::IPPROTO_IP, libc::IP_TOS) if len >= 1 => {
+                                meta.1 = Some(data.read());
+                            }
+                            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if len >= 4 => {
+                                let t = data.cast::<libc::c_int>().read_unaligned();
+                                meta.1 = Some(t as u8);
+                            }
+                            _ => {}
+                        }
+                        c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                    }
+                }
+            }
+            st.meta[i] = meta;
         }
         got
     }
@@ -751,6 +1079,18 @@ mod tests {
 
     fn packet() -> Vec<u8> {
         packet_with_ident(0)
+    }
+
+    #[test]
+    fn active_mtu_follows_the_route_as_rxe_does() {
+        // rxe's rule on the MTUs a netdev usually has.
+        assert_eq!(ib_mtu_fitting(1500 - 80), 1024);
+        assert_eq!(ib_mtu_fitting(9000 - 80), 4096);
+        assert_eq!(ib_mtu_fitting(65536 - 80), 4096);
+        assert_eq!(ib_mtu_fitting(2048), 2048);
+        assert_eq!(ib_mtu_fitting(100), 256);
+        // Loopback's 64 KiB route takes the largest.
+        assert_eq!(active_mtu("127.0.0.1".parse().expect("addr")), 4096);
     }
 
     #[test]
@@ -797,6 +1137,7 @@ mod tests {
             "10.0.0.1:49152".parse().expect("addr"),
             "10.0.0.2:4791".parse().expect("addr"),
             payload.len(),
+            Ecn::NotEct,
         )
         .expect("room");
         assert_eq!(&buf[start..HEADROOM + payload.len()], &p[..]);

@@ -1089,3 +1089,202 @@ fn application_memory_is_placed_into_without_a_copy() {
         "the peer's bytes, in the application's array"
     );
 }
+
+/// Issue 21: with a peer that takes coalesced datagrams, a queue pair's packets leave in UDP
+/// GSO messages and the peer's UDP path splits them again — in both modes, IPv4 and IPv6, at
+/// 1024- and 4096-byte MTUs: multi-packet Writes whose last packet is shorter, Reads, Sends of
+/// mixed sizes (a shorter packet closes a message), every byte checked, exactly one completion
+/// per work request, and (IPv6, where the UDP path verifies them) every ICRC correct.
+#[test]
+fn gso_batches_are_split_back_into_their_packets() {
+    let mut addrs = vec!["127.0.0.1"];
+    if UdpSocket::bind("[::1]:0").is_ok() {
+        addrs.push("::1");
+    }
+    for addr in addrs {
+        for mode in MODES {
+            for mtu in [1024, 4096] {
+                for gso in [true, false] {
+                    gso_round(addr, mode, mtu, gso);
+                }
+            }
+        }
+    }
+}
+
+fn gso_round(addr: &str, mode: QpMode, mtu: u32, gso: bool) {
+    let what = format!("{addr} {mode:?} MTU {mtu} gso {gso}");
+    let open = |seed| device_on(addr, ReceivePath::Udp, 0.0, seed).expect("open a device");
+    let (a, b) = (side(open(31), mode, 8192), side(open(32), mode, 8192));
+    assert!(a.dev.accepts_gso() && b.dev.accepts_gso());
+    let attr = QpAttr {
+        path_mtu: mtu,
+        ..QpAttr::default()
+    };
+    a.qp.connect(&attr, &remote(&b, 7), 9).expect("connect");
+    b.qp.connect(&attr, &remote(&a, 9), 7).expect("connect");
+    a.qp.set_peer_gso(gso).expect("gso");
+    b.qp.set_peer_gso(gso).expect("gso");
+    const LEN: usize = (1 << 20) + 37;
+    let src = a.pd.reg_mr(2 * LEN, all()).expect("mr");
+    let dst = b.pd.reg_mr(2 * LEN, all()).expect("mr");
+    let mut data = vec![0u8; LEN];
+    pattern(mtu.into(), &mut data);
+    src.write(0, &data).expect("fill");
+    // Four Writes at once, then a Read of the first back into a's second half.
+    for i in 0..4u64 {
+        a.qp.post_send(wr(
+            i,
+            SendOp::Write(remote_of(&dst, 0)),
+            vec![src.sge(0, LEN as u32)],
+        ))
+        .expect("post");
+    }
+    for i in 0..4 {
+        let wc = wait(&a.cq, 20);
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{what}");
+    }
+    a.qp.post_send(wr(
+        10,
+        SendOp::Read(remote_of(&dst, 0)),
+        vec![src.sge(LEN as u64, LEN as u32)],
+    ))
+    .expect("post");
+    assert_eq!(wait(&a.cq, 20).status, WcStatus::Success, "{what}");
+    let mut got = vec![0u8; LEN];
+    dst.read(0, &mut got).expect("read");
+    assert!(got == data, "{what}: the Writes' data");
+    src.read(LEN as u64, &mut got).expect("read");
+    assert!(got == data, "{what}: the Read's data");
+    // Sends of mixed sizes, all posted at once: whole, short and empty packets interleaved.
+    let sizes: Vec<u32> = (0..300u32)
+        .map(|i| [64, 5000, 1, 3 * mtu, 0][i as usize % 5])
+        .collect();
+    let mut at = 0u64;
+    for (i, &n) in sizes.iter().enumerate() {
+        b.qp.post_recv(RecvWr {
+            wr_id: 100 + i as u64,
+            sg_list: vec![dst.sge(LEN as u64 + at, n.max(1))],
+        })
+        .expect("recv");
+        a.qp.post_send(wr(100 + i as u64, SendOp::Send, vec![src.sge(at, n)]))
+            .expect("post");
+        at += u64::from(n.max(1));
+    }
+    for i in 0..sizes.len() as u64 {
+        assert_eq!(wait(&a.cq, 20).status, WcStatus::Success, "{what}");
+        let wc = wait(&b.cq, 20);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (100 + i, WcStatus::Success),
+            "{what}"
+        );
+        assert_eq!(wc.byte_len, sizes[i as usize], "{what}");
+    }
+    let mut got = vec![0u8; at as usize];
+    dst.read(LEN as u64, &mut got).expect("read");
+    let mut at = 0usize;
+    for &n in &sizes {
+        let n = n as usize;
+        assert!(got[at..at + n] == data[at..at + n], "{what}: a Send's data");
+        at += n.max(1);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        a.cq.is_empty() && b.cq.is_empty(),
+        "{what}: nothing more completed"
+    );
+    let (ca, cb) = (a.dev.counters(), b.dev.counters());
+    if gso {
+        assert!(
+            ca.tx_gso_messages > 0 && cb.rx_coalesced > 0,
+            "{what}: {ca:?} {cb:?}"
+        );
+    } else {
+        assert_eq!((ca.tx_gso_messages, cb.rx_coalesced), (0, 0), "{what}");
+    }
+    assert_eq!(ca.rx_malformed + cb.rx_malformed, 0, "{what}");
+    assert_eq!(ca.rx_icrc_errors + cb.rx_icrc_errors, 0, "{what}");
+    assert_eq!(ca.tx_errors + cb.tx_errors, 0, "{what}");
+}
+
+/// Issue 21: ECN on real sockets. Data leaves ECT(0); what the sender's `Impairment::ce` marks
+/// Congestion Experienced crosses the kernel with its IP header's ECN field, is read back on the
+/// receiver's path (the raw socket's header, `IP_RECVTOS` on the UDP path) and answered as the
+/// queue pair's controller expects: DCQCN's receiver sends CNPs that reach the sender; without
+/// congestion control the marks are seen and nothing is sent back; the data is intact either
+/// way.
+#[test]
+fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
+    let mut paths = vec![ReceivePath::Udp];
+    if raw_permitted() {
+        paths.push(ReceivePath::Raw);
+    }
+    for path in paths {
+        for cc in [irn_verbs::Congestion::Dcqcn, irn_verbs::Congestion::None] {
+            let open = |seed| {
+                let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+                cfg.port = 0;
+                cfg.seed = seed;
+                cfg.receive = path;
+                cfg.tx_impairment = irn_verbs::Impairment {
+                    ce: 0.05,
+                    ..irn_verbs::Impairment::default()
+                };
+                irn_verbs::Device::open(cfg).expect("device")
+            };
+            let make = |dev: irn_verbs::Device| {
+                let pd = dev.alloc_pd();
+                let cq = dev.create_cq(1024).expect("cq");
+                let init = QpInit {
+                    mode: QpMode::Irn,
+                    cc,
+                    ..QpInit::default()
+                };
+                let qp = pd.create_qp(&cq, &cq, init).expect("qp");
+                Side { dev, pd, cq, qp }
+            };
+            let (a, b) = (make(open(41)), make(open(42)));
+            a.qp.connect(&QpAttr::default(), &remote(&b, 1), 2)
+                .expect("connect");
+            b.qp.connect(&QpAttr::default(), &remote(&a, 2), 1)
+                .expect("connect");
+            let len = 1 << 20;
+            let src = a.pd.reg_mr(len, all()).expect("mr");
+            let dst = b.pd.reg_mr(len, all()).expect("mr");
+            let mut data = vec![0u8; len];
+            pattern(5, &mut data);
+            src.write(0, &data).expect("fill");
+            for i in 0..4 {
+                a.qp.post_send(wr(
+                    i,
+                    SendOp::Write(remote_of(&dst, 0)),
+                    vec![src.sge(0, len as u32)],
+                ))
+                .expect("post");
+            }
+            for i in 0..4 {
+                let wc = wait(&a.cq, 30);
+                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{path} {cc}");
+            }
+            let mut got = vec![0u8; len];
+            dst.read(0, &mut got).expect("read");
+            assert!(got == data, "{path} {cc}: data");
+            let (ca, cb) = (a.qp.counters(), b.qp.counters());
+            // About 5 % of 4 096 data packets marked, each seen by the receiver.
+            assert!(
+                (100..500).contains(&cb.ecn_marked),
+                "{path} {cc}: {} marked",
+                cb.ecn_marked
+            );
+            if cc == irn_verbs::Congestion::Dcqcn {
+                assert!(cb.cnps_sent > 0, "{path}: {cb:?}");
+                assert_eq!(ca.cnps_received, cb.cnps_sent, "{path}: every CNP arrives");
+            } else {
+                assert_eq!((cb.cnps_sent, ca.cnps_received), (0, 0), "{path}");
+            }
+            // Nothing the receiver sends back is marked: ACKs and CNPs are not ECN-capable.
+            assert_eq!(ca.ecn_marked, 0, "{path} {cc}");
+        }
+    }
+}

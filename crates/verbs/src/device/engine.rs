@@ -4,6 +4,7 @@
 //! here runs with the device's [`Core`] locked.
 
 use super::*;
+use std::os::fd::AsFd;
 
 impl Core {
     pub(super) fn fresh_id(&mut self) -> u32 {
@@ -42,6 +43,7 @@ impl Core {
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
+        self.gso_turn = self.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.qps.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
@@ -56,7 +58,10 @@ impl Core {
             };
             self.queue_tx(sock, now, peer, &t, &payload);
         }
-        self.flush_tx(sock);
+        self.gso_turn = false;
+        if !self.defer_flush {
+            self.flush_tx(sock);
+        }
         self.payload = payload;
         if more {
             self.tx_pending.insert(qpn);
@@ -88,7 +93,12 @@ impl Core {
     }
 
     /// Builds packet `t` to `peer` in the next slot of the transmit batch (captured there), or
-    /// passes it through the send impairment.
+    /// passes it through the send impairment. In a turn that may coalesce ([`Core::gso_turn`])
+    /// a packet joins the batch's last message when it goes to the same peer with the same
+    /// ECN marking and is no longer than that message's first packet (a shorter one closes
+    /// the message, as UDP GSO cuts every segment but the last to one size); its IPv4
+    /// identification, which the ICRC covers, is then its index in the message — the one the
+    /// kernel's segmentation gives it ([`net::TxMsg`]).
     pub(super) fn queue_tx(
         &mut self,
         sock: &UdpSocket,
@@ -97,40 +107,108 @@ impl Core {
         t: &Transmit,
         payload: &[u8],
     ) {
+        if self.tx_batch.len() == TX_SLOTS {
+            self.flush_tx(sock);
+        }
+        let mut t = *t;
+        if t.ecn != Ecn::NotEct && self.tx_imp.ce > 0.0 && self.rng.chance(self.tx_imp.ce) {
+            t.ecn = Ecn::Ce;
+        }
         let slot = self.tx_batch.len();
-        let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
-        let Some((hdr, len)) = build(buf, self.local, peer, t, payload) else {
+        let Some((mut ip, udp)) = net::headers(self.local, peer, t.ecn) else {
             return;
         };
-        if !self.tx_imp.is_active() {
-            if let Some(c) = self.capture.as_mut() {
-                c.write(&buf[..len]);
+        let mut repr = RoceRepr { ip, udp, ib: t.ib };
+        let len = repr.buffer_len();
+        let hdr = ip.header_len() + UDP_LEN;
+        let datagram = len - hdr;
+        let coalesce = self.gso_turn && !self.tx_imp.is_active();
+        let joins = coalesce
+            && self.tx_open
+            && self.tx_msgs.last().is_some_and(|m| {
+                m.dest == peer
+                    && m.ecn == t.ecn
+                    && m.count < net::GSO_MAX_SEGMENTS
+                    && (m.count + 1) * usize::from(m.seg_len) <= net::GSO_MAX_BYTES
+                    && datagram <= usize::from(m.seg_len)
+            });
+        if joins {
+            let m = self.tx_msgs.last().expect("joins a message");
+            if let IpRepr::V4(v4) = &mut ip {
+                v4.ident = m.count as u16;
             }
-            self.tx_batch.push((slot, hdr, len, peer));
+            repr.ip = ip;
+        }
+        let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
+        if buf
+            .get_mut(..len)
+            .is_none_or(|b| repr.emit(b, payload).is_err())
+        {
             return;
         }
-        let bytes = buf[..len].to_vec();
-        impair(self, sock, now, Some(peer), &bytes);
+        if self.tx_imp.is_active() {
+            let bytes = buf[..len].to_vec();
+            impair(self, sock, now, Some(peer), &bytes);
+            return;
+        }
+        if let Some(c) = self.capture.as_mut() {
+            c.write(&buf[..len]);
+        }
+        self.tx_batch.push((slot, hdr, len));
+        if joins {
+            let m = self.tx_msgs.last_mut().expect("joins a message");
+            m.count += 1;
+            self.tx_open = datagram == usize::from(m.seg_len);
+        } else {
+            self.tx_msgs.push(net::TxMsg {
+                dest: peer,
+                first: slot,
+                count: 1,
+                seg_len: datagram as u16,
+                ecn: t.ecn,
+                checksum: coalesce,
+            });
+            self.tx_open = coalesce;
+        }
     }
 
-    /// Sends the packets batched in this turn, in order, with as few system calls as the
-    /// socket buffer allows.
+    /// Sends the packets batched so far, in order, with as few system calls as the socket
+    /// buffer allows. An IPv4 socket sends without a UDP checksum, as rxe does, except for
+    /// queue pairs whose packets may be coalesced: the kernel refuses UDP GSO without one
+    /// (`udp_send_skb`), so the option is switched around those (rarely: a device's queue
+    /// pairs are usually all of one kind).
     pub(super) fn flush_tx(&mut self, sock: &UdpSocket) {
         if self.tx_batch.is_empty() {
             return;
         }
-        let msgs: Vec<(SocketAddr, &[u8])> = self
+        let packets: Vec<&[u8]> = self
             .tx_batch
             .iter()
-            .map(|&(slot, hdr, len, peer)| {
-                (peer, &self.tx_buf[slot * SLOT + hdr..slot * SLOT + len])
-            })
+            .map(|&(slot, hdr, len)| &self.tx_buf[slot * SLOT + hdr..slot * SLOT + len])
             .collect();
-        let (sent, bytes, errors) = net::send_batch(sock, &msgs);
-        self.counters.tx_packets += sent;
-        self.counters.tx_bytes += bytes;
-        self.counters.tx_errors += errors;
+        let mut at = 0;
+        while at < self.tx_msgs.len() {
+            let checksum = self.tx_msgs[at].checksum;
+            let run = self.tx_msgs[at..]
+                .iter()
+                .take_while(|m| m.checksum == checksum)
+                .count();
+            if self.local.is_ipv4()
+                && self.udp_no_check == checksum
+                && net::sys::set_no_check(sock.as_fd(), !checksum).is_ok()
+            {
+                self.udp_no_check = !checksum;
+            }
+            let sent = net::send_batch(sock, &self.tx_msgs[at..at + run], &packets);
+            self.counters.tx_packets += sent.packets;
+            self.counters.tx_bytes += sent.bytes;
+            self.counters.tx_errors += sent.errors;
+            self.counters.tx_gso_messages += sent.gso;
+            at += run;
+        }
         self.tx_batch.clear();
+        self.tx_msgs.clear();
+        self.tx_open = false;
     }
 
     /// Handles one received IP packet.
@@ -194,7 +272,7 @@ impl Core {
         let Some(pd) = self.pds.get_mut(&e.pd) else {
             return;
         };
-        e.qp.handle_packet(now, &ib, payload, Ecn::NotEct, &mut pd.mem);
+        e.qp.handle_packet(now, &ib, payload, ip_ecn(packet), &mut pd.mem);
         self.transmit(sock, now, qpn);
         self.drain_completions(qpn);
     }
@@ -279,7 +357,8 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
     }
 }
 
-/// Puts one IP packet (headers `hdr` bytes long) on the wire: its UDP payload to `peer`.
+/// Puts one IP packet (headers `hdr` bytes long) on the wire: its UDP payload to `peer`, with
+/// the ECN field of its IP header.
 pub(super) fn send_now(
     sock: &UdpSocket,
     counters: &mut DeviceCounters,
@@ -292,38 +371,18 @@ pub(super) fn send_now(
         c.write(ip_packet);
     }
     let datagram = &ip_packet[hdr..];
-    loop {
-        match sock.send_to(datagram, peer) {
-            Ok(_) => {
-                counters.tx_packets += 1;
-                counters.tx_bytes += datagram.len() as u64;
-                return;
-            }
-            // The socket buffer is full: wait for room (the kernel drains it at line rate).
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => net::wait_writable(sock),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => {
-                counters.tx_errors += 1;
-                return;
-            }
-        }
-    }
-}
-
-/// Builds the IP packet of `t` from `local` to `peer` in `buf`, with the ICRC a standard
-/// receiver computes; returns (IP + UDP header length, total length).
-pub(super) fn build(
-    buf: &mut [u8],
-    local: SocketAddr,
-    peer: SocketAddr,
-    t: &Transmit,
-    payload: &[u8],
-) -> Option<(usize, usize)> {
-    let (ip, udp) = net::headers(local, peer)?;
-    let repr = RoceRepr { ip, udp, ib: t.ib };
-    let len = repr.buffer_len();
-    repr.emit(buf.get_mut(..len)?, payload).ok()?;
-    Some((ip.header_len() + UDP_LEN, len))
+    let msg = net::TxMsg {
+        dest: peer,
+        first: 0,
+        count: 1,
+        seg_len: datagram.len() as u16,
+        ecn: ip_ecn(ip_packet),
+        checksum: false,
+    };
+    let sent = net::send_batch(sock, &[msg], &[datagram]);
+    counters.tx_packets += sent.packets;
+    counters.tx_bytes += sent.bytes;
+    counters.tx_errors += sent.errors;
 }
 
 /// Passes an IP packet through the impairment of its direction (`to`: `Some(peer)` for a
@@ -426,7 +485,12 @@ pub(super) fn release(
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 pub(super) fn engine(shared: &Shared) {
     // Receive buffers reused burst after burst: no allocation per datagram.
-    let mut batch = RxBatch::new(RX_BURST, MAX_DATAGRAM);
+    let largest = match shared.socks.path() {
+        // A coalesced datagram of up to 64 packets.
+        ReceivePath::Udp => 1 << 16,
+        _ => MAX_DATAGRAM,
+    };
+    let mut batch = RxBatch::new(RX_BURST, largest);
     let mut next_deadline: Option<Time> = None;
     while !shared.closed() {
         // Sleep until a packet comes or the next timer is due.
@@ -470,6 +534,8 @@ pub(super) fn engine(shared: &Shared) {
         let now = shared.now();
         let sock = &shared.socks.udp;
         let mut woke = false;
+        core.defer_flush = true;
+        core.counters.rx_coalesced += batch.coalesced;
         for rx in &batch.got {
             woke = true;
             if rx.malformed {
@@ -512,10 +578,22 @@ pub(super) fn engine(shared: &Shared) {
             core.transmit(sock, now, qpn);
             woke |= core.drain_completions(qpn);
         }
+        core.defer_flush = false;
+        core.flush_tx(sock);
         drop(core);
         if woke || fired {
             shared.cq_ready.notify_all();
         }
+    }
+}
+
+/// The ECN field of an IP packet's header (the UDP path rebuilds it from the traffic class
+/// the kernel reports).
+pub(super) fn ip_ecn(p: &[u8]) -> Ecn {
+    match p.first().map(|b| b >> 4) {
+        Some(4) => p.get(1).map_or(Ecn::NotEct, |tos| Ecn::from_bits(*tos)),
+        Some(6) => p.get(1).map_or(Ecn::NotEct, |b| Ecn::from_bits(b >> 4)),
+        _ => Ecn::NotEct,
     }
 }
 

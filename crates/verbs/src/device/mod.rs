@@ -31,7 +31,7 @@ use irn_transport::{
     QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time, Transmit,
     WcOpcode,
 };
-use irn_wire::{Ecn, IbRepr, RoceRepr};
+use irn_wire::{Ecn, IbRepr, IpRepr, RoceRepr};
 
 use irn_wire::udp::HEADER_LEN as UDP_LEN;
 
@@ -65,6 +65,9 @@ const RX_BURST: usize = 64;
 /// and its retransmission timer would expire behind its own burst), and shares the link
 /// fairly among queue pairs.
 const TX_BURST: usize = 32;
+/// Packets a transmit batch holds before it is sent: a turn's, or (while a received burst is
+/// processed) those of every queue pair the burst gave a turn.
+const TX_SLOTS: usize = 64;
 /// Bytes of one packet slot of a transmit batch.
 const SLOT: usize = MAX_DATAGRAM + 64;
 /// The engine thread wakes at least this often (to notice a closed device).
@@ -135,9 +138,9 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
                 max: Dur::from_micros(200_000),
                 initial: Dur::from_micros(2_000),
             },
-            bdp_cap: preset.bdp_cap.map(|_| {
-                irn_transport::bdp_cap_packets(line_rate_bps, Dur::from_micros(100), 1024)
-            }),
+            bdp_cap: preset
+                .bdp_cap
+                .map(|_| irn_transport::bdp_cap_packets(line_rate_bps, RUNTIME_RTT, 1024)),
             ..preset
         }
     } else {
@@ -160,6 +163,109 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
         }
     }
 }
+
+/// A queue pair's congestion control (`QpInit::cc`): the controllers of `irn-transport`, the
+/// same the simulator runs (SPEC N5), on real packets. Data always leaves ECN-capable
+/// (ECT(0)); a CE mark a switch (or `Impairment::ce`) puts on it reaches the receiver through
+/// the kernel (the raw path's IP header, or `IP_RECVTOS` / `IPV6_RECVTCLASS` on the UDP path),
+/// and the receiver answers as the controller expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// None: the sender runs at line rate within its window (IRN's BDP cap, RoCE's 128 PSNs).
+    #[default]
+    None,
+    /// DCQCN (Zhu et al., SIGCOMM 2015): the receiver, as notification point, answers CE
+    /// marks with at most one CNP per 50 µs; the sender cuts and recovers its rate.
+    Dcqcn,
+    /// TIMELY (Mittal et al., SIGCOMM 2015): rate from RTT gradients, no marks needed.
+    Timely,
+    /// DCTCP (RFC 8257): the receiver echoes CE in its ACKs; the window shrinks by the
+    /// fraction marked.
+    Dctcp,
+    /// A window halved once per round trip with a mark or loss, grown by one MSS per round
+    /// trip otherwise (the IRN paper's AIMD, §4.3).
+    Aimd,
+}
+
+impl Congestion {
+    /// The name the tools use for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Congestion::None => "none",
+            Congestion::Dcqcn => "dcqcn",
+            Congestion::Timely => "timely",
+            Congestion::Dctcp => "dctcp",
+            Congestion::Aimd => "aimd",
+        }
+    }
+
+    /// The controller factory and the receiver's CNP interval for a queue pair with an
+    /// in-flight cap of `cap` packets of `mtu` bytes (what a window starts at: IRN's flows
+    /// start at line rate; the rate controllers start at the queue pair's line rate).
+    fn build(
+        self,
+        cap: Option<u32>,
+        mtu: u64,
+    ) -> (Arc<dyn irn_transport::ControllerFactory>, Option<Dur>) {
+        use irn_transport::{
+            DcqcnConfig, DcqcnFactory, NoCcFactory, TimelyConfig, TimelyFactory, WindowAlgorithm,
+            WindowConfig, WindowFactory,
+        };
+        let window = |algorithm| {
+            let init = u64::from(cap.unwrap_or(128)) * mtu;
+            Arc::new(WindowFactory(WindowConfig {
+                algorithm,
+                mss: mtu,
+                init_window: init,
+                max_window: Some(init),
+                // A software round trip (RUNTIME_RTT), not a datacenter's.
+                initial_rtt: RUNTIME_RTT,
+                ..WindowConfig::default()
+            })) as Arc<dyn irn_transport::ControllerFactory>
+        };
+        match self {
+            Congestion::None => (Arc::new(NoCcFactory), None),
+            Congestion::Dcqcn => (
+                Arc::new(DcqcnFactory {
+                    config: DcqcnConfig::default(),
+                    seed: random_u64(),
+                }),
+                Some(Dur::from_micros(50)),
+            ),
+            Congestion::Timely => (Arc::new(TimelyFactory(TimelyConfig::default())), None),
+            Congestion::Dctcp => (window(WindowAlgorithm::Dctcp), None),
+            Congestion::Aimd => (window(WindowAlgorithm::Aimd), None),
+        }
+    }
+}
+
+impl std::str::FromStr for Congestion {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Congestion, String> {
+        [
+            Congestion::None,
+            Congestion::Dcqcn,
+            Congestion::Timely,
+            Congestion::Dctcp,
+            Congestion::Aimd,
+        ]
+        .into_iter()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| {
+            format!("congestion control is none, dcqcn, timely, dctcp or aimd, not {s:?}")
+        })
+    }
+}
+
+impl std::fmt::Display for Congestion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The round trip the runtime's IRN timers and BDP cap assume: a user-space engine on each
+/// end, woken by the kernel.
+const RUNTIME_RTT: Dur = Dur::from_micros(100);
 
 /// Everything the verbs calls can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +376,13 @@ pub struct DeviceCounters {
     pub impaired_other: u64,
     /// Packets written to the capture.
     pub captured: u64,
+    /// UDP GSO messages sent: each carried two or more packets in one system call, cut into
+    /// datagrams by the kernel (their packets are in `tx_packets`). Only towards peers that
+    /// take them ([`Qp::set_peer_gso`]).
+    pub tx_gso_messages: u64,
+    /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
+    /// back into the packets counted in `rx_packets`.
+    pub rx_coalesced: u64,
 }
 
 struct QpEntry {
@@ -285,6 +398,8 @@ struct QpEntry {
     /// ones must come from too (a RoCE peer picks one per queue pair: rxe 0xC000 | a hash of
     /// the QPN, irn its socket's). `None` until then, and after each (re)connection.
     peer_sport: Option<u16>,
+    /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
+    gso: bool,
 }
 
 struct CqState {
@@ -342,8 +457,20 @@ pub(crate) struct Core {
     /// Packets of the current transmit turn, built in place and sent with one `sendmmsg`:
     /// `TX_BURST` slots of `SLOT` bytes.
     tx_buf: Vec<u8>,
-    /// (slot, IP + UDP header length, packet length, destination) of each packet in `tx_buf`.
-    tx_batch: Vec<(usize, usize, usize, SocketAddr)>,
+    /// (slot, IP + UDP header length, packet length) of each packet in `tx_buf`.
+    tx_batch: Vec<(usize, usize, usize)>,
+    /// The messages `tx_batch` goes out in: one datagram each, or a UDP GSO run.
+    tx_msgs: Vec<net::TxMsg>,
+    /// The last of `tx_msgs` may take more packets.
+    tx_open: bool,
+    /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
+    /// GSO batches: [`Qp::set_peer_gso`]).
+    gso_turn: bool,
+    /// Received packets are being processed: their queue pairs' packets (ACKs, mostly) go out
+    /// together once the burst is done, instead of one system call per packet received.
+    defer_flush: bool,
+    /// The UDP socket currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
+    udp_no_check: bool,
     payload: Vec<u8>,
 }
 
@@ -446,8 +573,13 @@ impl Device {
             counters: DeviceCounters::default(),
             capture,
             verify_icrc: socks.verifies_icrc(),
-            tx_buf: vec![0; TX_BURST * SLOT],
-            tx_batch: Vec::with_capacity(TX_BURST),
+            tx_buf: vec![0; TX_SLOTS * SLOT],
+            tx_batch: Vec::with_capacity(TX_SLOTS),
+            tx_msgs: Vec::with_capacity(TX_SLOTS),
+            tx_open: false,
+            gso_turn: false,
+            defer_flush: false,
+            udp_no_check: local.is_ipv4(),
             payload: Vec::with_capacity(MAX_DATAGRAM),
         };
         let shared = Arc::new(Shared {
@@ -481,6 +613,13 @@ impl Device {
     /// The bound address and port.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.lock().local
+    }
+
+    /// Whether this device takes coalesced datagrams: a peer's UDP GSO messages, which stay
+    /// whole on loopback and veths (the UDP path splits them; a raw socket would see one
+    /// oversized packet). What a peer passes to [`Qp::set_peer_gso`].
+    pub fn accepts_gso(&self) -> bool {
+        self.shared.socks.path() == ReceivePath::Udp
     }
 
     /// The receive path in use ([`ReceivePath::Udp`] or [`ReceivePath::Raw`]).
@@ -611,6 +750,8 @@ pub struct QpInit {
     pub max_recv_wr: usize,
     /// Link rate the congestion controller and BDP-FC assume, bits per second.
     pub line_rate_bps: u64,
+    /// Congestion control.
+    pub cc: Congestion,
 }
 
 impl Default for QpInit {
@@ -620,6 +761,7 @@ impl Default for QpInit {
             max_send_wr: 1024,
             max_recv_wr: 1024,
             line_rate_bps: 10_000_000_000,
+            cc: Congestion::None,
         }
     }
 }

@@ -103,9 +103,13 @@ impl Pd {
             return Err(Error::Gone);
         }
         let qpn = core.fresh_qpn();
+        let recovery = runtime_recovery(init.mode, init.line_rate_bps);
+        let (cc, cnp_interval) = init.cc.build(recovery.bdp_cap, 1024);
         let cfg = QpConfig {
             qpn,
-            recovery: runtime_recovery(init.mode, init.line_rate_bps),
+            recovery,
+            cc,
+            cnp_interval,
             line_rate_bps: init.line_rate_bps,
             max_send_wr: init.max_send_wr,
             max_recv_wr: init.max_recv_wr,
@@ -123,6 +127,7 @@ impl Pd {
                 remote: None,
                 armed: None,
                 peer_sport: None,
+                gso: false,
             },
         );
         Ok(Qp {
@@ -411,6 +416,22 @@ impl Qp {
                 .with(AttrMask::MAX_QP_RD_ATOMIC),
             None,
         )
+    }
+
+    /// Says whether the peer's device takes coalesced datagrams (its
+    /// [`Device::accepts_gso`]; learnt out of band — `irn perf` swaps it in its parameters).
+    /// When it does, this queue pair's packets leave in UDP GSO messages: up to 64 packets of
+    /// one size to the peer in one system call, cut into datagrams by the kernel (on loopback
+    /// and veths they reach the peer still whole, which a UDP-path device splits; elsewhere
+    /// they are cut before the wire, with the IPv4 identifications the ICRCs were computed
+    /// over). Off by default: Linux rxe and raw-path devices need one packet per datagram.
+    pub fn set_peer_gso(&self, on: bool) -> Result<()> {
+        self.with(|core, _| {
+            if let Some(e) = core.qps.get_mut(&self.qpn) {
+                e.gso = on;
+            }
+            Ok(())
+        })
     }
 
     /// Posts a send work request (`ibv_post_send`): Send, Write, Write with immediate, Read,
