@@ -145,7 +145,10 @@ fn operations_bulk_loss_and_pingpong_across_namespaces() {
 /// verified in both modes, at 1024- and 4096-byte MTUs.
 #[test]
 fn gso_segments_cut_before_the_wire_pass_a_verifying_receiver() {
-    let Some(n) = setup() else { return };
+    // Namespaces and a subnet of its own: the other test of this file runs at the same time.
+    let Some(n) = Netns::setup("verbs_netns", "g", 236) else {
+        return;
+    };
     let ethtool = Command::new("ip")
         .args(["netns", "exec", &n.a, "ethtool", "-K", &n.dev_a])
         .args(["tx-udp-segmentation", "off"])
@@ -176,7 +179,7 @@ fn gso_segments_cut_before_the_wire_pass_a_verifying_receiver() {
                 &[
                     "perf",
                     "write",
-                    "10.231.0.2",
+                    "10.236.0.2",
                     "--mode",
                     mode,
                     "--verify",
