@@ -1132,18 +1132,7 @@ fn gso_round(addr: &str, mode: QpMode, mtu: u32, gso: bool) {
     pattern(mtu.into(), &mut data);
     src.write(0, &data).expect("fill");
     // Four Writes at once, then a Read of the first back into a's second half.
-    for i in 0..4u64 {
-        a.qp.post_send(wr(
-            i,
-            SendOp::Write(remote_of(&dst, 0)),
-            vec![src.sge(0, LEN as u32)],
-        ))
-        .expect("post");
-    }
-    for i in 0..4 {
-        let wc = wait(&a.cq, 20);
-        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{what}");
-    }
+    four_writes(&a, &src, &dst, LEN, &what);
     a.qp.post_send(wr(
         10,
         SendOp::Read(remote_of(&dst, 0)),
@@ -1255,18 +1244,7 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
             let mut data = vec![0u8; len];
             pattern(5, &mut data);
             src.write(0, &data).expect("fill");
-            for i in 0..4 {
-                a.qp.post_send(wr(
-                    i,
-                    SendOp::Write(remote_of(&dst, 0)),
-                    vec![src.sge(0, len as u32)],
-                ))
-                .expect("post");
-            }
-            for i in 0..4 {
-                let wc = wait(&a.cq, 30);
-                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{path} {cc}");
-            }
+            four_writes(&a, &src, &dst, len, &format!("{path} {cc}"));
             let mut got = vec![0u8; len];
             dst.read(0, &mut got).expect("read");
             assert!(got == data, "{path} {cc}: data");
@@ -1286,5 +1264,22 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
             // Nothing the receiver sends back is marked: ACKs and CNPs are not ECN-capable.
             assert_eq!(ca.ecn_marked, 0, "{path} {cc}");
         }
+    }
+}
+
+/// Four Writes of `len` bytes from the start of `src` to the start of `dst`, posted at once;
+/// each completes successfully, in order.
+fn four_writes(a: &Side, src: &irn_verbs::Mr, dst: &irn_verbs::Mr, len: usize, what: &str) {
+    for i in 0..4u64 {
+        a.qp.post_send(wr(
+            i,
+            SendOp::Write(remote_of(dst, 0)),
+            vec![src.sge(0, len as u32)],
+        ))
+        .expect("post");
+    }
+    for i in 0..4 {
+        let wc = wait(&a.cq, 30);
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{what}");
     }
 }
