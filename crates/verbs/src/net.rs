@@ -368,8 +368,8 @@ impl RxBatch {
         let raw = socks.raw.is_some();
         let skip = if raw { 0 } else { HEADROOM };
         let n = sys::recvmmsg(socks.rx_fd(), &mut self.bufs, skip, !raw, &mut self.sys);
-        let bad = |i| Rx {
-            buf: Some(i),
+        let bad = |buf| Rx {
+            buf,
             start: 0,
             len: 0,
             malformed: true,
@@ -384,7 +384,7 @@ impl RxBatch {
                         len,
                         malformed: false,
                     },
-                    true => bad(i),
+                    true => bad(Some(i)),
                 });
                 continue;
             }
@@ -393,7 +393,7 @@ impl RxBatch {
             let ecn = tos.map_or(Ecn::NotEct, Ecn::from_bits);
             let from = self.sys.source(i);
             let (Some(from), false) = (from, truncated) else {
-                self.got.push(bad(i));
+                self.got.push(bad(Some(i)));
                 continue;
             };
             let seg = usize::from(seg);
@@ -407,7 +407,7 @@ impl RxBatch {
                             len: HEADROOM - start + len,
                             malformed: false,
                         },
-                        None => bad(i),
+                        None => bad(Some(i)),
                     },
                 );
                 continue;
@@ -427,10 +427,7 @@ impl RxBatch {
                             len: HEADROOM - start + chunk.len(),
                             malformed: false,
                         },
-                        None => Rx {
-                            buf: None,
-                            ..bad(0)
-                        },
+                        None => bad(None),
                     },
                 );
             }
@@ -515,9 +512,9 @@ pub(crate) struct TxMsg {
     pub(crate) seg_len: u16,
     /// The ECN field of every packet (`IP_TOS` / `IPV6_TCLASS` control message).
     pub(crate) ecn: Ecn,
-    /// Sent with a UDP checksum (GSO needs one): the caller has the socket's `SO_NO_CHECK`
-    /// cleared.
-    pub(crate) checksum: bool,
+    /// Its queue pair's peer takes GSO messages, so it may take more packets; sent with a UDP
+    /// checksum, which GSO needs (the caller has the socket's `SO_NO_CHECK` cleared).
+    pub(crate) coalesce: bool,
 }
 
 /// What [`send_batch`] did.
@@ -596,6 +593,8 @@ pub(crate) struct Received<'a> {
     pub(crate) ib: &'a [u8],
     /// The UDP payload's length (BTH to ICRC included).
     pub(crate) datagram_len: usize,
+    /// The IP header's ECN field.
+    pub(crate) ecn: Ecn,
 }
 
 /// Splits a received IP packet; with `verify`, checks its ICRC.
@@ -604,14 +603,14 @@ pub(crate) struct Received<'a> {
 /// packet sent from this host carries an unfinished one (checksum offload); the ICRC covers
 /// all the checksum would.
 pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject> {
-    let (src, _dst, datagram) = match packet.first().map(|b| b >> 4) {
+    let (src, ecn, datagram) = match packet.first().map(|b| b >> 4) {
         Some(4) => {
             let p = Ipv4Packet::new_checked(packet).map_err(|_| Reject::Malformed)?;
             if p.protocol() != PROTO_UDP || p.more_frags() || p.frag_offset() != 0 {
                 return Err(Reject::Malformed);
             }
             let r = p.payload_range();
-            (IpAddr::V4(p.src()), IpAddr::V4(p.dst()), &packet[r])
+            (IpAddr::V4(p.src()), p.ecn(), &packet[r])
         }
         Some(6) => {
             let p = Ipv6Packet::new_checked(packet).map_err(|_| Reject::Malformed)?;
@@ -619,7 +618,7 @@ pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject>
                 return Err(Reject::Malformed);
             }
             let r = p.payload_range();
-            (IpAddr::V6(p.src()), IpAddr::V6(p.dst()), &packet[r])
+            (IpAddr::V6(p.src()), p.ecn(), &packet[r])
         }
         _ => return Err(Reject::Malformed),
     };
@@ -642,6 +641,7 @@ pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject>
         from: SocketAddr::new(src, u.src_port()),
         ib: &payload[..body_len],
         datagram_len: payload.len(),
+        ecn,
     })
 }
 

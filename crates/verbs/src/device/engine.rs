@@ -34,8 +34,10 @@ impl Core {
         any
     }
 
-    /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets. Returns whether it may have
-    /// more (then it is in `tx_pending`).
+    /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets, built into the transmit
+    /// batch, which leaves when the caller's work is done ([`Core::flush_tx`]: a verb's, or a
+    /// whole received burst's — so the ACKs a burst provokes go out together). Returns whether
+    /// it may have more (then it is in `tx_pending`).
     pub(super) fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) -> bool {
         if !self.qps.contains_key(&qpn) {
             return self.transmit_ud(sock, now, qpn);
@@ -59,9 +61,6 @@ impl Core {
             self.queue_tx(sock, now, peer, &t, &payload);
         }
         self.gso_turn = false;
-        if !self.defer_flush {
-            self.flush_tx(sock);
-        }
         self.payload = payload;
         if more {
             self.tx_pending.insert(qpn);
@@ -115,7 +114,7 @@ impl Core {
             t.ecn = Ecn::Ce;
         }
         let slot = self.tx_batch.len();
-        let Some((mut ip, udp)) = net::headers(self.local, peer, t.ecn) else {
+        let Some((ip, udp)) = net::headers(self.local, peer, t.ecn) else {
             return;
         };
         let mut repr = RoceRepr { ip, udp, ib: t.ib };
@@ -123,21 +122,22 @@ impl Core {
         let hdr = ip.header_len() + UDP_LEN;
         let datagram = len - hdr;
         let coalesce = self.gso_turn && !self.tx_imp.is_active();
-        let joins = coalesce
-            && self.tx_open
-            && self.tx_msgs.last().is_some_and(|m| {
-                m.dest == peer
-                    && m.ecn == t.ecn
-                    && m.count < net::GSO_MAX_SEGMENTS
-                    && (m.count + 1) * usize::from(m.seg_len) <= net::GSO_MAX_BYTES
-                    && datagram <= usize::from(m.seg_len)
-            });
-        if joins {
-            let m = self.tx_msgs.last().expect("joins a message");
-            if let IpRepr::V4(v4) = &mut ip {
-                v4.ident = m.count as u16;
-            }
-            repr.ip = ip;
+        // The index this packet takes in the batch's last message, if it joins it: that
+        // message may take more while its packets so far are all of its first one's length.
+        let last_len = self.tx_batch.last().map(|&(_, h, l)| l - h);
+        let joins = self.tx_msgs.last().filter(|m| {
+            coalesce
+                && m.coalesce
+                && last_len == Some(usize::from(m.seg_len))
+                && m.dest == peer
+                && m.ecn == t.ecn
+                && m.count < net::GSO_MAX_SEGMENTS
+                && (m.count + 1) * usize::from(m.seg_len) <= net::GSO_MAX_BYTES
+                && datagram <= usize::from(m.seg_len)
+        });
+        let joins = joins.map(|m| m.count);
+        if let (Some(k), IpRepr::V4(v4)) = (joins, &mut repr.ip) {
+            v4.ident = k as u16;
         }
         let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
         if buf
@@ -155,20 +155,16 @@ impl Core {
             c.write(&buf[..len]);
         }
         self.tx_batch.push((slot, hdr, len));
-        if joins {
-            let m = self.tx_msgs.last_mut().expect("joins a message");
-            m.count += 1;
-            self.tx_open = datagram == usize::from(m.seg_len);
-        } else {
-            self.tx_msgs.push(net::TxMsg {
+        match (joins, self.tx_msgs.last_mut()) {
+            (Some(_), Some(m)) => m.count += 1,
+            _ => self.tx_msgs.push(net::TxMsg {
                 dest: peer,
                 first: slot,
                 count: 1,
                 seg_len: datagram as u16,
                 ecn: t.ecn,
-                checksum: coalesce,
-            });
-            self.tx_open = coalesce;
+                coalesce,
+            }),
         }
     }
 
@@ -188,10 +184,10 @@ impl Core {
             .collect();
         let mut at = 0;
         while at < self.tx_msgs.len() {
-            let checksum = self.tx_msgs[at].checksum;
+            let checksum = self.tx_msgs[at].coalesce;
             let run = self.tx_msgs[at..]
                 .iter()
-                .take_while(|m| m.checksum == checksum)
+                .take_while(|m| m.coalesce == checksum)
                 .count();
             if self.local.is_ipv4()
                 && self.udp_no_check == checksum
@@ -208,7 +204,6 @@ impl Core {
         }
         self.tx_batch.clear();
         self.tx_msgs.clear();
-        self.tx_open = false;
     }
 
     /// Handles one received IP packet.
@@ -272,7 +267,7 @@ impl Core {
         let Some(pd) = self.pds.get_mut(&e.pd) else {
             return;
         };
-        e.qp.handle_packet(now, &ib, payload, ip_ecn(packet), &mut pd.mem);
+        e.qp.handle_packet(now, &ib, payload, rx.ecn, &mut pd.mem);
         self.transmit(sock, now, qpn);
         self.drain_completions(qpn);
     }
@@ -376,8 +371,8 @@ pub(super) fn send_now(
         first: 0,
         count: 1,
         seg_len: datagram.len() as u16,
-        ecn: ip_ecn(ip_packet),
-        checksum: false,
+        ecn: net::split(ip_packet, false).map_or(Ecn::NotEct, |r| r.ecn),
+        coalesce: false,
     };
     let sent = net::send_batch(sock, &[msg], &[datagram]);
     counters.tx_packets += sent.packets;
@@ -534,7 +529,6 @@ pub(super) fn engine(shared: &Shared) {
         let now = shared.now();
         let sock = &shared.socks.udp;
         let mut woke = false;
-        core.defer_flush = true;
         core.counters.rx_coalesced += batch.coalesced;
         for rx in &batch.got {
             woke = true;
@@ -578,22 +572,12 @@ pub(super) fn engine(shared: &Shared) {
             core.transmit(sock, now, qpn);
             woke |= core.drain_completions(qpn);
         }
-        core.defer_flush = false;
+        // What every turn of this wake-up built leaves now.
         core.flush_tx(sock);
         drop(core);
         if woke || fired {
             shared.cq_ready.notify_all();
         }
-    }
-}
-
-/// The ECN field of an IP packet's header (the UDP path rebuilds it from the traffic class
-/// the kernel reports).
-pub(super) fn ip_ecn(p: &[u8]) -> Ecn {
-    match p.first().map(|b| b >> 4) {
-        Some(4) => p.get(1).map_or(Ecn::NotEct, |tos| Ecn::from_bits(*tos)),
-        Some(6) => p.get(1).map_or(Ecn::NotEct, |b| Ecn::from_bits(b >> 4)),
-        _ => Ecn::NotEct,
     }
 }
 

@@ -461,14 +461,9 @@ pub(crate) struct Core {
     tx_batch: Vec<(usize, usize, usize)>,
     /// The messages `tx_batch` goes out in: one datagram each, or a UDP GSO run.
     tx_msgs: Vec<net::TxMsg>,
-    /// The last of `tx_msgs` may take more packets.
-    tx_open: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`Qp::set_peer_gso`]).
     gso_turn: bool,
-    /// Received packets are being processed: their queue pairs' packets (ACKs, mostly) go out
-    /// together once the burst is done, instead of one system call per packet received.
-    defer_flush: bool,
     /// The UDP socket currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
     udp_no_check: bool,
     payload: Vec<u8>,
@@ -576,9 +571,7 @@ impl Device {
             tx_buf: vec![0; TX_SLOTS * SLOT],
             tx_batch: Vec::with_capacity(TX_SLOTS),
             tx_msgs: Vec::with_capacity(TX_SLOTS),
-            tx_open: false,
             gso_turn: false,
-            defer_flush: false,
             udp_no_check: local.is_ipv4(),
             payload: Vec::with_capacity(MAX_DATAGRAM),
         };

@@ -333,6 +333,7 @@ impl Qp {
         let now = self.shared.now();
         let r = f(&mut core, now);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
+        core.flush_tx(&self.shared.socks.udp);
         let any = core.drain_completions(self.qpn);
         drop(core);
         if more {

@@ -164,6 +164,7 @@ impl UdQp {
         let now = self.shared.now();
         let r = f(&mut core);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
+        core.flush_tx(&self.shared.socks.udp);
         let any = core.drain_completions(self.qpn);
         drop(core);
         if more {
@@ -334,7 +335,6 @@ impl Core {
             };
             self.queue_tx(sock, now, peer, &t, &payload);
         }
-        self.flush_tx(sock);
         self.payload = payload;
         if more {
             self.tx_pending.insert(qpn);
