@@ -102,8 +102,8 @@ pub struct PerfArgs {
     /// kernel. `auto`: when the peer says it takes them (an irn peer on the UDP receive path);
     /// `on`: always — for a peer whose link cuts them before it (another host; a raw-path
     /// peer on the same host would see one oversized packet); `off`: one packet per datagram.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
-    gso: String,
+    #[arg(long, value_enum, default_value_t = Gso::Auto)]
+    gso: Gso,
     /// Congestion control of the test queue pairs: none, dcqcn, timely, dctcp or aimd (the
     /// client's choice; the server follows). The same controllers the simulator runs; data
     /// leaves ECN-capable, and CE marks on the way (a switch's, or `--ce-mark`) are answered.
@@ -113,6 +113,29 @@ pub struct PerfArgs {
     /// to any free port (not with `-R`).
     #[command(flatten)]
     link: LinkArgs,
+}
+
+/// `--gso`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Gso {
+    Auto,
+    On,
+    Off,
+}
+
+/// Where the test queue pairs send (the peer's UDP port) and whether in GSO batches.
+#[derive(Debug, Clone, Copy)]
+struct PeerLink {
+    udp_port: u16,
+    gso: bool,
+}
+
+impl PeerLink {
+    /// perftest's peer: port 4791, one packet per datagram.
+    const PERFTEST: PeerLink = PeerLink {
+        udp_port: ROCE_PORT,
+        gso: false,
+    };
 }
 
 /// Bytes of message `i` of queue pair `q`.
@@ -463,11 +486,11 @@ fn connect(
     side: &Side,
     theirs: &[PerfKey],
     psns: &[u32],
-    (udp_port, gso, by_cm): (u16, bool, bool),
+    (link, by_cm): (PeerLink, bool),
     mtu: u32,
 ) -> anyhow::Result<()> {
     for qp in &side.qps {
-        qp.set_peer_gso(gso)?;
+        qp.set_peer_gso(link.gso)?;
     }
     if by_cm {
         return Ok(());
@@ -478,7 +501,7 @@ fn connect(
             &attr,
             &RemoteQp {
                 gid: k.gid,
-                port: udp_port,
+                port: link.udp_port,
                 qpn: k.qpn,
                 psn: k.psn,
             },
@@ -576,14 +599,14 @@ fn test_device(oob: &Oob, dev: Option<Device>, args: &PerfArgs) -> anyhow::Resul
 fn server(args: PerfArgs) -> anyhow::Result<bool> {
     let (mut oob, mtu, dev) = server_open(&args)?;
     let dev = test_device(&oob, dev, &args)?;
-    let (p, side, client_udp) = if oob.peer_irn {
+    let (p, side, client) = if oob.peer_irn {
         // The client proposes; we adopt its parameters and answer with our UDP port.
         let theirs = oob.recv_msg(PerfParams::WIRE_LEN, TIMEOUT)?;
         let mut p = PerfParams::parse(exchange::unpadded(&theirs)?)?;
         if p.latency {
             perf_lat::check_params(&p)?;
         }
-        let client = (p.udp_port, args.use_gso(p.gso));
+        let client = args.peer_link(p.udp_port, p.gso);
         let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
         p.gso = side.dev.accepts_gso();
@@ -593,9 +616,9 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
     } else {
         let p = own_params(&args)?;
         let side = setup(&p, dev, &args)?;
-        (p, side, (ROCE_PORT, false))
+        (p, side, PeerLink::PERFTEST)
     };
-    let r = server_test(oob, mtu, &p, &side, client_udp);
+    let r = server_test(oob, mtu, &p, &side, client);
     // The counters help most when the run failed.
     if args.link.counters {
         print_counters(&side);
@@ -608,7 +631,7 @@ fn server_test(
     mtu: u32,
     p: &PerfParams,
     side: &Side,
-    client_udp: (u16, bool),
+    client: PeerLink,
 ) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     // Read targets hold known patterns.
@@ -629,15 +652,7 @@ fn server_test(
         &mine,
         p.op,
         p.latency,
-        |theirs| {
-            connect(
-                side,
-                theirs,
-                &psns,
-                (client_udp.0, client_udp.1, by_cm),
-                mtu,
-            )
-        },
+        |theirs| connect(side, theirs, &psns, (client, by_cm), mtu),
         || {
             if p.latency {
                 perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
@@ -904,7 +919,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
     let host = args.host.clone().expect("a client has a host");
     let (mut oob, mtu, dev) = client_open(&args, &host)?;
     let dev = test_device(&oob, dev, &args)?;
-    let (p, side, server_udp) = if oob.peer_irn {
+    let (p, side, server) = if oob.peer_irn {
         let mut p = PerfParams {
             op: args.op,
             size: args.msg_size()?,
@@ -926,13 +941,13 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
         let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         let reply = oob.swap(&line, PerfParams::WIRE_LEN, TIMEOUT)?;
         let reply = PerfParams::parse(exchange::unpadded(&reply)?)?;
-        (p, side, (reply.udp_port, args.use_gso(reply.gso)))
+        (p, side, args.peer_link(reply.udp_port, reply.gso))
     } else {
         let p = own_params(&args)?;
         let side = setup(&p, dev, &args)?;
-        (p, side, (ROCE_PORT, false))
+        (p, side, PeerLink::PERFTEST)
     };
-    let r = client_test(&args, oob, mtu, &p, &side, server_udp);
+    let r = client_test(&args, oob, mtu, &p, &side, server);
     // The counters help most when the run failed.
     if args.link.counters {
         print_counters(&side);
@@ -946,7 +961,7 @@ fn client_test(
     mtu: u32,
     p: &PerfParams,
     side: &Side,
-    server_udp: (u16, bool),
+    server: PeerLink,
 ) -> anyhow::Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     let mine = keys(side, &psns);
@@ -956,15 +971,7 @@ fn client_test(
         &mine,
         p.op,
         p.latency,
-        |theirs| {
-            connect(
-                side,
-                theirs,
-                &psns,
-                (server_udp.0, server_udp.1, by_cm),
-                mtu,
-            )
-        },
+        |theirs| connect(side, theirs, &psns, (server, by_cm), mtu),
         || {
             if p.latency {
                 perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
@@ -1015,14 +1022,15 @@ fn client_test(
 }
 
 impl PerfArgs {
-    /// Whether the test queue pairs send UDP GSO batches to a peer that says it takes them
-    /// (`peer_takes`) or not.
-    fn use_gso(&self, peer_takes: bool) -> bool {
-        match self.gso.as_str() {
-            "on" => true,
-            "off" => false,
-            _ => peer_takes,
-        }
+    /// How the test queue pairs reach a peer that sends from `udp_port` and says whether it
+    /// takes UDP GSO batches (`peer_takes`).
+    fn peer_link(&self, udp_port: u16, peer_takes: bool) -> PeerLink {
+        let gso = match self.gso {
+            Gso::On => true,
+            Gso::Off => false,
+            Gso::Auto => peer_takes,
+        };
+        PeerLink { udp_port, gso }
     }
 
     fn op_is_atomic(&self) -> bool {
