@@ -181,12 +181,8 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
         .y_desc("% of the QP context")
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    let colors = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-    ];
+    // One colour per line rate: the plots' palette, its darker shade of each pair.
+    let colors: Vec<RGBColor> = crate::plot::COLORS.iter().step_by(2).copied().collect();
     for (di, d) in designs.iter().enumerate() {
         for (gi, g) in rates.iter().enumerate() {
             let Some(r) = rows.iter().find(|r| r.design == *d && r.gbps == *g) else {

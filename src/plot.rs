@@ -16,7 +16,7 @@ type Metric = (&'static str, fn(&RunSummary) -> f64);
 
 /// Matplotlib's "tab20" pairs: each colour with its lighter shade, so that up to 16 runs
 /// (E4's four transports under four controllers) stay apart.
-const COLORS: [RGBColor; 16] = [
+pub(crate) const COLORS: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(174, 199, 232),
     RGBColor(255, 127, 14),
