@@ -238,6 +238,39 @@ fn irn_eight_packets_sent() -> (QueuePair, ByteMemory) {
     (q, mem)
 }
 
+/// `size_for_path` re-sizes BDP-FC before the queue pair connects (a verbs consumer learns
+/// the path MTU at INIT → RTR) and is refused once it has: the cap then bounds the packets in
+/// flight, which `peak_in_flight` reports.
+#[test]
+fn the_bdp_cap_is_sized_before_connecting_and_bounds_the_packets_in_flight() {
+    let mut q = QueuePair::new(
+        T0,
+        QpConfig {
+            qpn: 0x11,
+            recovery: RecoveryConfig::irn(),
+            ..QpConfig::default()
+        },
+    )
+    .expect("config");
+    let cc = q.config().cc.clone();
+    // A cap that cannot mean anything is refused and changes nothing.
+    assert!(q.size_for_path(T0, Some(0), cc.clone()).is_err());
+    assert_eq!(q.config().recovery.bdp_cap, RecoveryConfig::irn().bdp_cap);
+    q.size_for_path(T0, Some(5), cc.clone()).expect("in RESET");
+    connect(
+        &mut q,
+        &QpAttr::default(),
+        0x22,
+        Psn::new(SQ_PSN),
+        Psn::new(RQ_PSN),
+    );
+    assert!(q.size_for_path(T0, Some(50), cc).is_err(), "connected");
+    let (mem, sge, remote, _) = memory(8 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..5).collect::<Vec<_>>());
+    assert_eq!((q.in_flight(), q.counters().peak_in_flight), (5, 5));
+}
+
 #[test]
 fn time_spent_in_rnr_waits_does_not_count_against_the_retry_budget() {
     // IRN counts retries per local ACK timeout without progress (timeout 14: 67 ms; retry_cnt

@@ -20,13 +20,14 @@
 //! from [`RecoveryConfig::irn_wire`](crate::RecoveryConfig) when the queue pair is created.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use irn_wire::{
     AethRepr, BthRepr, Ecn, IbRepr, IrnEthRepr, LossBitmap, Opcode, Psn, Syndrome, Transport,
     ROCEV2_IPV4_ENCAP_LEN, TVER_EXT_IB, TVER_IRN, TVER_STANDARD,
 };
 
-use crate::cc::Controller;
+use crate::cc::{Controller, ControllerFactory};
 use crate::config::{Retransmission, RtoPolicy};
 use crate::memory::Memory;
 use crate::state::{
@@ -155,6 +156,31 @@ impl QueuePair {
             rsp: Responder::new(&cfg.recovery),
             cfg,
         }
+    }
+
+    /// Sizes what depends on the path before the queue pair's first packet: the BDP-FC cap
+    /// (IRN §3.2 counts it in packets of the path MTU, ⌈BDP / MTU⌉) and the congestion
+    /// controller (a window controller counts bytes in segments of the MTU). A simulator knows
+    /// its MTU when it makes the queue pair; a verbs consumer learns it only at INIT → RTR
+    /// (`path_mtu`), after the queue pair exists and receives are posted, so this replaces the
+    /// two in place. Allowed in RESET and INIT only; the new configuration is validated as
+    /// [`QueuePair::new`] validates one, and on error nothing changes.
+    pub fn size_for_path(
+        &mut self,
+        now: Time,
+        bdp_cap: Option<u32>,
+        cc: Arc<dyn ControllerFactory>,
+    ) -> Result<(), QpConfigError> {
+        if !matches!(self.state, QpState::Reset | QpState::Init) {
+            return Err(QpConfigError::Connected(self.state));
+        }
+        let mut cfg = self.cfg.clone();
+        cfg.recovery.bdp_cap = bdp_cap;
+        cfg.cc = cc;
+        cfg.validate()?;
+        self.cc = cfg.cc.build(now, cfg.line_rate_bps, u64::from(cfg.qpn));
+        self.cfg = cfg;
+        Ok(())
     }
 
     /// This queue pair's number.

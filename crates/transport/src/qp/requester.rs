@@ -214,6 +214,8 @@ impl QueuePair {
         let psn = w.first_psn.add(self.req.tx_off);
         let (mut t, covers) = self.build_request(idx, psn, mem, payload);
         self.req.swin.on_sent_new(now, covers);
+        let out = u64::from(self.req.swin.in_flight());
+        self.counters.peak_in_flight = self.counters.peak_in_flight.max(out);
         self.ask_for_feedback(&mut t);
         self.req.tx_off += covers;
         if self.req.tx_off >= self.req.sq[idx].npsn {

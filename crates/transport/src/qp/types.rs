@@ -75,6 +75,10 @@ pub enum QpConfigError {
     /// anything.
     #[error("ooo_window must be at least 1 packet when selective repeat runs without BDP-FC")]
     ZeroOooWindow,
+    /// [`QueuePair::size_for_path`](super::QueuePair::size_for_path) comes before the queue
+    /// pair connects: in RESET or INIT, before any packet.
+    #[error("the path's limits are set in RESET or INIT, not in {0:?}")]
+    Connected(QpState),
 }
 
 impl QpConfig {
@@ -228,6 +232,9 @@ pub struct Counters {
     pub reorder_peak_bytes: u64,
     /// Smaller Read requests sent for missing response chunks (T8(b)).
     pub read_rerequests: u64,
+    /// Most request PSNs in flight at once, counted as a new one left (what BDP-FC bounds,
+    /// IRN §3.2; a maximum, also when summed).
+    pub peak_in_flight: u64,
 }
 
 impl core::ops::AddAssign for Counters {
@@ -259,6 +266,7 @@ impl core::ops::AddAssign for Counters {
             reorder_bytes,
             reorder_peak_bytes,
             read_rerequests,
+            peak_in_flight,
         } = o;
         self.tx_packets += tx_packets;
         self.tx_bytes += tx_bytes;
@@ -285,6 +293,7 @@ impl core::ops::AddAssign for Counters {
         self.reorder_bytes += reorder_bytes;
         self.reorder_peak_bytes = self.reorder_peak_bytes.max(reorder_peak_bytes);
         self.read_rerequests += read_rerequests;
+        self.peak_in_flight = self.peak_in_flight.max(peak_in_flight);
     }
 }
 

@@ -128,8 +128,10 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// 0.5 / 2 ms fired before the late ACKs of a busy receiver: 64 queue pairs on loopback resent
 /// 96 % of what they sent and moved 19 MB/s; with the adaptive timer, 107 MB/s (issue 21,
 /// docs/BENCHMARKS.md). IRN's BDP-FC cap (where the mode has one) is the bandwidth-delay
-/// product of `line_rate_bps` over a 100 µs software round trip in 1 KB packets.
-pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
+/// product of `line_rate_bps` over a 400 µs software round trip in packets of `mtu` bytes
+/// (IRN §3.2); a queue pair is sized for its path MTU when it connects
+/// ([`QueuePair::size_for_path`](irn_transport::QueuePair::size_for_path)).
+pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryConfig {
     let preset = mode.preset();
     if mode.is_irn() {
         RecoveryConfig {
@@ -140,7 +142,7 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64) -> RecoveryConfig {
             },
             bdp_cap: preset
                 .bdp_cap
-                .map(|_| irn_transport::bdp_cap_packets(line_rate_bps, RUNTIME_RTT, 1024)),
+                .map(|_| irn_transport::bdp_cap_packets(line_rate_bps, RUNTIME_RTT, mtu)),
             ..preset
         }
     } else {
@@ -202,7 +204,7 @@ impl Congestion {
     /// The controller factory and the receiver's CNP interval for a queue pair with an
     /// in-flight cap of `cap` packets of `mtu` bytes (what a window starts at: IRN's flows
     /// start at line rate; the rate controllers start at the queue pair's line rate).
-    fn build(
+    pub(crate) fn build(
         self,
         cap: Option<u32>,
         mtu: u64,
@@ -263,9 +265,14 @@ impl std::fmt::Display for Congestion {
     }
 }
 
-/// The round trip the runtime's IRN timers and BDP cap assume: a user-space engine on each
-/// end, woken by the kernel.
-const RUNTIME_RTT: Dur = Dur::from_micros(100);
+/// The round trip the runtime's BDP cap and window controllers assume: a user-space engine on
+/// each end, woken by the kernel, with socket buffers and batched wake-ups in between. Under
+/// load it is hundreds of microseconds, not a NIC's few: one IRN queue pair writing 64 KiB
+/// messages over loopback (MTU 4096, `irn perf`, 2 cores) moved 0.77 GB/s with the cap a
+/// 100 µs round trip gives (125 KB in flight at 10 Gb/s), 1.05 GB/s at 200 µs, 2.5 GB/s at
+/// 400 µs and no more at 800 µs; at MTU 1024, 0.70 GB/s at 100 µs and 1.1–1.2 GB/s at 400 or
+/// 800 µs (issue 21, docs/BENCHMARKS.md).
+const RUNTIME_RTT: Dur = Dur::from_micros(400);
 
 /// Everything the verbs calls can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -400,6 +407,20 @@ struct QpEntry {
     peer_sport: Option<u16>,
     /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
     gso: bool,
+    /// What it was created with: INIT → RTR sizes its BDP cap and congestion window for the
+    /// path MTU from these.
+    init: QpInit,
+}
+
+impl QpEntry {
+    /// Sizes the BDP-FC cap and the congestion controller for packets of `mtu` bytes (the
+    /// path MTU INIT → RTR sets). The queue pair is created sized for 1024-byte packets.
+    fn size_for_path(&mut self, now: Time, mtu: u32) -> Result<()> {
+        let recovery = runtime_recovery(self.init.mode, self.init.line_rate_bps, mtu);
+        let (cc, _) = self.init.cc.build(recovery.bdp_cap, u64::from(mtu));
+        self.qp.size_for_path(now, recovery.bdp_cap, cc)?;
+        Ok(())
+    }
 }
 
 struct CqState {

@@ -103,7 +103,7 @@ impl Pd {
             return Err(Error::Gone);
         }
         let qpn = core.fresh_qpn();
-        let recovery = runtime_recovery(init.mode, init.line_rate_bps);
+        let recovery = runtime_recovery(init.mode, init.line_rate_bps, 1024);
         let (cc, cnp_interval) = init.cc.build(recovery.bdp_cap, 1024);
         let cfg = QpConfig {
             qpn,
@@ -128,6 +128,7 @@ impl Pd {
                 armed: None,
                 peer_sport: None,
                 gso: false,
+                init,
             },
         );
         Ok(Qp {
@@ -363,6 +364,15 @@ impl Qp {
                 if r.is_ipv4() != local.is_ipv4() {
                     return Err(Error::AddressFamily(r.ip(), local.ip()));
                 }
+                let mtu = if mask.contains(AttrMask::PATH_MTU) {
+                    attr.path_mtu
+                } else {
+                    e.qp.attr().path_mtu
+                };
+                // An MTU the transition refuses sizes nothing: `modify` reports it.
+                if matches!(mtu, 256 | 512 | 1024 | 2048 | 4096) {
+                    e.size_for_path(now, mtu)?;
+                }
             }
             e.qp.modify(now, to, attr, mask)?;
             if let Some(r) = remote {
@@ -471,6 +481,17 @@ impl Qp {
             .qps
             .get(&self.qpn)
             .map_or(QpState::Err, |e| e.qp.state())
+    }
+
+    /// The most request packets it may have in flight (IRN's BDP-FC cap, sized for the path
+    /// MTU when the queue pair connects; the RoCE modes' 128 unacknowledged PSNs), or `None`
+    /// when the mode has no cap.
+    pub fn in_flight_cap(&self) -> Option<u32> {
+        self.shared
+            .lock()
+            .qps
+            .get(&self.qpn)
+            .and_then(|e| e.qp.config().recovery.bdp_cap)
     }
 
     /// The queue pair's counters (packets, retransmissions, NAKs, …).
