@@ -235,6 +235,20 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
+    /// Sets the ECN bits — a congested switch marks an ECN-capable packet CE (RFC 3168 §5) —
+    /// and recomputes the header checksum (RFC 791). The ICRC covers the TOS byte as ones
+    /// (RoCEv2 annex A17.8.1), so a RoCEv2 packet's ICRC stays valid.
+    pub fn set_ecn(&mut self, ecn: Ecn) {
+        let hl = self.header_len();
+        let b = self.buffer.as_mut();
+        b[field::TOS] = (b[field::TOS] & !3) | ecn.bits();
+        put_u16(b, field::CHECKSUM, 0);
+        let sum = ones_finish(ones_sum(0, &b[..hl]));
+        put_u16(b, field::CHECKSUM, sum);
+    }
+}
+
 /// The high-level representation of an option-less, unfragmented IPv4 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv4Repr {
@@ -340,6 +354,23 @@ mod tests {
         0x45, 0x00, 0x00, 0x6c, 0x6d, 0x07, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x9d, 0x0a, 0x63, 0x00,
         0x0c, 0x0a, 0x63, 0x00, 0x0b,
     ];
+
+    #[test]
+    fn marking_ce_keeps_the_checksum_right() {
+        let mut buf = [0u8; 108];
+        buf[..20].copy_from_slice(&RXE_IP);
+        buf[1] = 0x0a; // DSCP 2, ECT(0)
+        let mut p = Ipv4Packet::new_unchecked(&mut buf[..]);
+        p.set_ecn(Ecn::Ce);
+        assert_eq!((p.ecn(), p.dscp()), (Ecn::Ce, 2));
+        assert!(p.verify_checksum());
+        // Nothing else changed.
+        for (i, (a, b)) in buf[..20].iter().zip(RXE_IP).enumerate() {
+            if !(1..2).contains(&i) && !(10..12).contains(&i) {
+                assert_eq!(*a, b, "byte {i}");
+            }
+        }
+    }
 
     #[test]
     fn checksum_round_trip() {

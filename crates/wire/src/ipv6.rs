@@ -139,6 +139,21 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    /// Sets the ECN bits of the traffic class — a congested switch marks an ECN-capable
+    /// packet CE (RFC 3168 §5). IPv6 has no header checksum, and the ICRC covers the traffic
+    /// class as ones (RoCEv2 annex A17.8.1).
+    pub fn set_ecn(&mut self, ecn: Ecn) {
+        let vtf = self.vtf();
+        let b = self.buffer.as_mut();
+        put_u32(
+            b,
+            field::VTF,
+            (vtf & !(3 << 20)) | (u32::from(ecn.bits()) << 20),
+        );
+    }
+}
+
 /// The high-level representation of an IPv6 header without extension headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv6Repr {
@@ -202,5 +217,32 @@ impl Ipv6Repr {
         buf[field::SRC].copy_from_slice(&self.src.octets());
         buf[field::DST].copy_from_slice(&self.dst.octets());
         Ok(field::HEADER_LEN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marking_ce_changes_only_the_ecn_bits() {
+        let repr = Ipv6Repr {
+            src: "fd00::1".parse().expect("addr"),
+            dst: "fd00::2".parse().expect("addr"),
+            next_header: 17,
+            dscp: 26,
+            ecn: Ecn::Ect0,
+            flow_label: 0xabcde,
+            hop_limit: 64,
+            payload_len: 8,
+        };
+        let mut buf = vec![0u8; repr.buffer_len() + 8];
+        repr.emit(&mut buf).expect("emit");
+        let before = buf.clone();
+        let mut p = Ipv6Packet::new_checked(&mut buf[..]).expect("parse");
+        p.set_ecn(Ecn::Ce);
+        assert_eq!((p.ecn(), p.dscp(), p.flow_label()), (Ecn::Ce, 26, 0xabcde));
+        assert_eq!(buf[1] ^ before[1], 0x10, "ECT(0) 10 -> CE 11: one bit");
+        assert_eq!(buf[2..], before[2..]);
     }
 }
