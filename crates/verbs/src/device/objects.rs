@@ -104,7 +104,7 @@ impl Pd {
         }
         let qpn = core.fresh_qpn();
         let recovery = runtime_recovery(init.mode, init.line_rate_bps, 1024);
-        let (cc, cnp_interval) = init.cc.build(recovery.bdp_cap, 1024);
+        let (cc, cnp_interval) = init.cc.build(recovery.bdp_cap, 1024, init.line_rate_bps);
         let cfg = QpConfig {
             qpn,
             recovery,
