@@ -10,6 +10,8 @@
 //! * `irn rping -s|-c -a ADDR` — rdma-core's `rping` over the RDMA CM, over UDP.
 //! * `irn pingmesh --hosts FILE` — RDMA Pingmesh (seed 001 §5.3) over UDP.
 //! * `irn drp --iface IF [PEER_MAC]` — Dynamic RDMA (seed 003) over raw Ethernet.
+//! * `irn switch --port IF --port IF…` — a user-space Ethernet switch with ECN-marking egress
+//!   queues at a set rate: a congested port for trying congestion control on real hosts.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -29,6 +31,7 @@ mod pingpong_cmd;
 mod plot;
 mod rping_cmd;
 mod sim_cmd;
+mod switch_cmd;
 
 #[derive(Parser)]
 #[command(name = "irn", version, about = "IRN: RDMA over lossy Ethernet", long_about = None)]
@@ -80,6 +83,11 @@ enum Command {
     /// irn-transport's own structures at the BDP of each link rate, next to an mlx5 QP
     /// context's 1 856 bits.
     NicState(nic_state_cmd::NicStateArgs),
+    /// An output-queued Ethernet switch in user space between two or more interfaces: every
+    /// egress drains at --rate from a --buffer of bytes and marks ECN-capable packets CE as the
+    /// simulator's switches do (RED or a threshold), so congestion control meets a real
+    /// bottleneck where the kernel has no marking qdisc. Writes its counters as JSON at exit.
+    Switch(switch_cmd::SwitchArgs),
 }
 
 fn exit_code(ok: bool) -> ExitCode {
@@ -122,6 +130,7 @@ fn main() -> ExitCode {
         Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
         Command::Drp(args) => drp_cmd::run(args).map(exit_code),
         Command::NicState(args) => nic_state_cmd::run(args).map(exit_code),
+        Command::Switch(args) => switch_cmd::run(args).map(exit_code),
     };
     match result {
         Ok(code) => code,

@@ -123,3 +123,127 @@ impl Drop for Netns {
         }
     }
 }
+
+/// Hosts around a switch: namespaces `host[i]` at 10.`net`.0.(i+1)/24, each joined by a veth
+/// pair (`e0` in the host) to port `ports[i]` of namespace `switch`, which has no address —
+/// `irn switch` forwards between its ports. IPv6 is off everywhere (no neighbour discovery
+/// chatter on the ports) and so are the hosts' transmit offloads (`ethtool -K e0 tx off`:
+/// full checksums, no super-frames, as a switch needs). Removed when dropped.
+pub struct Star {
+    pub hosts: Vec<String>,
+    pub switch: String,
+    pub ports: Vec<String>,
+}
+
+impl Star {
+    fn create(tag: &str, net: u8, n: usize) -> Result<Star, String> {
+        let id = std::process::id() % 100_000;
+        let star = Star {
+            hosts: (0..n).map(|i| format!("irn-{tag}{id}-h{i}")).collect(),
+            switch: format!("irn-{tag}{id}-sw"),
+            ports: (0..n).map(|i| format!("{tag}{id}p{i}")).collect(),
+        };
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        // No IPv6 (through /proc: procps may not be installed).
+        let quiet = |ns: &str| -> Result<(), String> {
+            ip(&[
+                "netns",
+                "exec",
+                ns,
+                "sh",
+                "-c",
+                "[ ! -d /proc/sys/net/ipv6 ] || { echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 \
+                 && echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; }",
+            ])
+        };
+        ip(&["netns", "add", &star.switch])?;
+        quiet(&star.switch)?;
+        for (i, (h, p)) in star.hosts.iter().zip(&star.ports).enumerate() {
+            ip(&["netns", "add", h])?;
+            quiet(h)?;
+            ip(&[
+                "link",
+                "add",
+                "e0",
+                "netns",
+                h,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                p,
+                "netns",
+                &star.switch,
+            ])?;
+            ip(&[
+                "-n",
+                h,
+                "addr",
+                "add",
+                &format!("10.{net}.0.{}/24", i + 1),
+                "dev",
+                "e0",
+            ])?;
+            ip(&["-n", h, "link", "set", "e0", "up"])?;
+            ip(&["-n", h, "link", "set", "lo", "up"])?;
+            ip(&["-n", &star.switch, "link", "set", p, "up"])?;
+            ip(&["netns", "exec", h, "ethtool", "-K", "e0", "tx", "off"])?;
+        }
+        Ok(star)
+    }
+
+    /// [`Star::create`], or `None` after [`precondition_missing`] when this machine cannot.
+    pub fn setup(test: &str, tag: &str, net: u8, hosts: usize) -> Option<Star> {
+        let root =
+            Command::new("id").arg("-u").output().ok().map(|o| o.stdout) == Some(b"0\n".to_vec());
+        if !root {
+            precondition_missing(test, "needs root to create network namespaces");
+            return None;
+        }
+        match Star::create(tag, net, hosts) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                precondition_missing(
+                    test,
+                    &format!("cannot build namespaces around a switch (iproute2, ethtool): {e}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Runs `irn ARGS` in namespace `ns`.
+    pub fn spawn(&self, ns: &str, args: &[&str]) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(env!("CARGO_BIN_EXE_irn"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec")
+    }
+}
+
+impl Drop for Star {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its veth ends, and with them the pairs.
+        for ns in self.hosts.iter().chain([&self.switch]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}

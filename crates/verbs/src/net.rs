@@ -706,7 +706,7 @@ pub(crate) mod sys {
 
     /// `setsockopt(SO_RCVBUFFORCE)`: a receive buffer past `net.core.rmem_max` (needs
     /// `CAP_NET_ADMIN`).
-    pub(super) fn set_rcvbuf_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    pub(crate) fn set_rcvbuf_force(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
         let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         set_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v)
     }
@@ -728,6 +728,44 @@ pub(crate) mod sys {
             )
         };
         check(rc).map(drop)
+    }
+
+    /// Makes an `AF_PACKET` socket a switch port's (packet(7)): the interface receives every
+    /// frame whatever its destination (`PACKET_MR_PROMISC`), and the socket does not see the
+    /// frames the host itself sends (`PACKET_IGNORE_OUTGOING`, Linux 4.20), which on a switch
+    /// are the frames it forwarded.
+    pub(crate) fn packet_port(fd: BorrowedFd<'_>, ifindex: i32) -> io::Result<()> {
+        // SAFETY: packet_mreq is plain data; all-zero is a valid value to fill in.
+        let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
+        mreq.mr_ifindex = ifindex;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as libc::c_ushort;
+        set_option(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)?;
+        set_option(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &(1 as libc::c_int),
+        )
+    }
+
+    /// `getsockopt(PACKET_STATISTICS)`: frames the socket received and frames the kernel
+    /// dropped because its receive buffer was full, since the last call (reading resets them).
+    pub(crate) fn packet_stats(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+        // SAFETY: tpacket_stats is plain data; all-zero is a valid value.
+        let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are valid for writes of their sizes for the call.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                std::ptr::from_mut(&mut st).cast(),
+                &mut len,
+            )
+        };
+        check(rc)?;
+        Ok((u64::from(st.tp_packets), u64::from(st.tp_drops)))
     }
 
     /// `setsockopt(SO_NO_CHECK)`: send IPv4 UDP datagrams with checksum 0.

@@ -10,7 +10,7 @@
 //! the host's own outgoing frames); [`PacketSocket::recv`] checks the destination again.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use irn_wire::ethernet::MacAddr;
@@ -44,28 +44,88 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
     parts.next().is_none().then_some(MacAddr(out))
 }
 
+/// An interface's index, MTU and MAC address, from sysfs.
+fn interface(iface: &str) -> io::Result<(i32, usize, MacAddr)> {
+    let ifindex: i32 = read_sys(iface, "ifindex")?
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
+    let mtu: usize = read_sys(iface, "mtu")?
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad MTU"))?;
+    let mac = parse_mac(&read_sys(iface, "address")?).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{iface}: bad MAC address"),
+        )
+    })?;
+    Ok((ifindex, mtu, mac))
+}
+
+/// A packet socket for every protocol (`ETH_P_ALL`).
+fn socket_all() -> io::Result<OwnedFd> {
+    let proto = Protocol::from_raw(
+        rustix::net::RawProtocol::new(u32::from(ETH_P_ALL.to_be()))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "protocol 0"))?,
+    );
+    Ok(rustix::net::socket(
+        AddressFamily::PACKET,
+        SocketType::RAW,
+        Some(proto),
+    )?)
+}
+
+/// ETH_P_ALL, in host order (packet(7) wants it in network order).
+const ETH_P_ALL: u16 = 0x0003;
+
+impl AsFd for PacketSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl PacketSocket {
+    /// Opens `iface` as a port of a switch (`irn switch`): every frame the interface receives,
+    /// of any type and to any destination (the interface is made promiscuous), and none of
+    /// the frames this host sends on it. Frames are read as the kernel hands them over: a
+    /// sender on the same machine whose link offloads checksums or segmentation
+    /// (`ethtool -K dev tx off` turns both off) hands over partial checksums or 64 KB
+    /// super-frames, which a switch cannot forward as they are.
+    pub fn open_port(iface: &str) -> io::Result<PacketSocket> {
+        let (ifindex, mtu, mac) = interface(iface)?;
+        // Protocol 0 takes no frame until `bind` names the interface and the protocol: none
+        // from another interface is queued in between.
+        let fd = rustix::net::socket(AddressFamily::PACKET, SocketType::RAW, None)?;
+        crate::net::sys::packet_port(fd.as_fd(), ifindex)?;
+        let _ = crate::net::sys::set_rcvbuf_force(fd.as_fd(), 8 << 20);
+        crate::net::sys::bind_packet(fd.as_fd(), ifindex, ETH_P_ALL)?;
+        Ok(PacketSocket {
+            fd,
+            mac,
+            ifindex,
+            mtu,
+            iface: iface.to_string(),
+        })
+    }
+
+    /// Takes one frame if one is waiting, whatever its destination; never blocks.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match rustix::net::recv(&self.fd, &mut *buf, RecvFlags::DONTWAIT) {
+            Ok((n, _)) => Ok(Some(n.min(buf.len()))),
+            Err(rustix::io::Errno::AGAIN) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Frames the kernel dropped since the last call because this socket's receive buffer
+    /// was full (`PACKET_STATISTICS`).
+    pub fn kernel_drops(&self) -> io::Result<u64> {
+        Ok(crate::net::sys::packet_stats(self.fd.as_fd())?.1)
+    }
+
     /// Opens a socket on `iface` for frames of `ethertype`.
     pub fn open(iface: &str, ethertype: u16) -> io::Result<PacketSocket> {
-        let ifindex: i32 = read_sys(iface, "ifindex")?
-            .parse()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
-        let mtu: usize = read_sys(iface, "mtu")?
-            .parse()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad MTU"))?;
-        let mac = parse_mac(&read_sys(iface, "address")?).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{iface}: bad MAC address"),
-            )
-        })?;
-        // ETH_P_ALL, in network byte order as packet(7) wants the protocol.
-        const ETH_P_ALL: u16 = 0x0003;
-        let proto = Protocol::from_raw(
-            rustix::net::RawProtocol::new(u32::from(ETH_P_ALL.to_be()))
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "protocol 0"))?,
-        );
-        let fd = rustix::net::socket(AddressFamily::PACKET, SocketType::RAW, Some(proto))?;
+        let (ifindex, mtu, mac) = interface(iface)?;
+        let fd = socket_all()?;
         // Filter first, then bind: no frame of another type is queued in between.
         crate::net::setup_packet_socket(fd.as_fd(), mac.0, ethertype, 4 << 20)?;
         crate::net::sys::bind_packet(fd.as_fd(), ifindex, ETH_P_ALL)?;
@@ -137,4 +197,22 @@ impl PacketSocket {
             // Not ours (our own outgoing frame, a broadcast): look at the next one.
         }
     }
+}
+
+/// Waits up to `timeout` for any of `socks` to have a frame; which of them have one (all
+/// `false` on timeout or an interrupted wait).
+pub fn wait_any(socks: &[PacketSocket], timeout: Duration) -> io::Result<Vec<bool>> {
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as _,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
+    let mut fds: Vec<PollFd<'_>> = socks
+        .iter()
+        .map(|s| PollFd::new(&s.fd, PollFlags::IN))
+        .collect();
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(fds.iter().map(|f| !f.revents().is_empty()).collect())
 }

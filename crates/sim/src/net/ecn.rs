@@ -7,6 +7,8 @@
 //!   packet from Kmax on, and in between with a probability rising linearly from 0 to Pmax.
 //!
 //! The queue length is the egress queue of the packet's output and class before it joins.
+//!
+//! `irn switch` (a user-space Ethernet switch for real hosts) marks by the same rule.
 
 use irn_transport::rng::Rng;
 
@@ -14,7 +16,7 @@ use crate::config::{EcnMode, SwitchConfig};
 
 /// A switch's marking rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Marking {
+pub struct Marking {
     mode: EcnMode,
     kmin: u64,
     kmax: u64,
@@ -22,7 +24,8 @@ pub(super) struct Marking {
 }
 
 impl Marking {
-    pub(super) fn new(cfg: &SwitchConfig) -> Marking {
+    /// The rule `[switch]`'s `ecn`, `ecn_kmin_bytes`, `ecn_kmax_bytes` and `ecn_pmax` set.
+    pub fn new(cfg: &SwitchConfig) -> Marking {
         Marking {
             mode: cfg.ecn,
             kmin: cfg.ecn_kmin_bytes,
@@ -33,12 +36,12 @@ impl Marking {
 
     /// Whether switches mark at all.
     #[inline]
-    pub(super) fn is_on(&self) -> bool {
+    pub fn is_on(&self) -> bool {
         self.mode != EcnMode::Off
     }
 
     /// The probability that a packet joining a queue of `q` bytes is marked.
-    pub(super) fn probability(&self, q: u64) -> f64 {
+    pub fn probability(&self, q: u64) -> f64 {
         match self.mode {
             EcnMode::Off => 0.0,
             EcnMode::Threshold => f64::from(u8::from(q > self.kmin)),
@@ -58,7 +61,7 @@ impl Marking {
     /// outcome is uncertain (RED between Kmin and Kmax), so that a run's draws do not depend
     /// on how many packets pass outside that band.
     #[inline]
-    pub(super) fn mark(&self, q: u64, rng: &mut Rng) -> bool {
+    pub fn mark(&self, q: u64, rng: &mut Rng) -> bool {
         match self.mode {
             EcnMode::Off => false,
             EcnMode::Threshold => q > self.kmin,

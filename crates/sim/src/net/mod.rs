@@ -79,6 +79,7 @@ mod setup;
 mod switch;
 
 use classes::{Classes, MAX_CLASSES};
+pub use ecn::Marking;
 pub use flows::FlowRecord;
 use flows::{end_host, FlowState, REQ, RESP};
 pub use memory::{SharedChecked, SimMemory};
