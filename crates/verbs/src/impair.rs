@@ -42,6 +42,13 @@ impl Impairment {
             .all(|p| (0.0..=1.0).contains(p))
     }
 
+    /// Whether packets may only be dropped (none duplicated, reordered or delayed): a sender
+    /// then decides each packet's fate before batching, and what survives may still be
+    /// coalesced (UDP GSO), as a lossy link drops segments and passes the rest in order.
+    pub fn only_drops(&self) -> bool {
+        self.duplicate == 0.0 && self.reorder == 0.0 && self.delay == 0.0
+    }
+
     /// Whether any packet may be dropped, duplicated, reordered or delayed (CE marking is
     /// applied as packets are built, apart from these).
     pub fn is_active(&self) -> bool {

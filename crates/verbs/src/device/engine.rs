@@ -121,7 +121,14 @@ impl Core {
         let len = repr.buffer_len();
         let hdr = ip.header_len() + UDP_LEN;
         let datagram = len - hdr;
-        let coalesce = self.gso_turn && !self.tx_imp.is_active();
+        // Loss alone is drawn here, before the batch, so that what survives may coalesce;
+        // duplication, reordering and delay go through `impair` packet by packet.
+        let only_drops = self.tx_imp.is_active() && self.tx_imp.only_drops();
+        if only_drops && self.tx_imp.fate(&mut self.rng) == Fate::Drop {
+            self.counters.tx_impaired_drops += 1;
+            return;
+        }
+        let coalesce = self.gso_turn && (!self.tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
         let last_len = self.tx_batch.last().map(|&(_, h, l)| l - h);
@@ -146,7 +153,7 @@ impl Core {
         {
             return;
         }
-        if self.tx_imp.is_active() {
+        if self.tx_imp.is_active() && !only_drops {
             let bytes = buf[..len].to_vec();
             impair(self, sock, now, Some(peer), &bytes);
             return;
