@@ -122,6 +122,47 @@ pub(crate) struct Sockets {
     local: SocketAddr,
 }
 
+/// The UDP source port Linux rxe gives queue pair `qpn`: `RXE_ROCE_V2_SPORT` (0xC000) plus a
+/// 14-bit hash of the QPN (`rxe_qp.c`, `hash_32`: the QPN times 0x61C88647, top 14 bits) —
+/// a port of the dynamic range per queue pair, the entropy ECMP and RSS hash RoCEv2 flows by
+/// (RoCEv2 annex A17.3.1 leaves the source port to the sender for this).
+pub fn rxe_source_port(qpn: u32) -> u16 {
+    const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
+    0xC000 | ((qpn.wrapping_mul(GOLDEN_RATIO_32) >> (32 - 14)) as u16 & 0x3fff)
+}
+
+/// A send-only UDP socket on `ip:port`, for the queue pairs whose source port that is: it
+/// shares the port with other devices' sockets (`SO_REUSEPORT`), drops whatever is sent to
+/// it (a classic-BPF filter: peers send to the device's port), and sends as the device's
+/// socket does (IPv4 without a UDP checksum, path MTU discovery on, `buffer` bytes).
+pub(crate) fn open_source_socket(ip: IpAddr, port: u16, buffer: usize) -> io::Result<UdpSocket> {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    let family = if ip.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket(family, SocketType::DGRAM, None)?;
+    sockopt::set_socket_reuseport(&fd, true)?;
+    sys::attach_filter(fd.as_fd(), &DROP_ALL)?;
+    match SocketAddr::new(ip, port) {
+        SocketAddr::V4(a) => rustix::net::bind(&fd, &a)?,
+        SocketAddr::V6(a) => rustix::net::bind(&fd, &a)?,
+    }
+    let udp = UdpSocket::from(fd);
+    udp.set_nonblocking(true)?;
+    if ip.is_ipv4() {
+        sockopt::set_ip_mtu_discover(&udp, sockopt::Ipv4PathMtuDiscovery::DO)?;
+        let _ = sys::set_no_check(udp.as_fd(), true);
+    } else {
+        sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?;
+    }
+    if buffer > 0 {
+        let _ = sockopt::set_socket_send_buffer_size(&udp, buffer);
+    }
+    Ok(udp)
+}
+
 impl Sockets {
     /// Binds the UDP socket to `addr:port` (and, for the raw path, the raw socket to `addr`),
     /// with receive and send buffers of `buffer` bytes (0: the system's default).
@@ -505,6 +546,9 @@ pub(crate) const GSO_MAX_BYTES: usize = 65_000;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TxMsg {
     pub(crate) dest: SocketAddr,
+    /// The UDP source port its packets were built with (the ICRC covers it): the socket
+    /// bound to it sends them.
+    pub(crate) sport: u16,
     /// Index of the first packet in the batch.
     pub(crate) first: usize,
     pub(crate) count: usize,
@@ -1129,6 +1173,21 @@ mod tests {
         assert_eq!(ib_mtu_fitting(100), 256);
         // Loopback's 64 KiB route takes the largest.
         assert_eq!(active_mtu("127.0.0.1".parse().expect("addr")), 4096);
+    }
+
+    #[test]
+    fn source_ports_are_rxes() {
+        // hash_32(qpn, 14) = (qpn * 0x61C88647) >> 18, by hand for two QPNs.
+        assert_eq!(rxe_source_port(0), 0xC000);
+        assert_eq!(rxe_source_port(1), 0xC000 | (0x61C8_8647u32 >> 18) as u16);
+        assert_eq!(
+            rxe_source_port(0x11),
+            0xC000 | ((0x11u32.wrapping_mul(0x61C8_8647) >> 18) as u16)
+        );
+        // Always in the dynamic range, and spread: 1 000 QPNs take hundreds of ports.
+        let ports: std::collections::BTreeSet<u16> = (0..1000).map(rxe_source_port).collect();
+        assert!(ports.iter().all(|&p| p >= 0xC000));
+        assert!(ports.len() > 900, "{}", ports.len());
     }
 
     #[test]

@@ -1402,3 +1402,98 @@ fn loss_keeps_gso_and_the_data_intact() {
         }
     }
 }
+
+/// Issue 21: every queue pair sends from a UDP source port of its own, the one Linux rxe
+/// would give it (0xC000 | a 14-bit hash of its QPN): RoCEv2's flow entropy, which ECMP and
+/// RSS hash on. Seen on the receiver's side of the kernel (its capture's source ports come
+/// from `recvmsg`), for three queue pairs of one device in both modes; an IRN receiver takes
+/// packets from that port (it would drop them as forged otherwise).
+#[test]
+fn each_queue_pair_sends_from_its_own_source_port() {
+    for mode in MODES {
+        let pcap =
+            std::env::temp_dir().join(format!("irn-sport-{}-{mode:?}.pcap", std::process::id()));
+        let a = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 71).expect("dev");
+        let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+        cfg.port = 0;
+        cfg.receive = ReceivePath::Udp;
+        cfg.pcap = Some(pcap.clone());
+        let b = irn_verbs::Device::open(cfg).expect("dev");
+        let mut pairs = Vec::new();
+        {
+            let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+            let (ca, cb) = (a.create_cq(64).expect("cq"), b.create_cq(64).expect("cq"));
+            let init = QpInit {
+                mode,
+                ..QpInit::default()
+            };
+            let src = pa.reg_mr(8192, all()).expect("mr");
+            let dst = pb.reg_mr(8192, all()).expect("mr");
+            let mut keep = Vec::new();
+            for i in 0..3u64 {
+                let qa = pa.create_qp(&ca, &ca, init).expect("qp");
+                let qb = pb.create_qp(&cb, &cb, init).expect("qp");
+                let ra = irn_verbs::RemoteQp {
+                    gid: a.gid(),
+                    port: a.local_addr().port(),
+                    qpn: qa.qpn(),
+                    psn: 5,
+                };
+                let rb = irn_verbs::RemoteQp {
+                    gid: b.gid(),
+                    port: b.local_addr().port(),
+                    qpn: qb.qpn(),
+                    psn: 9,
+                };
+                qa.connect(&QpAttr::default(), &rb, 5).expect("connect");
+                qb.connect(&QpAttr::default(), &ra, 9).expect("connect");
+                qa.post_send(wr(
+                    i,
+                    SendOp::Write(remote_of(&dst, 0)),
+                    vec![src.sge(0, 5000)],
+                ))
+                .expect("post");
+                let wc = wait(&ca, 10);
+                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{mode:?}");
+                pairs.push((qa.qpn(), qb.qpn()));
+                // Kept until all three are connected: a destroyed queue pair's number may
+                // come back.
+                keep.push((qa, qb));
+            }
+        }
+        assert_eq!(a.counters().tx_port_fallbacks, 0);
+        // Everything of b's is gone with it: its capture is complete.
+        drop(b);
+        let file = std::fs::File::open(&pcap).expect("capture");
+        let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
+        let mut seen = std::collections::BTreeMap::new();
+        while let Some(p) = r.next_packet() {
+            let p = p.expect("packet");
+            // IPv4 / UDP / BTH (its destination QP in bytes 5–7); RoceRepr::parse wants port
+            // 4791, and b listens elsewhere.
+            let Ok(ip) = irn_wire::Ipv4Packet::new_checked(&p.data[..]) else {
+                continue;
+            };
+            let d = ip.payload();
+            if d.len() < 8 + 12 {
+                continue;
+            }
+            let sport = u16::from_be_bytes([d[0], d[1]]);
+            let qpn = u32::from_be_bytes([0, d[8 + 5], d[8 + 6], d[8 + 7]]);
+            // Received packets only: those to b's queue pairs.
+            if pairs.iter().any(|&(_, qb)| qb == qpn) {
+                seen.insert(qpn, sport);
+            }
+        }
+        let _ = std::fs::remove_file(&pcap);
+        for (qa, qb) in &pairs {
+            assert_eq!(
+                seen.get(qb),
+                Some(&irn_verbs::rxe_source_port(*qa)),
+                "{mode:?}: packets to QP {qb:#x} from QP {qa:#x}: {seen:?}"
+            );
+        }
+        let ports: std::collections::BTreeSet<_> = seen.values().collect();
+        assert_eq!(ports.len(), 3, "{mode:?}: {seen:?}");
+    }
+}

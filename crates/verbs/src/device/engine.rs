@@ -58,7 +58,8 @@ impl Core {
             let Some(t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
                 break;
             };
-            self.queue_tx(sock, now, peer, &t, &payload);
+            let sport = e.sport;
+            self.queue_tx(sock, now, peer, sport, &t, &payload);
         }
         self.gso_turn = false;
         self.payload = payload;
@@ -91,8 +92,8 @@ impl Core {
         self.qps.get(&qpn).is_some_and(|e| e.armed == Some(t))
     }
 
-    /// Builds packet `t` to `peer` in the next slot of the transmit batch (captured there), or
-    /// passes it through the send impairment. In a turn that may coalesce ([`Core::gso_turn`])
+    /// Builds packet `t` from UDP source port `sport` to `peer` in the next slot of the
+    /// transmit batch (captured there), or passes it through the send impairment. In a turn that may coalesce ([`Core::gso_turn`])
     /// a packet joins the batch's last message when it goes to the same peer with the same
     /// ECN marking and is no longer than that message's first packet (a shorter one closes
     /// the message, as UDP GSO cuts every segment but the last to one size); its IPv4
@@ -103,6 +104,7 @@ impl Core {
         sock: &UdpSocket,
         now: Time,
         peer: SocketAddr,
+        sport: u16,
         t: &Transmit,
         payload: &[u8],
     ) {
@@ -114,7 +116,8 @@ impl Core {
             t.ecn = Ecn::Ce;
         }
         let slot = self.tx_batch.len();
-        let Some((ip, udp)) = net::headers(self.local, peer, t.ecn) else {
+        let src = SocketAddr::new(self.local.ip(), sport);
+        let Some((ip, udp)) = net::headers(src, peer, t.ecn) else {
             return;
         };
         let mut repr = RoceRepr { ip, udp, ib: t.ib };
@@ -137,6 +140,7 @@ impl Core {
                 && m.coalesce
                 && last_len == Some(usize::from(m.seg_len))
                 && m.dest == peer
+                && m.sport == sport
                 && m.ecn == t.ecn
                 && m.count < net::GSO_MAX_SEGMENTS
                 && (m.count + 1) * usize::from(m.seg_len) <= net::GSO_MAX_BYTES
@@ -166,6 +170,7 @@ impl Core {
             (Some(_), Some(m)) => m.count += 1,
             _ => self.tx_msgs.push(net::TxMsg {
                 dest: peer,
+                sport,
                 first: slot,
                 count: 1,
                 seg_len: datagram as u16,
@@ -191,16 +196,21 @@ impl Core {
             .collect();
         let mut at = 0;
         while at < self.tx_msgs.len() {
-            let checksum = self.tx_msgs[at].coalesce;
+            let (checksum, sport) = (self.tx_msgs[at].coalesce, self.tx_msgs[at].sport);
             let run = self.tx_msgs[at..]
                 .iter()
-                .take_while(|m| m.coalesce == checksum)
+                .take_while(|m| m.coalesce == checksum && m.sport == sport)
                 .count();
+            // The socket bound to the source port the packets were built with.
+            let (sock, no_check) = match self.src_socks.get_mut(&sport) {
+                Some(s) if sport != self.local.port() => (&s.sock, &mut s.no_check),
+                _ => (sock, &mut self.udp_no_check),
+            };
             if self.local.is_ipv4()
-                && self.udp_no_check == checksum
+                && *no_check == checksum
                 && net::sys::set_no_check(sock.as_fd(), !checksum).is_ok()
             {
-                self.udp_no_check = !checksum;
+                *no_check = !checksum;
             }
             let sent = net::send_batch(sock, &self.tx_msgs[at..at + run], &packets);
             self.counters.tx_packets += sent.packets;
@@ -256,16 +266,17 @@ impl Core {
         // PSN logic can react to them otherwise (issue 21: ~4 000 forged Writes made a
         // RoCE-mode sender resend 229 042 packets). The address is always checked (as rxe
         // checks it), and the UDP source port: IRN modes talk only to irn devices, which send
-        // from the port they receive on — the one the peer was told; a RoCE peer may be Linux
-        // rxe, whose source port is its own per queue pair (0xC000 | a hash of the QPN,
-        // RoCEv2's entropy), so a RoCE mode holds the peer to the port of its first packet.
+        // from the port rxe would give the peer's queue pair (0xC000 | a hash of its QPN,
+        // RoCEv2's entropy) or, where a device could not open that port, from the port they
+        // receive on — the one the peer was told; a RoCE peer may be Linux rxe or a NIC, whose
+        // choice is its own, so a RoCE mode holds the peer to the port of its first packet.
         let wrong = match e.remote {
             None => false,
             Some(r) if r.ip() != from.ip() => true,
             Some(_) if !e.qp.config().recovery.irn_wire => {
                 *e.peer_sport.get_or_insert(from.port()) != from.port()
             }
-            Some(r) => r.port() != from.port(),
+            Some(r) => r.port() != from.port() && from.port() != e.peer_port,
         };
         if wrong {
             self.counters.rx_wrong_source += 1;
@@ -375,6 +386,7 @@ pub(super) fn send_now(
     let datagram = &ip_packet[hdr..];
     let msg = net::TxMsg {
         dest: peer,
+        sport: 0,
         first: 0,
         count: 1,
         seg_len: datagram.len() as u16,
@@ -471,6 +483,14 @@ pub(super) fn release(
     match to {
         Some(peer) => {
             let hdr = ip_header_len(bytes);
+            // Sent from the port the packet was built with (its ICRC covers it).
+            let sport = bytes
+                .get(hdr - UDP_LEN..hdr - UDP_LEN + 2)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+            let sock = match core.src_socks.get(&sport) {
+                Some(s) if sport != core.local.port() => &s.sock,
+                _ => sock,
+            };
             send_now(
                 sock,
                 &mut core.counters,

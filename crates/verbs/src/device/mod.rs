@@ -430,6 +430,9 @@ pub struct DeviceCounters {
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
+    /// Queue pairs that send from the device's port instead of a port of their own: theirs
+    /// could not be bound, or the device has [`MAX_SOURCE_PORTS`] open already.
+    pub tx_port_fallbacks: u64,
 }
 
 struct QpEntry {
@@ -447,6 +450,12 @@ struct QpEntry {
     peer_sport: Option<u16>,
     /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
     gso: bool,
+    /// The UDP source port its packets leave from ([`Core::source_port`]), set as it
+    /// connects.
+    sport: u16,
+    /// The source port an irn peer's queue pair sends from when it has its own
+    /// ([`net::rxe_source_port`] of the destination QPN), set as it connects.
+    peer_port: u16,
     /// What it was created with: INIT → RTR sizes its BDP cap and congestion window for the
     /// path MTU from these.
     init: QpInit,
@@ -530,7 +539,51 @@ pub(crate) struct Core {
     gso_turn: bool,
     /// The UDP socket currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
     udp_no_check: bool,
+    /// Send-only sockets bound to the UDP source ports of this device's queue pairs
+    /// ([`net::rxe_source_port`]), opened as queue pairs connect, at most
+    /// [`MAX_SOURCE_PORTS`].
+    src_socks: BTreeMap<u16, SourceSocket>,
+    /// The send buffer each of them gets.
+    socket_buffer: usize,
     payload: Vec<u8>,
+}
+
+/// A send-only socket on one queue-pair source port.
+pub(crate) struct SourceSocket {
+    sock: UdpSocket,
+    /// It currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
+    no_check: bool,
+}
+
+/// The most source-port sockets a device opens (file descriptors): a queue pair whose port
+/// would need one more sends from the device's port, as does one whose port cannot be bound.
+pub const MAX_SOURCE_PORTS: usize = 256;
+
+impl Core {
+    /// The UDP source port queue pair `qpn` sends from: rxe's choice for it
+    /// ([`net::rxe_source_port`]) — so that ECMP spreads a device's queue pairs over paths —
+    /// with its socket opened now if need be, or the device's port if that cannot be.
+    fn source_port(&mut self, qpn: u32) -> u16 {
+        let port = net::rxe_source_port(qpn);
+        if self.src_socks.contains_key(&port) {
+            return port;
+        }
+        if self.src_socks.len() >= MAX_SOURCE_PORTS {
+            self.counters.tx_port_fallbacks += 1;
+            return self.local.port();
+        }
+        match net::open_source_socket(self.local.ip(), port, self.socket_buffer) {
+            Ok(sock) => {
+                let no_check = self.local.is_ipv4();
+                self.src_socks.insert(port, SourceSocket { sock, no_check });
+                port
+            }
+            Err(_) => {
+                self.counters.tx_port_fallbacks += 1;
+                self.local.port()
+            }
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -637,6 +690,8 @@ impl Device {
             tx_msgs: Vec::with_capacity(TX_SLOTS),
             gso_turn: false,
             udp_no_check: local.is_ipv4(),
+            src_socks: BTreeMap::new(),
+            socket_buffer: cfg.socket_buffer,
             payload: Vec::with_capacity(MAX_DATAGRAM),
         };
         let shared = Arc::new(Shared {

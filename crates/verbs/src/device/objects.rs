@@ -117,6 +117,7 @@ impl Pd {
         };
         let now = self.shared.now();
         let qp = QueuePair::new(now, cfg)?;
+        let port = core.local.port();
         core.qps.insert(
             qpn,
             QpEntry {
@@ -128,6 +129,8 @@ impl Pd {
                 armed: None,
                 peer_sport: None,
                 gso: false,
+                sport: port,
+                peer_port: port,
                 init,
             },
         );
@@ -358,8 +361,19 @@ impl Qp {
         let qpn = self.qpn;
         self.with(|core, now| {
             let local = core.local;
+            let connecting = to == QpState::Rtr
+                && core
+                    .qps
+                    .get(&qpn)
+                    .is_some_and(|e| e.qp.state() == QpState::Init);
+            // Its own UDP source port, as rxe gives one per queue pair (RoCEv2's entropy).
+            let sport = if connecting {
+                core.source_port(qpn)
+            } else {
+                local.port()
+            };
             let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
-            if to == QpState::Rtr && e.qp.state() == QpState::Init {
+            if connecting {
                 let r = remote.ok_or(Error::NoRemote)?;
                 if r.is_ipv4() != local.is_ipv4() {
                     return Err(Error::AddressFamily(r.ip(), local.ip()));
@@ -373,6 +387,13 @@ impl Qp {
                 if matches!(mtu, 256 | 512 | 1024 | 2048 | 4096) {
                     e.size_for_path(now, mtu)?;
                 }
+                let dest_qpn = if mask.contains(AttrMask::DEST_QPN) {
+                    attr.dest_qpn
+                } else {
+                    e.qp.attr().dest_qpn
+                };
+                e.sport = sport;
+                e.peer_port = crate::net::rxe_source_port(dest_qpn);
             }
             e.qp.modify(now, to, attr, mask)?;
             if let Some(r) = remote {

@@ -333,7 +333,8 @@ impl Core {
                 ib: t.ib,
                 ecn: Ecn::NotEct,
             };
-            self.queue_tx(sock, now, peer, &t, &payload);
+            let sport = self.local.port();
+            self.queue_tx(sock, now, peer, sport, &t, &payload);
         }
         self.payload = payload;
         if more {
