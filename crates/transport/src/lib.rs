@@ -82,8 +82,8 @@ pub use memory::{
     Access, AppBuffer, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys,
 };
 pub use qp::{
-    connect_qp, Counters, PostError, QpAttr, QpConfig, QpConfigError, QueuePair, Transmit,
-    MAX_MESSAGE,
+    connect_qp, path_mtu_valid, Counters, PostError, QpAttr, QpConfig, QpConfigError, QueuePair,
+    Transmit, MAX_MESSAGE,
 };
 pub use state::{AttrMask, ModifyError, PostRule, QpState};
 pub use time::{Dur, Time};

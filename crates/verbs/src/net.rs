@@ -2,9 +2,10 @@
 //!
 //! # Sending
 //!
-//! Always through one unconnected UDP socket bound to the device's address and port, with
-//! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux then sends every datagram with DF set and IPv4
-//! ID 0 (`ip_select_ident_segs` with no connected peer), so the ICRC computed over the
+//! Always through unconnected UDP sockets on the device's address with `IP_MTU_DISCOVER =
+//! IP_PMTUDISC_DO`: the device's own (its port), and send-only ones on the source ports of its
+//! connected queue pairs ([`roce_source_port`], [`open_source_socket`]). Linux then sends
+//! every datagram with DF set and IPv4 ID 0 (`ip_select_ident_segs` with no connected peer), so the ICRC computed over the
 //! IP pseudo-header (IBA Annex A17.3.3) is the one a standard receiver (Linux rxe, a RoCE NIC)
 //! recomputes. See `../shared/interop/README.md` for how this was established against rxe.
 //!
@@ -122,13 +123,22 @@ pub(crate) struct Sockets {
     local: SocketAddr,
 }
 
-/// The UDP source port Linux rxe gives queue pair `qpn`: `RXE_ROCE_V2_SPORT` (0xC000) plus a
-/// 14-bit hash of the QPN (`rxe_qp.c`, `hash_32`: the QPN times 0x61C88647, top 14 bits) —
-/// a port of the dynamic range per queue pair, the entropy ECMP and RSS hash RoCEv2 flows by
-/// (RoCEv2 annex A17.3.1 leaves the source port to the sender for this).
-pub fn rxe_source_port(qpn: u32) -> u16 {
-    const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
-    0xC000 | ((qpn.wrapping_mul(GOLDEN_RATIO_32) >> (32 - 14)) as u16 & 0x3fff)
+/// The UDP source port Linux gives a RoCEv2 connection between local QP `lqpn` and remote QP
+/// `rqpn` whose address vector has no flow label: `rdma_get_udp_sport(0, lqpn, rqpn)`
+/// (include/rdma/ib_verbs.h), which rxe applies as a queue pair moves to RTR, as irdma, mana
+/// and ionic do. `rdma_calc_flow_label` folds the product of the two QPNs into a 20-bit flow
+/// label and `rdma_flow_label_to_udp_sport` folds that into 14 bits of the dynamic range
+/// (0xC000–0xFFFF): RoCEv2's flow entropy, which ECMP and RSS hash (RoCEv2 annex A17.3.1 leaves
+/// the source port to the sender for this). Symmetric: both ends of a connection send from the
+/// same port. Checked against rxe's captures (`shared/interop/captures`: QPNs 17 and 17 →
+/// 49441, 25 and 0xBD3A70 → 62973).
+pub fn roce_source_port(lqpn: u32, rqpn: u32) -> u16 {
+    let mut v = u64::from(lqpn) * u64::from(rqpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let label = (v & 0xF_FFFF) as u32;
+    let low = (label & 0x3FFF) ^ ((label & 0xF_C000) >> 14);
+    0xC000 | low as u16
 }
 
 /// A send-only UDP socket on `ip:port`, for the queue pairs whose source port that is: it
@@ -136,13 +146,13 @@ pub fn rxe_source_port(qpn: u32) -> u16 {
 /// it (a classic-BPF filter: peers send to the device's port), and sends as the device's
 /// socket does (IPv4 without a UDP checksum, path MTU discovery on, `buffer` bytes).
 pub(crate) fn open_source_socket(ip: IpAddr, port: u16, buffer: usize) -> io::Result<UdpSocket> {
-    use rustix::net::{sockopt, AddressFamily, SocketType};
+    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
     let family = if ip.is_ipv4() {
         AddressFamily::INET
     } else {
         AddressFamily::INET6
     };
-    let fd = rustix::net::socket(family, SocketType::DGRAM, None)?;
+    let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
     sockopt::set_socket_reuseport(&fd, true)?;
     sys::attach_filter(fd.as_fd(), &DROP_ALL)?;
     match SocketAddr::new(ip, port) {
@@ -1176,16 +1186,22 @@ mod tests {
     }
 
     #[test]
-    fn source_ports_are_rxes() {
-        // hash_32(qpn, 14) = (qpn * 0x61C88647) >> 18, by hand for two QPNs.
-        assert_eq!(rxe_source_port(0), 0xC000);
-        assert_eq!(rxe_source_port(1), 0xC000 | (0x61C8_8647u32 >> 18) as u16);
+    fn source_ports_are_linuxs() {
+        // From rxe's own packets (shared/interop/captures): rc_pingpong (QPNs 17 ↔ 17),
+        // write_bw (21 ↔ 21), read_bw (22 ↔ 22), and rxe's QP 25 answering an irn QP 0xBD3A70
+        // (hostpeer_rc_pingpong).
+        assert_eq!(roce_source_port(17, 17), 49441);
+        assert_eq!(roce_source_port(21, 21), 49593);
+        assert_eq!(roce_source_port(22, 22), 49636);
+        assert_eq!(roce_source_port(25, 0xBD_3A70), 62973);
+        // Symmetric, in the dynamic range, and spread over it.
         assert_eq!(
-            rxe_source_port(0x11),
-            0xC000 | ((0x11u32.wrapping_mul(0x61C8_8647) >> 18) as u16)
+            roce_source_port(0xBD_3A70, 25),
+            roce_source_port(25, 0xBD_3A70)
         );
-        // Always in the dynamic range, and spread: 1 000 QPNs take hundreds of ports.
-        let ports: std::collections::BTreeSet<u16> = (0..1000).map(rxe_source_port).collect();
+        let ports: std::collections::BTreeSet<u16> = (1..=1000u32)
+            .map(|q| roce_source_port(q.wrapping_mul(0x9E37_79B9) & 0xFF_FFFF, 0x12_3457))
+            .collect();
         assert!(ports.iter().all(|&p| p >= 0xC000));
         assert!(ports.len() > 900, "{}", ports.len());
     }

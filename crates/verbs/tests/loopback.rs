@@ -1403,16 +1403,19 @@ fn loss_keeps_gso_and_the_data_intact() {
     }
 }
 
-/// Issue 21: every queue pair sends from a UDP source port of its own, the one Linux rxe
-/// would give it (0xC000 | a 14-bit hash of its QPN): RoCEv2's flow entropy, which ECMP and
-/// RSS hash on. Seen on the receiver's side of the kernel (its capture's source ports come
-/// from `recvmsg`), for three queue pairs of one device in both modes; an IRN receiver takes
-/// packets from that port (it would drop them as forged otherwise).
+/// Issue 21: every connection sends from a UDP source port of its own, the one Linux gives it
+/// (`rdma_get_udp_sport`: the two QPNs folded into 0xC000–0xFFFF, the same both ways):
+/// RoCEv2's flow entropy, which ECMP and RSS hash on. Seen on the receiver's side of the
+/// kernel (its capture's source ports come from `recvmsg`) for three connections of one device
+/// in both modes, every packet of a connection from its port; an IRN receiver takes packets
+/// from that port (it would drop them as forged otherwise).
 #[test]
 fn each_queue_pair_sends_from_its_own_source_port() {
     for mode in MODES {
-        let pcap =
-            std::env::temp_dir().join(format!("irn-sport-{}-{mode:?}.pcap", std::process::id()));
+        let pcap = std::env::temp_dir().join(format!(
+            "irn-sport-{}-{mode:?}.pcap",
+            std::process::id()
+        ));
         let a = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 71).expect("dev");
         let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
         cfg.port = 0;
@@ -1447,26 +1450,51 @@ fn each_queue_pair_sends_from_its_own_source_port() {
                 };
                 qa.connect(&QpAttr::default(), &rb, 5).expect("connect");
                 qb.connect(&QpAttr::default(), &ra, 9).expect("connect");
-                qa.post_send(wr(
-                    i,
-                    SendOp::Write(remote_of(&dst, 0)),
-                    vec![src.sge(0, 5000)],
-                ))
-                .expect("post");
-                let wc = wait(&ca, 10);
-                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{mode:?}");
+                for k in 0..4 {
+                    qa.post_send(wr(
+                        i * 10 + k,
+                        SendOp::Write(remote_of(&dst, 0)),
+                        vec![src.sge(0, 5000)],
+                    ))
+                    .expect("post");
+                }
+                for k in 0..4 {
+                    let wc = wait(&ca, 10);
+                    assert_eq!(
+                        (wc.wr_id, wc.status),
+                        (i * 10 + k, WcStatus::Success),
+                        "{mode:?}"
+                    );
+                }
                 pairs.push((qa.qpn(), qb.qpn()));
                 // Kept until all three are connected: a destroyed queue pair's number may
                 // come back.
                 keep.push((qa, qb));
             }
+            let open = a.source_ports();
+            let expect: std::collections::BTreeSet<u16> = pairs
+                .iter()
+                .map(|&(qa, qb)| irn_verbs::roce_source_port(qa, qb))
+                .collect();
+            if a.counters().tx_port_fallbacks == 0 {
+                assert_eq!(open, expect.into_iter().collect::<Vec<_>>(), "{mode:?}");
+            } else {
+                assert!(open.iter().all(|p| expect.contains(p)), "{mode:?}: {open:?}");
+            }
+            // Destroyed queue pairs give their ports back: no socket stays open.
+            drop(keep);
+            assert_eq!(a.source_ports(), Vec::<u16>::new(), "{mode:?}");
         }
-        assert_eq!(a.counters().tx_port_fallbacks, 0);
+        // A port another socket holds (an ephemeral port of some other test's device) cannot
+        // be had: such a connection sends from the device's port, and says so.
+        let fallbacks = a.counters().tx_port_fallbacks;
+        let a_port = a.local_addr().port();
         // Everything of b's is gone with it: its capture is complete.
         drop(b);
         let file = std::fs::File::open(&pcap).expect("capture");
         let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
-        let mut seen = std::collections::BTreeMap::new();
+        let mut seen: std::collections::BTreeMap<u32, std::collections::BTreeSet<u16>> =
+            std::collections::BTreeMap::new();
         while let Some(p) = r.next_packet() {
             let p = p.expect("packet");
             // IPv4 / UDP / BTH (its destination QP in bytes 5–7); RoceRepr::parse wants port
@@ -1482,18 +1510,25 @@ fn each_queue_pair_sends_from_its_own_source_port() {
             let qpn = u32::from_be_bytes([0, d[8 + 5], d[8 + 6], d[8 + 7]]);
             // Received packets only: those to b's queue pairs.
             if pairs.iter().any(|&(_, qb)| qb == qpn) {
-                seen.insert(qpn, sport);
+                seen.entry(qpn).or_default().insert(sport);
             }
         }
         let _ = std::fs::remove_file(&pcap);
-        for (qa, qb) in &pairs {
-            assert_eq!(
-                seen.get(qb),
-                Some(&irn_verbs::rxe_source_port(*qa)),
-                "{mode:?}: packets to QP {qb:#x} from QP {qa:#x}: {seen:?}"
-            );
+        let mut fell_back = 0;
+        for &(qa, qb) in &pairs {
+            let own = irn_verbs::roce_source_port(qa, qb);
+            let ports = seen.get(&qb).cloned().unwrap_or_default();
+            if ports == [a_port].into() {
+                fell_back += 1;
+            } else {
+                assert_eq!(
+                    ports,
+                    [own].into(),
+                    "{mode:?}: packets to QP {qb:#x} from QP {qa:#x}: {seen:?}"
+                );
+            }
         }
-        let ports: std::collections::BTreeSet<_> = seen.values().collect();
-        assert_eq!(ports.len(), 3, "{mode:?}: {seen:?}");
+        assert_eq!(fell_back, fallbacks, "{mode:?}: {seen:?}");
+        assert!(fell_back < 3, "{mode:?}: no connection had a port of its own");
     }
 }

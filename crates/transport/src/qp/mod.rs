@@ -126,7 +126,9 @@ fn packets(len: u64, mtu: u32) -> u32 {
     len.div_ceil(u64::from(mtu)).max(1) as u32
 }
 
-fn path_mtu_valid(mtu: u32) -> bool {
+/// Whether `mtu` is one of InfiniBand's MTUs (256, 512, 1024, 2048 or 4096 bytes: verbs'
+/// `enum ibv_mtu`), the values `path_mtu` may take.
+pub fn path_mtu_valid(mtu: u32) -> bool {
     matches!(mtu, 256 | 512 | 1024 | 2048 | 4096)
 }
 

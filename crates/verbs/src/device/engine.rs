@@ -201,10 +201,19 @@ impl Core {
                 .iter()
                 .take_while(|m| m.coalesce == checksum && m.sport == sport)
                 .count();
-            // The socket bound to the source port the packets were built with.
-            let (sock, no_check) = match self.src_socks.get_mut(&sport) {
-                Some(s) if sport != self.local.port() => (&s.sock, &mut s.no_check),
-                _ => (sock, &mut self.udp_no_check),
+            // The socket bound to the source port the packets were built with (the ICRC
+            // covers it).
+            let (sock, no_check) = match Core::socket_for(&mut self.src_socks, self.local, sport)
+            {
+                Some(s) => (&s.sock, &mut s.no_check),
+                None if sport == self.local.port() => (sock, &mut self.udp_no_check),
+                None => {
+                    // Its queue pair is gone, and the port's socket with it: lost, counted.
+                    let lost: usize = self.tx_msgs[at..at + run].iter().map(|m| m.count).sum();
+                    self.counters.tx_errors += lost as u64;
+                    at += run;
+                    continue;
+                }
             };
             if self.local.is_ipv4()
                 && *no_check == checksum
@@ -266,10 +275,11 @@ impl Core {
         // PSN logic can react to them otherwise (issue 21: ~4 000 forged Writes made a
         // RoCE-mode sender resend 229 042 packets). The address is always checked (as rxe
         // checks it), and the UDP source port: IRN modes talk only to irn devices, which send
-        // from the port rxe would give the peer's queue pair (0xC000 | a hash of its QPN,
-        // RoCEv2's entropy) or, where a device could not open that port, from the port they
-        // receive on — the one the peer was told; a RoCE peer may be Linux rxe or a NIC, whose
-        // choice is its own, so a RoCE mode holds the peer to the port of its first packet.
+        // from the port Linux gives the connection (`net::roce_source_port`, RoCEv2's
+        // entropy, the same both ways) or, where a device could not open that port, from the
+        // port they receive on — the one the peer was told; a RoCE peer may be Linux rxe or a
+        // NIC, whose choice is its own (a CM's flow label changes it), so a RoCE mode holds
+        // the peer to the port of its first packet.
         let wrong = match e.remote {
             None => false,
             Some(r) if r.ip() != from.ip() => true,
@@ -483,13 +493,18 @@ pub(super) fn release(
     match to {
         Some(peer) => {
             let hdr = ip_header_len(bytes);
-            // Sent from the port the packet was built with (its ICRC covers it).
+            // Sent from the port the packet was built with (its ICRC covers it), if that is
+            // still open (a held or delayed packet may outlive its queue pair).
             let sport = bytes
                 .get(hdr - UDP_LEN..hdr - UDP_LEN + 2)
                 .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-            let sock = match core.src_socks.get(&sport) {
-                Some(s) if sport != core.local.port() => &s.sock,
-                _ => sock,
+            let sock = match Core::socket_for(&mut core.src_socks, core.local, sport) {
+                Some(s) => &s.sock,
+                None if sport == core.local.port() => sock,
+                None => {
+                    core.counters.tx_errors += 1;
+                    return;
+                }
             };
             send_now(
                 sock,

@@ -177,7 +177,8 @@ pub enum Congestion {
     #[default]
     None,
     /// DCQCN (Zhu et al., SIGCOMM 2015): the receiver, as notification point, answers CE
-    /// marks with at most one CNP per 50 µs; the sender cuts and recovers its rate.
+    /// marks with at most one CNP per software round trip (400 µs: the runtime's profile); the
+    /// sender cuts and recovers its rate.
     Dcqcn,
     /// TIMELY (Mittal et al., SIGCOMM 2015): rate from RTT gradients, no marks needed.
     Timely,
@@ -430,8 +431,8 @@ pub struct DeviceCounters {
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
-    /// Queue pairs that send from the device's port instead of a port of their own: theirs
-    /// could not be bound, or the device has [`MAX_SOURCE_PORTS`] open already.
+    /// Connections (INIT → RTR) that send from the device's port instead of a port of their
+    /// own: theirs could not be bound, or the device had [`MAX_SOURCE_PORTS`] open already.
     pub tx_port_fallbacks: u64,
 }
 
@@ -445,16 +446,17 @@ struct QpEntry {
     /// heap may hold older ones, skipped when they come up).
     armed: Option<Time>,
     /// RoCE modes: the UDP source port the peer's first packet came from, which its later
-    /// ones must come from too (a RoCE peer picks one per queue pair: rxe 0xC000 | a hash of
-    /// the QPN, irn its socket's). `None` until then, and after each (re)connection.
+    /// ones must come from too (a RoCE peer picks one per connection: rxe and irn
+    /// `rdma_get_udp_sport`'s, see [`net::roce_source_port`]). `None` until then, and after each
+    /// (re)connection.
     peer_sport: Option<u16>,
     /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
     gso: bool,
     /// The UDP source port its packets leave from ([`Core::source_port`]), set as it
     /// connects.
     sport: u16,
-    /// The source port an irn peer's queue pair sends from when it has its own
-    /// ([`net::rxe_source_port`] of the destination QPN), set as it connects.
+    /// The source port an irn peer's queue pair sends from when it has its own (the same
+    /// [`net::roce_source_port`]: the choice is symmetric), set as it connects.
     peer_port: u16,
     /// What it was created with: INIT → RTR sizes its BDP cap and congestion window for the
     /// path MTU from these.
@@ -540,8 +542,8 @@ pub(crate) struct Core {
     /// The UDP socket currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
     udp_no_check: bool,
     /// Send-only sockets bound to the UDP source ports of this device's queue pairs
-    /// ([`net::rxe_source_port`]), opened as queue pairs connect, at most
-    /// [`MAX_SOURCE_PORTS`].
+    /// ([`net::roce_source_port`]), opened as queue pairs connect and closed when the last
+    /// one using a port is gone, at most [`MAX_SOURCE_PORTS`] at once.
     src_socks: BTreeMap<u16, SourceSocket>,
     /// The send buffer each of them gets.
     socket_buffer: usize,
@@ -555,17 +557,19 @@ pub(crate) struct SourceSocket {
     no_check: bool,
 }
 
-/// The most source-port sockets a device opens (file descriptors): a queue pair whose port
-/// would need one more sends from the device's port, as does one whose port cannot be bound.
+/// The most source-port sockets a device has open at once (file descriptors): a queue pair
+/// whose port would need one more sends from the device's port, as does one whose port
+/// cannot be bound (`DeviceCounters::tx_port_fallbacks` counts both).
 pub const MAX_SOURCE_PORTS: usize = 256;
 
 impl Core {
-    /// The UDP source port queue pair `qpn` sends from: rxe's choice for it
-    /// ([`net::rxe_source_port`]) — so that ECMP spreads a device's queue pairs over paths —
-    /// with its socket opened now if need be, or the device's port if that cannot be.
-    fn source_port(&mut self, qpn: u32) -> u16 {
-        let port = net::rxe_source_port(qpn);
-        if self.src_socks.contains_key(&port) {
+    /// The UDP source port queue pair `qpn` sends from once connected to `dest_qpn`: Linux's
+    /// choice for that connection ([`net::roce_source_port`]) — so that ECMP spreads a
+    /// device's queue pairs over paths — with its socket opened now if need be, or the
+    /// device's port if that cannot be.
+    fn source_port(&mut self, qpn: u32, dest_qpn: u32) -> u16 {
+        let port = net::roce_source_port(qpn, dest_qpn);
+        if port == self.local.port() || self.src_socks.contains_key(&port) {
             return port;
         }
         if self.src_socks.len() >= MAX_SOURCE_PORTS {
@@ -582,6 +586,27 @@ impl Core {
                 self.counters.tx_port_fallbacks += 1;
                 self.local.port()
             }
+        }
+    }
+
+    /// Closes the socket of source port `port` if no queue pair sends from it any more.
+    fn release_port(&mut self, port: u16) {
+        if port != self.local.port() && !self.qps.values().any(|e| e.sport == port) {
+            self.src_socks.remove(&port);
+        }
+    }
+
+    /// The socket that sends packets built with source port `port`: the device's for its own
+    /// port, else that port's, if it is still open.
+    fn socket_for<'a>(
+        src_socks: &'a mut BTreeMap<u16, SourceSocket>,
+        local: SocketAddr,
+        port: u16,
+    ) -> Option<&'a mut SourceSocket> {
+        if port == local.port() {
+            None
+        } else {
+            src_socks.get_mut(&port)
         }
     }
 }
@@ -750,6 +775,13 @@ impl Device {
         let mut c = core.counters;
         c.captured = core.capture.as_ref().map_or(0, |cap| cap.written);
         c
+    }
+
+    /// The UDP source ports this device's connected queue pairs send from besides its own
+    /// (each a send-only socket: opened as a queue pair connects, closed when the last queue
+    /// pair using it is destroyed or reconnected elsewhere), in ascending order.
+    pub fn source_ports(&self) -> Vec<u16> {
+        self.shared.lock().src_socks.keys().copied().collect()
     }
 
     /// Allocates a protection domain (`ibv_alloc_pd`): a memory space whose regions the queue

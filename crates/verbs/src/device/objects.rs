@@ -361,18 +361,8 @@ impl Qp {
         let qpn = self.qpn;
         self.with(|core, now| {
             let local = core.local;
-            let connecting = to == QpState::Rtr
-                && core
-                    .qps
-                    .get(&qpn)
-                    .is_some_and(|e| e.qp.state() == QpState::Init);
-            // Its own UDP source port, as rxe gives one per queue pair (RoCEv2's entropy).
-            let sport = if connecting {
-                core.source_port(qpn)
-            } else {
-                local.port()
-            };
             let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            let connecting = to == QpState::Rtr && e.qp.state() == QpState::Init;
             if connecting {
                 let r = remote.ok_or(Error::NoRemote)?;
                 if r.is_ipv4() != local.is_ipv4() {
@@ -383,22 +373,29 @@ impl Qp {
                 } else {
                     e.qp.attr().path_mtu
                 };
-                // An MTU the transition refuses sizes nothing: `modify` reports it.
-                if matches!(mtu, 256 | 512 | 1024 | 2048 | 4096) {
+                // An MTU the transition refuses sizes nothing: `modify` reports it (and a
+                // refused transition leaves a queue pair that the next attempt sizes again).
+                if irn_transport::path_mtu_valid(mtu) {
                     e.size_for_path(now, mtu)?;
                 }
-                let dest_qpn = if mask.contains(AttrMask::DEST_QPN) {
-                    attr.dest_qpn
-                } else {
-                    e.qp.attr().dest_qpn
-                };
-                e.sport = sport;
-                e.peer_port = crate::net::rxe_source_port(dest_qpn);
             }
             e.qp.modify(now, to, attr, mask)?;
             if let Some(r) = remote {
                 e.remote = Some(r);
                 e.peer_sport = None;
+            }
+            if connecting {
+                // Its own UDP source port, Linux's choice for this connection (RoCEv2's
+                // entropy); an irn peer sends from the same one (the choice is symmetric).
+                let (dest_qpn, old) = (e.qp.attr().dest_qpn, e.sport);
+                let sport = core.source_port(qpn, dest_qpn);
+                if let Some(e) = core.qps.get_mut(&qpn) {
+                    e.sport = sport;
+                    e.peer_port = crate::net::roce_source_port(qpn, dest_qpn);
+                }
+                if old != sport {
+                    core.release_port(old);
+                }
             }
             Ok(())
         })
@@ -530,6 +527,7 @@ impl Drop for Qp {
         let mut core = self.shared.lock();
         if let Some(e) = core.qps.remove(&self.qpn) {
             core.release_pd_of(e.pd);
+            core.release_port(e.sport);
         }
     }
 }
