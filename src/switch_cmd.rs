@@ -11,11 +11,12 @@
 //!
 //! Every egress drains at `--rate` bits per second (a frame occupies the wire for its length
 //! plus the 4-byte FCS; preamble and inter-frame gap are not counted, as in the simulator)
-//! from two FIFOs of at most `--buffer` bytes each: one for RoCEv2 (UDP destination port
-//! 4791) and one, served first, for everything else — ARP and the TCP of `irn perf`'s set-up
-//! exchange, kept apart from the RDMA class as production networks keep them ([`Class`]). A
-//! frame that would queue past its class's buffer is dropped. An ECN-capable IPv4 or IPv6 packet (ECT(0) or ECT(1)) joining a queue of `q` bytes
-//! is marked CE by the rule the simulator's switches use ([`irn_sim::net::Marking`]): RED
+//! from two FIFOs of at most `--buffer` bytes each: one for UDP (RoCEv2, to port 4791 or to
+//! wherever an irn device listens) and one, served first, for everything else — ARP and the
+//! TCP of `irn perf`'s set-up exchange, kept apart from the RDMA class as production networks
+//! keep them ([`Class`]). A frame that would queue past its class's buffer is dropped. An
+//! ECN-capable IPv4 or IPv6 packet (ECT(0) or ECT(1)) joining a queue of `q` bytes is marked
+//! CE by the rule the simulator's switches use ([`irn_sim::net::Marking`]): RED
 //! between `--kmin` and `--kmax` with probability up to `--pmax` (DCQCN's marking, Zhu et al.,
 //! SIGCOMM 2015 §3), or every packet above `--kmin` (DCTCP's, RFC 8257 §3.1). Marking changes
 //! the ECN bits and the IPv4 header checksum only: the ICRC treats both as ones (RoCEv2 annex
@@ -152,6 +153,8 @@ pub struct PortCounters {
     pub kernel_drops: u64,
     /// Sends the kernel refused.
     pub tx_errors: u64,
+    /// Receive errors the socket reported (a link going down): counted, not fatal.
+    pub rx_errors: u64,
     /// When the port sent its first and its last frame, seconds since the switch started
     /// (what a goodput over the port's busy time divides by); `null` if it sent none.
     pub first_tx_at: Option<f64>,
@@ -172,12 +175,12 @@ pub enum Verdict {
     Oversize,
 }
 
-/// A frame's traffic class at an egress: RoCEv2 (UDP destination port 4791, RoCEv2 annex
-/// A17.2) or everything else.
+/// A frame's traffic class at an egress: UDP (RoCEv2 — to port 4791 from an RDMA NIC or rxe,
+/// to whatever port an irn device listens on) or everything else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
-    /// RoCEv2 packets: the class the buffer, the marking and the drops are about.
-    Roce = 0,
+    /// UDP datagrams: the RDMA class the buffer, the marking and the drops are about.
+    Rdma = 0,
     /// The rest (ARP, the TCP of an out-of-band set-up exchange, …): a queue of its own,
     /// served first, as a production network keeps RDMA in a traffic class apart from the
     /// control traffic it depends on (seed 001 §2) — a dropped TCP SYN would otherwise stall
@@ -188,23 +191,9 @@ pub enum Class {
 impl Class {
     /// The class of an Ethernet frame.
     pub fn of(frame: &[u8]) -> Class {
-        const UDP: u8 = 17;
-        let l4 = match ip_of(frame) {
-            Some(t) if t == u16::from(EtherType::Ipv4) => Ipv4Packet::new_checked(&frame[14..])
-                .ok()
-                .filter(|p| p.protocol() == UDP)
-                .map(|p| 14 + p.header_len()),
-            Some(_) => Ipv6Packet::new_checked(&frame[14..])
-                .ok()
-                .filter(|p| p.next_header() == UDP)
-                .map(|_| 14 + irn_wire::ipv6::HEADER_LEN),
-            None => None,
-        };
-        let port = l4.and_then(|at| frame.get(at + 2..at + 4));
-        if port == Some(&irn_wire::ROCEV2_PORT.to_be_bytes()[..]) {
-            Class::Roce
-        } else {
-            Class::Other
+        match ip_info(frame) {
+            Some(ip) if ip.udp => Class::Rdma,
+            _ => Class::Other,
         }
     }
 }
@@ -244,9 +233,16 @@ impl Egress {
         }
     }
 
-    /// Offers `frame`: dropped if its class's buffer cannot take it, else marked by
-    /// `marking` from the queue it joins (if it is ECN-capable) and queued.
-    pub fn offer(&mut self, mut frame: Vec<u8>, marking: &Marking, rng: &mut Rng) -> Verdict {
+    /// Offers `frame` at `now`: dropped if its class's buffer cannot take it, else marked by
+    /// `marking` from the queue it joins (if it is ECN-capable) and queued. A frame that finds
+    /// the egress empty starts its wire time no earlier than `now`.
+    pub fn offer(
+        &mut self,
+        now: u64,
+        mut frame: Vec<u8>,
+        marking: &Marking,
+        rng: &mut Rng,
+    ) -> Verdict {
         let len = frame.len() as u64;
         if frame.len() > self.max_frame {
             self.counters.oversize += 1;
@@ -258,13 +254,20 @@ impl Egress {
             self.counters.dropped += 1;
             return Verdict::Dropped;
         }
-        let verdict = if marking.is_on() && ecn_capable(&frame) && marking.mark(q, rng) {
-            mark_ce(&mut frame);
+        let verdict = if marking.is_on()
+            && ecn_capable(&frame)
+            && marking.mark(q, rng)
+            && mark_ce(&mut frame)
+        {
             self.counters.marked += 1;
             Verdict::Marked
         } else {
             Verdict::Queued
         };
+        if self.queued_bytes() == 0 {
+            // An idle wire: no catching up on time nobody needed.
+            self.free_at = self.free_at.max(now);
+        }
         self.bytes[c] += len;
         let peak = &mut self.counters.peak_queue_bytes;
         *peak = (*peak).max(self.bytes[c]);
@@ -272,14 +275,13 @@ impl Egress {
         verdict
     }
 
-    /// The next frame if the wire is free for it at `now` (the other class's first). A wire
-    /// idle since before `now` starts it at `now`, but a late wake-up may send what fell due
-    /// in the last [`MAX_LAG`] back to back.
+    /// The next frame if the wire is free for it at `now` (the other class's first). A late
+    /// wake-up may send what fell due in the last [`MAX_LAG`] back to back.
     pub fn take(&mut self, now: u64) -> Option<Vec<u8>> {
         if self.free_at > now {
             return None;
         }
-        let c = [Class::Other as usize, Class::Roce as usize]
+        let c = [Class::Other as usize, Class::Rdma as usize]
             .into_iter()
             .find(|&c| !self.queues[c].is_empty())?;
         let frame = self.queues[c].pop_front()?;
@@ -303,34 +305,56 @@ impl Egress {
     }
 }
 
-/// The IP header of an IPv4 or IPv6 frame (no VLAN tag): its offset and version.
-fn ip_of(frame: &[u8]) -> Option<u16> {
+/// What the switch reads of an untagged IPv4 or IPv6 frame.
+#[derive(Debug, Clone, Copy)]
+struct IpInfo {
+    v4: bool,
+    /// It carries UDP.
+    udp: bool,
+    ecn: Ecn,
+}
+
+/// The IP header of a frame, if it is an untagged IPv4 or IPv6 one whose header is whole.
+fn ip_info(frame: &[u8]) -> Option<IpInfo> {
+    const UDP: u8 = 17;
     let t = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    (t == u16::from(EtherType::Ipv4) || t == u16::from(EtherType::Ipv6)).then_some(t)
-}
-
-/// Whether the frame carries an ECN-capable IP packet (ECT(0) or ECT(1)).
-fn ecn_capable(frame: &[u8]) -> bool {
-    let ip = &frame[14.min(frame.len())..];
-    let ecn = match ip_of(frame) {
-        Some(t) if t == u16::from(EtherType::Ipv4) => {
-            Ipv4Packet::new_checked(ip).map(|p| p.ecn()).ok()
-        }
-        Some(_) => Ipv6Packet::new_checked(ip).map(|p| p.ecn()).ok(),
-        None => None,
-    };
-    matches!(ecn, Some(Ecn::Ect0 | Ecn::Ect1))
-}
-
-/// Marks the frame's IP packet CE (checked ECN-capable first).
-fn mark_ce(frame: &mut [u8]) {
-    let is_v4 = ip_of(frame) == Some(u16::from(EtherType::Ipv4));
-    let ip = &mut frame[14..];
-    if is_v4 {
-        Ipv4Packet::new_unchecked(ip).set_ecn(Ecn::Ce);
+    let ip = &frame[14..];
+    if t == u16::from(EtherType::Ipv4) {
+        let p = Ipv4Packet::new_checked(ip).ok()?;
+        Some(IpInfo {
+            v4: true,
+            udp: p.protocol() == UDP,
+            ecn: p.ecn(),
+        })
+    } else if t == u16::from(EtherType::Ipv6) {
+        let p = Ipv6Packet::new_checked(ip).ok()?;
+        Some(IpInfo {
+            v4: false,
+            udp: p.next_header() == UDP,
+            ecn: p.ecn(),
+        })
     } else {
-        Ipv6Packet::new_unchecked(ip).set_ecn(Ecn::Ce);
+        None
     }
+}
+
+/// Marks the frame's IP packet CE if it is ECN-capable (ECT(0) or ECT(1)); whether it did.
+fn mark_ce(frame: &mut [u8]) -> bool {
+    let Some(ip) = ip_info(frame).filter(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1)) else {
+        return false;
+    };
+    // `ip_info` checked the header: it is whole.
+    if ip.v4 {
+        Ipv4Packet::new_unchecked(&mut frame[14..]).set_ecn(Ecn::Ce);
+    } else {
+        Ipv6Packet::new_unchecked(&mut frame[14..]).set_ecn(Ecn::Ce);
+    }
+    true
+}
+
+/// Whether the frame carries an ECN-capable IP packet.
+fn ecn_capable(frame: &[u8]) -> bool {
+    ip_info(frame).is_some_and(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1))
 }
 
 /// The forwarding table of a learning bridge: which port each source MAC was seen on.
@@ -370,7 +394,7 @@ impl Bridge {
 struct Report {
     rate_bps: u64,
     buffer_bytes: u64,
-    ecn: &'static str,
+    ecn: EcnMode,
     kmin_bytes: u64,
     kmax_bytes: u64,
     pmax: f64,
@@ -470,15 +494,23 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         for (from, _) in ready.iter().enumerate().filter(|(_, r)| **r) {
             // A bounded batch per port, so that one busy port does not starve the pacer.
             for _ in 0..64 {
-                let Some(n) = socks[from].try_recv(&mut buf).context("recv")? else {
-                    break;
+                let n = match socks[from].try_recv(&mut buf) {
+                    Ok(Some(n)) => n,
+                    Ok(None) => break,
+                    // The port's link went away, or an error is pending on the socket: counted;
+                    // the network cannot stop the switch.
+                    Err(_) => {
+                        egress[from].counters.rx_errors += 1;
+                        break;
+                    }
                 };
-                last_rx = Some(ns(Instant::now()));
+                let at = ns(Instant::now());
+                last_rx = Some(at);
                 egress[from].counters.rx_frames += 1;
                 egress[from].counters.rx_bytes += n as u64;
                 let frame = &buf[..n];
                 for to in bridge.route(frame, from, socks.len()) {
-                    egress[to].offer(frame.to_vec(), &marking, &mut rng);
+                    egress[to].offer(at, frame.to_vec(), &marking, &mut rng);
                 }
             }
         }
@@ -489,11 +521,7 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
     let report = Report {
         rate_bps: args.rate,
         buffer_bytes: args.buffer,
-        ecn: match args.ecn {
-            EcnMode::Off => "off",
-            EcnMode::Red => "red",
-            EcnMode::Threshold => "threshold",
-        },
+        ecn: args.ecn,
         kmin_bytes: args.kmin,
         kmax_bytes: args.kmax,
         pmax: args.pmax,
@@ -554,7 +582,7 @@ mod tests {
         let verdicts: Vec<Verdict> = (0..6)
             .map(|i| {
                 let ecn = if i == 3 { Ecn::NotEct } else { Ecn::Ect0 };
-                e.offer(frame(1, 2, ecn, 1000), &m, &mut rng)
+                e.offer(0, frame(1, 2, ecn, 1000), &m, &mut rng)
             })
             .collect();
         use Verdict::*;
@@ -562,7 +590,7 @@ mod tests {
         assert_eq!(verdicts, [Queued, Queued, Queued, Queued, Marked, Dropped]);
         assert_eq!((e.counters.marked, e.counters.dropped), (1, 1));
         assert_eq!(e.counters.peak_queue_bytes, 5_000);
-        assert_eq!(e.offer(vec![0u8; 1515], &m, &mut rng), Oversize);
+        assert_eq!(e.offer(0, vec![0u8; 1515], &m, &mut rng), Oversize);
         // The marked frame is CE with a valid header checksum; the others are as they came.
         let out: Vec<Vec<u8>> = std::iter::from_fn(|| e.take(u64::MAX / 2)).collect();
         assert_eq!(out.len(), 5);
@@ -587,7 +615,7 @@ mod tests {
         // 1000-byte frames at 8.032 Mb/s: one per millisecond (FCS included).
         let mut e = Egress::new("p", 1 << 20, 8_032_000, 1514);
         for _ in 0..100 {
-            e.offer(frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
+            e.offer(0, frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
         }
         let ms = 1_000_000u64;
         assert!(e.take(0).is_some());
@@ -606,6 +634,17 @@ mod tests {
         let t = e.next_departure().expect("queued");
         assert_eq!(t, 12 * ms + 800_000, "the burst started 200 µs back");
         assert!(e.take(t - 1).is_none() && e.take(t).is_some());
+        // Drained, then idle for a second: a new frame starts when it comes, without a
+        // burst of the time nobody used.
+        while let Some(t) = e.next_departure() {
+            assert!(e.take(t).is_some());
+        }
+        let later = 2_000 * ms;
+        e.offer(later, frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
+        e.offer(later, frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
+        assert!(e.take(later).is_some());
+        assert!(e.take(later).is_none(), "one frame's time before the next");
+        assert_eq!(e.next_departure(), Some(later + ms));
     }
 
     #[test]
@@ -618,18 +657,19 @@ mod tests {
         tcp[14 + 9] = 6; // protocol TCP
         assert_eq!(
             (Class::of(&roce), Class::of(&tcp)),
-            (Class::Roce, Class::Other)
+            (Class::Rdma, Class::Other)
         );
+        // UDP to any port is the RDMA class: an irn device may listen elsewhere than 4791.
         let mut udp = roce.clone();
-        udp[36..38].copy_from_slice(&53u16.to_be_bytes());
-        assert_eq!(Class::of(&udp), Class::Other);
+        udp[36..38].copy_from_slice(&18515u16.to_be_bytes());
+        assert_eq!(Class::of(&udp), Class::Rdma);
         assert_eq!(Class::of(&[0u8; 20]), Class::Other);
         // The RoCE queue is full; a TCP segment still finds room, and leaves first.
         for _ in 0..2 {
-            assert_eq!(e.offer(roce.clone(), &m, &mut rng), Verdict::Queued);
+            assert_eq!(e.offer(0, roce.clone(), &m, &mut rng), Verdict::Queued);
         }
-        assert_eq!(e.offer(roce.clone(), &m, &mut rng), Verdict::Dropped);
-        assert_eq!(e.offer(tcp.clone(), &m, &mut rng), Verdict::Queued);
+        assert_eq!(e.offer(0, roce.clone(), &m, &mut rng), Verdict::Dropped);
+        assert_eq!(e.offer(0, tcp.clone(), &m, &mut rng), Verdict::Queued);
         assert_eq!(e.queued_bytes(), 3_000);
         assert_eq!(e.take(0), Some(tcp));
         assert_eq!(e.take(u64::MAX / 2), Some(roce));

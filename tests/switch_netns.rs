@@ -125,8 +125,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
     });
     // Go-back-N through a lossy bottleneck may exhaust its retries — why RoCE runs on PFC: a
     // queue pair that loses the tail of a window waits out rxe's 67 ms timer, and one that
-    // meets a full queue eight times in a row gives up (seen without CC, and with DCTCP where
-    // a starved sender's go-back-N bursts meet its rival's queue: 2 runs of about 20 each).
+    // meets a full queue eight times in a row gives up (seen without CC, 2 runs in about 20).
     // A RoCE queue pair that gives up is an outcome, counted as no goodput; in IRN mode it
     // fails the test.
     let gave_up = [&c1, &c2].iter().any(|c| {
@@ -204,8 +203,8 @@ fn congestion_control_holds_goodput_and_cuts_drops_at_a_marking_bottleneck() {
                 runs.push((cc, r));
             }
         }
-        // Medians over the rounds: one run may meet a timeout storm (a flow whose window
-        // collapsed waits out backed-off retransmission timers while the port idles).
+        // Medians over the rounds: one run may meet a timeout storm, or a sender that starts
+        // late.
         let of = |cc: &str, f: fn(&Run) -> f64| {
             median(runs.iter().filter(|r| r.0 == cc).map(|r| f(&r.1)).collect())
         };
@@ -215,17 +214,16 @@ fn congestion_control_holds_goodput_and_cuts_drops_at_a_marking_bottleneck() {
         assert!(drops_none > 2_000.0, "{report}");
         for cc in ["dcqcn", "dctcp"] {
             assert!(of(cc, |r| r.marked as f64) > 0.0, "{report}");
-            // Seen (medians of three): IRN 59 000–62 000 drops without CC, 2 600–3 200 with
-            // DCQCN, 1 400–1 900 with DCTCP; RoCE 36 000–39 000, 3 300–4 100 and 60–900.
+            // Seen over nine runs each: IRN 56 000–98 000 drops without CC, 600–1 100 with
+            // DCQCN, 700–3 800 with DCTCP; RoCE 36 000–65 000, 60–300 and 50–210.
             assert!(
                 of(cc, |r| r.dropped as f64) * 4.0 < drops_none,
                 "{mode} {cc}: drops did not fall\n{report}"
             );
-            // Seen: IRN 23–31 MB/s without, 27–28 with DCQCN, 20–33 with DCTCP (whose flows
-            // share unfairly: the one behind waits out backed-off timers, and the port idles);
-            // RoCE 19–21 without, 27–35 with either.
+            // Seen: IRN 22–31 MB/s without, 22–32 with either; RoCE 19–21 without, 22–34 with
+            // either (a run whose second sender starts late counts the gap).
             assert!(
-                of(cc, |r| r.goodput) > 0.6 * goodput_none,
+                of(cc, |r| r.goodput) > 0.75 * goodput_none,
                 "{mode} {cc}: goodput fell\n{report}"
             );
         }

@@ -67,9 +67,10 @@ fn socket_all() -> io::Result<OwnedFd> {
         rustix::net::RawProtocol::new(u32::from(ETH_P_ALL.to_be()))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "protocol 0"))?,
     );
-    Ok(rustix::net::socket(
+    Ok(rustix::net::socket_with(
         AddressFamily::PACKET,
         SocketType::RAW,
+        rustix::net::SocketFlags::CLOEXEC,
         Some(proto),
     )?)
 }
@@ -94,9 +95,18 @@ impl PacketSocket {
         let (ifindex, mtu, mac) = interface(iface)?;
         // Protocol 0 takes no frame until `bind` names the interface and the protocol: none
         // from another interface is queued in between.
-        let fd = rustix::net::socket(AddressFamily::PACKET, SocketType::RAW, None)?;
+        let fd = rustix::net::socket_with(
+            AddressFamily::PACKET,
+            SocketType::RAW,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )?;
         crate::net::sys::packet_port(fd.as_fd(), ifindex)?;
-        let _ = crate::net::sys::set_rcvbuf_force(fd.as_fd(), 8 << 20);
+        // 8 MB to absorb bursts while the switch paces; capped at net.core.rmem_max without
+        // CAP_NET_ADMIN.
+        if crate::net::sys::set_rcvbuf_force(fd.as_fd(), 8 << 20).is_err() {
+            let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&fd, 8 << 20);
+        }
         crate::net::sys::bind_packet(fd.as_fd(), ifindex, ETH_P_ALL)?;
         Ok(PacketSocket {
             fd,

@@ -1412,10 +1412,8 @@ fn loss_keeps_gso_and_the_data_intact() {
 #[test]
 fn each_queue_pair_sends_from_its_own_source_port() {
     for mode in MODES {
-        let pcap = std::env::temp_dir().join(format!(
-            "irn-sport-{}-{mode:?}.pcap",
-            std::process::id()
-        ));
+        let pcap =
+            std::env::temp_dir().join(format!("irn-sport-{}-{mode:?}.pcap", std::process::id()));
         let a = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 71).expect("dev");
         let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
         cfg.port = 0;
@@ -1479,7 +1477,10 @@ fn each_queue_pair_sends_from_its_own_source_port() {
             if a.counters().tx_port_fallbacks == 0 {
                 assert_eq!(open, expect.into_iter().collect::<Vec<_>>(), "{mode:?}");
             } else {
-                assert!(open.iter().all(|p| expect.contains(p)), "{mode:?}: {open:?}");
+                assert!(
+                    open.iter().all(|p| expect.contains(p)),
+                    "{mode:?}: {open:?}"
+                );
             }
             // Destroyed queue pairs give their ports back: no socket stays open.
             drop(keep);
@@ -1529,6 +1530,9 @@ fn each_queue_pair_sends_from_its_own_source_port() {
             }
         }
         assert_eq!(fell_back, fallbacks, "{mode:?}: {seen:?}");
-        assert!(fell_back < 3, "{mode:?}: no connection had a port of its own");
+        assert!(
+            fell_back < 3,
+            "{mode:?}: no connection had a port of its own"
+        );
     }
 }

@@ -93,12 +93,14 @@ impl Core {
     }
 
     /// Builds packet `t` from UDP source port `sport` to `peer` in the next slot of the
-    /// transmit batch (captured there), or passes it through the send impairment. In a turn that may coalesce ([`Core::gso_turn`])
-    /// a packet joins the batch's last message when it goes to the same peer with the same
-    /// ECN marking and is no longer than that message's first packet (a shorter one closes
-    /// the message, as UDP GSO cuts every segment but the last to one size); its IPv4
-    /// identification, which the ICRC covers, is then its index in the message — the one the
-    /// kernel's segmentation gives it ([`net::TxMsg`]).
+    /// transmit batch (captured there), or passes it through the send impairment — a loss-only
+    /// impairment drops it here, before the batch, so that the survivors still coalesce. In a
+    /// turn that may coalesce ([`Core::gso_turn`]) a packet joins the batch's last message when
+    /// it goes to the same peer from the same port with the same ECN marking and is no longer
+    /// than that message's first packet (a shorter one closes the message, as UDP GSO cuts
+    /// every segment but the last to one size); its IPv4 identification, which the ICRC covers,
+    /// is then its index in the message — the one the kernel's segmentation gives it
+    /// ([`net::TxMsg`]).
     pub(super) fn queue_tx(
         &mut self,
         sock: &UdpSocket,
@@ -203,8 +205,7 @@ impl Core {
                 .count();
             // The socket bound to the source port the packets were built with (the ICRC
             // covers it).
-            let (sock, no_check) = match Core::socket_for(&mut self.src_socks, self.local, sport)
-            {
+            let (sock, no_check) = match Core::socket_for(&mut self.src_socks, self.local, sport) {
                 Some(s) => (&s.sock, &mut s.no_check),
                 None if sport == self.local.port() => (sock, &mut self.udp_no_check),
                 None => {

@@ -271,8 +271,9 @@ impl std::fmt::Display for Congestion {
 /// datacenter whose round trip is microseconds: a CNP at most every 50 µs, α and the rate
 /// raised every 55 µs. Behind a user-space engine the round trip is [`RUNTIME_RTT`], so a
 /// sender would raise its rate eight times before any CNP could answer: through a 300 Mb/s
-/// port (`irn switch`, two senders, tests/switch_netns.rs) the NIC's timers left 27 000–30 000
-/// drops per run against 60 000 without congestion control; the runtime's profile, 3 000.
+/// port (`irn switch`, two IRN senders, tests/switch_netns.rs) the NIC's timers left 8 400–
+/// 25 700 drops per run against 56 000–98 000 without congestion control; this profile, 800–850
+/// (docs/BENCHMARKS.md).
 /// Here the notification point sends at most one CNP per round trip, the α and increase
 /// timers keep the paper's 55 : 50 ratio to it, and the increase steps and the floor keep the
 /// paper's proportion to the line rate (40 Mb/s, 400 Mb/s and 100 Mb/s of 40 Gb/s).
@@ -598,11 +599,11 @@ impl Core {
 
     /// The socket that sends packets built with source port `port`: the device's for its own
     /// port, else that port's, if it is still open.
-    fn socket_for<'a>(
-        src_socks: &'a mut BTreeMap<u16, SourceSocket>,
+    fn socket_for(
+        src_socks: &mut BTreeMap<u16, SourceSocket>,
         local: SocketAddr,
         port: u16,
-    ) -> Option<&'a mut SourceSocket> {
+    ) -> Option<&mut SourceSocket> {
         if port == local.port() {
             None
         } else {
