@@ -11,27 +11,12 @@
 use std::process::{Command, Stdio};
 
 mod common;
+use common::netns::ip;
 use common::{finish, precondition_missing, text};
 
 struct Mesh {
     bridge: String,
     hosts: Vec<(String, String)>,
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 impl Mesh {

@@ -124,6 +124,23 @@ impl Drop for Netns {
     }
 }
 
+/// Runs `ip ARGS`; the command and its complaint if it fails.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}`: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// Hosts around a switch: namespaces `host[i]` at 10.`net`.0.(i+1)/24, each joined by a veth
 /// pair (`e0` in the host) to port `ports[i]` of namespace `switch`, which has no address —
 /// `irn switch` forwards between its ports. IPv6 is off everywhere (no neighbour discovery
@@ -142,21 +159,6 @@ impl Star {
             hosts: (0..n).map(|i| format!("irn-{tag}{id}-h{i}")).collect(),
             switch: format!("irn-{tag}{id}-sw"),
             ports: (0..n).map(|i| format!("{tag}{id}p{i}")).collect(),
-        };
-        let ip = |args: &[&str]| -> Result<(), String> {
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
         };
         // No IPv6 (through /proc: procps may not be installed).
         let quiet = |ns: &str| -> Result<(), String> {
