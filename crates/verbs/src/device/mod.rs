@@ -352,6 +352,21 @@ pub enum Error {
     /// RTR needs the peer's address.
     #[error("moving to RTR needs the remote address (GID and port)")]
     NoRemote,
+    /// INIT → RTR asked for a path MTU the route to the peer cannot carry (`EINVAL`): every
+    /// full-size packet would be refused by the kernel (`EMSGSIZE`) and the queue pair would
+    /// end in `RETRY_EXC_ERR` half a second later.
+    #[error(
+        "path MTU {asked} does not fit the route to {peer}, which carries IB MTU {route} at most \
+         (its link MTU less 80 bytes of headers, as rxe derives its active MTU)"
+    )]
+    PathMtu {
+        /// The `path_mtu` asked for.
+        asked: u32,
+        /// The peer.
+        peer: IpAddr,
+        /// The largest IB MTU the route carries ([`crate::active_mtu`]).
+        route: u32,
+    },
     /// Memory registration failed.
     #[error("{0}")]
     Memory(#[from] MemError),

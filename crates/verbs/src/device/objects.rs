@@ -373,6 +373,14 @@ impl Qp {
                 } else {
                     e.qp.attr().path_mtu
                 };
+                let route = crate::net::active_mtu(r.ip());
+                if irn_transport::path_mtu_valid(mtu) && mtu > route {
+                    return Err(Error::PathMtu {
+                        asked: mtu,
+                        peer: r.ip(),
+                        route,
+                    });
+                }
                 // An MTU the transition refuses sizes nothing: `modify` reports it (and a
                 // refused transition leaves a queue pair that the next attempt sizes again).
                 if irn_transport::path_mtu_valid(mtu) {
