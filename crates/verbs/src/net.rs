@@ -269,6 +269,15 @@ impl Sockets {
     }
 
     /// The descriptor to poll for received packets.
+    /// Asks for a receive buffer of `bytes` (forced past `net.core.rmem_max` if the process
+    /// may; otherwise as much as the kernel allows).
+    pub(crate) fn grow_receive_buffer(&self, bytes: usize) {
+        let rx = self.rx_fd();
+        if sys::set_rcvbuf_force(rx, bytes).is_err() {
+            let _ = rustix::net::sockopt::set_socket_recv_buffer_size(rx, bytes);
+        }
+    }
+
     pub(crate) fn rx_fd(&self) -> BorrowedFd<'_> {
         match &self.raw {
             Some(fd) => fd.as_fd(),

@@ -563,6 +563,11 @@ pub(crate) struct Core {
     src_socks: BTreeMap<u16, SourceSocket>,
     /// The send buffer each of them gets.
     socket_buffer: usize,
+    /// The receive buffer asked for so far, and what the connected queue pairs' peers may have
+    /// in flight: the configured size plus each connection's BDP cap in bytes
+    /// ([`Shared::fit_receive_buffer`]).
+    rx_buffer: usize,
+    rx_wanted: usize,
     payload: Vec<u8>,
 }
 
@@ -667,7 +672,27 @@ impl Shared {
     fn wake_engine(&self) {
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
     }
+
+    /// Grows the receive buffer to what the connected queue pairs' peers may have in flight
+    /// at once ([`Core::rx_wanted`]: the sum of their BDP caps in bytes, which an irn peer
+    /// sizes as this side does), at most [`MAX_RECEIVE_BUFFER`]. A NIC's buffer absorbs the
+    /// bursts of a port's flows; a software receiver's is its socket's. With 4 MB, 64 IRN
+    /// queue pairs on loopback (123 packets of 4 KB each in flight: 32 MB) overflowed it
+    /// until one of them went half a second without progress and ended in `RETRY_EXC_ERR`;
+    /// with 32 MB they moved 1.4 GB/s (issue 21, docs/BENCHMARKS.md). Best effort: without
+    /// `CAP_NET_ADMIN` the kernel caps it at `net.core.rmem_max`.
+    fn fit_receive_buffer(&self) {
+        let mut core = self.lock();
+        let want = core.rx_wanted.min(MAX_RECEIVE_BUFFER);
+        if want > core.rx_buffer {
+            self.socks.grow_receive_buffer(want);
+            core.rx_buffer = want;
+        }
+    }
 }
+
+/// The largest receive buffer a device asks for (bytes).
+pub const MAX_RECEIVE_BUFFER: usize = 256 << 20;
 
 /// An open device: a UDP socket with its engine thread (`ibv_open_device` + `ibv_alloc_pd`'s
 /// context). Closing it (dropping) stops the engine; queue pairs left open stop moving.
@@ -733,6 +758,8 @@ impl Device {
             udp_no_check: local.is_ipv4(),
             src_socks: BTreeMap::new(),
             socket_buffer: cfg.socket_buffer,
+            rx_buffer: cfg.socket_buffer,
+            rx_wanted: cfg.socket_buffer,
             payload: Vec::with_capacity(MAX_DATAGRAM),
         };
         let shared = Arc::new(Shared {

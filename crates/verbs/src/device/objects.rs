@@ -359,7 +359,7 @@ impl Qp {
         remote: Option<SocketAddr>,
     ) -> Result<()> {
         let qpn = self.qpn;
-        self.with(|core, now| {
+        let r = self.with(|core, now| {
             let local = core.local;
             let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
             let connecting = to == QpState::Rtr && e.qp.state() == QpState::Init;
@@ -404,9 +404,20 @@ impl Qp {
                 if old != sport {
                     core.release_port(old);
                 }
+                // What the peer may have in flight towards this queue pair: the receive buffer
+                // grows to hold it (`Shared::fit_receive_buffer`, after this call).
+                if let Some(e) = core.qps.get(&qpn) {
+                    let cap = e.qp.config().recovery.bdp_cap.unwrap_or(0) as usize;
+                    let bytes = cap * e.qp.attr().path_mtu as usize;
+                    core.rx_wanted = core.rx_wanted.saturating_add(bytes);
+                }
             }
             Ok(())
-        })
+        });
+        if r.is_ok() && to == QpState::Rtr {
+            self.shared.fit_receive_buffer();
+        }
+        r
     }
 
     /// RESET → INIT with `attr`'s access flags and P_Key: receives may be posted from here on.
