@@ -239,6 +239,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the ECN bits — a congested switch marks an ECN-capable packet CE (RFC 3168 §5) —
     /// and recomputes the header checksum (RFC 791). The ICRC covers the TOS byte as ones
     /// (RoCEv2 annex A17.8.1), so a RoCEv2 packet's ICRC stays valid.
+    ///
+    /// # Panics
+    ///
+    /// On a buffer shorter than its header length says: wrap it with
+    /// [`Ipv4Packet::new_checked`] first.
     pub fn set_ecn(&mut self, ecn: Ecn) {
         let hl = self.header_len();
         let b = self.buffer.as_mut();

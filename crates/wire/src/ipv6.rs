@@ -143,6 +143,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Sets the ECN bits of the traffic class — a congested switch marks an ECN-capable
     /// packet CE (RFC 3168 §5). IPv6 has no header checksum, and the ICRC covers the traffic
     /// class as ones (RoCEv2 annex A17.8.1).
+    ///
+    /// # Panics
+    ///
+    /// On a buffer shorter than the 40-byte header: wrap it with [`Ipv6Packet::new_checked`]
+    /// first.
     pub fn set_ecn(&mut self, ecn: Ecn) {
         let vtf = self.vtf();
         let b = self.buffer.as_mut();
