@@ -160,17 +160,35 @@ pub(crate) fn open_source_socket(ip: IpAddr, port: u16, buffer: usize) -> io::Re
         SocketAddr::V6(a) => rustix::net::bind(&fd, &a)?,
     }
     let udp = UdpSocket::from(fd);
+    prepare_sender(&udp, buffer)?;
+    Ok(udp)
+}
+
+/// What every sending socket of a device is: non-blocking, with path MTU discovery on (DF set,
+/// IPv4 identification 0: see the module doc), IPv4 without a UDP checksum as rxe sends (what
+/// goes on the wire is then exactly what the device built and captured; IPv6 requires the
+/// checksum), and a send buffer of `buffer` bytes (0: the system's default).
+fn prepare_sender(udp: &UdpSocket, buffer: usize) -> io::Result<()> {
+    use rustix::net::sockopt;
     udp.set_nonblocking(true)?;
-    if ip.is_ipv4() {
-        sockopt::set_ip_mtu_discover(&udp, sockopt::Ipv4PathMtuDiscovery::DO)?;
+    if udp.local_addr()?.is_ipv4() {
+        sockopt::set_ip_mtu_discover(udp, sockopt::Ipv4PathMtuDiscovery::DO)?;
         let _ = sys::set_no_check(udp.as_fd(), true);
     } else {
-        sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?;
+        sockopt::set_ipv6_mtu_discover(udp, sockopt::Ipv6PathMtuDiscovery::DO)?;
     }
     if buffer > 0 {
-        let _ = sockopt::set_socket_send_buffer_size(&udp, buffer);
+        let _ = sockopt::set_socket_send_buffer_size(udp, buffer);
     }
-    Ok(udp)
+    Ok(())
+}
+
+/// Gives `fd` a receive buffer of `bytes`: forced past `net.core.rmem_max` if the process may
+/// (`CAP_NET_ADMIN`), otherwise as much as the kernel allows. Best effort.
+pub(crate) fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) {
+    if sys::set_rcvbuf_force(fd, bytes).is_err() {
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(fd, bytes);
+    }
 }
 
 impl Sockets {
@@ -184,23 +202,14 @@ impl Sockets {
     ) -> io::Result<Sockets> {
         use rustix::net::sockopt;
         let udp = UdpSocket::bind(SocketAddr::new(addr, port))?;
-        udp.set_nonblocking(true)?;
-        match addr {
-            IpAddr::V4(_) => {
-                sockopt::set_ip_mtu_discover(&udp, sockopt::Ipv4PathMtuDiscovery::DO)?;
-                // Checksum 0, as rxe sends: what goes on the wire is then exactly what the
-                // device built (and captured). IPv6 requires the checksum.
-                let _ = sys::set_no_check(udp.as_fd(), true);
-            }
-            IpAddr::V6(_) => {
-                sockopt::set_ipv6_mtu_discover(&udp, sockopt::Ipv6PathMtuDiscovery::DO)?;
-                // Linux rxe (and RoCE NICs) send IPv6 UDP with checksum 0, which RFC 8200
-                // §8.1 forbids unless the receiving socket opts in (RFC 6935/6936, as UDP
-                // tunnels do); without this the kernel drops every such datagram and counts
-                // it in Udp6InCsumErrors. The ICRC covers everything the checksum would.
-                // This side still sends checksummed datagrams, which every receiver accepts.
-                sys::set_no_check6_rx(udp.as_fd())?;
-            }
+        prepare_sender(&udp, buffer)?;
+        if addr.is_ipv6() {
+            // Linux rxe (and RoCE NICs) send IPv6 UDP with checksum 0, which RFC 8200 §8.1
+            // forbids unless the receiving socket opts in (RFC 6935/6936, as UDP tunnels do);
+            // without this the kernel drops every such datagram and counts it in
+            // Udp6InCsumErrors. The ICRC covers everything the checksum would. This side
+            // still sends checksummed datagrams, which every receiver accepts.
+            sys::set_no_check6_rx(udp.as_fd())?;
         }
         let local = udp.local_addr()?;
         let raw = match (path, local) {
@@ -218,16 +227,11 @@ impl Sockets {
             },
         };
         if buffer > 0 {
-            // Best effort. Privileged processes get the size asked for; others are capped at
-            // net.core.{r,w}mem_max.
             let rx: BorrowedFd<'_> = match &raw {
                 Some(fd) => fd.as_fd(),
                 None => udp.as_fd(),
             };
-            if sys::set_rcvbuf_force(rx, buffer).is_err() {
-                let _ = sockopt::set_socket_recv_buffer_size(rx, buffer);
-            }
-            let _ = sockopt::set_socket_send_buffer_size(&udp, buffer);
+            set_receive_buffer(rx, buffer);
         }
         if raw.is_none() {
             // Coalesced datagrams (a GSO peer's batches arrive whole on loopback and veths;
@@ -272,10 +276,7 @@ impl Sockets {
     /// Asks for a receive buffer of `bytes` (forced past `net.core.rmem_max` if the process
     /// may; otherwise as much as the kernel allows).
     pub(crate) fn grow_receive_buffer(&self, bytes: usize) {
-        let rx = self.rx_fd();
-        if sys::set_rcvbuf_force(rx, bytes).is_err() {
-            let _ = rustix::net::sockopt::set_socket_recv_buffer_size(rx, bytes);
-        }
+        set_receive_buffer(self.rx_fd(), bytes);
     }
 
     pub(crate) fn rx_fd(&self) -> BorrowedFd<'_> {

@@ -102,11 +102,8 @@ impl PacketSocket {
             None,
         )?;
         crate::net::sys::packet_port(fd.as_fd(), ifindex)?;
-        // 8 MB to absorb bursts while the switch paces; capped at net.core.rmem_max without
-        // CAP_NET_ADMIN.
-        if crate::net::sys::set_rcvbuf_force(fd.as_fd(), 8 << 20).is_err() {
-            let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&fd, 8 << 20);
-        }
+        // 8 MB to absorb bursts while the switch paces.
+        crate::net::set_receive_buffer(fd.as_fd(), 8 << 20);
         crate::net::sys::bind_packet(fd.as_fd(), ifindex, ETH_P_ALL)?;
         Ok(PacketSocket {
             fd,
