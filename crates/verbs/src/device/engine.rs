@@ -203,18 +203,18 @@ impl Core {
                 .iter()
                 .take_while(|m| m.coalesce == checksum && m.sport == sport)
                 .count();
-            // The socket bound to the source port the packets were built with (the ICRC
-            // covers it).
-            let (sock, no_check) = match Core::socket_for(&mut self.src_socks, self.local, sport) {
-                Some(s) => (&s.sock, &mut s.no_check),
-                None if sport == self.local.port() => (sock, &mut self.udp_no_check),
-                None => {
-                    // Its queue pair is gone, and the port's socket with it: lost, counted.
-                    let lost: usize = self.tx_msgs[at..at + run].iter().map(|m| m.count).sum();
-                    self.counters.tx_errors += lost as u64;
-                    at += run;
-                    continue;
-                }
+            let Some((sock, no_check)) = Core::sender(
+                &mut self.src_socks,
+                sock,
+                &mut self.udp_no_check,
+                self.local,
+                sport,
+            ) else {
+                // Its queue pair is gone, and the port's socket with it: lost, counted.
+                let lost: usize = self.tx_msgs[at..at + run].iter().map(|m| m.count).sum();
+                self.counters.tx_errors += lost as u64;
+                at += run;
+                continue;
             };
             if self.local.is_ipv4()
                 && *no_check == checksum
@@ -499,13 +499,15 @@ pub(super) fn release(
             let sport = bytes
                 .get(hdr - UDP_LEN..hdr - UDP_LEN + 2)
                 .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-            let sock = match Core::socket_for(&mut core.src_socks, core.local, sport) {
-                Some(s) => &s.sock,
-                None if sport == core.local.port() => sock,
-                None => {
-                    core.counters.tx_errors += 1;
-                    return;
-                }
+            let Some((sock, _)) = Core::sender(
+                &mut core.src_socks,
+                sock,
+                &mut core.udp_no_check,
+                core.local,
+                sport,
+            ) else {
+                core.counters.tx_errors += 1;
+                return;
             };
             send_now(
                 sock,

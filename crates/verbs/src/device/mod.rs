@@ -483,11 +483,7 @@ impl QpEntry {
     /// Sizes the BDP-FC cap and the congestion controller for packets of `mtu` bytes (the
     /// path MTU INIT → RTR sets). The queue pair is created sized for 1024-byte packets.
     fn size_for_path(&mut self, now: Time, mtu: u32) -> Result<()> {
-        let recovery = runtime_recovery(self.init.mode, self.init.line_rate_bps, mtu);
-        let (cc, _) = self
-            .init
-            .cc
-            .build(recovery.bdp_cap, u64::from(mtu), self.init.line_rate_bps);
+        let (recovery, cc, _) = self.init.for_path(mtu);
         self.qp.size_for_path(now, recovery.bdp_cap, cc)?;
         Ok(())
     }
@@ -617,17 +613,20 @@ impl Core {
         }
     }
 
-    /// The socket that sends packets built with source port `port`: the device's for its own
-    /// port, else that port's, if it is still open.
-    fn socket_for(
-        src_socks: &mut BTreeMap<u16, SourceSocket>,
+    /// The socket that sends packets built with source port `port` (their ICRC covers it) and
+    /// whether it currently sends IPv4 without a checksum: the device's own (`main`) for its
+    /// port, that port's otherwise — `None` once the last queue pair using the port is gone.
+    fn sender<'a>(
+        src_socks: &'a mut BTreeMap<u16, SourceSocket>,
+        main: &'a UdpSocket,
+        main_no_check: &'a mut bool,
         local: SocketAddr,
         port: u16,
-    ) -> Option<&mut SourceSocket> {
+    ) -> Option<(&'a UdpSocket, &'a mut bool)> {
         if port == local.port() {
-            None
+            Some((main, main_no_check))
         } else {
-            src_socks.get_mut(&port)
+            src_socks.get_mut(&port).map(|s| (&s.sock, &mut s.no_check))
         }
     }
 }
@@ -939,6 +938,25 @@ pub struct QpInit {
     pub line_rate_bps: u64,
     /// Congestion control.
     pub cc: Congestion,
+}
+
+impl QpInit {
+    /// Its loss recovery and congestion control on a path of `mtu`-byte packets
+    /// ([`runtime_recovery`], [`Congestion`]), and the receiver's CNP interval.
+    fn for_path(
+        &self,
+        mtu: u32,
+    ) -> (
+        RecoveryConfig,
+        Arc<dyn irn_transport::ControllerFactory>,
+        Option<Dur>,
+    ) {
+        let recovery = runtime_recovery(self.mode, self.line_rate_bps, mtu);
+        let (cc, cnp_interval) =
+            self.cc
+                .build(recovery.bdp_cap, u64::from(mtu), self.line_rate_bps);
+        (recovery, cc, cnp_interval)
+    }
 }
 
 impl Default for QpInit {

@@ -103,8 +103,8 @@ impl Pd {
             return Err(Error::Gone);
         }
         let qpn = core.fresh_qpn();
-        let recovery = runtime_recovery(init.mode, init.line_rate_bps, 1024);
-        let (cc, cnp_interval) = init.cc.build(recovery.bdp_cap, 1024, init.line_rate_bps);
+        // Sized for 1024-byte packets until it connects and its path MTU is known.
+        let (recovery, cc, cnp_interval) = init.for_path(1024);
         let cfg = QpConfig {
             qpn,
             recovery,
@@ -373,17 +373,17 @@ impl Qp {
                 } else {
                     e.qp.attr().path_mtu
                 };
-                let route = crate::net::active_mtu(r.ip());
-                if irn_transport::path_mtu_valid(mtu) && mtu > route {
-                    return Err(Error::PathMtu {
-                        asked: mtu,
-                        peer: r.ip(),
-                        route,
-                    });
-                }
                 // An MTU the transition refuses sizes nothing: `modify` reports it (and a
                 // refused transition leaves a queue pair that the next attempt sizes again).
                 if irn_transport::path_mtu_valid(mtu) {
+                    let route = crate::net::active_mtu(r.ip());
+                    if mtu > route {
+                        return Err(Error::PathMtu {
+                            asked: mtu,
+                            peer: r.ip(),
+                            route,
+                        });
+                    }
                     e.size_for_path(now, mtu)?;
                 }
             }
