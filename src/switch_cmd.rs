@@ -189,9 +189,16 @@ pub enum Class {
 }
 
 impl Class {
-    /// The class of an Ethernet frame.
-    pub fn of(frame: &[u8]) -> Class {
-        match ip_info(frame) {
+    /// The class of an Ethernet frame (the switch reads it with the rest of the IP header,
+    /// [`Class::of_ip`]).
+    #[cfg(test)]
+    fn of(frame: &[u8]) -> Class {
+        Class::of_ip(ip_info(frame))
+    }
+
+    /// The class of a frame whose IP header (if any) reads `ip`.
+    fn of_ip(ip: Option<IpInfo>) -> Class {
+        match ip {
             Some(ip) if ip.udp => Class::Rdma,
             _ => Class::Other,
         }
@@ -248,17 +255,17 @@ impl Egress {
             self.counters.oversize += 1;
             return Verdict::Oversize;
         }
-        let c = Class::of(&frame) as usize;
+        // The IP header is read once: for the class, and for the mark.
+        let ip = ip_info(&frame);
+        let c = Class::of_ip(ip) as usize;
         let q = self.bytes[c];
         if q + len > self.buffer {
             self.counters.dropped += 1;
             return Verdict::Dropped;
         }
-        let verdict = if marking.is_on()
-            && ecn_capable(&frame)
-            && marking.mark(q, rng)
-            && mark_ce(&mut frame)
-        {
+        let ect = ip.filter(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1));
+        let verdict = if let Some(ip) = ect.filter(|_| marking.is_on() && marking.mark(q, rng)) {
+            mark_ce(&mut frame, ip);
             self.counters.marked += 1;
             Verdict::Marked
         } else {
@@ -338,23 +345,14 @@ fn ip_info(frame: &[u8]) -> Option<IpInfo> {
     }
 }
 
-/// Marks the frame's IP packet CE if it is ECN-capable (ECT(0) or ECT(1)); whether it did.
-fn mark_ce(frame: &mut [u8]) -> bool {
-    let Some(ip) = ip_info(frame).filter(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1)) else {
-        return false;
-    };
+/// Marks CE the IP packet of a frame whose header `ip_info` read as `ip`.
+fn mark_ce(frame: &mut [u8], ip: IpInfo) {
     // `ip_info` checked the header: it is whole.
     if ip.v4 {
         Ipv4Packet::new_unchecked(&mut frame[14..]).set_ecn(Ecn::Ce);
     } else {
         Ipv6Packet::new_unchecked(&mut frame[14..]).set_ecn(Ecn::Ce);
     }
-    true
-}
-
-/// Whether the frame carries an ECN-capable IP packet.
-fn ecn_capable(frame: &[u8]) -> bool {
-    ip_info(frame).is_some_and(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1))
 }
 
 /// The forwarding table of a learning bridge: which port each source MAC was seen on.
