@@ -227,6 +227,51 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
 }
 
+/// A driver's hold (the UDP runtime's device-wide in-flight budget) keeps new request
+/// packets back and nothing else: the queue pair still resends what is lost and still answers
+/// its peer, says it has new packets ready, and sends them when the hold is lifted.
+#[test]
+fn a_held_queue_pair_still_retransmits_and_answers_but_starts_nothing_new() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mem, sge, remote, _) = memory(10 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    let mut buf = Vec::new();
+    let first: Vec<u32> = (0..4)
+        .map(|_| q.poll_transmit(T0, &mem, &mut buf).expect("packet").ib)
+        .map(|p| p.bth.psn.value() - SQ_PSN)
+        .collect();
+    assert_eq!(first, vec![0, 1, 2, 3]);
+    q.hold_new_requests(true);
+    assert!(q.new_request_ready(), "six packets wait for the hold alone");
+    assert!(!q.may_transmit());
+    assert!(drain(&mut q, T0, &mem).is_empty(), "nothing new while held");
+    // Packet 0 lost, 1 arrived: the NACK's retransmission still goes.
+    let mut m = mem.clone();
+    q.handle_packet(
+        T0,
+        &ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 1), true),
+        &[],
+        Ecn::NotEct,
+        &mut m,
+    );
+    assert_eq!(
+        psns(&drain(&mut q, T0, &mem)),
+        vec![0],
+        "the hole, not PSN 4"
+    );
+    // The peer's Write to this queue pair is still acknowledged.
+    let incoming = write_pkt(0, 1024, remote, 1024, true);
+    q.handle_packet(T0, &incoming, &[0x5a; 1024], Ecn::NotEct, &mut m);
+    let out = drain(&mut q, T0, &mem);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].bth.opcode, Opcode::RC_ACKNOWLEDGE);
+    // Lifted: the rest of the message.
+    q.hold_new_requests(false);
+    assert!(q.may_transmit());
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4, 5, 6, 7, 8, 9]);
+    assert!(!q.new_request_ready());
+}
+
 /// An IRN queue pair (BDP cap 8) that has sent PSNs 0..7 of an 8 KiB Write at T0.
 fn irn_eight_packets_sent() -> (QueuePair, ByteMemory) {
     let mut cfg = RecoveryConfig::irn();

@@ -119,6 +119,9 @@ pub struct QueuePair {
     cmp: Completer,
     /// Answering the peer's requests.
     rsp: Responder,
+    /// The driver holds new request packets back
+    /// ([`hold_new_requests`](QueuePair::hold_new_requests)).
+    hold_new: bool,
 }
 
 /// Packets of a message of `len` bytes at path MTU `mtu` (a zero-length message is one packet).
@@ -156,6 +159,7 @@ impl QueuePair {
             req: Requester::new(mode),
             cmp: Completer::new(),
             rsp: Responder::new(&cfg.recovery),
+            hold_new: false,
             cfg,
         }
     }
@@ -213,6 +217,32 @@ impl QueuePair {
     /// The congestion controller (for reports).
     pub fn controller(&self) -> &dyn Controller {
         self.cc.as_ref()
+    }
+
+    /// Holds new request packets back (`true`) or lets them go (`false`, the default), for a
+    /// driver with a budget of its own over all its queue pairs — the UDP runtime's device
+    /// bounds what all its queue pairs have in flight together, as a NIC's line rate does.
+    /// Only packets with PSNs not sent before are held: retransmissions, responses and
+    /// acknowledgements still leave, so a held queue pair still recovers its losses and still
+    /// answers its peer (a budget spent at both ends cannot deadlock). Nothing else changes:
+    /// the queue pair's timers keep running for what it has in flight.
+    pub fn hold_new_requests(&mut self, hold: bool) {
+        self.hold_new = hold;
+    }
+
+    /// Whether a new request packet is ready to leave but for
+    /// [`hold_new_requests`](QueuePair::hold_new_requests): one is posted and not yet sent,
+    /// and the BDP cap and the congestion window admit it. A driver holding queue pairs back
+    /// lists those for which this is `true`, to let them go in turn when its budget allows.
+    /// Like [`may_transmit`](QueuePair::may_transmit), `true` is not a promise (a fence, Read
+    /// credit or pacing can still hold the packet).
+    pub fn new_request_ready(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+            && self.cmp.rnr_until.is_none()
+            && !(self.state == QpState::Sqd && self.req.tx_off == 0)
+            && self.req.tx_idx < self.req.sq.len()
+            && self.req.swin.may_send_new(self.cfg.recovery.bdp_cap)
+            && self.cc_window_open()
     }
 
     /// Request PSNs sent and not yet acknowledged (what BDP-FC bounds).
@@ -715,8 +745,9 @@ impl QueuePair {
     /// now or once pacing allows. `false` only when it certainly has none until the queue
     /// pair is next handed an input — a packet, a timeout, a work request or a `modify`: no
     /// control packet or response waits, and no request either, or only new packets that
-    /// the BDP cap or the congestion window holds back (an acknowledgement, an input, opens
-    /// those). A NIC that keeps a list of the queue pairs with something to send leaves the
+    /// the BDP cap, the congestion window or the driver's
+    /// [`hold_new_requests`](QueuePair::hold_new_requests) holds back (an acknowledgement, an
+    /// input, opens the first two; the driver lifts its hold). A NIC that keeps a list of the queue pairs with something to send leaves the
     /// others out of it, and does not wake up for them when its link frees. `true` is not a
     /// promise: a fence, Read credit or pacing can still hold the next packet back.
     pub fn may_transmit(&self) -> bool {
@@ -741,12 +772,7 @@ impl QueuePair {
         {
             return true;
         }
-        if self.state == QpState::Sqd && self.req.tx_off == 0 {
-            return false;
-        }
-        self.req.tx_idx < self.req.sq.len()
-            && self.req.swin.may_send_new(self.cfg.recovery.bdp_cap)
-            && self.cc_window_open()
+        !self.hold_new && self.new_request_ready()
     }
 
     fn count_tx(&mut self, t: &Transmit) {

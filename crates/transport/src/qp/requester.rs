@@ -194,7 +194,7 @@ impl QueuePair {
         if self.state == QpState::Sqd && self.req.tx_off == 0 {
             return None;
         }
-        if !self.req.swin.may_send_new(self.cfg.recovery.bdp_cap) {
+        if self.hold_new || !self.req.swin.may_send_new(self.cfg.recovery.bdp_cap) {
             return None;
         }
         if !self.cc_window_open() {
