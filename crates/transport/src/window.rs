@@ -40,14 +40,23 @@ struct RttEstimator {
     srtt: Option<Dur>,
     /// RTTVAR.
     rttvar: Dur,
-    /// Expiries since the last ACK of new data: the timer is doubled this many times (§5.5).
+    /// Expiries since the last valid RTT sample (an ACK of a packet never resent): the timer
+    /// is doubled this many times (§5.5).
     backoff: u32,
 }
 
 impl RttEstimator {
-    /// A sample `r` (RFC 6298 §2.2–§2.3, α = 1/8, β = 1/4).
-    fn sample(&mut self, r: Dur) {
+    /// A sample `r` (RFC 6298 §2.2–§2.3, α = 1/8, β = 1/4), one of `per_rtt` samples a
+    /// round trip brings: the gains are divided by it (RFC 7323 Appendix G), so that the
+    /// estimate moves as much per round trip as RFC 6298's one sample would move it. IRN
+    /// acknowledges every packet: with RFC 6298's gains as they are, a window's worth of
+    /// nearly equal samples shrank RTTVAR to microseconds within one round trip, the timer
+    /// sat a few microseconds above a 42 ms queue-dominated SRTT, and any later round trip a
+    /// little longer timed out (issue 21, 256 IRN queue pairs on loopback: 13 000 spurious
+    /// timeouts in a run).
+    fn sample(&mut self, r: Dur, per_rtt: u32) {
         let r = r.as_picos();
+        let k = u64::from(per_rtt.max(1));
         match self.srtt {
             None => {
                 self.srtt = Some(Dur::from_picos(r));
@@ -56,8 +65,8 @@ impl RttEstimator {
             Some(s) => {
                 let s = s.as_picos();
                 let var = self.rttvar.as_picos();
-                self.rttvar = Dur::from_picos(var - var / 4 + s.abs_diff(r) / 4);
-                self.srtt = Some(Dur::from_picos(s - s / 8 + r / 8));
+                self.rttvar = Dur::from_picos(var - var / (4 * k) + s.abs_diff(r) / (4 * k));
+                self.srtt = Some(Dur::from_picos(s - s / (8 * k) + r / (8 * k)));
             }
         }
     }
@@ -458,6 +467,9 @@ impl SendWindow {
             return Acked::default();
         }
         let n = d as u32;
+        // ACKs like this one a round trip brings: the window they answer over what each
+        // covers (one per packet under IRN, one per two under delayed ACKs).
+        let per_rtt = self.in_flight().div_ceil(n);
         self.una = cum;
         let mut newest = Time::MAX;
         let mut newest_sacked = false;
@@ -476,7 +488,15 @@ impl SendWindow {
         // congestion controller gets none from a PSN selectively acknowledged before.
         let rtt = rtt.filter(|_| !newest_sacked);
         if let Some(r) = rtt {
-            self.est.sample(r);
+            self.est.sample(r, per_rtt);
+            // A valid sample ends the backed-off timer; an ACK of retransmitted packets
+            // alone does not (RFC 6298 §5, after rule 5.7: the RTO "collapses" only once new
+            // data is acknowledged; Karn's algorithm). Clearing it on any progress let a
+            // queue pair whose every packet had been resent keep timing out at the first
+            // RTO: it never took a sample, so its timer stayed at the initial 2 ms behind a
+            // receiver 10 ms away, and each expiry resent the window again (issue 21, 64
+            // IRN queue pairs on loopback: 29 000 timeouts in a run).
+            self.est.backoff = 0;
         }
         // Whether this ACK can be the answer to the last retransmission: it covers it, and at
         // least half the smallest round trip seen has passed since it left — much sooner, it
@@ -555,7 +575,6 @@ impl SendWindow {
     pub(crate) fn progress(&mut self, now: Time) {
         self.retries = 0;
         self.expiries = 0;
-        self.est.backoff = 0;
         self.timer_base = (self.in_flight() > 0).then_some(now);
         self.stall_base = self.timer_base;
     }
@@ -1067,7 +1086,7 @@ mod tests {
 
     /// RFC 6298: the first sample sets SRTT = R, RTTVAR = R/2; later ones smooth with 1/8 and
     /// 1/4; the timeout is SRTT + 4·RTTVAR within [min, max], doubled per expiry and back
-    /// after an ACK of new data.
+    /// after an ACK of new data (a valid sample).
     #[test]
     fn adaptive_rto_follows_rfc_6298() {
         let rto = RtoPolicy::Adaptive {
@@ -1109,6 +1128,41 @@ mod tests {
         assert_eq!(
             w.deadline(&rto),
             Some(us(1100) + Dur::from_picos(1_263_750_000))
+        );
+    }
+
+    /// Karn's algorithm with RFC 6298 §5: an ACK that covers only resent packets gives no
+    /// sample and keeps the backed-off timer; the first valid sample collapses it.
+    #[test]
+    fn adaptive_rto_stays_backed_off_until_a_valid_sample() {
+        let rto = RtoPolicy::Adaptive {
+            min: Dur::from_micros(500),
+            max: Dur::from_micros(200_000),
+            initial: Dur::from_micros(2_000),
+        };
+        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
+        sent(&mut w, 4); // 0..=3 at 0
+        assert_eq!(w.deadline(&rto), Some(us(2_000)), "initial, no sample yet");
+        w.on_timeout(us(2_000), None);
+        w.enter_recovery(true);
+        for psn in 0..4 {
+            w.on_retransmitted(us(2_000), p(psn), 1);
+        }
+        // The originals' ACKs (10 ms away) come after the timeout: no sample, as every PSN
+        // was resent; the timer restarts at 4 ms, still doubled.
+        w.ack(us(10_000), p(2));
+        assert_eq!(w.srtt(), None);
+        assert_eq!(w.deadline(&rto), Some(us(10_000) + Dur::from_micros(4_000)));
+        // New data, acknowledged: a sample (R = 10 ms) and the timer collapses to
+        // SRTT + 4·RTTVAR = 10 + 4 × 5 = 30 ms.
+        w.ack(us(10_000), p(4));
+        w.on_sent_new(us(10_000), 1);
+        w.ack(us(20_000), p(5));
+        assert_eq!(w.srtt(), Some(Dur::from_micros(10_000)));
+        w.on_sent_new(us(20_000), 1);
+        assert_eq!(
+            w.deadline(&rto),
+            Some(us(20_000) + Dur::from_micros(30_000))
         );
     }
 
