@@ -541,8 +541,15 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     if !(0.0..=1.0).contains(&args.link.loss) {
         bail!("--loss is a probability in 0–1, not {}", args.link.loss);
     }
-    if args.qps == 0 || args.qps > 1024 || args.iters == 0 || args.tx_depth == 0 {
-        bail!("--qps (1–1024), --iters and --tx-depth must be positive");
+    if args.qps == 0
+        || args.qps > irn_verbs::exchange::MAX_PERF_QPS
+        || args.iters == 0
+        || args.tx_depth == 0
+    {
+        bail!(
+            "--qps (1–{}), --iters and --tx-depth must be positive",
+            irn_verbs::exchange::MAX_PERF_QPS
+        );
     }
     if let Some(m) = args
         .mtu

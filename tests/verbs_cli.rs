@@ -503,3 +503,28 @@ fn sixty_four_queue_pairs_stream_without_giving_up() {
         );
     }
 }
+
+/// Issue 21: 256 queue pairs streaming at once, each with a window of its own (IRN's 123
+/// packets of 4 KB, RoCE's 128 PSNs): together 128 MB that a sender handed the kernel at once,
+/// queued behind a software receiver for longer than timeout 14 — every RoCE queue pair timed
+/// out and resent its window by go-back-N into the same queue until one gave up
+/// (`IBV_WC_RETRY_EXC_ERR`), and IRN queue pairs resent a fifth of what they sent. The device's
+/// in-flight budget now bounds what its queue pairs have in flight together, and the adaptive
+/// timer keeps its backoff until a valid sample (Karn) and takes per-packet samples with
+/// RFC 7323's gains. Both modes; every work request must complete.
+#[test]
+fn two_hundred_fifty_six_queue_pairs_stream_without_giving_up() {
+    for mode in ["irn", "roce"] {
+        let flags = [
+            "--mode", mode, "-q", "256", "-n", "60", "-s", "65536", "--rx", "udp",
+        ];
+        let (server, client) = perf("write", &flags, &["--rx", "udp"]);
+        assert!(client.status.success(), "{mode}: {}", text(&client));
+        assert!(server.status.success(), "{mode}: {}", text(&server));
+        assert!(
+            String::from_utf8_lossy(&client.stdout).contains("65536      60"),
+            "{mode}: {}",
+            text(&client)
+        );
+    }
+}

@@ -457,6 +457,9 @@ impl std::str::FromStr for PerfOp {
     }
 }
 
+/// The most queue pairs an `irn perf` test connects: the 10 000 of issue 21 and some room.
+pub const MAX_PERF_QPS: u32 = 16_384;
+
 /// The parameters an `irn perf` client proposes and the server adopts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PerfParams {
@@ -560,7 +563,7 @@ impl PerfParams {
             }
             seen += 1;
         }
-        if seen != 8 || p.qps == 0 || p.qps > 1024 {
+        if seen != 8 || p.qps == 0 || p.qps > MAX_PERF_QPS {
             return Err(b());
         }
         Ok(p)

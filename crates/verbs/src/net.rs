@@ -393,6 +393,8 @@ pub(crate) struct RxBatch {
     pub(crate) got: Vec<Rx>,
     /// Coalesced datagrams in the last burst.
     pub(crate) coalesced: u64,
+    /// Datagrams the last burst read (as many as it has buffers: more may be waiting).
+    pub(crate) datagrams: usize,
     sys: sys::MmsgState,
 }
 
@@ -405,11 +407,17 @@ impl RxBatch {
             segments: Vec::new(),
             got: Vec::with_capacity(n),
             coalesced: 0,
+            datagrams: 0,
             sys: sys::MmsgState::new(n),
         }
     }
 
     /// The bytes of a received packet.
+    /// Whether the last burst filled every buffer (so the socket may hold more).
+    pub(crate) fn full(&self) -> bool {
+        self.datagrams == self.bufs.len()
+    }
+
     pub(crate) fn packet(&self, rx: &Rx) -> &[u8] {
         let b = match rx.buf {
             Some(i) => &self.bufs[i],
@@ -429,6 +437,7 @@ impl RxBatch {
         let raw = socks.raw.is_some();
         let skip = if raw { 0 } else { HEADROOM };
         let n = sys::recvmmsg(socks.rx_fd(), &mut self.bufs, skip, !raw, &mut self.sys);
+        self.datagrams = n;
         let bad = |buf| Rx {
             buf,
             start: 0,

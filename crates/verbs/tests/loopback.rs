@@ -1536,3 +1536,104 @@ fn each_queue_pair_sends_from_its_own_source_port() {
         );
     }
 }
+
+/// Issue 21: what all of a device's queue pairs have in flight together stays within the
+/// device's budget (`DeviceConfig::in_flight_budget`; one packet over at most, the one that
+/// spends it), the queue pairs held back by it wait their turn and every byte still arrives,
+/// in both modes. 16 queue pairs each posting two 256 KiB Writes at once could have
+/// 16 × 123 packets of 4 KB in flight (IRN) or 16 × 128 (RoCE); the budget is 512 KiB.
+#[test]
+fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
+    const QPS: usize = 16;
+    const LEN: usize = 256 << 10;
+    const BUDGET: usize = 512 << 10;
+    const MTU: u32 = 4096;
+    for mode in MODES {
+        let open = |seed, budget| {
+            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+            cfg.port = 0;
+            cfg.seed = seed;
+            cfg.receive = ReceivePath::Udp;
+            cfg.in_flight_budget = budget;
+            irn_verbs::Device::open(cfg).expect("open a device")
+        };
+        let (da, db) = (open(41, BUDGET), open(42, 16 << 20));
+        let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
+        let (ca, cb) = (
+            da.create_cq(4 * QPS).expect("cq"),
+            db.create_cq(4 * QPS).expect("cq"),
+        );
+        let init = QpInit {
+            mode,
+            ..QpInit::default()
+        };
+        let attr = QpAttr {
+            path_mtu: MTU,
+            ..QpAttr::default()
+        };
+        let mut qps = Vec::new();
+        for _ in 0..QPS {
+            let a = pa.create_qp(&ca, &ca, init.clone()).expect("qp");
+            let b = pb.create_qp(&cb, &cb, init.clone()).expect("qp");
+            let to = |dev: &irn_verbs::Device, qp: &irn_verbs::Qp| irn_verbs::RemoteQp {
+                gid: dev.gid(),
+                port: dev.local_addr().port(),
+                qpn: qp.qpn(),
+                psn: 5,
+            };
+            a.connect(&attr, &to(&db, &b), 5).expect("connect");
+            b.connect(&attr, &to(&da, &a), 5).expect("connect");
+            qps.push((a, b));
+        }
+        let src = pa.reg_mr(2 * LEN, all()).expect("mr");
+        let dst = pb.reg_mr(QPS * 2 * LEN, all()).expect("mr");
+        let mut data = vec![0u8; 2 * LEN];
+        pattern(7, &mut data);
+        src.write(0, &data).expect("fill");
+        for (i, (a, _)) in qps.iter().enumerate() {
+            for half in 0..2 {
+                let at = (i * 2 + half) * LEN;
+                a.post_send(wr(
+                    at as u64,
+                    SendOp::Write(remote_of(&dst, at as u64)),
+                    vec![src.sge((half * LEN) as u64, LEN as u32)],
+                ))
+                .expect("post");
+            }
+        }
+        let mut done = std::collections::BTreeSet::new();
+        for _ in 0..2 * QPS {
+            let wc = wait(&ca, 30);
+            assert_eq!(wc.status, WcStatus::Success, "{mode:?}: {wc:?}");
+            assert!(
+                done.insert(wc.wr_id),
+                "{mode:?}: one completion per request"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(ca.is_empty(), "{mode:?}: nothing more completed");
+        let mut got = vec![0u8; 2 * LEN];
+        for i in 0..QPS {
+            dst.read((i * 2 * LEN) as u64, &mut got).expect("read");
+            assert!(got == data, "{mode:?}: queue pair {i}'s data");
+        }
+        let c = da.counters();
+        assert!(c.tx_budget_holds > 0, "{mode:?}: the budget held: {c:?}");
+        assert!(
+            c.peak_in_flight_bytes <= (BUDGET + MTU as usize) as u64,
+            "{mode:?}: {} bytes in flight against a budget of {BUDGET}",
+            c.peak_in_flight_bytes
+        );
+        assert!(
+            c.peak_in_flight_bytes >= BUDGET as u64,
+            "{mode:?}: the budget was reached: {c:?}"
+        );
+    }
+    let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+    cfg.port = 0;
+    cfg.in_flight_budget = 0;
+    assert!(matches!(
+        irn_verbs::Device::open(cfg),
+        Err(irn_verbs::Error::Config(_))
+    ));
+}

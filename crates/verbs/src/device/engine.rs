@@ -37,14 +37,23 @@ impl Core {
     /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets, built into the transmit
     /// batch, which leaves when the caller's work is done ([`Core::flush_tx`]: a verb's, or a
     /// whole received burst's — so the ACKs a burst provokes go out together). Returns whether
-    /// it may have more (then it is in `tx_pending`).
+    /// it may have more (then it is in `tx_pending`), or waits for the in-flight budget
+    /// while the budget has room (then the engine should run).
     pub(super) fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) -> bool {
+        self.transmit_turn(sock, now, qpn, false)
+    }
+
+    /// A transmit turn ([`Core::transmit`]); `granted`: the turn of the queue pair at the
+    /// front of the budget's queue, which may start new packets while others wait behind it.
+    fn transmit_turn(&mut self, sock: &UdpSocket, now: Time, qpn: u32, granted: bool) -> bool {
         if !self.qps.contains_key(&qpn) {
             return self.transmit_ud(sock, now, qpn);
         }
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
+        self.recharge(qpn);
+        let mut hold = !self.may_start_new(granted);
         self.gso_turn = self.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.qps.get_mut(&qpn) {
             if budget == 0 {
@@ -52,6 +61,7 @@ impl Core {
                 break;
             }
             budget -= 1;
+            e.qp.hold_new_requests(hold);
             let (Some(peer), Some(pd)) = (e.remote, self.pds.get(&e.pd)) else {
                 break;
             };
@@ -60,6 +70,10 @@ impl Core {
             };
             let sport = e.sport;
             self.queue_tx(sock, now, peer, sport, &t, &payload);
+            if !hold && t.ib.bth.opcode.is_request() {
+                self.recharge(qpn);
+                hold = self.in_flight_bytes >= self.in_flight_budget;
+            }
         }
         self.gso_turn = false;
         self.payload = payload;
@@ -68,10 +82,71 @@ impl Core {
         } else {
             self.tx_pending.remove(&qpn);
         }
+        let mut waits = false;
+        if let Some(e) = self.qps.get_mut(&qpn) {
+            if hold && !more && e.qp.new_request_ready() {
+                self.counters.tx_budget_holds += 1;
+                waits = true;
+                if !e.waiting {
+                    e.waiting = true;
+                    self.budget_queue.push_back(qpn);
+                }
+            }
+        }
         // Every input a queue pair takes (a post, a modify, a packet, a timeout) is followed by
         // its turn here, so this is where its deadline is read again.
         self.rearm(qpn);
-        more
+        more || (waits && self.budget_has_room())
+    }
+
+    /// Whether a queue pair may start new packets now: the in-flight budget has room, and no
+    /// queue pair waits for it ahead of this one.
+    fn may_start_new(&self, granted: bool) -> bool {
+        self.in_flight_bytes < self.in_flight_budget && (granted || self.budget_queue.is_empty())
+    }
+
+    /// Whether the budget's queue has a queue pair the budget has room for.
+    pub(super) fn budget_has_room(&self) -> bool {
+        !self.budget_queue.is_empty() && self.in_flight_bytes < self.in_flight_budget
+    }
+
+    /// Gives the queue pairs waiting for the in-flight budget their turns, first come first
+    /// served, while it has room. Returns whether any completed work.
+    pub(super) fn serve_budget_queue(&mut self, sock: &UdpSocket, now: Time) -> bool {
+        let mut any = false;
+        while self.in_flight_bytes < self.in_flight_budget {
+            let Some(qpn) = self.budget_queue.pop_front() else {
+                break;
+            };
+            // Gone meanwhile: skipped.
+            let Some(e) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            e.waiting = false;
+            self.transmit_turn(sock, now, qpn, true);
+            any |= self.drain_completions(qpn);
+        }
+        any
+    }
+
+    /// Counts queue pair `qpn`'s bytes in flight (its request PSNs and IRN read responses
+    /// not yet acknowledged, in packets of its path MTU; nothing once in error or reset)
+    /// anew in the device's total.
+    fn recharge(&mut self, qpn: u32) {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let now = match e.qp.state() {
+            QpState::Reset | QpState::Err => 0,
+            _ => {
+                u64::from(e.qp.in_flight() + e.qp.responses_in_flight())
+                    * u64::from(e.qp.attr().path_mtu)
+            }
+        };
+        self.in_flight_bytes = self.in_flight_bytes - e.charged + now;
+        e.charged = now;
+        self.counters.peak_in_flight_bytes =
+            self.counters.peak_in_flight_bytes.max(self.in_flight_bytes);
     }
 
     /// Puts queue pair `qpn`'s current deadline on the timer heap if it changed.
@@ -550,8 +625,9 @@ pub(super) fn engine(shared: &Shared) {
             if let Some(at) = soonest {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
-            // Queue pairs with more to send: no sleeping.
-            !core.tx_pending.is_empty()
+            // Queue pairs with more to send, or waiting for a budget that has room: no
+            // sleeping.
+            !core.tx_pending.is_empty() || core.budget_has_room()
         };
         if !busy && !sleep.is_zero() {
             use rustix::event::{PollFd, PollFlags};
@@ -568,27 +644,44 @@ pub(super) fn engine(shared: &Shared) {
             let mut drain = [0u8; 8];
             let _ = rustix::io::read(&shared.wake, &mut drain);
         }
-        // A burst of packets (one system call), read without the lock.
-        batch.recv(&shared.socks);
+        // Bursts of packets (one system call each, read without the lock) until the socket
+        // is empty or RX_PACKETS have been taken: acknowledgements are what frees the queue pairs'
+        // windows and the device's budget, so they are taken before anything new is sent.
+        // One burst per wake-up let a sender with many queue pairs hand the kernel thousands
+        // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
+        // queue pairs' timers fired (issue 21: 256 queue pairs).
+        let mut woke = false;
+        let mut taken = 0;
+        loop {
+            batch.recv(&shared.socks);
+            taken += batch.got.len();
+            let mut core = shared.lock();
+            let now = shared.now();
+            let sock = &shared.socks.udp;
+            core.counters.rx_coalesced += batch.coalesced;
+            for rx in &batch.got {
+                woke = true;
+                if rx.malformed {
+                    core.counters.rx_packets += 1;
+                    core.counters.rx_malformed += 1;
+                    continue;
+                }
+                let packet = batch.packet(rx);
+                if !core.rx_imp.is_active() {
+                    core.receive(sock, now, packet);
+                    continue;
+                }
+                impair(&mut core, sock, now, None, packet);
+            }
+            if !batch.full() || taken >= RX_PACKETS {
+                break;
+            }
+            // What the burst provoked (ACKs, new data) leaves before the next is read.
+            core.flush_tx(sock);
+        }
         let mut core = shared.lock();
         let now = shared.now();
         let sock = &shared.socks.udp;
-        let mut woke = false;
-        core.counters.rx_coalesced += batch.coalesced;
-        for rx in &batch.got {
-            woke = true;
-            if rx.malformed {
-                core.counters.rx_packets += 1;
-                core.counters.rx_malformed += 1;
-                continue;
-            }
-            let packet = batch.packet(rx);
-            if !core.rx_imp.is_active() {
-                core.receive(sock, now, packet);
-                continue;
-            }
-            impair(&mut core, sock, now, None, packet);
-        }
         // Impaired packets whose time has come.
         let t = Instant::now();
         let mut due = Vec::new();
@@ -611,6 +704,8 @@ pub(super) fn engine(shared: &Shared) {
         }
         let (fired, next) = core.timers(sock, now);
         next_deadline = next;
+        // Queue pairs waiting for the in-flight budget, as far as it has room.
+        woke |= core.serve_budget_queue(sock, now);
         // Queue pairs with more to send get another turn each.
         let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
         for qpn in pending {

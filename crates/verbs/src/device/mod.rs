@@ -59,6 +59,10 @@ const ROCE_MAX_UNACKED_PSNS: u32 = 128;
 const MAX_DATAGRAM: usize = 4096 + 128;
 /// Packets received per lock of the core.
 const RX_BURST: usize = 64;
+/// The packets after which the engine stops reading bursts in one wake-up (it stops earlier
+/// when the socket is empty) to run its timers and the turns of queue pairs with more to
+/// send: one burst of coalesced datagrams, or many of single packets (ACKs).
+const RX_PACKETS: usize = 4096;
 /// Packets one queue pair sends per turn. Bounding the turn keeps the lock short, so ACKs and
 /// NAKs are processed while a deep send queue drains (without it, a go-back-N sender with
 /// thousands of packets posted would send them all before hearing that the first was lost,
@@ -95,7 +99,32 @@ pub struct DeviceConfig {
     /// verifies the ICRC of) every packet whole. [`ReceivePath::Auto`] takes the raw path
     /// when the process may.
     pub receive: ReceivePath,
+    /// The most bytes all this device's queue pairs may have in flight together (sent, not
+    /// yet acknowledged), more than 0; a queue pair's turn may overshoot it by one transmit
+    /// burst. See [`DEFAULT_IN_FLIGHT_BUDGET`].
+    pub in_flight_budget: usize,
 }
+
+/// What all of a device's queue pairs may have in flight together by default: 16 MiB.
+///
+/// A NIC's queue pairs share its line rate, so however many there are, they put at most that
+/// rate into the network; the BDP cap of IRN (§3.2) and RoCE's unacknowledged-PSN limit bound
+/// each queue pair alone. A software device has no line rate: its engine hands the kernel
+/// whatever its queue pairs' windows allow, so 256 queue pairs at loopback's MTU 4096 had
+/// 256 × 128 × 4 KB = 128 MB in flight — queued in the receiver's socket, which a software
+/// receiver drains at about 2 GB/s: 60 ms and more, as long as timeout 14 (67 ms). Every RoCE
+/// queue pair timed out, resent its window by go-back-N into the same queue, and one of them
+/// ended in `IBV_WC_RETRY_EXC_ERR`; IRN queue pairs resent 20 % of what they sent (issue 21,
+/// docs/BENCHMARKS.md). The budget is the device's stand-in for a line rate: new packets
+/// wait in the sender (where no timer runs for them) once it is spent, and go in turn — a
+/// FIFO of the waiting queue pairs, one transmit turn each — as acknowledgements free it.
+/// Retransmissions, responses and acknowledgements are never held
+/// ([`QueuePair::hold_new_requests`](irn_transport::QueuePair::hold_new_requests)).
+///
+/// 16 MiB is 32 IRN caps at MTU 4096, a 100 Gb/s port's bandwidth-delay product over
+/// 1.3 ms (three of the runtime's round trips), and 8 ms of a software receiver's work: a
+/// device with one or a few queue pairs never meets it.
+pub const DEFAULT_IN_FLIGHT_BUDGET: usize = 16 << 20;
 
 impl DeviceConfig {
     /// Defaults on `addr`: port 4791, no impairment, no capture, 4 MB socket buffers, the
@@ -110,6 +139,7 @@ impl DeviceConfig {
             pcap: None,
             socket_buffer: 4 << 20,
             receive: ReceivePath::Auto,
+            in_flight_budget: DEFAULT_IN_FLIGHT_BUDGET,
         }
     }
 }
@@ -450,6 +480,11 @@ pub struct DeviceCounters {
     /// Connections (INIT → RTR) that send from the device's port instead of a port of their
     /// own: theirs could not be bound, or the device had [`MAX_SOURCE_PORTS`] open already.
     pub tx_port_fallbacks: u64,
+    /// Transmit turns in which a queue pair had new packets ready that waited for the
+    /// device's in-flight budget ([`DeviceConfig::in_flight_budget`]).
+    pub tx_budget_holds: u64,
+    /// The most bytes the device's queue pairs had in flight together.
+    pub peak_in_flight_bytes: u64,
 }
 
 struct QpEntry {
@@ -477,6 +512,10 @@ struct QpEntry {
     /// What it was created with: INIT → RTR sizes its BDP cap and congestion window for the
     /// path MTU from these.
     init: QpInit,
+    /// The bytes it has in flight, as counted in [`Core::in_flight_bytes`].
+    charged: u64,
+    /// It is in [`Core::budget_queue`].
+    waiting: bool,
 }
 
 impl QpEntry {
@@ -533,6 +572,15 @@ pub(crate) struct Core {
     reorder: [Option<Held>; 2],
     /// Queue pairs whose last turn ended with packets left to send.
     tx_pending: std::collections::BTreeSet<u32>,
+    /// [`DeviceConfig::in_flight_budget`].
+    in_flight_budget: u64,
+    /// What the queue pairs have in flight together: the sum of their `charged`.
+    in_flight_bytes: u64,
+    /// Queue pairs with new packets held back by the budget, in the order they were held: the
+    /// engine gives them turns from the front as acknowledgements free the budget, and until
+    /// the queue is empty no other queue pair starts new packets (so the ones whose
+    /// acknowledgements come back do not take the budget again and again).
+    budget_queue: VecDeque<u32>,
     /// Every queue pair's next deadline, earliest first: the engine fires the due ones and
     /// sleeps until the next without looking at the others (10 000 queue pairs with a little
     /// traffic each cost a scan of all of them per wake-up before).
@@ -729,6 +777,9 @@ impl Device {
         if !cfg.tx_impairment.is_valid() || !cfg.rx_impairment.is_valid() {
             return Err(Error::Config("impairment probabilities must be in 0–1"));
         }
+        if cfg.in_flight_budget == 0 {
+            return Err(Error::Config("in_flight_budget must be more than 0 bytes"));
+        }
         let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
         let local = socks.local();
         let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
@@ -746,6 +797,9 @@ impl Device {
             delayed: Vec::new(),
             reorder: [None, None],
             tx_pending: std::collections::BTreeSet::new(),
+            in_flight_budget: cfg.in_flight_budget as u64,
+            in_flight_bytes: 0,
+            budget_queue: VecDeque::new(),
             timer_heap: std::collections::BinaryHeap::new(),
             counters: DeviceCounters::default(),
             capture,

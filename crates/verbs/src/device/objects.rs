@@ -132,6 +132,8 @@ impl Pd {
                 sport: port,
                 peer_port: port,
                 init,
+                charged: 0,
+                waiting: false,
             },
         );
         Ok(Qp {
@@ -545,6 +547,9 @@ impl Drop for Qp {
     fn drop(&mut self) {
         let mut core = self.shared.lock();
         if let Some(e) = core.qps.remove(&self.qpn) {
+            // What it had in flight no longer counts against the device's budget (a place
+            // it held in the budget's queue is skipped when it comes up).
+            core.in_flight_bytes -= e.charged;
             core.release_pd_of(e.pd);
             core.release_port(e.sport);
         }
