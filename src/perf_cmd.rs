@@ -51,6 +51,10 @@ const CACHE_LINE: u32 = 64;
 const OUT_READS: u16 = 16;
 /// Memory per queue pair for the rotating message slots.
 const SLOT_BYTES: u64 = 64 << 20;
+/// Memory for the message slots of all queue pairs together: with thousands of queue pairs
+/// each gets fewer slots (and so fewer operations outstanding), not 64 MiB each — a Read
+/// test fills every slot with its pattern.
+const ALL_SLOT_BYTES: u64 = 2 << 30;
 
 /// `irn perf` flags.
 #[derive(clap::Args, Debug)]
@@ -179,7 +183,8 @@ fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> anyhow::Result<Side> {
     let cq = dev.create_cq(depth)?;
     // Room for every receive a queue pair may have posted (`max_recv_wr`).
     let rcq = dev.create_cq(p.qps as usize * 512 + 16)?;
-    let slots = (SLOT_BYTES / p.size.max(8)).clamp(1, 256);
+    let per_qp = SLOT_BYTES.min(ALL_SLOT_BYTES / u64::from(p.qps.max(1)));
+    let slots = (per_qp / p.size.max(8)).clamp(1, 256);
     let mut qps = Vec::new();
     let mut mrs = Vec::new();
     for _ in 0..p.qps {

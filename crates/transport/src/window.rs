@@ -72,7 +72,7 @@ impl RttEstimator {
     }
 
     /// The timeout: `SRTT + 4·RTTVAR` (`initial` before a sample) within `[min, max]`,
-    /// doubled per expiry without progress and capped at `max` (§2, §5.5).
+    /// doubled per expiry since the last valid sample and capped at `max` (§2, §5.5).
     fn rto(&self, min: Dur, max: Dur, initial: Dur) -> Dur {
         let (lo, hi) = (min.as_picos(), max.as_picos().max(min.as_picos()));
         let base = self.srtt.map_or(initial.as_picos(), |s| {

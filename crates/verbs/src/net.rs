@@ -412,12 +412,12 @@ impl RxBatch {
         }
     }
 
-    /// The bytes of a received packet.
     /// Whether the last burst filled every buffer (so the socket may hold more).
     pub(crate) fn full(&self) -> bool {
         self.datagrams == self.bufs.len()
     }
 
+    /// The bytes of a received packet.
     pub(crate) fn packet(&self, rx: &Rx) -> &[u8] {
         let b = match rx.buf {
             Some(i) => &self.bufs[i],

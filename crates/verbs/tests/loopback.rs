@@ -1540,12 +1540,13 @@ fn each_queue_pair_sends_from_its_own_source_port() {
 /// Issue 21: what all of a device's queue pairs have in flight together stays within the
 /// device's budget (`DeviceConfig::in_flight_budget`; one packet over at most, the one that
 /// spends it), the queue pairs held back by it wait their turn and every byte still arrives,
-/// in both modes. 16 queue pairs each posting two 256 KiB Writes at once could have
-/// 16 × 123 packets of 4 KB in flight (IRN) or 16 × 128 (RoCE); the budget is 512 KiB.
+/// in both modes, with nothing resent. 16 queue pairs each posting two 1 MiB Writes at once
+/// could have 16 × 123 packets of 4 KB in flight (IRN) or 16 × 128 (RoCE); the budget is
+/// 512 KiB, so queue pairs are held in the middle of messages.
 #[test]
 fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
     const QPS: usize = 16;
-    const LEN: usize = 256 << 10;
+    const LEN: usize = 1 << 20;
     const BUDGET: usize = 512 << 10;
     const MTU: u32 = 4096;
     for mode in MODES {
@@ -1617,6 +1618,19 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
             dst.read((i * 2 * LEN) as u64, &mut got).expect("read");
             assert!(got == data, "{mode:?}: queue pair {i}'s data");
         }
+        // Nothing was lost, so a RoCE queue pair (timeout 14: 67 ms) may not time out: held
+        // in the middle of a message, it still has what it sent acknowledged (it asks, with
+        // AckReq, in the packet that spends the budget), or it would wait for its timer with
+        // the budget charged, and go back N. (IRN's adaptive timer, 500 µs and up, may fire
+        // on a busy host's scheduling alone; its data and completions are checked above.)
+        for (i, (a, _)) in qps.iter().enumerate().filter(|_| mode == QpMode::Roce) {
+            let q = a.counters();
+            assert_eq!(
+                (q.timeouts, q.retransmitted),
+                (0, 0),
+                "{mode:?}: queue pair {i}: {q:?}"
+            );
+        }
         let c = da.counters();
         assert!(c.tx_budget_holds > 0, "{mode:?}: the budget held: {c:?}");
         assert!(
@@ -1636,4 +1650,93 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
         irn_verbs::Device::open(cfg),
         Err(irn_verbs::Error::Config(_))
     ));
+}
+
+/// Issue 21: a queue pair waiting out RNR NAKs (its peer posts no receives, `rnr_retry` 7:
+/// for ever) holds none of its device's in-flight budget — its peer refused what it sent — so
+/// the device's other queue pairs keep moving. It had a whole budget's worth in flight when
+/// the first NAK came back; counted against the budget, it would starve every other queue
+/// pair of the device for as long as its peer posted nothing.
+#[test]
+fn a_queue_pair_in_rnr_waits_holds_no_budget() {
+    const BUDGET: usize = 256 << 10;
+    for mode in MODES {
+        let open = |seed, budget| {
+            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+            cfg.port = 0;
+            cfg.seed = seed;
+            cfg.receive = ReceivePath::Udp;
+            cfg.in_flight_budget = budget;
+            irn_verbs::Device::open(cfg).expect("open a device")
+        };
+        let (da, db) = (open(51, BUDGET), open(52, 16 << 20));
+        let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
+        let (ca, cb) = (da.create_cq(64).expect("cq"), db.create_cq(64).expect("cq"));
+        let init = QpInit {
+            mode,
+            ..QpInit::default()
+        };
+        let attr = QpAttr {
+            path_mtu: 4096,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            ..QpAttr::default()
+        };
+        let to = |dev: &irn_verbs::Device, qp: &irn_verbs::Qp| irn_verbs::RemoteQp {
+            gid: dev.gid(),
+            port: dev.local_addr().port(),
+            qpn: qp.qpn(),
+            psn: 5,
+        };
+        let (stuck, deaf) = (
+            pa.create_qp(&ca, &ca, init.clone()).expect("qp"),
+            pb.create_qp(&cb, &cb, init.clone()).expect("qp"),
+        );
+        let (busy, peer) = (
+            pa.create_qp(&ca, &ca, init.clone()).expect("qp"),
+            pb.create_qp(&cb, &cb, init.clone()).expect("qp"),
+        );
+        for (a, b) in [(&stuck, &deaf), (&busy, &peer)] {
+            a.connect(&attr, &to(&db, b), 5).expect("connect");
+            b.connect(&attr, &to(&da, a), 5).expect("connect");
+        }
+        let src = pa.reg_mr(4 << 20, all()).expect("mr");
+        let dst = pb.reg_mr(4 << 20, all()).expect("mr");
+        let mut data = vec![0u8; 4 << 20];
+        pattern(9, &mut data);
+        src.write(0, &data).expect("fill");
+        // Sends of 1 MiB each to a peer with no receive posted: RNR NAKs, for ever.
+        for i in 0..4u64 {
+            stuck
+                .post_send(wr(i, SendOp::Send, vec![src.sge(0, 1 << 20)]))
+                .expect("post");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(stuck.counters().rnr_naks_received > 0, "{mode:?}: RNR NAKs");
+        // The other queue pair writes 4 MiB, sixteen budgets' worth, meanwhile.
+        for i in 0..4u64 {
+            busy.post_send(wr(
+                100 + i,
+                SendOp::Write(remote_of(&dst, i << 20)),
+                vec![src.sge(i << 20, 1 << 20)],
+            ))
+            .expect("post");
+        }
+        for i in 0..4 {
+            let wc = wait(&ca, 10);
+            assert_eq!(
+                (wc.wr_id, wc.status),
+                (100 + i, WcStatus::Success),
+                "{mode:?}"
+            );
+        }
+        let mut got = vec![0u8; 4 << 20];
+        dst.read(0, &mut got).expect("read");
+        assert!(got == data, "{mode:?}: the Writes' data");
+        assert!(ca.is_empty(), "{mode:?}: the Sends still wait");
+        assert!(
+            da.counters().tx_budget_holds > 0,
+            "{mode:?}: the budget held"
+        );
+    }
 }

@@ -245,6 +245,12 @@ impl QueuePair {
             && self.cc_window_open()
     }
 
+    /// Whether the requester waits out an RNR NAK (IBTA §9.7.5.2.8): what it had in flight
+    /// was refused, and nothing is sent until the wait ends.
+    pub fn rnr_waiting(&self) -> bool {
+        self.cmp.rnr_until.is_some()
+    }
+
     /// Request PSNs sent and not yet acknowledged (what BDP-FC bounds).
     pub fn in_flight(&self) -> u32 {
         self.req.swin.in_flight()

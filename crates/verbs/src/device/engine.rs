@@ -65,16 +65,26 @@ impl Core {
             let (Some(peer), Some(pd)) = (e.remote, self.pds.get(&e.pd)) else {
                 break;
             };
-            let Some(t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
+            let Some(mut t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
                 break;
             };
             let sport = e.sport;
-            self.queue_tx(sock, now, peer, sport, &t, &payload);
-            if !hold && t.ib.bth.opcode.is_request() {
+            let op = t.ib.bth.opcode;
+            if !hold && op.is_request() {
                 self.recharge(qpn);
                 hold = self.in_flight_bytes >= self.in_flight_budget;
+                // A standard responder acknowledges only packets that ask (AckReq: a
+                // message's last, every 64th). A queue pair that may now wait — held by the
+                // budget, or its turn over — asks with its last packet, or what it has in
+                // flight would stay unacknowledged, and charged, until its timer fired.
+                if (hold || budget == 0) && (op.is_write() || op.is_send()) {
+                    t.ib.bth.ack_req = true;
+                }
             }
+            self.queue_tx(sock, now, peer, sport, &t, &payload);
         }
+        // A packet may have ended the connection (a fault found while building it).
+        self.recharge(qpn);
         self.gso_turn = false;
         self.payload = payload;
         if more {
@@ -130,14 +140,17 @@ impl Core {
     }
 
     /// Counts queue pair `qpn`'s bytes in flight (its request PSNs and IRN read responses
-    /// not yet acknowledged, in packets of its path MTU; nothing once in error or reset)
-    /// anew in the device's total.
+    /// not yet acknowledged, in packets of its path MTU) anew in the device's total —
+    /// nothing once in error or reset, nor while it waits out an RNR NAK: its peer refused
+    /// what it sent, and a queue pair whose peer posts no receives (with `rnr_retry` 7, for
+    /// ever) would otherwise hold the budget of every other.
     fn recharge(&mut self, qpn: u32) {
         let Some(e) = self.qps.get_mut(&qpn) else {
             return;
         };
         let now = match e.qp.state() {
             QpState::Reset | QpState::Err => 0,
+            _ if e.qp.rnr_waiting() => 0,
             _ => {
                 u64::from(e.qp.in_flight() + e.qp.responses_in_flight())
                     * u64::from(e.qp.attr().path_mtu)
@@ -160,6 +173,18 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// The earliest current deadline on the timer heap; entries no longer current leave the
+    /// top on the way.
+    pub(super) fn next_deadline(&mut self) -> Option<Time> {
+        while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
+            if self.current(top) {
+                break;
+            }
+            self.timer_heap.pop();
+        }
+        self.timer_heap.peek().map(|r| r.0 .0)
     }
 
     /// Whether a heap entry is its queue pair's current deadline.
@@ -400,14 +425,7 @@ impl Core {
                 any |= self.drain_completions(qpn);
             }
         }
-        // Entries no longer current leave the top, so the next one is a real deadline.
-        while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
-            if self.current(top) {
-                break;
-            }
-            self.timer_heap.pop();
-        }
-        let next = self.timer_heap.peek().map(|r| r.0 .0);
+        let next = self.next_deadline();
         // The heap may wake the engine early (a queue pair closed since), never late.
         debug_assert!(
             match (
@@ -645,9 +663,10 @@ pub(super) fn engine(shared: &Shared) {
             let _ = rustix::io::read(&shared.wake, &mut drain);
         }
         // Bursts of packets (one system call each, read without the lock) until the socket
-        // is empty or RX_PACKETS have been taken: acknowledgements are what frees the queue pairs'
-        // windows and the device's budget, so they are taken before anything new is sent.
-        // One burst per wake-up let a sender with many queue pairs hand the kernel thousands
+        // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
+        // pairs with more to send: acknowledgements free the queue pairs' windows and the
+        // device's budget (each packet's own queue pair answers it at once). One burst per
+        // wake-up let a sender with many queue pairs hand the kernel thousands
         // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
         // queue pairs' timers fired (issue 21: 256 queue pairs).
         let mut woke = false;
@@ -702,8 +721,7 @@ pub(super) fn engine(shared: &Shared) {
             release(&mut core, sock, now, h.to, &h.bytes);
             woke = true;
         }
-        let (fired, next) = core.timers(sock, now);
-        next_deadline = next;
+        let (fired, _) = core.timers(sock, now);
         // Queue pairs waiting for the in-flight budget, as far as it has room.
         woke |= core.serve_budget_queue(sock, now);
         // Queue pairs with more to send get another turn each.
@@ -714,6 +732,8 @@ pub(super) fn engine(shared: &Shared) {
         }
         // What every turn of this wake-up built leaves now.
         core.flush_tx(sock);
+        // The turns may have armed timers earlier than the one read before them.
+        next_deadline = core.next_deadline();
         drop(core);
         if woke || fired {
             shared.cq_ready.notify_all();

@@ -100,8 +100,10 @@ pub struct DeviceConfig {
     /// when the process may.
     pub receive: ReceivePath,
     /// The most bytes all this device's queue pairs may have in flight together (sent, not
-    /// yet acknowledged), more than 0; a queue pair's turn may overshoot it by one transmit
-    /// burst. See [`DEFAULT_IN_FLIGHT_BUDGET`].
+    /// yet acknowledged), more than 0. New request packets are held once it is spent, so a
+    /// turn overshoots it by at most the packet that spends it; what is never held can take
+    /// the total further — IRN Read responses, and a RoCE Read request, whose PSNs (its
+    /// response packets) all count at once. See [`DEFAULT_IN_FLIGHT_BUDGET`].
     pub in_flight_budget: usize,
 }
 

@@ -341,6 +341,8 @@ impl Qp {
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
         core.flush_tx(&self.shared.socks.udp);
         let any = core.drain_completions(self.qpn);
+        // A modify to RESET or ERROR may have freed budget that others wait for.
+        let more = more || core.budget_has_room();
         drop(core);
         if more {
             self.shared.wake_engine();
@@ -550,6 +552,9 @@ impl Drop for Qp {
             // What it had in flight no longer counts against the device's budget (a place
             // it held in the budget's queue is skipped when it comes up).
             core.in_flight_bytes -= e.charged;
+            if core.budget_has_room() {
+                self.shared.wake_engine();
+            }
             core.release_pd_of(e.pd);
             core.release_port(e.sport);
         }
