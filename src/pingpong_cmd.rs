@@ -105,6 +105,11 @@ pub(crate) struct LinkArgs {
     /// verifiable), or `auto` (raw when permitted).
     #[arg(long, default_value_t = ReceivePath::Auto)]
     pub(crate) rx: ReceivePath,
+    /// Busy polling: the thread that polls for completions receives and processes this
+    /// side's packets itself, spinning, instead of waking the engine thread (lower latency,
+    /// a core kept busy).
+    #[arg(long)]
+    pub(crate) busy_poll: bool,
 }
 
 /// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
@@ -201,6 +206,7 @@ pub(crate) fn device_config(
     };
     cfg.pcap = link.pcap.clone();
     cfg.receive = link.rx;
+    cfg.busy_poll = link.busy_poll;
     Ok(cfg)
 }
 

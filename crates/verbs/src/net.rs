@@ -1017,6 +1017,12 @@ pub(crate) mod sys {
         hdrs: Vec<libc::mmsghdr>,
     }
 
+    // SAFETY: the raw pointers in `iovs` and `hdrs` are scratch: `recvmmsg` and `sendmmsg`
+    // rebuild them from the buffers they are handed before every call, and nothing reads
+    // them between calls, so the state may move to another thread (a busy-polling
+    // application thread receives with the engine's batch).
+    unsafe impl Send for MmsgState {}
+
     impl MmsgState {
         pub(super) fn new(n: usize) -> MmsgState {
             // SAFETY: sockaddr_storage is plain data; all-zero is a valid (AF_UNSPEC) value.

@@ -1740,3 +1740,108 @@ fn a_queue_pair_in_rnr_waits_holds_no_budget() {
         );
     }
 }
+
+/// Issue 21: busy polling (`DeviceConfig::busy_poll`). A thread polling a CQ receives and
+/// processes for its device — completions come to `Cq::poll` alone, spun on, with the engine
+/// leaving the socket to the poller — and a device nobody polls still receives through its
+/// engine thread. Both modes; Sends ping-pong with exact data and one completion each, then
+/// Writes into a passive peer.
+#[test]
+fn busy_polling_threads_drive_their_devices() {
+    for mode in MODES {
+        let open = |seed| {
+            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+            cfg.port = 0;
+            cfg.seed = seed;
+            cfg.receive = ReceivePath::Udp;
+            cfg.busy_poll = true;
+            irn_verbs::Device::open(cfg).expect("open a device")
+        };
+        let p = connect(
+            side(open(61), mode, 1024),
+            side(open(62), mode, 1024),
+            &QpAttr::default(),
+        );
+        assert!(p.a.cq.busy_polls() && p.b.cq.busy_polls());
+        let (ma, mb) = (
+            p.a.pd.reg_mr(1 << 20, all()).expect("mr"),
+            p.b.pd.reg_mr(1 << 20, all()).expect("mr"),
+        );
+        let poll_one = |cq: &irn_verbs::Cq| {
+            let start = Instant::now();
+            loop {
+                if let Some(wc) = cq.poll(1).expect("poll").pop() {
+                    return wc;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{mode:?}: no completion"
+                );
+            }
+        };
+        // A ping-pong of Sends: B answers each of A's messages; completions only through
+        // `Cq::poll` on A's side, `Cq::wait` (which spins) on B's.
+        for i in 0..200u64 {
+            let n = 1 + (i as usize * 37) % 3000;
+            let mut msg = vec![0u8; n];
+            pattern(i, &mut msg);
+            ma.write(0, &msg).expect("fill");
+            p.b.qp
+                .post_recv(RecvWr {
+                    wr_id: i,
+                    sg_list: vec![mb.sge(8192, 4096)],
+                })
+                .expect("recv");
+            p.a.qp
+                .post_recv(RecvWr {
+                    wr_id: i,
+                    sg_list: vec![ma.sge(8192, 4096)],
+                })
+                .expect("recv");
+            p.a.qp
+                .post_send(wr(i, SendOp::Send, vec![ma.sge(0, n as u32)]))
+                .expect("send");
+            let got = wait(&p.b.cq, 10);
+            assert_eq!(
+                (got.wr_id, got.status, got.byte_len),
+                (i, WcStatus::Success, n as u32)
+            );
+            let mut back = vec![0u8; n];
+            mb.read(8192, &mut back).expect("read");
+            assert!(back == msg, "{mode:?}: message {i}");
+            mb.write(0, &back).expect("echo");
+            p.b.qp
+                .post_send(wr(i, SendOp::Send, vec![mb.sge(0, n as u32)]))
+                .expect("send");
+            let mut seen = [false; 2];
+            while !(seen[0] && seen[1]) {
+                let wc = poll_one(&p.a.cq);
+                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{mode:?}");
+                let k = usize::from(wc.opcode == WcOpcode::Recv);
+                assert!(!seen[k], "{mode:?}: one completion each");
+                seen[k] = true;
+            }
+            assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
+            ma.read(8192, &mut back).expect("read");
+            assert!(back == msg, "{mode:?}: echo {i}");
+        }
+        // Writes into B, which polls nothing now: its engine receives.
+        let mut data = vec![0u8; 1 << 19];
+        pattern(3, &mut data);
+        ma.write(0, &data).expect("fill");
+        for i in 0..8u64 {
+            p.a.qp
+                .post_send(wr(
+                    i,
+                    SendOp::Write(remote_of(&mb, 0)),
+                    vec![ma.sge(0, 1 << 19)],
+                ))
+                .expect("write");
+            assert_eq!(poll_one(&p.a.cq).status, WcStatus::Success, "{mode:?}");
+        }
+        let mut got = vec![0u8; 1 << 19];
+        mb.read(0, &mut got).expect("read");
+        assert!(got == data, "{mode:?}: the Writes' data");
+        assert!(p.a.cq.is_empty() && p.b.cq.is_empty());
+    }
+}

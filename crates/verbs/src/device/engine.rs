@@ -617,23 +617,15 @@ pub(super) fn release(
 
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 pub(super) fn engine(shared: &Shared) {
-    // Receive buffers reused burst after burst: no allocation per datagram.
-    let largest = match shared.socks.path() {
-        // A coalesced datagram of up to 64 packets.
-        ReceivePath::Udp => 1 << 16,
-        _ => MAX_DATAGRAM,
-    };
-    let mut batch = RxBatch::new(RX_BURST, largest);
-    let mut next_deadline: Option<Time> = None;
     while !shared.closed() {
         // Sleep until a packet comes or the next timer is due.
-        let now = shared.now();
         let mut sleep = MAX_SLEEP;
-        if let Some(d) = next_deadline {
-            sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
-        }
         let busy = {
-            let core = shared.lock();
+            let mut core = shared.lock();
+            let now = shared.now();
+            if let Some(d) = core.next_deadline() {
+                sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+            }
             let soonest = core
                 .delayed
                 .iter()
@@ -649,96 +641,114 @@ pub(super) fn engine(shared: &Shared) {
         };
         if !busy && !sleep.is_zero() {
             use rustix::event::{PollFd, PollFlags};
+            // A thread busy-polling a completion queue receives for the device: the engine
+            // leaves the socket to it, waking for posts and at least every millisecond (to
+            // take over when the polling stops).
+            let polled = shared.busy_poll && shared.polled_recently();
+            if polled {
+                sleep = sleep.min(Duration::from_millis(1));
+            }
             let ts = rustix::event::Timespec {
                 tv_sec: sleep.as_secs() as i64,
                 tv_nsec: i64::from(sleep.subsec_nanos()),
             };
             let rx_fd = shared.socks.rx_fd();
             let mut fds = [
-                PollFd::new(&rx_fd, PollFlags::IN),
                 PollFd::new(&shared.wake, PollFlags::IN),
+                PollFd::new(&rx_fd, PollFlags::IN),
             ];
-            let _ = rustix::event::poll(&mut fds, Some(&ts));
+            let n = if polled { 1 } else { 2 };
+            let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
             let mut drain = [0u8; 8];
             let _ = rustix::io::read(&shared.wake, &mut drain);
         }
-        // Bursts of packets (one system call each, read without the lock) until the socket
-        // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
-        // pairs with more to send: acknowledgements free the queue pairs' windows and the
-        // device's budget (each packet's own queue pair answers it at once). One burst per
-        // wake-up let a sender with many queue pairs hand the kernel thousands
-        // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
-        // queue pairs' timers fired (issue 21: 256 queue pairs).
-        let mut woke = false;
-        let mut taken = 0;
-        loop {
-            batch.recv(&shared.socks);
-            taken += batch.got.len();
-            let mut core = shared.lock();
-            let now = shared.now();
-            let sock = &shared.socks.udp;
-            core.counters.rx_coalesced += batch.coalesced;
-            for rx in &batch.got {
-                woke = true;
-                if rx.malformed {
-                    core.counters.rx_packets += 1;
-                    core.counters.rx_malformed += 1;
-                    continue;
-                }
-                let packet = batch.packet(rx);
-                if !core.rx_imp.is_active() {
-                    core.receive(sock, now, packet);
-                    continue;
-                }
-                impair(&mut core, sock, now, None, packet);
-            }
-            if !batch.full() || taken >= RX_PACKETS {
-                break;
-            }
-            // What the burst provoked (ACKs, new data) leaves before the next is read.
-            core.flush_tx(sock);
-        }
-        let mut core = shared.lock();
-        let now = shared.now();
-        let sock = &shared.socks.udp;
-        // Impaired packets whose time has come.
-        let t = Instant::now();
-        let mut due = Vec::new();
-        let mut i = 0;
-        while i < core.delayed.len() {
-            if core.delayed[i].at <= t {
-                due.push(core.delayed.swap_remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        for slot in 0..2 {
-            if core.reorder[slot].as_ref().is_some_and(|h| h.at <= t) {
-                due.extend(core.reorder[slot].take());
-            }
-        }
-        for h in due {
-            release(&mut core, sock, now, h.to, &h.bytes);
-            woke = true;
-        }
-        let (fired, _) = core.timers(sock, now);
-        // Queue pairs waiting for the in-flight budget, as far as it has room.
-        woke |= core.serve_budget_queue(sock, now);
-        // Queue pairs with more to send get another turn each.
-        let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
-        for qpn in pending {
-            core.transmit(sock, now, qpn);
-            woke |= core.drain_completions(qpn);
-        }
-        // What every turn of this wake-up built leaves now.
-        core.flush_tx(sock);
-        // The turns may have armed timers earlier than the one read before them.
-        next_deadline = core.next_deadline();
-        drop(core);
-        if woke || fired {
+        let mut batch = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
+        let any = run_once(shared, &mut batch);
+        drop(batch);
+        if any {
             shared.cq_ready.notify_all();
         }
     }
+}
+
+/// One round of the device's work, on the engine thread or a busy-polling one (which holds
+/// `batch`): what the socket holds is received and processed, held and delayed packets whose
+/// time has come are released, due timers fire, and queue pairs waiting for the budget or
+/// with more to send get their turns; what they built leaves. Returns whether a completion
+/// may have moved or a timer fired (the CQs' waiters should look).
+pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
+    // Bursts of packets (one system call each, read without the lock) until the socket
+    // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
+    // pairs with more to send: acknowledgements free the queue pairs' windows and the
+    // device's budget (each packet's own queue pair answers it at once). One burst per
+    // wake-up let a sender with many queue pairs hand the kernel thousands
+    // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
+    // queue pairs' timers fired (issue 21: 256 queue pairs).
+    let mut woke = false;
+    let mut taken = 0;
+    loop {
+        batch.recv(&shared.socks);
+        taken += batch.got.len();
+        let mut core = shared.lock();
+        let now = shared.now();
+        let sock = &shared.socks.udp;
+        core.counters.rx_coalesced += batch.coalesced;
+        for rx in &batch.got {
+            woke = true;
+            if rx.malformed {
+                core.counters.rx_packets += 1;
+                core.counters.rx_malformed += 1;
+                continue;
+            }
+            let packet = batch.packet(rx);
+            if !core.rx_imp.is_active() {
+                core.receive(sock, now, packet);
+                continue;
+            }
+            impair(&mut core, sock, now, None, packet);
+        }
+        if !batch.full() || taken >= RX_PACKETS {
+            break;
+        }
+        // What the burst provoked (ACKs, new data) leaves before the next is read.
+        core.flush_tx(sock);
+    }
+    let mut core = shared.lock();
+    let now = shared.now();
+    let sock = &shared.socks.udp;
+    // Impaired packets whose time has come.
+    let t = Instant::now();
+    let mut due = Vec::new();
+    let mut i = 0;
+    while i < core.delayed.len() {
+        if core.delayed[i].at <= t {
+            due.push(core.delayed.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    for slot in 0..2 {
+        if core.reorder[slot].as_ref().is_some_and(|h| h.at <= t) {
+            due.extend(core.reorder[slot].take());
+        }
+    }
+    for h in due {
+        release(&mut core, sock, now, h.to, &h.bytes);
+        woke = true;
+    }
+    let (fired, _) = core.timers(sock, now);
+    // Queue pairs waiting for the in-flight budget, as far as it has room.
+    woke |= core.serve_budget_queue(sock, now);
+    // Queue pairs with more to send get another turn each.
+    let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
+    for qpn in pending {
+        core.transmit(sock, now, qpn);
+        woke |= core.drain_completions(qpn);
+    }
+    // What every turn of this wake-up built leaves now.
+    core.flush_tx(sock);
+    drop(core);
+    woke || fired
 }
 
 /// Length of the IP + UDP headers at the start of an IP packet this device built.

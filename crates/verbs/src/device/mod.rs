@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -105,6 +105,15 @@ pub struct DeviceConfig {
     /// the total further — IRN Read responses, and a RoCE Read request, whose PSNs (its
     /// response packets) all count at once. See [`DEFAULT_IN_FLIGHT_BUDGET`].
     pub in_flight_budget: usize,
+    /// Busy polling: a thread polling one of the device's completion queues
+    /// ([`Cq::poll`], [`Cq::wait`]) receives and processes the device's packets itself, and
+    /// runs its timers, instead of waiting for the engine thread to be woken — `Cq::wait`
+    /// spins rather than sleeps. What perftest and DPDK users expect of a latency test: no
+    /// wake-up between a packet's arrival and its completion, at the price of a core per
+    /// polling thread. While a thread has polled within the last millisecond the engine
+    /// leaves the socket to it (it still wakes for posts and at least every millisecond);
+    /// otherwise it receives as without busy polling.
+    pub busy_poll: bool,
 }
 
 /// What all of a device's queue pairs may have in flight together by default: 16 MiB.
@@ -142,6 +151,7 @@ impl DeviceConfig {
             socket_buffer: 4 << 20,
             receive: ReceivePath::Auto,
             in_flight_budget: DEFAULT_IN_FLIGHT_BUDGET,
+            busy_poll: false,
         }
     }
 }
@@ -693,6 +703,13 @@ pub(crate) struct Shared {
     /// The device's connection manager (QP1 and its connections), while someone uses it: every
     /// listener and connection of the device shares it (`crate::cm`).
     pub(crate) cm: Mutex<std::sync::Weak<crate::cm::AgentCell>>,
+    /// The receive buffers, held by whoever receives: the engine thread, or (busy polling) a
+    /// thread polling a completion queue.
+    rx: Mutex<RxBatch>,
+    /// [`DeviceConfig::busy_poll`].
+    busy_poll: bool,
+    /// When a thread last busy-polled, nanoseconds after `epoch`.
+    last_poll: AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -716,6 +733,32 @@ impl Shared {
 
     fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Busy polling ([`DeviceConfig::busy_poll`]): receives and processes what waits, fires
+    /// due timers and gives the queue pairs their turns, on the calling thread — unless
+    /// another thread is receiving for the device right now. Returns whether anything
+    /// completed or fired.
+    pub(crate) fn progress(&self) -> bool {
+        self.last_poll
+            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let mut batch = match self.rx.try_lock() {
+            Ok(b) => b,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let any = engine::run_once(self, &mut batch);
+        drop(batch);
+        if any {
+            self.cq_ready.notify_all();
+        }
+        any
+    }
+
+    /// A thread busy-polled within the last millisecond.
+    fn polled_recently(&self) -> bool {
+        let last = self.last_poll.load(Ordering::Relaxed);
+        last > 0 && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(last) < 1_000_000
     }
 
     fn wake_engine(&self) {
@@ -783,6 +826,13 @@ impl Device {
             return Err(Error::Config("in_flight_budget must be more than 0 bytes"));
         }
         let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
+        // Receive buffers reused burst after burst: no allocation per datagram.
+        let largest = match socks.path() {
+            // A coalesced datagram of up to 64 packets.
+            ReceivePath::Udp => 1 << 16,
+            _ => MAX_DATAGRAM,
+        };
+        let rx = RxBatch::new(RX_BURST, largest);
         let local = socks.local();
         let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
         let core = Core {
@@ -829,6 +879,9 @@ impl Device {
             epoch: Instant::now(),
             closed: AtomicBool::new(false),
             cm: Mutex::new(std::sync::Weak::new()),
+            rx: Mutex::new(rx),
+            busy_poll: cfg.busy_poll,
+            last_poll: AtomicU64::new(0),
         });
         let s = shared.clone();
         let engine = std::thread::Builder::new()

@@ -264,6 +264,10 @@ impl Cq {
     /// Takes up to `max` completions (`ibv_poll_cq`). An overrun CQ reports
     /// [`Error::CqOverrun`] once, then goes on.
     pub fn poll(&self, max: usize) -> Result<Vec<Wc>> {
+        if self.shared.busy_poll {
+            // This thread receives and processes for the device (DeviceConfig::busy_poll).
+            self.shared.progress();
+        }
         let mut core = self.shared.lock();
         let cq = core.cq_mut(self.id)?;
         if std::mem::take(&mut cq.overrun) {
@@ -277,6 +281,9 @@ impl Cq {
     /// `Ok(None)` when none came in time.
     pub fn wait(&self, timeout: Duration) -> Result<Option<Wc>> {
         let deadline = Instant::now() + timeout;
+        if self.shared.busy_poll {
+            return self.spin(deadline);
+        }
         let mut core = self.shared.lock();
         loop {
             let cq = core.cq_mut(self.id)?;
@@ -297,6 +304,34 @@ impl Cq {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
         }
+    }
+
+    /// [`Cq::wait`] of a busy-polling device: polls — receiving for the device — until a
+    /// completion comes or `deadline` passes.
+    fn spin(&self, deadline: Instant) -> Result<Option<Wc>> {
+        loop {
+            self.shared.progress();
+            {
+                let mut core = self.shared.lock();
+                let cq = core.cq_mut(self.id)?;
+                if std::mem::take(&mut cq.overrun) {
+                    return Err(Error::CqOverrun(self.id));
+                }
+                if let Some(wc) = cq.entries.pop_front() {
+                    return Ok(Some(wc));
+                }
+            }
+            if Instant::now() >= deadline || self.shared.closed() {
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether polling this CQ drives its device (busy polling, [`DeviceConfig::busy_poll`]):
+    /// a program spinning on memory for a peer's Write then polls the CQ as it spins.
+    pub fn busy_polls(&self) -> bool {
+        self.shared.busy_poll
     }
 
     /// Completions waiting.

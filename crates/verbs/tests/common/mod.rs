@@ -87,7 +87,7 @@ pub fn pair_on(addr: &str, path: ReceivePath, mode: QpMode) -> Pair {
     )
 }
 
-fn connect(a: Side, b: Side, attr: &QpAttr) -> Pair {
+pub fn connect(a: Side, b: Side, attr: &QpAttr) -> Pair {
     a.qp.connect(attr, &remote(&b, 0xb0b), 0xa11)
         .expect("connect a");
     b.qp.connect(attr, &remote(&a, 0xa11), 0xb0b)
