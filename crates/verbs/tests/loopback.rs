@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use irn_verbs::{
-    Access, Error, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp, WcOpcode, WcStatus,
+    Access, Error, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp, WcOpcode,
+    WcStatus, DEFAULT_IN_FLIGHT_BUDGET,
 };
 
 const MODES: [QpMode; 2] = [QpMode::Roce, QpMode::Irn];
@@ -1335,7 +1336,8 @@ fn in_flight_limits_are_sized_for_the_path_mtu() {
             // nearly: an ACK may come back between two packets of a burst).
             assert!(
                 4 * peak >= 3 * u64::from(cap),
-                "{what}: peak {peak}, cap {cap}"
+                "{what}: peak {peak}, cap {cap}: {:?}",
+                a.qp.counters()
             );
             caps.push((mode, cc, mtu, cap));
         }
@@ -1550,15 +1552,10 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
     const BUDGET: usize = 512 << 10;
     const MTU: u32 = 4096;
     for mode in MODES {
-        let open = |seed, budget| {
-            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
-            cfg.port = 0;
-            cfg.seed = seed;
-            cfg.receive = ReceivePath::Udp;
-            cfg.in_flight_budget = budget;
-            irn_verbs::Device::open(cfg).expect("open a device")
-        };
-        let (da, db) = (open(41, BUDGET), open(42, 16 << 20));
+        let (da, db) = (
+            udp_device(41, BUDGET, false),
+            udp_device(42, 16 << 20, false),
+        );
         let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
         let (ca, cb) = (
             da.create_cq(4 * QPS).expect("cq"),
@@ -1576,14 +1573,8 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
         for _ in 0..QPS {
             let a = pa.create_qp(&ca, &ca, init.clone()).expect("qp");
             let b = pb.create_qp(&cb, &cb, init.clone()).expect("qp");
-            let to = |dev: &irn_verbs::Device, qp: &irn_verbs::Qp| irn_verbs::RemoteQp {
-                gid: dev.gid(),
-                port: dev.local_addr().port(),
-                qpn: qp.qpn(),
-                psn: 5,
-            };
-            a.connect(&attr, &to(&db, &b), 5).expect("connect");
-            b.connect(&attr, &to(&da, &a), 5).expect("connect");
+            a.connect(&attr, &remote_at(&db, &b), 5).expect("connect");
+            b.connect(&attr, &remote_at(&da, &a), 5).expect("connect");
             qps.push((a, b));
         }
         let src = pa.reg_mr(2 * LEN, all()).expect("mr");
@@ -1661,15 +1652,10 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
 fn a_queue_pair_in_rnr_waits_holds_no_budget() {
     const BUDGET: usize = 256 << 10;
     for mode in MODES {
-        let open = |seed, budget| {
-            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
-            cfg.port = 0;
-            cfg.seed = seed;
-            cfg.receive = ReceivePath::Udp;
-            cfg.in_flight_budget = budget;
-            irn_verbs::Device::open(cfg).expect("open a device")
-        };
-        let (da, db) = (open(51, BUDGET), open(52, 16 << 20));
+        let (da, db) = (
+            udp_device(51, BUDGET, false),
+            udp_device(52, 16 << 20, false),
+        );
         let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
         let (ca, cb) = (da.create_cq(64).expect("cq"), db.create_cq(64).expect("cq"));
         let init = QpInit {
@@ -1682,12 +1668,6 @@ fn a_queue_pair_in_rnr_waits_holds_no_budget() {
             min_rnr_timer: 1,
             ..QpAttr::default()
         };
-        let to = |dev: &irn_verbs::Device, qp: &irn_verbs::Qp| irn_verbs::RemoteQp {
-            gid: dev.gid(),
-            port: dev.local_addr().port(),
-            qpn: qp.qpn(),
-            psn: 5,
-        };
         let (stuck, deaf) = (
             pa.create_qp(&ca, &ca, init.clone()).expect("qp"),
             pb.create_qp(&cb, &cb, init.clone()).expect("qp"),
@@ -1697,8 +1677,8 @@ fn a_queue_pair_in_rnr_waits_holds_no_budget() {
             pb.create_qp(&cb, &cb, init.clone()).expect("qp"),
         );
         for (a, b) in [(&stuck, &deaf), (&busy, &peer)] {
-            a.connect(&attr, &to(&db, b), 5).expect("connect");
-            b.connect(&attr, &to(&da, a), 5).expect("connect");
+            a.connect(&attr, &remote_at(&db, b), 5).expect("connect");
+            b.connect(&attr, &remote_at(&da, a), 5).expect("connect");
         }
         let src = pa.reg_mr(4 << 20, all()).expect("mr");
         let dst = pb.reg_mr(4 << 20, all()).expect("mr");
@@ -1749,17 +1729,9 @@ fn a_queue_pair_in_rnr_waits_holds_no_budget() {
 #[test]
 fn busy_polling_threads_drive_their_devices() {
     for mode in MODES {
-        let open = |seed| {
-            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
-            cfg.port = 0;
-            cfg.seed = seed;
-            cfg.receive = ReceivePath::Udp;
-            cfg.busy_poll = true;
-            irn_verbs::Device::open(cfg).expect("open a device")
-        };
         let p = connect(
-            side(open(61), mode, 1024),
-            side(open(62), mode, 1024),
+            side(udp_device(61, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
+            side(udp_device(62, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
             &QpAttr::default(),
         );
         assert!(p.a.cq.busy_polls() && p.b.cq.busy_polls());
@@ -1843,5 +1815,27 @@ fn busy_polling_threads_drive_their_devices() {
         mb.read(0, &mut got).expect("read");
         assert!(got == data, "{mode:?}: the Writes' data");
         assert!(p.a.cq.is_empty() && p.b.cq.is_empty());
+    }
+}
+
+/// A device on 127.0.0.1 (any port) receiving on the UDP path, with an in-flight budget and
+/// busy polling or not.
+fn udp_device(seed: u64, budget: usize, busy_poll: bool) -> irn_verbs::Device {
+    let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+    cfg.port = 0;
+    cfg.seed = seed;
+    cfg.receive = ReceivePath::Udp;
+    cfg.in_flight_budget = budget;
+    cfg.busy_poll = busy_poll;
+    irn_verbs::Device::open(cfg).expect("open a device")
+}
+
+/// Where queue pair `qp` of device `dev` is reached, its first PSN 5.
+fn remote_at(dev: &irn_verbs::Device, qp: &irn_verbs::Qp) -> irn_verbs::RemoteQp {
+    irn_verbs::RemoteQp {
+        gid: dev.gid(),
+        port: dev.local_addr().port(),
+        qpn: qp.qpn(),
+        psn: 5,
     }
 }
