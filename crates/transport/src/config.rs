@@ -66,8 +66,8 @@ pub enum RtoPolicy {
     /// TCP's retransmission timer (RFC 6298): `SRTT + 4·RTTVAR` from the round-trip samples
     /// of never-retransmitted packets (Karn), `initial` before the first sample, within
     /// `[min, max]`, doubled at each expiry (§5.5) and back to the estimate only with a valid
-    /// sample — an ACK of a packet never resent (§5, Karn) — with the gains divided by the
-    /// ACKs a round trip brings (RFC 7323 Appendix G). The send window keeps the estimator; this policy
+    /// sample — an ACK of a packet never resent (§5, Karn) — RTTVAR decaying with its gain
+    /// divided by the ACKs a round trip brings (RFC 7323 Appendix G). The send window keeps the estimator; this policy
     /// only bounds it. Used by the TCP model of SPEC E10 ([`RecoveryConfig::tcp`]).
     Adaptive {
         /// The floor (RFC 6298 §2.4 says 1 s for the Internet; datacenter stacks use

@@ -46,17 +46,19 @@ struct RttEstimator {
 }
 
 impl RttEstimator {
-    /// A sample `r` (RFC 6298 §2.2–§2.3, α = 1/8, β = 1/4), one of `per_rtt` samples a
-    /// round trip brings: the gains are divided by it (RFC 7323 Appendix G), so that the
-    /// estimate moves as much per round trip as RFC 6298's one sample would move it. IRN
-    /// acknowledges every packet: with RFC 6298's gains as they are, a window's worth of
-    /// nearly equal samples shrank RTTVAR to microseconds within one round trip, the timer
-    /// sat a few microseconds above a 42 ms queue-dominated SRTT, and any later round trip a
+    /// A sample `r` (RFC 6298 §2.2–§2.3, α = 1/8, β = 1/4), one of `per_rtt` samples a round
+    /// trip brings. SRTT takes every sample with RFC 6298's gain, and so does RTTVAR when the
+    /// sample deviates more than RTTVAR says; a smaller deviation lowers RTTVAR with the gain
+    /// divided by `per_rtt` (RFC 7323 Appendix G), so that it decays per round trip as RFC
+    /// 6298's one sample would make it — up at once, down slowly, as Linux's `mdev_max` does.
+    /// IRN acknowledges every packet: with RFC 6298's gains as they are, a window's worth of
+    /// nearly equal samples shrank RTTVAR to microseconds within one round trip, the timer sat
+    /// a few microseconds above a 42 ms queue-dominated SRTT, and any later round trip a
     /// little longer timed out (issue 21, 256 IRN queue pairs on loopback: 13 000 spurious
-    /// timeouts in a run).
+    /// timeouts in a run). Dividing every gain instead left the estimate a few round trips
+    /// behind a round trip that grows with the window, and the timer fired under it.
     fn sample(&mut self, r: Dur, per_rtt: u32) {
         let r = r.as_picos();
-        let k = u64::from(per_rtt.max(1));
         match self.srtt {
             None => {
                 self.srtt = Some(Dur::from_picos(r));
@@ -65,8 +67,14 @@ impl RttEstimator {
             Some(s) => {
                 let s = s.as_picos();
                 let var = self.rttvar.as_picos();
-                self.rttvar = Dur::from_picos(var - var / (4 * k) + s.abs_diff(r) / (4 * k));
-                self.srtt = Some(Dur::from_picos(s - s / (8 * k) + r / (8 * k)));
+                let dev = s.abs_diff(r);
+                let gain = if dev > var {
+                    4
+                } else {
+                    4 * u64::from(per_rtt.max(1))
+                };
+                self.rttvar = Dur::from_picos(var - var / gain + dev / gain);
+                self.srtt = Some(Dur::from_picos(s - s / 8 + r / 8));
             }
         }
     }
@@ -1163,6 +1171,54 @@ mod tests {
         assert_eq!(
             w.deadline(&rto),
             Some(us(20_000) + Dur::from_micros(30_000))
+        );
+    }
+
+    /// Per-packet ACKs (RFC 7323 Appendix G): a round trip's worth of equal samples lowers
+    /// RTTVAR about as much as RFC 6298's one sample per round trip would, not to nothing;
+    /// a round trip that grows is followed at once (SRTT per sample, RTTVAR up at once), so
+    /// the timer stays above it.
+    #[test]
+    fn per_packet_samples_neither_collapse_rttvar_nor_lag_a_growing_round_trip() {
+        let rto = RtoPolicy::Adaptive {
+            min: Dur::from_micros(500),
+            max: Dur::from_micros(200_000),
+            initial: Dur::from_micros(2_000),
+        };
+        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
+        // A steady window of 100 packets, each acknowledged 10 ms after it left.
+        let mut next_ack = 0u32;
+        for k in 0..100u64 {
+            w.on_sent_new(us(k * 100), 1);
+        }
+        for k in 100..200u64 {
+            next_ack += 1;
+            w.ack(us(k * 100 - 10_000 + 10_000), p(next_ack));
+            w.on_sent_new(us(k * 100), 1);
+        }
+        assert_eq!(w.srtt(), Some(Dur::from_micros(10_000)));
+        // RTTVAR started at 5 ms; a hundred equal samples in one round trip take it down by
+        // about a quarter, as one RFC 6298 sample of no deviation would (not to 5 × 0.75^100).
+        let var = w.est.rttvar.as_picos();
+        assert!(
+            (3_500_000_000..=4_000_000_000).contains(&var),
+            "RTTVAR {var} ps"
+        );
+        // The round trip doubles: ten samples later SRTT has moved most of the way and the
+        // timer is above the new round trip.
+        for k in 200..210u64 {
+            next_ack += 1;
+            w.ack(us(k * 100 + 10_000), p(next_ack));
+            w.on_sent_new(us(k * 100 + 10_000), 1);
+        }
+        let srtt = w.srtt().expect("srtt").as_picos();
+        assert!(srtt > 15_000_000_000, "SRTT {srtt} ps");
+        let base = us(209 * 100 + 10_000);
+        let deadline = w.deadline(&rto).expect("armed");
+        assert!(
+            deadline.since(base) > Dur::from_micros(20_000),
+            "RTO {:?}",
+            deadline.since(base)
         );
     }
 

@@ -166,7 +166,8 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// same). The IRN modes replace the paper's fixed RTO_low / RTO_high (100 / 320 µs, a NIC's
 /// timers in a datacenter whose round trip is known) by RFC 6298's adaptive timer: SRTT +
 /// 4·RTTVAR, at least 500 µs (a user-space engine is woken by the kernel's scheduler, tens of
-/// microseconds late), 2 ms before the first sample, doubled per expiry up to 200 ms. A fixed
+/// microseconds late), 10 ms before the first sample (2 ms timed out a debug build's first
+/// ACKs, which cut AIMD's window for the rest of a transfer), doubled per expiry up to 200 ms. A fixed
 /// 0.5 / 2 ms fired before the late ACKs of a busy receiver: 64 queue pairs on loopback resent
 /// 96 % of what they sent and moved 19 MB/s; with the adaptive timer, 107 MB/s (issue 21,
 /// docs/BENCHMARKS.md). IRN's BDP-FC cap (where the mode has one) is the bandwidth-delay
@@ -180,7 +181,7 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             rto: irn_transport::RtoPolicy::Adaptive {
                 min: Dur::from_micros(500),
                 max: Dur::from_micros(200_000),
-                initial: Dur::from_micros(2_000),
+                initial: Dur::from_micros(10_000),
             },
             bdp_cap: preset
                 .bdp_cap
