@@ -116,7 +116,7 @@ pub struct DeviceConfig {
     pub busy_poll: bool,
 }
 
-/// What all of a device's queue pairs may have in flight together by default: 16 MiB.
+/// What all of a device's queue pairs may have in flight together by default: 4 MiB.
 ///
 /// A NIC's queue pairs share its line rate, so however many there are, they put at most that
 /// rate into the network; the BDP cap of IRN (§3.2) and RoCE's unacknowledged-PSN limit bound
@@ -132,10 +132,12 @@ pub struct DeviceConfig {
 /// Retransmissions, responses and acknowledgements are never held
 /// ([`QueuePair::hold_new_requests`](irn_transport::QueuePair::hold_new_requests)).
 ///
-/// 16 MiB is 32 IRN caps at MTU 4096, a 100 Gb/s port's bandwidth-delay product over
-/// 1.3 ms (three of the runtime's round trips), and 8 ms of a software receiver's work: a
-/// device with one or a few queue pairs never meets it.
-pub const DEFAULT_IN_FLIGHT_BUDGET: usize = 16 << 20;
+/// 4 MiB is 8 IRN caps at MTU 4096 (one queue pair never meets it), 4 ms of a software
+/// receiver's work at 1 GB/s and 40 ms of a debug build's: the queue it can build in front of
+/// a receiver stays shorter than timeout 14 (67 ms). With 16 MiB, a debug build's RoCE queue
+/// pairs at 256 connections still went back N until one gave up in a loaded test run; in
+/// release builds 4 and 16 MiB moved the same (docs/BENCHMARKS.md).
+pub const DEFAULT_IN_FLIGHT_BUDGET: usize = 4 << 20;
 
 impl DeviceConfig {
     /// Defaults on `addr`: port 4791, no impairment, no capture, 4 MB socket buffers, the
