@@ -63,6 +63,7 @@ pub mod memory;
 pub mod pair;
 pub mod qp;
 pub mod rng;
+mod rtt;
 pub mod state;
 pub mod time;
 pub mod ud;
