@@ -73,6 +73,26 @@ pub(crate) struct SendWindow {
     board: Option<Box<Scoreboard>>,
     /// RFC 6298's estimator.
     est: RttEstimator,
+    /// Lost retransmissions are detected and resent before the timer
+    /// ([`RecoveryConfig::resend_lost_retransmissions`](crate::RecoveryConfig::resend_lost_retransmissions));
+    /// `None` when off.
+    relost: Option<Box<LostRetransmissions>>,
+}
+
+/// What detecting lost retransmissions keeps (RACK's ordering rule, RFC 8985 §6.2, counted in
+/// transmissions): every transmission gets a serial number; a retransmission is lost once a
+/// packet sent at least `dup_threshold` transmissions after it is selectively acknowledged
+/// while it is not.
+#[derive(Debug, Clone, Default)]
+struct LostRetransmissions {
+    /// The next transmission's serial.
+    serial: u64,
+    /// `serial_of[i]`: the serial of PSN `una + i`'s latest transmission.
+    serial_of: VecDeque<u64>,
+    /// Retransmissions not yet judged, oldest first: (PSN, serial).
+    resent: VecDeque<(Psn, u64)>,
+    /// Retransmissions judged lost, to resend before anything else.
+    lost: VecDeque<Psn>,
 }
 
 /// Where an outstanding segment stands on the TCP model's scoreboard (RFC 6675 §2–§5).
@@ -224,7 +244,15 @@ impl SendWindow {
             dup_threshold: 1,
             board: None,
             est: RttEstimator::default(),
+            relost: None,
         }
+    }
+
+    /// Resend lost retransmissions as soon as a later transmission is acknowledged
+    /// ([`RecoveryConfig::resend_lost_retransmissions`](crate::RecoveryConfig::resend_lost_retransmissions)).
+    pub(crate) fn resend_lost_retransmissions(mut self, on: bool) -> SendWindow {
+        self.relost = on.then(Box::default);
+        self
     }
 
     /// The TCP model's loss recovery ([`Scoreboard`]) instead of IRN's.
@@ -296,7 +324,18 @@ impl SendWindow {
         if let Some(b) = &self.board {
             return b.lost > 0;
         }
-        self.recovery.is_some() || self.go_back.is_some()
+        self.recovery.is_some() || self.go_back.is_some() || self.relost_pending().is_some()
+    }
+
+    /// The first retransmission judged lost that is still neither acknowledged nor resent.
+    fn relost_pending(&self) -> Option<Psn> {
+        let r = self.relost.as_ref()?;
+        r.lost.iter().copied().find(|&q| {
+            let d = self.una.distance(q);
+            d >= 0
+                && (d as u32) < self.in_flight()
+                && !self.sacked.get(d as usize).copied().unwrap_or(true)
+        })
     }
 
     /// Whether `psn` lies in `[una, next)`.
@@ -318,6 +357,12 @@ impl SendWindow {
     /// A new packet covering `covers` PSNs went out.
     pub(crate) fn on_sent_new(&mut self, now: Time, covers: u32) {
         self.next = self.next.add(covers.max(1));
+        if let Some(r) = self.relost.as_mut() {
+            let s = r.serial;
+            r.serial += 1;
+            r.serial_of
+                .extend(std::iter::repeat_n(s, covers.max(1) as usize));
+        }
         for _ in 0..covers.max(1) {
             if self.keeps_sacks() {
                 self.sacked.push_back(false);
@@ -341,6 +386,9 @@ impl SendWindow {
         }
         if let Some(c) = self.go_back {
             return (c != self.next).then_some(c);
+        }
+        if let Some(q) = self.relost_pending() {
+            return Some(q);
         }
         let rec = self.recovery.as_mut()?;
         if self.una.distance(rec.cursor) < 0 {
@@ -379,6 +427,16 @@ impl SendWindow {
         self.last_retx = Some((psn.add(covers.max(1)), now));
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
+            if let Some(r) = self.relost.as_mut() {
+                let s = r.serial;
+                r.serial += 1;
+                let end = (i + covers.max(1) as usize).min(r.serial_of.len());
+                for x in r.serial_of.range_mut(i..end) {
+                    *x = s;
+                }
+                r.resent.push_back((psn, s));
+                r.lost.retain(|&q| q != psn);
+            }
             if let Some(b) = self.board.as_mut() {
                 for j in i..i + covers.max(1) as usize {
                     if matches!(b.seg.get(j), Some(Seg::Lost | Seg::Sent)) {
@@ -397,9 +455,12 @@ impl SendWindow {
             let after = psn.add(covers.max(1));
             self.go_back = (after.distance(self.next) > 0).then_some(after);
         } else if let Some(rec) = self.recovery.as_mut() {
-            // A packet covering several PSNs (a standard Read request) resends them all.
-            rec.cursor = psn.add(covers.max(1));
-            rec.force = false;
+            // A packet covering several PSNs (a standard Read request) resends them all. A
+            // lost retransmission resent again lies behind the cursor, which stays.
+            if rec.cursor.distance(psn) >= 0 {
+                rec.cursor = psn.add(covers.max(1));
+                rec.force = false;
+            }
         }
         if self.timer_base.is_none() {
             self.timer_base = Some(now);
@@ -427,6 +488,12 @@ impl SendWindow {
         }
         if let Some(b) = self.board.as_mut() {
             b.pop(n as usize);
+        }
+        if let Some(r) = self.relost.as_mut() {
+            r.serial_of.drain(..(n as usize).min(r.serial_of.len()));
+            let una = self.una;
+            r.resent.retain(|&(q, _)| una.distance(q) >= 0);
+            r.lost.retain(|&q| una.distance(q) >= 0);
         }
         let rtt = (newest != Time::MAX).then(|| now - newest);
         if let Some(r) = rtt {
@@ -562,6 +629,26 @@ impl SendWindow {
             }
             b.detect(self.dup_threshold, high, top);
         }
+        if let Some(r) = self.relost.as_mut() {
+            // Every retransmission sent at least `dup_threshold` transmissions before this
+            // packet's latest, and neither acknowledged nor resent since, is lost.
+            let s = r.serial_of.get(i).copied().unwrap_or(0);
+            while let Some(&(q, qs)) = r.resent.front() {
+                if qs.saturating_add(u64::from(self.dup_threshold)) > s {
+                    break;
+                }
+                r.resent.pop_front();
+                let d = self.una.distance(q);
+                if d < 0 {
+                    continue;
+                }
+                let j = d as usize;
+                let unsacked = !self.sacked.get(j).copied().unwrap_or(true);
+                if unsacked && r.serial_of.get(j) == Some(&qs) {
+                    r.lost.push_back(q);
+                }
+            }
+        }
     }
 
     /// Selective repeat enters loss recovery (on a NACK or a timeout); a no-op when already in
@@ -587,6 +674,11 @@ impl SendWindow {
         }
         if self.recovery.is_some() && !restart {
             return;
+        }
+        if let Some(r) = self.relost.as_mut().filter(|_| restart) {
+            // A timeout resends from the cumulative ACK on: what was judged so far is moot.
+            r.resent.clear();
+            r.lost.clear();
         }
         let seq = self.next.sub(1);
         self.recovery = Some(Recovery {
@@ -616,6 +708,10 @@ impl SendWindow {
     /// resend everything from the oldest unacknowledged PSN.
     pub(crate) fn timeout_go_back(&mut self) {
         self.recovery = None;
+        if let Some(r) = self.relost.as_mut() {
+            r.resent.clear();
+            r.lost.clear();
+        }
         self.highest_sack = None;
         for s in self.sacked.iter_mut() {
             *s = false;
@@ -632,6 +728,9 @@ impl SendWindow {
             for _ in 0..d {
                 if self.keeps_sacks() {
                     self.sacked.push_front(false);
+                }
+                if let Some(r) = self.relost.as_mut() {
+                    r.serial_of.push_front(0);
                 }
                 self.sent_at.push_front(Time::MAX);
             }
@@ -1196,6 +1295,103 @@ mod tests {
         w.ack(Time::ZERO, p(110));
         assert!(!w.in_recovery());
         assert_eq!(w.in_flight(), 0);
+    }
+
+    /// A NACK round in which the retransmission of 100 is lost too: 100..=109 out, 100 and
+    /// 103 lost, both resent; then new packets 110 and 111.
+    fn lost_retransmission_scenario(resend_lost: bool, dup: u32) -> SendWindow {
+        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(100))
+            .dup_threshold(dup)
+            .resend_lost_retransmissions(resend_lost);
+        sent(&mut w, 10);
+        for s in [101, 102, 104, 105, 106, 107, 108, 109] {
+            w.sack(Time::ZERO, p(s));
+            w.enter_recovery(false);
+        }
+        // Under a tolerance the cumulative-ACK PSN waits for `dup` SACKs beyond it; 109 is
+        // nine beyond 100 and six beyond 103.
+        for want in [100, 103] {
+            assert_eq!(w.next_retransmit(), Some(p(want)));
+            w.on_retransmitted(Time::ZERO, p(want), 1);
+        }
+        assert_eq!(w.next_retransmit(), None);
+        sent(&mut w, 2); // 110, 111: after both retransmissions
+        w
+    }
+
+    #[test]
+    fn a_lost_retransmission_is_resent_once_a_packet_sent_after_it_is_sacked() {
+        let mut w = lost_retransmission_scenario(true, 1);
+        // The resent 103 arrives (sent after the resent 100, which is still unanswered):
+        // that alone proves the resent 100 lost — the path keeps order.
+        w.sack(Time::ZERO, p(103));
+        assert_eq!(w.next_retransmit(), Some(p(100)), "resent 100 lost again");
+        w.on_retransmitted(Time::ZERO, p(100), 1);
+        assert_eq!(w.next_retransmit(), None, "once, not per SACK");
+        // A packet sent before the second resend of 100 proves nothing about it.
+        w.sack(Time::ZERO, p(110));
+        assert_eq!(
+            w.next_retransmit(),
+            None,
+            "the second resend is still on its way"
+        );
+        // It arrives: everything up to 111 but 111 has arrived.
+        w.ack(Time::ZERO, p(111));
+        assert_eq!(w.next_retransmit(), None);
+        assert_eq!(w.in_flight(), 1);
+    }
+
+    #[test]
+    fn a_retransmission_still_on_its_way_is_not_resent() {
+        // A SACK of an original sent before the retransmissions says nothing about them, and
+        // with the option off only the timer resends a lost retransmission (IRN §3.1).
+        for on in [true, false] {
+            let mut w = lost_retransmission_scenario(on, 1);
+            w.sack(Time::ZERO, p(109));
+            assert_eq!(w.next_retransmit(), None, "on: {on}");
+            w.sack(Time::ZERO, p(110));
+            w.sack(Time::ZERO, p(111));
+            assert_eq!(
+                w.next_retransmit(),
+                on.then(|| p(100)),
+                "on: {on}: 110 and 111 left after both resends"
+            );
+            if on {
+                // 100 comes first; 103's resend is lost too, and goes next.
+                w.on_retransmitted(Time::ZERO, p(100), 1);
+                assert_eq!(w.next_retransmit(), Some(p(103)));
+                w.on_retransmitted(Time::ZERO, p(103), 1);
+                assert_eq!(w.next_retransmit(), None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_reordering_tolerance_waits_for_transmissions_that_far_after_a_retransmission() {
+        // Transmission serials: 100..=109 are 0..=9, resends of 100 and 103 are 10 and 11,
+        // 110 and 111 are 12 and 13. With a tolerance of 3, a resend is lost once a packet
+        // sent three transmissions after it is SACKed.
+        let mut w = lost_retransmission_scenario(true, 3);
+        w.sack(Time::ZERO, p(103)); // serial 11: one after the resent 100
+        w.sack(Time::ZERO, p(110)); // serial 12
+        assert_eq!(w.next_retransmit(), None, "within the tolerance");
+        w.sack(Time::ZERO, p(111)); // serial 13: three after the resent 100
+        assert_eq!(w.next_retransmit(), Some(p(100)));
+    }
+
+    #[test]
+    fn a_timeout_forgets_judged_retransmissions_and_resends_from_the_cumulative_ack() {
+        let mut w = lost_retransmission_scenario(true, 1);
+        w.sack(Time::ZERO, p(110));
+        assert_eq!(w.next_retransmit(), Some(p(100)));
+        w.on_timeout(us(1_000), None);
+        w.enter_recovery(true);
+        // The restart resends 100 first (forced), then 103 below the SACKed 110: each once.
+        assert_eq!(w.next_retransmit(), Some(p(100)));
+        w.on_retransmitted(us(1_000), p(100), 1);
+        assert_eq!(w.next_retransmit(), Some(p(103)));
+        w.on_retransmitted(us(1_000), p(103), 1);
+        assert_eq!(w.next_retransmit(), None);
     }
 
     #[test]

@@ -595,6 +595,11 @@ pub struct TransportConfig {
     /// lost once one at least this many beyond it is selectively acknowledged. Default 1 (the
     /// paper's IRN); higher for packet spraying.
     pub dup_threshold: u32,
+    /// `irn` and `irn-no-bdp-fc`: resend a retransmission that was lost too as soon as a packet
+    /// sent after it is selectively acknowledged, instead of at the next timeout (RACK's
+    /// ordering rule, RFC 8985; an option beyond the paper, whose IRN waits for the timer).
+    /// Default false; the UDP runtime turns it on.
+    pub resend_lost_retransmissions: bool,
     /// Retries after a timeout or sequence NAK before the work request completes with
     /// `IBV_WC_RETRY_EXC_ERR` (the verbs `retry_cnt`, 0–7, IBTA §11.2.4.2 / C9-140). Absent
     /// (default): never give up, as the papers' simulations assume; set it when hosts die
@@ -636,6 +641,7 @@ impl Default for TransportConfig {
             nak_threshold: irn_transport::HoleRule::DEFAULT.threshold,
             nak_delay_us: 20.0,
             dup_threshold: 1,
+            resend_lost_retransmissions: false,
             retry_cnt: None,
             ack_timeout: 14,
             tcp_initial_window: 10,
@@ -1052,6 +1058,14 @@ impl SimConfig {
                         == irn_transport::Retransmission::SelectiveRepeat),
             "transport.dup_threshold",
             "must be 1, or above 1 with irn or irn-no-bdp-fc (selective repeat with SACKs)",
+        )?;
+        check(
+            !t.resend_lost_retransmissions
+                || (t.recovery.preset().retransmission
+                    == irn_transport::Retransmission::SelectiveRepeat
+                    && t.recovery != Recovery::Tcp),
+            "transport.resend_lost_retransmissions",
+            "needs irn or irn-no-bdp-fc (selective repeat with SACKs)",
         )?;
         check(
             t.tcp_initial_window >= 1,

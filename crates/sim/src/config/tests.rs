@@ -107,6 +107,26 @@ fn bad_values_name_the_key() {
     assert!(e.to_string().contains("network.mtu"), "{e}");
 }
 
+/// Resending lost retransmissions is selective repeat's option: accepted with `irn` and
+/// `irn-no-bdp-fc`, refused elsewhere naming the key.
+#[test]
+fn resend_lost_retransmissions_needs_selective_repeat() {
+    let on = "transport.resend_lost_retransmissions=true";
+    for ok in ["irn", "irn-no-bdp-fc"] {
+        let r = format!("transport.recovery={ok}");
+        load("", &[&r, on]).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in ["roce", "irn-go-back-n", "irn-no-sack", "ext-ib", "tcp"] {
+        let r = format!("transport.recovery={bad}");
+        let e = load("", &[&r, on]).expect_err(bad);
+        assert!(
+            e.to_string()
+                .contains("transport.resend_lost_retransmissions"),
+            "{bad}: {e}"
+        );
+    }
+}
+
 /// The TCP model's keys (SPEC E10) and the measurement window refuse what cannot mean
 /// anything, naming the key.
 #[test]

@@ -179,6 +179,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         } else {
             tr.dup_threshold
         },
+        resend_lost_retransmissions: tr.resend_lost_retransmissions,
         ..recovery
     };
     let qp_cfg = QpConfig {

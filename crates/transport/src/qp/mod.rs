@@ -331,7 +331,9 @@ impl QueuePair {
 
     /// A send window starting at `start`, with this configuration's loss rule.
     fn new_send_window(&self, start: Psn) -> SendWindow {
-        let w = SendWindow::new(self.mode(), start).dup_threshold(self.cfg.recovery.dup_threshold);
+        let w = SendWindow::new(self.mode(), start)
+            .dup_threshold(self.cfg.recovery.dup_threshold)
+            .resend_lost_retransmissions(self.cfg.recovery.resend_lost_retransmissions);
         if self.cfg.recovery.tcp.is_some() {
             w.tcp_scoreboard()
         } else {

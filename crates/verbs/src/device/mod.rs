@@ -175,7 +175,10 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// docs/BENCHMARKS.md). IRN's BDP-FC cap (where the mode has one) is the bandwidth-delay
 /// product of `line_rate_bps` over a 400 µs software round trip in packets of `mtu` bytes
 /// (IRN §3.2); a queue pair is sized for its path MTU when it connects
-/// ([`QueuePair::size_for_path`](irn_transport::QueuePair::size_for_path)).
+/// ([`QueuePair::size_for_path`](irn_transport::QueuePair::size_for_path)). Selective repeat
+/// resends a lost retransmission once a later packet is acknowledged
+/// ([`RecoveryConfig::resend_lost_retransmissions`]) rather than at a timer that is
+/// milliseconds here.
 pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryConfig {
     let preset = mode.preset();
     if mode.is_irn() {
@@ -188,6 +191,12 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             bdp_cap: preset
                 .bdp_cap
                 .map(|_| irn_transport::bdp_cap_packets(line_rate_bps, RUNTIME_RTT, mtu)),
+            // Selective repeat resends a lost retransmission once a later packet is
+            // acknowledged instead of waiting for a timer that is milliseconds here: at 1 %
+            // loss on both ends, the retransmissions lost again were nearly all of a loopback
+            // stream's timeouts (issue 21).
+            resend_lost_retransmissions: preset.retransmission
+                == irn_transport::Retransmission::SelectiveRepeat,
             ..preset
         }
     } else {
