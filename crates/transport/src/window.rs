@@ -31,6 +31,9 @@ struct Recovery {
     /// The cursor's PSN must be retransmitted whatever the SACK bitmap says (it is the
     /// cumulative-ACK PSN on entering recovery, or after a partial ACK without SACKs).
     force: bool,
+    /// After a timeout with [`SendWindow::timeout_resends_unsacked`]: every PSN below this
+    /// one not selectively acknowledged is resent, SACKs above it or not.
+    sweep: Option<Psn>,
 }
 
 /// The sender side of a PSN space.
@@ -77,6 +80,9 @@ pub(crate) struct SendWindow {
     /// ([`RecoveryConfig::resend_lost_retransmissions`](crate::RecoveryConfig::resend_lost_retransmissions));
     /// `None` when off.
     relost: Option<Box<LostRetransmissions>>,
+    /// A timeout resends every PSN not selectively acknowledged
+    /// ([`RecoveryConfig::timeout_resends_unsacked`](crate::RecoveryConfig::timeout_resends_unsacked)).
+    sweep_on_timeout: bool,
 }
 
 /// What detecting lost retransmissions keeps (RACK's ordering rule, RFC 8985 §6.2, counted in
@@ -245,7 +251,15 @@ impl SendWindow {
             board: None,
             est: RttEstimator::default(),
             relost: None,
+            sweep_on_timeout: false,
         }
+    }
+
+    /// A timeout resends every PSN not selectively acknowledged
+    /// ([`RecoveryConfig::timeout_resends_unsacked`](crate::RecoveryConfig::timeout_resends_unsacked)).
+    pub(crate) fn timeout_resends_unsacked(mut self, on: bool) -> SendWindow {
+        self.sweep_on_timeout = on;
+        self
     }
 
     /// Resend lost retransmissions as soon as a later transmission is acknowledged
@@ -407,6 +421,9 @@ impl SendWindow {
                 if self.sacked.get(i).copied().unwrap_or(false) {
                     rec.cursor = c.add(1);
                     continue;
+                }
+                if rec.sweep.is_some_and(|end| c.distance(end) > 0) {
+                    return Some(c);
                 }
                 // Lost only if a higher PSN was selectively acknowledged (IRN §3.1) — with a
                 // reordering tolerance, one at least `dup_threshold` PSNs higher.
@@ -691,6 +708,12 @@ impl SendWindow {
             // A NACK under a reordering tolerance proves nothing yet about the cumulative-ACK
             // PSN: it is resent when the SACKs beyond it reach the threshold. A timeout does.
             force: restart || self.dup_threshold <= 1,
+            // A timeout may sweep every PSN sent so far; a NACK keeps the sweep under way.
+            sweep: if restart {
+                self.sweep_on_timeout.then_some(self.next)
+            } else {
+                self.recovery.and_then(|r| r.sweep)
+            },
         });
     }
 
@@ -1392,6 +1415,43 @@ mod tests {
         assert_eq!(w.next_retransmit(), Some(p(103)));
         w.on_retransmitted(us(1_000), p(103), 1);
         assert_eq!(w.next_retransmit(), None);
+    }
+
+    #[test]
+    fn a_timeout_can_resend_every_psn_not_sacked() {
+        // 0..=9 out; 3 and 7 arrived out of order (SACKed), nothing else came back, and no
+        // SACK lies above 8 and 9 (the tail was lost whole, or refused without a SACK).
+        for sweep in [false, true] {
+            let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
+                .timeout_resends_unsacked(sweep);
+            sent(&mut w, 10);
+            w.sack(Time::ZERO, p(3));
+            w.sack(Time::ZERO, p(7));
+            w.on_timeout(us(1_000), None);
+            w.enter_recovery(true);
+            let mut resent = vec![];
+            while let Some(q) = w.next_retransmit() {
+                resent.push(q.value());
+                w.on_retransmitted(us(1_000), q, 1);
+            }
+            if sweep {
+                assert_eq!(
+                    resent,
+                    [0, 1, 2, 4, 5, 6, 8, 9],
+                    "every PSN not SACKed, once"
+                );
+            } else {
+                // IRN §3.1: the cumulative-ACK PSN, then the holes below the highest SACK.
+                assert_eq!(resent, [0, 1, 2, 4, 5, 6]);
+            }
+            // A NACK for a later packet: without the sweep, the SACK above 8 and 9 is what
+            // finally makes them lost; with it they went out already, once.
+            sent(&mut w, 2); // 10, 11
+            w.sack(us(1_100), p(10));
+            w.enter_recovery(false);
+            assert_eq!(w.next_retransmit(), (!sweep).then(|| p(8)));
+            assert!(w.in_recovery());
+        }
     }
 
     #[test]

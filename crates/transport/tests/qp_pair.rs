@@ -42,18 +42,21 @@ fn modes() -> Vec<(&'static str, RecoveryConfig)> {
             },
         ),
         // Appended, so that the indices the proptest regressions recorded keep their modes.
+        // The runtime's additions to IRN's rules (docs/VERBS.md, Modes).
         (
-            "irn-resend-lost",
+            "irn-resend-lost-sweep",
             RecoveryConfig {
                 resend_lost_retransmissions: true,
+                timeout_resends_unsacked: true,
                 ..RecoveryConfig::irn()
             },
         ),
         (
-            "irn-dup4-resend-lost",
+            "irn-dup4-resend-lost-sweep",
             RecoveryConfig {
                 dup_threshold: 4,
                 resend_lost_retransmissions: true,
+                timeout_resends_unsacked: true,
                 ..RecoveryConfig::irn()
             },
         ),

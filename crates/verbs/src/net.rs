@@ -600,6 +600,8 @@ pub(crate) struct Sent {
     pub(crate) errors: u64,
     /// GSO messages among those sent.
     pub(crate) gso: u64,
+    /// `sendmmsg` calls that sent something.
+    pub(crate) calls: u64,
 }
 
 /// Sends `msgs` (over the UDP payloads `packets`), in order, with `sendmmsg(2)`; waits for
@@ -617,6 +619,7 @@ pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[TxMsg], packets: &[&[u8]]) ->
     while at < msgs.len() {
         match sys::sendmmsg(sock.as_fd(), &msgs[at..], packets) {
             Ok(n) if n > 0 => {
+                r.calls += 1;
                 for m in &msgs[at..at + n] {
                     let (d, b) = count(m);
                     r.packets += d;

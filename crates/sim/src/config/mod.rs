@@ -600,6 +600,11 @@ pub struct TransportConfig {
     /// ordering rule, RFC 8985; an option beyond the paper, whose IRN waits for the timer).
     /// Default false; the UDP runtime turns it on.
     pub resend_lost_retransmissions: bool,
+    /// `irn` and `irn-no-bdp-fc`: a retransmission timeout resends every outstanding PSN not
+    /// selectively acknowledged, as TCP deems them all lost after an RTO (RFC 5681 §3.1),
+    /// rather than the cumulative-ACK PSN and the holes below the highest SACK (the paper's
+    /// IRN). Default false; the UDP runtime turns it on.
+    pub timeout_resends_unsacked: bool,
     /// Retries after a timeout or sequence NAK before the work request completes with
     /// `IBV_WC_RETRY_EXC_ERR` (the verbs `retry_cnt`, 0–7, IBTA §11.2.4.2 / C9-140). Absent
     /// (default): never give up, as the papers' simulations assume; set it when hosts die
@@ -642,6 +647,7 @@ impl Default for TransportConfig {
             nak_delay_us: 20.0,
             dup_threshold: 1,
             resend_lost_retransmissions: false,
+            timeout_resends_unsacked: false,
             retry_cnt: None,
             ack_timeout: 14,
             tcp_initial_window: 10,
@@ -1065,6 +1071,14 @@ impl SimConfig {
                     == irn_transport::Retransmission::SelectiveRepeat
                     && t.recovery != Recovery::Tcp),
             "transport.resend_lost_retransmissions",
+            "needs irn or irn-no-bdp-fc (selective repeat with SACKs)",
+        )?;
+        check(
+            !t.timeout_resends_unsacked
+                || (t.recovery.preset().retransmission
+                    == irn_transport::Retransmission::SelectiveRepeat
+                    && t.recovery != Recovery::Tcp),
+            "transport.timeout_resends_unsacked",
             "needs irn or irn-no-bdp-fc (selective repeat with SACKs)",
         )?;
         check(

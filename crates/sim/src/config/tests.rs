@@ -107,23 +107,24 @@ fn bad_values_name_the_key() {
     assert!(e.to_string().contains("network.mtu"), "{e}");
 }
 
-/// Resending lost retransmissions is selective repeat's option: accepted with `irn` and
-/// `irn-no-bdp-fc`, refused elsewhere naming the key.
+/// Resending lost retransmissions, and every unSACKed PSN on a timeout, are selective
+/// repeat's options: accepted with `irn` and `irn-no-bdp-fc`, refused elsewhere naming the key.
 #[test]
-fn resend_lost_retransmissions_needs_selective_repeat() {
-    let on = "transport.resend_lost_retransmissions=true";
-    for ok in ["irn", "irn-no-bdp-fc"] {
-        let r = format!("transport.recovery={ok}");
-        load("", &[&r, on]).unwrap_or_else(|e| panic!("{ok}: {e}"));
-    }
-    for bad in ["roce", "irn-go-back-n", "irn-no-sack", "ext-ib", "tcp"] {
-        let r = format!("transport.recovery={bad}");
-        let e = load("", &[&r, on]).expect_err(bad);
-        assert!(
-            e.to_string()
-                .contains("transport.resend_lost_retransmissions"),
-            "{bad}: {e}"
-        );
+fn selective_repeat_options_need_selective_repeat() {
+    for key in [
+        "transport.resend_lost_retransmissions",
+        "transport.timeout_resends_unsacked",
+    ] {
+        let on = format!("{key}=true");
+        for ok in ["irn", "irn-no-bdp-fc"] {
+            let r = format!("transport.recovery={ok}");
+            load("", &[&r, &on]).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["roce", "irn-go-back-n", "irn-no-sack", "ext-ib", "tcp"] {
+            let r = format!("transport.recovery={bad}");
+            let e = load("", &[&r, &on]).expect_err(bad);
+            assert!(e.to_string().contains(key), "{bad}: {e}");
+        }
     }
 }
 

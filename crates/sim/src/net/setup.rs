@@ -180,6 +180,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
             tr.dup_threshold
         },
         resend_lost_retransmissions: tr.resend_lost_retransmissions,
+        timeout_resends_unsacked: tr.timeout_resends_unsacked,
         ..recovery
     };
     let qp_cfg = QpConfig {

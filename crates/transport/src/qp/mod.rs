@@ -333,7 +333,8 @@ impl QueuePair {
     fn new_send_window(&self, start: Psn) -> SendWindow {
         let w = SendWindow::new(self.mode(), start)
             .dup_threshold(self.cfg.recovery.dup_threshold)
-            .resend_lost_retransmissions(self.cfg.recovery.resend_lost_retransmissions);
+            .resend_lost_retransmissions(self.cfg.recovery.resend_lost_retransmissions)
+            .timeout_resends_unsacked(self.cfg.recovery.timeout_resends_unsacked);
         if self.cfg.recovery.tcp.is_some() {
             w.tcp_scoreboard()
         } else {

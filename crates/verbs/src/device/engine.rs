@@ -282,12 +282,33 @@ impl Core {
         }
     }
 
+    /// Packets in the transmit batch, not yet sent.
+    pub(super) fn tx_batch_len(&self) -> usize {
+        self.tx_batch.len()
+    }
+
+    /// A post's packets wait in the transmit batch, as a NIC's work requests wait for the
+    /// doorbell: one `sendmmsg` per post was half a 64-byte Send stream's cycles (issue 21,
+    /// docs/BENCHMARKS.md), and posts that follow each other now leave together. They leave
+    /// with the next poll of or wait on one of the device's completion queues, when the batch
+    /// is full, or with the engine's next wake-up: returns `true` for the first post of a
+    /// batch, whose caller wakes the engine so that packets never wait for a poll that may
+    /// not come (a busy-polling device's poller sends them itself).
+    pub(super) fn ring_doorbell(&mut self) -> bool {
+        if self.tx_batch.is_empty() || self.doorbell {
+            return false;
+        }
+        self.doorbell = true;
+        true
+    }
+
     /// Sends the packets batched so far, in order, with as few system calls as the socket
     /// buffer allows. An IPv4 socket sends without a UDP checksum, as rxe does, except for
     /// queue pairs whose packets may be coalesced: the kernel refuses UDP GSO without one
     /// (`udp_send_skb`), so the option is switched around those (rarely: a device's queue
     /// pairs are usually all of one kind).
     pub(super) fn flush_tx(&mut self, sock: &UdpSocket) {
+        self.doorbell = false;
         if self.tx_batch.is_empty() {
             return;
         }
@@ -327,6 +348,7 @@ impl Core {
             self.counters.tx_bytes += sent.bytes;
             self.counters.tx_errors += sent.errors;
             self.counters.tx_gso_messages += sent.gso;
+            self.counters.tx_calls += sent.calls;
             at += run;
         }
         self.tx_batch.clear();

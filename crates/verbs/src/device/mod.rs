@@ -178,7 +178,8 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// ([`QueuePair::size_for_path`](irn_transport::QueuePair::size_for_path)). Selective repeat
 /// resends a lost retransmission once a later packet is acknowledged
 /// ([`RecoveryConfig::resend_lost_retransmissions`]) rather than at a timer that is
-/// milliseconds here.
+/// milliseconds here, and a timeout resends every PSN not selectively acknowledged
+/// ([`RecoveryConfig::timeout_resends_unsacked`]).
 pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryConfig {
     let preset = mode.preset();
     if mode.is_irn() {
@@ -196,6 +197,10 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             // loss on both ends, the retransmissions lost again were nearly all of a loopback
             // stream's timeouts (issue 21).
             resend_lost_retransmissions: preset.retransmission
+                == irn_transport::Retransmission::SelectiveRepeat,
+            // And a timeout resends every PSN not SACKed, as TCP after an RTO, rather than
+            // one PSN per doubled timer when nothing above the holes was SACKed.
+            timeout_resends_unsacked: preset.retransmission
                 == irn_transport::Retransmission::SelectiveRepeat,
             ..preset
         }
@@ -498,6 +503,10 @@ pub struct DeviceCounters {
     /// datagrams by the kernel (their packets are in `tx_packets`). Only towards peers that
     /// take them ([`Qp::set_peer_gso`]).
     pub tx_gso_messages: u64,
+    /// System calls that sent packets (`sendmmsg`, each one datagram or GSO message or
+    /// more): `tx_packets` over this is the packets a call moved, which the doorbell for
+    /// posts and UDP GSO raise ([`Qp::post_send`]).
+    pub tx_calls: u64,
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
@@ -620,6 +629,9 @@ pub(crate) struct Core {
     tx_batch: Vec<(usize, usize, usize)>,
     /// The messages `tx_batch` goes out in: one datagram each, or a UDP GSO run.
     tx_msgs: Vec<net::TxMsg>,
+    /// Posts left packets in the transmit batch and the engine was woken to send them
+    /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
+    doorbell: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`Qp::set_peer_gso`]).
     gso_turn: bool,
@@ -871,6 +883,7 @@ impl Device {
             tx_buf: vec![0; TX_SLOTS * SLOT],
             tx_batch: Vec::with_capacity(TX_SLOTS),
             tx_msgs: Vec::with_capacity(TX_SLOTS),
+            doorbell: false,
             gso_turn: false,
             udp_no_check: local.is_ipv4(),
             src_socks: BTreeMap::new(),
