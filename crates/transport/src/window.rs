@@ -88,13 +88,17 @@ pub(crate) struct SendWindow {
 /// What detecting lost retransmissions keeps (RACK's ordering rule, RFC 8985 §6.2, counted in
 /// transmissions): every transmission gets a serial number; a retransmission is lost once a
 /// packet sent at least `dup_threshold` transmissions after it is selectively acknowledged
-/// while it is not.
+/// while it is not. A SACK that may answer a packet's earlier transmission rather than its
+/// latest (it comes sooner than half the smallest round trip after the latest left, a
+/// retransmission) judges nothing: the earlier one's serial is not kept (RFC 8985 §6.2 step
+/// 2's spurious-retransmission check, by time).
 #[derive(Debug, Clone, Default)]
 struct LostRetransmissions {
     /// The next transmission's serial.
     serial: u64,
-    /// `serial_of[i]`: the serial of PSN `una + i`'s latest transmission.
-    serial_of: VecDeque<u64>,
+    /// `serial_of[i]`: the serial of PSN `una + i`'s latest transmission, and when that left
+    /// if it was a retransmission (`Time::MAX` for an original).
+    serial_of: VecDeque<(u64, Time)>,
     /// Retransmissions not yet judged, oldest first: (PSN, serial).
     resent: VecDeque<(Psn, u64)>,
     /// Retransmissions judged lost, to resend before anything else.
@@ -375,7 +379,7 @@ impl SendWindow {
             let s = r.serial;
             r.serial += 1;
             r.serial_of
-                .extend(std::iter::repeat_n(s, covers.max(1) as usize));
+                .extend(std::iter::repeat_n((s, Time::MAX), covers.max(1) as usize));
         }
         for _ in 0..covers.max(1) {
             if self.keeps_sacks() {
@@ -442,16 +446,31 @@ impl SendWindow {
     /// The packet at `psn`, covering `covers` PSNs, was retransmitted.
     pub(crate) fn on_retransmitted(&mut self, now: Time, psn: Psn, covers: u32) {
         self.last_retx = Some((psn.add(covers.max(1)), now));
+        // A retransmission judged lost, resent again: it lies behind the recovery cursor (or
+        // anywhere), which it must not move.
+        let mut judged = false;
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
+            let in_flight = self.in_flight() as usize;
             if let Some(r) = self.relost.as_mut() {
                 let s = r.serial;
                 r.serial += 1;
                 let end = (i + covers.max(1) as usize).min(r.serial_of.len());
                 for x in r.serial_of.range_mut(i..end) {
-                    *x = s;
+                    *x = (s, now);
+                }
+                if r.resent.len() > 2 * in_flight {
+                    // Entries whose PSN was resent since are dead; drop them (RNR go-backs
+                    // that nothing SACKs could otherwise pile them up).
+                    let una = self.una;
+                    let live = &r.serial_of;
+                    r.resent.retain(|&(q, qs)| {
+                        let d = una.distance(q);
+                        d >= 0 && live.get(d as usize).is_some_and(|x| x.0 == qs)
+                    });
                 }
                 r.resent.push_back((psn, s));
+                judged = r.lost.contains(&psn);
                 r.lost.retain(|&q| q != psn);
             }
             if let Some(b) = self.board.as_mut() {
@@ -472,9 +491,8 @@ impl SendWindow {
             let after = psn.add(covers.max(1));
             self.go_back = (after.distance(self.next) > 0).then_some(after);
         } else if let Some(rec) = self.recovery.as_mut() {
-            // A packet covering several PSNs (a standard Read request) resends them all. A
-            // lost retransmission resent again lies behind the cursor, which stays.
-            if rec.cursor.distance(psn) >= 0 {
+            // A packet covering several PSNs (a standard Read request) resends them all.
+            if !judged && rec.cursor.distance(psn) >= 0 {
                 rec.cursor = psn.add(covers.max(1));
                 rec.force = false;
             }
@@ -649,8 +667,12 @@ impl SendWindow {
         if let Some(r) = self.relost.as_mut() {
             // Every retransmission sent at least `dup_threshold` transmissions before this
             // packet's latest, and neither acknowledged nor resent since, is lost.
-            let s = r.serial_of.get(i).copied().unwrap_or(0);
-            while let Some(&(q, qs)) = r.resent.front() {
+            let (s, at) = r.serial_of.get(i).copied().unwrap_or((0, Time::MAX));
+            let maybe_earlier = at != Time::MAX
+                && self
+                    .min_rtt
+                    .is_some_and(|m| now.since(at).as_picos() < m.as_picos() / 2);
+            while let Some(&(q, qs)) = r.resent.front().filter(|_| !maybe_earlier) {
                 if qs.saturating_add(u64::from(self.dup_threshold)) > s {
                     break;
                 }
@@ -661,7 +683,7 @@ impl SendWindow {
                 }
                 let j = d as usize;
                 let unsacked = !self.sacked.get(j).copied().unwrap_or(true);
-                if unsacked && r.serial_of.get(j) == Some(&qs) {
+                if unsacked && r.serial_of.get(j).is_some_and(|x| x.0 == qs) {
                     r.lost.push_back(q);
                 }
             }
@@ -725,6 +747,20 @@ impl SendWindow {
             to
         };
         self.go_back = (to != self.next).then_some(to);
+        // Everything from `to` on is resent in order: what selective repeat had judged lost
+        // or still meant to resend there (a sweep, holes below a SACK) is covered — the
+        // cursor, left behind, would resend it all a second time once the go-back ends.
+        if let Some(rec) = self.recovery.as_mut() {
+            if rec.cursor.distance(to) <= 0 {
+                rec.cursor = self.next;
+                rec.force = false;
+                rec.sweep = None;
+            }
+        }
+        if let Some(r) = self.relost.as_mut() {
+            r.resent.retain(|&(q, _)| q.distance(to) > 0);
+            r.lost.retain(|&q| q.distance(to) > 0);
+        }
     }
 
     /// Precise retransmission's timeout (T8(d)): forget every selective acknowledgement and
@@ -753,7 +789,7 @@ impl SendWindow {
                     self.sacked.push_front(false);
                 }
                 if let Some(r) = self.relost.as_mut() {
-                    r.serial_of.push_front(0);
+                    r.serial_of.push_front((0, Time::MAX));
                 }
                 self.sent_at.push_front(Time::MAX);
             }
@@ -1415,6 +1451,74 @@ mod tests {
         assert_eq!(w.next_retransmit(), Some(p(103)));
         w.on_retransmitted(us(1_000), p(103), 1);
         assert_eq!(w.next_retransmit(), None);
+    }
+
+    #[test]
+    fn a_sack_that_may_answer_an_earlier_transmission_judges_nothing() {
+        // min_rtt 100 µs from 0's ACK; 1..=9 out, 1 and 2 lost (3 and 4 SACKed), resent at
+        // 1 000 µs (serials 10, 11); 5 resent at 1 001 µs too (a spurious resend, serial 12).
+        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
+            .resend_lost_retransmissions(true);
+        w.on_sent_new(Time::ZERO, 1);
+        w.ack(us(100), p(1));
+        sent(&mut w, 9);
+        w.sack(us(150), p(3));
+        w.sack(us(150), p(4));
+        w.enter_recovery(false);
+        for q in [1, 2] {
+            assert_eq!(w.next_retransmit(), Some(p(q)));
+            w.on_retransmitted(us(1_000), p(q), 1);
+        }
+        w.on_retransmitted(us(1_001), p(5), 1);
+        // 5's SACK 9 µs after its resend answers the original: no verdict on 1 and 2.
+        w.sack(us(1_010), p(5));
+        assert_eq!(w.next_retransmit(), None);
+        // Half a round trip later a SACK of 5 would be its resend's, sent after 1's and 2's.
+        w.sack(us(1_060), p(5));
+        assert_eq!(w.next_retransmit(), Some(p(1)));
+    }
+
+    #[test]
+    fn a_go_back_in_recovery_resends_each_psn_once() {
+        // Selective repeat in recovery with holes 0 and 2 below the SACKed 3; an RNR NAK's
+        // go-back from 0 resends 0..=5 in order, and the scan does not resend them again.
+        for sweep in [false, true] {
+            let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
+                .resend_lost_retransmissions(true)
+                .timeout_resends_unsacked(sweep);
+            sent(&mut w, 6);
+            w.sack(Time::ZERO, p(1));
+            w.sack(Time::ZERO, p(3));
+            w.on_timeout(us(1_000), None);
+            w.enter_recovery(true);
+            assert_eq!(w.next_retransmit(), Some(p(0)));
+            w.on_retransmitted(us(1_000), p(0), 1);
+            w.go_back(p(0));
+            let mut resent = vec![];
+            while let Some(q) = w.next_retransmit() {
+                resent.push(q.value());
+                w.on_retransmitted(us(1_100), q, 1);
+            }
+            assert_eq!(resent, [0, 1, 2, 3, 4, 5], "sweep {sweep}");
+        }
+    }
+
+    #[test]
+    fn go_backs_that_nothing_sacks_keep_the_judging_queue_bounded() {
+        // A receiver that refuses everything without a SACK (no receive posted) while the
+        // requester goes back after each RNR wait: the queue of resends to judge stays within
+        // twice the window.
+        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
+            .resend_lost_retransmissions(true);
+        sent(&mut w, 50);
+        for round in 0..100u64 {
+            w.go_back(p(0));
+            while let Some(q) = w.next_retransmit() {
+                w.on_retransmitted(us(round * 1_000), q, 1);
+            }
+        }
+        let r = w.relost.as_ref().expect("on");
+        assert!(r.resent.len() <= 2 * 50 + 1, "{} entries", r.resent.len());
     }
 
     #[test]

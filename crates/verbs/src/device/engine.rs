@@ -293,7 +293,7 @@ impl Core {
     /// with the next poll of or wait on one of the device's completion queues, when the batch
     /// is full, or with the engine's next wake-up: returns `true` for the first post of a
     /// batch, whose caller wakes the engine so that packets never wait for a poll that may
-    /// not come (a busy-polling device's poller sends them itself).
+    /// not come.
     pub(super) fn ring_doorbell(&mut self) -> bool {
         if self.tx_batch.is_empty() || self.doorbell {
             return false;

@@ -1008,6 +1008,8 @@ impl Drop for Device {
             let _ = t.join();
         }
         let mut core = self.shared.lock();
+        // Posts' packets still waiting for the doorbell leave before the queue pairs close.
+        core.flush_tx(&self.shared.socks.udp);
         core.capture = None;
         for e in core.qps.values_mut() {
             let now = self.shared.now();

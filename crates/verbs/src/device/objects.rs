@@ -391,10 +391,9 @@ impl Qp {
         let r = f(&mut core, now);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
         let more = if defer {
-            // The first deferred post of a batch wakes the engine — unless a thread polls
-            // for this device, and will send the batch itself within microseconds.
-            let ring = core.ring_doorbell();
-            (ring && !(self.shared.busy_poll && self.shared.polled_recently())) || more
+            // The first deferred post of a batch wakes the engine (one eventfd write per
+            // batch): a thread that polls now may stop before it sends the batch.
+            core.ring_doorbell() || more
         } else {
             core.flush_tx(&self.shared.socks.udp);
             more
@@ -614,6 +613,9 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let mut core = self.shared.lock();
+        // Its posts' packets still waiting for the doorbell leave now, from its own port,
+        // which closes with it.
+        core.flush_tx(&self.shared.socks.udp);
         if let Some(e) = core.qps.remove(&self.qpn) {
             // What it had in flight no longer counts against the device's budget (a place
             // it held in the budget's queue is skipped when it comes up).
