@@ -374,12 +374,18 @@ fn port_filter(port: u16) -> [Insn; 7] {
 /// One received packet in a [`RxBatch`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rx {
-    /// Index of the buffer it is in; `None`: the segment area.
-    pub(crate) buf: Option<usize>,
-    /// Where the IP packet starts in it.
+    /// Index of the buffer it is in.
+    pub(crate) buf: usize,
+    /// Where the IP packet (or, for a segment, its UDP payload) starts in it.
     pub(crate) start: usize,
     /// Its length.
     pub(crate) len: usize,
+    /// A segment of a coalesced datagram, left in place: its bytes are a UDP payload (BTH to
+    /// ICRC) without IP and UDP headers, from this sender with this ECN field. Rebuilding
+    /// headers in front of every segment meant copying every byte a GSO peer sent once more
+    /// (issue 21: a fifth of the receiver's cycles); they are built only where a packet's
+    /// headers are needed ([`with_headers`]).
+    pub(crate) segment: Option<(SocketAddr, Ecn)>,
     /// It did not fit the buffer (not a RoCEv2 packet this device could have sent) or, on the
     /// UDP path, came without a usable source address: counted as malformed, never parsed.
     pub(crate) malformed: bool,
@@ -388,8 +394,6 @@ pub(crate) struct Rx {
 /// Receive buffers reused burst after burst, and what the last burst put in them.
 pub(crate) struct RxBatch {
     bufs: Vec<Vec<u8>>,
-    /// The segments of coalesced (GRO) datagrams, each behind rebuilt IP and UDP headers.
-    segments: Vec<u8>,
     pub(crate) got: Vec<Rx>,
     /// Coalesced datagrams in the last burst.
     pub(crate) coalesced: u64,
@@ -404,7 +408,6 @@ impl RxBatch {
     pub(crate) fn new(n: usize, size: usize) -> RxBatch {
         RxBatch {
             bufs: (0..n).map(|_| vec![0u8; HEADROOM + size]).collect(),
-            segments: Vec::new(),
             got: Vec::with_capacity(n),
             coalesced: 0,
             datagrams: 0,
@@ -417,22 +420,18 @@ impl RxBatch {
         self.datagrams == self.bufs.len()
     }
 
-    /// The bytes of a received packet.
+    /// The bytes of a received packet: an IP packet, or a segment's UDP payload
+    /// ([`Rx::segment`]).
     pub(crate) fn packet(&self, rx: &Rx) -> &[u8] {
-        let b = match rx.buf {
-            Some(i) => &self.bufs[i],
-            None => &self.segments,
-        };
-        &b[rx.start..rx.start + rx.len]
+        &self.bufs[rx.buf][rx.start..rx.start + rx.len]
     }
 
     /// Receives what is waiting, up to one buffer each, without blocking. On the UDP path the
     /// IP and UDP headers are rebuilt in front of each payload, and a coalesced datagram is
     /// cut back into the packets it was made of (each segment but the last is exactly the
-    /// segment size the kernel reports).
+    /// segment size the kernel reports), left where they are ([`Rx::segment`]).
     pub(crate) fn recv(&mut self, socks: &Sockets) {
         self.got.clear();
-        self.segments.clear();
         self.coalesced = 0;
         let raw = socks.raw.is_some();
         let skip = if raw { 0 } else { HEADROOM };
@@ -443,18 +442,20 @@ impl RxBatch {
             start: 0,
             len: 0,
             malformed: true,
+            segment: None,
         };
         for i in 0..n {
             let (len, truncated) = self.sys.result(i);
             if raw {
                 self.got.push(match truncated {
                     false => Rx {
-                        buf: Some(i),
+                        buf: i,
                         start: 0,
                         len,
                         malformed: false,
+                        segment: None,
                     },
-                    true => bad(Some(i)),
+                    true => bad(i),
                 });
                 continue;
             }
@@ -463,7 +464,7 @@ impl RxBatch {
             let ecn = tos.map_or(Ecn::NotEct, Ecn::from_bits);
             let from = self.sys.source(i);
             let (Some(from), false) = (from, truncated) else {
-                self.got.push(bad(Some(i)));
+                self.got.push(bad(i));
                 continue;
             };
             let seg = usize::from(seg);
@@ -472,37 +473,49 @@ impl RxBatch {
                 self.got.push(
                     match prepend_headers(&mut self.bufs[i], from, socks.local, len, ecn) {
                         Some(start) => Rx {
-                            buf: Some(i),
+                            buf: i,
                             start,
                             len: HEADROOM - start + len,
                             malformed: false,
+                            segment: None,
                         },
-                        None => bad(Some(i)),
+                        None => bad(i),
                     },
                 );
                 continue;
             }
-            // A coalesced datagram: each segment is copied behind its own headers.
+            // A coalesced datagram: its segments stay where they are.
             self.coalesced += 1;
-            for chunk in self.bufs[i][HEADROOM..HEADROOM + len].chunks(seg) {
-                let at = self.segments.len();
-                self.segments.resize(at + HEADROOM, 0);
-                self.segments.extend_from_slice(chunk);
-                let area = &mut self.segments[at..];
-                self.got.push(
-                    match prepend_headers(area, from, socks.local, chunk.len(), ecn) {
-                        Some(start) => Rx {
-                            buf: None,
-                            start: at + start,
-                            len: HEADROOM - start + chunk.len(),
-                            malformed: false,
-                        },
-                        None => bad(None),
-                    },
-                );
+            let mut at = HEADROOM;
+            while at < HEADROOM + len {
+                let n = seg.min(HEADROOM + len - at);
+                self.got.push(Rx {
+                    buf: i,
+                    start: at,
+                    len: n,
+                    malformed: false,
+                    segment: Some((from, ecn)),
+                });
+                at += n;
             }
         }
     }
+}
+
+/// The IP packet a segment ([`Rx::segment`]) was cut from, rebuilt into `scratch`: its UDP
+/// payload `payload` from `from` to `local` behind the headers the kernel took off.
+pub(crate) fn with_headers<'a>(
+    scratch: &'a mut Vec<u8>,
+    from: SocketAddr,
+    local: SocketAddr,
+    ecn: Ecn,
+    payload: &[u8],
+) -> Option<&'a [u8]> {
+    scratch.clear();
+    scratch.resize(HEADROOM, 0);
+    scratch.extend_from_slice(payload);
+    let start = prepend_headers(scratch, from, local, payload.len(), ecn)?;
+    Some(&scratch[start..])
 }
 
 /// Writes, in the headroom of `buf` (whose UDP payload of `len` bytes starts at `HEADROOM`),

@@ -356,6 +356,48 @@ impl Core {
     }
 
     /// Handles one received IP packet.
+    /// A segment of a coalesced datagram, its UDP payload `datagram` from `from` with ECN
+    /// field `ecn` ([`net::Rx::segment`]). Where nothing needs its IP header — no capture, no
+    /// ICRC to verify (an IPv4 UDP path), no receive impairment, a connected queue pair's —
+    /// it is processed where it lies; otherwise the packet is rebuilt first, as every segment
+    /// once was.
+    pub(super) fn receive_segment(
+        &mut self,
+        sock: &UdpSocket,
+        now: Time,
+        from: SocketAddr,
+        ecn: Ecn,
+        datagram: &[u8],
+    ) {
+        let qpn = datagram
+            .get(5..8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        let headers_needed = self.capture.is_some()
+            || self.verify_icrc
+            || self.rx_imp.is_active()
+            || qpn.is_some_and(|q| self.uds.contains_key(&q));
+        if headers_needed {
+            let mut scratch = std::mem::take(&mut self.rx_scratch);
+            match net::with_headers(&mut scratch, from, self.local, ecn, datagram) {
+                Some(p) if self.rx_imp.is_active() => impair(self, sock, now, None, p),
+                Some(p) => self.receive(sock, now, p),
+                None => {
+                    self.counters.rx_packets += 1;
+                    self.counters.rx_malformed += 1;
+                }
+            }
+            self.rx_scratch = scratch;
+            return;
+        }
+        self.counters.rx_packets += 1;
+        let Some(body) = datagram.len().checked_sub(irn_wire::ICRC_LEN) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        self.counters.rx_bytes += datagram.len() as u64;
+        self.deliver(sock, now, from, ecn, &datagram[..body], None);
+    }
+
     pub(super) fn receive(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) {
         self.counters.rx_packets += 1;
         if let Some(c) = self.capture.as_mut() {
@@ -374,15 +416,30 @@ impl Core {
             }
         };
         self.counters.rx_bytes += rx.datagram_len as u64;
-        let from = rx.from;
-        let Ok((ib, payload)) = IbRepr::parse(rx.ib) else {
+        self.deliver(sock, now, rx.from, rx.ecn, rx.ib, Some(packet));
+    }
+
+    /// A received InfiniBand packet `ib` (BTH to ICRC, excluded) from `from`, to its queue
+    /// pair; `packet`: the whole IP packet, which a UD queue pair's receive needs (its GRH
+    /// area holds the IP header) — `None` only for a segment sure to be a connected queue
+    /// pair's ([`Core::receive_segment`]).
+    fn deliver(
+        &mut self,
+        sock: &UdpSocket,
+        now: Time,
+        from: SocketAddr,
+        ecn: Ecn,
+        ib: &[u8],
+        packet: Option<&[u8]>,
+    ) {
+        let Ok((ib, payload)) = IbRepr::parse(ib) else {
             self.counters.rx_malformed += 1;
             return;
         };
         let qpn = ib.bth.dest_qpn;
         let Some(e) = self.qps.get_mut(&qpn) else {
-            match self.uds.get_mut(&qpn) {
-                Some(u) => {
+            match (self.uds.get_mut(&qpn), packet) {
+                (Some(u), Some(packet)) => {
                     // A datagram: the GRH area of its receive holds the IP header.
                     let grh = irn_transport::ud::grh_area(packet);
                     if let Some(pd) = self.pds.get_mut(&u.pd) {
@@ -390,7 +447,8 @@ impl Core {
                     }
                     self.drain_ud(qpn);
                 }
-                None => self.counters.rx_unknown_qp += 1,
+                (Some(_), None) => self.counters.rx_malformed += 1,
+                (None, _) => self.counters.rx_unknown_qp += 1,
             }
             return;
         };
@@ -418,7 +476,7 @@ impl Core {
         let Some(pd) = self.pds.get_mut(&e.pd) else {
             return;
         };
-        e.qp.handle_packet(now, &ib, payload, rx.ecn, &mut pd.mem);
+        e.qp.handle_packet(now, &ib, payload, ecn, &mut pd.mem);
         self.transmit(sock, now, qpn);
         self.drain_completions(qpn);
     }
@@ -723,6 +781,10 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
                 continue;
             }
             let packet = batch.packet(rx);
+            if let Some((from, ecn)) = rx.segment {
+                core.receive_segment(sock, now, from, ecn, packet);
+                continue;
+            }
             if !core.rx_imp.is_active() {
                 core.receive(sock, now, packet);
                 continue;

@@ -629,6 +629,9 @@ pub(crate) struct Core {
     tx_batch: Vec<(usize, usize, usize)>,
     /// The messages `tx_batch` goes out in: one datagram each, or a UDP GSO run.
     tx_msgs: Vec<net::TxMsg>,
+    /// Where a coalesced datagram's segment is rebuilt into a whole IP packet when its
+    /// headers are needed ([`Core::receive_segment`]).
+    rx_scratch: Vec<u8>,
     /// Posts left packets in the transmit batch and the engine was woken to send them
     /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
     doorbell: bool,
@@ -884,6 +887,7 @@ impl Device {
             tx_batch: Vec::with_capacity(TX_SLOTS),
             tx_msgs: Vec::with_capacity(TX_SLOTS),
             doorbell: false,
+            rx_scratch: Vec::new(),
             gso_turn: false,
             udp_no_check: local.is_ipv4(),
             src_socks: BTreeMap::new(),
