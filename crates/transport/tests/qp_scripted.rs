@@ -1748,3 +1748,43 @@ fn irn_with_a_dup_threshold_resends_a_hole_only_once_sacks_reach_that_far_beyond
         "0 is lost once 3 is SACKed"
     );
 }
+
+/// The payload buffer a driver passes to `poll_transmit` is reused packet after packet without
+/// being cleared (its length kept, so resizing does not zero-fill every payload): each packet
+/// still gets exactly its own bytes — a data packet its source's, a CNP its 16 zero bytes,
+/// a packet without payload an empty buffer — whatever the buffer held before.
+#[test]
+fn a_reused_payload_buffer_never_leaks_into_the_next_packet() {
+    let mut q = qp(RecoveryConfig::irn());
+    let (mut mem, sge, remote, _) = memory(4096); // source bytes 0xab
+    let sge = Sge { len: 3000, ..sge };
+    q.post_send(write_wr(sge, remote)).expect("post");
+    let mut buf = vec![0x5a; 9000];
+    let mut sent = 0;
+    while let Some(t) = q.poll_transmit(T0, &mem, &mut buf) {
+        assert_eq!(buf.len(), t.ib.payload_len);
+        assert!(
+            buf.iter().all(|&b| b == 0xab),
+            "data: its source's bytes only"
+        );
+        sent += buf.len();
+        buf.resize(9000, 0x5a); // as if a bigger packet had used it since
+    }
+    assert_eq!(sent, 3000);
+    // A CE-marked arrival: the CNP's payload is 16 zero bytes, then an ACK has none.
+    let p = write_pkt(0, 1024, remote, 4096, true);
+    q.handle_packet(T0, &p, &[0; 1024], Ecn::Ce, &mut mem);
+    let mut kinds = vec![];
+    buf.resize(9000, 0x5a);
+    while let Some(t) = q.poll_transmit(T0, &mem, &mut buf) {
+        kinds.push(t.ib.bth.opcode);
+        if t.ib.bth.opcode == Opcode::CNP {
+            assert_eq!(buf, [0u8; 16]);
+        } else {
+            assert_eq!(t.ib.payload_len, 0);
+            assert!(buf.is_empty(), "{:?} with a payload", t.ib.bth.opcode);
+        }
+        buf.resize(9000, 0x5a);
+    }
+    assert!(kinds.contains(&Opcode::CNP), "{kinds:?}");
+}

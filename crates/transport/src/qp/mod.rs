@@ -655,7 +655,28 @@ impl QueuePair {
         mem: &M,
         payload: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        payload.clear();
+        // The buffer keeps the last packet's length while the next is built, so that a
+        // builder's `resize` to its payload's length only truncates, or zero-fills the growth,
+        // before the gather overwrites it: clearing it first zero-filled every payload in
+        // full (4 % of a sending runtime's cycles, issue 21).
+        let t = self.next_transmit(now, mem, payload);
+        if !t
+            .as_ref()
+            .is_some_and(|t| M::HOLDS_BYTES && t.ib.payload_len > 0)
+        {
+            payload.clear();
+        }
+        t
+    }
+
+    /// [`poll_transmit`](QueuePair::poll_transmit)'s packet; `payload` may hold the previous
+    /// packet's bytes, which every builder of a packet with a payload resizes and overwrites.
+    fn next_transmit<M: Memory>(
+        &mut self,
+        now: Time,
+        mem: &M,
+        payload: &mut Vec<u8>,
+    ) -> Option<Transmit> {
         if self.req.pacing_until <= now {
             self.req.pacing_until = Time::ZERO;
         }
@@ -862,6 +883,8 @@ impl QueuePair {
                 let mut ib = IbRepr::new(bth);
                 ib.payload_len = 16;
                 if bytes {
+                    // Reserved: zeros, whatever the buffer held.
+                    payload.clear();
                     payload.resize(16, 0);
                 }
                 Transmit {

@@ -557,8 +557,11 @@ impl QueuePair {
                 payload.resize(chunk as usize, 0);
                 let sg = &w.wr.sg_list;
                 // Local buffers were checked when the WQE started; a failure now (a region
-                // deregistered meanwhile) sends zeros rather than nothing.
-                let _ = gather(mem, sg, off, payload);
+                // deregistered meanwhile) sends zeros rather than nothing — never what the
+                // buffer held from an earlier packet.
+                if gather(mem, sg, off, payload).is_err() {
+                    payload.fill(0);
+                }
             }
         }
         (Transmit { ib, ecn: Ecn::Ect0 }, covers.max(1))
