@@ -7,7 +7,8 @@
 //! `... -- blast COUNT SIZE` prints the datagrams per second (millions) a raw UDP blaster
 //! moves: one thread sends COUNT datagrams of SIZE bytes, 64 per `sendmmsg(2)`, another
 //! receives them 64 per `recvmmsg(2)`; the rate is what arrived over the time it took
-//! (datagrams the receiver's socket dropped do not count).
+//! (datagrams the receiver's socket dropped do not count; `BLAST_DEBUG=1` prints how many were
+//! sent and received).
 
 // The blaster calls `sendmmsg(2)` / `recvmmsg(2)` directly, as the device's own `net::sys`
 // does: a kernel baseline of those calls, with no wrapper between.
