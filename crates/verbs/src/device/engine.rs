@@ -380,7 +380,7 @@ impl Core {
             let mut scratch = std::mem::take(&mut self.rx_scratch);
             match net::with_headers(&mut scratch, from, self.local, ecn, datagram) {
                 Some(p) if self.rx_imp.is_active() => impair(self, sock, now, None, p),
-                Some(p) => self.receive(sock, now, p),
+                Some(p) => self.receive(now, p),
                 None => {
                     self.counters.rx_packets += 1;
                     self.counters.rx_malformed += 1;
@@ -395,10 +395,13 @@ impl Core {
             return;
         };
         self.counters.rx_bytes += datagram.len() as u64;
-        self.deliver(sock, now, from, ecn, &datagram[..body], None);
+        self.deliver(now, from, ecn, &datagram[..body], None);
     }
 
-    pub(super) fn receive(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) {
+    /// A received IP packet: counted, captured, split (its ICRC verified where it can be)
+    /// and delivered to its queue pair, whose transmit turn waits for the end of the burst
+    /// ([`Core::take_turns`]).
+    pub(super) fn receive(&mut self, now: Time, packet: &[u8]) {
         self.counters.rx_packets += 1;
         if let Some(c) = self.capture.as_mut() {
             // Everything received, malformed or not.
@@ -416,22 +419,14 @@ impl Core {
             }
         };
         self.counters.rx_bytes += rx.datagram_len as u64;
-        self.deliver(sock, now, rx.from, rx.ecn, rx.ib, Some(packet));
+        self.deliver(now, rx.from, rx.ecn, rx.ib, Some(packet));
     }
 
     /// A received InfiniBand packet `ib` (BTH to ICRC, excluded) from `from`, to its queue
     /// pair; `packet`: the whole IP packet, which a UD queue pair's receive needs (its GRH
     /// area holds the IP header) — `None` only for a segment sure to be a connected queue
     /// pair's ([`Core::receive_segment`]).
-    fn deliver(
-        &mut self,
-        sock: &UdpSocket,
-        now: Time,
-        from: SocketAddr,
-        ecn: Ecn,
-        ib: &[u8],
-        packet: Option<&[u8]>,
-    ) {
+    fn deliver(&mut self, now: Time, from: SocketAddr, ecn: Ecn, ib: &[u8], packet: Option<&[u8]>) {
         let Ok((ib, payload)) = IbRepr::parse(ib) else {
             self.counters.rx_malformed += 1;
             return;
@@ -477,8 +472,33 @@ impl Core {
             return;
         };
         e.qp.handle_packet(now, &ib, payload, ecn, &mut pd.mem);
-        self.transmit(sock, now, qpn);
-        self.drain_completions(qpn);
+        // Its turn comes once the burst is processed ([`Core::take_turns`]): the ACKs a burst
+        // provokes then coalesce in the queue pair (IRN acknowledges every packet; consecutive
+        // plain ACKs collapse into the newest), one ACK for a run of in-order packets instead of
+        // one each.
+        if !e.turn_due {
+            e.turn_due = true;
+            self.turns_due.push(qpn);
+        }
+    }
+
+    /// Gives every queue pair that received packets since the last call its transmit turn
+    /// (answers, then what its window freed) and moves its completions; returns whether any
+    /// completed.
+    pub(super) fn take_turns(&mut self, sock: &UdpSocket, now: Time) -> bool {
+        let mut any = false;
+        let due = std::mem::take(&mut self.turns_due);
+        for &qpn in &due {
+            if let Some(e) = self.qps.get_mut(&qpn) {
+                e.turn_due = false;
+                self.transmit(sock, now, qpn);
+                any |= self.drain_completions(qpn);
+            }
+        }
+        // The vector's allocation is kept for the next burst.
+        self.turns_due = due;
+        self.turns_due.clear();
+        any
     }
 
     /// Fires expired timers; returns the earliest deadline left.
@@ -691,7 +711,7 @@ pub(super) fn release(
                 hdr,
             );
         }
-        None => core.receive(sock, now, bytes),
+        None => core.receive(now, bytes),
     }
 }
 
@@ -786,11 +806,12 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
                 continue;
             }
             if !core.rx_imp.is_active() {
-                core.receive(sock, now, packet);
+                core.receive(now, packet);
                 continue;
             }
             impair(&mut core, sock, now, None, packet);
         }
+        woke |= core.take_turns(sock, now);
         if !batch.full() || taken >= RX_PACKETS {
             break;
         }
@@ -802,14 +823,15 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
     let sock = &shared.socks.udp;
     // Impaired packets whose time has come.
     let t = Instant::now();
+    // Delayed packets leave in the order they were held (a slow link keeps its order; taking
+    // them out with `swap_remove` reordered them, and a delay alone drew NACKs).
     let mut due = Vec::new();
-    let mut i = 0;
-    while i < core.delayed.len() {
-        if core.delayed[i].at <= t {
-            due.push(core.delayed.swap_remove(i));
-        } else {
-            i += 1;
-        }
+    if core.delayed.iter().any(|d| d.at <= t) {
+        let (now_due, later) = std::mem::take(&mut core.delayed)
+            .into_iter()
+            .partition(|d| d.at <= t);
+        due = now_due;
+        core.delayed = later;
     }
     for slot in 0..2 {
         if core.reorder[slot].as_ref().is_some_and(|h| h.at <= t) {
@@ -820,6 +842,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
         release(&mut core, sock, now, h.to, &h.bytes);
         woke = true;
     }
+    woke |= core.take_turns(sock, now);
     let (fired, _) = core.timers(sock, now);
     // Queue pairs waiting for the in-flight budget, as far as it has room.
     woke |= core.serve_budget_queue(sock, now);

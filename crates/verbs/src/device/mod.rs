@@ -549,6 +549,8 @@ struct QpEntry {
     charged: u64,
     /// It is in [`Core::budget_queue`].
     waiting: bool,
+    /// It is in [`Core::turns_due`].
+    turn_due: bool,
 }
 
 impl QpEntry {
@@ -629,6 +631,9 @@ pub(crate) struct Core {
     tx_batch: Vec<(usize, usize, usize)>,
     /// The messages `tx_batch` goes out in: one datagram each, or a UDP GSO run.
     tx_msgs: Vec<net::TxMsg>,
+    /// Queue pairs that received packets in the burst being processed, whose transmit turns
+    /// come when it is done ([`Core::take_turns`]).
+    turns_due: Vec<u32>,
     /// Where a coalesced datagram's segment is rebuilt into a whole IP packet when its
     /// headers are needed ([`Core::receive_segment`]).
     rx_scratch: Vec<u8>,
@@ -888,6 +893,7 @@ impl Device {
             tx_msgs: Vec::with_capacity(TX_SLOTS),
             doorbell: false,
             rx_scratch: Vec::new(),
+            turns_due: Vec::new(),
             gso_turn: false,
             udp_no_check: local.is_ipv4(),
             src_socks: BTreeMap::new(),

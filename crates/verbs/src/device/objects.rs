@@ -134,6 +134,7 @@ impl Pd {
                 init,
                 charged: 0,
                 waiting: false,
+                turn_due: false,
             },
         );
         Ok(Qp {

@@ -36,6 +36,21 @@ pub fn device_on(addr: &str, path: ReceivePath, loss: f64, seed: u64) -> irn_ver
     Device::open(cfg)
 }
 
+/// A device on `addr` receiving through `path` whose every received packet is held
+/// `delay_us` (a slow link or a busy receiver: its ACKs come back that much later).
+pub fn delayed_device(addr: &str, path: ReceivePath, seed: u64, delay_us: u64) -> Device {
+    let mut cfg = DeviceConfig::new(addr.parse().expect("address"));
+    cfg.port = 0;
+    cfg.seed = seed;
+    cfg.receive = path;
+    cfg.rx_impairment = Impairment {
+        delay: 1.0,
+        delay_us,
+        ..Impairment::default()
+    };
+    Device::open(cfg).expect("open a delayed device")
+}
+
 /// Whether this process may open raw sockets (the raw receive path).
 pub fn raw_permitted() -> bool {
     device_on("127.0.0.1", ReceivePath::Raw, 0.0, 1).is_ok()
