@@ -1065,22 +1065,26 @@ impl SimConfig {
             "transport.dup_threshold",
             "must be 1, or above 1 with irn or irn-no-bdp-fc (selective repeat with SACKs)",
         )?;
-        check(
-            !t.resend_lost_retransmissions
-                || (t.recovery.preset().retransmission
-                    == irn_transport::Retransmission::SelectiveRepeat
-                    && t.recovery != Recovery::Tcp),
-            "transport.resend_lost_retransmissions",
-            "needs irn or irn-no-bdp-fc (selective repeat with SACKs)",
-        )?;
-        check(
-            !t.timeout_resends_unsacked
-                || (t.recovery.preset().retransmission
-                    == irn_transport::Retransmission::SelectiveRepeat
-                    && t.recovery != Recovery::Tcp),
-            "transport.timeout_resends_unsacked",
-            "needs irn or irn-no-bdp-fc (selective repeat with SACKs)",
-        )?;
+        // Selective repeat's options beyond the paper (the TCP model keeps RFC 6675's rules).
+        let selective = t.recovery.preset().retransmission
+            == irn_transport::Retransmission::SelectiveRepeat
+            && t.recovery != Recovery::Tcp;
+        for (on, key) in [
+            (
+                t.resend_lost_retransmissions,
+                "transport.resend_lost_retransmissions",
+            ),
+            (
+                t.timeout_resends_unsacked,
+                "transport.timeout_resends_unsacked",
+            ),
+        ] {
+            check(
+                !on || selective,
+                key,
+                "needs irn or irn-no-bdp-fc (selective repeat with SACKs)",
+            )?;
+        }
         check(
             t.tcp_initial_window >= 1,
             "transport.tcp_initial_window",
