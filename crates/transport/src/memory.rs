@@ -486,12 +486,15 @@ impl Memory for ByteMemory {
             self.regions
                 .resolve(key, addr, out.len() as u64, needed(key, false))?;
         let off = off as usize;
-        if let Some(b) = self
+        match self
             .bytes
             .get(&buffer)
             .and_then(|b| b.bytes().get(off..off + out.len()))
         {
-            out.copy_from_slice(b);
+            Some(b) => out.copy_from_slice(b),
+            // A region whose buffer was released reads as zeros, never as whatever `out`
+            // held (a driver reuses one payload buffer for every packet it builds).
+            None => out.fill(0),
         }
         Ok(())
     }
@@ -579,7 +582,7 @@ mod tests {
 
     /// An adopted `Vec` is placed into in place and given back as the same allocation; a
     /// clone of the memory copies it rather than sharing it; a released buffer is no longer
-    /// written through keys still registered over it.
+    /// written through keys still registered over it, and reads as zeros through them.
     #[test]
     fn adopted_buffers_are_written_in_place_and_given_back_whole() {
         let mut m = ByteMemory::new(3);
@@ -614,6 +617,11 @@ mod tests {
         m.release(c);
         m.write(Key::Remote(k.rkey), c, &[1; 16])
             .expect("still registered");
+        // ... and reads zeros, never what the caller's buffer held.
+        let mut out = [0x5a; 16];
+        m.read(Key::Local(k.lkey), c, &mut out)
+            .expect("still registered");
+        assert_eq!(out, [0; 16]);
     }
 
     fn setup() -> (ByteMemory, u64, MrKeys) {

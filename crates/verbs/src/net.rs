@@ -427,9 +427,10 @@ impl RxBatch {
     }
 
     /// Receives what is waiting, up to one buffer each, without blocking. On the UDP path the
-    /// IP and UDP headers are rebuilt in front of each payload, and a coalesced datagram is
-    /// cut back into the packets it was made of (each segment but the last is exactly the
-    /// segment size the kernel reports), left where they are ([`Rx::segment`]).
+    /// IP and UDP headers are rebuilt in front of each single datagram's payload, and a
+    /// coalesced datagram is cut back into the packets it was made of (each segment but the
+    /// last is exactly the segment size the kernel reports), left where they are, without
+    /// headers ([`Rx::segment`]).
     pub(crate) fn recv(&mut self, socks: &Sockets) {
         self.got.clear();
         self.coalesced = 0;

@@ -644,8 +644,8 @@ impl QueuePair {
     // Sending
 
     /// The next packet to send, or `None`. When the memory holds bytes, the payload is written
-    /// into `payload` (cleared first); otherwise `payload` stays empty and only
-    /// `ib.payload_len` says how long the payload is.
+    /// into `payload` (exactly its bytes, whatever the buffer held before); otherwise `payload`
+    /// is left empty and only `ib.payload_len` says how long the payload is.
     ///
     /// Order: control packets (ACKs, NACKs, read ACKs, CNPs), then responses, then requests;
     /// data packets only when the congestion controller's pacing allows.

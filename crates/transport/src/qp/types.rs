@@ -189,7 +189,8 @@ pub struct Counters {
     pub retransmitted_bytes: u64,
     /// Packets received and accepted for processing.
     pub rx_packets: u64,
-    /// ACKs sent (plain and read ACKs).
+    /// ACKs generated (plain and read ACKs); consecutive plain ACKs still queued together
+    /// leave as one packet, the newest (a runtime that answers a received burst at once).
     pub acks_sent: u64,
     /// NACKs / sequence-error NAKs sent.
     pub nacks_sent: u64,

@@ -355,7 +355,6 @@ impl Core {
         self.tx_msgs.clear();
     }
 
-    /// Handles one received IP packet.
     /// A segment of a coalesced datagram, its UDP payload `datagram` from `from` with ECN
     /// field `ecn` ([`net::Rx::segment`]). Where nothing needs its IP header — no capture, no
     /// ICRC to verify (an IPv4 UDP path), no receive impairment, a connected queue pair's —
@@ -495,9 +494,12 @@ impl Core {
                 any |= self.drain_completions(qpn);
             }
         }
-        // The vector's allocation is kept for the next burst.
-        self.turns_due = due;
-        self.turns_due.clear();
+        // The vector's allocation is kept for the next burst (nothing a turn does delivers
+        // packets; were one to, its queue pair would still be listed).
+        if self.turns_due.is_empty() {
+            self.turns_due = due;
+            self.turns_due.clear();
+        }
         any
     }
 
@@ -780,7 +782,8 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
     // Bursts of packets (one system call each, read without the lock) until the socket
     // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
     // pairs with more to send: acknowledgements free the queue pairs' windows and the
-    // device's budget (each packet's own queue pair answers it at once). One burst per
+    // device's budget (each queue pair answers once the burst is processed: its ACKs
+    // coalesce). One burst per
     // wake-up let a sender with many queue pairs hand the kernel thousands
     // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
     // queue pairs' timers fired (issue 21: 256 queue pairs).
