@@ -62,8 +62,10 @@ pub mod memory;
 #[cfg(feature = "test-support")]
 pub mod pair;
 pub mod qp;
+mod recv_window;
 pub mod rng;
 mod rtt;
+mod scoreboard;
 pub mod state;
 pub mod time;
 pub mod ud;

@@ -5,17 +5,19 @@
 //!   retransmission timer. It decides *which PSN* goes out next; the queue pair builds the
 //!   packet for that PSN from its work requests (a NIC retransmits by re-reading the WQE, so no
 //!   packet is ever stored).
-//! * [`RecvWindow`]: the receiver's side — the expected PSN, and for IRN the out-of-order
+//! * [`RecvWindow`] (in `recv_window.rs`): the receiver's side — the expected PSN, and for IRN the out-of-order
 //!   bitmap with one optional deferred action per PSN (the *2-bitmap* of IRN §5.3.3).
 //!
 //! A queue pair runs one pair of these per PSN space: the requester's sPSN space (requests out,
 //! ACKs in) and, with IRN's split spaces (IRN §5.4), the rPSN space of Read and atomic
 //! responses (responses out from the responder, read (N)ACKs back from the requester).
 
+pub(crate) use crate::recv_window::{Arrival, RecvWindow};
 use crate::rtt::RttEstimator;
+use crate::scoreboard::{Scoreboard, Seg};
 use std::collections::VecDeque;
 
-use irn_wire::{LossBitmap, Psn, MAX_BITMAP_WORDS};
+use irn_wire::Psn;
 
 use crate::config::{Retransmission, RtoPolicy};
 use crate::time::{Dur, Time};
@@ -103,124 +105,6 @@ struct LostRetransmissions {
     resent: VecDeque<(Psn, u64)>,
     /// Retransmissions judged lost, to resend before anything else.
     lost: VecDeque<Psn>,
-}
-
-/// Where an outstanding segment stands on the TCP model's scoreboard (RFC 6675 §2–§5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seg {
-    /// Sent once and neither acknowledged nor deemed lost: in the pipe.
-    Sent,
-    /// Selectively acknowledged: out of the pipe.
-    Sacked,
-    /// Deemed lost and not resent since: out of the pipe, next to retransmit.
-    Lost,
-    /// Retransmitted since it was deemed lost: in the pipe again.
-    Retx,
-}
-
-/// The TCP model's SACK scoreboard (RFC 6675): one [`Seg`] per outstanding PSN, the `pipe`
-/// the congestion window is compared with, and the loss-recovery episode.
-///
-/// A segment is deemed lost when `DupThresh` segments above it are SACKed (`IsLost`), when a
-/// partial ACK during recovery leaves it the next hole (NewReno, RFC 6582 §3.2), and — every
-/// segment not SACKed — when the retransmission timer expires (RFC 6675 §5.1, as Linux's
-/// `tcp_enter_loss` marks them), so that after a timeout the window's slow start resends the
-/// holes in order instead of one per timeout. Retransmissions are the lowest lost segments,
-/// and they too wait for room in the congestion window (RFC 6675 §5 `NextSeg`).
-#[derive(Debug, Clone, Default)]
-struct Scoreboard {
-    seg: VecDeque<Seg>,
-    /// Segments [`Seg::Sent`] or [`Seg::Retx`].
-    pipe: u32,
-    /// Segments [`Seg::Lost`].
-    lost: u32,
-    /// Index (from `una`) below which every [`Seg::Sent`] segment is lost already: `IsLost`
-    /// only moves it up.
-    frontier: usize,
-    /// No [`Seg::Lost`] segment has a lower index.
-    first_lost: usize,
-    /// The loss-recovery episode's RecoveryPoint (`HighData` when it began, RFC 6675 §5);
-    /// `None` outside one.
-    recover: Option<Psn>,
-    /// The episode began on SACKs and nothing was retransmitted yet: the first retransmission
-    /// is the fast retransmit.
-    fast_pending: bool,
-}
-
-impl Scoreboard {
-    fn set(&mut self, i: usize, to: Seg) {
-        let Some(s) = self.seg.get_mut(i) else {
-            return;
-        };
-        let from = std::mem::replace(s, to);
-        let in_pipe = |x: Seg| matches!(x, Seg::Sent | Seg::Retx);
-        self.pipe = self.pipe + u32::from(in_pipe(to)) - u32::from(in_pipe(from));
-        self.lost = self.lost + u32::from(to == Seg::Lost) - u32::from(from == Seg::Lost);
-        if to == Seg::Lost {
-            self.first_lost = self.first_lost.min(i);
-        }
-    }
-
-    /// Drops the first `n` segments (cumulatively acknowledged).
-    fn pop(&mut self, n: usize) {
-        for _ in 0..n {
-            match self.seg.pop_front() {
-                Some(Seg::Sent | Seg::Retx) => self.pipe -= 1,
-                Some(Seg::Lost) => self.lost -= 1,
-                _ => {}
-            }
-        }
-        self.frontier = self.frontier.saturating_sub(n);
-        self.first_lost = self.first_lost.saturating_sub(n);
-    }
-
-    /// Marks lost every sent segment with `dup` SACKed segments above it (`IsLost`, with
-    /// full-sized segments), starting an episode at `high` (the highest PSN sent) if none
-    /// runs. `top` is the highest SACKed segment's index: nothing above it is SACKed, so the
-    /// count starts there rather than at the window's newest segment (per SACK, a few steps
-    /// instead of the whole flight).
-    fn detect(&mut self, dup: u32, high: Psn, top: usize) {
-        let mut above = 0;
-        let mut at = None;
-        let end = (top + 1).min(self.seg.len());
-        for (i, s) in self.seg.range(..end).enumerate().rev() {
-            if i < self.frontier {
-                break;
-            }
-            if *s == Seg::Sacked {
-                above += 1;
-                if above >= dup {
-                    at = Some(i);
-                    break;
-                }
-            }
-        }
-        let Some(top) = at else {
-            return;
-        };
-        let mut marked = false;
-        for i in self.frontier..top {
-            if self.seg[i] == Seg::Sent {
-                self.set(i, Seg::Lost);
-                marked = true;
-            }
-        }
-        self.frontier = self.frontier.max(top);
-        if marked && self.recover.is_none() {
-            self.recover = Some(high);
-            self.fast_pending = true;
-        }
-    }
-
-    /// The lowest lost segment's index.
-    fn next_lost(&mut self) -> Option<usize> {
-        if self.lost == 0 {
-            return None;
-        }
-        let i = (self.first_lost..self.seg.len()).find(|&i| self.seg[i] == Seg::Lost)?;
-        self.first_lost = i;
-        Some(i)
-    }
 }
 
 /// What a cumulative acknowledgement did.
@@ -840,148 +724,6 @@ impl SendWindow {
         self.est.backoff = self.est.backoff.saturating_add(1);
         self.timer_base = Some(now);
         self.retries
-    }
-}
-
-/// What a receiver makes of an arriving PSN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Arrival {
-    /// The expected PSN.
-    Expected,
-    /// Already received (before the expected PSN, or marked in the bitmap).
-    Duplicate,
-    /// Ahead of the expected PSN, within the out-of-order window (IRN only), `offset` PSNs on.
-    Ahead(u32),
-    /// Ahead and not acceptable: beyond the window, or the receiver discards out-of-order
-    /// packets (RoCE).
-    OutOfOrder,
-}
-
-#[derive(Debug, Clone)]
-struct Slot<A> {
-    arrived: bool,
-    action: Option<A>,
-}
-
-/// The receiver side of a PSN space: the expected PSN and, when out-of-order packets are
-/// accepted, a bitmap of arrivals beyond it holding one deferred action per PSN.
-#[derive(Debug, Clone)]
-pub(crate) struct RecvWindow<A> {
-    epsn: Psn,
-    accept_ooo: bool,
-    capacity: u32,
-    slots: VecDeque<Slot<A>>,
-    /// Arrived slots beyond the expected PSN (packets held out of order).
-    arrived: u32,
-    /// A NAK was sent for the current gap (RoCE sends one per sequence error, IBTA §9.7.5.1.3;
-    /// cleared when the expected packet arrives).
-    pub(crate) nak_sent: bool,
-}
-
-impl<A> RecvWindow<A> {
-    /// A window expecting `epsn` first. `capacity` bounds how far ahead out-of-order packets are
-    /// kept (the BDP cap, IRN §5.3); 0 or `!accept_ooo` makes it discard them.
-    pub(crate) fn new(epsn: Psn, accept_ooo: bool, capacity: u32) -> RecvWindow<A> {
-        RecvWindow {
-            epsn,
-            accept_ooo: accept_ooo && capacity > 1,
-            capacity: capacity.max(1),
-            slots: VecDeque::new(),
-            arrived: 0,
-            nak_sent: false,
-        }
-    }
-
-    pub(crate) fn epsn(&self) -> Psn {
-        self.epsn
-    }
-
-    pub(crate) fn set_epsn(&mut self, epsn: Psn) {
-        self.epsn = epsn;
-        self.slots.clear();
-        self.arrived = 0;
-    }
-
-    /// PSNs that arrived beyond a hole and wait for it (0 when nothing is held).
-    pub(crate) fn held(&self) -> u32 {
-        self.arrived
-    }
-
-    /// The extended-IB loss bitmap (T8(d)): bit `i` set when PSN `epsn + i` has not arrived,
-    /// up to the highest PSN that has (at most [`MAX_BITMAP_WORDS`] words), and that highest
-    /// arrived PSN the bitmap reaches. `None` when nothing is held beyond the expected PSN.
-    pub(crate) fn loss_bitmap(&self) -> Option<(LossBitmap, Psn)> {
-        let cap = 32 * MAX_BITMAP_WORDS;
-        let highest = self
-            .slots
-            .iter()
-            .take(cap)
-            .rposition(|s| s.arrived)
-            .filter(|&h| h > 0)?;
-        let mut b = LossBitmap::with_words(highest.div_ceil(32).max(1))?;
-        for (i, s) in self.slots.iter().take(highest).enumerate() {
-            if !s.arrived {
-                b.set(i);
-            }
-        }
-        Some((b, self.epsn.add(highest as u32)))
-    }
-
-    /// Classifies `psn`.
-    pub(crate) fn classify(&self, psn: Psn) -> Arrival {
-        let d = self.epsn.distance(psn);
-        if d < 0 {
-            return Arrival::Duplicate;
-        }
-        if d == 0 {
-            return if self.slots.front().is_some_and(|s| s.arrived) {
-                Arrival::Duplicate
-            } else {
-                Arrival::Expected
-            };
-        }
-        let d = d as u32;
-        if !self.accept_ooo || d >= self.capacity {
-            return Arrival::OutOfOrder;
-        }
-        if self.slots.get(d as usize).is_some_and(|s| s.arrived) {
-            Arrival::Duplicate
-        } else {
-            Arrival::Ahead(d)
-        }
-    }
-
-    /// Records the arrival of `psn` (classified `Expected` or `Ahead`), covering `covers` PSNs,
-    /// with an action to run once every PSN before it has arrived.
-    pub(crate) fn accept(&mut self, psn: Psn, covers: u32, action: Option<A>) {
-        let d = self.epsn.distance(psn).max(0) as usize;
-        let covers = covers.max(1) as usize;
-        while self.slots.len() < d + covers {
-            self.slots.push_back(Slot {
-                arrived: false,
-                action: None,
-            });
-        }
-        for s in self.slots.range_mut(d..d + covers) {
-            if !s.arrived {
-                self.arrived += 1;
-            }
-            s.arrived = true;
-        }
-        self.slots[d].action = action;
-    }
-
-    /// Pops the next in-order arrival, advancing the expected PSN: `(psn, action)`.
-    pub(crate) fn pop_ready(&mut self) -> Option<(Psn, Option<A>)> {
-        if !self.slots.front().is_some_and(|s| s.arrived) {
-            return None;
-        }
-        let s = self.slots.pop_front()?;
-        self.arrived = self.arrived.saturating_sub(1);
-        let psn = self.epsn;
-        self.epsn = self.epsn.add(1);
-        self.nak_sent = false;
-        Some((psn, s.action))
     }
 }
 
@@ -1626,32 +1368,5 @@ mod tests {
         let t = Time::ZERO + Dur::from_micros(7);
         w.ack(t, p(2));
         assert_eq!(w.deadline(&rto), Some(t + Dur::from_micros(100)));
-    }
-
-    #[test]
-    fn receiver_bitmap_runs_actions_in_psn_order() {
-        let mut r: RecvWindow<&str> = RecvWindow::new(p(10), true, 4);
-        assert_eq!(r.classify(p(12)), Arrival::Ahead(2));
-        r.accept(p(12), 1, Some("last"));
-        assert_eq!(r.classify(p(12)), Arrival::Duplicate);
-        assert_eq!(r.classify(p(14)), Arrival::OutOfOrder, "beyond capacity");
-        assert_eq!(r.pop_ready(), None);
-        assert_eq!(r.classify(p(10)), Arrival::Expected);
-        r.accept(p(10), 1, None);
-        r.accept(p(11), 1, None);
-        let got: Vec<_> = std::iter::from_fn(|| r.pop_ready()).collect();
-        assert_eq!(
-            got,
-            vec![(p(10), None), (p(11), None), (p(12), Some("last"))]
-        );
-        assert_eq!(r.epsn(), p(13));
-        assert_eq!(r.classify(p(9)), Arrival::Duplicate);
-    }
-
-    #[test]
-    fn discarding_receiver_takes_only_the_expected_psn() {
-        let r: RecvWindow<()> = RecvWindow::new(p(0), false, 100);
-        assert_eq!(r.classify(p(1)), Arrival::OutOfOrder);
-        assert_eq!(r.classify(p(0)), Arrival::Expected);
     }
 }
