@@ -70,6 +70,12 @@ pub(crate) struct LinkArgs {
     /// Drop this fraction (0–1) of the packets this side sends and receives (seeded).
     #[arg(long, default_value_t = 0.0)]
     pub(crate) loss: f64,
+    /// Which of this side's directions `--loss` drops in: `both`, `send` or `receive`.
+    /// `send` alone keeps what the peer says last: a peer such as `ibv_rc_pingpong` that
+    /// exits as soon as its own work is done cannot answer a resend, so loss of its final
+    /// ACK on the way in fails the run however long this side waits.
+    #[arg(long, value_enum, default_value_t = LossOn::Both)]
+    pub(crate) loss_on: LossOn,
     /// Hold back this fraction (0–1) of the packets this side receives and deliver each after
     /// the next one (seeded): reordering, as packet spraying makes it.
     #[arg(long, default_value_t = 0.0)]
@@ -194,20 +200,36 @@ pub(crate) fn device_config(
     let mut cfg = DeviceConfig::new(ip);
     cfg.port = port;
     cfg.seed = link.seed;
+    let (tx_loss, rx_loss) = match link.loss_on {
+        LossOn::Both => (link.loss, link.loss),
+        LossOn::Send => (link.loss, 0.0),
+        LossOn::Receive => (0.0, link.loss),
+    };
     cfg.tx_impairment = Impairment {
         ce: link.ce_mark,
-        ..Impairment::loss(link.loss)
+        ..Impairment::loss(tx_loss)
     };
     cfg.rx_impairment = Impairment {
         reorder: link.reorder,
         delay: if link.delay_us > 0 { 1.0 } else { 0.0 },
         delay_us: link.delay_us,
-        ..Impairment::loss(link.loss)
+        ..Impairment::loss(rx_loss)
     };
     cfg.pcap = link.pcap.clone();
     cfg.receive = link.rx;
     cfg.busy_poll = link.busy_poll;
     Ok(cfg)
+}
+
+/// The directions `--loss` applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LossOn {
+    /// Packets sent and packets received.
+    Both,
+    /// Packets sent only.
+    Send,
+    /// Packets received only.
+    Receive,
 }
 
 /// `ibv_ud_pingpong`'s Q_Key.
