@@ -17,7 +17,7 @@ use crate::rtt::RttEstimator;
 use crate::scoreboard::{Scoreboard, Seg};
 use std::collections::VecDeque;
 
-use irn_wire::Psn;
+use irn_wire::{LossBitmap, Psn};
 
 use crate::config::{Retransmission, RtoPolicy};
 use crate::time::{Dur, Time};
@@ -572,6 +572,41 @@ impl SendWindow {
                 }
             }
         }
+    }
+
+    /// A NACK's loss bitmap ([`RecoveryConfig::nack_bitmap`]): every PSN from `base` (the
+    /// NACKed, expected PSN: offset 0) to `highest` that `lost` does not mark has arrived, and
+    /// `highest` itself has. Selectively acknowledges those not acknowledged yet, in order;
+    /// `false` (and nothing acknowledged but `highest`) when `highest` does not lie within
+    /// the bitmap's reach.
+    ///
+    /// [`RecoveryConfig::nack_bitmap`]: crate::RecoveryConfig::nack_bitmap
+    pub(crate) fn sack_all_but(
+        &mut self,
+        now: Time,
+        base: Psn,
+        lost: &LossBitmap,
+        highest: Psn,
+    ) -> bool {
+        let span = base.distance(highest);
+        // The highest PSN itself (offset `span`) arrived and may lie just past the last word.
+        if span <= 0 || span as usize > lost.capacity() {
+            self.sack(now, highest);
+            return false;
+        }
+        self.peer_alive(now);
+        for i in 0..=span as u32 {
+            if i < span as u32 && lost.is_set(i as usize) {
+                continue;
+            }
+            let psn = base.add(i);
+            let d = self.una.distance(psn);
+            let known = d >= 0 && self.sacked.get(d as usize).copied().unwrap_or(false);
+            if !known {
+                self.sack(now, psn);
+            }
+        }
+        true
     }
 
     /// Selective repeat enters loss recovery (on a NACK or a timeout); a no-op when already in

@@ -60,6 +60,23 @@ fn modes() -> Vec<(&'static str, RecoveryConfig)> {
                 ..RecoveryConfig::irn()
             },
         ),
+        (
+            "irn-nack-bitmap",
+            RecoveryConfig {
+                nack_bitmap: true,
+                ..RecoveryConfig::irn()
+            },
+        ),
+        // The runtime's IRN (`irn_verbs::runtime_recovery`, less its stretched timers).
+        (
+            "irn-runtime-rules",
+            RecoveryConfig {
+                resend_lost_retransmissions: true,
+                timeout_resends_unsacked: true,
+                nack_bitmap: true,
+                ..RecoveryConfig::irn()
+            },
+        ),
     ]
 }
 
@@ -165,6 +182,62 @@ fn resending_lost_retransmissions_replaces_timeouts() {
         timeouts_without >= 10 && timeouts_with * 4 <= timeouts_without,
         "timeouts: {timeouts_with} with, {timeouts_without} without"
     );
+}
+
+/// IRN's NACK SACKs only the packet that triggered it (IRN §3.1), so when a NACK is lost its
+/// packet stays unSACKed below a higher SACK and is resent although it arrived. With
+/// `nack_bitmap` the next NACK carries the receiver's whole loss bitmap and covers the lost
+/// one. A 64 KiB-message stream with 1 % of data and 5 % of (N)ACKs dropped, the paper's
+/// timers: on every seed the bitmap resends at most a fifth of what the plain NACKs resend
+/// beyond the data actually lost, with the same bytes delivered.
+#[test]
+fn nack_bitmaps_make_lost_nacks_cost_no_resends() {
+    use irn_transport::pair::Side;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let link = LinkConfig {
+        latency: Dur::from_micros(50),
+        bandwidth_bps: 10_000_000_000,
+        ..LinkConfig::default()
+    };
+    let ops: Vec<Op> = (0..100)
+        .map(|_| Op {
+            kind: Kind::Write,
+            len: 65536,
+            signaled: true,
+            fence: false,
+            sges: 1,
+        })
+        .collect();
+    for seed in 1..=4 {
+        let [without, with] = [false, true].map(|on| {
+            let rec = RecoveryConfig {
+                nack_bitmap: on,
+                ..RecoveryConfig::irn()
+            };
+            let mut pair = pair_for(rec, link, seed, 4096);
+            let data_lost = Arc::new(AtomicU64::new(0));
+            let lost = data_lost.clone();
+            let mut rng = Rng::new(seed);
+            pair.set_tap(move |to, pkt| {
+                let drop = rng.chance(if to == Side::B { 0.01 } else { 0.05 });
+                if drop && to == Side::B && pkt.ib.bth.opcode.is_request() {
+                    lost.fetch_add(1, Ordering::Relaxed);
+                }
+                !drop
+            });
+            let w = Workload::post(&mut pair, &ops, seed);
+            assert!(pair.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000));
+            w.check(&pair)
+                .unwrap_or_else(|e| panic!("seed {seed}, bitmap {on}: {e}"));
+            let retx = pair.a.counters().retransmitted;
+            retx.saturating_sub(data_lost.load(Ordering::Relaxed))
+        });
+        assert!(
+            without >= 10 && with * 5 <= without,
+            "seed {seed}: resends beyond the data lost: {with} with bitmaps, {without} without"
+        );
+    }
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {

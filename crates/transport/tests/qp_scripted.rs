@@ -575,6 +575,103 @@ fn irn_receiver_places_out_of_order_packets_and_nacks_each_with_a_sack() {
     assert_eq!(q.counters().out_of_order, 2);
 }
 
+/// `(opcode, psn, syndrome, sack)` and the PSNs a NACK's loss bitmap marks missing, relative
+/// to the receive queue's first PSN.
+fn with_lost(p: &IbRepr) -> (Summary, Vec<u32>) {
+    let base = p.bth.psn.value().wrapping_sub(RQ_PSN);
+    let lost = p
+        .irn
+        .and_then(|i| i.loss_bitmap)
+        .map(|b| b.iter().map(|i| base + i as u32).collect())
+        .unwrap_or_default();
+    (summary(p), lost)
+}
+
+/// With `nack_bitmap`, a NACK carries the receiver's loss bitmap up to the highest PSN that
+/// arrived (its SACK), every arrival while a hole is open is NACKed so, and the newest
+/// (N)ACK waiting in the control queue replaces the ones before it: what the sender reads
+/// after a burst is one packet saying everything.
+#[test]
+fn irn_receiver_with_nack_bitmaps_sends_one_nack_per_burst_saying_everything() {
+    let mut q = qp(RecoveryConfig {
+        nack_bitmap: true,
+        ..RecoveryConfig::irn()
+    });
+    let (mut mem, _, remote, dst) = memory(8 * 1024);
+    let data: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i + 1; 1024]).collect();
+    let burst = |q: &mut QueuePair, mem: &mut ByteMemory, pkts: &[u32]| {
+        for &i in pkts {
+            let p = write_pkt(i, 1024, remote, 8 * 1024, true);
+            q.handle_packet(T0, &p, &data[i as usize], Ecn::NotEct, mem);
+        }
+        drain(q, T0, mem).iter().map(with_lost).collect::<Vec<_>>()
+    };
+    let a = Opcode::RC_ACKNOWLEDGE;
+    // 0 in order, then 2, 4, 5 behind holes at 1 and 3: one NACK for 1, SACK 5, 1 and 3 lost.
+    assert_eq!(
+        burst(&mut q, &mut mem, &[0, 2, 4, 5]),
+        vec![((a, 1, Some(NAK_SEQ), Some(5)), vec![1, 3])]
+    );
+    // 1 fills the first hole; 3 is still missing: a NACK for 3 with the bitmap, not an ACK.
+    assert_eq!(
+        burst(&mut q, &mut mem, &[1]),
+        vec![((a, 3, Some(NAK_SEQ), Some(5)), vec![3])]
+    );
+    // 6, then 3 closes the hole: the plain ACK replaces the NACK before it.
+    assert_eq!(
+        burst(&mut q, &mut mem, &[6, 3]),
+        vec![((a, 6, Some(ACK), Some(3)), vec![])]
+    );
+    // 7, then a duplicate of 2: plain ACKs, which coalesce as before.
+    assert_eq!(
+        burst(&mut q, &mut mem, &[7, 2]),
+        vec![((a, 7, Some(ACK), Some(2)), vec![])]
+    );
+    assert_chunks_in_place(&mem, dst, 8);
+    assert_eq!(
+        q.counters().nacks_sent,
+        5,
+        "2, 4, 5, 1 and 6 each left a hole open"
+    );
+}
+
+/// A NACK's loss bitmap tells an IRN sender which packets arrived although their own NACKs
+/// were lost: it resends exactly the ones marked missing. The paper's NACK (the triggering
+/// PSN alone) makes every unSACKed packet below it lost.
+#[test]
+fn irn_sender_resends_only_what_a_nack_bitmap_marks_missing() {
+    let run = |bitmap: bool| {
+        let mut q = qp(RecoveryConfig::irn());
+        let (mem, sge, remote, _) = memory(10 * 1024);
+        q.post_send(write_wr(sge, remote)).expect("post");
+        assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
+        // 0 acknowledged; 1 and 4 lost; 2, 3 and 5 arrived, but only the NACK of 5 got back.
+        let mut m = mem.clone();
+        q.handle_packet(
+            T0,
+            &ack(SQ_PSN, ACK, Some(SQ_PSN), true),
+            &[],
+            Ecn::NotEct,
+            &mut m,
+        );
+        let mut nack = ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 5), true);
+        if bitmap {
+            let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
+            b.set(0); // PSN 1
+            b.set(3); // PSN 4
+            nack.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
+        }
+        q.handle_packet(T0, &nack, &[], Ecn::NotEct, &mut m);
+        psns(&drain(&mut q, T0, &mem))
+    };
+    assert_eq!(run(true), vec![1, 4], "the bitmap's missing PSNs only");
+    assert_eq!(
+        run(false),
+        vec![1, 2, 3, 4],
+        "every unSACKed PSN below the SACK"
+    );
+}
+
 #[test]
 fn roce_receiver_discards_out_of_order_and_naks_once_per_gap_like_rxe() {
     let mut q = qp(RecoveryConfig::roce());

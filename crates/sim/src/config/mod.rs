@@ -605,6 +605,11 @@ pub struct TransportConfig {
     /// rather than the cumulative-ACK PSN and the holes below the highest SACK (the paper's
     /// IRN). Default false; the UDP runtime turns it on.
     pub timeout_resends_unsacked: bool,
+    /// `irn` and `irn-no-bdp-fc`: every NACK carries the receiver's loss bitmap (T8(d)'s field)
+    /// up to the highest PSN that arrived, so one NACK says what all earlier ones did and
+    /// NACKs queued together collapse into one (an option beyond the paper, whose NACK SACKs
+    /// the one packet that triggered it). Default false; the UDP runtime turns it on.
+    pub nack_bitmap: bool,
     /// Retries after a timeout or sequence NAK before the work request completes with
     /// `IBV_WC_RETRY_EXC_ERR` (the verbs `retry_cnt`, 0–7, IBTA §11.2.4.2 / C9-140). Absent
     /// (default): never give up, as the papers' simulations assume; set it when hosts die
@@ -648,6 +653,7 @@ impl Default for TransportConfig {
             dup_threshold: 1,
             resend_lost_retransmissions: false,
             timeout_resends_unsacked: false,
+            nack_bitmap: false,
             retry_cnt: None,
             ack_timeout: 14,
             tcp_initial_window: 10,
@@ -1078,6 +1084,7 @@ impl SimConfig {
                 t.timeout_resends_unsacked,
                 "transport.timeout_resends_unsacked",
             ),
+            (t.nack_bitmap, "transport.nack_bitmap"),
         ] {
             check(
                 !on || selective,

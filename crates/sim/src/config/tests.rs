@@ -107,13 +107,14 @@ fn bad_values_name_the_key() {
     assert!(e.to_string().contains("network.mtu"), "{e}");
 }
 
-/// Resending lost retransmissions, and every unSACKed PSN on a timeout, are selective
-/// repeat's options: accepted with `irn` and `irn-no-bdp-fc`, refused elsewhere naming the key.
+/// Resending lost retransmissions, every unSACKed PSN on a timeout, and NACKs with a loss
+/// bitmap are selective repeat's options: accepted with `irn` and `irn-no-bdp-fc`, refused elsewhere naming the key.
 #[test]
 fn selective_repeat_options_need_selective_repeat() {
     for key in [
         "transport.resend_lost_retransmissions",
         "transport.timeout_resends_unsacked",
+        "transport.nack_bitmap",
     ] {
         let on = format!("{key}=true");
         for ok in ["irn", "irn-no-bdp-fc"] {

@@ -181,6 +181,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         },
         resend_lost_retransmissions: tr.resend_lost_retransmissions,
         timeout_resends_unsacked: tr.timeout_resends_unsacked,
+        nack_bitmap: tr.nack_bitmap,
         ..recovery
     };
     let qp_cfg = QpConfig {

@@ -133,8 +133,15 @@ impl QueuePair {
                             self.cc.on_loss(now);
                         }
                         self.ack_requests(now, psn);
-                        if let Some(s) = sack {
-                            self.req.swin.sack(now, s);
+                        let lost = ib.irn.and_then(|i| i.loss_bitmap);
+                        match (sack, lost) {
+                            (Some(s), Some(lost)) => {
+                                if !self.req.swin.sack_all_but(now, psn, &lost, s) {
+                                    self.counters.dropped_invalid += 1;
+                                }
+                            }
+                            (Some(s), None) => self.req.swin.sack(now, s),
+                            (None, _) => {}
                         }
                         self.req.swin.enter_recovery(false);
                     }

@@ -64,6 +64,10 @@ enum Ctrl {
         syndrome: Syndrome,
         msn: u32,
         sack: Option<Psn>,
+        /// The responder's loss bitmap, on a NACK with [`RecoveryConfig::nack_bitmap`].
+        ///
+        /// [`RecoveryConfig::nack_bitmap`]: crate::RecoveryConfig::nack_bitmap
+        lost: Option<LossBitmap>,
         becn: bool,
     },
     /// IRN read (N)ACK in the rPSN space (requester to responder).
@@ -869,8 +873,9 @@ impl QueuePair {
                 syndrome,
                 msn,
                 sack,
+                lost,
                 becn,
-            } => self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, sack, None, becn),
+            } => self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, sack, lost, becn),
             Ctrl::ReadAck {
                 psn,
                 syndrome,

@@ -115,24 +115,75 @@ impl QueuePair {
         // Whatever this acknowledges covers a delayed ACK's segments too.
         self.rsp.delack = None;
         let psn = self.rsp.rwin.epsn().sub(1);
-        // Consecutive plain ACKs coalesce: the newest says everything the older ones did.
-        if let Some(Ctrl::Ack {
-            syndrome: Syndrome::Ack(_),
-            becn: b,
-            ..
-        }) = self.ctrl.back()
-        {
-            if !*b && !becn {
-                self.ctrl.pop_back();
-            }
-        }
+        // Consecutive plain ACKs coalesce: the newest says everything the older ones did. With
+        // NACK bitmaps, so does a plain ACK after a NACK once nothing is held beyond the
+        // cumulative ACK.
+        let supersedes_nacks = self.cfg.recovery.nack_bitmap && self.rsp.rwin.held() == 0;
+        self.drop_superseded_ack(becn, supersedes_nacks);
         self.ctrl.push_back(Ctrl::Ack {
             psn,
             syndrome,
             msn: self.rsp.msn,
             sack,
+            lost: None,
             becn,
         });
+    }
+
+    /// An IRN NACK for the expected PSN (IRN §3.1), triggered by the arrival of `psn` while a
+    /// hole is open. Its SACK is `psn`, or with [`nack_bitmap`] the highest PSN that arrived,
+    /// with the loss bitmap up to it: that NACK replaces the (N)ACK waiting before it.
+    ///
+    /// [`nack_bitmap`]: crate::RecoveryConfig::nack_bitmap
+    pub(super) fn queue_nack(&mut self, psn: Psn, becn: bool) {
+        self.rsp.delack = None;
+        self.counters.nacks_sent += 1;
+        let bitmap = if self.cfg.recovery.nack_bitmap {
+            self.rsp.rwin.loss_bitmap()
+        } else {
+            None
+        };
+        let (sack, lost) = match bitmap {
+            Some((b, highest)) => {
+                self.drop_superseded_ack(becn, true);
+                (highest, Some(b))
+            }
+            None => (psn, None),
+        };
+        self.ctrl.push_back(Ctrl::Ack {
+            psn: self.rsp.rwin.epsn(),
+            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+            msn: self.rsp.msn,
+            sack: Some(sack),
+            lost,
+            becn,
+        });
+    }
+
+    /// Drops the (N)ACK at the back of the control queue when the one about to be queued says
+    /// all it did: a plain ACK always (cumulative ACKs only grow, and its SACK lies below its
+    /// cumulative PSN), a NACK with a loss bitmap when `nacks` (the newer one carries the whole
+    /// receive state). ACKs echoing a mark stay, one per marked packet.
+    fn drop_superseded_ack(&mut self, becn: bool, nacks: bool) {
+        if becn {
+            return;
+        }
+        if let Some(Ctrl::Ack {
+            syndrome,
+            lost,
+            becn: false,
+            ..
+        }) = self.ctrl.back()
+        {
+            let superseded = match syndrome {
+                Syndrome::Ack(_) => true,
+                Syndrome::Nak(NakCode::PsnSequenceError) => nacks && lost.is_some(),
+                _ => false,
+            };
+            if superseded {
+                self.ctrl.pop_back();
+            }
+        }
     }
 
     /// A read (N)ACK from the requester, in the rPSN space (§5.4). The standard responder

@@ -469,6 +469,7 @@ impl QueuePair {
                                 syndrome: Syndrome::RnrNak(timer),
                                 msn: self.rsp.msn,
                                 sack: None,
+                                lost: None,
                                 becn: ce,
                             }),
                             ResponderWire::Standard(_) => {
@@ -513,17 +514,13 @@ impl QueuePair {
                     self.rsp.hole_since = Some(now);
                 }
                 match self.rsp.wire {
-                    ResponderWire::Irn(_) if ahead => {
-                        self.rsp.delack = None;
-                        self.counters.nacks_sent += 1;
-                        let e = self.rsp.rwin.epsn();
-                        self.ctrl.push_back(Ctrl::Ack {
-                            psn: e,
-                            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                            msn: self.rsp.msn,
-                            sack: Some(psn),
-                            becn: ce,
-                        });
+                    ResponderWire::Irn(_) if ahead => self.queue_nack(psn, ce),
+                    // With NACK bitmaps, anything that leaves a hole open says so, with the
+                    // bitmap: the newest NACK then stands for all before it.
+                    ResponderWire::Irn(_)
+                        if self.cfg.recovery.nack_bitmap && self.rsp.rwin.held() > 0 =>
+                    {
+                        self.queue_nack(psn, ce)
                     }
                     ResponderWire::Irn(_) => {
                         // The TCP model's delayed ACK (RFC 5681 §4.2): every second in-order
@@ -644,6 +641,7 @@ impl QueuePair {
                 syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 msn: self.rsp.msn,
                 sack: None,
+                lost: None,
                 becn: ce,
             }),
             ResponderWire::Standard(_) => {
@@ -932,6 +930,7 @@ impl QueuePair {
                 syndrome: Syndrome::Nak(nak),
                 msn: self.rsp.msn,
                 sack: None,
+                lost: None,
                 becn: false,
             }),
             ResponderWire::Standard(ref mut s) => {
