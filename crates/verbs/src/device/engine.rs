@@ -4,7 +4,6 @@
 //! here runs with the device's [`Core`] locked.
 
 use super::*;
-use std::os::fd::AsFd;
 
 impl Core {
     pub(super) fn fresh_id(&mut self) -> u32 {
@@ -210,14 +209,14 @@ impl Core {
         t: &Transmit,
         payload: &[u8],
     ) {
-        if self.tx_batch.len() == TX_SLOTS {
+        if self.tx.cur.is_full() {
             self.flush_tx(sock);
         }
         let mut t = *t;
         if t.ecn != Ecn::NotEct && self.tx_imp.ce > 0.0 && self.rng.chance(self.tx_imp.ce) {
             t.ecn = Ecn::Ce;
         }
-        let slot = self.tx_batch.len();
+        let slot = self.tx.cur.batch.len();
         let src = SocketAddr::new(self.local.ip(), sport);
         let Some((ip, udp)) = net::headers(src, peer, t.ecn) else {
             return;
@@ -236,8 +235,8 @@ impl Core {
         let coalesce = self.gso_turn && (!self.tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
-        let last_len = self.tx_batch.last().map(|&(_, h, l)| l - h);
-        let joins = self.tx_msgs.last().filter(|m| {
+        let last_len = self.tx.cur.batch.last().map(|&(_, h, l)| l - h);
+        let joins = self.tx.cur.msgs.last().filter(|m| {
             coalesce
                 && m.coalesce
                 && last_len == Some(usize::from(m.seg_len))
@@ -252,7 +251,7 @@ impl Core {
         if let (Some(k), IpRepr::V4(v4)) = (joins, &mut repr.ip) {
             v4.ident = k as u16;
         }
-        let buf = &mut self.tx_buf[slot * SLOT..(slot + 1) * SLOT];
+        let buf = &mut self.tx.cur.buf[slot * SLOT..(slot + 1) * SLOT];
         if buf
             .get_mut(..len)
             .is_none_or(|b| repr.emit(b, payload).is_err())
@@ -267,10 +266,10 @@ impl Core {
         if let Some(c) = self.capture.as_mut() {
             c.write(&buf[..len]);
         }
-        self.tx_batch.push((slot, hdr, len));
-        match (joins, self.tx_msgs.last_mut()) {
+        self.tx.cur.batch.push((slot, hdr, len));
+        match (joins, self.tx.cur.msgs.last_mut()) {
             (Some(_), Some(m)) => m.count += 1,
-            _ => self.tx_msgs.push(net::TxMsg {
+            _ => self.tx.cur.msgs.push(net::TxMsg {
                 dest: peer,
                 sport,
                 first: slot,
@@ -283,8 +282,9 @@ impl Core {
     }
 
     /// Packets in the transmit batch, not yet sent.
-    pub(super) fn tx_batch_len(&self) -> usize {
-        self.tx_batch.len()
+    /// Packets built and not yet sent.
+    pub(super) fn tx_waiting(&self) -> bool {
+        self.tx.waiting()
     }
 
     /// A post's packets wait in the transmit batch, as a NIC's work requests wait for the
@@ -295,64 +295,11 @@ impl Core {
     /// batch, whose caller wakes the engine so that packets never wait for a poll that may
     /// not come.
     pub(super) fn ring_doorbell(&mut self) -> bool {
-        if self.tx_batch.is_empty() || self.doorbell {
+        if !self.tx.waiting() || self.doorbell {
             return false;
         }
         self.doorbell = true;
         true
-    }
-
-    /// Sends the packets batched so far, in order, with as few system calls as the socket
-    /// buffer allows. An IPv4 socket sends without a UDP checksum, as rxe does, except for
-    /// queue pairs whose packets may be coalesced: the kernel refuses UDP GSO without one
-    /// (`udp_send_skb`), so the option is switched around those (rarely: a device's queue
-    /// pairs are usually all of one kind).
-    pub(super) fn flush_tx(&mut self, sock: &UdpSocket) {
-        self.doorbell = false;
-        if self.tx_batch.is_empty() {
-            return;
-        }
-        let packets: Vec<&[u8]> = self
-            .tx_batch
-            .iter()
-            .map(|&(slot, hdr, len)| &self.tx_buf[slot * SLOT + hdr..slot * SLOT + len])
-            .collect();
-        let mut at = 0;
-        while at < self.tx_msgs.len() {
-            let (checksum, sport) = (self.tx_msgs[at].coalesce, self.tx_msgs[at].sport);
-            let run = self.tx_msgs[at..]
-                .iter()
-                .take_while(|m| m.coalesce == checksum && m.sport == sport)
-                .count();
-            let Some((sock, no_check)) = Core::sender(
-                &mut self.src_socks,
-                sock,
-                &mut self.udp_no_check,
-                self.local,
-                sport,
-            ) else {
-                // Its queue pair is gone, and the port's socket with it: lost, counted.
-                let lost: usize = self.tx_msgs[at..at + run].iter().map(|m| m.count).sum();
-                self.counters.tx_errors += lost as u64;
-                at += run;
-                continue;
-            };
-            if self.local.is_ipv4()
-                && *no_check == checksum
-                && net::sys::set_no_check(sock.as_fd(), !checksum).is_ok()
-            {
-                *no_check = !checksum;
-            }
-            let sent = net::send_batch(sock, &self.tx_msgs[at..at + run], &packets);
-            self.counters.tx_packets += sent.packets;
-            self.counters.tx_bytes += sent.bytes;
-            self.counters.tx_errors += sent.errors;
-            self.counters.tx_gso_messages += sent.gso;
-            self.counters.tx_calls += sent.calls;
-            at += run;
-        }
-        self.tx_batch.clear();
-        self.tx_msgs.clear();
     }
 
     /// A segment of a coalesced datagram, its UDP payload `datagram` from `from` with ECN
@@ -819,7 +766,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
             break;
         }
         // What the burst provoked (ACKs, new data) leaves before the next is read.
-        core.flush_tx(sock);
+        drop(shared.flush(core));
     }
     let mut core = shared.lock();
     let now = shared.now();
@@ -856,8 +803,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
         woke |= core.drain_completions(qpn);
     }
     // What every turn of this wake-up built leaves now.
-    core.flush_tx(sock);
-    drop(core);
+    drop(shared.flush(core));
     woke || fired
 }
 

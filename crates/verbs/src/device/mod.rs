@@ -40,6 +40,7 @@ use crate::capture::Capture;
 mod app_memory;
 mod engine;
 mod objects;
+mod tx;
 mod ud;
 
 pub use ud::{Ah, UdInit, UdQp, UdSend};
@@ -629,13 +630,8 @@ pub(crate) struct Core {
     capture: Option<Capture>,
     /// Received packets carry all their ICRC covers (see [`ReceivePath`]).
     verify_icrc: bool,
-    /// Packets of the current transmit turn, built in place and sent with one `sendmmsg`:
-    /// `TX_BURST` slots of `SLOT` bytes.
-    tx_buf: Vec<u8>,
-    /// (slot, IP + UDP header length, packet length) of each packet in `tx_buf`.
-    tx_batch: Vec<(usize, usize, usize)>,
-    /// The messages `tx_batch` goes out in: one datagram each, or a UDP GSO run.
-    tx_msgs: Vec<net::TxMsg>,
+    /// Packets built in place, waiting to be sent, in batches (`tx.rs`).
+    tx: tx::TxState,
     /// Queue pairs that received packets in the burst being processed, whose transmit turns
     /// come when it is done ([`Core::take_turns`]).
     turns_due: Vec<u32>,
@@ -666,7 +662,8 @@ pub(crate) struct Core {
 
 /// A send-only socket on one queue-pair source port.
 pub(crate) struct SourceSocket {
-    sock: UdpSocket,
+    /// Shared with transmit batches sealed for it, which may leave after it is closed here.
+    sock: Arc<UdpSocket>,
     /// It currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
     no_check: bool,
 }
@@ -693,7 +690,13 @@ impl Core {
         match net::open_source_socket(self.local.ip(), port, self.socket_buffer) {
             Ok(sock) => {
                 let no_check = self.local.is_ipv4();
-                self.src_socks.insert(port, SourceSocket { sock, no_check });
+                self.src_socks.insert(
+                    port,
+                    SourceSocket {
+                        sock: Arc::new(sock),
+                        no_check,
+                    },
+                );
                 port
             }
             Err(_) => {
@@ -723,7 +726,9 @@ impl Core {
         if port == local.port() {
             Some((main, main_no_check))
         } else {
-            src_socks.get_mut(&port).map(|s| (&s.sock, &mut s.no_check))
+            src_socks
+                .get_mut(&port)
+                .map(|s| (&*s.sock, &mut s.no_check))
         }
     }
 }
@@ -893,9 +898,7 @@ impl Device {
             counters: DeviceCounters::default(),
             capture,
             verify_icrc: socks.verifies_icrc(),
-            tx_buf: vec![0; TX_SLOTS * SLOT],
-            tx_batch: Vec::with_capacity(TX_SLOTS),
-            tx_msgs: Vec::with_capacity(TX_SLOTS),
+            tx: tx::TxState::new(),
             doorbell: false,
             rx_scratch: Vec::new(),
             turns_due: Vec::new(),

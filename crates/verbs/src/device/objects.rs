@@ -269,8 +269,7 @@ impl Cq {
             // This thread receives and processes for the device (DeviceConfig::busy_poll).
             self.shared.progress();
         }
-        let mut core = self.shared.lock();
-        core.flush_tx(&self.shared.socks.udp);
+        let mut core = self.shared.flush(self.shared.lock());
         let cq = core.cq_mut(self.id)?;
         if std::mem::take(&mut cq.overrun) {
             return Err(Error::CqOverrun(self.id));
@@ -286,8 +285,7 @@ impl Cq {
         if self.shared.busy_poll {
             return self.spin(deadline);
         }
-        let mut core = self.shared.lock();
-        core.flush_tx(&self.shared.socks.udp);
+        let mut core = self.shared.flush(self.shared.lock());
         loop {
             let cq = core.cq_mut(self.id)?;
             if std::mem::take(&mut cq.overrun) {
@@ -387,7 +385,7 @@ impl Qp {
         let Some(e) = core.qps.get(&self.qpn) else {
             return Err(Error::Gone);
         };
-        let defer = !flush && (e.qp.in_flight() > 0 || core.tx_batch_len() > 0);
+        let defer = !flush && (e.qp.in_flight() > 0 || core.tx_waiting());
         let now = self.shared.now();
         let r = f(&mut core, now);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
@@ -396,7 +394,7 @@ impl Qp {
             // batch): a thread that polls now may stop before it sends the batch.
             core.ring_doorbell() || more
         } else {
-            core.flush_tx(&self.shared.socks.udp);
+            core = self.shared.flush(core);
             more
         };
         let any = core.drain_completions(self.qpn);

@@ -164,7 +164,7 @@ impl UdQp {
         let now = self.shared.now();
         let r = f(&mut core);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
-        core.flush_tx(&self.shared.socks.udp);
+        core = self.shared.flush(core);
         let any = core.drain_completions(self.qpn);
         drop(core);
         if more {
