@@ -96,6 +96,15 @@ pub struct PerfArgs {
     /// Operations outstanding per queue pair in a bandwidth test.
     #[arg(short = 't', long, default_value_t = 128)]
     tx_depth: u32,
+    /// Work requests per post call in a bandwidth test (perftest's `-l`): up to this many
+    /// go to the queue pair in one `post_send_list`, as `ibv_post_send` takes a chained list.
+    #[arg(
+        short = 'l',
+        long = "post-list",
+        alias = "post_list",
+        default_value_t = 1
+    )]
+    post_list: u32,
     /// Connect the queue pairs through the RDMA CM, and run the exchange over a CM connection
     /// too, as perftest's `-R` does (pairs with `ib_*_bw -R` / `ib_*_lat -R`). The server
     /// binds the address `--gid` gives; the CM and the queue pairs use UDP port `--udp-port`
@@ -805,13 +814,18 @@ impl<'a> Receiver<'a> {
     }
 
     fn post(&self, q: usize, i: u64) -> anyhow::Result<()> {
+        self.side.qps[q].post_recv(self.recv_wr(q, i))?;
+        Ok(())
+    }
+
+    /// The receive of message `i` on queue pair `q`.
+    fn recv_wr(&self, q: usize, i: u64) -> RecvWr {
         let mr = &self.side.mrs[q];
         let p = self.p;
-        self.side.qps[q].post_recv(RecvWr {
+        RecvWr {
             wr_id: (q as u64) << 40 | i,
             sg_list: vec![mr.sge((i % self.side.slots) * p.size, p.size as u32)],
-        })?;
-        Ok(())
+        }
     }
 
     /// The first receives of each queue pair (a Send test posts them before its last
@@ -838,34 +852,23 @@ impl<'a> Receiver<'a> {
         let total = p.iters * side.qps.len() as u64;
         let mut done = 0;
         let mut start = None;
+        let mut repost: Vec<Vec<RecvWr>> = vec![Vec::new(); side.qps.len()];
         while done < total {
-            let Some(wc) = side.rcq.wait(Duration::from_secs(30))? else {
+            let Some(first) = side.rcq.wait(Duration::from_secs(30))? else {
                 bail!("no Send for 30 s after {done} of {total}");
             };
             start.get_or_insert_with(Instant::now);
-            if wc.status != WcStatus::Success {
-                bail!(
-                    "receive failed: {} ({})",
-                    wc.status,
-                    wc_status_number(wc.status)
-                );
+            // What else has completed, with the receives to replace them posted in one list per
+            // queue pair (one acquisition of the device rather than one per message).
+            let more = side.rcq.poll(255)?;
+            for wc in std::iter::once(first).chain(more) {
+                ok &= self.received(wc, &mut got, &mut buf, &mut want, &mut repost)?;
+                done += 1;
             }
-            let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
-            if q >= got.len() || i != got[q] {
-                bail!("receive {i} on QP {q} completed out of order");
-            }
-            if p.verify {
-                side.mrs[q].read((i % side.slots) * p.size, &mut buf)?;
-                pattern(q as u32, i, &mut want);
-                if buf != want {
-                    ok = false;
-                    println!("verify: message {i} of QP {q} differs");
+            for (q, wrs) in repost.iter_mut().enumerate() {
+                if !wrs.is_empty() {
+                    side.qps[q].post_recv_list(wrs.drain(..))?;
                 }
-            }
-            got[q] += 1;
-            done += 1;
-            if i + self.depth < p.iters {
-                self.post(q, i + self.depth)?;
             }
         }
         // From the first arrival: perftest's server measures from its first completion too.
@@ -880,6 +883,44 @@ impl<'a> Receiver<'a> {
         });
         if p.verify && ok {
             println!("verify: ok ({total} messages)");
+        }
+        Ok(ok)
+    }
+
+    /// Checks one receive completion (order, and data when verifying) and queues the receive
+    /// that replaces it; returns whether the data matched.
+    fn received(
+        &self,
+        wc: irn_verbs::Wc,
+        got: &mut [u64],
+        buf: &mut [u8],
+        want: &mut [u8],
+        repost: &mut [Vec<RecvWr>],
+    ) -> anyhow::Result<bool> {
+        let (side, p) = (self.side, self.p);
+        let mut ok = true;
+        if wc.status != WcStatus::Success {
+            bail!(
+                "receive failed: {} ({})",
+                wc.status,
+                wc_status_number(wc.status)
+            );
+        }
+        let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
+        if q >= got.len() || i != got[q] {
+            bail!("receive {i} on QP {q} completed out of order");
+        }
+        if p.verify {
+            side.mrs[q].read((i % side.slots) * p.size, buf)?;
+            pattern(q as u32, i, want);
+            if buf != want {
+                ok = false;
+                println!("verify: message {i} of QP {q} differs");
+            }
+        }
+        got[q] += 1;
+        if i + self.depth < p.iters {
+            repost[q].push(self.recv_wr(q, i + self.depth));
         }
         Ok(ok)
     }
@@ -1007,6 +1048,7 @@ fn client_test(
         } else {
             args.tx_depth
         },
+        post_list: args.post_list.max(1) as usize,
     };
     let (mut ok, report) = run.bandwidth()?;
     if p.op != PerfOp::Send {
@@ -1069,6 +1111,8 @@ struct Runner<'a> {
     /// Message slots the peer's region has (1 for a perftest peer).
     remote_slots: u64,
     depth: u32,
+    /// Work requests per post call (`--post-list`).
+    post_list: usize,
 }
 
 impl Runner<'_> {
@@ -1078,6 +1122,30 @@ impl Runner<'_> {
 
     /// Posts iteration `i` on queue pair `q`.
     fn post(&self, q: usize, i: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        self.side.qps[q].post_send(self.wr(q, i, buf)?)?;
+        Ok(())
+    }
+
+    /// Posts iterations `from..to` on queue pair `q`, `--post-list` per call.
+    fn post_range(&self, q: usize, from: u64, to: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        if self.post_list <= 1 {
+            return (from..to).try_for_each(|i| self.post(q, i, buf));
+        }
+        let mut i = from;
+        while i < to {
+            let n = (to - i).min(self.post_list as u64);
+            let wrs = (i..i + n)
+                .map(|j| self.wr(q, j, buf))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            self.side.qps[q].post_send_list(wrs)?;
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// The work request of iteration `i` on queue pair `q` (its data written first when
+    /// verifying).
+    fn wr(&self, q: usize, i: u64, buf: &mut [u8]) -> anyhow::Result<SendWr> {
         let p = self.p;
         let mr = &self.side.mrs[q];
         let off = self.slot_off(i);
@@ -1102,15 +1170,14 @@ impl Runner<'_> {
                 add: 1,
             },
         };
-        self.side.qps[q].post_send(SendWr {
+        Ok(SendWr {
             wr_id: (q as u64) << 40 | i,
             op,
             sg_list: vec![mr.sge(off, p.size as u32)],
             signaled: true,
             fence: false,
             solicited: false,
-        })?;
-        Ok(())
+        })
     }
 
     /// Handles one completion; checks Read data when verifying.
@@ -1151,9 +1218,10 @@ impl Runner<'_> {
         let mut completed = 0u64;
         while completed < total {
             for q in 0..nq {
-                while posted[q] < p.iters && posted[q] - done[q] < depth {
-                    self.post(q, posted[q], &mut buf)?;
-                    posted[q] += 1;
+                let to = p.iters.min(done[q] + depth);
+                if posted[q] < to {
+                    self.post_range(q, posted[q], to, &mut buf)?;
+                    posted[q] = to;
                 }
             }
             let Some(first) = self.side.cq.wait(Duration::from_secs(30))? else {

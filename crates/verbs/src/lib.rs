@@ -98,7 +98,7 @@ pub mod packet;
 
 pub use device::{
     random_psn, runtime_recovery, Ah, Congestion, Cq, Device, DeviceConfig, DeviceCounters, Error,
-    Mr, Pd, Qp, QpInit, QpMode, RemoteQp, Result, UdInit, UdQp, UdSend, Wc,
+    Mr, Pd, PostListError, Qp, QpInit, QpMode, RemoteQp, Result, UdInit, UdQp, UdSend, Wc,
     DEFAULT_IN_FLIGHT_BUDGET, MAX_SOURCE_PORTS, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};

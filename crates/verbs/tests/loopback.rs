@@ -1908,3 +1908,64 @@ fn posts_behind_packets_in_flight_leave_together_and_without_a_poll() {
         );
     }
 }
+
+/// `post_send_list` and `post_recv_list` post in order under one call, as `ibv_post_send` and
+/// `ibv_post_recv` take chained lists: every Send lands in its receive, in order, with its
+/// data, and completes once on each side. A list stops at the first work request refused,
+/// says which (`bad_wr`), and those before it complete.
+#[test]
+fn list_posts_deliver_each_in_order_and_stop_at_the_first_refused() {
+    for mode in [QpMode::Irn, QpMode::Roce] {
+        let p = pair(mode, 0.0, &QpAttr::default());
+        let (n, len) = (40u64, 100usize);
+        let src = p.a.pd.reg_mr(n as usize * len, all()).expect("mr");
+        let dst = p.b.pd.reg_mr(n as usize * len, all()).expect("mr");
+        let mut data = vec![0u8; n as usize * len];
+        pattern(7, &mut data);
+        src.write(0, &data).expect("write");
+        let recvs = (0..n).map(|i| RecvWr {
+            wr_id: 100 + i,
+            sg_list: vec![dst.sge(i * len as u64, len as u32)],
+        });
+        assert_eq!(p.b.qp.post_recv_list(recvs).expect("receives"), n as usize);
+        let sends = (0..n).map(|i| wr(i, SendOp::Send, vec![src.sge(i * len as u64, len as u32)]));
+        assert_eq!(p.a.qp.post_send_list(sends).expect("sends"), n as usize);
+        for i in 0..n {
+            let s = wait(&p.a.cq, 10);
+            assert_eq!((s.wr_id, s.status), (i, WcStatus::Success), "{mode:?}");
+            let r = wait(&p.b.cq, 10);
+            assert_eq!(
+                (r.wr_id, r.status, r.byte_len),
+                (100 + i, WcStatus::Success, len as u32)
+            );
+        }
+        let mut got = vec![0u8; data.len()];
+        dst.read(0, &mut got).expect("read");
+        assert_eq!(got, data, "{mode:?}: every Send in its own receive");
+        // An atomic with a 4-byte buffer is refused: the two Writes before it are posted.
+        let bad = wr(
+            9,
+            SendOp::FetchAdd {
+                remote: remote_of(&dst, 0),
+                add: 1,
+            },
+            vec![src.sge(0, 4)],
+        );
+        let write = |id| wr(id, SendOp::Write(remote_of(&dst, 0)), vec![src.sge(0, 8)]);
+        let e =
+            p.a.qp
+                .post_send_list([write(7), write(8), bad, write(10)])
+                .expect_err("refused");
+        assert_eq!(e.posted, 2, "{mode:?}");
+        assert!(matches!(e.error, Error::InvalidWr(_)), "{e:?}");
+        for id in [7, 8] {
+            let c = wait(&p.a.cq, 10);
+            assert_eq!((c.wr_id, c.status), (id, WcStatus::Success));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            p.a.cq.poll(8).expect("poll").is_empty(),
+            "nothing after the refused one"
+        );
+    }
+}

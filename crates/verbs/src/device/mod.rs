@@ -381,6 +381,18 @@ fn runtime_timely(line_rate_bps: u64) -> irn_transport::TimelyConfig {
 /// 800 µs (issue 21, docs/BENCHMARKS.md).
 const RUNTIME_RTT: Dur = Dur::from_micros(400);
 
+/// A list post stopped at a refused work request ([`Qp::post_send_list`],
+/// [`Qp::post_recv_list`]): the `bad_wr` of `ibv_post_send` / `ibv_post_recv`.
+#[derive(Debug, thiserror::Error)]
+#[error("work request {posted} of the list refused: {error}")]
+pub struct PostListError {
+    /// Work requests posted before it (they will complete).
+    pub posted: usize,
+    /// Why it was refused.
+    #[source]
+    pub error: Error,
+}
+
 /// Everything the verbs calls can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

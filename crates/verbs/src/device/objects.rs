@@ -563,6 +563,50 @@ impl Qp {
         self.post(|e| e.recv_cq, true, |qp| qp.post_recv(wr))
     }
 
+    /// Posts send work requests in order under one acquisition of the device, as
+    /// `ibv_post_send` takes a chained list (perftest's `--post_list`): their packets are
+    /// built in one transmit turn and leave together. Stops at the first one refused; returns
+    /// how many were posted, or which was refused and why (`bad_wr`) — those before it are
+    /// posted and will complete.
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> std::result::Result<usize, PostListError> {
+        self.post_list(|e| e.send_cq, wrs, |w| w.signaled, |qp, w| qp.post_send(w))
+    }
+
+    /// Posts receive work requests in order under one acquisition of the device
+    /// (`ibv_post_recv` with a chained list); as [`Qp::post_send_list`].
+    pub fn post_recv_list(
+        &self,
+        wrs: impl IntoIterator<Item = RecvWr>,
+    ) -> std::result::Result<usize, PostListError> {
+        self.post_list(|e| e.recv_cq, wrs, |_| true, |qp, w| qp.post_recv(w))
+    }
+
+    fn post_list<W>(
+        &self,
+        cq_of: fn(&QpEntry) -> u32,
+        wrs: impl IntoIterator<Item = W>,
+        reserve: fn(&W) -> bool,
+        post: fn(&mut QueuePair, W) -> Result<(), PostError>,
+    ) -> std::result::Result<usize, PostListError> {
+        let qpn = self.qpn;
+        let mut posted = 0;
+        self.with_flush(false, |core, _| {
+            for wr in wrs {
+                let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+                let cq_id = cq_of(e);
+                let signaled = reserve(&wr);
+                engine::post_reserving(&mut core.cqs, cq_id, signaled, || post(&mut e.qp, wr))?;
+                posted += 1;
+            }
+            Ok(())
+        })
+        .map(|()| posted)
+        .map_err(|error| PostListError { posted, error })
+    }
+
     /// Hands a work request to the queue pair (`post`) if the completion queue `cq_of` names
     /// has room for one more completion, which it reserves when `reserve`.
     fn post(
