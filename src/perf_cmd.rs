@@ -859,8 +859,9 @@ impl<'a> Receiver<'a> {
             };
             start.get_or_insert_with(Instant::now);
             // What else has completed, with the receives to replace them posted in one list per
-            // queue pair (one acquisition of the device rather than one per message).
-            let more = side.rcq.poll(255)?;
+            // queue pair (one acquisition of the device rather than one per message) — a
+            // quarter of the receive depth at most, so the queue never runs dry meanwhile.
+            let more = side.rcq.poll((self.depth / 4).max(1) as usize - 1)?;
             for wc in std::iter::once(first).chain(more) {
                 ok &= self.received(wc, &mut got, &mut buf, &mut want, &mut repost)?;
                 done += 1;

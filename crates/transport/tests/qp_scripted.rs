@@ -635,6 +635,36 @@ fn irn_receiver_with_nack_bitmaps_sends_one_nack_per_burst_saying_everything() {
     );
 }
 
+/// A loss bitmap reaches 512 PSNs past the hole: an arrival beyond that (an out-of-order
+/// window that wide, here IRN without BDP-FC) gets the paper's NACK, which SACKs it alone and
+/// is not replaced by the bitmap NACKs that follow.
+#[test]
+fn an_arrival_beyond_the_bitmaps_reach_gets_a_plain_nack_that_stays() {
+    let mut q = qp(RecoveryConfig {
+        nack_bitmap: true,
+        ..RecoveryConfig::irn_without_bdp_fc()
+    });
+    let n = 700u32;
+    let (mut mem, _, remote, _) = memory(n as usize * 1024);
+    let chunk = vec![7u8; 1024];
+    for i in [0u32, 600, 5] {
+        let p = write_pkt(i, 1024, remote, n * 1024, true);
+        q.handle_packet(T0, &p, &chunk, Ecn::NotEct, &mut mem);
+    }
+    let a = Opcode::RC_ACKNOWLEDGE;
+    assert_eq!(
+        drain(&mut q, T0, &mem)
+            .iter()
+            .map(with_lost)
+            .collect::<Vec<_>>(),
+        vec![
+            ((a, 0, Some(ACK), Some(0)), vec![]),
+            ((a, 1, Some(NAK_SEQ), Some(600)), vec![]),
+            ((a, 1, Some(NAK_SEQ), Some(5)), vec![1, 2, 3, 4]),
+        ]
+    );
+}
+
 /// A NACK's loss bitmap tells an IRN sender which packets arrived although their own NACKs
 /// were lost: it resends exactly the ones marked missing. The paper's NACK (the triggering
 /// PSN alone) makes every unSACKed packet below it lost.

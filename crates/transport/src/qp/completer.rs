@@ -78,9 +78,11 @@ impl QueuePair {
                 Syndrome::Ack(_) | Syndrome::Nak(NakCode::PsnSequenceError)
             )
         {
-            // ECN echo accounting (SPEC T9): an IRN ACK or NACK answers exactly one arrived
-            // packet, marked or not — NACKs too, or a controller would see no marks while a
-            // hole is open, which is when they matter.
+            // ECN echo accounting (SPEC T9): an IRN ACK or NACK answers one arrived packet,
+            // marked or not — NACKs too, or a controller would see no marks while a hole is
+            // open, which is when they matter. (Unmarked ones waiting together in the
+            // responder collapse into the newest, and marked ones never do, so a controller
+            // counting echoes against (N)ACKs sees a somewhat larger marked fraction.)
             let unit = u64::from(self.mtu());
             self.cc.on_ecn_echo(now, if echo { unit } else { 0 }, unit);
         }

@@ -192,7 +192,8 @@ pub struct Counters {
     /// ACKs generated (plain and read ACKs); consecutive plain ACKs still queued together
     /// leave as one packet, the newest (a runtime that answers a received burst at once).
     pub acks_sent: u64,
-    /// NACKs / sequence-error NAKs sent.
+    /// NACKs / sequence-error NAKs generated; with `RecoveryConfig::nack_bitmap`, NACKs still
+    /// queued together leave as one packet, the newest.
     pub nacks_sent: u64,
     /// NACKs / sequence-error NAKs received.
     pub nacks_received: u64,

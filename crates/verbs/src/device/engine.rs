@@ -34,7 +34,7 @@ impl Core {
     }
 
     /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets, built into the transmit
-    /// batch, which leaves when the caller's work is done ([`Core::flush_tx`]: a verb's, or a
+    /// batch, which leaves when the caller's work is done ([`Shared::flush`]: a verb's, or a
     /// whole received burst's — so the ACKs a burst provokes go out together). Returns whether
     /// it may have more (then it is in `tx_pending`), or waits for the in-flight budget
     /// while the budget has room (then the engine should run).
@@ -281,7 +281,6 @@ impl Core {
         }
     }
 
-    /// Packets in the transmit batch, not yet sent.
     /// Packets built and not yet sent.
     pub(super) fn tx_waiting(&self) -> bool {
         self.tx.waiting()
@@ -641,13 +640,7 @@ pub(super) fn release(
             let sport = bytes
                 .get(hdr - UDP_LEN..hdr - UDP_LEN + 2)
                 .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-            let Some((sock, _)) = Core::sender(
-                &mut core.src_socks,
-                sock,
-                &mut core.udp_no_check,
-                core.local,
-                sport,
-            ) else {
+            let Some(sock) = Core::sender(&core.src_socks, sock, core.local, sport) else {
                 core.counters.tx_errors += 1;
                 return;
             };

@@ -656,12 +656,10 @@ pub(crate) struct Core {
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`Qp::set_peer_gso`]).
     gso_turn: bool,
-    /// The UDP socket currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
-    udp_no_check: bool,
     /// Send-only sockets bound to the UDP source ports of this device's queue pairs
     /// ([`net::roce_source_port`]), opened as queue pairs connect and closed when the last
     /// one using a port is gone, at most [`MAX_SOURCE_PORTS`] at once.
-    src_socks: BTreeMap<u16, SourceSocket>,
+    src_socks: BTreeMap<u16, Arc<SourceSocket>>,
     /// The send buffer each of them gets.
     socket_buffer: usize,
     /// The receive buffer asked for so far, and what the connected queue pairs' peers may have
@@ -672,12 +670,13 @@ pub(crate) struct Core {
     payload: Vec<u8>,
 }
 
-/// A send-only socket on one queue-pair source port.
+/// A send-only socket on one queue-pair source port (shared with the transmit batches sealed
+/// for it, which may leave after it is closed here).
 pub(crate) struct SourceSocket {
-    /// Shared with transmit batches sealed for it, which may leave after it is closed here.
-    sock: Arc<UdpSocket>,
-    /// It currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`).
-    no_check: bool,
+    sock: UdpSocket,
+    /// It currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`): read and switched
+    /// only by the thread sending a batch, one at a time (`tx.rs`).
+    no_check: AtomicBool,
 }
 
 /// The most source-port sockets a device has open at once (file descriptors): a queue pair
@@ -701,14 +700,9 @@ impl Core {
         }
         match net::open_source_socket(self.local.ip(), port, self.socket_buffer) {
             Ok(sock) => {
-                let no_check = self.local.is_ipv4();
-                self.src_socks.insert(
-                    port,
-                    SourceSocket {
-                        sock: Arc::new(sock),
-                        no_check,
-                    },
-                );
+                let no_check = AtomicBool::new(self.local.is_ipv4());
+                self.src_socks
+                    .insert(port, Arc::new(SourceSocket { sock, no_check }));
                 port
             }
             Err(_) => {
@@ -725,22 +719,19 @@ impl Core {
         }
     }
 
-    /// The socket that sends packets built with source port `port` (their ICRC covers it) and
-    /// whether it currently sends IPv4 without a checksum: the device's own (`main`) for its
-    /// port, that port's otherwise — `None` once the last queue pair using the port is gone.
+    /// The socket that sends packets built with source port `port` (their ICRC covers it):
+    /// the device's own (`main`) for its port, that port's otherwise — `None` once the last
+    /// queue pair using the port is gone.
     fn sender<'a>(
-        src_socks: &'a mut BTreeMap<u16, SourceSocket>,
+        src_socks: &'a BTreeMap<u16, Arc<SourceSocket>>,
         main: &'a UdpSocket,
-        main_no_check: &'a mut bool,
         local: SocketAddr,
         port: u16,
-    ) -> Option<(&'a UdpSocket, &'a mut bool)> {
+    ) -> Option<&'a UdpSocket> {
         if port == local.port() {
-            Some((main, main_no_check))
+            Some(main)
         } else {
-            src_socks
-                .get_mut(&port)
-                .map(|s| (&*s.sock, &mut s.no_check))
+            src_socks.get(&port).map(|s| &s.sock)
         }
     }
 }
@@ -910,12 +901,11 @@ impl Device {
             counters: DeviceCounters::default(),
             capture,
             verify_icrc: socks.verifies_icrc(),
-            tx: tx::TxState::new(),
+            tx: tx::TxState::new(local.is_ipv4()),
             doorbell: false,
             rx_scratch: Vec::new(),
             turns_due: Vec::new(),
             gso_turn: false,
-            udp_no_check: local.is_ipv4(),
             src_socks: BTreeMap::new(),
             socket_buffer: cfg.socket_buffer,
             rx_buffer: cfg.socket_buffer,

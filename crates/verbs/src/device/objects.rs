@@ -564,8 +564,9 @@ impl Qp {
     }
 
     /// Posts send work requests in order under one acquisition of the device, as
-    /// `ibv_post_send` takes a chained list (perftest's `--post_list`): their packets are
-    /// built in one transmit turn and leave together. Stops at the first one refused; returns
+    /// `ibv_post_send` takes a chained list (perftest's `--post_list`): the queue pair's turn
+    /// builds their first packets at once (up to a turn's 32) and the engine the rest, and
+    /// they leave in as few system calls as the batch allows. Stops at the first one refused; returns
     /// how many were posted, or which was refused and why (`bad_wr`) — those before it are
     /// posted and will complete.
     pub fn post_send_list(

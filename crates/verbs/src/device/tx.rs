@@ -2,8 +2,8 @@
 //!
 //! Packets are built in place, under the lock, into the current [`TxQueue`]: `TX_SLOTS` slots
 //! of `SLOT` bytes, grouped into messages (one datagram each, or a UDP GSO run). A full or
-//! flushed queue is *sealed*: the sockets its runs of messages leave from, and the
-//! `SO_NO_CHECK` changes they need, are decided then, in order, and it joins the ready list.
+//! flushed queue is *sealed* — the socket each run of its messages leaves from is decided then
+//! — and joins the ready list.
 //!
 //! * [`Shared::flush`] — the end of an engine wake-up or burst, a post to an idle queue pair,
 //!   a completion-queue poll — sends the ready queues with the lock released around each
@@ -14,17 +14,22 @@
 //! * [`Core::flush_tx`] — a batch filled in the middle of a transmit turn, a queue pair or the
 //!   device closing — sends under the lock, after whatever is being sent without it.
 //!
-//! Order on the wire is the order of sealing, as before; counters count what the kernel took
-//! once the queue has left.
+//! Every send holds `send_order`, so order on the wire is the order of sealing, as before, and
+//! the sockets' `SO_NO_CHECK` switches happen in that order too. Counters count what the
+//! kernel took once the queue has left.
 
 use std::collections::VecDeque;
 use std::net::UdpSocket;
 use std::ops::Range;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Core, Shared, SLOT, TX_SLOTS};
+use super::{Core, Shared, SourceSocket, SLOT, TX_SLOTS};
 use crate::net;
+
+/// Ready queues one [`Shared::flush`] sends at most; the engine, woken, sends the rest.
+const FLUSH_MAX: usize = 8;
 
 /// One batch of packets built in place, and how it leaves.
 pub(crate) struct TxQueue {
@@ -41,10 +46,19 @@ pub(crate) struct TxQueue {
 /// A run of messages that leave from one socket.
 struct TxRun {
     /// The source port's socket; `None`: the device's own.
-    sock: Option<Arc<UdpSocket>>,
-    /// Switch the socket's `SO_NO_CHECK` to this first.
-    no_check: Option<bool>,
+    sock: Option<Arc<SourceSocket>>,
+    /// Its messages may be GSO runs, which need a UDP checksum (the kernel refuses UDP GSO
+    /// without one, `udp_send_skb`); others go without one over IPv4, as rxe sends them.
+    checksum: bool,
     msgs: Range<usize>,
+}
+
+/// How a sealed queue leaves: the device's own socket, whether it currently sends IPv4
+/// without a checksum, and whether the device is IPv4.
+pub(super) struct MainSocket<'a> {
+    pub(super) sock: &'a UdpSocket,
+    pub(super) no_check: &'a AtomicBool,
+    pub(super) ipv4: bool,
 }
 
 impl TxQueue {
@@ -67,8 +81,12 @@ impl TxQueue {
         self.runs.clear();
     }
 
-    /// Sends a sealed queue: each run from its socket, in order.
-    fn send(&self, main: &UdpSocket) -> net::Sent {
+    /// Sends a sealed queue: each run from its socket, in order, switching the socket's
+    /// `SO_NO_CHECK` first where the run needs the other setting (rarely: a device's queue
+    /// pairs are usually all of one kind). Only the thread holding `send_order` calls this,
+    /// so the switches and their record follow the order of the sends; a switch that fails
+    /// is not recorded, and the next run tries again.
+    fn send(&self, main: &MainSocket<'_>) -> net::Sent {
         let packets: Vec<&[u8]> = self
             .batch
             .iter()
@@ -76,11 +94,15 @@ impl TxQueue {
             .collect();
         let mut total = net::Sent::default();
         for run in &self.runs {
-            let sock = run.sock.as_deref().unwrap_or(main);
-            if let Some(on) = run.no_check {
-                // Decided when the queue was sealed, in sending order; a failure leaves the
-                // socket as it was (with a checksum: always correct, only slower).
-                let _ = net::sys::set_no_check(sock.as_fd(), on);
+            let (sock, no_check) = match &run.sock {
+                Some(s) => (&s.sock, &s.no_check),
+                None => (main.sock, main.no_check),
+            };
+            if main.ipv4
+                && no_check.load(Ordering::Relaxed) == run.checksum
+                && net::sys::set_no_check(sock.as_fd(), !run.checksum).is_ok()
+            {
+                no_check.store(!run.checksum, Ordering::Relaxed);
             }
             let sent = net::send_batch(sock, &self.msgs[run.msgs.clone()], &packets);
             total.packets += sent.packets;
@@ -103,16 +125,22 @@ pub(crate) struct TxState {
     /// Held around each send: a thread that sends under the device's lock waits for a queue
     /// being sent without it, which was sealed earlier.
     send_order: Arc<Mutex<()>>,
+    /// The device's own socket currently sends IPv4 without a checksum (`SO_NO_CHECK`).
+    main_no_check: Arc<AtomicBool>,
+    ipv4: bool,
 }
 
 impl TxState {
-    pub(super) fn new() -> TxState {
+    pub(super) fn new(ipv4: bool) -> TxState {
         TxState {
             cur: TxQueue::new(),
             ready: VecDeque::new(),
             spare: Vec::new(),
             sending: false,
             send_order: Arc::new(Mutex::new(())),
+            // An IPv4 socket is opened without checksums, as rxe sends (`net`).
+            main_no_check: Arc::new(AtomicBool::new(ipv4)),
+            ipv4,
         }
     }
 
@@ -124,9 +152,8 @@ impl TxState {
 
 impl Core {
     /// Seals the queue being filled, if it holds packets: decides the socket of each run of its
-    /// messages (the one bound to the source port its packets were built with, their ICRC
-    /// covers it) and the `SO_NO_CHECK` switches on the way (GSO needs UDP checksums; single
-    /// IPv4 datagrams go without, as rxe sends them), and queues it to be sent.
+    /// messages — the one bound to the source port its packets were built with (their ICRC
+    /// covers it) — and queues it to be sent.
     pub(super) fn seal_tx(&mut self) {
         self.doorbell = false;
         if self.tx.cur.batch.is_empty() {
@@ -141,10 +168,10 @@ impl Core {
                 .iter()
                 .take_while(|m| m.coalesce == checksum && m.sport == sport)
                 .count();
-            let (sock, no_check) = if sport == self.local.port() {
-                (None, &mut self.udp_no_check)
-            } else if let Some(s) = self.src_socks.get_mut(&sport) {
-                (Some(s.sock.clone()), &mut s.no_check)
+            let sock = if sport == self.local.port() {
+                None
+            } else if let Some(s) = self.src_socks.get(&sport) {
+                Some(s.clone())
             } else {
                 // Its queue pair is gone, and the port's socket with it: lost, counted.
                 let lost: usize = q.msgs[at..at + run].iter().map(|m| m.count).sum();
@@ -152,13 +179,9 @@ impl Core {
                 at += run;
                 continue;
             };
-            let switch = (self.local.is_ipv4() && *no_check == checksum).then(|| {
-                *no_check = !checksum;
-                !checksum
-            });
             q.runs.push(TxRun {
                 sock,
-                no_check: switch,
+                checksum,
                 msgs: at..at + run,
             });
             at += run;
@@ -173,10 +196,15 @@ impl Core {
     /// for it.
     pub(super) fn flush_tx(&mut self, main: &UdpSocket) {
         self.seal_tx();
-        let order = self.tx.send_order.clone();
+        let (order, no_check) = (self.tx.send_order.clone(), self.tx.main_no_check.clone());
+        let main = MainSocket {
+            sock: main,
+            no_check: &no_check,
+            ipv4: self.tx.ipv4,
+        };
         let _turn = order.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(q) = self.tx.ready.pop_front() {
-            let sent = q.send(main);
+            let sent = q.send(&main);
             self.count_sent(sent, q);
         }
     }
@@ -189,7 +217,7 @@ impl Core {
         self.counters.tx_calls += sent.calls;
         q.clear();
         // A few spares: more were made only for a burst.
-        if self.tx.spare.len() < 2 {
+        if self.tx.spare.len() < 4 {
             self.tx.spare.push(q);
         }
     }
@@ -197,24 +225,37 @@ impl Core {
 
 impl Shared {
     /// Sends what the transmit batch holds: seals it and, unless another thread is sending
-    /// already (which then sends it too, in order), sends every ready queue with the lock
-    /// released around each `sendmmsg`. Returns the lock, held again.
+    /// already (which then sends it too, in order), sends the ready queues with the lock
+    /// released around each `sendmmsg` — at most [`FLUSH_MAX`] of them, the engine woken for
+    /// the rest, so that a posting thread does not end up sending for everyone. Returns the
+    /// lock, held again.
     pub(crate) fn flush<'a>(&'a self, mut core: MutexGuard<'a, Core>) -> MutexGuard<'a, Core> {
         core.seal_tx();
         if core.tx.sending || core.tx.ready.is_empty() {
             return core;
         }
         core.tx.sending = true;
-        let order = core.tx.send_order.clone();
-        while let Some(q) = core.tx.ready.pop_front() {
+        let (order, no_check) = (core.tx.send_order.clone(), core.tx.main_no_check.clone());
+        let main = MainSocket {
+            sock: &self.socks.udp,
+            no_check: &no_check,
+            ipv4: core.tx.ipv4,
+        };
+        for _ in 0..FLUSH_MAX {
+            let Some(q) = core.tx.ready.pop_front() else {
+                break;
+            };
             let turn = order.lock().unwrap_or_else(|p| p.into_inner());
             drop(core);
-            let sent = q.send(&self.socks.udp);
+            let sent = q.send(&main);
             drop(turn);
             core = self.lock();
             core.count_sent(sent, q);
         }
         core.tx.sending = false;
+        if !core.tx.ready.is_empty() {
+            self.wake_engine();
+        }
         core
     }
 }

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use irn_wire::{
     AethRepr, AtomicAckEthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, NakCode, Opcode, Psn,
-    RethRepr, Syndrome,
+    RethRepr, Syndrome, MAX_BITMAP_WORDS,
 };
 
 use super::{ReadSource, ResponderWire, Saved, SavedKind};
@@ -132,13 +132,18 @@ impl QueuePair {
 
     /// An IRN NACK for the expected PSN (IRN §3.1), triggered by the arrival of `psn` while a
     /// hole is open. Its SACK is `psn`, or with [`nack_bitmap`] the highest PSN that arrived,
-    /// with the loss bitmap up to it: that NACK replaces the (N)ACK waiting before it.
+    /// with the loss bitmap up to it: that NACK replaces the (N)ACK waiting before it. A
+    /// bitmap reaches 512 PSNs past the hole ([`MAX_BITMAP_WORDS`] words); a trigger beyond
+    /// that (an out-of-order window wider than 512: IRN without BDP-FC, or a BDP cap above 512
+    /// packets) gets the paper's NACK, which SACKs it alone and replaces nothing.
     ///
     /// [`nack_bitmap`]: crate::RecoveryConfig::nack_bitmap
     pub(super) fn queue_nack(&mut self, psn: Psn, becn: bool) {
         self.rsp.delack = None;
         self.counters.nacks_sent += 1;
-        let bitmap = if self.cfg.recovery.nack_bitmap {
+        let reach = 32 * MAX_BITMAP_WORDS as i32;
+        let bitmap = if self.cfg.recovery.nack_bitmap && self.rsp.rwin.epsn().distance(psn) < reach
+        {
             self.rsp.rwin.loss_bitmap()
         } else {
             None
