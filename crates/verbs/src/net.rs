@@ -384,8 +384,10 @@ pub(crate) struct Rx {
     /// ICRC) without IP and UDP headers, from this sender with this ECN field. Rebuilding
     /// headers in front of every segment meant copying every byte a GSO peer sent once more
     /// (issue 21: a fifth of the receiver's cycles); they are built only where a packet's
-    /// headers are needed ([`with_headers`]).
-    pub(crate) segment: Option<(SocketAddr, Ecn)>,
+    /// headers are needed ([`with_headers`]). With its index in the datagram: a GSO sender's
+    /// kernel numbered the IPv4 identifications of its segments 0, 1, 2, … ([`TxMsg`]), and an
+    /// irn sender's ICRCs cover them.
+    pub(crate) segment: Option<(SocketAddr, Ecn, u16)>,
     /// It did not fit the buffer (not a RoCEv2 packet this device could have sent) or, on the
     /// UDP path, came without a usable source address: counted as malformed, never parsed.
     pub(crate) malformed: bool,
@@ -472,7 +474,7 @@ impl RxBatch {
             if seg == 0 || seg >= len {
                 // Rebuild the IP and UDP headers in front of the payload.
                 self.got.push(
-                    match prepend_headers(&mut self.bufs[i], from, socks.local, len, ecn) {
+                    match prepend_headers(&mut self.bufs[i], from, socks.local, len, ecn, 0) {
                         Some(start) => Rx {
                             buf: i,
                             start,
@@ -488,6 +490,7 @@ impl RxBatch {
             // A coalesced datagram: its segments stay where they are.
             self.coalesced += 1;
             let mut at = HEADROOM;
+            let mut k = 0u16;
             while at < HEADROOM + len {
                 let n = seg.min(HEADROOM + len - at);
                 self.got.push(Rx {
@@ -495,9 +498,10 @@ impl RxBatch {
                     start: at,
                     len: n,
                     malformed: false,
-                    segment: Some((from, ecn)),
+                    segment: Some((from, ecn, k)),
                 });
                 at += n;
+                k = k.wrapping_add(1);
             }
         }
     }
@@ -510,12 +514,13 @@ pub(crate) fn with_headers<'a>(
     from: SocketAddr,
     local: SocketAddr,
     ecn: Ecn,
+    ident: u16,
     payload: &[u8],
 ) -> Option<&'a [u8]> {
     scratch.clear();
     scratch.resize(HEADROOM, 0);
     scratch.extend_from_slice(payload);
-    let start = prepend_headers(scratch, from, local, payload.len(), ecn)?;
+    let start = prepend_headers(scratch, from, local, payload.len(), ecn, ident)?;
     Some(&scratch[start..])
 }
 
@@ -527,8 +532,12 @@ fn prepend_headers(
     local: SocketAddr,
     len: usize,
     ecn: Ecn,
+    ident: u16,
 ) -> Option<usize> {
     let (mut ip, udp) = headers(from, local, ecn)?;
+    if let IpRepr::V4(v4) = &mut ip {
+        v4.ident = ident;
+    }
     ip.set_payload_len(UDP_LEN + len);
     let start = HEADROOM.checked_sub(ip.header_len() + UDP_LEN)?;
     let packet = buf.get_mut(start..HEADROOM + len)?;
@@ -1293,6 +1302,7 @@ mod tests {
             "10.0.0.2:4791".parse().expect("addr"),
             payload.len(),
             Ecn::NotEct,
+            0,
         )
         .expect("room");
         assert_eq!(&buf[start..HEADROOM + payload.len()], &p[..]);

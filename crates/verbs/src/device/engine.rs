@@ -302,16 +302,15 @@ impl Core {
     }
 
     /// A segment of a coalesced datagram, its UDP payload `datagram` from `from` with ECN
-    /// field `ecn` ([`net::Rx::segment`]). Where nothing needs its IP header — no capture, no
-    /// ICRC to verify (an IPv4 UDP path), no receive impairment, a connected queue pair's —
-    /// it is processed where it lies; otherwise the packet is rebuilt first, as every segment
-    /// once was.
+    /// field `ecn`, the `k`th of its datagram ([`net::Rx::segment`]). Where nothing needs its
+    /// IP header — no capture, no ICRC to verify (an IPv4 UDP path), no receive impairment, a
+    /// connected queue pair's — it is processed where it lies; otherwise the packet is rebuilt
+    /// first (IPv4 identification `k`, as a GSO sender's kernel numbered it).
     pub(super) fn receive_segment(
         &mut self,
         sock: &UdpSocket,
         now: Time,
-        from: SocketAddr,
-        ecn: Ecn,
+        (from, ecn, k): (SocketAddr, Ecn, u16),
         datagram: &[u8],
     ) {
         let qpn = datagram
@@ -323,7 +322,7 @@ impl Core {
             || qpn.is_some_and(|q| self.uds.contains_key(&q));
         if headers_needed {
             let mut scratch = std::mem::take(&mut self.rx_scratch);
-            match net::with_headers(&mut scratch, from, self.local, ecn, datagram) {
+            match net::with_headers(&mut scratch, from, self.local, ecn, k, datagram) {
                 Some(p) if self.rx_imp.is_active() => impair(self, sock, now, None, p),
                 Some(p) => self.receive(now, p),
                 None => {
@@ -744,8 +743,8 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
                 continue;
             }
             let packet = batch.packet(rx);
-            if let Some((from, ecn)) = rx.segment {
-                core.receive_segment(sock, now, from, ecn, packet);
+            if let Some((from, ecn, k)) = rx.segment {
+                core.receive_segment(sock, now, (from, ecn, k), packet);
                 continue;
             }
             if !core.rx_imp.is_active() {
