@@ -137,6 +137,28 @@ fn every_operation_under_loss_in_every_mode() {
     }
 }
 
+/// A 10 Gb/s link with a 50 µs one-way latency, no impairment.
+fn ten_gig() -> LinkConfig {
+    LinkConfig {
+        latency: Dur::from_micros(50),
+        bandwidth_bps: 10_000_000_000,
+        ..LinkConfig::default()
+    }
+}
+
+/// `n` signaled 64 KiB Writes.
+fn writes_64k(n: usize) -> Vec<Op> {
+    (0..n)
+        .map(|_| Op {
+            kind: Kind::Write,
+            len: 65536,
+            signaled: true,
+            fence: false,
+            sges: 1,
+        })
+        .collect()
+}
+
 /// IRN's selective repeat recovers a lost retransmission only by its timer (IRN §3.1); with
 /// `resend_lost_retransmissions` a later packet's SACK resends it. A 64 KiB-message stream at
 /// 5 % loss each way (so ~10 % of retransmissions are lost again), the paper's timers: on every
@@ -145,20 +167,10 @@ fn every_operation_under_loss_in_every_mode() {
 #[test]
 fn resending_lost_retransmissions_replaces_timeouts() {
     let link = LinkConfig {
-        latency: Dur::from_micros(50),
-        bandwidth_bps: 10_000_000_000,
         loss: 0.05,
-        ..LinkConfig::default()
+        ..ten_gig()
     };
-    let ops: Vec<Op> = (0..200)
-        .map(|_| Op {
-            kind: Kind::Write,
-            len: 65536,
-            signaled: true,
-            fence: false,
-            sges: 1,
-        })
-        .collect();
+    let ops = writes_64k(200);
     let (mut timeouts_without, mut timeouts_with) = (0, 0);
     for seed in 1..=5 {
         let [without, with] = [false, true].map(|on| {
@@ -195,20 +207,8 @@ fn nack_bitmaps_make_lost_nacks_cost_no_resends() {
     use irn_transport::pair::Side;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
-    let link = LinkConfig {
-        latency: Dur::from_micros(50),
-        bandwidth_bps: 10_000_000_000,
-        ..LinkConfig::default()
-    };
-    let ops: Vec<Op> = (0..100)
-        .map(|_| Op {
-            kind: Kind::Write,
-            len: 65536,
-            signaled: true,
-            fence: false,
-            sges: 1,
-        })
-        .collect();
+    let link = ten_gig();
+    let ops = writes_64k(100);
     for seed in 1..=4 {
         let [without, with] = [false, true].map(|on| {
             let rec = RecoveryConfig {
