@@ -218,8 +218,9 @@ pub struct RecoveryConfig {
     /// sender resend the packet it would have SACKed, and (2) NACKs waiting in the control
     /// queue collapse into the newest, as plain ACKs do. IRN §3.1 NACKs every packet behind a
     /// hole with that one packet's PSN; on loopback at 1 % loss each way that was 63 000 NACKs
-    /// for 96 000 data packets and a spurious resend per NACK lost (issue 21). Every IRN
-    /// requester reads the bitmap when a NACK carries one.
+    /// for 96 000 data packets and a spurious resend per NACK lost (issue 21). The requester's
+    /// read NACKs for Read responses (IRN §5.4) do the same. Every IRN sender reads the bitmap
+    /// when a NACK carries one.
     pub nack_bitmap: bool,
     /// With a hole rule: re-request every run of missing Read chunks at once (seed 002's
     /// example), or — `false` — only the first run, each time the in-order point stops at a

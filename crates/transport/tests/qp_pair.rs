@@ -201,43 +201,64 @@ fn resending_lost_retransmissions_replaces_timeouts() {
 /// `nack_bitmap` the next NACK carries the receiver's whole loss bitmap and covers the lost
 /// one. A 64 KiB-message stream with 1 % of data and 5 % of (N)ACKs dropped, the paper's
 /// timers: on every seed the bitmap resends at most a fifth of what the plain NACKs resend
-/// beyond the data actually lost, with the same bytes delivered.
+/// beyond the data actually lost, with the same bytes delivered — Writes (the responder's
+/// NACKs, the requester resends) and Reads (the requester's read NACKs in the rPSN space, the
+/// responder resends its responses) alike.
 #[test]
 fn nack_bitmaps_make_lost_nacks_cost_no_resends() {
+    for kind in [Kind::Write, Kind::Read] {
+        let mut ops = writes_64k(100);
+        ops.iter_mut().for_each(|o| o.kind = kind);
+        for seed in 1..=4 {
+            let [without, with] = [false, true].map(|on| resends_beyond_loss(&ops, on, seed));
+            assert!(
+                without >= 10 && with * 5 <= without,
+                "{kind:?}, seed {seed}: resends beyond the data lost: {with} with bitmaps, \
+                 {without} without"
+            );
+        }
+    }
+}
+
+/// Runs `ops` from A with 1 % of the data and 5 % of the acknowledgements dropped; returns
+/// what the data's sender retransmitted beyond the data packets dropped.
+fn resends_beyond_loss(ops: &[Op], bitmaps: bool, seed: u64) -> u64 {
     use irn_transport::pair::Side;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
-    let link = ten_gig();
-    let ops = writes_64k(100);
-    for seed in 1..=4 {
-        let [without, with] = [false, true].map(|on| {
-            let rec = RecoveryConfig {
-                nack_bitmap: on,
-                ..RecoveryConfig::irn()
-            };
-            let mut pair = pair_for(rec, link, seed, 4096);
-            let data_lost = Arc::new(AtomicU64::new(0));
-            let lost = data_lost.clone();
-            let mut rng = Rng::new(seed);
-            pair.set_tap(move |to, pkt| {
-                let drop = rng.chance(if to == Side::B { 0.01 } else { 0.05 });
-                if drop && to == Side::B && pkt.ib.bth.opcode.is_request() {
-                    lost.fetch_add(1, Ordering::Relaxed);
-                }
-                !drop
-            });
-            let w = Workload::post(&mut pair, &ops, seed);
-            assert!(pair.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000));
-            w.check(&pair)
-                .unwrap_or_else(|e| panic!("seed {seed}, bitmap {on}: {e}"));
-            let retx = pair.a.counters().retransmitted;
-            retx.saturating_sub(data_lost.load(Ordering::Relaxed))
-        });
-        assert!(
-            without >= 10 && with * 5 <= without,
-            "seed {seed}: resends beyond the data lost: {with} with bitmaps, {without} without"
-        );
-    }
+    let rec = RecoveryConfig {
+        nack_bitmap: bitmaps,
+        ..RecoveryConfig::irn()
+    };
+    let reads = ops.iter().any(|o| o.kind == Kind::Read);
+    // Writes' data goes to B and their ACKs to A; Reads' responses to A and read ACKs to B.
+    let data_to = if reads { Side::A } else { Side::B };
+    let mut pair = pair_for(rec, ten_gig(), seed, 4096);
+    let data_lost = Arc::new(AtomicU64::new(0));
+    let lost = data_lost.clone();
+    let mut rng = Rng::new(seed);
+    pair.set_tap(move |to, pkt| {
+        let op = pkt.ib.bth.opcode;
+        let data = if reads {
+            op.is_read_response()
+        } else {
+            op.is_request()
+        };
+        let drop = rng.chance(if to == data_to { 0.01 } else { 0.05 });
+        if drop && to == data_to && data {
+            lost.fetch_add(1, Ordering::Relaxed);
+        }
+        !drop
+    });
+    let w = Workload::post(&mut pair, ops, seed);
+    assert!(pair.drive_until(Time::ZERO + Dur::from_millis(60_000), 50_000_000));
+    w.check(&pair)
+        .unwrap_or_else(|e| panic!("seed {seed}, bitmaps {bitmaps}: {e}"));
+    let sender = if reads { &pair.b } else { &pair.a };
+    sender
+        .counters()
+        .retransmitted
+        .saturating_sub(data_lost.load(Ordering::Relaxed))
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {

@@ -460,6 +460,9 @@ impl QueuePair {
                 if matches!(a, Arrival::Ahead(_)) {
                     self.counters.out_of_order += 1;
                     self.queue_read_ack(Syndrome::Nak(NakCode::PsnSequenceError), Some(psn));
+                } else if self.cfg.recovery.nack_bitmap && self.cmp.rrecv.held() > 0 {
+                    // With NACK bitmaps, an arrival that leaves a hole open says so.
+                    self.queue_read_ack(Syndrome::Nak(NakCode::PsnSequenceError), Some(psn));
                 } else {
                     self.queue_read_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn));
                 }
@@ -482,6 +485,12 @@ impl QueuePair {
         }
     }
 
+    /// A read (N)ACK in the rPSN space (IRN §5.4). With [`nack_bitmap`], as the responder's
+    /// NACKs ([`QueuePair::queue_nack`]): a NACK carries the loss bitmap up to the highest
+    /// response that arrived (within 512 of the hole), and replaces the read (N)ACK waiting
+    /// before it, as a plain read ACK does once nothing is held.
+    ///
+    /// [`nack_bitmap`]: crate::RecoveryConfig::nack_bitmap
     fn queue_read_ack(&mut self, syndrome: Syndrome, sack: Option<Psn>) {
         let (psn, is_nak) = match syndrome {
             Syndrome::Nak(_) => (self.cmp.rrecv.epsn(), true),
@@ -492,10 +501,38 @@ impl QueuePair {
         } else {
             self.counters.acks_sent += 1;
         }
+        let bitmaps = self.cfg.recovery.nack_bitmap;
+        let reach = 32 * irn_wire::MAX_BITMAP_WORDS as i32;
+        let (sack, lost) = match sack {
+            Some(s) if bitmaps && is_nak && psn.distance(s) < reach => {
+                match self.cmp.rrecv.loss_bitmap() {
+                    Some((b, highest)) => (Some(highest), Some(b)),
+                    None => (Some(s), None),
+                }
+            }
+            other => (other, None),
+        };
+        let supersedes = bitmaps && (lost.is_some() || self.cmp.rrecv.held() == 0);
+        if let Some(Ctrl::ReadAck {
+            syndrome: old,
+            lost: old_lost,
+            ..
+        }) = self.ctrl.back()
+        {
+            let stale = match old {
+                Syndrome::Ack(_) => true,
+                Syndrome::Nak(NakCode::PsnSequenceError) => old_lost.is_some(),
+                _ => false,
+            };
+            if supersedes && stale {
+                self.ctrl.pop_back();
+            }
+        }
         self.ctrl.push_back(Ctrl::ReadAck {
             psn,
             syndrome,
             sack,
+            lost,
         });
     }
 

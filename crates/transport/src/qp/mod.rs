@@ -75,6 +75,8 @@ enum Ctrl {
         psn: Psn,
         syndrome: Syndrome,
         sack: Option<Psn>,
+        /// The requester's loss bitmap of the rPSN space, as on [`Ctrl::Ack`].
+        lost: Option<LossBitmap>,
     },
     /// Congestion notification (notification point, RoCEv2 annex A17.9).
     Cnp,
@@ -880,7 +882,8 @@ impl QueuePair {
                 psn,
                 syndrome,
                 sack,
-            } => self.build_ack(Opcode::RC_IRN_READ_ACK, psn, syndrome, 0, sack, None, false),
+                lost,
+            } => self.build_ack(Opcode::RC_IRN_READ_ACK, psn, syndrome, 0, sack, lost, false),
             Ctrl::Cnp => {
                 let mut bth = self.bth(Opcode::CNP, Psn::new(0));
                 bth.tver = TVER_STANDARD;

@@ -218,8 +218,14 @@ impl QueuePair {
                 match mode {
                     Retransmission::GoBackN | Retransmission::GoBack0 => r.win.go_back(psn),
                     _ => {
-                        if let Some(s) = sack {
-                            r.win.sack(now, s);
+                        match (sack, ib.irn.and_then(|i| i.loss_bitmap)) {
+                            (Some(s), Some(lost)) => {
+                                if !r.win.sack_all_but(now, psn, &lost, s) {
+                                    self.counters.dropped_invalid += 1;
+                                }
+                            }
+                            (Some(s), None) => r.win.sack(now, s),
+                            (None, _) => {}
                         }
                         r.win.enter_recovery(false);
                     }
