@@ -90,6 +90,16 @@ impl<A> RecvWindow<A> {
         Some((b, self.epsn.add(highest as u32)))
     }
 
+    /// The loss bitmap for a NACK that `trigger`'s arrival provokes ([`RecvWindow::loss_bitmap`]),
+    /// or `None` when `trigger` lies beyond a bitmap's reach ([`MAX_BITMAP_WORDS`] words past
+    /// the expected PSN: an out-of-order window wider than 512), and the NACK must SACK it alone.
+    pub(crate) fn nack_bitmap(&self, trigger: Psn) -> Option<(LossBitmap, Psn)> {
+        let reach = 32 * MAX_BITMAP_WORDS as i32;
+        (self.epsn.distance(trigger) < reach)
+            .then(|| self.loss_bitmap())
+            .flatten()
+    }
+
     /// Classifies `psn`.
     pub(crate) fn classify(&self, psn: Psn) -> Arrival {
         let d = self.epsn.distance(psn);

@@ -574,6 +574,25 @@ impl SendWindow {
         }
     }
 
+    /// A NACK's selective acknowledgement: its SACK PSN alone, or with a loss bitmap all that
+    /// [`SendWindow::sack_all_but`] reads from it. `false` when a bitmap was out of its reach.
+    pub(crate) fn sack_nack(
+        &mut self,
+        now: Time,
+        base: Psn,
+        sack: Option<Psn>,
+        lost: Option<&LossBitmap>,
+    ) -> bool {
+        match (sack, lost) {
+            (Some(s), Some(lost)) => self.sack_all_but(now, base, lost, s),
+            (Some(s), None) => {
+                self.sack(now, s);
+                true
+            }
+            (None, _) => true,
+        }
+    }
+
     /// A NACK's loss bitmap ([`RecoveryConfig::nack_bitmap`]): every PSN from `base` (the
     /// NACKed, expected PSN: offset 0) to `highest` that `lost` does not mark has arrived, and
     /// `highest` itself has. Selectively acknowledges those not acknowledged yet, in order;

@@ -10,7 +10,7 @@
 use irn_wire::{CreditCode, IbRepr, NakCode, Opcode, Psn, Syndrome};
 
 use super::sg::scatter;
-use super::{Ctrl, QueuePair};
+use super::{says_no_more, Ctrl, QueuePair};
 use crate::config::Retransmission;
 use crate::memory::{Key, Memory};
 use crate::state::QpState;
@@ -136,14 +136,8 @@ impl QueuePair {
                         }
                         self.ack_requests(now, psn);
                         let lost = ib.irn.and_then(|i| i.loss_bitmap);
-                        match (sack, lost) {
-                            (Some(s), Some(lost)) => {
-                                if !self.req.swin.sack_all_but(now, psn, &lost, s) {
-                                    self.counters.dropped_invalid += 1;
-                                }
-                            }
-                            (Some(s), None) => self.req.swin.sack(now, s),
-                            (None, _) => {}
+                        if !self.req.swin.sack_nack(now, psn, sack, lost.as_ref()) {
+                            self.counters.dropped_invalid += 1;
                         }
                         self.req.swin.enter_recovery(false);
                     }
@@ -502,30 +496,19 @@ impl QueuePair {
             self.counters.acks_sent += 1;
         }
         let bitmaps = self.cfg.recovery.nack_bitmap;
-        let reach = 32 * irn_wire::MAX_BITMAP_WORDS as i32;
-        let (sack, lost) = match sack {
-            Some(s) if bitmaps && is_nak && psn.distance(s) < reach => {
-                match self.cmp.rrecv.loss_bitmap() {
-                    Some((b, highest)) => (Some(highest), Some(b)),
-                    None => (Some(s), None),
-                }
-            }
-            other => (other, None),
+        let bitmap = match sack {
+            Some(s) if bitmaps && is_nak => self.cmp.rrecv.nack_bitmap(s),
+            _ => None,
         };
-        let supersedes = bitmaps && (lost.is_some() || self.cmp.rrecv.held() == 0);
-        if let Some(Ctrl::ReadAck {
-            syndrome: old,
-            lost: old_lost,
-            ..
-        }) = self.ctrl.back()
-        {
-            let stale = match old {
-                Syndrome::Ack(_) => true,
-                Syndrome::Nak(NakCode::PsnSequenceError) => old_lost.is_some(),
-                _ => false,
-            };
-            if supersedes && stale {
-                self.ctrl.pop_back();
+        let (sack, lost) = match bitmap {
+            Some((b, highest)) => (Some(highest), Some(b)),
+            None => (sack, None),
+        };
+        if bitmaps && (lost.is_some() || self.cmp.rrecv.held() == 0) {
+            if let Some(Ctrl::ReadAck { syndrome, lost, .. }) = self.ctrl.back() {
+                if says_no_more(syndrome, lost, true) {
+                    self.ctrl.pop_back();
+                }
             }
         }
         self.ctrl.push_back(Ctrl::ReadAck {

@@ -82,6 +82,19 @@ enum Ctrl {
     Cnp,
 }
 
+/// Whether a newer (N)ACK of the same space says all that an unmarked one waiting in the
+/// control queue, of `syndrome` with loss bitmap `lost`, did: a plain ACK's does (cumulative
+/// ACKs only grow, and its SACK lies below its cumulative PSN), a NACK's with a bitmap when
+/// `nacks` (the newer one carries the whole receive state), nothing else's (RNR and error
+/// NAKs, NACKs without a bitmap).
+fn says_no_more(syndrome: &Syndrome, lost: &Option<LossBitmap>, nacks: bool) -> bool {
+    match syndrome {
+        Syndrome::Ack(_) => true,
+        Syndrome::Nak(irn_wire::NakCode::PsnSequenceError) => nacks && lost.is_some(),
+        _ => false,
+    }
+}
+
 /// One side of an RDMA reliable connection: requester and responder.
 ///
 /// # Driver contract (after quinn-proto's `Connection`)

@@ -9,13 +9,13 @@ use std::collections::VecDeque;
 
 use irn_wire::{
     AethRepr, AtomicAckEthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, NakCode, Opcode, Psn,
-    RethRepr, Syndrome, MAX_BITMAP_WORDS,
+    RethRepr, Syndrome,
 };
 
 use super::{ReadSource, ResponderWire, Saved, SavedKind};
 use crate::config::Retransmission;
 use crate::memory::Memory;
-use crate::qp::{Ctrl, QueuePair, Transmit};
+use crate::qp::{says_no_more, Ctrl, QueuePair, Transmit};
 use crate::time::Time;
 use crate::window::SendWindow;
 
@@ -141,10 +141,8 @@ impl QueuePair {
     pub(super) fn queue_nack(&mut self, psn: Psn, becn: bool) {
         self.rsp.delack = None;
         self.counters.nacks_sent += 1;
-        let reach = 32 * MAX_BITMAP_WORDS as i32;
-        let bitmap = if self.cfg.recovery.nack_bitmap && self.rsp.rwin.epsn().distance(psn) < reach
-        {
-            self.rsp.rwin.loss_bitmap()
+        let bitmap = if self.cfg.recovery.nack_bitmap {
+            self.rsp.rwin.nack_bitmap(psn)
         } else {
             None
         };
@@ -180,12 +178,7 @@ impl QueuePair {
             ..
         }) = self.ctrl.back()
         {
-            let superseded = match syndrome {
-                Syndrome::Ack(_) => true,
-                Syndrome::Nak(NakCode::PsnSequenceError) => nacks && lost.is_some(),
-                _ => false,
-            };
-            if superseded {
+            if says_no_more(syndrome, lost, nacks) {
                 self.ctrl.pop_back();
             }
         }
@@ -218,14 +211,9 @@ impl QueuePair {
                 match mode {
                     Retransmission::GoBackN | Retransmission::GoBack0 => r.win.go_back(psn),
                     _ => {
-                        match (sack, ib.irn.and_then(|i| i.loss_bitmap)) {
-                            (Some(s), Some(lost)) => {
-                                if !r.win.sack_all_but(now, psn, &lost, s) {
-                                    self.counters.dropped_invalid += 1;
-                                }
-                            }
-                            (Some(s), None) => r.win.sack(now, s),
-                            (None, _) => {}
+                        let lost = ib.irn.and_then(|i| i.loss_bitmap);
+                        if !r.win.sack_nack(now, psn, sack, lost.as_ref()) {
+                            self.counters.dropped_invalid += 1;
                         }
                         r.win.enter_recovery(false);
                     }
