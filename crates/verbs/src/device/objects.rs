@@ -553,14 +553,12 @@ impl Qp {
     /// leaves in few system calls ([`DeviceCounters::tx_calls`]), and no post waits for a
     /// poll.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        // Every WR may complete (errors are always reported); only signaled ones surely do.
-        let signaled = wr.signaled;
-        self.post(|e| e.send_cq, signaled, |qp| qp.post_send(wr))
+        self.post_send_list([wr]).map(drop).map_err(|e| e.error)
     }
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        self.post(|e| e.recv_cq, true, |qp| qp.post_recv(wr))
+        self.post_recv_list([wr]).map(drop).map_err(|e| e.error)
     }
 
     /// Posts send work requests in order under one acquisition of the device, as
@@ -585,6 +583,9 @@ impl Qp {
         self.post_list(|e| e.recv_cq, wrs, |_| true, |qp, w| qp.post_recv(w))
     }
 
+    /// Hands work requests to the queue pair (`post`), each if the completion queue `cq_of`
+    /// names has room for one more completion, which it reserves when `reserve` says so
+    /// (every WR may complete, errors are always reported; only signaled ones surely do).
     fn post_list<W>(
         &self,
         cq_of: fn(&QpEntry) -> u32,
@@ -606,22 +607,6 @@ impl Qp {
         })
         .map(|()| posted)
         .map_err(|error| PostListError { posted, error })
-    }
-
-    /// Hands a work request to the queue pair (`post`) if the completion queue `cq_of` names
-    /// has room for one more completion, which it reserves when `reserve`.
-    fn post(
-        &self,
-        cq_of: fn(&QpEntry) -> u32,
-        reserve: bool,
-        post: impl FnOnce(&mut QueuePair) -> Result<(), PostError>,
-    ) -> Result<()> {
-        let qpn = self.qpn;
-        self.with_flush(false, |core, _| {
-            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
-            let cq_id = cq_of(e);
-            engine::post_reserving(&mut core.cqs, cq_id, reserve, || post(&mut e.qp))
-        })
     }
 
     /// The queue pair's state.
