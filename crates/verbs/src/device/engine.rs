@@ -658,7 +658,23 @@ pub(super) fn release(
 
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 pub(super) fn engine(shared: &Shared) {
+    use rustix::event::{PollFd, PollFlags};
     while !shared.closed() {
+        if shared.busy_poll && shared.polled_recently() {
+            // A thread busy-polling a completion queue receives, fires the timers and sends
+            // for the device (`Shared::progress`): the engine leaves all of it to that
+            // thread — taking the receive buffers from it made both threads queue on their
+            // locks — and looks again in a millisecond, to take over when the polling stops.
+            let ts = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            let mut fds = [PollFd::new(&shared.wake, PollFlags::IN)];
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+            let mut drain = [0u8; 8];
+            let _ = rustix::io::read(&shared.wake, &mut drain);
+            continue;
+        }
         // Sleep until a packet comes or the next timer is due.
         let mut sleep = MAX_SLEEP;
         let busy = {
@@ -681,14 +697,6 @@ pub(super) fn engine(shared: &Shared) {
             !core.tx_pending.is_empty() || core.budget_has_room()
         };
         if !busy && !sleep.is_zero() {
-            use rustix::event::{PollFd, PollFlags};
-            // A thread busy-polling a completion queue receives for the device: the engine
-            // leaves the socket to it, waking for posts and at least every millisecond (to
-            // take over when the polling stops).
-            let polled = shared.busy_poll && shared.polled_recently();
-            if polled {
-                sleep = sleep.min(Duration::from_millis(1));
-            }
             let ts = rustix::event::Timespec {
                 tv_sec: sleep.as_secs() as i64,
                 tv_nsec: i64::from(sleep.subsec_nanos()),
@@ -698,8 +706,7 @@ pub(super) fn engine(shared: &Shared) {
                 PollFd::new(&shared.wake, PollFlags::IN),
                 PollFd::new(&rx_fd, PollFlags::IN),
             ];
-            let n = if polled { 1 } else { 2 };
-            let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
             let mut drain = [0u8; 8];
             let _ = rustix::io::read(&shared.wake, &mut drain);
         }

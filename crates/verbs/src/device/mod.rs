@@ -801,7 +801,7 @@ impl Shared {
     }
 
     /// A thread busy-polled within the last millisecond.
-    fn polled_recently(&self) -> bool {
+    pub(super) fn polled_recently(&self) -> bool {
         let last = self.last_poll.load(Ordering::Relaxed);
         last > 0 && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(last) < 1_000_000
     }

@@ -389,10 +389,16 @@ impl Qp {
         let now = self.shared.now();
         let r = f(&mut core, now);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
+        // A thread busy-polling the device sends what waits, serves the budget and gives
+        // queue pairs their turns with its next poll, so the engine is left asleep (it wakes
+        // within a millisecond to take over if the polling stops): in a busy-polled 64-byte
+        // Send stream the engine's wake-ups for doorbells were a quarter of the sender's
+        // cycles (docs/BENCHMARKS.md).
+        let poller = self.shared.busy_poll && self.shared.polled_recently();
         let more = if defer {
             // The first deferred post of a batch wakes the engine (one eventfd write per
             // batch): a thread that polls now may stop before it sends the batch.
-            core.ring_doorbell() || more
+            (!poller && core.ring_doorbell()) || more
         } else {
             core = self.shared.flush(core);
             more
@@ -401,7 +407,7 @@ impl Qp {
         // A modify to RESET or ERROR may have freed budget that others wait for.
         let more = more || core.budget_has_room();
         drop(core);
-        if more {
+        if more && !poller {
             self.shared.wake_engine();
         }
         if any {
