@@ -806,11 +806,14 @@ struct Receiver<'a> {
 
 impl<'a> Receiver<'a> {
     fn new(side: &'a Side, p: &'a PerfParams) -> Receiver<'a> {
-        Receiver {
-            side,
-            p,
-            depth: 256u64.min(side.slots),
-        }
+        // perftest keeps 512 receives posted in a Send test (its `DEF_RX_SEND`): the
+        // responder acknowledges what arrived whether or not the application has reposted,
+        // so the sender's `--tx-depth` of 128 does not bound the receives in use, and with
+        // 256 a server that lagged for a moment drew RNR NAKs on a lossless loopback.
+        // Verifying keeps one receive per message slot, so that no later message lands in a
+        // slot before its predecessor there has been checked.
+        let depth = if p.verify { side.slots } else { 512 };
+        Receiver { side, p, depth }
     }
 
     fn post(&self, q: usize, i: u64) -> anyhow::Result<()> {
