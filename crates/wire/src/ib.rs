@@ -88,7 +88,7 @@ impl IbRepr {
     /// Length of BTH and extension headers.
     pub fn header_len(&self) -> usize {
         BTH_LEN
-            + self.irn.map_or(0, |i| i.buffer_len())
+            + self.irn.as_ref().map_or(0, IrnEthRepr::buffer_len)
             + self.deth.map_or(0, |_| DethRepr::LEN)
             + self.reth.map_or(0, |_| RethRepr::LEN)
             + self.atomic_eth.map_or(0, |_| AtomicEthRepr::LEN)

@@ -312,7 +312,7 @@ impl IrnEthRepr {
     pub fn buffer_len(&self) -> usize {
         header_len(
             self.flags(),
-            self.loss_bitmap.map_or(0, |b| usize::from(b.len)),
+            self.loss_bitmap.as_ref().map_or(0, |b| usize::from(b.len)),
         )
     }
 
@@ -329,7 +329,7 @@ impl IrnEthRepr {
         room(buf.len(), len)?;
         let flags = self.flags();
         buf[0] = flags;
-        buf[1] = self.loss_bitmap.map_or(0, |b| b.len);
+        buf[1] = self.loss_bitmap.as_ref().map_or(0, |b| b.len);
         buf[2] = 0;
         buf[3] = 0;
         let mut at = HEAD_LEN;

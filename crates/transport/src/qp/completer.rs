@@ -69,7 +69,7 @@ impl QueuePair {
             return;
         };
         let psn = ib.bth.psn;
-        let sack = ib.irn.and_then(|i| i.sack_psn);
+        let sack = ib.irn.as_ref().and_then(|i| i.sack_psn);
         let echo = ib.bth.becn;
         let irn = self.irn_wire();
         if irn
@@ -135,7 +135,7 @@ impl QueuePair {
                             self.cc.on_loss(now);
                         }
                         self.ack_requests(now, psn);
-                        let lost = ib.irn.and_then(|i| i.loss_bitmap);
+                        let lost = ib.irn.as_ref().and_then(|i| i.loss_bitmap);
                         if !self.req.swin.sack_nack(now, psn, sack, lost.as_ref()) {
                             self.counters.dropped_invalid += 1;
                         }

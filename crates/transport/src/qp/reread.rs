@@ -83,7 +83,8 @@ impl QueuePair {
             self.counters.duplicates += 1;
             return;
         }
-        if self.ext_ib() && !is_atomic_ack && ib.irn.and_then(|i| i.psn_offset) != Some(k) {
+        if self.ext_ib() && !is_atomic_ack && ib.irn.as_ref().and_then(|i| i.psn_offset) != Some(k)
+        {
             // The echoed offset must name this packet's place in the Read (T8(c)).
             self.counters.dropped_invalid += 1;
             return;

@@ -65,7 +65,7 @@ impl IrnResponder {
 
     /// The RETH (on every Write packet, §5.3.1) and packet offset of a Write packet.
     pub(super) fn write_position(ib: &IbRepr) -> Option<(RethRepr, u32)> {
-        match (ib.reth, ib.irn.and_then(|i| i.psn_offset)) {
+        match (ib.reth, ib.irn.as_ref().and_then(|i| i.psn_offset)) {
             (Some(r), Some(off)) => Some((r, off)),
             _ => None,
         }
@@ -197,7 +197,7 @@ impl QueuePair {
             return;
         };
         let psn = ib.bth.psn;
-        let sack = ib.irn.and_then(|i| i.sack_psn);
+        let sack = ib.irn.as_ref().and_then(|i| i.sack_psn);
         match aeth.syndrome {
             Syndrome::Ack(_) => {
                 r.win.ack(now, psn.add(1));
@@ -211,7 +211,7 @@ impl QueuePair {
                 match mode {
                     Retransmission::GoBackN | Retransmission::GoBack0 => r.win.go_back(psn),
                     _ => {
-                        let lost = ib.irn.and_then(|i| i.loss_bitmap);
+                        let lost = ib.irn.as_ref().and_then(|i| i.loss_bitmap);
                         if !r.win.sack_nack(now, psn, sack, lost.as_ref()) {
                             self.counters.dropped_invalid += 1;
                         }

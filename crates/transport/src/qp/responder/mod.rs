@@ -226,7 +226,7 @@ impl ResponderWire {
     fn write_imm_recv(&self, ib: &IbRepr) -> Option<u32> {
         match self {
             ResponderWire::Standard(s) if !s.ext => Some(s.rq_claim_sn),
-            _ => ib.irn.and_then(|i| i.wqe_sn),
+            _ => ib.irn.as_ref().and_then(|i| i.wqe_sn),
         }
     }
 
@@ -786,7 +786,7 @@ impl QueuePair {
                     rkey: reth.rkey,
                     len,
                     npsn: packets(len, mtu),
-                    local: ib.irn.and_then(|i| i.local),
+                    local: ib.irn.as_ref().and_then(|i| i.local),
                 }))
             }
             Opcode::RC_COMPARE_SWAP | Opcode::RC_FETCH_ADD => {
