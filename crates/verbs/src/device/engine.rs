@@ -714,7 +714,7 @@ pub(super) fn engine(shared: &Shared) {
         let any = run_once(shared, &mut batch);
         drop(batch);
         if any {
-            shared.cq_ready.notify_all();
+            shared.notify_cqs();
         }
     }
 }

@@ -739,6 +739,10 @@ impl Core {
 pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     pub(crate) cq_ready: Condvar,
+    /// Threads in [`Cq::wait`] on `cq_ready`: with none, a completion needs no wake-up (a
+    /// `notify_all` is a system call even when nobody waits, and the engine and every busy
+    /// poll that moved a completion made one).
+    cq_waiters: std::sync::atomic::AtomicUsize,
     socks: Sockets,
     /// An eventfd the engine polls with the socket: application threads write it when a
     /// queue pair has more to send than its turn allowed.
@@ -795,15 +799,48 @@ impl Shared {
         let any = engine::run_once(self, &mut batch);
         drop(batch);
         if any {
-            self.cq_ready.notify_all();
+            self.notify_cqs();
         }
         any
     }
 
     /// A thread busy-polled within the last millisecond.
     pub(super) fn polled_recently(&self) -> bool {
+        self.polled_before(self.now())
+    }
+
+    /// A thread busy-polled within the millisecond before `now` (the device's clock, read
+    /// once by a caller that has it).
+    pub(super) fn polled_before(&self, now: Time) -> bool {
         let last = self.last_poll.load(Ordering::Relaxed);
-        last > 0 && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(last) < 1_000_000
+        last > 0 && (now.as_picos() / 1000).saturating_sub(last) < 1_000_000
+    }
+
+    /// Wakes the threads waiting in [`Cq::wait`], if any: called after completions moved
+    /// (or a timer fired) under the core lock. A waiter counts itself under that lock before
+    /// it sleeps, so a change made under the lock after the waiter looked is followed by a
+    /// count that includes it.
+    pub(crate) fn notify_cqs(&self) {
+        if self.cq_waiters.load(Ordering::SeqCst) > 0 {
+            self.cq_ready.notify_all();
+        }
+    }
+
+    /// [`Cq::wait`] sleeps on `cq_ready` with the core lock `core` for up to `left`,
+    /// counted in `cq_waiters` meanwhile.
+    pub(crate) fn wait_cq<'a>(
+        &self,
+        core: MutexGuard<'a, Core>,
+        left: Duration,
+    ) -> MutexGuard<'a, Core> {
+        self.cq_waiters.fetch_add(1, Ordering::SeqCst);
+        let core = self
+            .cq_ready
+            .wait_timeout(core, left)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+        self.cq_waiters.fetch_sub(1, Ordering::SeqCst);
+        core
     }
 
     fn wake_engine(&self) {
@@ -915,6 +952,7 @@ impl Device {
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             cq_ready: Condvar::new(),
+            cq_waiters: std::sync::atomic::AtomicUsize::new(0),
             socks,
             wake: rustix::event::eventfd(
                 0,

@@ -298,12 +298,7 @@ impl Cq {
             if left.is_zero() || self.shared.closed() {
                 return Ok(None);
             }
-            core = self
-                .shared
-                .cq_ready
-                .wait_timeout(core, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+            core = self.shared.wait_cq(core, left);
         }
     }
 
@@ -394,7 +389,7 @@ impl Qp {
         // within a millisecond to take over if the polling stops): in a busy-polled 64-byte
         // Send stream the engine's wake-ups for doorbells were a quarter of the sender's
         // cycles (docs/BENCHMARKS.md).
-        let poller = self.shared.busy_poll && self.shared.polled_recently();
+        let poller = self.shared.busy_poll && self.shared.polled_before(now);
         let more = if defer {
             // The first deferred post of a batch wakes the engine (one eventfd write per
             // batch): a thread that polls now may stop before it sends the batch.
@@ -411,7 +406,7 @@ impl Qp {
             self.shared.wake_engine();
         }
         if any {
-            self.shared.cq_ready.notify_all();
+            self.shared.notify_cqs();
         }
         r
     }

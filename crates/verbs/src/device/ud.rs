@@ -171,7 +171,7 @@ impl UdQp {
             self.shared.wake_engine();
         }
         if any {
-            self.shared.cq_ready.notify_all();
+            self.shared.notify_cqs();
         }
         r
     }
