@@ -627,6 +627,16 @@ pub(crate) struct Sent {
     pub(crate) calls: u64,
 }
 
+impl std::ops::AddAssign for Sent {
+    fn add_assign(&mut self, o: Sent) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.errors += o.errors;
+        self.gso += o.gso;
+        self.calls += o.calls;
+    }
+}
+
 /// Sends `msgs` (over the UDP payloads `packets`), in order, with `sendmmsg(2)`; waits for
 /// room when the socket buffer is full (as a NIC's doorbell waits for a free descriptor).
 pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[TxMsg], packets: &[&[u8]]) -> Sent {

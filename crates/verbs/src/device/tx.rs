@@ -104,12 +104,7 @@ impl TxQueue {
             {
                 no_check.store(!run.checksum, Ordering::Relaxed);
             }
-            let sent = net::send_batch(sock, &self.msgs[run.msgs.clone()], &packets);
-            total.packets += sent.packets;
-            total.bytes += sent.bytes;
-            total.errors += sent.errors;
-            total.gso += sent.gso;
-            total.calls += sent.calls;
+            total += net::send_batch(sock, &self.msgs[run.msgs.clone()], &packets);
         }
         total
     }
