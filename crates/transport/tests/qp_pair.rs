@@ -5,7 +5,7 @@ mod common;
 
 use common::{every_kind, Kind, Op, Workload, ALL_KINDS};
 use irn_transport::pair::{LinkConfig, Pair, PairConfig, Rng};
-use irn_transport::{Dur, RecoveryConfig, Time};
+use irn_transport::{Dur, RecoveryConfig, Retransmission, Time};
 use proptest::prelude::*;
 
 fn modes() -> Vec<(&'static str, RecoveryConfig)> {
@@ -315,7 +315,11 @@ proptest! {
 
 /// Seeded soak: `IRN_SOAK=N cargo test --test qp_pair soak -- --ignored --nocapture` runs N
 /// random cases and prints each before running it (replay one with `IRN_SOAK_FROM`). Without
-/// `IRN_SOAK` it runs nothing, so it is not part of the default suite.
+/// `IRN_SOAK` it runs nothing, so it is not part of the default suite. Cases draw from every
+/// mode of [`modes`]; loss up to 20 % where recovery is selective, up to 10 % for the go-back
+/// modes, whose collapse at high loss is the known result (RoCE keeps 1 % of its goodput at
+/// 5 %, docs/BENCHMARKS.md) and only ran the case out of its step budget (seed 2824 before:
+/// go-back-N, 19 % loss, a 1 MB Write at MTU 256, 1.6 M packets sent).
 #[test]
 #[ignore = "a soak: IRN_SOAK=N cargo test --test qp_pair soak -- --ignored"]
 fn soak() {
@@ -328,8 +332,18 @@ fn soak() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     for seed in from..from + n {
-        soak_case(seed);
+        soak_case(seed, Draw::AllModes);
     }
+}
+
+/// How a soak case draws its mode and loss.
+#[derive(Clone, Copy, PartialEq)]
+enum Draw {
+    /// The first five modes, loss up to 20 % for all: the cases the regression seeds were
+    /// found with.
+    FirstFive,
+    /// Every mode; loss up to 10 % for the go-back modes.
+    AllModes,
 }
 
 /// Seeds that once failed: 137 (go-back-N behind an unbounded link queue), 809 (RoCE
@@ -337,16 +351,28 @@ fn soak() {
 #[test]
 fn soak_regressions() {
     for seed in [137, 809] {
-        soak_case(seed);
+        soak_case(seed, Draw::FirstFive);
     }
 }
 
-fn soak_case(seed: u64) {
+fn soak_case(seed: u64, draw: Draw) {
     {
         let mut rng = Rng::new(seed);
-        let mode = rng.below(5) as usize;
+        let mode = match draw {
+            Draw::FirstFive => rng.below(5),
+            Draw::AllModes => rng.below(modes().len() as u64),
+        } as usize;
+        let go_back = matches!(
+            modes()[mode].1.retransmission,
+            Retransmission::GoBackN | Retransmission::GoBack0
+        );
+        let max_loss = if draw == Draw::AllModes && go_back {
+            0.1
+        } else {
+            0.2
+        };
         let link = LinkConfig {
-            loss: rng.unit() * 0.2,
+            loss: rng.unit() * max_loss,
             reorder: rng.unit() * 0.3,
             duplicate: rng.unit() * 0.05,
             ..LinkConfig::default()
