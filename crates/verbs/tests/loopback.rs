@@ -1823,12 +1823,14 @@ fn busy_polling_threads_drive_their_devices() {
 
 /// Issue 21: a busy-polling thread sends its posts with its next poll and the engine is not
 /// woken for them — so when that thread stops polling, what it posted last still waits in the
-/// device's transmit batch. The engine must take over within a few milliseconds: Writes posted
-/// behind others in flight (deferred to the doorbell) by a thread that then sleeps reach the
-/// peer, whose engine alone receives, and complete once each when the thread polls again.
+/// device's transmit batch. The engine must take over: one-packet Writes posted behind others
+/// in flight (deferred to the doorbell, which a poller does not ring) by a thread that then
+/// stops polling reach the peer, whose engine alone receives, and complete once each when the
+/// thread polls again. Both modes, and a second round after the first has drained.
 #[test]
 fn posts_of_a_busy_poller_that_stops_polling_still_leave() {
-    const MSG: usize = 1 << 16;
+    const MSG: usize = 512;
+    const N: usize = 64;
     for mode in MODES {
         let p = connect(
             side(udp_device(63, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
@@ -1836,47 +1838,56 @@ fn posts_of_a_busy_poller_that_stops_polling_still_leave() {
             &QpAttr::default(),
         );
         let (ma, mb) = (
-            p.a.pd.reg_mr(64 * MSG, all()).expect("mr"),
-            p.b.pd.reg_mr(64 * MSG, all()).expect("mr"),
+            p.a.pd.reg_mr(N * MSG, all()).expect("mr"),
+            p.b.pd.reg_mr(N * MSG, all()).expect("mr"),
         );
-        let mut data = vec![0u8; 64 * MSG];
-        pattern(9, &mut data);
-        ma.write(0, &data).expect("fill");
-        let post = |i: usize| {
-            p.a.qp
-                .post_send(wr(
-                    i as u64,
-                    SendOp::Write(remote_of(&mb, (i * MSG) as u64)),
-                    vec![ma.sge((i * MSG) as u64, MSG as u32)],
-                ))
-                .expect("write");
-        };
-        // The first half is polled for: the thread is a busy poller while it posts the rest.
-        let mut done = Vec::new();
-        for i in 0..32 {
-            post(i);
-            done.extend(p.a.cq.poll(64).expect("poll"));
+        for round in 0..2u64 {
+            let mut data = vec![0u8; N * MSG];
+            pattern(9 + round, &mut data);
+            ma.write(0, &data).expect("fill");
+            let post = |i: usize| {
+                p.a.qp
+                    .post_send(wr(
+                        round << 32 | i as u64,
+                        SendOp::Write(remote_of(&mb, (i * MSG) as u64)),
+                        vec![ma.sge((i * MSG) as u64, MSG as u32)],
+                    ))
+                    .expect("write");
+            };
+            // The first half is polled for, so the thread is a busy poller while it posts the
+            // second half behind packets still in flight.
+            let mut done = Vec::new();
+            for i in 0..N / 2 {
+                post(i);
+                done.extend(p.a.cq.poll(N).expect("poll"));
+            }
+            for i in N / 2..N {
+                post(i);
+            }
+            // No poll now: B's engine receives, and A's must send what waits.
+            let start = Instant::now();
+            let mut got = vec![0u8; N * MSG];
+            loop {
+                mb.read(0, &mut got).expect("read");
+                if got == data {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{mode:?}: the Writes a poller posted last never landed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let start = Instant::now();
+            while done.len() < N && start.elapsed() < Duration::from_secs(10) {
+                done.extend(p.a.cq.poll(N).expect("poll"));
+            }
+            let mut ids: Vec<u64> = done.iter().map(|wc| wc.wr_id).collect();
+            ids.sort_unstable();
+            let want: Vec<u64> = (0..N as u64).map(|i| round << 32 | i).collect();
+            assert_eq!(ids, want, "{mode:?}: one completion each");
+            assert!(done.iter().all(|wc| wc.status == WcStatus::Success));
         }
-        for i in 32..64 {
-            post(i);
-        }
-        // No poll now. B's engine receives; A's must send what waits.
-        std::thread::sleep(Duration::from_millis(200));
-        let mut got = vec![0u8; 64 * MSG];
-        mb.read(0, &mut got).expect("read");
-        assert!(got == data, "{mode:?}: every Write landed without a poll");
-        let start = Instant::now();
-        while done.len() < 64 && start.elapsed() < Duration::from_secs(10) {
-            done.extend(p.a.cq.poll(64).expect("poll"));
-        }
-        let mut ids: Vec<u64> = done.iter().map(|wc| wc.wr_id).collect();
-        ids.sort_unstable();
-        assert_eq!(
-            ids,
-            (0..64).collect::<Vec<_>>(),
-            "{mode:?}: one completion each"
-        );
-        assert!(done.iter().all(|wc| wc.status == WcStatus::Success));
     }
 }
 

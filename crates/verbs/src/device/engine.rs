@@ -692,9 +692,12 @@ pub(super) fn engine(shared: &Shared) {
             if let Some(at) = soonest {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
-            // Queue pairs with more to send, or waiting for a budget that has room: no
-            // sleeping.
-            !core.tx_pending.is_empty() || core.budget_has_room()
+            // Queue pairs with more to send, or waiting for a budget that has room, or
+            // packets waiting in the transmit batch that no thread is sending (a busy poller's
+            // last posts, which rang no doorbell): no sleeping.
+            !core.tx_pending.is_empty()
+                || core.budget_has_room()
+                || (core.tx_waiting() && !core.tx.sending)
         };
         if !busy && !sleep.is_zero() {
             let ts = rustix::event::Timespec {
