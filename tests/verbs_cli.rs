@@ -330,14 +330,16 @@ fn free_udp_port() -> u16 {
 fn rdma_cm_mode_connects_every_queue_pair_through_the_cm() {
     // perftest's -R between two irn ends: the exchange over a CM connection, three queue
     // pairs each connected through the CM to the same port, every operation verified through
-    // loss; the latency tools too. The ends are 127.0.0.1 and 127.0.0.2 on one UDP port.
-    let runs: [&[&str]; 6] = [
+    // loss; the latency tools too. The ends are 127.0.0.1 and 127.0.0.2 on one UDP port. The
+    // last run busy-polls at both ends, whose CM agents sleep while the test threads poll.
+    let runs: [&[&str]; 7] = [
         &["write", "-q", "3", "-s", "16384", "-n", "300"],
         &["read", "-q", "3", "-s", "16384", "-n", "300"],
         &["send", "-q", "3", "-s", "16384", "-n", "300"],
         &["atomic", "-q", "3", "-n", "300"],
         &["write", "--latency", "-s", "100", "-n", "200"],
         &["send", "--latency", "-s", "100", "-n", "200"],
+        &["send", "-q", "3", "-s", "16384", "-n", "300", "--busy-poll"],
     ];
     for run in runs {
         let port = free_tcp_port().to_string();
@@ -345,6 +347,9 @@ fn rdma_cm_mode_connects_every_queue_pair_through_the_cm() {
         let common = ["-R", "-p", &port, "--udp-port", &udp, "--loss", "0.01"];
         let mut s = vec!["perf", run[0], "--gid", "127.0.0.1"];
         s.extend_from_slice(&common);
+        if run.contains(&"--busy-poll") {
+            s.push("--busy-poll");
+        }
         let server = spawn(&s);
         std::thread::sleep(Duration::from_millis(300));
         let mut c = vec![

@@ -404,7 +404,7 @@ fn agent_of(dev: &Device, default_port: u16) -> CmResult<AgentRef> {
 /// Receives and routes QP1's MADs while anyone holds the agent.
 fn agent_thread(weak: &std::sync::Weak<AgentCell>) {
     while let Some(agent) = weak.upgrade() {
-        let wc = match agent.rcq.wait(SLICE) {
+        let wc = match agent.rcq.sleep(SLICE) {
             Ok(Some(wc)) => wc,
             Ok(None) => continue,
             // The device closed.

@@ -518,6 +518,10 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
         } else {
             cq.entries.push_back(wc);
         }
+        // Under the core lock, which the sleepers wait with: none can miss it.
+        if cq.sleepers > 0 {
+            cq.ready.notify_all();
+        }
     }
 }
 
@@ -714,11 +718,8 @@ pub(super) fn engine(shared: &Shared) {
             let _ = rustix::io::read(&shared.wake, &mut drain);
         }
         let mut batch = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
-        let any = run_once(shared, &mut batch);
+        run_once(shared, &mut batch);
         drop(batch);
-        if any {
-            shared.notify_cqs();
-        }
     }
 }
 

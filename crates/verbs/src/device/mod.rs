@@ -8,7 +8,8 @@
 //! so a post costs no context switch); the engine thread blocks in `poll(2)` on the socket with
 //! the earliest queue-pair deadline as timeout, then locks the core to hand it a burst of
 //! received packets, fire expired timers and transmit the answers. Completions go to their CQ,
-//! and a condition variable wakes the threads blocked in [`Cq::wait`].
+//! whose own condition variable wakes the threads blocked in [`Cq::wait`] on it — only when one
+//! sleeps there, so a completion costs no system call otherwise.
 //!
 //! # Wire
 //!
@@ -588,6 +589,13 @@ struct CqState {
     /// completed, bounding what could land in `entries`.
     reserved: usize,
     overrun: bool,
+    /// Wakes the threads asleep in [`Cq::wait`] on this CQ (they wait on it with the core's
+    /// lock). One per CQ, so that a completion wakes only the threads waiting for that CQ — a
+    /// device-wide one woke the connection manager's agent for every completion of every CQ.
+    ready: Arc<Condvar>,
+    /// Threads asleep on `ready`: with none, a completion needs no wake-up (a notify is a
+    /// system call even when nobody waits).
+    sleepers: usize,
 }
 
 struct PdState {
@@ -738,11 +746,6 @@ impl Core {
 
 pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
-    pub(crate) cq_ready: Condvar,
-    /// Threads in [`Cq::wait`] on `cq_ready`: with none, a completion needs no wake-up (a
-    /// `notify_all` is a system call even when nobody waits, and the engine and every busy
-    /// poll that moved a completion made one).
-    cq_waiters: std::sync::atomic::AtomicUsize,
     socks: Sockets,
     /// An eventfd the engine polls with the socket: application threads write it when a
     /// queue pair has more to send than its turn allowed.
@@ -798,9 +801,6 @@ impl Shared {
         };
         let any = engine::run_once(self, &mut batch);
         drop(batch);
-        if any {
-            self.notify_cqs();
-        }
         any
     }
 
@@ -814,33 +814,6 @@ impl Shared {
     pub(super) fn polled_before(&self, now: Time) -> bool {
         let last = self.last_poll.load(Ordering::Relaxed);
         last > 0 && (now.as_picos() / 1000).saturating_sub(last) < 1_000_000
-    }
-
-    /// Wakes the threads waiting in [`Cq::wait`], if any: called after completions moved
-    /// (or a timer fired) under the core lock. A waiter counts itself under that lock before
-    /// it sleeps, so a change made under the lock after the waiter looked is followed by a
-    /// count that includes it.
-    pub(crate) fn notify_cqs(&self) {
-        if self.cq_waiters.load(Ordering::SeqCst) > 0 {
-            self.cq_ready.notify_all();
-        }
-    }
-
-    /// [`Cq::wait`] sleeps on `cq_ready` with the core lock `core` for up to `left`,
-    /// counted in `cq_waiters` meanwhile.
-    pub(crate) fn wait_cq<'a>(
-        &self,
-        core: MutexGuard<'a, Core>,
-        left: Duration,
-    ) -> MutexGuard<'a, Core> {
-        self.cq_waiters.fetch_add(1, Ordering::SeqCst);
-        let core = self
-            .cq_ready
-            .wait_timeout(core, left)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
-        self.cq_waiters.fetch_sub(1, Ordering::SeqCst);
-        core
     }
 
     fn wake_engine(&self) {
@@ -951,8 +924,6 @@ impl Device {
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
-            cq_ready: Condvar::new(),
-            cq_waiters: std::sync::atomic::AtomicUsize::new(0),
             socks,
             wake: rustix::event::eventfd(
                 0,
@@ -1050,6 +1021,8 @@ impl Device {
                 depth,
                 reserved: 0,
                 overrun: false,
+                ready: Arc::new(Condvar::new()),
+                sleepers: 0,
             },
         );
         Ok(Cq {
@@ -1087,8 +1060,12 @@ impl Drop for Device {
         for q in ud {
             core.drain_ud(q);
         }
-        drop(core);
-        self.shared.cq_ready.notify_all();
+        // Whoever sleeps in `Cq::wait` looks again, and sees the device closed.
+        for cq in core.cqs.values() {
+            if cq.sleepers > 0 {
+                cq.ready.notify_all();
+            }
+        }
     }
 }
 

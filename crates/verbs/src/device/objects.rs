@@ -281,10 +281,20 @@ impl Cq {
     /// Takes one completion, waiting up to `timeout` for it (`ibv_get_cq_event` + poll).
     /// `Ok(None)` when none came in time.
     pub fn wait(&self, timeout: Duration) -> Result<Option<Wc>> {
-        let deadline = Instant::now() + timeout;
         if self.shared.busy_poll {
-            return self.spin(deadline);
+            return self.spin(Instant::now() + timeout);
         }
+        self.sleep(timeout)
+    }
+
+    /// [`Cq::wait`] that sleeps on the condition variable whether or not the device busy-polls:
+    /// for a thread that waits all the time for rare events (the connection manager's agent,
+    /// `crate::cm`), which, spinning, burnt a core of a busy-polling device for as long as the
+    /// agent lived, and took the device's work from the engine. Its completions still come:
+    /// whichever thread receives for the device (the engine, or an application thread polling)
+    /// wakes it.
+    pub(crate) fn sleep(&self, timeout: Duration) -> Result<Option<Wc>> {
+        let deadline = Instant::now() + timeout;
         let mut core = self.shared.flush(self.shared.lock());
         loop {
             let cq = core.cq_mut(self.id)?;
@@ -298,7 +308,15 @@ impl Cq {
             if left.is_zero() || self.shared.closed() {
                 return Ok(None);
             }
-            core = self.shared.wait_cq(core, left);
+            let ready = cq.ready.clone();
+            cq.sleepers += 1;
+            core = ready
+                .wait_timeout(core, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            if let Ok(cq) = core.cq_mut(self.id) {
+                cq.sleepers -= 1;
+            }
         }
     }
 
@@ -398,15 +416,12 @@ impl Qp {
             core = self.shared.flush(core);
             more
         };
-        let any = core.drain_completions(self.qpn);
+        core.drain_completions(self.qpn);
         // A modify to RESET or ERROR may have freed budget that others wait for.
         let more = more || core.budget_has_room();
         drop(core);
         if more && !poller {
             self.shared.wake_engine();
-        }
-        if any {
-            self.shared.notify_cqs();
         }
         r
     }

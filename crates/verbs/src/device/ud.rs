@@ -165,13 +165,10 @@ impl UdQp {
         let r = f(&mut core);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
         core = self.shared.flush(core);
-        let any = core.drain_completions(self.qpn);
+        core.drain_completions(self.qpn);
         drop(core);
         if more {
             self.shared.wake_engine();
-        }
-        if any {
-            self.shared.notify_cqs();
         }
         r
     }
