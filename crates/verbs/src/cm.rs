@@ -196,7 +196,9 @@ impl Gsi {
             imm: None,
             signaled: true,
         })?;
-        match self.scq.wait(Duration::from_secs(5))? {
+        // Sleeping, not spinning, on a busy-polling device too: a spin here would mark the
+        // device polled and keep the engine away for a millisecond that nobody polls.
+        match self.scq.sleep(Duration::from_secs(5))? {
             Some(wc) if wc.status == WcStatus::Success => Ok(()),
             Some(wc) => Err(CmError::Verbs(crate::Error::InvalidWr(
                 if wc.status == WcStatus::LocProtErr {
@@ -406,8 +408,10 @@ fn agent_thread(weak: &std::sync::Weak<AgentCell>) {
     while let Some(agent) = weak.upgrade() {
         let wc = match agent.rcq.sleep(SLICE) {
             Ok(Some(wc)) => wc,
+            // The device closed: every wait would return at once.
+            Ok(None) if agent.rcq.device_closed() => return,
             Ok(None) => continue,
-            // The device closed.
+            // The CQ is gone (its device with it).
             Err(_) => return,
         };
         let mut a = lock(&agent);

@@ -518,8 +518,10 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
         } else {
             cq.entries.push_back(wc);
         }
-        // Under the core lock, which the sleepers wait with: none can miss it.
-        if cq.sleepers > 0 {
+        // Under the core lock, which the sleepers wait with: none can miss it. Once per
+        // sleep: a sleeper waiting with `notified` set was notified after it began to wait.
+        if cq.sleepers > 0 && !cq.notified {
+            cq.notified = true;
             cq.ready.notify_all();
         }
     }
@@ -699,9 +701,7 @@ pub(super) fn engine(shared: &Shared) {
             // Queue pairs with more to send, or waiting for a budget that has room, or
             // packets waiting in the transmit batch that no thread is sending (a busy poller's
             // last posts, which rang no doorbell): no sleeping.
-            !core.tx_pending.is_empty()
-                || core.budget_has_room()
-                || (core.tx_waiting() && !core.tx.sending)
+            !core.tx_pending.is_empty() || core.budget_has_room() || core.tx.unsent()
         };
         if !busy && !sleep.is_zero() {
             let ts = rustix::event::Timespec {
@@ -727,7 +727,7 @@ pub(super) fn engine(shared: &Shared) {
 /// `batch`): what the socket holds is received and processed, held and delayed packets whose
 /// time has come are released, due timers fire, and queue pairs waiting for the budget or
 /// with more to send get their turns; what they built leaves. Returns whether a completion
-/// may have moved or a timer fired (the CQs' waiters should look).
+/// may have moved or a timer fired.
 pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
     // Bursts of packets (one system call each, read without the lock) until the socket
     // is empty or RX_PACKETS have been taken, before the timers and the turns of queue

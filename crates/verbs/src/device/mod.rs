@@ -596,6 +596,10 @@ struct CqState {
     /// Threads asleep on `ready`: with none, a completion needs no wake-up (a notify is a
     /// system call even when nobody waits).
     sleepers: usize,
+    /// `ready` was notified since the last thread went to sleep on it: the other completions
+    /// of a burst need no system call each (the woken thread takes them all once it has the
+    /// lock).
+    notified: bool,
 }
 
 struct PdState {
@@ -1023,6 +1027,7 @@ impl Device {
                 overrun: false,
                 ready: Arc::new(Condvar::new()),
                 sleepers: 0,
+                notified: false,
             },
         );
         Ok(Cq {

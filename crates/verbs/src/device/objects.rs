@@ -310,6 +310,7 @@ impl Cq {
             }
             let ready = cq.ready.clone();
             cq.sleepers += 1;
+            cq.notified = false;
             core = ready
                 .wait_timeout(core, left)
                 .map(|(g, _)| g)
@@ -340,6 +341,11 @@ impl Cq {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// The device this CQ belongs to has closed (dropped): waiting on it returns at once.
+    pub(crate) fn device_closed(&self) -> bool {
+        self.shared.closed()
     }
 
     /// Whether polling this CQ drives its device (busy polling, [`DeviceConfig::busy_poll`]):
