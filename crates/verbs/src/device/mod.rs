@@ -113,8 +113,10 @@ pub struct DeviceConfig {
     /// spins rather than sleeps. What perftest and DPDK users expect of a latency test: no
     /// wake-up between a packet's arrival and its completion, at the price of a core per
     /// polling thread. While a thread has polled within the last millisecond the engine
-    /// leaves the socket to it (it still wakes for posts and at least every millisecond);
-    /// otherwise it receives as without busy polling.
+    /// leaves the whole device to it — the socket, the timers, the queue pairs' turns and the
+    /// posts' batches, for which posts then ring no doorbell — and looks again every
+    /// millisecond; otherwise it works as without busy polling. Threads that wait all the time
+    /// for rare events should not poll (the connection manager's agent sleeps).
     pub busy_poll: bool,
 }
 
