@@ -250,7 +250,9 @@ impl Shared {
             };
             let turn = order.lock().unwrap_or_else(|p| p.into_inner());
             drop(core);
+            let unwinding = ClearSendingOnUnwind(self);
             let sent = q.send(&main);
+            std::mem::forget(unwinding);
             drop(turn);
             core = self.lock();
             core.count_sent(sent, q);
@@ -260,5 +262,16 @@ impl Shared {
             self.wake_engine();
         }
         core
+    }
+}
+
+/// Held around a send made without the lock: should it unwind, the device is marked as no
+/// longer sending, or every later flush would leave its queues to a sender that is gone (and
+/// only the engine's in-lock sends would move them). Forgotten when the send returns.
+struct ClearSendingOnUnwind<'a>(&'a Shared);
+
+impl Drop for ClearSendingOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.lock().tx.sending = false;
     }
 }
