@@ -16,21 +16,19 @@ impl Core {
         self.cqs.get_mut(&id).ok_or(Error::Gone)
     }
 
-    /// Moves the completions of queue pair `qpn` to their CQs. Returns whether any moved.
-    pub(super) fn drain_completions(&mut self, qpn: u32) -> bool {
+    /// Moves the completions of queue pair `qpn` to their CQs (which wake their sleepers,
+    /// [`push_wc`]).
+    pub(super) fn drain_completions(&mut self, qpn: u32) {
         let Some(e) = self.qps.get_mut(&qpn) else {
             return self.drain_ud(qpn);
         };
-        let mut any = false;
         while let Some(wc) = e.qp.poll_completion() {
-            any = true;
             let to = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
             push_wc(&mut self.cqs, to, wc);
         }
-        any
     }
 
     /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets, built into the transmit
@@ -120,9 +118,8 @@ impl Core {
     }
 
     /// Gives the queue pairs waiting for the in-flight budget their turns, first come first
-    /// served, while it has room. Returns whether any completed work.
-    pub(super) fn serve_budget_queue(&mut self, sock: &UdpSocket, now: Time) -> bool {
-        let mut any = false;
+    /// served, while it has room.
+    pub(super) fn serve_budget_queue(&mut self, sock: &UdpSocket, now: Time) {
         while self.in_flight_bytes < self.in_flight_budget {
             let Some(qpn) = self.budget_queue.pop_front() else {
                 break;
@@ -133,9 +130,8 @@ impl Core {
             };
             e.waiting = false;
             self.transmit_turn(sock, now, qpn, true);
-            any |= self.drain_completions(qpn);
+            self.drain_completions(qpn);
         }
-        any
     }
 
     /// Counts queue pair `qpn`'s bytes in flight (its request PSNs and IRN read responses
@@ -427,16 +423,14 @@ impl Core {
     }
 
     /// Gives every queue pair that received packets since the last call its transmit turn
-    /// (answers, then what its window freed) and moves its completions; returns whether any
-    /// completed.
-    pub(super) fn take_turns(&mut self, sock: &UdpSocket, now: Time) -> bool {
-        let mut any = false;
+    /// (answers, then what its window freed) and moves its completions.
+    pub(super) fn take_turns(&mut self, sock: &UdpSocket, now: Time) {
         let due = std::mem::take(&mut self.turns_due);
         for &qpn in &due {
             if let Some(e) = self.qps.get_mut(&qpn) {
                 e.turn_due = false;
                 self.transmit(sock, now, qpn);
-                any |= self.drain_completions(qpn);
+                self.drain_completions(qpn);
             }
         }
         // The vector's allocation is kept for the next burst (nothing a turn does delivers
@@ -445,12 +439,10 @@ impl Core {
             self.turns_due = due;
             self.turns_due.clear();
         }
-        any
     }
 
-    /// Fires expired timers; returns the earliest deadline left.
-    pub(super) fn timers(&mut self, sock: &UdpSocket, now: Time) -> (bool, Option<Time>) {
-        let mut any = false;
+    /// Fires expired timers.
+    pub(super) fn timers(&mut self, sock: &UdpSocket, now: Time) {
         let mut due = Vec::new();
         while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
             if top.0 > now {
@@ -469,14 +461,13 @@ impl Core {
                 e.armed = None;
                 e.qp.handle_timeout(now);
                 self.transmit(sock, now, qpn);
-                any |= self.drain_completions(qpn);
+                self.drain_completions(qpn);
             }
         }
-        let next = self.next_deadline();
         // The heap may wake the engine early (a queue pair closed since), never late.
         debug_assert!(
             match (
-                next,
+                self.next_deadline(),
                 self.qps.values().filter_map(|e| e.qp.poll_timeout()).min()
             ) {
                 (_, None) => true,
@@ -485,7 +476,6 @@ impl Core {
             },
             "a queue pair's deadline is missing from the timer heap"
         );
-        (any, next)
     }
 }
 
@@ -664,21 +654,13 @@ pub(super) fn release(
 
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 pub(super) fn engine(shared: &Shared) {
-    use rustix::event::{PollFd, PollFlags};
     while !shared.closed() {
         if shared.busy_poll && shared.polled_recently() {
             // A thread busy-polling a completion queue receives, fires the timers and sends
             // for the device (`Shared::progress`): the engine leaves all of it to that
             // thread — taking the receive buffers from it made both threads queue on their
             // locks — and looks again in a millisecond, to take over when the polling stops.
-            let ts = rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            };
-            let mut fds = [PollFd::new(&shared.wake, PollFlags::IN)];
-            let _ = rustix::event::poll(&mut fds, Some(&ts));
-            let mut drain = [0u8; 8];
-            let _ = rustix::io::read(&shared.wake, &mut drain);
+            park(shared, false, Duration::from_millis(1));
             continue;
         }
         // Sleep until a packet comes or the next timer is due.
@@ -704,18 +686,7 @@ pub(super) fn engine(shared: &Shared) {
             !core.tx_pending.is_empty() || core.budget_has_room() || core.tx.unsent()
         };
         if !busy && !sleep.is_zero() {
-            let ts = rustix::event::Timespec {
-                tv_sec: sleep.as_secs() as i64,
-                tv_nsec: i64::from(sleep.subsec_nanos()),
-            };
-            let rx_fd = shared.socks.rx_fd();
-            let mut fds = [
-                PollFd::new(&shared.wake, PollFlags::IN),
-                PollFd::new(&rx_fd, PollFlags::IN),
-            ];
-            let _ = rustix::event::poll(&mut fds, Some(&ts));
-            let mut drain = [0u8; 8];
-            let _ = rustix::io::read(&shared.wake, &mut drain);
+            park(shared, true, sleep);
         }
         let mut batch = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
         run_once(shared, &mut batch);
@@ -723,12 +694,30 @@ pub(super) fn engine(shared: &Shared) {
     }
 }
 
+/// The engine sleeps for up to `sleep`, woken early by the eventfd (a doorbell, more to send,
+/// the device closing) and, with `socket`, by a packet to receive.
+fn park(shared: &Shared, socket: bool, sleep: Duration) {
+    use rustix::event::{PollFd, PollFlags};
+    let ts = rustix::event::Timespec {
+        tv_sec: sleep.as_secs() as i64,
+        tv_nsec: i64::from(sleep.subsec_nanos()),
+    };
+    let rx_fd = shared.socks.rx_fd();
+    let mut fds = [
+        PollFd::new(&shared.wake, PollFlags::IN),
+        PollFd::new(&rx_fd, PollFlags::IN),
+    ];
+    let n = if socket { 2 } else { 1 };
+    let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
+    let mut drain = [0u8; 8];
+    let _ = rustix::io::read(&shared.wake, &mut drain);
+}
+
 /// One round of the device's work, on the engine thread or a busy-polling one (which holds
 /// `batch`): what the socket holds is received and processed, held and delayed packets whose
 /// time has come are released, due timers fire, and queue pairs waiting for the budget or
-/// with more to send get their turns; what they built leaves. Returns whether a completion
-/// may have moved or a timer fired.
-pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
+/// with more to send get their turns; what they built leaves.
+pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     // Bursts of packets (one system call each, read without the lock) until the socket
     // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
     // pairs with more to send: acknowledgements free the queue pairs' windows and the
@@ -737,7 +726,6 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
     // wake-up let a sender with many queue pairs hand the kernel thousands
     // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
     // queue pairs' timers fired (issue 21: 256 queue pairs).
-    let mut woke = false;
     let mut taken = 0;
     loop {
         batch.recv(&shared.socks);
@@ -747,7 +735,6 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
         let sock = &shared.socks.udp;
         core.counters.rx_coalesced += batch.coalesced;
         for rx in &batch.got {
-            woke = true;
             if rx.malformed {
                 core.counters.rx_packets += 1;
                 core.counters.rx_malformed += 1;
@@ -764,7 +751,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
             }
             impair(&mut core, sock, now, None, packet);
         }
-        woke |= core.take_turns(sock, now);
+        core.take_turns(sock, now);
         if !batch.full() || taken >= RX_PACKETS {
             break;
         }
@@ -793,21 +780,19 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) -> bool {
     }
     for h in due {
         release(&mut core, sock, now, h.to, &h.bytes);
-        woke = true;
     }
-    woke |= core.take_turns(sock, now);
-    let (fired, _) = core.timers(sock, now);
+    core.take_turns(sock, now);
+    core.timers(sock, now);
     // Queue pairs waiting for the in-flight budget, as far as it has room.
-    woke |= core.serve_budget_queue(sock, now);
+    core.serve_budget_queue(sock, now);
     // Queue pairs with more to send get another turn each.
     let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
     for qpn in pending {
         core.transmit(sock, now, qpn);
-        woke |= core.drain_completions(qpn);
+        core.drain_completions(qpn);
     }
     // What every turn of this wake-up built leaves now.
     drop(shared.flush(core));
-    woke || fired
 }
 
 /// Length of the IP + UDP headers at the start of an IP packet this device built.

@@ -795,19 +795,16 @@ impl Shared {
 
     /// Busy polling ([`DeviceConfig::busy_poll`]): receives and processes what waits, fires
     /// due timers and gives the queue pairs their turns, on the calling thread — unless
-    /// another thread is receiving for the device right now. Returns whether anything
-    /// completed or fired.
-    pub(crate) fn progress(&self) -> bool {
+    /// another thread is receiving for the device right now.
+    pub(crate) fn progress(&self) {
         self.last_poll
             .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut batch = match self.rx.try_lock() {
             Ok(b) => b,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return false,
+            Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        let any = engine::run_once(self, &mut batch);
-        drop(batch);
-        any
+        engine::run_once(self, &mut batch);
     }
 
     /// A thread busy-polled within the last millisecond.

@@ -343,19 +343,16 @@ impl Core {
     }
 
     /// Moves a UD queue pair's completions to their CQs.
-    pub(super) fn drain_ud(&mut self, qpn: u32) -> bool {
+    pub(super) fn drain_ud(&mut self, qpn: u32) {
         let Some(e) = self.uds.get_mut(&qpn) else {
-            return false;
+            return;
         };
-        let mut any = false;
         while let Some(wc) = e.qp.poll_completion() {
-            any = true;
             let to = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
             push_wc(&mut self.cqs, to, wc);
         }
-        any
     }
 }
