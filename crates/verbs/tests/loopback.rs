@@ -2053,13 +2053,11 @@ fn captured_gso_segments_carry_their_icrcs() {
     cfg.receive = ReceivePath::Udp;
     cfg.pcap = Some(pcap.clone());
     let b = irn_verbs::Device::open(cfg).expect("dev");
-    let (a, b) = (side(a, QpMode::Irn, 256), side(b, QpMode::Irn, 256));
     let attr = QpAttr {
         path_mtu: 1024,
         ..QpAttr::default()
     };
-    a.qp.connect(&attr, &remote(&b, 7), 9).expect("connect");
-    b.qp.connect(&attr, &remote(&a, 9), 7).expect("connect");
+    let Pair { a, b } = connect(side(a, QpMode::Irn, 256), side(b, QpMode::Irn, 256), &attr);
     a.qp.set_peer_gso(true).expect("gso");
     let len = 256 * 1024;
     let src = a.pd.reg_mr(len, all()).expect("mr");
