@@ -22,6 +22,7 @@ use clap::{Parser, Subcommand};
 mod decode;
 mod drp_cmd;
 mod drp_sim;
+mod linger;
 mod nic_state_cmd;
 mod perf_cm;
 mod perf_cmd;

@@ -36,6 +36,7 @@ use irn_verbs::{
     SendOp, SendWr, WcStatus, ROCE_PORT,
 };
 
+use crate::linger;
 use crate::perf_cm::{self, CmChannel};
 use crate::perf_lat::{self, LatEnd, LatReport, LINE};
 use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
@@ -780,6 +781,11 @@ fn latency_test(
         // The server of ib_read_lat waits here for the whole test.
         oob.close(mine, TEST_TIMEOUT)?;
     } else {
+        // ib_write_lat's only goodbye is closing the socket, so nothing tells this end that
+        // the ACK of the peer's last Write arrived; if it was lost, the peer resends it, and
+        // waits forever (rxe) unless this end is still there to acknowledge it.
+        let qp = &side.qps[0];
+        linger::linger(|| qp.counters().rx_packets, linger::QUIET, linger::MAX);
         oob.end()?;
     }
     if p.verify {

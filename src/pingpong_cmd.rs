@@ -23,6 +23,8 @@ use irn_verbs::{
     ROCE_PORT,
 };
 
+use crate::linger;
+
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -378,13 +380,11 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     let grh = if args.ud { GRH_LEN } else { 0 };
     let buf = pd.reg_mr(args.size as usize + grh, Access::LOCAL_WRITE)?;
     let r = pingpong(&args, &mut tcp, ip, &pd, &cq, &mut ep, &buf);
-    if matches!(ep, Endpoint::Rc { .. }) && matches!(r, Ok(true)) {
+    if let (Endpoint::Rc { qp, .. }, Ok(true)) = (&ep, &r) {
         // The last message this side received was acknowledged as it completed, but that
-        // ACK may be lost on the way, and the peer then resends until its retries run out:
-        // the device stays up a little, as TCP's TIME-WAIT does, to answer the resend. (An
-        // rxe peer retries every 4.096 µs × 2^14 ≈ 67 ms; seen in the interop suite under 5 %
-        // loss, where the peer's ibv_rc_pingpong waited out its timeout.)
-        std::thread::sleep(LINGER);
+        // ACK may be lost on the way (seen in the interop suite under 5 % loss, where the
+        // peer's ibv_rc_pingpong waited out its timeout): stay up to answer the resend.
+        linger::linger(|| qp.counters().rx_packets, linger::QUIET, linger::MAX);
     }
     // The counters help most when the run failed.
     if args.link.counters {
@@ -392,10 +392,6 @@ pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
     }
     r
 }
-
-/// How long an RC ping-pong's device stays up after the last completion, to acknowledge a
-/// resend of the peer's last message whose ACK was lost: three of rxe's default retry periods.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn pingpong(
     args: &PingpongArgs,
