@@ -36,6 +36,12 @@ struct Recovery {
     /// After a timeout with [`SendWindow::timeout_resends_unsacked`]: every PSN below this
     /// one not selectively acknowledged is resent, SACKs above it or not.
     sweep: Option<Psn>,
+    /// The sweep a timeout holds back until the first ACK after it shows the loss was real
+    /// (F-RTO, RFC 5682 §3): an ACK that answers the retransmission and newly acknowledges
+    /// only PSNs resent or SACKed before starts the sweep; one that newly acknowledges an
+    /// original transmission proves the window was delivered, the timeout spurious, and drops
+    /// it.
+    held_sweep: Option<Psn>,
 }
 
 /// The sender side of a PSN space.
@@ -398,6 +404,13 @@ impl SendWindow {
         // ACKs like this one a round trip brings: the window they answer over what each
         // covers (one per packet under IRN, one per two under delayed ACKs).
         let per_rtt = self.in_flight().div_ceil(n);
+        // Whether this ACK covers an original transmission not SACKed before: the packet was
+        // delivered as first sent (F-RTO's evidence that a timeout was spurious).
+        let originals = self.recovery.is_some_and(|r| r.held_sweep.is_some())
+            && (0..n as usize).any(|i| {
+                !self.sacked.get(i).copied().unwrap_or(true)
+                    && self.sent_at.get(i).is_some_and(|&t| t != Time::MAX)
+            });
         self.una = cum;
         let mut newest = Time::MAX;
         let mut newest_sacked = false;
@@ -478,7 +491,28 @@ impl SendWindow {
                 _ => {}
             }
         }
+        let mut answers_retx = answers_retx;
         if let Some(rec) = self.recovery.as_mut() {
+            if let Some(end) = rec.held_sweep {
+                if originals {
+                    // Delivered as first sent: the timeout was spurious (RFC 5682 §3 step 3b).
+                    // Nothing more is resent for it: neither the sweep nor, on this or later
+                    // partial ACKs, the next PSN as if the retransmission's answer showed it
+                    // lost; holes a SACK proves are still resent.
+                    rec.held_sweep = None;
+                    rec.force = false;
+                    self.last_retx = None;
+                    answers_retx = false;
+                } else if answers_retx {
+                    // Only the retransmission (and PSNs already SACKed) came back: the loss
+                    // was real, and the rest of the window is resent (step 2a's verdict).
+                    rec.held_sweep = None;
+                    rec.sweep = Some(end);
+                    if rec.cursor.distance(cum) > 0 {
+                        rec.cursor = cum;
+                    }
+                }
+            }
             if rec.seq.distance(cum) > 0 {
                 // The cumulative ACK passed the recovery sequence: recovery is over.
                 self.recovery = None;
@@ -668,11 +702,17 @@ impl SendWindow {
             // A NACK under a reordering tolerance proves nothing yet about the cumulative-ACK
             // PSN: it is resent when the SACKs beyond it reach the threshold. A timeout does.
             force: restart || self.dup_threshold <= 1,
-            // A timeout may sweep every PSN sent so far; a NACK keeps the sweep under way.
+            // A timeout may sweep every PSN sent so far, once the first ACK after it shows
+            // the loss was real; a NACK keeps a sweep under way or held.
             sweep: if restart {
-                self.sweep_on_timeout.then_some(self.next)
+                None
             } else {
                 self.recovery.and_then(|r| r.sweep)
+            },
+            held_sweep: if restart {
+                self.sweep_on_timeout.then_some(self.next)
+            } else {
+                self.recovery.and_then(|r| r.held_sweep)
             },
         });
     }
@@ -693,6 +733,7 @@ impl SendWindow {
                 rec.cursor = self.next;
                 rec.force = false;
                 rec.sweep = None;
+                rec.held_sweep = None;
             }
         }
         if let Some(r) = self.relost.as_mut() {
@@ -1329,29 +1370,77 @@ mod tests {
             w.sack(Time::ZERO, p(7));
             w.on_timeout(us(1_000), None);
             w.enter_recovery(true);
+            // IRN §3.1 first, either way: the cumulative-ACK PSN, then the holes below the
+            // highest SACK.
             let mut resent = vec![];
             while let Some(q) = w.next_retransmit() {
                 resent.push(q.value());
                 w.on_retransmitted(us(1_000), q, 1);
             }
-            if sweep {
-                assert_eq!(
-                    resent,
-                    [0, 1, 2, 4, 5, 6, 8, 9],
-                    "every PSN not SACKed, once"
-                );
-            } else {
-                // IRN §3.1: the cumulative-ACK PSN, then the holes below the highest SACK.
-                assert_eq!(resent, [0, 1, 2, 4, 5, 6]);
+            assert_eq!(resent, [0, 1, 2, 4, 5, 6]);
+            // The answer to the retransmissions, a round trip later (the smallest round trip
+            // sampled from 7's original is 3 ms), acknowledges only what was resent or
+            // SACKed: the loss was real, and with the sweep 8 and 9 go out now, once; without
+            // it they wait for a SACK above them.
+            w.ack(us(3_000), p(8));
+            let mut resent = vec![];
+            while let Some(q) = w.next_retransmit() {
+                resent.push(q.value());
+                w.on_retransmitted(us(3_000), q, 1);
             }
-            // A NACK for a later packet: without the sweep, the SACK above 8 and 9 is what
-            // finally makes them lost; with it they went out already, once.
+            if sweep {
+                assert_eq!(resent, [8, 9], "every PSN not SACKed, once");
+            } else {
+                // The partial ACK answering a retransmission with nothing SACKed above
+                // (NewReno's rule) makes 8 lost; 9 waits.
+                assert_eq!(resent, [8]);
+            }
+            // A NACK for a later packet: without the sweep, the SACK above 9 is what finally
+            // makes it lost; with it, it went out already, once.
             sent(&mut w, 2); // 10, 11
-            w.sack(us(1_100), p(10));
+            w.sack(us(3_100), p(10));
             w.enter_recovery(false);
-            assert_eq!(w.next_retransmit(), (!sweep).then(|| p(8)));
+            assert_eq!(w.next_retransmit(), (!sweep).then(|| p(9)));
             assert!(w.in_recovery());
         }
+    }
+
+    #[test]
+    fn a_spurious_timeout_resends_only_the_cumulative_ack_psn() {
+        // 0..=9 out, their ACKs late (a receiver descheduled): the timeout resends 0, then the
+        // late ACKs acknowledge original transmissions, and nothing else is resent (F-RTO).
+        let mut w =
+            SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
+        sent(&mut w, 10);
+        w.ack(us(10), p(1)); // a first RTT sample
+        w.on_timeout(us(1_000), None);
+        w.enter_recovery(true);
+        assert_eq!(w.next_retransmit(), Some(p(1)));
+        w.on_retransmitted(us(1_000), p(1), 1);
+        assert_eq!(w.next_retransmit(), None);
+        w.ack(us(1_050), p(6));
+        assert_eq!(
+            w.next_retransmit(),
+            None,
+            "no sweep after originals were acknowledged"
+        );
+        w.ack(us(1_060), p(10));
+        assert!(!w.in_recovery());
+        // The timeout of a window that really was lost whole: the first answer acknowledges
+        // just the retransmission, and the rest goes out at once.
+        sent(&mut w, 5); // 10..=14
+        w.on_timeout(us(3_000), None);
+        w.enter_recovery(true);
+        assert_eq!(w.next_retransmit(), Some(p(10)));
+        w.on_retransmitted(us(3_000), p(10), 1);
+        assert_eq!(w.next_retransmit(), None);
+        w.ack(us(3_100), p(11));
+        let mut resent = vec![];
+        while let Some(q) = w.next_retransmit() {
+            resent.push(q.value());
+            w.on_retransmitted(us(3_100), q, 1);
+        }
+        assert_eq!(resent, [11, 12, 13, 14]);
     }
 
     #[test]

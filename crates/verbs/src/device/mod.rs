@@ -182,8 +182,9 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// ([`QueuePair::size_for_path`](irn_transport::QueuePair::size_for_path)). Selective repeat
 /// resends a lost retransmission once a later packet is acknowledged
 /// ([`RecoveryConfig::resend_lost_retransmissions`]) rather than at a timer that is
-/// milliseconds here, a timeout resends every PSN not selectively acknowledged
-/// ([`RecoveryConfig::timeout_resends_unsacked`]), and NACKs carry the loss bitmap
+/// milliseconds here, a timeout resends every PSN not selectively acknowledged unless the
+/// first ACK after it proves it spurious ([`RecoveryConfig::timeout_resends_unsacked`]), and
+/// NACKs carry the loss bitmap
 /// ([`RecoveryConfig::nack_bitmap`]).
 pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryConfig {
     let preset = mode.preset();
@@ -204,7 +205,9 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             resend_lost_retransmissions: preset.retransmission
                 == irn_transport::Retransmission::SelectiveRepeat,
             // And a timeout resends every PSN not SACKed, as TCP after an RTO, rather than
-            // one PSN per doubled timer when nothing above the holes was SACKed.
+            // one PSN per doubled timer when nothing above the holes was SACKed — once the
+            // first ACK after it shows the loss was real (F-RTO): a receiver descheduled for
+            // a millisecond is not a lost window.
             timeout_resends_unsacked: preset.retransmission
                 == irn_transport::Retransmission::SelectiveRepeat,
             // And NACKs carry the receiver's loss bitmap, so they collapse per received burst
