@@ -292,7 +292,26 @@ impl SendWindow {
         if let Some(b) = self.board.as_mut() {
             return b.next_lost().map(|i| self.una.add(i as u32));
         }
-        if let Some(c) = self.go_back {
+        if let Some(mut c) = self.go_back {
+            if self.mode == Retransmission::SelectiveRepeat {
+                // A go-back under IRN's selective repeat (an RNR NAK's, a Read's missing
+                // response) skips what the receiver selectively acknowledged: it holds those
+                // PSNs, and resending them only draws duplicates (an RNR refuses one packet,
+                // and IRN's responder keeps everything it placed after it). Extended IB's
+                // go-back from a NAK without a bitmap still resends everything (T8(d) as the
+                // simulator's T8 experiment ran it; skipping there lowered its average FCT
+                // from 1 537 to 1 298 µs, a change of published results left for later).
+                while c != self.next
+                    && self
+                        .sacked
+                        .get(self.una.distance(c).max(0) as usize)
+                        .copied()
+                        .unwrap_or(false)
+                {
+                    c = c.add(1);
+                }
+                self.go_back = (c != self.next).then_some(c);
+            }
             return (c != self.next).then_some(c);
         }
         if let Some(q) = self.relost_pending() {
@@ -1318,7 +1337,8 @@ mod tests {
     #[test]
     fn a_go_back_in_recovery_resends_each_psn_once() {
         // Selective repeat in recovery with holes 0 and 2 below the SACKed 3; an RNR NAK's
-        // go-back from 0 resends 0..=5 in order, and the scan does not resend them again.
+        // go-back from 0 resends 0..=5 in order but the SACKed 1 and 3 (the receiver holds
+        // them), and the scan does not resend them again.
         for sweep in [false, true] {
             let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
                 .resend_lost_retransmissions(true)
@@ -1336,7 +1356,7 @@ mod tests {
                 resent.push(q.value());
                 w.on_retransmitted(us(1_100), q, 1);
             }
-            assert_eq!(resent, [0, 1, 2, 3, 4, 5], "sweep {sweep}");
+            assert_eq!(resent, [0, 2, 4, 5], "sweep {sweep}");
         }
     }
 

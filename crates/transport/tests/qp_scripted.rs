@@ -1042,6 +1042,78 @@ fn send_without_a_receive_gets_rnr_naks_until_one_is_posted() {
 }
 
 #[test]
+fn irn_resends_after_an_rnr_wait_only_what_the_receiver_did_not_sack() {
+    // A Send refused for want of a receive, then four one-packet Writes the responder places
+    // and selectively acknowledges: after each RNR wait IRN resends from the Send's PSN but
+    // skips the Writes the receiver holds (it would only answer them as duplicates).
+    let mut p = pair(RecoveryConfig::irn());
+    let src = p.mem_a.alloc_with(&[7u8; 64]);
+    let k = p.mem_a.register(src, 64, Access::LOCAL_WRITE).expect("reg");
+    let sge = |len| Sge {
+        addr: src,
+        len,
+        lkey: k.lkey,
+    };
+    let dst = p.mem_b.alloc(256);
+    let dk = p.mem_b.register(dst, 256, Access::ALL).expect("reg");
+    let mut wrs = vec![SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sg_list: vec![sge(5)],
+        signaled: true,
+        fence: false,
+        solicited: false,
+    }];
+    for i in 0..4u64 {
+        wrs.push(SendWr {
+            wr_id: 2 + i,
+            op: SendOp::Write(Remote {
+                addr: dst + 64 * i,
+                rkey: dk.rkey,
+            }),
+            sg_list: vec![sge(64)],
+            signaled: true,
+            fence: false,
+            solicited: false,
+        });
+    }
+    for wr in wrs {
+        p.a.post_send(wr).expect("post");
+    }
+    p.drive_until(T0 + Dur::from_micros(55), 10_000);
+    assert!(p.b.counters().rnr_naks_sent >= 2);
+    assert!(
+        p.done_a.is_empty(),
+        "nothing completes past the refused Send"
+    );
+    let rdst = p.mem_b.alloc(16);
+    let rk = p
+        .mem_b
+        .register(rdst, 16, Access::LOCAL_WRITE)
+        .expect("reg");
+    p.b.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: vec![Sge {
+            addr: rdst,
+            len: 16,
+            lkey: rk.lkey,
+        }],
+    })
+    .expect("post");
+    p.drive_until(T0 + Dur::from_millis(10), 10_000);
+    let ids: Vec<u64> = p.done_a.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    assert!(p.done_a.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(&p.mem_b.buffer(dst).expect("dst")[..256], &[7u8; 256][..]);
+    assert_eq!(p.b.counters().duplicates, 0, "a SACKed Write was resent");
+    assert_eq!(
+        p.a.counters().retransmitted,
+        p.b.counters().rnr_naks_sent,
+        "one resend of the Send per RNR NAK, nothing else"
+    );
+}
+
+#[test]
 fn rnr_retry_exceeded_and_transport_retry_exceeded_complete_with_their_status() {
     let mut cfg = PairConfig::new(RecoveryConfig::roce(), LinkConfig::default(), 5);
     cfg.attr.rnr_retry = 2;
