@@ -645,6 +645,7 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
     if args.link.counters {
         print_counters(&side);
     }
+    warn_oversized(&side);
     r
 }
 
@@ -936,6 +937,20 @@ impl<'a> Receiver<'a> {
     }
 }
 
+/// Says why a same-host peer's packets were dropped whole, when they were: it sent UDP GSO
+/// messages (`--gso on`) to this raw-path device.
+fn warn_oversized(side: &Side) {
+    let n = side.dev.counters().rx_oversized;
+    if n > 0 {
+        eprintln!(
+            "irn perf: {n} datagrams arrived longer than any RoCEv2 packet and were dropped: a \
+             peer on this host sends UDP GSO messages (--gso on) to this device's raw receive \
+             path, which cannot split them; run the peer with --gso auto, or this end with \
+             --rx udp"
+        );
+    }
+}
+
 fn print_counters(side: &Side) {
     for (i, qp) in side.qps.iter().enumerate() {
         println!("qp {i} (0x{:06x}) counters: {:?}", qp.qpn(), qp.counters());
@@ -1015,6 +1030,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
     if args.link.counters {
         print_counters(&side);
     }
+    warn_oversized(&side);
     r
 }
 
@@ -1090,7 +1106,16 @@ impl PerfArgs {
     /// takes UDP GSO batches (`peer_takes`).
     fn peer_link(&self, udp_port: u16, peer_takes: bool) -> PeerLink {
         let gso = match self.gso {
-            Gso::On => true,
+            Gso::On => {
+                if !peer_takes {
+                    eprintln!(
+                        "irn perf: --gso on, but the peer receives on its raw path: its link \
+                         must cut the GSO messages (another host's NIC does; loopback and veths \
+                         do not, and there the peer drops each one whole)"
+                    );
+                }
+                true
+            }
             Gso::Off => false,
             Gso::Auto => peer_takes,
         };

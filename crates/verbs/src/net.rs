@@ -391,6 +391,10 @@ pub(crate) struct Rx {
     /// It did not fit the buffer (not a RoCEv2 packet this device could have sent) or, on the
     /// UDP path, came without a usable source address: counted as malformed, never parsed.
     pub(crate) malformed: bool,
+    /// Malformed because longer than the raw path's buffer, which holds any RoCEv2 packet:
+    /// what a raw socket sees of a UDP GSO message from a peer on this host (such messages
+    /// stay whole on loopback and veths; only the UDP path splits them).
+    pub(crate) oversized: bool,
 }
 
 /// Receive buffers reused burst after burst, and what the last burst put in them.
@@ -445,6 +449,7 @@ impl RxBatch {
             start: 0,
             len: 0,
             malformed: true,
+            oversized: false,
             segment: None,
         };
         for i in 0..n {
@@ -456,9 +461,13 @@ impl RxBatch {
                         start: 0,
                         len,
                         malformed: false,
+                        oversized: false,
                         segment: None,
                     },
-                    true => bad(i),
+                    true => Rx {
+                        oversized: true,
+                        ..bad(i)
+                    },
                 });
                 continue;
             }
@@ -480,6 +489,7 @@ impl RxBatch {
                             start,
                             len: HEADROOM - start + len,
                             malformed: false,
+                            oversized: false,
                             segment: None,
                         },
                         None => bad(i),
@@ -498,6 +508,7 @@ impl RxBatch {
                     start: at,
                     len: n,
                     malformed: false,
+                    oversized: false,
                     segment: Some((from, ecn, k)),
                 });
                 at += n;

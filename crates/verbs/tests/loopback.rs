@@ -2045,6 +2045,52 @@ fn list_posts_deliver_each_in_order_and_stop_at_the_first_refused() {
 /// them, so the rebuilt header of segment `k` of a coalesced datagram carries `k`: every
 /// captured packet, sent or received, coalesced or not, has the ICRC its bytes give.
 #[test]
+fn gso_messages_to_a_raw_path_device_are_counted_as_oversized() {
+    if !raw_permitted() {
+        precondition_missing(
+            "gso_messages_to_a_raw_path_device_are_counted_as_oversized",
+            "opening a raw socket is not permitted (needs CAP_NET_RAW)",
+        );
+        return;
+    }
+    // A sender told (wrongly) that its peer takes UDP GSO messages: on loopback they reach the
+    // raw socket whole, longer than any RoCEv2 packet. The receiver drops them as malformed
+    // and says why in `rx_oversized` (what `irn perf` explains); the Write still completes
+    // exactly once, however it ends.
+    let a = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 83).expect("dev");
+    let b = device_on("127.0.0.1", ReceivePath::Raw, 0.0, 84).expect("dev");
+    assert!(!b.accepts_gso());
+    let attr = QpAttr {
+        path_mtu: 1024,
+        timeout: 10,
+        retry_cnt: 1,
+        ..QpAttr::default()
+    };
+    let Pair { a, b } = connect(side(a, QpMode::Irn, 16), side(b, QpMode::Irn, 16), &attr);
+    a.qp.set_peer_gso(true).expect("gso");
+    let len = 64 * 1024;
+    let src = a.pd.reg_mr(len, all()).expect("mr");
+    let dst = b.pd.reg_mr(len, all()).expect("mr");
+    src.write(0, &vec![0x5a; len]).expect("fill");
+    a.qp.post_send(wr(
+        1,
+        SendOp::Write(remote_of(&dst, 0)),
+        vec![src.sge(0, len as u32)],
+    ))
+    .expect("post");
+    let wc = wait(&a.cq, 30);
+    assert_eq!(wc.wr_id, 1);
+    let c = b.dev.counters();
+    assert!(c.rx_oversized > 0, "{c:?}");
+    assert!(c.rx_malformed >= c.rx_oversized);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        a.cq.poll(4).expect("poll").is_empty(),
+        "one completion per work request"
+    );
+}
+
+#[test]
 fn captured_gso_segments_carry_their_icrcs() {
     let pcap = std::env::temp_dir().join(format!("irn-gro-{}.pcap", std::process::id()));
     let a = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 81).expect("dev");

@@ -738,6 +738,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
             if rx.malformed {
                 core.counters.rx_packets += 1;
                 core.counters.rx_malformed += 1;
+                core.counters.rx_oversized += u64::from(rx.oversized);
                 continue;
             }
             let packet = batch.packet(rx);

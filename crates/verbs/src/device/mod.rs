@@ -534,6 +534,12 @@ pub struct DeviceCounters {
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
+    /// Datagrams longer than any RoCEv2 packet, on the raw receive path (counted in
+    /// `rx_malformed` too): a peer on this host sending UDP GSO messages to this device (they
+    /// stay whole on loopback and veths, and only the UDP path splits them). The peer must
+    /// not send them here ([`Qp::set_peer_gso`] off, what [`Device::accepts_gso`] says), or
+    /// this device must receive on the UDP path.
+    pub rx_oversized: u64,
     /// Connections (INIT → RTR) that send from the device's port instead of a port of their
     /// own: theirs could not be bound, or the device had [`MAX_SOURCE_PORTS`] open already.
     pub tx_port_fallbacks: u64,
