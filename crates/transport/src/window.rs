@@ -56,6 +56,11 @@ pub(crate) struct SendWindow {
     go_back: Option<Psn>,
     /// `sacked[i]`: PSN `una + i` was selectively acknowledged.
     sacked: VecDeque<bool>,
+    /// How many of `sacked` are set.
+    sacked_n: u32,
+    /// BDP-FC counts only unSACKed PSNs and lets `next − una` reach this many caps
+    /// ([`RecoveryConfig::bdp_fc_span`](crate::RecoveryConfig::bdp_fc_span)).
+    span: Option<u32>,
     /// Highest selectively acknowledged PSN, if any above `una`.
     highest_sack: Option<Psn>,
     recovery: Option<Recovery>,
@@ -132,6 +137,8 @@ impl SendWindow {
             next: start,
             go_back: None,
             sacked: VecDeque::new(),
+            sacked_n: 0,
+            span: None,
             highest_sack: None,
             recovery: None,
             timer_base: None,
@@ -160,6 +167,12 @@ impl SendWindow {
     /// ([`RecoveryConfig::resend_lost_retransmissions`](crate::RecoveryConfig::resend_lost_retransmissions)).
     pub(crate) fn resend_lost_retransmissions(mut self, on: bool) -> SendWindow {
         self.relost = on.then(Box::default);
+        self
+    }
+
+    /// BDP-FC over unSACKed PSNs within `span` caps ([`SendWindow::may_send_new`]).
+    pub(crate) fn bdp_fc_span(mut self, span: Option<u32>) -> SendWindow {
+        self.span = span;
         self
     }
 
@@ -254,12 +267,19 @@ impl SendWindow {
 
     /// Whether a new packet may go out: nothing left to retransmit first (go-back modes resend
     /// in order; selective repeat retransmits before sending new data, IRN §3.1) and BDP-FC
-    /// (T6) allows it.
+    /// (T6) allows it — counting `next − una`, or with a span the PSNs not SACKed, within
+    /// `span` caps of `una`.
     pub(crate) fn may_send_new(&self, bdp_cap: Option<u32>) -> bool {
         if self.go_back.is_some() {
             return false;
         }
-        bdp_cap.is_none_or(|cap| self.in_flight() < cap)
+        let in_flight = self.in_flight();
+        bdp_cap.is_none_or(|cap| match self.span {
+            None => in_flight < cap,
+            Some(k) => {
+                in_flight.saturating_sub(self.sacked_n) < cap && in_flight < cap.saturating_mul(k)
+            }
+        })
     }
 
     /// A new packet covering `covers` PSNs went out.
@@ -435,6 +455,7 @@ impl SendWindow {
         let mut newest_sacked = false;
         for _ in 0..n {
             newest_sacked = self.sacked.pop_front().unwrap_or(false);
+            self.sacked_n -= u32::from(newest_sacked);
             newest = self.sent_at.pop_front().unwrap_or(Time::MAX);
         }
         if let Some(b) = self.board.as_mut() {
@@ -585,6 +606,7 @@ impl SendWindow {
         }
         let i = self.una.distance(psn) as usize;
         if let Some(b) = self.sacked.get_mut(i) {
+            self.sacked_n += u32::from(!*b);
             *b = true;
         }
         if self.highest_sack.is_none_or(|h| h.distance(psn) > 0) {
@@ -773,6 +795,7 @@ impl SendWindow {
         for s in self.sacked.iter_mut() {
             *s = false;
         }
+        self.sacked_n = 0;
         self.go_back(self.una);
     }
 
@@ -1422,6 +1445,37 @@ mod tests {
             w.enter_recovery(false);
             assert_eq!(w.next_retransmit(), (!sweep).then(|| p(9)));
             assert!(w.in_recovery());
+        }
+    }
+
+    #[test]
+    fn a_span_counts_only_unsacked_psns_against_the_cap_within_span_caps() {
+        // Cap 4: without a span a hole pins the window; with span 2, SACKed PSNs make room
+        // for new ones until `next − una` reaches 8.
+        for span in [None, Some(2)] {
+            let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0)).bdp_fc_span(span);
+            sent(&mut w, 4);
+            assert!(!w.may_send_new(Some(4)));
+            w.sack(us(10), p(1));
+            w.sack(us(10), p(2));
+            w.sack(us(10), p(2)); // counted once
+            assert_eq!(w.may_send_new(Some(4)), span.is_some(), "{span:?}");
+            if span.is_none() {
+                continue;
+            }
+            sent(&mut w, 2); // 4, 5: four unSACKed (0, 3, 4, 5)
+            assert!(!w.may_send_new(Some(4)));
+            for q in 3..6 {
+                w.sack(us(20), p(q));
+            }
+            sent(&mut w, 2); // 6, 7: next − una = 8
+            assert!(!w.may_send_new(Some(4)), "held at span × cap");
+            // The hole fills: 0..=5 acknowledged, 6 and 7 in flight.
+            w.ack(us(30), p(6));
+            assert_eq!(w.sacked_n, 0);
+            assert!(w.may_send_new(Some(4)));
+            // Without a cap there is nothing to hold to.
+            assert!(w.may_send_new(None));
         }
     }
 

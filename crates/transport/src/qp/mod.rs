@@ -353,7 +353,8 @@ impl QueuePair {
         let w = SendWindow::new(self.mode(), start)
             .dup_threshold(self.cfg.recovery.dup_threshold)
             .resend_lost_retransmissions(self.cfg.recovery.resend_lost_retransmissions)
-            .timeout_resends_unsacked(self.cfg.recovery.timeout_resends_unsacked);
+            .timeout_resends_unsacked(self.cfg.recovery.timeout_resends_unsacked)
+            .bdp_fc_span(self.cfg.recovery.bdp_fc_span);
         if self.cfg.recovery.tcp.is_some() {
             w.tcp_scoreboard()
         } else {
@@ -366,8 +367,13 @@ impl QueuePair {
         self.cfg.recovery.tcp.is_some()
     }
 
+    /// How far ahead of the expected PSN out-of-order packets are taken: the sender's
+    /// `next − una` bound (the BDP cap, or with a span that many caps).
     fn ooo_capacity(&self) -> u32 {
-        self.cfg.recovery.bdp_cap.unwrap_or(self.cfg.ooo_window)
+        let r = &self.cfg.recovery;
+        r.bdp_cap.map_or(self.cfg.ooo_window, |cap| {
+            cap.saturating_mul(r.bdp_fc_span.unwrap_or(1))
+        })
     }
 
     // -----------------------------------------------------------------------------------------

@@ -214,6 +214,15 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             // as ACKs do and a lost NACK costs no spurious resend: through 1 % loss each way
             // nearly every packet behind a hole drew its own NACK.
             nack_bitmap: preset.retransmission == irn_transport::Retransmission::SelectiveRepeat,
+            // And BDP-FC counts the PSNs not SACKed, within four caps of the cumulative ACK:
+            // a hole no longer stops new data for the round trip its repair takes, which on a
+            // host (loss is not congestion there, and the round trip is the window's own
+            // queue) held one queue pair at 0.83 of its lossless goodput through 1 % loss each
+            // way; with the span, 0.94 (issue 21, docs/BENCHMARKS.md). Both ends must agree:
+            // the receiver takes out-of-order packets that far ahead.
+            bdp_fc_span: (preset.bdp_cap.is_some()
+                && preset.retransmission == irn_transport::Retransmission::SelectiveRepeat)
+                .then_some(RUNTIME_BDP_FC_SPAN),
             ..preset
         }
     } else {
@@ -386,6 +395,11 @@ fn runtime_timely(line_rate_bps: u64) -> irn_transport::TimelyConfig {
 /// 400 µs and no more at 800 µs; at MTU 1024, 0.70 GB/s at 100 µs and 1.1–1.2 GB/s at 400 or
 /// 800 µs (issue 21, docs/BENCHMARKS.md).
 const RUNTIME_RTT: Dur = Dur::from_micros(400);
+
+/// How many BDP caps `next − una` may span in the runtime's IRN, BDP-FC counting only the PSNs
+/// not SACKed ([`RecoveryConfig::bdp_fc_span`]): 4 × 123 packets at MTU 4096 stays within a
+/// NACK's 512-PSN loss bitmap.
+const RUNTIME_BDP_FC_SPAN: u32 = 4;
 
 /// A list post stopped at a refused work request ([`Qp::post_send_list`],
 /// [`Qp::post_recv_list`]): the `bad_wr` of `ibv_post_send` / `ibv_post_recv`.
