@@ -284,7 +284,9 @@ pub enum ConfigError {
     #[error("resend_lost_retransmissions, timeout_resends_unsacked, nack_bitmap and bdp_fc_span need IRN's selective repeat with SACKs, outside the TCP model")]
     LostRetransmissionsNeedSack,
     /// A span of BDP-FC counting only unSACKed PSNs is at least one cap, and needs a cap.
-    #[error("bdp_fc_span must be at least 1 and needs a BDP cap")]
+    #[error(
+        "bdp_fc_span must be at least 1, needs a BDP cap, and span × cap may not exceed 2^23 PSNs"
+    )]
     BdpFcSpan,
     /// The TCP model runs over selective repeat and IRN's wire (SACKs, out-of-order
     /// placement).
@@ -483,10 +485,12 @@ impl RecoveryConfig {
         {
             return Err(ConfigError::LostRetransmissionsNeedSack);
         }
-        if self.bdp_fc_span.is_some_and(|k| k == 0)
-            || (self.bdp_fc_span.is_some() && self.bdp_cap.is_none())
-        {
-            return Err(ConfigError::BdpFcSpan);
+        if let Some(k) = self.bdp_fc_span {
+            // `next − una` must stay within half the PSN space, as the cap alone must.
+            let reach = self.bdp_cap.map(|c| u64::from(c) * u64::from(k));
+            if k == 0 || reach.is_none_or(|r| r > 1 << 23) {
+                return Err(ConfigError::BdpFcSpan);
+            }
         }
         if matches!(
             self.retransmission,
@@ -823,6 +827,13 @@ mod tests {
         for (base, span) in [
             (RecoveryConfig::irn(), Some(0)),
             (RecoveryConfig::irn_without_bdp_fc(), Some(4)),
+            (
+                RecoveryConfig {
+                    bdp_cap: Some(1 << 22),
+                    ..RecoveryConfig::irn()
+                },
+                Some(4),
+            ),
         ] {
             let c = RecoveryConfig {
                 bdp_fc_span: span,

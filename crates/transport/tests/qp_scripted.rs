@@ -299,9 +299,10 @@ fn the_bdp_cap_is_sized_before_connecting_and_bounds_the_packets_in_flight() {
     .expect("config");
     let cc = q.config().cc.clone();
     // A cap that cannot mean anything is refused and changes nothing.
-    assert!(q.size_for_path(T0, Some(0), cc.clone()).is_err());
+    assert!(q.size_for_path(T0, Some(0), None, cc.clone()).is_err());
     assert_eq!(q.config().recovery.bdp_cap, RecoveryConfig::irn().bdp_cap);
-    q.size_for_path(T0, Some(5), cc.clone()).expect("in RESET");
+    q.size_for_path(T0, Some(5), None, cc.clone())
+        .expect("in RESET");
     connect(
         &mut q,
         &QpAttr::default(),
@@ -309,7 +310,10 @@ fn the_bdp_cap_is_sized_before_connecting_and_bounds_the_packets_in_flight() {
         Psn::new(SQ_PSN),
         Psn::new(RQ_PSN),
     );
-    assert!(q.size_for_path(T0, Some(50), cc).is_err(), "connected");
+    assert!(
+        q.size_for_path(T0, Some(50), None, cc).is_err(),
+        "connected"
+    );
     let (mem, sge, remote, _) = memory(8 * 1024);
     q.post_send(write_wr(sge, remote)).expect("post");
     assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..5).collect::<Vec<_>>());

@@ -2045,6 +2045,24 @@ fn list_posts_deliver_each_in_order_and_stop_at_the_first_refused() {
 /// them, so the rebuilt header of segment `k` of a coalesced datagram carries `k`: every
 /// captured packet, sent or received, coalesced or not, has the ICRC its bytes give.
 #[test]
+fn the_runtimes_irn_spans_bdp_fc_as_far_as_a_nack_bitmap_reaches() {
+    // BDP-FC over unSACKed PSNs (RecoveryConfig::bdp_fc_span) within up to four caps and a
+    // NACK bitmap's 512 PSNs: four caps of 123 packets at MTU 4096 (10 Gb/s over 400 µs),
+    // none at MTU 1024 (a cap of 489), none for RoCE or IRN without its cap.
+    let rate = 10_000_000_000;
+    let irn = irn_verbs::runtime_recovery(QpMode::Irn, rate, 4096);
+    assert_eq!((irn.bdp_cap, irn.bdp_fc_span), (Some(123), Some(4)));
+    assert!(irn.validate().is_ok());
+    let small = irn_verbs::runtime_recovery(QpMode::Irn, rate, 1024);
+    assert_eq!((small.bdp_cap, small.bdp_fc_span), (Some(489), None));
+    assert_eq!(irn_verbs::runtime_recovery(QpMode::Roce, rate, 4096).bdp_fc_span, None);
+    assert_eq!(
+        irn_verbs::runtime_recovery(QpMode::IrnNoBdpFc, rate, 4096).bdp_fc_span,
+        None
+    );
+}
+
+#[test]
 fn gso_messages_to_a_raw_path_device_are_counted_as_oversized() {
     if !raw_permitted() {
         precondition_missing(

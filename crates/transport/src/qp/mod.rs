@@ -188,12 +188,16 @@ impl QueuePair {
     /// controller (a window controller counts bytes in segments of the MTU). A simulator knows
     /// its MTU when it makes the queue pair; a verbs consumer learns it only at INIT → RTR
     /// (`path_mtu`), after the queue pair exists and receives are posted, so this replaces the
-    /// two in place. Allowed in RESET and INIT only; the new configuration is validated as
-    /// [`QueuePair::new`] validates one, and on error nothing changes.
+    /// two in place, with the span BDP-FC may reach over unSACKed PSNs
+    /// ([`RecoveryConfig::bdp_fc_span`](crate::RecoveryConfig::bdp_fc_span), which a runtime
+    /// bounds by the cap). Allowed in RESET
+    /// and INIT only; the new configuration is validated as [`QueuePair::new`] validates one,
+    /// and on error nothing changes.
     pub fn size_for_path(
         &mut self,
         now: Time,
         bdp_cap: Option<u32>,
+        bdp_fc_span: Option<u32>,
         cc: Arc<dyn ControllerFactory>,
     ) -> Result<(), QpConfigError> {
         if !matches!(self.state, QpState::Reset | QpState::Init) {
@@ -201,6 +205,7 @@ impl QueuePair {
         }
         let mut cfg = self.cfg.clone();
         cfg.recovery.bdp_cap = bdp_cap;
+        cfg.recovery.bdp_fc_span = bdp_fc_span;
         cfg.cc = cc;
         cfg.validate()?;
         self.cc = cfg.cc.build(now, cfg.line_rate_bps, u64::from(cfg.qpn));

@@ -188,6 +188,9 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// ([`RecoveryConfig::nack_bitmap`]).
 pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryConfig {
     let preset = mode.preset();
+    let cap = preset
+        .bdp_cap
+        .map(|_| irn_transport::bdp_cap_packets(line_rate_bps, RUNTIME_RTT, mtu));
     if mode.is_irn() {
         RecoveryConfig {
             rto: irn_transport::RtoPolicy::Adaptive {
@@ -195,9 +198,7 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
                 max: Dur::from_micros(200_000),
                 initial: Dur::from_micros(10_000),
             },
-            bdp_cap: preset
-                .bdp_cap
-                .map(|_| irn_transport::bdp_cap_packets(line_rate_bps, RUNTIME_RTT, mtu)),
+            bdp_cap: cap,
             // Selective repeat resends a lost retransmission once a later packet is
             // acknowledged instead of waiting for a timer that is milliseconds here: at 1 %
             // loss on both ends, the retransmissions lost again were nearly all of a loopback
@@ -220,9 +221,10 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             // queue) held one queue pair at 0.83 of its lossless goodput through 1 % loss each
             // way; with the span, 0.94 (issue 21, docs/BENCHMARKS.md). Both ends must agree:
             // the receiver takes out-of-order packets that far ahead.
-            bdp_fc_span: (preset.bdp_cap.is_some()
-                && preset.retransmission == irn_transport::Retransmission::SelectiveRepeat)
-                .then_some(RUNTIME_BDP_FC_SPAN),
+            bdp_fc_span: cap
+                .filter(|_| preset.retransmission == irn_transport::Retransmission::SelectiveRepeat)
+                .map(bdp_fc_span)
+                .filter(|&k| k > 1),
             ..preset
         }
     } else {
@@ -397,9 +399,14 @@ fn runtime_timely(line_rate_bps: u64) -> irn_transport::TimelyConfig {
 const RUNTIME_RTT: Dur = Dur::from_micros(400);
 
 /// How many BDP caps `next − una` may span in the runtime's IRN, BDP-FC counting only the PSNs
-/// not SACKed ([`RecoveryConfig::bdp_fc_span`]): 4 × 123 packets at MTU 4096 stays within a
-/// NACK's 512-PSN loss bitmap.
-const RUNTIME_BDP_FC_SPAN: u32 = 4;
+/// not SACKed ([`RecoveryConfig::bdp_fc_span`]): up to 4, and no further than a NACK's loss
+/// bitmap reaches (512 PSNs), past which NACKs go back to one per packet, each SACKing only
+/// itself — 4 × 123 packets at MTU 4096 and 10 Gb/s; 1 (no span, the paper's cap) at MTU 1024,
+/// whose cap is 489.
+fn bdp_fc_span(cap: u32) -> u32 {
+    let reach = (32 * irn_wire::MAX_BITMAP_WORDS) as u32;
+    (reach / cap.max(1)).clamp(1, 4)
+}
 
 /// A list post stopped at a refused work request ([`Qp::post_send_list`],
 /// [`Qp::post_recv_list`]): the `bad_wr` of `ibv_post_send` / `ibv_post_recv`.
@@ -602,7 +609,8 @@ impl QpEntry {
     /// path MTU INIT → RTR sets). The queue pair is created sized for 1024-byte packets.
     fn size_for_path(&mut self, now: Time, mtu: u32) -> Result<()> {
         let (recovery, cc, _) = self.init.for_path(mtu);
-        self.qp.size_for_path(now, recovery.bdp_cap, cc)?;
+        self.qp
+            .size_for_path(now, recovery.bdp_cap, recovery.bdp_fc_span, cc)?;
         Ok(())
     }
 }
