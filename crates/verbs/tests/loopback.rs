@@ -2055,7 +2055,10 @@ fn the_runtimes_irn_spans_bdp_fc_as_far_as_a_nack_bitmap_reaches() {
     assert!(irn.validate().is_ok());
     let small = irn_verbs::runtime_recovery(QpMode::Irn, rate, 1024);
     assert_eq!((small.bdp_cap, small.bdp_fc_span), (Some(489), None));
-    assert_eq!(irn_verbs::runtime_recovery(QpMode::Roce, rate, 4096).bdp_fc_span, None);
+    assert_eq!(
+        irn_verbs::runtime_recovery(QpMode::Roce, rate, 4096).bdp_fc_span,
+        None
+    );
     assert_eq!(
         irn_verbs::runtime_recovery(QpMode::IrnNoBdpFc, rate, 4096).bdp_fc_span,
         None
