@@ -236,8 +236,9 @@ pub struct RecoveryConfig {
     /// prevents a flow that is recovering from a packet loss from sending additional new
     /// packets"). In a network that is the congestion a loss signals; on a host's loopback,
     /// where loss is not congestion and the round trip is the queue the window itself builds,
-    /// it was what held IRN at 0.83 of its lossless goodput through 1 % loss each way (issue 21;
-    /// with a span of 4, 0.94). Needs IRN's selective repeat with SACKs and a cap.
+    /// it was what held IRN at 0.74 of its lossless goodput through 1 % loss each way (issue 21,
+    /// docs/BENCHMARKS.md; with a span of 4, 0.99). Needs IRN's selective repeat with SACKs and
+    /// a cap.
     pub bdp_fc_span: Option<u32>,
     /// With a hole rule: re-request every run of missing Read chunks at once (seed 002's
     /// example), or — `false` — only the first run, each time the in-order point stops at a

@@ -497,7 +497,7 @@ impl SendWindow {
         // recovery ends); the latest RTT sample instead would block the rule where it matters,
         // since a flow recovering a lost tail takes no new samples (Karn) and keeps its
         // congested ones.
-        let answers_retx = self.last_retx.is_some_and(|(after, at)| {
+        let mut answers_retx = self.last_retx.is_some_and(|(after, at)| {
             cum.distance(after) <= 0
                 && self
                     .min_rtt
@@ -531,7 +531,6 @@ impl SendWindow {
                 _ => {}
             }
         }
-        let mut answers_retx = answers_retx;
         if let Some(rec) = self.recovery.as_mut() {
             if let Some(end) = rec.held_sweep {
                 if originals {

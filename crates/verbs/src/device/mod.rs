@@ -215,12 +215,12 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             // as ACKs do and a lost NACK costs no spurious resend: through 1 % loss each way
             // nearly every packet behind a hole drew its own NACK.
             nack_bitmap: preset.retransmission == irn_transport::Retransmission::SelectiveRepeat,
-            // And BDP-FC counts the PSNs not SACKed, within four caps of the cumulative ACK:
-            // a hole no longer stops new data for the round trip its repair takes, which on a
-            // host (loss is not congestion there, and the round trip is the window's own
-            // queue) held one queue pair at 0.83 of its lossless goodput through 1 % loss each
-            // way; with the span, 0.94 (issue 21, docs/BENCHMARKS.md). Both ends must agree:
-            // the receiver takes out-of-order packets that far ahead.
+            // And BDP-FC counts the PSNs not SACKed, within up to four caps of the cumulative
+            // ACK ([`bdp_fc_span`]): a hole no longer stops new data for the round trip its
+            // repair takes, which on a host (loss is not congestion there, and the round trip
+            // is the window's own queue) held one queue pair at 0.74 of its lossless goodput
+            // through 1 % loss each way; with the span, 0.99 (issue 21, docs/BENCHMARKS.md).
+            // Both ends must agree: the receiver takes out-of-order packets that far ahead.
             bdp_fc_span: cap
                 .filter(|_| preset.retransmission == irn_transport::Retransmission::SelectiveRepeat)
                 .map(bdp_fc_span)
