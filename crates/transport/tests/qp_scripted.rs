@@ -916,6 +916,25 @@ fn pair(rec: RecoveryConfig) -> Pair {
     Pair::new(cfg)
 }
 
+/// Posts at B a receive (WR 9) of a fresh `len`-byte buffer; returns the buffer's address.
+fn post_recv_at_b(p: &mut Pair, len: usize) -> u64 {
+    let dst = p.mem_b.alloc(len);
+    let dk = p
+        .mem_b
+        .register(dst, len as u64, Access::LOCAL_WRITE)
+        .expect("reg");
+    p.b.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: vec![Sge {
+            addr: dst,
+            len: len as u32,
+            lkey: dk.lkey,
+        }],
+    })
+    .expect("post");
+    dst
+}
+
 fn one_op(p: &mut Pair, op: SendOp, local: Sge) {
     p.a.post_send(SendWr {
         wr_id: 77,
@@ -1026,17 +1045,7 @@ fn send_without_a_receive_gets_rnr_naks_until_one_is_posted() {
         p.drive_until(T0 + Dur::from_micros(55), 10_000);
         assert!(p.b.counters().rnr_naks_sent >= 2, "{rec:?}");
         assert!(p.done_a.is_empty());
-        let dst = p.mem_b.alloc(16);
-        let dk = p.mem_b.register(dst, 16, Access::LOCAL_WRITE).expect("reg");
-        p.b.post_recv(RecvWr {
-            wr_id: 9,
-            sg_list: vec![Sge {
-                addr: dst,
-                len: 16,
-                lkey: dk.lkey,
-            }],
-        })
-        .expect("post");
+        let dst = post_recv_at_b(&mut p, 16);
         p.drive_until(T0 + Dur::from_millis(10), 10_000);
         assert_eq!(p.done_a.len(), 1);
         assert_eq!(p.done_a[0].status, WcStatus::Success);
@@ -1090,20 +1099,7 @@ fn irn_resends_after_an_rnr_wait_only_what_the_receiver_did_not_sack() {
         p.done_a.is_empty(),
         "nothing completes past the refused Send"
     );
-    let rdst = p.mem_b.alloc(16);
-    let rk = p
-        .mem_b
-        .register(rdst, 16, Access::LOCAL_WRITE)
-        .expect("reg");
-    p.b.post_recv(RecvWr {
-        wr_id: 9,
-        sg_list: vec![Sge {
-            addr: rdst,
-            len: 16,
-            lkey: rk.lkey,
-        }],
-    })
-    .expect("post");
+    post_recv_at_b(&mut p, 16);
     p.drive_until(T0 + Dur::from_millis(10), 10_000);
     let ids: Vec<u64> = p.done_a.iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, [1, 2, 3, 4, 5]);
@@ -1281,20 +1277,7 @@ fn duplicate_atomic_is_answered_from_saved_state_not_executed_twice() {
 fn send_longer_than_the_receive_buffer_is_a_local_length_error_there_and_invalid_request_here() {
     for rec in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
         let mut p = pair(rec);
-        let dst = p.mem_b.alloc(100);
-        let dk = p
-            .mem_b
-            .register(dst, 100, Access::LOCAL_WRITE)
-            .expect("reg");
-        p.b.post_recv(RecvWr {
-            wr_id: 9,
-            sg_list: vec![Sge {
-                addr: dst,
-                len: 100,
-                lkey: dk.lkey,
-            }],
-        })
-        .expect("post");
+        post_recv_at_b(&mut p, 100);
         let (mem, sge, _, _) = memory(3000);
         p.mem_a = mem;
         one_op(&mut p, SendOp::Send, sge);
