@@ -39,7 +39,7 @@ const SLOT: u32 = 4096;
 /// How often a wait for a message also looks for the peer's disconnect.
 const POLL: Duration = Duration::from_millis(100);
 /// perftest's client: `rdma_cm_client_connection` tries 10 times, 100 ms apart.
-const CONNECT_TRIES: u32 = 10;
+pub(crate) const CONNECT_TRIES: u32 = 10;
 const CONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 /// The exchange's connection and, once made, the test queue pairs' connections.
@@ -75,20 +75,26 @@ fn control_attr() -> QpAttr {
 }
 
 /// Connects `qp` through the CM, trying again while the server refuses (not listening yet)
-/// or does not answer.
-fn connect_retrying(
+/// or, with `retry_unanswered`, does not answer (each such try already sent its REQ
+/// `cfg.max_retries` times).
+pub(crate) fn connect_retrying(
     dev: &Device,
     qp: &Qp,
     attr: &QpAttr,
     to: SocketAddr,
     cfg: CmConfig,
     tries: u32,
+    retry_unanswered: bool,
 ) -> anyhow::Result<CmConnection> {
     let mut last = None;
     for _ in 0..tries {
         match cm::connect(dev, qp, attr, to, &[], cfg) {
             Ok(c) => return Ok(c),
-            Err(e @ (CmError::Rejected(8) | CmError::Timeout { .. })) => {
+            Err(e @ CmError::Rejected(8)) => {
+                last = Some(e);
+                std::thread::sleep(CONNECT_PAUSE);
+            }
+            Err(e @ CmError::Timeout { .. }) if retry_unanswered => {
                 last = Some(e);
                 std::thread::sleep(CONNECT_PAUSE);
             }
@@ -153,6 +159,7 @@ impl CmChannel {
             server,
             quick,
             CONNECT_TRIES * 5,
+            true,
         )?);
         Ok(ch)
     }
@@ -264,7 +271,7 @@ impl CmChannel {
     ) -> anyhow::Result<()> {
         for qp in qps {
             let conn = if client {
-                connect_retrying(dev, qp, attr, self.server, self.cfg, CONNECT_TRIES)?
+                connect_retrying(dev, qp, attr, self.server, self.cfg, CONNECT_TRIES, true)?
             } else {
                 let l = self
                     .listener

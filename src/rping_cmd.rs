@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use irn_verbs::cm::{self, CmConfig, CmConnection, CmListener};
+use irn_verbs::cm::{CmConfig, CmConnection, CmListener};
 use irn_verbs::{
     Access, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, SendOp, SendWr, Wc,
     WcOpcode, WcStatus,
@@ -296,8 +296,18 @@ fn client_pings(
     server: SocketAddr,
     cfg: CmConfig,
 ) -> anyhow::Result<bool> {
-    let conn = cm::connect(&end.dev, &end.qp, &end.attr, server, &[], cfg)
-        .with_context(|| format!("connecting to {server}"))?;
+    // Tried again while refused (nothing listens yet), as perftest's client does: a client
+    // started just before its server still connects. A peer that does not answer at all
+    // fails after the CM's own REQ retries, as before.
+    let conn = crate::perf_cm::connect_retrying(
+        &end.dev,
+        &end.qp,
+        &end.attr,
+        server,
+        cfg,
+        crate::perf_cm::CONNECT_TRIES,
+        false,
+    )?;
     if args.debug {
         eprintln!(
             "connected to {} (QP 0x{:06x})",

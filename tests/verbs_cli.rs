@@ -9,6 +9,16 @@ mod common;
 use common::{finish, text};
 use std::time::Duration;
 
+/// The tests that load the machine take turns: the one spinning a thread on every core would
+/// otherwise starve the many-queue-pair streams running beside it, and those one another.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy_turn() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn irn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_irn"))
 }
@@ -453,6 +463,7 @@ fn rping_between_two_irn_ends_through_loss() {
 /// for good.
 #[test]
 fn transfers_finish_verified_while_every_core_is_busy() {
+    let _turn = heavy_turn();
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let stop = Arc::new(AtomicBool::new(false));
@@ -496,6 +507,7 @@ fn transfers_finish_verified_while_every_core_is_busy() {
 /// connections' peers may have in flight. Both modes; every work request must complete.
 #[test]
 fn sixty_four_queue_pairs_stream_without_giving_up() {
+    let _turn = heavy_turn();
     for mode in ["irn", "roce"] {
         let flags = [
             "--mode", mode, "-q", "64", "-n", "3000", "-s", "65536", "--rx", "udp",
@@ -521,6 +533,7 @@ fn sixty_four_queue_pairs_stream_without_giving_up() {
 /// RFC 7323's gains. Both modes; every work request must complete.
 #[test]
 fn two_hundred_fifty_six_queue_pairs_stream_without_giving_up() {
+    let _turn = heavy_turn();
     for mode in ["irn", "roce"] {
         let flags = [
             "--mode", mode, "-q", "256", "-n", "60", "-s", "65536", "--rx", "udp",
