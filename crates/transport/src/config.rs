@@ -543,9 +543,10 @@ impl NicState {
 impl RecoveryConfig {
     /// The per-QP state this configuration adds to standard RoCE (SPEC E13). `window` sizes
     /// what a design bounds by the path rather than by a setting: IRN's bitmaps span its BDP
-    /// cap (this `window` when the cap is off), extended IB's receive window and both seed-002
-    /// designs' Read-response maps span `window` packets (a hardware NIC would size them by
-    /// the BDP, as IRN does; this implementation grows them on demand).
+    /// cap (this `window` when the cap is off; `bdp_fc_span` caps with a span), extended IB's
+    /// receive window and both seed-002 designs' Read-response maps span `window` packets (a
+    /// hardware NIC would size them by the BDP, as IRN does; this implementation grows them
+    /// on demand).
     pub fn nic_state(&self, window: u32) -> NicState {
         const PSN: u64 = 24;
         const STAMP: u64 = 32;
@@ -555,7 +556,11 @@ impl RecoveryConfig {
             _ => 0,
         };
         if self.irn_wire {
-            let cap = u64::from(self.bdp_cap.unwrap_or(window));
+            // Every bitmap spans what may be outstanding: the BDP cap, or with
+            // `bdp_fc_span` that many caps of unSACKed PSNs beyond the cumulative ACK (the
+            // sender's SACK map and the receivers' out-of-order windows grow with it).
+            let cap = u64::from(self.bdp_cap.unwrap_or(window))
+                * u64::from(self.bdp_fc_span.unwrap_or(1));
             // sPSN responder 2-bitmap (IRN §5.3.3), sender SACK bitmap, and the rPSN space:
             // the requester's receive bitmap and the Read responder's SACK bitmap (§5.4).
             let per = 2 + sack(self.retransmission) + 1 + sack(self.retransmission);
@@ -890,6 +895,17 @@ mod tests {
         let rb = RecoveryConfig::reorder_buffer().nic_state(110);
         assert_eq!(rb.descriptor_bits, 64 * 128);
         assert!(rb.total_bits() > irn.total_bits(), "descriptors dominate");
+        let spanned = RecoveryConfig {
+            bdp_fc_span: Some(4),
+            ..RecoveryConfig::irn()
+        }
+        .nic_state(999);
+        assert_eq!(
+            spanned.bitmap_bits,
+            4 * irn.bitmap_bits,
+            "bitmaps span 4 caps"
+        );
+        assert_eq!(spanned.register_bits, irn.register_bits);
         let ext = RecoveryConfig::ext_ib().nic_state(110);
         assert_eq!(ext.bitmap_bits, 5 * 110);
         assert_eq!(ext.descriptor_bits, 0);

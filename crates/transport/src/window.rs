@@ -42,6 +42,11 @@ struct Recovery {
     /// original transmission proves the window was delivered, the timeout spurious, and drops
     /// it.
     held_sweep: Option<Psn>,
+    /// A PSN to resend ahead of the cursor ([`SendWindow::probe_tail`]), and whether the
+    /// retransmission about to be reported is that probe (which leaves the cursor where it
+    /// is).
+    probe: Option<Psn>,
+    probing: bool,
 }
 
 /// The sender side of a PSN space.
@@ -127,6 +132,9 @@ pub(crate) struct Acked {
     /// and this ACK is the first to report it: a PSN selectively acknowledged earlier, now
     /// covered when a hole fills, would give the whole recovery's length as a round trip.
     pub(crate) rtt: Option<crate::time::Dur>,
+    /// This ACK judged the last timeout spurious (F-RTO): what the timeout held back is not
+    /// resent. With nothing new to send, the sender should [`SendWindow::probe_tail`].
+    pub(crate) spurious_timeout: bool,
 }
 
 impl SendWindow {
@@ -341,6 +349,16 @@ impl SendWindow {
         if self.una.distance(rec.cursor) < 0 {
             rec.cursor = self.una;
         }
+        if let Some(q) = rec.probe.take() {
+            let i = self.una.distance(q);
+            if i >= 0
+                && q.distance(self.next) > 0
+                && !self.sacked.get(i as usize).copied().unwrap_or(false)
+            {
+                rec.probing = true;
+                return Some(q);
+            }
+        }
         match self.mode {
             Retransmission::SelectiveRepeat | Retransmission::Precise => loop {
                 let c = rec.cursor;
@@ -377,7 +395,10 @@ impl SendWindow {
         self.last_retx = Some((psn.add(covers.max(1)), now));
         // A retransmission judged lost, resent again: it lies behind the recovery cursor (or
         // anywhere), which it must not move.
-        let mut judged = false;
+        let mut judged = self
+            .recovery
+            .as_mut()
+            .is_some_and(|r| std::mem::replace(&mut r.probing, false));
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
             let in_flight = self.in_flight() as usize;
@@ -399,7 +420,7 @@ impl SendWindow {
                     });
                 }
                 r.resent.push_back((psn, s));
-                judged = r.lost.contains(&psn);
+                judged |= r.lost.contains(&psn);
                 r.lost.retain(|&q| q != psn);
             }
             if let Some(b) = self.board.as_mut() {
@@ -497,6 +518,7 @@ impl SendWindow {
         // recovery ends); the latest RTT sample instead would block the rule where it matters,
         // since a flow recovering a lost tail takes no new samples (Karn) and keeps its
         // congested ones.
+        let mut spurious_timeout = false;
         let mut answers_retx = self.last_retx.is_some_and(|(after, at)| {
             cum.distance(after) <= 0
                 && self
@@ -542,6 +564,7 @@ impl SendWindow {
                     rec.force = false;
                     self.last_retx = None;
                     answers_retx = false;
+                    spurious_timeout = true;
                 } else if answers_retx {
                     // Only the retransmission (and PSNs already SACKed) came back: the loss
                     // was real, and the rest of the window is resent (step 2a's verdict).
@@ -574,7 +597,32 @@ impl SendWindow {
             }
         }
         self.progress(now);
-        Acked { psns: n, rtt }
+        Acked {
+            psns: n,
+            rtt,
+            spurious_timeout,
+        }
+    }
+
+    /// After a timeout judged spurious ([`Acked::spurious_timeout`]) with nothing new to send:
+    /// resends the highest PSN sent, unless it was acknowledged. One ACK decided the verdict
+    /// (RFC 5682 §2 step 2b waits for a second, which new data would draw); if the NACK that
+    /// would have reported the PSNs it acknowledged was lost and the window's tail was lost
+    /// too, no packet is left to draw that second answer, and the tail would wait for another
+    /// timeout. The probe arrives beyond the holes, so the receiver's NACK names them and
+    /// they are resent by the SACK rule — a tail loss probe (RFC 8985 §7.3), one duplicate
+    /// when the timeout was indeed spurious. RFC 5682 instead resends the whole window in
+    /// this case, which after a spurious timeout is the window's worth of duplicates that
+    /// F-RTO is there to avoid.
+    pub(crate) fn probe_tail(&mut self) {
+        let last = self.next.sub(1);
+        if let Some(rec) = self
+            .recovery
+            .as_mut()
+            .filter(|_| self.una.distance(last) >= 0)
+        {
+            rec.probe = Some(last);
+        }
     }
 
     /// Progress — an ACK of this space, or Read responses arriving in order: restarts the timer
@@ -754,6 +802,8 @@ impl SendWindow {
             } else {
                 self.recovery.and_then(|r| r.held_sweep)
             },
+            probe: None,
+            probing: false,
         });
     }
 
@@ -1514,6 +1564,49 @@ mod tests {
             w.on_retransmitted(us(3_100), q, 1);
         }
         assert_eq!(resent, [11, 12, 13, 14]);
+    }
+
+    #[test]
+    fn a_timeout_judged_spurious_with_nothing_new_to_send_probes_the_tail() {
+        // 0..=9 out. 0 is lost, 1..=5 arrive but the NACK saying so is lost, 6..=9 are lost.
+        let mut w =
+            SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
+        sent(&mut w, 10);
+        w.on_timeout(us(1_000), None);
+        w.enter_recovery(true);
+        assert_eq!(w.next_retransmit(), Some(p(0)));
+        w.on_retransmitted(us(1_000), p(0), 1);
+        // The resent 0 fills the hole: ACK 6 covers originals 1..=5 — judged spurious.
+        let acked = w.ack(us(1_100), p(6));
+        assert!(acked.spurious_timeout);
+        assert_eq!(w.next_retransmit(), None, "nothing swept");
+        // Nothing new to send: the highest PSN goes again, and only it.
+        w.probe_tail();
+        assert_eq!(w.next_retransmit(), Some(p(9)));
+        w.on_retransmitted(us(1_100), p(9), 1);
+        assert_eq!(w.next_retransmit(), None);
+        // It arrives beyond the lost tail: the NACK names 6..=8, which are resent (the probe
+        // left the cursor where it was).
+        w.sack(us(1_200), p(9));
+        w.enter_recovery(false);
+        let mut resent = vec![];
+        while let Some(q) = w.next_retransmit() {
+            resent.push(q.value());
+            w.on_retransmitted(us(1_200), q, 1);
+        }
+        assert_eq!(resent, [6, 7, 8]);
+        w.ack(us(1_300), p(10));
+        assert!(!w.in_recovery());
+        // A probe of a PSN acknowledged meanwhile is not sent.
+        sent(&mut w, 3); // 10..=12
+        w.on_timeout(us(3_000), None);
+        w.enter_recovery(true);
+        assert_eq!(w.next_retransmit(), Some(p(10)));
+        w.on_retransmitted(us(3_000), p(10), 1);
+        assert!(w.ack(us(3_100), p(12)).spurious_timeout);
+        w.probe_tail();
+        w.sack(us(3_100), p(12));
+        assert_eq!(w.next_retransmit(), None);
     }
 
     #[test]

@@ -259,6 +259,10 @@ impl QueuePair {
             }
         }
         let acked = self.req.swin.ack(now, cum);
+        if acked.spurious_timeout && self.req.tx_idx >= self.req.sq.len() {
+            // Nothing new will draw the next answer: probe the tail.
+            self.req.swin.probe_tail();
+        }
         let bytes = u64::from(acked.psns) * u64::from(self.mtu());
         if acked.psns > 0 {
             self.cmp.rnr_retries = 0;
