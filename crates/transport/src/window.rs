@@ -42,11 +42,18 @@ struct Recovery {
     /// original transmission proves the window was delivered, the timeout spurious, and drops
     /// it.
     held_sweep: Option<Psn>,
-    /// A PSN to resend ahead of the cursor ([`SendWindow::probe_tail`]), and whether the
-    /// retransmission about to be reported is that probe (which leaves the cursor where it
-    /// is).
-    probe: Option<Psn>,
-    probing: bool,
+    /// A PSN to resend ahead of the cursor ([`SendWindow::probe_tail`]).
+    probe: Option<Probe>,
+}
+
+/// The tail loss probe's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// To be resent next.
+    Due(Psn),
+    /// Handed out by [`SendWindow::next_retransmit`]: its retransmission, when reported,
+    /// leaves the cursor where it is.
+    Out(Psn),
 }
 
 /// The sender side of a PSN space.
@@ -349,13 +356,14 @@ impl SendWindow {
         if self.una.distance(rec.cursor) < 0 {
             rec.cursor = self.una;
         }
-        if let Some(q) = rec.probe.take() {
+        if let Some(Probe::Due(q)) = rec.probe {
+            rec.probe = None;
             let i = self.una.distance(q);
             if i >= 0
                 && q.distance(self.next) > 0
                 && !self.sacked.get(i as usize).copied().unwrap_or(false)
             {
-                rec.probing = true;
+                rec.probe = Some(Probe::Out(q));
                 return Some(q);
             }
         }
@@ -395,10 +403,14 @@ impl SendWindow {
         self.last_retx = Some((psn.add(covers.max(1)), now));
         // A retransmission judged lost, resent again: it lies behind the recovery cursor (or
         // anywhere), which it must not move.
-        let mut judged = self
-            .recovery
-            .as_mut()
-            .is_some_and(|r| std::mem::replace(&mut r.probing, false));
+        // The tail loss probe, resent ahead of the cursor, does not move it.
+        let mut judged = self.recovery.as_mut().is_some_and(|r| {
+            let probe = r.probe == Some(Probe::Out(psn));
+            if probe {
+                r.probe = None;
+            }
+            probe && r.cursor != psn
+        });
         if self.outstanding(psn) {
             let i = self.una.distance(psn) as usize;
             let in_flight = self.in_flight() as usize;
@@ -621,7 +633,7 @@ impl SendWindow {
             .as_mut()
             .filter(|_| self.una.distance(last) >= 0)
         {
-            rec.probe = Some(last);
+            rec.probe = Some(Probe::Due(last));
         }
     }
 
@@ -803,7 +815,6 @@ impl SendWindow {
                 self.recovery.and_then(|r| r.held_sweep)
             },
             probe: None,
-            probing: false,
         });
     }
 
@@ -825,6 +836,8 @@ impl SendWindow {
                 rec.sweep = None;
                 rec.held_sweep = None;
             }
+            // The go-back resends the tail: a probe of it would be a duplicate.
+            rec.probe = None;
         }
         if let Some(r) = self.relost.as_mut() {
             r.resent.retain(|&(q, _)| q.distance(to) > 0);
@@ -1597,7 +1610,7 @@ mod tests {
         assert_eq!(resent, [6, 7, 8]);
         w.ack(us(1_300), p(10));
         assert!(!w.in_recovery());
-        // A probe of a PSN acknowledged meanwhile is not sent.
+        // A probe of a PSN selectively acknowledged meanwhile is not sent.
         sent(&mut w, 3); // 10..=12
         w.on_timeout(us(3_000), None);
         w.enter_recovery(true);
@@ -1607,6 +1620,30 @@ mod tests {
         w.probe_tail();
         w.sack(us(3_100), p(12));
         assert_eq!(w.next_retransmit(), None);
+    }
+
+    #[test]
+    fn a_probe_handed_out_but_not_sent_leaves_later_retransmissions_their_cursor() {
+        let mut w =
+            SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
+        sent(&mut w, 10);
+        w.on_timeout(us(1_000), None);
+        w.enter_recovery(true);
+        assert_eq!(w.next_retransmit(), Some(p(0)));
+        w.on_retransmitted(us(1_000), p(0), 1);
+        assert!(w.ack(us(1_100), p(6)).spurious_timeout);
+        w.probe_tail();
+        // The caller takes the probe and does not send it (say, a window that closed).
+        assert_eq!(w.next_retransmit(), Some(p(9)));
+        assert_eq!(w.next_retransmit(), None, "a probe is handed out once");
+        // A SACK of 8: 6 and 7 are resent in turn, each moving the cursor on.
+        w.sack(us(1_200), p(8));
+        let mut resent = vec![];
+        while let Some(q) = w.next_retransmit() {
+            resent.push(q.value());
+            w.on_retransmitted(us(1_200), q, 1);
+        }
+        assert_eq!(resent, [6, 7]);
     }
 
     #[test]

@@ -706,6 +706,62 @@ fn irn_sender_resends_only_what_a_nack_bitmap_marks_missing() {
     );
 }
 
+/// The runtime's IRN rules (a timeout's sweep held back by F-RTO, NACK bitmaps): 0..=9 of a
+/// Write sent; 1 lost, 2..=5 arrive but the NACK saying so is lost, and the tail 6..=9 is lost
+/// too. The timeout resends 1, whose answer, ACK 6, acknowledges originals: the timeout looks
+/// spurious and nothing is swept. With nothing new to send, the sender probes with 9; the
+/// NACK the probe draws names 6..=8, which go at once — without the probe they would wait
+/// for another timeout. With a second Write posted meanwhile, its new packets are the probes
+/// and 9 is not resent.
+#[test]
+fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to_send() {
+    let run = |more: bool| {
+        let cfg = RecoveryConfig {
+            timeout_resends_unsacked: true,
+            nack_bitmap: true,
+            resend_lost_retransmissions: true,
+            ..RecoveryConfig::irn()
+        };
+        let mut q = qp(cfg);
+        let (mut mem, sge, remote, _) = memory(10 * 1024);
+        q.post_send(write_wr(sge, remote)).expect("post");
+        assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
+        // 0's ACK: a round-trip sample.
+        assert!(ack_at(&mut q, &mut mem, T0 + Dur::from_micros(10), 0).is_empty());
+        let t = q.poll_timeout().expect("timer");
+        q.handle_timeout(t);
+        assert_eq!(
+            psns(&drain(&mut q, t, &mem)),
+            vec![1],
+            "F-RTO resends una only"
+        );
+        if more {
+            q.post_send(write_wr(sge, remote)).expect("post");
+        }
+        let t = t + Dur::from_micros(20);
+        let after_ack = ack_at(&mut q, &mut mem, t, 5);
+        let nack = |q: &mut QueuePair, mem: &mut ByteMemory| {
+            let mut n = ack(SQ_PSN + 6, NAK_SEQ, Some(SQ_PSN + 9), true);
+            let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
+            for i in 0..3 {
+                b.set(i); // 6, 7, 8
+            }
+            n.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
+            q.handle_packet(t, &n, &[], Ecn::NotEct, mem);
+            psns(&drain(q, t, mem))
+        };
+        let after_nack = nack(&mut q, &mut mem);
+        (after_ack, after_nack, q.counters().timeouts)
+    };
+    assert_eq!(run(false), (vec![9], vec![6, 7, 8], 1));
+    let (after_ack, after_nack, timeouts) = run(true);
+    assert!(
+        !after_ack.contains(&9) && after_ack.first() == Some(&10),
+        "new data, no probe: {after_ack:?}"
+    );
+    assert_eq!((after_nack, timeouts), (vec![6, 7, 8], 1));
+}
+
 #[test]
 fn roce_receiver_discards_out_of_order_and_naks_once_per_gap_like_rxe() {
     let mut q = qp(RecoveryConfig::roce());

@@ -474,9 +474,10 @@ fn malformed_datagrams_are_counted_and_dropped() {
 }
 
 /// Issue 21: packets for a queue pair from its peer's address but another UDP port are counted
-/// (`rx_wrong_source`) and dropped before the queue pair sees them — no NAK, no retransmission
-/// is provoked — and the pair still moves data: in IRN mode any port but the peer's, in RoCE
-/// mode any port but the one the peer's first packet came from.
+/// (`rx_wrong_source`) and dropped before the queue pair sees them — it receives nothing and
+/// answers nothing, so no NAK reaches the peer to provoke a retransmission — and the pair
+/// still moves data: in IRN mode any port but the peer's, in RoCE mode any port but the one
+/// the peer's first packet came from.
 #[test]
 fn packets_from_a_port_other_than_the_peers_are_dropped() {
     for mode in [QpMode::Irn, QpMode::Roce] {
