@@ -213,11 +213,12 @@ pub struct RecoveryConfig {
     /// (F-RTO, RFC 5682 §3): the cumulative-ACK PSN is resent first, and the rest only if
     /// that ACK answers the retransmission without acknowledging any original transmission
     /// not SACKed before; if it does, the timeout was spurious (late ACKs, not lost packets)
-    /// and nothing else is resent for it, but for the highest request PSN sent when the
-    /// requester has nothing new to send (a tail loss probe, RFC 8985 §7.3: a lost tail whose
-    /// NACK was lost too is then NACKed at once). On loopback a spurious timeout used to
-    /// resend the whole window (about 120 packets); through 1 % loss each way a queue pair
-    /// resent 2 050–2 190 packets for 1 600 lost, and now resends 1 620–1 640.
+    /// and nothing else is resent for it, but for the highest PSN sent when the sender (a
+    /// requester, or an IRN Read responder in its rPSN space) has nothing new to send (a tail
+    /// loss probe, RFC 8985 §7.3: a lost tail whose NACK was lost too is then NACKed at
+    /// once). On loopback a spurious timeout used to resend the whole window (about 120
+    /// packets); through 1 % loss each way a queue pair resent 2 050–2 190 packets for 1 600
+    /// lost, and now resends 1 620–1 640.
     pub timeout_resends_unsacked: bool,
     /// IRN's responder puts its loss bitmap in every NACK (an option beyond the paper, off in
     /// every preset): the extended-IB field of SPEC T8(d), bit `i` set when PSN `epsn + i` is

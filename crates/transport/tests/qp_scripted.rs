@@ -762,6 +762,73 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
     assert_eq!((after_nack, timeouts), (vec![6, 7, 8], 1));
 }
 
+/// The same for an IRN Read responder's rPSN space (§5.4), with its read (N)ACKs: a 10 KiB
+/// Read is answered with rPSNs 0..=9; 1 is lost, the read NACK for 2..=5 is lost, 6..=9 are
+/// lost. The response timer resends 1; the read ACK of 5 judges the timeout spurious; no
+/// response is left to start, so 9 is resent, and the read NACK it draws has 6..=8 resent.
+#[test]
+fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
+    let cfg = RecoveryConfig {
+        timeout_resends_unsacked: true,
+        nack_bitmap: true,
+        resend_lost_retransmissions: true,
+        ..RecoveryConfig::irn()
+    };
+    let mut q = qp(cfg);
+    let mut mem = ByteMemory::new(4);
+    let src = mem.alloc_with(&[7; 10 * 1024]);
+    let k = mem.register(src, 10 * 1024, Access::ALL).expect("reg");
+    let mut ib = IbRepr::new(bth(Opcode::RC_RDMA_READ_REQUEST, RQ_PSN, true));
+    ib.reth = Some(RethRepr {
+        va: src,
+        rkey: k.rkey,
+        dma_len: 10 * 1024,
+    });
+    ib.irn = Some(IrnEthRepr {
+        wqe_sn: Some(0),
+        ..IrnEthRepr::default()
+    });
+    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    let rpsns = |pkts: &[IbRepr]| -> Vec<u32> {
+        pkts.iter()
+            .filter(|p| p.bth.opcode.is_read_response())
+            .map(|p| p.bth.psn.value() - RQ_PSN)
+            .collect()
+    };
+    assert_eq!(rpsns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
+    let read_ack = |q: &mut QueuePair, mem: &mut ByteMemory, t: Time, ib: IbRepr| {
+        let mut ib = ib;
+        ib.bth.opcode = Opcode::RC_IRN_READ_ACK;
+        q.handle_packet(t, &ib, &[], Ecn::NotEct, mem);
+        rpsns(&drain(q, t, mem))
+    };
+    // rPSN 0 acknowledged: a round-trip sample.
+    let t = T0 + Dur::from_micros(10);
+    assert!(read_ack(&mut q, &mut mem, t, ack(RQ_PSN, ACK, None, true)).is_empty());
+    let t = q.poll_timeout().expect("the response timer");
+    q.handle_timeout(t);
+    assert_eq!(
+        rpsns(&drain(&mut q, t, &mem)),
+        vec![1],
+        "F-RTO resends the oldest only"
+    );
+    assert_eq!(q.counters().timeouts, 1);
+    let t = t + Dur::from_micros(20);
+    assert_eq!(
+        read_ack(&mut q, &mut mem, t, ack(RQ_PSN + 5, ACK, None, true)),
+        vec![9],
+        "judged spurious, nothing left to start: the tail is probed"
+    );
+    let mut nack = ack(RQ_PSN + 6, NAK_SEQ, Some(RQ_PSN + 9), true);
+    let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
+    for i in 0..3 {
+        b.set(i); // 6, 7, 8
+    }
+    nack.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
+    assert_eq!(read_ack(&mut q, &mut mem, t, nack), vec![6, 7, 8]);
+    assert_eq!(q.counters().timeouts, 1);
+}
+
 #[test]
 fn roce_receiver_discards_out_of_order_and_naks_once_per_gap_like_rxe() {
     let mut q = qp(RecoveryConfig::roce());

@@ -198,16 +198,23 @@ impl QueuePair {
         };
         let psn = ib.bth.psn;
         let sack = ib.irn.as_ref().and_then(|i| i.sack_psn);
+        // A timeout judged spurious with no response left to start: probe the tail, as the
+        // requester does ([`SendWindow::probe_tail`](crate::window::SendWindow::probe_tail)).
+        let ack = |r: &mut IrnResponder, cum: Psn| {
+            if r.win.ack(now, cum).spurious_timeout && r.tx_idx >= r.q.len() {
+                r.win.probe_tail();
+            }
+        };
         match aeth.syndrome {
             Syndrome::Ack(_) => {
-                r.win.ack(now, psn.add(1));
+                ack(r, psn.add(1));
                 if let Some(s) = sack {
                     r.win.sack(now, s);
                 }
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.nacks_received += 1;
-                r.win.ack(now, psn);
+                ack(r, psn);
                 match mode {
                     Retransmission::GoBackN | Retransmission::GoBack0 => r.win.go_back(psn),
                     _ => {
