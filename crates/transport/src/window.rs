@@ -1579,9 +1579,10 @@ mod tests {
         assert_eq!(resent, [11, 12, 13, 14]);
     }
 
-    #[test]
-    fn a_timeout_judged_spurious_with_nothing_new_to_send_probes_the_tail() {
-        // 0..=9 out. 0 is lost, 1..=5 arrive but the NACK saying so is lost, 6..=9 are lost.
+    /// 0..=9 out. 0 is lost, 1..=5 arrive but the NACK saying so is lost, 6..=9 are lost.
+    /// The timeout at 1 ms resends 0, which fills the hole: ACK 6 at 1.1 ms covers originals
+    /// 1..=5, and the timeout is judged spurious.
+    fn timeout_judged_spurious_over_a_lost_tail() -> SendWindow {
         let mut w =
             SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
         sent(&mut w, 10);
@@ -1589,9 +1590,13 @@ mod tests {
         w.enter_recovery(true);
         assert_eq!(w.next_retransmit(), Some(p(0)));
         w.on_retransmitted(us(1_000), p(0), 1);
-        // The resent 0 fills the hole: ACK 6 covers originals 1..=5 — judged spurious.
-        let acked = w.ack(us(1_100), p(6));
-        assert!(acked.spurious_timeout);
+        assert!(w.ack(us(1_100), p(6)).spurious_timeout);
+        w
+    }
+
+    #[test]
+    fn a_timeout_judged_spurious_with_nothing_new_to_send_probes_the_tail() {
+        let mut w = timeout_judged_spurious_over_a_lost_tail();
         assert_eq!(w.next_retransmit(), None, "nothing swept");
         // Nothing new to send: the highest PSN goes again, and only it.
         w.probe_tail();
@@ -1624,14 +1629,7 @@ mod tests {
 
     #[test]
     fn a_probe_handed_out_but_not_sent_leaves_later_retransmissions_their_cursor() {
-        let mut w =
-            SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
-        sent(&mut w, 10);
-        w.on_timeout(us(1_000), None);
-        w.enter_recovery(true);
-        assert_eq!(w.next_retransmit(), Some(p(0)));
-        w.on_retransmitted(us(1_000), p(0), 1);
-        assert!(w.ack(us(1_100), p(6)).spurious_timeout);
+        let mut w = timeout_judged_spurious_over_a_lost_tail();
         w.probe_tail();
         // The caller takes the probe and does not send it (say, a window that closed).
         assert_eq!(w.next_retransmit(), Some(p(9)));

@@ -706,6 +706,29 @@ fn irn_sender_resends_only_what_a_nack_bitmap_marks_missing() {
     );
 }
 
+/// The UDP runtime's IRN rules: a timeout's sweep held back by F-RTO, NACK bitmaps, lost
+/// retransmissions resent.
+fn runtime_irn() -> RecoveryConfig {
+    RecoveryConfig {
+        timeout_resends_unsacked: true,
+        nack_bitmap: true,
+        resend_lost_retransmissions: true,
+        ..RecoveryConfig::irn()
+    }
+}
+
+/// An IRN NACK of `base` (absolute PSNs) that SACKs `highest` and whose bitmap marks the
+/// `lost` offsets from `base` missing.
+fn bitmap_nack(base: u32, highest: u32, lost: &[usize]) -> IbRepr {
+    let mut n = ack(base, NAK_SEQ, Some(highest), true);
+    let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
+    for &i in lost {
+        b.set(i);
+    }
+    n.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
+    n
+}
+
 /// The runtime's IRN rules (a timeout's sweep held back by F-RTO, NACK bitmaps): 0..=9 of a
 /// Write sent; 1 lost, 2..=5 arrive but the NACK saying so is lost, and the tail 6..=9 is lost
 /// too. The timeout resends 1, whose answer, ACK 6, acknowledges originals: the timeout looks
@@ -716,13 +739,7 @@ fn irn_sender_resends_only_what_a_nack_bitmap_marks_missing() {
 #[test]
 fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to_send() {
     let run = |more: bool| {
-        let cfg = RecoveryConfig {
-            timeout_resends_unsacked: true,
-            nack_bitmap: true,
-            resend_lost_retransmissions: true,
-            ..RecoveryConfig::irn()
-        };
-        let mut q = qp(cfg);
+        let mut q = qp(runtime_irn());
         let (mut mem, sge, remote, _) = memory(10 * 1024);
         q.post_send(write_wr(sge, remote)).expect("post");
         assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
@@ -740,17 +757,10 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
         }
         let t = t + Dur::from_micros(20);
         let after_ack = ack_at(&mut q, &mut mem, t, 5);
-        let nack = |q: &mut QueuePair, mem: &mut ByteMemory| {
-            let mut n = ack(SQ_PSN + 6, NAK_SEQ, Some(SQ_PSN + 9), true);
-            let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
-            for i in 0..3 {
-                b.set(i); // 6, 7, 8
-            }
-            n.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
-            q.handle_packet(t, &n, &[], Ecn::NotEct, mem);
-            psns(&drain(q, t, mem))
-        };
-        let after_nack = nack(&mut q, &mut mem);
+        // 6, 7 and 8 missing.
+        let nack = bitmap_nack(SQ_PSN + 6, SQ_PSN + 9, &[0, 1, 2]);
+        q.handle_packet(t, &nack, &[], Ecn::NotEct, &mut mem);
+        let after_nack = psns(&drain(&mut q, t, &mem));
         (after_ack, after_nack, q.counters().timeouts)
     };
     assert_eq!(run(false), (vec![9], vec![6, 7, 8], 1));
@@ -768,13 +778,7 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
 /// response is left to start, so 9 is resent, and the read NACK it draws has 6..=8 resent.
 #[test]
 fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
-    let cfg = RecoveryConfig {
-        timeout_resends_unsacked: true,
-        nack_bitmap: true,
-        resend_lost_retransmissions: true,
-        ..RecoveryConfig::irn()
-    };
-    let mut q = qp(cfg);
+    let mut q = qp(runtime_irn());
     let mut mem = ByteMemory::new(4);
     let src = mem.alloc_with(&[7; 10 * 1024]);
     let k = mem.register(src, 10 * 1024, Access::ALL).expect("reg");
@@ -819,12 +823,8 @@ fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
         vec![9],
         "judged spurious, nothing left to start: the tail is probed"
     );
-    let mut nack = ack(RQ_PSN + 6, NAK_SEQ, Some(RQ_PSN + 9), true);
-    let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
-    for i in 0..3 {
-        b.set(i); // 6, 7, 8
-    }
-    nack.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
+    // 6, 7 and 8 missing.
+    let nack = bitmap_nack(RQ_PSN + 6, RQ_PSN + 9, &[0, 1, 2]);
     assert_eq!(read_ack(&mut q, &mut mem, t, nack), vec![6, 7, 8]);
     assert_eq!(q.counters().timeouts, 1);
 }
