@@ -60,7 +60,7 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 pub enum CmError {
     /// A verbs call failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Verbs(#[from] crate::Error),
     /// The peer answered with a REJ (reason 28: the consumer rejected; 8: no one listens on
     /// that port — `ECONNREFUSED`).
@@ -78,7 +78,7 @@ pub enum CmError {
     #[error("nothing arrived in {0:?}")]
     Idle(Duration),
     /// A message that cannot be built (a field out of range, private data too long).
-    #[error("{0}")]
+    #[error(transparent)]
     Wire(#[from] irn_wire::Error),
     /// Another listener of the device has that port.
     #[error("rdma_cm port {0} already has a listener on this device")]

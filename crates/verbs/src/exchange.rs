@@ -31,8 +31,10 @@ use crate::{Gid, QpMode};
 #[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {
     /// The TCP connection failed or closed early.
+    // Its cause is in the message, not also a `source` (which an error chain would print a
+    // second time).
     #[error("out-of-band exchange: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The peer's message is not in the expected format.
     #[error("out-of-band exchange: bad {what} message {text:?}")]
     Format {
@@ -41,6 +43,12 @@ pub enum ExchangeError {
         /// What arrived (printable part).
         text: String,
     },
+}
+
+impl From<std::io::Error> for ExchangeError {
+    fn from(e: std::io::Error) -> ExchangeError {
+        ExchangeError::Io(e)
+    }
 }
 
 fn bad(what: &'static str, bytes: &[u8]) -> ExchangeError {

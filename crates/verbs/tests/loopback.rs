@@ -374,6 +374,37 @@ fn a_bad_rkey_is_a_remote_access_error_and_writes_nothing() {
     }
 }
 
+/// An error chain (`Display`, then each `source()`, as `anyhow`'s `{:#}` prints it) names each
+/// cause once: a wrapper that shows its cause in its message does not also return it as its
+/// source (`irn perf` printed "the raw receive path is IPv4 only …" twice in a row).
+#[test]
+fn error_chains_name_each_cause_once() {
+    fn chain(e: &dyn std::error::Error) -> Vec<String> {
+        let mut v = vec![e.to_string()];
+        let mut at = e.source();
+        while let Some(s) = at {
+            v.push(s.to_string());
+            at = s.source();
+        }
+        v
+    }
+    let io = || std::io::Error::new(std::io::ErrorKind::Unsupported, "the cause");
+    let verbs = Error::from(io());
+    let cm = irn_verbs::cm::CmError::from(Error::from(io()));
+    // A configuration `create_qp` refuses, for its recovery knobs.
+    let refused = Error::from(irn_transport::QpConfigError::from(
+        irn_transport::ConfigError::BdpFcSpan,
+    ));
+    for e in [&verbs as &dyn std::error::Error, &cm, &refused] {
+        let c = chain(e);
+        let text = c.join(": ");
+        for part in &c {
+            assert_eq!(text.matches(part.as_str()).count(), 1, "{text}");
+        }
+    }
+    assert_eq!(chain(&verbs), ["the cause"]);
+}
+
 #[test]
 fn posting_errors_are_typed() {
     let dev = device(0.0, 1);

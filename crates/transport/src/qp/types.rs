@@ -63,8 +63,10 @@ impl Default for QpConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum QpConfigError {
     /// The loss-recovery knobs do not combine ([`RecoveryConfig::validate`]).
+    // Its cause is in the message, not also a `source` (which an error chain would print a
+    // second time).
     #[error("recovery: {0}")]
-    Recovery(#[from] ConfigError),
+    Recovery(ConfigError),
     /// A QPN is 24 bits (IBTA §9.2: BTH DestQP).
     #[error("qpn {0:#x} does not fit in 24 bits")]
     QpnTooLarge(u32),
@@ -79,6 +81,12 @@ pub enum QpConfigError {
     /// pair connects: in RESET or INIT, before any packet.
     #[error("the path's limits are set in RESET or INIT, not in {0:?}")]
     Connected(QpState),
+}
+
+impl From<ConfigError> for QpConfigError {
+    fn from(e: ConfigError) -> QpConfigError {
+        QpConfigError::Recovery(e)
+    }
 }
 
 impl QpConfig {

@@ -424,7 +424,7 @@ pub struct PostListError {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A socket or file operation failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     /// The work request is not accepted in the queue pair's state (`EINVAL` from
     /// `ibv_post_send` in RESET/INIT, for instance).
@@ -445,14 +445,16 @@ pub enum Error {
     #[error("completion queue {0} overran")]
     CqOverrun(u32),
     /// `modify` refused the transition or an attribute.
-    #[error("{0}")]
+    #[error(transparent)]
     Modify(#[from] ModifyError),
     /// A UD queue pair's `modify` refused the transition.
     #[error("{0}")]
     UdModify(irn_transport::UdModifyError),
     /// `create_qp` refused the queue pair's configuration (`EINVAL` from `ibv_create_qp`).
+    // Its cause is in the message, not also a `source` (which an error chain would print a
+    // second time).
     #[error("queue pair configuration: {0}")]
-    QpConfig(#[from] irn_transport::QpConfigError),
+    QpConfig(irn_transport::QpConfigError),
     /// RTR needs the peer's address.
     #[error("moving to RTR needs the remote address (GID and port)")]
     NoRemote,
@@ -472,7 +474,7 @@ pub enum Error {
         route: u32,
     },
     /// Memory registration failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Memory(#[from] MemError),
     /// A memory-region access outside the region.
     #[error("access of {len} bytes at offset {offset} outside a {size}-byte region")]
@@ -493,6 +495,12 @@ pub enum Error {
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     Config(&'static str),
+}
+
+impl From<irn_transport::QpConfigError> for Error {
+    fn from(e: irn_transport::QpConfigError) -> Error {
+        Error::QpConfig(e)
+    }
 }
 
 impl From<PostError> for Error {
