@@ -395,7 +395,11 @@ fn error_chains_name_each_cause_once() {
     let refused = Error::from(irn_transport::QpConfigError::from(
         irn_transport::ConfigError::BdpFcSpan,
     ));
-    for e in [&verbs as &dyn std::error::Error, &cm, &refused] {
+    let list = irn_verbs::PostListError {
+        posted: 3,
+        error: Error::from(io()),
+    };
+    for e in [&verbs as &dyn std::error::Error, &cm, &refused, &list] {
         let c = chain(e);
         let text = c.join(": ");
         for part in &c {

@@ -415,8 +415,7 @@ fn bdp_fc_span(cap: u32) -> u32 {
 pub struct PostListError {
     /// Work requests posted before it (they will complete).
     pub posted: usize,
-    /// Why it was refused.
-    #[source]
+    /// Why it was refused (in the message, so not also a `source`).
     pub error: Error,
 }
 
