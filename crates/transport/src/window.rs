@@ -358,6 +358,8 @@ impl SendWindow {
         }
         if let Some(Probe::Due(q)) = rec.probe {
             rec.probe = None;
+            // Still outstanding and not SACKed: `outstanding` and the SACK lookup written out,
+            // since `rec` borrows the recovery state mutably.
             let i = self.una.distance(q);
             if i >= 0
                 && q.distance(self.next) > 0
