@@ -491,8 +491,7 @@ impl RecoveryConfig {
         }
         if let Some(k) = self.bdp_fc_span {
             // `next − una` must stay within half the PSN space, as the cap alone must.
-            let reach = self.bdp_cap.map(|c| u64::from(c) * u64::from(k));
-            if k == 0 || reach.is_none_or(|r| r > 1 << 23) {
+            if k == 0 || self.bdp_fc_reach().is_none_or(|r| r > 1 << 23) {
                 return Err(ConfigError::BdpFcSpan);
             }
         }
@@ -544,6 +543,13 @@ impl NicState {
 }
 
 impl RecoveryConfig {
+    /// How far `next − una` may reach under BDP-FC, in PSNs: the cap, times `bdp_fc_span`
+    /// with a span; `None` without a cap.
+    pub fn bdp_fc_reach(&self) -> Option<u64> {
+        self.bdp_cap
+            .map(|c| u64::from(c) * u64::from(self.bdp_fc_span.unwrap_or(1)))
+    }
+
     /// The per-QP state this configuration adds to standard RoCE (SPEC E13). `window` sizes
     /// what a design bounds by the path rather than by a setting: IRN's bitmaps span its BDP
     /// cap (this `window` when the cap is off; `bdp_fc_span` caps with a span), extended IB's
@@ -562,8 +568,7 @@ impl RecoveryConfig {
             // Every bitmap spans what may be outstanding: the BDP cap, or with
             // `bdp_fc_span` that many caps of unSACKed PSNs beyond the cumulative ACK (the
             // sender's SACK map and the receivers' out-of-order windows grow with it).
-            let cap = u64::from(self.bdp_cap.unwrap_or(window))
-                * u64::from(self.bdp_fc_span.unwrap_or(1));
+            let cap = self.bdp_fc_reach().unwrap_or(u64::from(window));
             // sPSN responder 2-bitmap (IRN §5.3.3), sender SACK bitmap, and the rPSN space:
             // the requester's receive bitmap and the Read responder's SACK bitmap (§5.4).
             let per = 2 + sack(self.retransmission) + 1 + sack(self.retransmission);

@@ -375,10 +375,12 @@ impl QueuePair {
     /// How far ahead of the expected PSN out-of-order packets are taken: the sender's
     /// `next − una` bound (the BDP cap, or with a span that many caps).
     fn ooo_capacity(&self) -> u32 {
-        let r = &self.cfg.recovery;
-        r.bdp_cap.map_or(self.cfg.ooo_window, |cap| {
-            cap.saturating_mul(r.bdp_fc_span.unwrap_or(1))
-        })
+        self.cfg
+            .recovery
+            .bdp_fc_reach()
+            .map_or(self.cfg.ooo_window, |r| {
+                u32::try_from(r).unwrap_or(u32::MAX)
+            })
     }
 
     // -----------------------------------------------------------------------------------------
