@@ -91,7 +91,17 @@ pub struct RunOutput {
 
 /// Runs one configuration to the end. `progress` receives the fraction of flows done now and
 /// then.
-pub fn run(cfg: &SimConfig, progress: impl FnMut(f64)) -> Result<RunOutput, SimError> {
+pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<RunOutput, SimError> {
+    run_dyn(cfg, &mut progress)
+}
+
+/// [`run`] behind a trait object. A generic entry point would have the whole simulator (every
+/// `Part<M>` method it reaches) monomorphised in the *calling* crate, at that crate's
+/// optimisation level: a test or a `cargo run` dev build ran it at opt-level 0, five times
+/// slower than the opt-level 3 this crate is built with. One non-generic function here makes
+/// this crate instantiate it all.
+#[inline(never)]
+fn run_dyn(cfg: &SimConfig, progress: &mut dyn FnMut(f64)) -> Result<RunOutput, SimError> {
     cfg.validate().map_err(SimError::Config)?;
     if cfg.transport.payload {
         run_with::<ByteMemory>(cfg, progress)
@@ -117,7 +127,7 @@ fn describe(cfg: &SimConfig, topo: &Topology) -> String {
 
 fn run_with<M: SimMemory>(
     cfg: &SimConfig,
-    progress: impl FnMut(f64),
+    progress: &mut dyn FnMut(f64),
 ) -> Result<RunOutput, SimError> {
     let started = Instant::now();
     let topo = Topology::build(&cfg.topology, &cfg.base_dir)?;
