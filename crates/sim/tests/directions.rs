@@ -1,7 +1,8 @@
 //! The IRN paper's central claims, checked for direction at reduced scale (SPEC E1–E7, E9, E10):
 //! the paper's network (k = 6 fat-tree, 40 Gb/s, 2 µs links, 240 KB input buffers) and
 //! workload at 70 % load, but 8 ms of arrivals instead of the paper's long runs, over three
-//! seeds (and E4, E6, E9 and E10 on the same base; a configuration two of them share runs once). About five minutes on two cores. The numbers at full length are in docs/RESULTS.md.
+//! seeds (and E4, E6, E9 and E10 on the same base; a configuration two of them share runs
+//! once). About five minutes on two cores. The numbers at full length are in docs/RESULTS.md.
 //!
 //! **Seed noise, and the margins.** Each bound below was set against these ratios measured
 //! over seeds 1–6 (`irn sim` on this file's experiments with `--seed 1..6`; the spread is the
