@@ -407,7 +407,13 @@ fn serve(args: &RpingArgs, end: &End, cfg: CmConfig) -> anyhow::Result<bool> {
         end.post(SendOp::Write(dst), &end.a, n)?;
         wait_send(end, &mut c, &mut early)?;
         end.send_info(&end.a, args.size)?;
-        wait_send(end, &mut c, &mut early)?;
+        // The client disconnects once this go-ahead reached it after its last ping: if the
+        // ACK of it was lost, the disconnect comes before its completion, and the ping
+        // succeeded all the same (rping's server, too, ends at the disconnect, not at a
+        // completion).
+        if !wait_send_or_disconnect(end, &mut c, &mut early)? {
+            return Ok(true);
+        }
     }
 }
 
@@ -418,15 +424,28 @@ fn wait_send(
     c: &mut Option<&mut CmConnection>,
     early: &mut Option<[u8; INFO_LEN as usize]>,
 ) -> anyhow::Result<()> {
+    if wait_send_or_disconnect(end, c, early)? {
+        Ok(())
+    } else {
+        bail!("the client disconnected mid-ping")
+    }
+}
+
+/// [`wait_send`], but the client's disconnect ends the wait too: `false` then.
+fn wait_send_or_disconnect(
+    end: &End,
+    c: &mut Option<&mut CmConnection>,
+    early: &mut Option<[u8; INFO_LEN as usize]>,
+) -> anyhow::Result<bool> {
     loop {
         match end.next(c)? {
-            Some(wc) if wc.opcode != WcOpcode::Recv => return Ok(()),
+            Some(wc) if wc.opcode != WcOpcode::Recv => return Ok(true),
             Some(wc) if early.is_none() => *early = Some(end.take_info(&wc)?),
             Some(wc) => bail!(
                 "a message from the client out of turn ({} bytes)",
                 wc.byte_len
             ),
-            None => bail!("the client disconnected mid-ping"),
+            None => return Ok(false),
         }
     }
 }
