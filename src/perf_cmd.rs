@@ -60,7 +60,9 @@ const ALL_SLOT_BYTES: u64 = 2 << 30;
 /// `irn perf` flags.
 #[derive(clap::Args, Debug)]
 pub struct PerfArgs {
-    /// write, read, send or atomic.
+    /// write, read, send or atomic: the same at both ends (an irn server takes the rest of
+    /// the test — size, count, queue pairs, mode, congestion control, --latency, --verify —
+    /// from its client).
     op: PerfOp,
     /// The server to connect to; without it, be the server.
     host: Option<String>,
@@ -315,6 +317,22 @@ impl Oob {
         }
     }
 
+    /// The peer closed the exchange's connection (a TCP end of file is waiting). Data
+    /// waiting, or a CM channel (whose end a disconnect shows), is not a close.
+    fn peer_closed(&self) -> bool {
+        let Chan::Tcp(t) = &self.chan else {
+            return false;
+        };
+        if t.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let closed = matches!(t.peek(&mut [0u8; 1]), Ok(0));
+        // Back to blocking for the exchange's next message; if that fails, the next read
+        // reports it.
+        let _ = t.set_nonblocking(false);
+        closed
+    }
+
     /// One message to the peer.
     fn send_msg(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
         match &mut self.chan {
@@ -553,9 +571,7 @@ fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
 }
 
 pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
-    if !(0.0..=1.0).contains(&args.link.loss) {
-        bail!("--loss is a probability in 0–1, not {}", args.link.loss);
-    }
+    args.link.check()?;
     if args.qps == 0
         || args.qps > irn_verbs::exchange::MAX_PERF_QPS
         || args.iters == 0
@@ -574,6 +590,26 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     }
     if args.rdma_cm && args.link.udp_port == 0 {
         bail!("-R: the CM reaches the peer's device at our own UDP port: give --udp-port a port, not 0");
+    }
+    // Everything this end's own flags decide is checked before it listens or connects, so a
+    // refused flag is not first seen by the peer as a closed exchange.
+    let size = args.msg_size()?;
+    if let Some(m) = args.mode {
+        crate::pingpong_cmd::check_runtime_mode(m)?;
+    }
+    if args.latency && args.host.is_some() {
+        perf_lat::check_params(&PerfParams {
+            op: args.op,
+            size,
+            iters: args.iters,
+            qps: args.qps,
+            mode: args.mode.unwrap_or(QpMode::Irn),
+            latency: true,
+            verify: args.verify,
+            udp_port: 0,
+            gso: false,
+            cc: args.cc,
+        })?;
     }
     if args.host.is_some() {
         client(args)
@@ -625,6 +661,16 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         // The client proposes; we adopt its parameters and answer with our UDP port.
         let theirs = oob.recv_msg(PerfParams::WIRE_LEN, TIMEOUT)?;
         let mut p = PerfParams::parse(exchange::unpadded(&theirs)?)?;
+        // The client's size, count, mode and the rest are the test's; its operation must be
+        // the one this server was started for (perftest's ends, too, run one test).
+        if p.op != args.op {
+            bail!(
+                "the client asked for a {} test; this server runs {}: start both ends with \
+                 the same operation",
+                p.op.name(),
+                args.op.name()
+            );
+        }
         if p.latency {
             perf_lat::check_params(&p)?;
         }
@@ -705,7 +751,7 @@ fn server_test(
     }
     let mut ok = true;
     if p.op == PerfOp::Send {
-        ok &= recvs.run()?;
+        ok &= recvs.run(&mut || oob.peer_closed())?;
     } else {
         let report = oob.after_test(&mine[0], &BwReport::default())?;
         println!("the client measured:");
@@ -853,7 +899,11 @@ impl<'a> Receiver<'a> {
     }
 
     /// Receives every Send, reposting as they complete; prints the bandwidth received.
-    fn run(&self) -> anyhow::Result<bool> {
+    ///
+    /// `peer_closed` says whether the client has closed the exchange: a client that stopped
+    /// (an error, or killed) ends the wait within a fraction of a second, as a Write or Read
+    /// test's server, which waits on the exchange itself, notices at once.
+    fn run(&self, peer_closed: &mut dyn FnMut() -> bool) -> anyhow::Result<bool> {
         let (side, p) = (self.side, self.p);
         let mut got = vec![0u64; side.qps.len()];
         let mut buf = vec![0u8; p.size as usize];
@@ -864,8 +914,20 @@ impl<'a> Receiver<'a> {
         let mut start = None;
         let mut repost: Vec<Vec<RecvWr>> = vec![Vec::new(); side.qps.len()];
         while done < total {
-            let Some(first) = side.rcq.wait(Duration::from_secs(30))? else {
-                bail!("no Send for 30 s after {done} of {total}");
+            let waited = Instant::now();
+            let first = loop {
+                if let Some(wc) = side.rcq.wait(Duration::from_millis(200))? {
+                    break wc;
+                }
+                if peer_closed() {
+                    bail!(
+                        "the client closed the exchange after {done} of {total} Sends (it \
+                         stopped: its own output says why)"
+                    );
+                }
+                if waited.elapsed() >= Duration::from_secs(30) {
+                    bail!("no Send for 30 s after {done} of {total}");
+                }
             };
             start.get_or_insert_with(Instant::now);
             // What else has completed, with the receives to replace them posted in one list per
@@ -1129,8 +1191,12 @@ impl PerfArgs {
     /// The message size: `--size`, or 8 for atomics.
     fn msg_size(&self) -> anyhow::Result<u64> {
         let size = if self.op_is_atomic() { 8 } else { self.size };
-        if size == 0 || size > u64::from(u32::MAX) {
-            bail!("--size must be 1 B to 4 GiB");
+        // The largest message a queue pair carries, as rxe's (`RXE_MAX_MSG_SZ`, 2 GiB).
+        if size == 0 || size > irn_transport::MAX_MESSAGE {
+            bail!(
+                "--size must be 1 B to {} B (2 GiB, the largest message a queue pair carries)",
+                irn_transport::MAX_MESSAGE
+            );
         }
         Ok(size)
     }

@@ -340,6 +340,8 @@ pub fn run(args: PingmeshArgs) -> Result<bool> {
     if !args.summarize.is_empty() {
         return summarize(&args.summarize, args.summary.as_deref(), args.slow_us);
     }
+    crate::pingpong_cmd::check_runtime_mode(args.mode)?;
+    args.link.check()?;
     let hosts_path = args.hosts.clone().context("--hosts is required")?;
     let hosts = parse_hosts(&hosts_path)?;
     let me = whoami(&hosts, args.me)?;

@@ -184,21 +184,48 @@ pub(crate) fn local_ip(s: &TcpStream, link: &LinkArgs) -> anyhow::Result<IpAddr>
     })
 }
 
+impl LinkArgs {
+    /// Checks what the flags alone decide — the impairments' probabilities, the capture file,
+    /// `--gid` an address of this host — so that a tool refuses a bad flag before it listens
+    /// or connects, rather than once a peer came (which then sees only a closed exchange).
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        self.check_probabilities()?;
+        if let Some(path) = &self.pcap {
+            // Created now (empty) as the device would create it; the device truncates it.
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .with_context(|| format!("--pcap: capture file {}", path.display()))?;
+        }
+        if let Some(ip) = self.gid {
+            std::net::UdpSocket::bind((ip, 0))
+                .with_context(|| format!("--gid {ip}: not an address of this host"))?;
+        }
+        Ok(())
+    }
+
+    fn check_probabilities(&self) -> anyhow::Result<()> {
+        if !(0.0..=1.0).contains(&self.loss) {
+            bail!("--loss is a probability in 0–1, not {}", self.loss);
+        }
+        if !(0.0..=1.0).contains(&self.reorder) {
+            bail!("--reorder is a probability in 0–1, not {}", self.reorder);
+        }
+        if !(0.0..=1.0).contains(&self.ce_mark) {
+            bail!("--ce-mark is a probability in 0–1, not {}", self.ce_mark);
+        }
+        Ok(())
+    }
+}
+
 /// The device configuration of `link` on `ip`, at UDP port `port`.
 pub(crate) fn device_config(
     ip: IpAddr,
     port: u16,
     link: &LinkArgs,
 ) -> anyhow::Result<DeviceConfig> {
-    if !(0.0..=1.0).contains(&link.loss) {
-        bail!("--loss is a probability in 0–1, not {}", link.loss);
-    }
-    if !(0.0..=1.0).contains(&link.reorder) {
-        bail!("--reorder is a probability in 0–1, not {}", link.reorder);
-    }
-    if !(0.0..=1.0).contains(&link.ce_mark) {
-        bail!("--ce-mark is a probability in 0–1, not {}", link.ce_mark);
-    }
+    link.check_probabilities()?;
     let mut cfg = DeviceConfig::new(ip);
     cfg.port = port;
     cfg.seed = link.seed;
@@ -317,7 +344,21 @@ impl Endpoint {
     }
 }
 
+/// `--mode`, refused before anything opens when the runtime has no such transport (the
+/// simulator's TCP model).
+pub(crate) fn check_runtime_mode(mode: QpMode) -> anyhow::Result<()> {
+    if mode == QpMode::Tcp {
+        bail!(
+            "--mode tcp is the simulator's model of iWARP's TCP (SPEC E10), not a transport of \
+             the runtime"
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
+    check_runtime_mode(args.mode)?;
+    args.link.check()?;
     if ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
         bail!(
             "-m: the MTU is 256, 512, 1024, 2048 or 4096, not {}",

@@ -241,6 +241,7 @@ fn ping_data(ping: u64, start: u8, size: u32) -> Vec<u8> {
 }
 
 pub fn run(args: RpingArgs) -> anyhow::Result<bool> {
+    args.link.check()?;
     if !(MIN_SIZE..=MAX_SIZE).contains(&args.size) {
         bail!(
             "Invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",

@@ -247,6 +247,93 @@ fn errors_exit_non_zero_with_a_message() {
         .output()
         .expect("runs");
     assert!(!out.status.success());
+    // What this end's flags alone decide is refused before it connects (nobody listens on
+    // `port`: a refused connection would mean the flag was not checked first), naming the
+    // flag: the size above the largest message (2 GiB, rxe's too), a capture file that
+    // cannot be created, a GID that is not this host's, the simulator-only TCP mode.
+    let pcap = std::env::temp_dir().join("no-such-dir-irn/x.pcap");
+    let pcap = pcap.to_string_lossy().to_string();
+    for (args, says) in [
+        (&["-s", "2147483649"][..], "2147483648"),
+        (&["--pcap", &pcap], "capture file"),
+        (&["--gid", "192.0.2.1"], "--gid"),
+        (&["--mode", "tcp"], "--mode tcp"),
+        (&["--latency", "-q", "4"], "one queue pair"),
+    ] {
+        let out = irn()
+            .args(["perf", "write", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {}", text(&out));
+        assert!(!err.contains("connecting"), "{args:?}: {}", text(&out));
+    }
+    // A server refuses a client that asks for another operation, and says so; the client
+    // hears that its peer closed the exchange, not an unexplained end of file.
+    let port = free_tcp_port().to_string();
+    let server = spawn(&["perf", "atomic", "-p", &port, "--udp-port", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let client = finish(
+        spawn(&[
+            "perf",
+            "send",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--udp-port",
+            "0",
+            "-n",
+            "10",
+        ]),
+        60,
+    );
+    let server = finish(server, 60);
+    let what = format!("client:\n{}\nserver:\n{}", text(&client), text(&server));
+    assert!(
+        !client.status.success() && !server.status.success(),
+        "{what}"
+    );
+    assert!(
+        String::from_utf8_lossy(&server.stderr).contains("asked for a send test"),
+        "{what}"
+    );
+    assert!(
+        String::from_utf8_lossy(&client.stderr).contains("the peer closed the connection"),
+        "{what}"
+    );
+    // A Send test's server hears at once that its client stopped (here: every packet lost,
+    // so the client gives up), rather than waiting 30 s for a Send that cannot come.
+    let port = free_tcp_port().to_string();
+    let server = spawn(&["perf", "send", "-p", &port, "--udp-port", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let client = finish(
+        spawn(&[
+            "perf",
+            "send",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--udp-port",
+            "0",
+            "-n",
+            "100",
+            "--loss",
+            "1",
+        ]),
+        60,
+    );
+    let server = finish(server, 60);
+    let what = format!("client:\n{}\nserver:\n{}", text(&client), text(&server));
+    assert!(
+        !client.status.success() && !server.status.success(),
+        "{what}"
+    );
+    assert!(
+        String::from_utf8_lossy(&server.stderr).contains("the client closed the exchange"),
+        "{what}"
+    );
 }
 
 #[test]

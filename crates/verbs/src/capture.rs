@@ -32,8 +32,12 @@ impl std::fmt::Debug for Capture {
 }
 
 impl Capture {
+    /// Creates (or truncates) the capture file; an error names it.
     pub(crate) fn create(path: &Path) -> std::io::Result<Capture> {
-        let file = BufWriter::new(File::create(path)?);
+        let named = |e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("capture file {}: {e}", path.display()))
+        };
+        let file = BufWriter::new(File::create(path).map_err(named)?);
         let header = PcapHeader {
             datalink: DataLink::RAW,
             snaplen: 65535,

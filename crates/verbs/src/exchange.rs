@@ -35,6 +35,13 @@ pub enum ExchangeError {
     // second time).
     #[error("out-of-band exchange: {0}")]
     Io(std::io::Error),
+    /// The peer closed the connection before its message was whole: it stopped (its own
+    /// output says why — a refused option, a failed work request), or was stopped.
+    #[error(
+        "out-of-band exchange: the peer closed the connection (it stopped: its own output \
+         says why)"
+    )]
+    Closed,
     /// The peer's message is not in the expected format.
     #[error("out-of-band exchange: bad {what} message {text:?}")]
     Format {
@@ -47,7 +54,12 @@ pub enum ExchangeError {
 
 impl From<std::io::Error> for ExchangeError {
     fn from(e: std::io::Error) -> ExchangeError {
-        ExchangeError::Io(e)
+        match e.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                ExchangeError::Closed
+            }
+            _ => ExchangeError::Io(e),
+        }
     }
 }
 
