@@ -594,6 +594,13 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     // Everything this end's own flags decide is checked before it listens or connects, so a
     // refused flag is not first seen by the peer as a closed exchange.
     let size = args.msg_size()?;
+    if args.post_list == 0 || u64::from(args.post_list) > u64::from(args.tx_depth) {
+        bail!(
+            "-l (--post-list): 1 to --tx-depth ({}) work requests per post, not {}",
+            args.tx_depth,
+            args.post_list
+        );
+    }
     if let Some(m) = args.mode {
         crate::pingpong_cmd::check_runtime_mode(m)?;
     }
@@ -1043,7 +1050,7 @@ fn client_open(args: &PerfArgs, host: &str) -> anyhow::Result<(Oob, u32, Option<
         let (oob, mtu) = Oob::open(Chan::Tcp(tcp), true, args.mtu)?;
         return Ok((oob, mtu, None));
     }
-    let server: SocketAddr = (host, args.port)
+    let server: SocketAddr = (crate::pingpong_cmd::unbracket(host), args.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {host}"))?
         .next()

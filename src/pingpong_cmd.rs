@@ -84,7 +84,8 @@ pub(crate) struct LinkArgs {
     pub(crate) reorder: f64,
     /// Mark this fraction (0–1) of the ECN-capable packets this side sends Congestion
     /// Experienced (seeded), as a congested switch would: the marks reach the peer through
-    /// the kernel, and its congestion notification (`--cc`) answers them.
+    /// the kernel, and its congestion notification answers them (with `irn perf --cc`, whose
+    /// queue pairs run a controller; the other tools' run none).
     #[arg(long, default_value_t = 0.0)]
     pub(crate) ce_mark: f64,
     /// Hold every packet this side receives this long, µs (a slow link or host).
@@ -102,8 +103,8 @@ pub(crate) struct LinkArgs {
     /// Print the queue pairs' and the device's counters at the end.
     #[arg(long)]
     pub(crate) counters: bool,
-    /// This end's GID, as an address of this host (IPv4 or IPv6). Default: the address the
-    /// out-of-band TCP connection runs from. Give an IPv6 address to use an IPv6 GID while the
+    /// This end's GID, as an address of this host (IPv4 or IPv6). Default: the local address
+    /// of the connection to the peer (the out-of-band TCP connection's; rping's `-a`/`-I`). Give an IPv6 address to use an IPv6 GID while the
     /// exchange runs over IPv4 (rdma-core's and perftest's tools listen on IPv4 only); the
     /// peer must then use its IPv6 GID too (`-g` / `-x` of that index).
     #[arg(long)]
@@ -137,10 +138,19 @@ pub(crate) fn wc_status_number(s: WcStatus) -> u32 {
     }
 }
 
+/// `host` without the brackets an IPv6 literal may be written in (`[::1]` is `::1`).
+pub(crate) fn unbracket(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
 /// Connects (client) or accepts one connection (server) for the exchange.
 pub(crate) fn oob_connect(host: Option<&str>, port: u16) -> anyhow::Result<TcpStream> {
     match host {
         Some(h) => {
+            // An IPv6 literal may come bracketed, as in a URL (`[::1]`).
+            let h = unbracket(h);
             let addrs: Vec<SocketAddr> = (h, port)
                 .to_socket_addrs()
                 .with_context(|| format!("resolving {h}"))?

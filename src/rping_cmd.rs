@@ -251,7 +251,7 @@ pub fn run(args: RpingArgs) -> anyhow::Result<bool> {
     if args.server == args.client {
         bail!("give -s (server) or -c (client)");
     }
-    let addr: SocketAddr = (args.addr.as_str(), args.port)
+    let addr: SocketAddr = (crate::pingpong_cmd::unbracket(&args.addr), args.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}", args.addr))?
         .next()
