@@ -107,12 +107,18 @@ fn endpoint_config(a: &DrpArgs) -> Result<DrpConfig> {
 }
 
 fn open_link(a: &DrpArgs) -> Result<DrpLink> {
-    let sock = PacketSocket::open(&a.iface, ETHERTYPE_DRP).with_context(|| {
-        format!(
-            "opening a raw Ethernet socket on {} (needs CAP_NET_RAW: root or a namespace of \
-             one's own)",
+    let sock = PacketSocket::open(&a.iface, ETHERTYPE_DRP).map_err(|e| {
+        // The privilege is named only when it is what was missing (not for an interface
+        // that does not exist).
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            " (needs CAP_NET_RAW: root or a namespace of one's own)"
+        } else {
+            ""
+        };
+        anyhow::Error::new(e).context(format!(
+            "opening a raw Ethernet socket on {}{hint}",
             a.iface
-        )
+        ))
     })?;
     let frame = irn_wire::drp::HEADER_LEN + a.payload as usize;
     if frame > sock.mtu() {

@@ -414,7 +414,8 @@ pub fn run(args: PingmeshArgs) -> Result<bool> {
                 if j == me {
                     continue;
                 }
-                let t_ms = start.elapsed().as_secs_f64() * 1e3;
+                // Microsecond resolution, so the JSON says 0.59, not 0.5899999999999999.
+                let t_ms = start.elapsed().as_micros() as f64 / 1e3;
                 if let std::collections::btree_map::Entry::Vacant(e) = links.entry(j) {
                     if let Ok(l) = connect(&pd, &probe_cq, ip, peer.addr, &args) {
                         e.insert(l);
@@ -483,9 +484,24 @@ fn print_summary(
     );
     eprintln!("  level    probes  failed   p50 µs   p90 µs   p99 µs p99.9 µs   max µs");
     for l in &report.levels {
+        // A level whose every probe failed has no RTT to report: dashes, not zeros.
+        let rtt = |v: f64| {
+            if l.failed < l.probes {
+                format!("{v:>8.1}")
+            } else {
+                format!("{:>8}", "–")
+            }
+        };
         eprintln!(
-            "  {:<7} {:>7} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1}",
-            l.level, l.probes, l.failed, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
+            "  {:<7} {:>7} {:>7} {} {} {} {} {}",
+            l.level,
+            l.probes,
+            l.failed,
+            rtt(l.p50_us),
+            rtt(l.p90_us),
+            rtt(l.p99_us),
+            rtt(l.p999_us),
+            rtt(l.max_us)
         );
     }
     if !report.errors.is_empty() {

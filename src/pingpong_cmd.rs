@@ -283,6 +283,19 @@ enum Endpoint {
 }
 
 impl Endpoint {
+    /// Why a failure may have happened that the status alone does not say: packets from the
+    /// peer dropped as invalid, which is what an RC peer in the other `--mode` sends (IRN's
+    /// and RoCE's headers differ, and ibv_rc_pingpong's exchange cannot carry the mode).
+    fn failure_hint(&self) -> String {
+        match self {
+            Endpoint::Rc { qp, .. } if qp.counters().dropped_invalid > 0 => format!(
+                " — {} packets from the peer were dropped as invalid: is it in another --mode?",
+                qp.counters().dropped_invalid
+            ),
+            _ => String::new(),
+        }
+    }
+
     fn qpn(&self) -> u32 {
         match self {
             Endpoint::Rc { qp, .. } => qp.qpn(),
@@ -514,14 +527,18 @@ fn pingpong(
     let idle = Duration::from_secs(30);
     while rcnt < args.iters || scnt < args.iters {
         let Some(wc) = cq.wait(idle)? else {
-            bail!("no completion for {idle:?} (after {scnt} sends, {rcnt} receives)");
+            bail!(
+                "no completion for {idle:?} (after {scnt} sends, {rcnt} receives){}",
+                ep.failure_hint()
+            );
         };
         if wc.status != WcStatus::Success {
             bail!(
-                "Failed status {} ({}) for wr_id {}",
+                "Failed status {} ({}) for wr_id {}{}",
                 wc.status,
                 wc_status_number(wc.status),
-                wc.wr_id
+                wc.wr_id,
+                ep.failure_hint()
             );
         }
         match wc.wr_id {

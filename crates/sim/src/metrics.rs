@@ -414,8 +414,14 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
         .collect();
     let mut flagged: Vec<u32> = Vec::new();
     let mut suspects: Vec<PingSuspect> = Vec::new();
+    // Between servers with the same share, the one more of whose failures are probes *to* it
+    // is the suspect: with two servers, one of them dead, only the live one's probes exist —
+    // all to the dead one and all failed, the same share for both — and a server that does
+    // not answer is what a Pingmesh failure most often is (its agent's own probes are missing
+    // too).
     loop {
-        let mut count: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+        // Per server: probes it took part in, failed ones, failed ones it was the target of.
+        let mut count: BTreeMap<u32, (usize, usize, usize)> = BTreeMap::new();
         for &(a, b, bad) in &outcomes {
             if flagged.contains(&a) || flagged.contains(&b) {
                 continue;
@@ -424,16 +430,20 @@ pub fn pingmesh_summary(probes: &[ProbeOutcome], min_excess_us: f64) -> Pingmesh
                 let c = count.entry(h).or_default();
                 c.0 += 1;
                 c.1 += usize::from(bad);
+                c.2 += usize::from(bad && h == b);
             }
         }
         let worst = count
             .iter()
-            .filter(|(_, &(n, f))| f >= 2 && f as f64 >= PING_FAIL_SHARE * n as f64)
+            .filter(|(_, &(n, f, _))| f >= 2 && f as f64 >= PING_FAIL_SHARE * n as f64)
             .max_by(|x, y| {
-                let share = |&(n, f): &(usize, usize)| f as f64 / n as f64;
-                share(x.1).total_cmp(&share(y.1)).then(y.0.cmp(x.0))
+                let share = |&(n, f, _): &(usize, usize, usize)| f as f64 / n as f64;
+                share(x.1)
+                    .total_cmp(&share(y.1))
+                    .then(x.1 .2.cmp(&y.1 .2))
+                    .then(y.0.cmp(x.0))
             });
-        let Some((&h, &(n, f))) = worst else { break };
+        let Some((&h, &(n, f, _))) = worst else { break };
         flagged.push(h);
         suspects.push(PingSuspect {
             server: h,
@@ -860,5 +870,25 @@ mod tests {
             .windows(2)
             .all(|w| w[0].pct < w[1].pct && w[0].fct_us <= w[1].fct_us));
         assert!(single_packet_tail(&v[1000..], 1024).is_empty());
+    }
+
+    #[test]
+    fn of_two_servers_the_one_not_answering_is_the_suspect() {
+        // Server 1's agent is down: only server 0's probes exist, all to 1, all failed — the
+        // same share for both. Then 1 (the target of the failures) is the suspect, whichever
+        // number it has.
+        for (live, dead) in [(0, 1), (1, 0)] {
+            let probes: Vec<ProbeOutcome> = (0..5)
+                .map(|_| ProbeOutcome {
+                    src: live,
+                    dst: dead,
+                    level: crate::config::PingLevel::Tor,
+                    result: Err("TIMEOUT".into()),
+                })
+                .collect();
+            let r = pingmesh_summary(&probes, 0.0);
+            let who: Vec<u32> = r.suspects.iter().map(|s| s.server).collect();
+            assert_eq!(who, [dead], "{:?}", r.suspects);
+        }
     }
 }
