@@ -1056,6 +1056,17 @@ fn client_open(args: &PerfArgs, host: &str) -> anyhow::Result<(Oob, u32, Option<
         .next()
         .with_context(|| format!("{host} has no address"))?;
     let ip = perf_cm::route_source(server.ip(), args.link.gid, args.link.udp_port)?;
+    // Both ends use the same UDP port (`--udp-port`), so a client whose device would take
+    // the server's own address would talk to itself (its CM agent refusing it).
+    if ip == server.ip() {
+        bail!(
+            "-R: the route to {} leaves from that address itself, where this client's device \
+             would take the server's UDP port {}: give the server another address (on one \
+             host, e.g. 127.0.0.2) or the client another --gid",
+            server.ip(),
+            args.link.udp_port
+        );
+    }
     let dev = open_device(ip, false, args)?;
     let ch = CmChannel::connect(&dev, server, cm_config(args))?;
     let (oob, mtu) = Oob::open(Chan::Cm(Box::new(ch)), true, args.mtu)?;

@@ -259,6 +259,12 @@ fn errors_exit_non_zero_with_a_message() {
         (&["--gid", "192.0.2.1"], "--gid"),
         (&["--mode", "tcp"], "--mode tcp"),
         (&["--latency", "-q", "4"], "one queue pair"),
+        // With -R both ends take the same UDP port: from the server's own address, the
+        // client's device would answer itself.
+        (
+            &["-R", "--udp-port", "4791"],
+            "leaves from that address itself",
+        ),
     ] {
         let out = irn()
             .args(["perf", "write", "127.0.0.1", "-p", &port])
