@@ -7,8 +7,9 @@
 //! index): versions, system data, path MTU, then perftest's key-message hand-shakes around the
 //! connection and the test, the client's bandwidth report, and `done`. When both ends are irn
 //! (a marker after the version string's NUL tells them), they also swap [`PerfParams`] after
-//! the MTU — the server adopts the client's operation, size, iterations, queue pairs and mode,
-//! and each learns the other's UDP port — and a verdict before closing: the client's expected
+//! the MTU — the server adopts the client's size, iterations, queue pairs and mode (the
+//! operation must be its own), and each learns the other's UDP port — and a verdict before
+//! closing: the client's expected
 //! checksum of the server's memory, the server's `OK` or `MISMATCH`. With a perftest peer each
 //! end uses its own flags (give both the same `-s`, `-n`, `-q`, as perftest requires), the
 //! mode is RoCE and the UDP port 4791.
@@ -907,9 +908,10 @@ impl<'a> Receiver<'a> {
 
     /// Receives every Send, reposting as they complete; prints the bandwidth received.
     ///
-    /// `peer_closed` says whether the client has closed the exchange: a client that stopped
-    /// (an error, or killed) ends the wait within a fraction of a second, as a Write or Read
-    /// test's server, which waits on the exchange itself, notices at once.
+    /// `peer_closed` says whether the client has closed the exchange: over TCP a client that
+    /// stopped (an error, or killed) ends the wait within a fraction of a second, as a Write
+    /// or Read test's server, which waits on the exchange itself, notices at once (a CM
+    /// exchange never says so here: the wait is then the 30 s without a Send).
     fn run(&self, peer_closed: &mut dyn FnMut() -> bool) -> anyhow::Result<bool> {
         let (side, p) = (self.side, self.p);
         let mut got = vec![0u64; side.qps.len()];

@@ -201,12 +201,22 @@ impl LinkArgs {
     pub(crate) fn check(&self) -> anyhow::Result<()> {
         self.check_probabilities()?;
         if let Some(path) = &self.pcap {
-            // Created now (empty) as the device would create it; the device truncates it.
-            std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(path)
-                .with_context(|| format!("--pcap: capture file {}", path.display()))?;
+            // Not created here (a run refused for another reason leaves no empty file): a
+            // directory, or a missing parent directory, is what can be seen without it.
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if path.is_dir() {
+                bail!("--pcap: capture file {}: is a directory", path.display());
+            }
+            if !dir.is_dir() {
+                bail!(
+                    "--pcap: capture file {}: no directory {}",
+                    path.display(),
+                    dir.display()
+                );
+            }
         }
         if let Some(ip) = self.gid {
             std::net::UdpSocket::bind((ip, 0))

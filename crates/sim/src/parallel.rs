@@ -116,6 +116,13 @@ impl<M: SimMemory> Simulation<M> {
         } else {
             self.run_parallel(&mut progress, total);
         }
+        // Debug builds audit the books once more at the end (`Part::run_until` audits every
+        // 2^16 events): a run shorter than that is audited too.
+        if cfg!(debug_assertions) {
+            if let Err(e) = self.check_invariants() {
+                panic!("at the end of the run: {e}");
+            }
+        }
         self.end = self.parts.iter().map(Part::now).max().unwrap_or(Time::ZERO);
         for p in &mut self.parts {
             p.finish(self.end);

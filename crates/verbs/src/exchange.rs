@@ -55,9 +55,9 @@ pub enum ExchangeError {
 impl From<std::io::Error> for ExchangeError {
     fn from(e: std::io::Error) -> ExchangeError {
         match e.kind() {
-            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
-                ExchangeError::Closed
-            }
+            std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe => ExchangeError::Closed,
             _ => ExchangeError::Io(e),
         }
     }

@@ -540,7 +540,9 @@ impl<M: SimMemory> Part<M> {
             self.dispatch(now, ev);
             // Debug builds (the test suite) audit the switches' books as they go. Every 2^16
             // events: an audit walks every queued packet, and a wrong count stays wrong, so a
-            // later audit still catches it (every 2^14 cost a debug run a fifth of its time).
+            // later audit — at the latest the one at the end of the run
+            // (`Simulation::run`) — still catches it (every 2^14 cost a debug run a fifth of
+            // its time).
             if cfg!(debug_assertions) && self.q.q.processed() % (1 << 16) == 0 {
                 if let Err(e) = self.check_invariants() {
                     panic!("at {now:?}, after {} events: {e}", self.q.q.processed());
