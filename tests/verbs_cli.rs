@@ -278,29 +278,7 @@ fn errors_exit_non_zero_with_a_message() {
     }
     // A server refuses a client that asks for another operation, and says so; the client
     // hears that its peer closed the exchange, not an unexplained end of file.
-    let port = free_tcp_port().to_string();
-    let server = spawn(&["perf", "atomic", "-p", &port, "--udp-port", "0"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let client = finish(
-        spawn(&[
-            "perf",
-            "send",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--udp-port",
-            "0",
-            "-n",
-            "10",
-        ]),
-        60,
-    );
-    let server = finish(server, 60);
-    let what = format!("client:\n{}\nserver:\n{}", text(&client), text(&server));
-    assert!(
-        !client.status.success() && !server.status.success(),
-        "{what}"
-    );
+    let (client, server, what) = both_fail("atomic", &["send", "-n", "10"]);
     assert!(
         String::from_utf8_lossy(&server.stderr).contains("asked for a send test"),
         "{what}"
@@ -311,35 +289,37 @@ fn errors_exit_non_zero_with_a_message() {
     );
     // A Send test's server hears at once that its client stopped (here: every packet lost,
     // so the client gives up), rather than waiting 30 s for a Send that cannot come.
-    let port = free_tcp_port().to_string();
-    let server = spawn(&["perf", "send", "-p", &port, "--udp-port", "0"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let client = finish(
-        spawn(&[
-            "perf",
-            "send",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--udp-port",
-            "0",
-            "-n",
-            "100",
-            "--loss",
-            "1",
-        ]),
-        60,
+    let (_, server, what) = both_fail("send", &["send", "-n", "100", "--loss", "1"]);
+    assert!(
+        String::from_utf8_lossy(&server.stderr).contains("the client closed the exchange"),
+        "{what}"
     );
+}
+
+/// A `perf server_op` server and a client with `client` (its operation first) on loopback,
+/// both of which must fail: their outputs, and both described for an assertion's message.
+fn both_fail(server_op: &str, client: &[&str]) -> (Output, Output, String) {
+    let port = free_tcp_port().to_string();
+    let server = spawn(&["perf", server_op, "-p", &port, "--udp-port", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut args = vec![
+        "perf",
+        client[0],
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--udp-port",
+        "0",
+    ];
+    args.extend_from_slice(&client[1..]);
+    let client = finish(spawn(&args), 60);
     let server = finish(server, 60);
     let what = format!("client:\n{}\nserver:\n{}", text(&client), text(&server));
     assert!(
         !client.status.success() && !server.status.success(),
         "{what}"
     );
-    assert!(
-        String::from_utf8_lossy(&server.stderr).contains("the client closed the exchange"),
-        "{what}"
-    );
+    (client, server, what)
 }
 
 #[test]
@@ -503,46 +483,11 @@ fn rdma_cm_mode_connects_every_queue_pair_through_the_cm() {
 fn rping_between_two_irn_ends_through_loss() {
     // irn rping in both roles (the RDMA CM, then rping's Send / Read / Write cycle), every
     // ping validated, 3 % of the client's packets lost, CM MADs included.
-    let udp = free_udp_port().to_string();
-    let port = free_tcp_port().to_string();
-    let server = spawn(&[
-        "rping",
-        "-s",
-        "-a",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-C",
-        "20",
-        "--udp-port",
-        &udp,
-    ]);
-    std::thread::sleep(Duration::from_millis(300));
-    let client = finish(
-        spawn(&[
-            "rping",
-            "-c",
-            "-a",
-            "127.0.0.1",
-            "-I",
-            "127.0.0.2",
-            "-p",
-            &port,
-            "-C",
-            "20",
-            "-v",
-            "-V",
-            "--udp-port",
-            &udp,
-            "--loss",
-            "0.03",
-            "--seed",
-            "5",
-        ]),
+    let (client, server, what) = rping_pair(
+        &["-C", "20"],
+        &["-C", "20", "-v", "-V", "--loss", "0.03", "--seed", "5"],
         120,
     );
-    let server = finish(server, 60);
-    let what = format!("client:\n{}\nserver:\n{}", text(&client), text(&server));
     assert!(client.status.success() && server.status.success(), "{what}");
     let out = String::from_utf8_lossy(&client.stdout);
     assert_eq!(out.matches("ping data: rdma-ping-").count(), 20, "{what}");
@@ -557,58 +502,35 @@ fn an_rping_server_whose_last_ack_is_lost_still_succeeds() {
     // "the client disconnected mid-ping" for about one seed in four here, so twelve seeds
     // catch it but for 0.75^12 = 3 % of runs).
     for seed in 1..=12 {
-        let udp = free_udp_port().to_string();
-        let port = free_tcp_port().to_string();
-        let server = spawn(&[
-            "rping",
-            "-s",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--udp-port",
-            &udp,
-            "--loss",
-            "0.3",
-            "--loss-on",
-            "receive",
-            "--seed",
-            &seed.to_string(),
-        ]);
-        std::thread::sleep(Duration::from_millis(300));
-        let client = finish(
-            spawn(&[
-                "rping",
-                "-c",
-                "-a",
-                "127.0.0.1",
-                "-I",
-                "127.0.0.2",
-                "-p",
-                &port,
-                "-C",
-                "5",
-                "-V",
-                "--udp-port",
-                &udp,
-            ]),
-            60,
-        );
-        let server = finish(server, 60);
-        let what = format!(
-            "seed {seed}\nclient:\n{}\nserver:\n{}",
-            text(&client),
-            text(&server)
-        );
-        assert!(client.status.success() && server.status.success(), "{what}");
+        let seed = seed.to_string();
+        let server = ["--loss", "0.3", "--loss-on", "receive", "--seed", &seed];
+        let (client, server, what) = rping_pair(&server, &["-C", "5", "-V"], 60);
+        let ok = client.status.success() && server.status.success();
+        assert!(ok, "seed {seed}\n{what}");
     }
 }
 
-/// Issue 21: a busy host is not a dead peer. With a spinning thread on every core, RDMA
-/// Writes through 1 % loss (each side drops 1 % of what it sends and receives) finish and
-/// verify in both modes, with one queue pair and with 64 — where the fixed 0.5 / 2 ms IRN timer
-/// and a 4.2 ms local ACK timeout used to give up (`IBV_WC_RETRY_EXC_ERR`) with nothing lost
-/// for good.
+/// An `irn rping` server on 127.0.0.1 and a client from 127.0.0.2 (`server` and `client`
+/// added to their flags; the client given `client_secs`): their outputs, and both described
+/// for an assertion's message.
+fn rping_pair(server: &[&str], client: &[&str], client_secs: u64) -> (Output, Output, String) {
+    let udp = free_udp_port().to_string();
+    let port = free_tcp_port().to_string();
+    let common = ["-a", "127.0.0.1", "-p", &port, "--udp-port", &udp];
+    let mut s = vec!["rping", "-s"];
+    s.extend_from_slice(&common);
+    s.extend_from_slice(server);
+    let server = spawn(&s);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = vec!["rping", "-c", "-I", "127.0.0.2"];
+    c.extend_from_slice(&common);
+    c.extend_from_slice(client);
+    let client = finish(spawn(&c), client_secs);
+    let server = finish(server, 60);
+    let what = format!("client:\n{}\nserver:\n{}", text(&client), text(&server));
+    (client, server, what)
+}
+
 #[test]
 fn transfers_finish_verified_while_every_core_is_busy() {
     let _turn = heavy_turn();
