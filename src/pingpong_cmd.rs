@@ -378,15 +378,9 @@ impl Endpoint {
 }
 
 /// `--mode`, refused before anything opens when the runtime has no such transport (the
-/// simulator's TCP model).
+/// library's rule, [`irn_verbs::check_runtime_mode`]), the flag named.
 pub(crate) fn check_runtime_mode(mode: QpMode) -> anyhow::Result<()> {
-    if mode == QpMode::Tcp {
-        bail!(
-            "--mode tcp is the simulator's model of iWARP's TCP (SPEC E10), not a transport of \
-             the runtime"
-        );
-    }
-    Ok(())
+    irn_verbs::check_runtime_mode(mode).with_context(|| format!("--mode {}", mode.name()))
 }
 
 pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {

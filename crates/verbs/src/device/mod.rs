@@ -248,6 +248,18 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
     }
 }
 
+/// Whether the runtime runs queue pairs of `mode` ([`Pd::create_qp`] refuses the others):
+/// every recovery mode but `tcp`, which is the simulator's model of iWARP's TCP.
+pub fn check_runtime_mode(mode: QpMode) -> Result<()> {
+    if mode == QpMode::Tcp {
+        return Err(Error::Config(
+            "mode `tcp` is the simulator's model of iWARP's TCP (SPEC E10), not a transport of \
+             the runtime",
+        ));
+    }
+    Ok(())
+}
+
 /// A queue pair's congestion control (`QpInit::cc`): the controllers of `irn-transport`, the
 /// same the simulator runs (SPEC N5), on real packets. Data always leaves ECN-capable
 /// (ECT(0)); a CE mark a switch (or `Impairment::ce`) puts on it reaches the receiver through

@@ -90,11 +90,7 @@ impl Pd {
         if init.max_send_wr == 0 || init.max_recv_wr == 0 {
             return Err(Error::Config("queue depths must be at least 1"));
         }
-        if init.mode == QpMode::Tcp {
-            return Err(Error::Config(
-                "mode `tcp` is the simulator's model of iWARP's TCP (SPEC E10), not a transport of the runtime",
-            ));
-        }
+        super::check_runtime_mode(init.mode)?;
         let mut core = self.shared.lock();
         if !core.pds.contains_key(&self.id) {
             return Err(Error::Gone);
