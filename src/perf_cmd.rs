@@ -9,10 +9,9 @@
 //! (a marker after the version string's NUL tells them), they also swap [`PerfParams`] after
 //! the MTU — the server adopts the client's size, iterations, queue pairs and mode (the
 //! operation must be its own), and each learns the other's UDP port — and a verdict before
-//! closing: the client's expected
-//! checksum of the server's memory, the server's `OK` or `MISMATCH`. With a perftest peer each
-//! end uses its own flags (give both the same `-s`, `-n`, `-q`, as perftest requires), the
-//! mode is RoCE and the UDP port 4791.
+//! closing: the client's expected checksum of the server's memory, the server's `OK` or
+//! `MISMATCH`. With a perftest peer each end uses its own flags (give both the same `-s`,
+//! `-n`, `-q`, as perftest requires), the mode is RoCE and the UDP port 4791.
 //!
 //! * bandwidth: up to `tx_depth` operations outstanding per queue pair (Reads and atomics: at
 //!   most 16, the queue pair's `max_rd_atomic`), BW peak = the best window of 1/16 of the run
@@ -594,8 +593,8 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     }
     // Everything this end's own flags decide is checked before it listens or connects, so a
     // refused flag is not first seen by the peer as a closed exchange.
-    let size = args.msg_size()?;
-    if args.post_list == 0 || u64::from(args.post_list) > u64::from(args.tx_depth) {
+    args.msg_size()?;
+    if args.post_list == 0 || args.post_list > args.tx_depth {
         bail!(
             "-l (--post-list): 1 to --tx-depth ({}) work requests per post, not {}",
             args.tx_depth,
@@ -606,18 +605,7 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
         crate::pingpong_cmd::check_runtime_mode(m)?;
     }
     if args.latency && args.host.is_some() {
-        perf_lat::check_params(&PerfParams {
-            op: args.op,
-            size,
-            iters: args.iters,
-            qps: args.qps,
-            mode: args.mode.unwrap_or(QpMode::Irn),
-            latency: true,
-            verify: args.verify,
-            udp_port: 0,
-            gso: false,
-            cc: args.cc,
-        })?;
+        perf_lat::check_params(&args.client_params()?)?;
     }
     if args.host.is_some() {
         client(args)
@@ -1080,21 +1068,8 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
     let (mut oob, mtu, dev) = client_open(&args, &host)?;
     let dev = test_device(&oob, dev, &args)?;
     let (p, side, server) = if oob.peer_irn {
-        let mut p = PerfParams {
-            op: args.op,
-            size: args.msg_size()?,
-            iters: args.iters,
-            qps: args.qps,
-            mode: args.mode.unwrap_or(QpMode::Irn),
-            latency: args.latency,
-            verify: args.verify,
-            udp_port: 0,
-            gso: false,
-            cc: args.cc,
-        };
-        if p.latency {
-            perf_lat::check_params(&p)?;
-        }
+        // `run` checked them (a latency test's too) before connecting.
+        let mut p = args.client_params()?;
         let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
         p.gso = side.dev.accepts_gso();
@@ -1206,6 +1181,23 @@ impl PerfArgs {
 
     fn op_is_atomic(&self) -> bool {
         self.op == PerfOp::Atomic
+    }
+
+    /// What an irn client proposes to its server: its flags, with mode IRN by default; the
+    /// UDP port and GSO are filled in once its device is open.
+    fn client_params(&self) -> anyhow::Result<PerfParams> {
+        Ok(PerfParams {
+            op: self.op,
+            size: self.msg_size()?,
+            iters: self.iters,
+            qps: self.qps,
+            mode: self.mode.unwrap_or(QpMode::Irn),
+            latency: self.latency,
+            verify: self.verify,
+            udp_port: 0,
+            gso: false,
+            cc: self.cc,
+        })
     }
 
     /// The message size: `--size`, or 8 for atomics.

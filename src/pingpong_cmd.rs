@@ -104,9 +104,10 @@ pub(crate) struct LinkArgs {
     #[arg(long)]
     pub(crate) counters: bool,
     /// This end's GID, as an address of this host (IPv4 or IPv6). Default: the local address
-    /// of the connection to the peer (the out-of-band TCP connection's; rping's `-a`/`-I`). Give an IPv6 address to use an IPv6 GID while the
-    /// exchange runs over IPv4 (rdma-core's and perftest's tools listen on IPv4 only); the
-    /// peer must then use its IPv6 GID too (`-g` / `-x` of that index).
+    /// of the connection to the peer (the out-of-band TCP connection's; rping's `-a`/`-I`).
+    /// Give an IPv6 address to use an IPv6 GID while the exchange runs over IPv4 (rdma-core's
+    /// and perftest's tools listen on IPv4 only); the peer must then use its IPv6 GID too
+    /// (`-g` / `-x` of that index).
     #[arg(long)]
     pub(crate) gid: Option<IpAddr>,
     /// Receive path: `raw` (needs CAP_NET_RAW; IPv4; sees whole packets, so every ICRC is
@@ -297,13 +298,16 @@ impl Endpoint {
     /// peer dropped as invalid, which is what an RC peer in the other `--mode` sends (IRN's
     /// and RoCE's headers differ, and ibv_rc_pingpong's exchange cannot carry the mode).
     fn failure_hint(&self) -> String {
-        match self {
-            Endpoint::Rc { qp, .. } if qp.counters().dropped_invalid > 0 => format!(
-                " — {} packets from the peer were dropped as invalid: is it in another --mode?",
-                qp.counters().dropped_invalid
-            ),
-            _ => String::new(),
+        let invalid = match self {
+            Endpoint::Rc { qp, .. } => qp.counters().dropped_invalid,
+            Endpoint::Ud { .. } => 0,
+        };
+        if invalid == 0 {
+            return String::new();
         }
+        format!(
+            " — {invalid} packets from the peer were dropped as invalid: is it in another --mode?"
+        )
     }
 
     fn qpn(&self) -> u32 {
