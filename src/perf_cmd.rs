@@ -14,7 +14,9 @@
 //! `-n`, `-q`, as perftest requires), the mode is RoCE and the UDP port 4791.
 //!
 //! * bandwidth: up to `tx_depth` operations outstanding per queue pair (Reads and atomics: at
-//!   most 16, the queue pair's `max_rd_atomic`), BW peak = the best window of 1/16 of the run
+//!   most 16, the queue pair's `max_rd_atomic`), every `--cq-mod`-th of them signaled (and the
+//!   last), each completion retiring the unsignaled ones before it, as perftest's `-Q`;
+//!   BW peak = the best window of 1/16 of the run
 //!   (at least 1 ms), BW
 //!   average = all bytes over the whole time, MB = 2^20 bytes as perftest counts;
 //! * latency (`--latency`, one queue pair): perftest's latency tools — a ping-pong of Writes
@@ -108,6 +110,15 @@ pub struct PerfArgs {
         default_value_t = 1
     )]
     post_list: u32,
+    /// Completion moderation of a bandwidth test (perftest's `-Q`, default 100 as
+    /// perftest's): only every N-th work request of a queue pair is signaled, and the last;
+    /// one completion then retires the N before it (a queue pair completes its send queue in
+    /// order, IBTA §10.8.6), so the test reaps a completion and its thread wakes once per N
+    /// messages, not per message. At most half the requests a queue pair may have
+    /// outstanding (lowered to it; perftest lowers it to the whole depth, which lets the
+    /// pipeline run dry while the completion is reaped); 1 signals every work request.
+    #[arg(short = 'Q', long = "cq-mod", alias = "cq_mod", default_value_t = 100)]
+    cq_mod: u32,
     /// Connect the queue pairs through the RDMA CM, and run the exchange over a CM connection
     /// too, as perftest's `-R` does (pairs with `ib_*_bw -R` / `ib_*_lat -R`). The server
     /// binds the address `--gid` gives; the CM and the queue pairs use UDP port `--udp-port`
@@ -576,9 +587,10 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
         || args.qps > irn_verbs::exchange::MAX_PERF_QPS
         || args.iters == 0
         || args.tx_depth == 0
+        || args.cq_mod == 0
     {
         bail!(
-            "--qps (1–{}), --iters and --tx-depth must be positive",
+            "--qps (1–{}), --iters, --tx-depth and --cq-mod must be positive",
             irn_verbs::exchange::MAX_PERF_QPS
         );
     }
@@ -1132,6 +1144,13 @@ fn client_test(
             args.tx_depth
         },
         post_list: args.post_list.max(1) as usize,
+        cq_mod: 0,
+    };
+    // At most half the depth: the other half stays in flight while the completion that
+    // retires the first is reaped and the requests behind it are posted.
+    let run = Runner {
+        cq_mod: u64::from(args.cq_mod.clamp(1, (run.depth / 2).max(1))),
+        ..run
     };
     let (mut ok, report) = run.bandwidth()?;
     if p.op != PerfOp::Send {
@@ -1226,6 +1245,9 @@ struct Runner<'a> {
     depth: u32,
     /// Work requests per post call (`--post-list`).
     post_list: usize,
+    /// Every `cq_mod`-th work request of a queue pair is signaled, and its last
+    /// (`--cq-mod`).
+    cq_mod: u64,
 }
 
 impl Runner<'_> {
@@ -1287,14 +1309,27 @@ impl Runner<'_> {
             wr_id: (q as u64) << 40 | i,
             op,
             sg_list: vec![mr.sge(off, p.size as u32)],
-            signaled: true,
+            signaled: self.signaled(i),
             fence: false,
             solicited: false,
         })
     }
 
-    /// Handles one completion; checks Read data when verifying.
-    fn complete(&self, wc: irn_verbs::Wc, buf: &mut [u8], want: &mut [u8]) -> anyhow::Result<bool> {
+    /// Whether iteration `i` of a queue pair asks for a completion (`--cq-mod`).
+    fn signaled(&self, i: u64) -> bool {
+        i % self.cq_mod == self.cq_mod - 1 || i + 1 == self.p.iters
+    }
+
+    /// Handles one completion of queue pair `q`, whose iterations before `done` had
+    /// completed: returns the iterations it retires (itself and the unsignaled ones before
+    /// it) and whether their Read data matched when verifying.
+    fn complete(
+        &self,
+        wc: irn_verbs::Wc,
+        done: u64,
+        buf: &mut [u8],
+        want: &mut [u8],
+    ) -> anyhow::Result<(std::ops::Range<u64>, bool)> {
         let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
         if wc.status != WcStatus::Success {
             bail!(
@@ -1304,15 +1339,25 @@ impl Runner<'_> {
                 wc_status_number(wc.status)
             );
         }
+        // Only signaled requests complete successfully, in order: this one retires the
+        // unsignaled ones before it.
+        if i < done || !self.signaled(i) {
+            bail!("work request {i} on QP {q} completed out of order (after {done} of them)");
+        }
+        let mut ok = true;
         if self.p.verify && self.p.op == PerfOp::Read {
-            self.side.mrs[q].read(self.slot_off(i), buf)?;
-            pattern(q as u32, i % self.side.slots, want);
-            if buf != want {
-                println!("verify: Read {i} of QP {q} differs");
-                return Ok(false);
+            // None of these slots has been read into again: at most `depth` ≤ `slots`
+            // requests were outstanding, all after `done`.
+            for j in done..=i {
+                self.side.mrs[q].read(self.slot_off(j), buf)?;
+                pattern(q as u32, j % self.side.slots, want);
+                if buf != want {
+                    println!("verify: Read {j} of QP {q} differs");
+                    ok = false;
+                }
             }
         }
-        Ok(true)
+        Ok((done..i + 1, ok))
     }
 
     /// Returns whether every checked Read matched, and the report.
@@ -1345,10 +1390,13 @@ impl Runner<'_> {
             // completion was 2.5 % of a 64-byte Send stream's cycles).
             let seen = start.elapsed();
             for wc in std::iter::once(first).chain(more) {
-                ok &= self.complete(wc, &mut buf, &mut want)?;
-                done[(wc.wr_id >> 40) as usize] += 1;
-                completed += 1;
-                stamps.push(seen);
+                let q = (wc.wr_id >> 40) as usize;
+                let (retired, matched) = self.complete(wc, done[q], &mut buf, &mut want)?;
+                ok &= matched;
+                let n = retired.end - retired.start;
+                done[q] = retired.end;
+                completed += n;
+                stamps.extend(std::iter::repeat_n(seen, n as usize));
             }
         }
         let secs = start.elapsed().as_secs_f64();

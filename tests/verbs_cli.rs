@@ -112,6 +112,47 @@ fn every_operation_in_both_modes_through_loss_with_verification() {
     }
 }
 
+#[test]
+fn moderated_completions_retire_every_request_once() {
+    // perftest's -Q: one completion per N requests, each retiring the unsignaled ones before
+    // it. Counts that are not multiples of N (the last request is signaled), several queue
+    // pairs sharing one CQ, Reads checked request by request from the retired range, and a
+    // moderation above half the depth (lowered to it).
+    for (op, q, n, cq_mod) in [
+        ("read", "3", "101", "5"),
+        ("write", "2", "257", "7"),
+        ("send", "2", "130", "300"),
+        ("write", "1", "1", "100"),
+    ] {
+        let flags = [
+            "--mode", "irn", "--verify", "--loss", "0.01", "-q", q, "-n", n, "-s", "4096", "-Q",
+            cq_mod,
+        ];
+        let (server, client) = perf(op, &flags, &["--loss", "0.01"]);
+        let what = format!("{op} -q {q} -n {n} -Q {cq_mod}: client\n{}", text(&client));
+        assert!(client.status.success() && server.status.success(), "{what}");
+        let out = String::from_utf8_lossy(&client.stdout);
+        assert!(out.contains("verify: ok"), "{what}");
+        let row = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("4096"))
+            .unwrap_or_else(|| panic!("no result row: {what}"));
+        assert_eq!(row.split_whitespace().nth(1), Some(n), "{what}");
+    }
+    // An unsignaled request that fails still completes, with its error.
+    let flags = [
+        "--mode", "irn", "--loss", "1", "-n", "10", "-s", "64", "-Q", "5",
+    ];
+    let (_, client) = perf("write", &flags, &[]);
+    assert!(!client.status.success(), "{}", text(&client));
+    let err = String::from_utf8_lossy(&client.stderr);
+    assert!(
+        err.contains("work request 0 on QP 0") && err.contains("IBV_WC_RETRY_EXC_ERR"),
+        "{}",
+        text(&client)
+    );
+}
+
 /// The numbers of the result row of a perftest latency report (9 columns), if there is one.
 fn latency_row(out: &str, size: &str) -> Option<Vec<f64>> {
     let row = out
@@ -259,6 +300,7 @@ fn errors_exit_non_zero_with_a_message() {
         (&["--gid", "192.0.2.1"], "--gid"),
         (&["--mode", "tcp"], "--mode tcp"),
         (&["--latency", "-q", "4"], "one queue pair"),
+        (&["-Q", "0"], "--cq-mod"),
         // With -R both ends take the same UDP port: from the server's own address, the
         // client's device would answer itself.
         (
