@@ -16,6 +16,7 @@ use irn_wire::drp::{
 };
 use irn_wire::ethernet::EthernetFrame;
 use irn_wire::mad::{self, Mad};
+use irn_wire::udp::ROCEV2_PORT;
 use irn_wire::{
     icrc, DrpRepr, EtherType, EthernetRepr, Frame, IbRepr, IcrcCheck, IpRepr, MacControlRepr,
     Opcode, RocePacket, Syndrome, UdpChecksum, DEFAULT_PKEY,
@@ -38,7 +39,7 @@ pub enum Format {
 pub struct Summary {
     /// Records in the capture.
     pub packets: u64,
-    /// RoCEv2 packets (UDP destination port 4791), well-formed or not.
+    /// RoCEv2 packets (UDP destination port 4791, or one given), well-formed or not.
     pub rocev2: u64,
     /// RoCEv2 packets whose ICRC is right.
     pub icrc_ok: u64,
@@ -90,7 +91,9 @@ struct Record<'a> {
 }
 
 /// Decodes `path`, writing to `out`.
-pub fn run(path: &Path, format: Format, out: &mut impl Write) -> Result<Summary> {
+/// Decodes the capture at `path` into `out`; UDP datagrams to 4791 and to any of `ports` are
+/// RoCEv2.
+pub fn run(path: &Path, format: Format, ports: &[u16], out: &mut impl Write) -> Result<Summary> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut reader = BufReader::new(file);
     let mut magic = [0u8; 4];
@@ -100,8 +103,11 @@ pub fn run(path: &Path, format: Format, out: &mut impl Write) -> Result<Summary>
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let reader = BufReader::new(file);
 
+    let mut roce_ports = vec![ROCEV2_PORT];
+    roce_ports.extend(ports.iter().filter(|&&p| p != ROCEV2_PORT));
     let mut dec = Decoder {
         format,
+        ports: roce_ports,
         summary: Summary::default(),
         first: None,
         skipped: Vec::new(),
@@ -185,6 +191,8 @@ fn read_pcapng(
 
 struct Decoder {
     format: Format,
+    /// UDP destination ports whose datagrams are RoCEv2: 4791, and those given.
+    ports: Vec<u16>,
     summary: Summary,
     first: Option<Duration>,
     /// Link types or cooked protocols already reported as skipped.
@@ -235,8 +243,11 @@ impl Decoder {
             cut: (rec.data.len() < rec.orig_len as usize).then_some((rec.data.len(), rec.orig_len)),
         };
         let (parsed, ip_bytes) = match layer3(rec) {
-            L3::Ethernet(b) => (Frame::parse_ethernet(b), ethernet_ip_payload(b)),
-            L3::Ip(b) => (Frame::parse_ip(b), Some(b)),
+            L3::Ethernet(b) => (
+                Frame::parse_ethernet_on_ports(b, &self.ports),
+                ethernet_ip_payload(b),
+            ),
+            L3::Ip(b) => (Frame::parse_ip_on_ports(b, &self.ports), Some(b)),
             L3::Unsupported(why) => {
                 self.summary.other += 1;
                 if !self.skipped.contains(&why) {

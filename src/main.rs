@@ -54,6 +54,11 @@ enum Command {
         /// Exit with status 1 if any packet is malformed or has a bad ICRC.
         #[arg(long)]
         strict: bool,
+        /// Decode UDP datagrams to this destination port as RoCEv2 too (4791 always is), as a
+        /// protocol analyser's "decode as": e.g. the port an irn device fell back to when
+        /// another held 4791 on its address (`irn perf` says which). Repeatable.
+        #[arg(long = "udp-port", value_name = "PORT")]
+        udp_ports: Vec<u16>,
     },
     /// Run a datacenter simulation experiment. With no file: IRN, IRN+PFC, RoCE+PFC and RoCE on
     /// the IRN paper's default fat-tree (about a minute), printing average slowdown, average
@@ -102,7 +107,12 @@ fn exit_code(ok: bool) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Decode { file, json, strict } => {
+        Command::Decode {
+            file,
+            json,
+            strict,
+            udp_ports,
+        } => {
             let stdout = io::stdout();
             let mut out = io::BufWriter::new(stdout.lock());
             let format = if json {
@@ -110,7 +120,7 @@ fn main() -> ExitCode {
             } else {
                 decode::Format::Text
             };
-            decode::run(&file, format, &mut out)
+            decode::run(&file, format, &udp_ports, &mut out)
                 .and_then(|summary| {
                     out.flush()?;
                     Ok(summary)

@@ -324,3 +324,58 @@ fn extended_ib_bitmap_nak_decodes_with_its_lost_psns() {
         "{text}"
     );
 }
+
+#[test]
+fn another_udp_port_decodes_as_rocev2_when_given() {
+    // Two irn devices on one address: one holds 4791, the other fell back to another port,
+    // and the packets to that one go to its port. Without --udp-port they are other UDP;
+    // with it, RoCEv2 with a good ICRC (the port is not among the ICRC's masked fields, so a
+    // wrong port would show as a bad ICRC).
+    let send = |psn| {
+        let mut ib = irn_wire::IbRepr::new(bth(Opcode::RC_SEND_ONLY, 0x12, psn));
+        ib.payload_len = 4;
+        ib
+    };
+    let mut roce = irn_wire::RoceRepr::ipv4(
+        std::net::Ipv4Addr::new(10, 99, 0, 12),
+        std::net::Ipv4Addr::new(10, 99, 0, 11),
+        0xc123,
+        send(7),
+    );
+    roce.udp.dst_port = 50123;
+    let e = eth();
+    let mut f = vec![0u8; e.buffer_len() + roce.buffer_len()];
+    roce.emit_frame(&e, &mut f, b"abcd").expect("valid packet");
+    let std_port = frame(send(8), b"abcd");
+    let dir = tempdir("udpport");
+    let path = dir.join("fallback.pcap");
+    write_pcap(
+        &path,
+        &[
+            (f.clone(), f.len() as u32),
+            (std_port.clone(), std_port.len() as u32),
+        ],
+    );
+    let summary = |out: &Output| json_lines(out).last().cloned().expect("a summary");
+    let plain = summary(&decode(&["--json"], &path));
+    assert_eq!(
+        (plain["rocev2"].clone(), plain["other"].clone()),
+        (1.into(), 1.into())
+    );
+    let out = decode(&["--json", "--udp-port", "50123", "--strict"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = json_lines(&out);
+    assert_eq!(lines[0]["dport"], 50123);
+    assert_eq!(lines[0]["icrc"], "ok");
+    assert_eq!(lines[0]["psn"], 7);
+    let s = summary(&out);
+    assert_eq!(
+        (s["rocev2"].clone(), s["other"].clone()),
+        (2.into(), 0.into())
+    );
+    assert_eq!(s["icrc_ok"], 2);
+}

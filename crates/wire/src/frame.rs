@@ -18,7 +18,7 @@ pub enum Other {
     IpProtocol(u8),
     /// An IP version nibble other than 4 and 6 behind an IP EtherType.
     IpVersion(u8),
-    /// UDP, but not to port 4791.
+    /// UDP, but not to port 4791 (nor another port given as RoCEv2).
     UdpPort(u16),
 }
 
@@ -29,7 +29,7 @@ pub enum Other {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
-    /// A RoCEv2 packet (UDP destination port 4791).
+    /// A RoCEv2 packet (UDP destination port 4791, or another port given as RoCEv2).
     RoceV2 {
         /// The Ethernet header; `None` for captures that start at IP.
         eth: Option<EthernetRepr>,
@@ -67,11 +67,17 @@ impl<'a> Frame<'a> {
     /// Errors only for frames that claim to be one of the decoded kinds and are not well-formed;
     /// a frame of another kind is [`Frame::Other`], never an error.
     pub fn parse_ethernet(bytes: &'a [u8]) -> Result<Frame<'a>> {
+        Self::parse_ethernet_on_ports(bytes, &[ROCEV2_PORT])
+    }
+
+    /// [`Frame::parse_ethernet`], taking UDP datagrams to any of `ports` as RoCEv2
+    /// ([`RoceRepr::parse_on_ports`]).
+    pub fn parse_ethernet_on_ports(bytes: &'a [u8], ports: &[u16]) -> Result<Frame<'a>> {
         let f = EthernetFrame::new_checked(bytes)?;
         let eth = EthernetRepr::parse(&f)?;
         let payload = &bytes[f.header_len()..];
         match eth.ethertype {
-            EtherType::Ipv4 | EtherType::Ipv6 => Self::from_ip(Some(eth), payload),
+            EtherType::Ipv4 | EtherType::Ipv6 => Self::from_ip(Some(eth), payload, ports),
             EtherType::MacControl => {
                 let control = MacControlRepr::parse(&MacControl::new_checked(payload)?)?;
                 Ok(Frame::MacControl { eth, control })
@@ -94,23 +100,29 @@ impl<'a> Frame<'a> {
 
     /// Decodes a packet that starts at the IP header (raw-IP captures, IP sockets).
     pub fn parse_ip(bytes: &'a [u8]) -> Result<Frame<'a>> {
-        Self::from_ip(None, bytes)
+        Self::from_ip(None, bytes, &[ROCEV2_PORT])
     }
 
-    fn from_ip(eth: Option<EthernetRepr>, bytes: &'a [u8]) -> Result<Frame<'a>> {
-        if let Some(what) = not_rocev2(bytes) {
+    /// [`Frame::parse_ip`], taking UDP datagrams to any of `ports` as RoCEv2.
+    pub fn parse_ip_on_ports(bytes: &'a [u8], ports: &[u16]) -> Result<Frame<'a>> {
+        Self::from_ip(None, bytes, ports)
+    }
+
+    fn from_ip(eth: Option<EthernetRepr>, bytes: &'a [u8], ports: &[u16]) -> Result<Frame<'a>> {
+        if let Some(what) = not_rocev2(bytes, ports) {
             return Ok(Frame::Other { eth, what });
         }
         Ok(Frame::RoceV2 {
             eth,
-            packet: RoceRepr::parse(bytes)?,
+            packet: RoceRepr::parse_on_ports(bytes, ports)?,
         })
     }
 }
 
-/// Whether an IP packet is plainly not RoCEv2, looking only at what locates the UDP destination
-/// port. A packet too short to tell is treated as RoCEv2, so that parsing reports the damage.
-fn not_rocev2(bytes: &[u8]) -> Option<Other> {
+/// Whether an IP packet is plainly not RoCEv2 (not UDP to one of `ports`), looking only at
+/// what locates the UDP destination port. A packet too short to tell is treated as RoCEv2, so
+/// that parsing reports the damage.
+fn not_rocev2(bytes: &[u8], ports: &[u16]) -> Option<Other> {
     let (proto, datagram) = match bytes.first().map(|b| b >> 4) {
         Some(4) => {
             let p = Ipv4Packet::new_unchecked(bytes);
@@ -139,5 +151,5 @@ fn not_rocev2(bytes: &[u8]) -> Option<Other> {
         return None;
     }
     let port = UdpPacket::new_unchecked(datagram).dst_port();
-    (port != ROCEV2_PORT).then_some(Other::UdpPort(port))
+    (!ports.contains(&port)).then_some(Other::UdpPort(port))
 }

@@ -172,6 +172,15 @@ impl RoceRepr {
     /// Parses a RoCEv2 packet from its IP header on. Bytes past the IP length (Ethernet padding)
     /// are ignored.
     pub fn parse(packet: &[u8]) -> Result<RocePacket<'_>> {
+        Self::parse_on_ports(packet, &[ROCEV2_PORT])
+    }
+
+    /// [`RoceRepr::parse`] for a packet whose UDP destination port is any of `ports` — the
+    /// IANA port 4791 (RoCEv2 annex A17.2) and those an operator says carry RoCEv2 too, as a
+    /// protocol analyser's "decode as" does (an irn device that fell back to another port on
+    /// a shared address, `irn decode --udp-port`). The port is not in the ICRC's masked
+    /// fields: the ICRC checks the same either way.
+    pub fn parse_on_ports<'a>(packet: &'a [u8], ports: &[u16]) -> Result<RocePacket<'a>> {
         let (ip, ip_header, datagram) = match packet.first().map(|b| b >> 4) {
             Some(4) => {
                 let v = Ipv4Packet::new_checked(packet)?;
@@ -227,10 +236,14 @@ impl RoceRepr {
             });
         }
         let udp = UdpRepr::parse(&u, ip.src(), ip.dst())?;
-        if udp.dst_port != ROCEV2_PORT {
+        if !ports.contains(&udp.dst_port) {
             return Err(Error::Malformed {
                 layer: Layer::Udp,
-                what: "destination port is not 4791",
+                what: if ports == [ROCEV2_PORT] {
+                    "destination port is not 4791"
+                } else {
+                    "destination port is not 4791 nor another port given as RoCEv2"
+                },
             });
         }
         let ib_bytes = &datagram[u.payload_range()];
