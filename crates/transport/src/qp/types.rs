@@ -197,11 +197,12 @@ pub struct Counters {
     pub retransmitted_bytes: u64,
     /// Packets received and accepted for processing.
     pub rx_packets: u64,
-    /// ACKs generated (plain and read ACKs); consecutive plain ACKs still queued together
-    /// leave as one packet, the newest (a runtime that answers a received burst at once).
+    /// ACKs sent (plain and read ACKs): packets. Consecutive plain ACKs generated while
+    /// the older is still queued leave as one packet, the newest (a runtime that answers a
+    /// received burst at once), and count once.
     pub acks_sent: u64,
-    /// NACKs / sequence-error NAKs generated; with `RecoveryConfig::nack_bitmap`, NACKs still
-    /// queued together leave as one packet, the newest.
+    /// NACKs / sequence-error NAKs sent: packets (with `RecoveryConfig::nack_bitmap`, NACKs
+    /// generated while the older is still queued leave as one, the newest, and count once).
     pub nacks_sent: u64,
     /// NACKs / sequence-error NAKs received.
     pub nacks_received: u64,

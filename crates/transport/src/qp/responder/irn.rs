@@ -179,6 +179,12 @@ impl QueuePair {
         }) = self.ctrl.back()
         {
             if says_no_more(syndrome, lost, nacks) {
+                // Never sent: the counters count packets.
+                if syndrome.is_ack() {
+                    self.counters.acks_sent -= 1;
+                } else {
+                    self.counters.nacks_sent -= 1;
+                }
                 self.ctrl.pop_back();
             }
         }

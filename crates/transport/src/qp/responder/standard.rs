@@ -376,12 +376,11 @@ impl QueuePair {
     /// (each echo stands for one marked packet).
     pub(super) fn push_resp_ack(&mut self, psn: Psn, syndrome: Syndrome, becn: bool) {
         let msn = self.rsp.msn;
-        if syndrome.is_ack() {
-            self.counters.acks_sent += 1;
-        }
         let Some(s) = self.standard_mut() else {
             return;
         };
+        // The counter counts packets: an ACK that replaces a queued one adds none.
+        let mut replaced = false;
         if syndrome.is_ack() {
             if let Some(RespJob::Ack {
                 syndrome: Syndrome::Ack(_),
@@ -390,9 +389,13 @@ impl QueuePair {
             }) = s.jobs.back()
             {
                 s.jobs.pop_back();
+                replaced = true;
             }
         }
         s.push_ack(psn, syndrome, msn, becn);
+        if syndrome.is_ack() && !replaced {
+            self.counters.acks_sent += 1;
+        }
     }
 
     /// The standard responder's next packet: the job at the head of its queue (one packet of
