@@ -114,9 +114,10 @@ pub struct PerfArgs {
     /// perftest's): only every N-th work request of a queue pair is signaled, and the last;
     /// one completion then retires the N before it (a queue pair completes its send queue in
     /// order, IBTA §10.8.6), so the test reaps a completion and its thread wakes once per N
-    /// messages, not per message. At most half the requests a queue pair may have
-    /// outstanding (lowered to it; perftest lowers it to the whole depth, which lets the
-    /// pipeline run dry while the completion is reaped); 1 signals every work request.
+    /// messages, not per message. At most half the requests a queue pair keeps outstanding
+    /// (`--tx-depth`, fewer for Reads and atomics or with fewer message slots than that; it is
+    /// lowered to it — perftest lowers it to the whole depth, which lets the pipeline run dry
+    /// while the completion is reaped); 1 signals every work request.
     #[arg(short = 'Q', long = "cq-mod", alias = "cq_mod", default_value_t = 100)]
     cq_mod: u32,
     /// Connect the queue pairs through the RDMA CM, and run the exchange over a CM connection
@@ -1146,10 +1147,13 @@ fn client_test(
         post_list: args.post_list.max(1) as usize,
         cq_mod: 0,
     };
-    // At most half the depth: the other half stays in flight while the completion that
-    // retires the first is reaped and the requests behind it are posted.
+    // At most half the requests a queue pair keeps outstanding — its depth, or fewer with
+    // fewer message slots (large messages, thousands of queue pairs) — so that one is always
+    // signaled, and the other half stays in flight while the completion that retires the
+    // first is reaped and the requests behind it are posted.
+    let outstanding = u64::from(run.depth).min(side.slots);
     let run = Runner {
-        cq_mod: u64::from(args.cq_mod.clamp(1, (run.depth / 2).max(1))),
+        cq_mod: u64::from(args.cq_mod).clamp(1, (outstanding / 2).max(1)),
         ..run
     };
     let (mut ok, report) = run.bandwidth()?;
@@ -1398,6 +1402,16 @@ impl Runner<'_> {
                 completed += n;
                 stamps.extend(std::iter::repeat_n(seen, n as usize));
             }
+        }
+        // Each request retired exactly once: a completion that retired too many or too few
+        // would have ended the loop early or late.
+        if let Some(q) = (0..nq).find(|&q| done[q] != p.iters || posted[q] != p.iters) {
+            bail!(
+                "QP {q}: {} of {} requests retired, {} posted",
+                done[q],
+                p.iters,
+                posted[q]
+            );
         }
         let secs = start.elapsed().as_secs_f64();
         let bytes = (total * p.size) as f64;

@@ -139,6 +139,18 @@ fn moderated_completions_retire_every_request_once() {
             .unwrap_or_else(|| panic!("no result row: {what}"));
         assert_eq!(row.split_whitespace().nth(1), Some(n), "{what}");
     }
+    // Messages so large that a queue pair has fewer message slots (32 of 2 MiB) than the
+    // moderation: it is lowered to half of them, and one request in 16 is signaled.
+    let flags = [
+        "--mode", "irn", "--verify", "-n", "40", "-s", "2097152", "-Q", "100",
+    ];
+    let (server, client) = perf("write", &flags, &[]);
+    let what = format!("-s 2 MiB: client\n{}", text(&client));
+    assert!(client.status.success() && server.status.success(), "{what}");
+    assert!(
+        String::from_utf8_lossy(&client.stdout).contains("verify: ok"),
+        "{what}"
+    );
     // An unsignaled request that fails still completes, with its error.
     let flags = [
         "--mode", "irn", "--loss", "1", "-n", "10", "-s", "64", "-Q", "5",

@@ -202,7 +202,8 @@ pub struct Counters {
     /// received burst at once), and count once.
     pub acks_sent: u64,
     /// NACKs / sequence-error NAKs sent: packets (with `RecoveryConfig::nack_bitmap`, NACKs
-    /// generated while the older is still queued leave as one, the newest, and count once).
+    /// generated while the older is still queued leave as one, the newest, and count once;
+    /// a queued one that a plain ACK replaces, once the hole has closed, does not count).
     pub nacks_sent: u64,
     /// NACKs / sequence-error NAKs received.
     pub nacks_received: u64,
