@@ -184,6 +184,14 @@ impl CmChannel {
     }
 
     /// The peer's address and the rdma_cm port.
+    /// Whether the peer has ended the exchange's connection (its DREQ: a client that gave up
+    /// drops its connections, which sends one), without waiting.
+    pub(crate) fn peer_disconnected(&mut self) -> bool {
+        self.conn
+            .as_mut()
+            .is_some_and(|c| c.poll_disconnect().unwrap_or(false))
+    }
+
     pub(crate) fn peer(&self) -> SocketAddr {
         let ip = self
             .conn

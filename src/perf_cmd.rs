@@ -329,11 +329,12 @@ impl Oob {
         }
     }
 
-    /// The peer closed the exchange's connection (a TCP end of file is waiting). Data
-    /// waiting, or a CM channel (whose end a disconnect shows), is not a close.
-    fn peer_closed(&self) -> bool {
-        let Chan::Tcp(t) = &self.chan else {
-            return false;
+    /// The peer closed the exchange's connection: a TCP end of file is waiting, or the CM
+    /// connection was ended (its DREQ). Data waiting is not a close.
+    fn peer_closed(&mut self) -> bool {
+        let t = match &mut self.chan {
+            Chan::Tcp(t) => t,
+            Chan::Cm(c) => return c.peer_disconnected(),
         };
         if t.set_nonblocking(true).is_err() {
             return false;
@@ -909,10 +910,10 @@ impl<'a> Receiver<'a> {
 
     /// Receives every Send, reposting as they complete; prints the bandwidth received.
     ///
-    /// `peer_closed` says whether the client has closed the exchange: over TCP a client that
-    /// stopped (an error, or killed) ends the wait within a fraction of a second, as a Write
-    /// or Read test's server, which waits on the exchange itself, notices at once (a CM
-    /// exchange never says so here: the wait is then the 30 s without a Send).
+    /// `peer_closed` says whether the client has closed the exchange: a client that stopped
+    /// (an error, or killed; over `-R`'s CM exchange, one that dropped its connection, which
+    /// sends a DREQ) ends the wait within a fraction of a second, as a Write or Read test's
+    /// server, which waits on the exchange itself, notices at once.
     fn run(&self, peer_closed: &mut dyn FnMut() -> bool) -> anyhow::Result<bool> {
         let (side, p) = (self.side, self.p);
         let mut got = vec![0u64; side.qps.len()];

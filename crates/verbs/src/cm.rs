@@ -601,8 +601,17 @@ impl std::fmt::Debug for CmConnection {
 
 impl Drop for CmConnection {
     fn drop(&mut self) {
-        // Forgotten: a later DREQ from the peer is still answered (as for any unknown ID).
-        lock(&self.agent).conns.remove(&self.local_id);
+        let mut a = lock(&self.agent);
+        // A connection dropped while established ends, as `rdma_destroy_id` of a connected ID
+        // (or its process exiting) does on Linux, whose CM sends a DREQ for it: one DREQ,
+        // best effort and not waited for, so that the peer hears now that this end is gone
+        // rather than from its own timeouts. (`disconnect` is the orderly way: it retries.)
+        if a.state(self.local_id) == State::Established {
+            let _ = a.gsi.send(self.peer, self.cfg.peer_port, &self.dreq());
+        }
+        // Forgotten: a later DREQ or DREP from the peer is still answered (as for any
+        // unknown ID).
+        a.conns.remove(&self.local_id);
     }
 }
 

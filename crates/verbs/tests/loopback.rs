@@ -846,6 +846,47 @@ fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
 }
 
 #[test]
+fn a_connection_dropped_while_established_ends_it_for_the_peer() {
+    // As `rdma_destroy_id` of a connected ID (or its process exiting) on Linux: the peer
+    // hears a DREQ at once, not only from its own timeouts (a perf -R server waiting for the
+    // Sends of a client that gave up).
+    use irn_verbs::cm::{self, CmConfig, CmListener};
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 7, CmConfig::default());
+    let attr = QpAttr {
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let server_ip = b.dev.local_addr().ip();
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let mut l = CmListener::bind(&b.dev, 7175, cfg_b).expect("listen");
+            let req = l.get_request(Duration::from_secs(10)).expect("request");
+            let mut conn = l.accept(&req, &b.qp, &attr, b"").expect("accept");
+            assert!(!conn.poll_disconnect().expect("poll"), "not yet");
+            let t = Instant::now();
+            conn.wait_disconnect(Duration::from_secs(5))
+                .expect("the dropped connection's DREQ");
+            t.elapsed()
+        });
+        let conn = cm::connect(
+            &a.dev,
+            &a.qp,
+            &attr,
+            SocketAddr::new(server_ip, 7175),
+            b"",
+            cfg_a,
+        )
+        .expect("connect");
+        std::thread::sleep(Duration::from_millis(100));
+        drop(conn);
+        let took = srv.join().expect("server");
+        // One DREQ on loopback: well under the CM's retry timeout.
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    });
+}
+
+#[test]
 fn one_device_carries_many_cm_connections_to_one_port() {
     // perftest's -R: a connection for the exchange and one per queue pair, all to one rdma_cm
     // port of one device. Each connection moves its own data; the device's CM answers the
