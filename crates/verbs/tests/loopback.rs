@@ -778,15 +778,20 @@ fn cm_sides(
     (side(da, mode, 64), side(db, mode, 64), cfg_a, cfg_b)
 }
 
+/// Connection attributes with one Read or atomic outstanding each way.
+fn one_read_attr() -> QpAttr {
+    QpAttr {
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        ..QpAttr::default()
+    }
+}
+
 #[test]
 fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
     use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
     let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 1, CmConfig::default());
-    let attr = QpAttr {
-        max_rd_atomic: 1,
-        max_dest_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let attr = one_read_attr();
     let server_ip = b.dev.local_addr().ip();
     std::thread::scope(|s| {
         let srv = s.spawn(|| {
@@ -852,11 +857,7 @@ fn a_connection_dropped_while_established_ends_it_for_the_peer() {
     // Sends of a client that gave up).
     use irn_verbs::cm::{self, CmConfig, CmListener};
     let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 7, CmConfig::default());
-    let attr = QpAttr {
-        max_rd_atomic: 1,
-        max_dest_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let attr = one_read_attr();
     let server_ip = b.dev.local_addr().ip();
     std::thread::scope(|s| {
         let srv = s.spawn(|| {
