@@ -1692,7 +1692,7 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
         };
         let mut qps = Vec::new();
         for _ in 0..QPS {
-            let a = pa.create_qp(&ca, &ca, init.clone()).expect("qp");
+            let a = pa.create_qp(&ca, &ca, init).expect("qp");
             let b = pb.create_qp(&cb, &cb, init.clone()).expect("qp");
             a.connect(&attr, &remote_at(&db, &b), 5).expect("connect");
             b.connect(&attr, &remote_at(&da, &a), 5).expect("connect");
