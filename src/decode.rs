@@ -90,7 +90,6 @@ struct Record<'a> {
     link: DataLink,
 }
 
-/// Decodes `path`, writing to `out`.
 /// Decodes the capture at `path` into `out`; UDP datagrams to 4791 and to any of `ports` are
 /// RoCEv2.
 pub fn run(path: &Path, format: Format, ports: &[u16], out: &mut impl Write) -> Result<Summary> {

@@ -183,7 +183,6 @@ impl CmChannel {
         Ok(ch)
     }
 
-    /// The peer's address and the rdma_cm port.
     /// Whether the peer has ended the exchange's connection (its DREQ: a client that gave up
     /// drops its connections, which sends one), without waiting.
     pub(crate) fn peer_disconnected(&mut self) -> bool {
@@ -192,6 +191,7 @@ impl CmChannel {
             .is_some_and(|c| c.poll_disconnect().unwrap_or(false))
     }
 
+    /// The peer's address and the rdma_cm port.
     pub(crate) fn peer(&self) -> SocketAddr {
         let ip = self
             .conn

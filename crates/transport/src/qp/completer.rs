@@ -511,12 +511,7 @@ impl QueuePair {
         if bitmaps && (lost.is_some() || self.cmp.rrecv.held() == 0) {
             if let Some(Ctrl::ReadAck { syndrome, lost, .. }) = self.ctrl.back() {
                 if says_no_more(syndrome, lost, true) {
-                    // Never sent: the counters count packets.
-                    if syndrome.is_ack() {
-                        self.counters.acks_sent -= 1;
-                    } else {
-                        self.counters.nacks_sent -= 1;
-                    }
+                    self.counters.unsend_ack(*syndrome);
                     self.ctrl.pop_back();
                 }
             }

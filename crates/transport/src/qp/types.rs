@@ -249,6 +249,18 @@ pub struct Counters {
     pub peak_in_flight: u64,
 }
 
+impl Counters {
+    /// An (N)ACK with `syndrome`, counted when queued, was replaced by a newer one before it
+    /// left: the counters count packets sent.
+    pub(crate) fn unsend_ack(&mut self, syndrome: irn_wire::Syndrome) {
+        if syndrome.is_ack() {
+            self.acks_sent -= 1;
+        } else {
+            self.nacks_sent -= 1;
+        }
+    }
+}
+
 impl core::ops::AddAssign for Counters {
     /// Field-wise sum (totals over many queue pairs).
     fn add_assign(&mut self, o: Counters) {

@@ -179,12 +179,7 @@ impl QueuePair {
         }) = self.ctrl.back()
         {
             if says_no_more(syndrome, lost, nacks) {
-                // Never sent: the counters count packets.
-                if syndrome.is_ack() {
-                    self.counters.acks_sent -= 1;
-                } else {
-                    self.counters.nacks_sent -= 1;
-                }
+                self.counters.unsend_ack(*syndrome);
                 self.ctrl.pop_back();
             }
         }
