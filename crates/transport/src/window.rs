@@ -587,6 +587,27 @@ impl SendWindow {
                     if rec.cursor.distance(cum) > 0 {
                         rec.cursor = cum;
                     }
+                } else {
+                    // Undecided: only the retransmitted PSN came back, sooner after its
+                    // resend than half the smallest round trip seen — the answer to a
+                    // delayed original, or to the resend on a path whose queue has drained
+                    // since that smallest sample was taken under a standing queue. RFC 5682
+                    // §2 step 2b sends new data to draw a second, deciding answer; a queue
+                    // pair whose window is closed by what it still counts in flight has
+                    // none to send, and without it nothing more would be asked until the
+                    // next timeout — backed off, as Karn's rule takes no sample from an ACK
+                    // of a resend: behind two DCTCP senders at a 300 Mb/s switch port (a
+                    // 6 ms smallest sample, resends answered in 0.2–0.9 ms), a queue pair
+                    // recovered a lost window of 105 packets one per 200 ms timeout (issue
+                    // 21, tests/switch_netns.rs). So the highest PSN goes again, once: past
+                    // the holes it draws a NACK whose SACK resends them (IRN §3.1); after a
+                    // delayed window, the ACKs of the originals judge the timeout spurious
+                    // and the probe was one duplicate.
+                    rec.held_sweep = None;
+                    let last = self.next.sub(1);
+                    if cum.distance(last) >= 0 {
+                        rec.probe = Some(Probe::Due(last));
+                    }
                 }
             }
             if rec.seq.distance(cum) > 0 {
@@ -1579,6 +1600,68 @@ mod tests {
             w.on_retransmitted(us(3_100), q, 1);
         }
         assert_eq!(resent, [11, 12, 13, 14]);
+    }
+
+    /// The smallest round trip was sampled under a standing queue (6 ms, 0's ACK), which has
+    /// drained since; 1..=9 out. The timeout at 20 ms resends 1, whose answer comes 0.4 ms
+    /// later — sooner than half that smallest sample, so it may answer a delayed original.
+    fn timeout_answered_too_soon_to_tell() -> SendWindow {
+        let mut w =
+            SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
+        w.on_sent_new(Time::ZERO, 1);
+        w.ack(us(6_000), p(1));
+        sent(&mut w, 9); // 1..=9
+        w.on_timeout(us(20_000), None);
+        w.enter_recovery(true);
+        assert_eq!(w.next_retransmit(), Some(p(1)));
+        w.on_retransmitted(us(20_000), p(1), 1);
+        assert_eq!(w.next_retransmit(), None);
+        let acked = w.ack(us(20_400), p(2));
+        assert_eq!((acked.psns, acked.spurious_timeout), (1, false));
+        w
+    }
+
+    /// Issue 21: a queue pair whose window is closed has nothing new to send after such an
+    /// answer, and waited for its next (backed-off) timeout for each PSN of a lost window.
+    #[test]
+    fn a_timeout_answer_too_soon_to_judge_probes_the_tail_and_its_nack_resends_the_holes() {
+        let mut w = timeout_answered_too_soon_to_tell();
+        // The highest PSN goes again at once, and only it: no sweep on a guess.
+        assert_eq!(w.next_retransmit(), Some(p(9)));
+        w.on_retransmitted(us(20_400), p(9), 1);
+        assert_eq!(w.next_retransmit(), None);
+        // It arrives past the holes (the window was lost): the NACK's SACK of 9 makes 2..=8
+        // lost, each resent once.
+        w.sack(us(20_800), p(9));
+        w.enter_recovery(false);
+        let mut resent = vec![];
+        while let Some(q) = w.next_retransmit() {
+            resent.push(q.value());
+            w.on_retransmitted(us(20_800), q, 1);
+        }
+        assert_eq!(resent, [2, 3, 4, 5, 6, 7, 8]);
+        // Their answers end recovery without another probe or resend.
+        w.ack(us(21_000), p(5));
+        assert_eq!(w.next_retransmit(), None);
+        w.ack(us(21_100), p(10));
+        assert!(!w.in_recovery());
+    }
+
+    #[test]
+    fn a_timeout_answer_too_soon_to_judge_is_spurious_once_originals_are_acknowledged() {
+        let mut w = timeout_answered_too_soon_to_tell();
+        assert_eq!(w.next_retransmit(), Some(p(9)));
+        w.on_retransmitted(us(20_400), p(9), 1);
+        // The window was only delayed: its originals are acknowledged in turn, each a round
+        // trip after the resend of 1 (so each could answer it), and nothing is resent —
+        // neither a sweep nor, by the partial-ACK rule, the next PSN (the probe is the last
+        // retransmission, and these ACKs do not cover it).
+        for (t, cum) in [(23_500, 4), (23_600, 7)] {
+            w.ack(us(t), p(cum));
+            assert_eq!(w.next_retransmit(), None, "after ACK {cum}");
+        }
+        w.ack(us(23_700), p(10));
+        assert!(!w.in_recovery());
     }
 
     /// 0..=9 out. 0 is lost, 1..=5 arrive but the NACK saying so is lost, 6..=9 are lost.
