@@ -1,6 +1,6 @@
 //! The TCP model's SACK scoreboard (RFC 6675), which replaces IRN's recovery state in a
 //! [`SendWindow`](crate::window::SendWindow) under SPEC E10's TCP model (split from
-//! `window.rs`, which keeps IRN's selective repeat and the go-back modes).
+//! `window/`, which keeps IRN's selective repeat and the go-back modes).
 
 use std::collections::VecDeque;
 
