@@ -471,8 +471,8 @@ fn a_timeout_forgets_judged_retransmissions_and_resends_from_the_cumulative_ack(
 fn a_sack_that_may_answer_an_earlier_transmission_judges_nothing() {
     // min_rtt 100 µs from 0's ACK; 1..=9 out, 1 and 2 lost (3 and 4 SACKed), resent at
     // 1 000 µs (serials 10, 11); 5 resent at 1 001 µs too (a spurious resend, serial 12).
-    let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
-        .resend_lost_retransmissions(true);
+    let mut w =
+        SendWindow::new(Retransmission::SelectiveRepeat, p(0)).resend_lost_retransmissions(true);
     w.on_sent_new(Time::ZERO, 1);
     w.ack(us(100), p(1));
     sent(&mut w, 9);
@@ -523,8 +523,8 @@ fn go_backs_that_nothing_sacks_keep_the_judging_queue_bounded() {
     // A receiver that refuses everything without a SACK (no receive posted) while the
     // requester goes back after each RNR wait: the queue of resends to judge stays within
     // twice the window.
-    let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
-        .resend_lost_retransmissions(true);
+    let mut w =
+        SendWindow::new(Retransmission::SelectiveRepeat, p(0)).resend_lost_retransmissions(true);
     sent(&mut w, 50);
     for round in 0..100u64 {
         w.go_back(p(0));
@@ -541,8 +541,8 @@ fn a_timeout_can_resend_every_psn_not_sacked() {
     // 0..=9 out; 3 and 7 arrived out of order (SACKed), nothing else came back, and no
     // SACK lies above 8 and 9 (the tail was lost whole, or refused without a SACK).
     for sweep in [false, true] {
-        let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
-            .timeout_resends_unsacked(sweep);
+        let mut w =
+            SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(sweep);
         sent(&mut w, 10);
         w.sack(Time::ZERO, p(3));
         w.sack(Time::ZERO, p(7));
