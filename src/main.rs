@@ -27,6 +27,7 @@ mod nic_state_cmd;
 mod perf_cm;
 mod perf_cmd;
 mod perf_lat;
+mod perf_oob;
 mod pingmesh_cmd;
 mod pingpong_cmd;
 mod plot;
