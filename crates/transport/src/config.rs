@@ -216,7 +216,11 @@ pub struct RecoveryConfig {
     /// and nothing else is resent for it, but for the highest PSN sent when the sender (a
     /// requester, or an IRN Read responder in its rPSN space) has nothing new to send (a tail
     /// loss probe, RFC 8985 §7.3: a lost tail whose NACK was lost too is then NACKed at
-    /// once). On loopback a spurious timeout used to resend the whole window (about 120
+    /// once). A first ACK that does neither — it answers the retransmission sooner than half
+    /// the smallest round trip seen, as a delayed original's answer would — keeps the sweep
+    /// held; a SACK of a PSN sent after the timeout (new data, or with nothing new to send a
+    /// probe of the highest PSN) then starts it, as RFC 5682 §2 step 3a's duplicate ACK shows
+    /// the loss real, and an ACK of originals still judges the timeout spurious. On loopback a spurious timeout used to resend the whole window (about 120
     /// packets); through 1 % loss each way a queue pair resent 2 050–2 190 packets for 1 600
     /// lost, and now resends 1 620–1 640.
     pub timeout_resends_unsacked: bool,

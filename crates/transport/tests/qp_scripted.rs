@@ -772,6 +772,47 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
     assert_eq!((after_nack, timeouts), (vec![6, 7, 8], 1));
 }
 
+/// Issue 21: the runtime's IRN rules after a timeout whose answer cannot be judged. 0..=9 of a
+/// Write sent; 0's ACK comes 6 ms later (the smallest round trip, taken under a standing
+/// queue), and 1..=9 are lost. The timeout resends 1; its ACK comes 0.4 ms later — sooner than
+/// half that smallest sample, so it may answer a delayed original, and the sweep stays held.
+/// With nothing new to send the sender probes with 9, and the NACK that draws (2..=8 missing)
+/// starts the sweep; with a second Write posted, its new packets draw the deciding NACK and
+/// 9 goes with the sweep. Before, the queue pair waited for a timeout per PSN.
+#[test]
+fn irn_decides_an_undecided_timeout_by_new_data_or_a_probe_of_the_tail() {
+    let run = |more: bool| {
+        let mut q = qp(runtime_irn());
+        let (mut mem, sge, remote, _) = memory(10 * 1024);
+        q.post_send(write_wr(sge, remote)).expect("post");
+        assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
+        assert!(ack_at(&mut q, &mut mem, T0 + Dur::from_micros(6_000), 0).is_empty());
+        let t = q.poll_timeout().expect("timer");
+        q.handle_timeout(t);
+        assert_eq!(psns(&drain(&mut q, t, &mem)), vec![1], "F-RTO resends una");
+        if more {
+            q.post_send(write_wr(sge, remote)).expect("post");
+        }
+        let t = t + Dur::from_micros(400);
+        let after_ack = ack_at(&mut q, &mut mem, t, 1);
+        // The deciding NACK: what is left of the first Write (2..=8, or 2..=9 when new data
+        // went instead of the probe) missing below the highest PSN that arrived.
+        let highest = after_ack.iter().copied().max().expect("something went");
+        let lost: Vec<usize> = (0..(highest.min(10) - 2) as usize).collect();
+        let nack = bitmap_nack(SQ_PSN + 2, SQ_PSN + highest, &lost);
+        q.handle_packet(t, &nack, &[], Ecn::NotEct, &mut mem);
+        let after_nack = psns(&drain(&mut q, t, &mem));
+        (after_ack, after_nack, q.counters().timeouts)
+    };
+    assert_eq!(run(false), (vec![9], (2..=8).collect(), 1));
+    let (after_ack, after_nack, timeouts) = run(true);
+    assert!(
+        !after_ack.contains(&9) && after_ack.first() == Some(&10),
+        "new data, no probe: {after_ack:?}"
+    );
+    assert_eq!((after_nack, timeouts), ((2..=9).collect(), 1));
+}
+
 /// The same for an IRN Read responder's rPSN space (§5.4), with its read (N)ACKs: a 10 KiB
 /// Read is answered with rPSNs 0..=9; 1 is lost, the read NACK for 2..=5 is lost, 6..=9 are
 /// lost. The response timer resends 1; the read ACK of 5 judges the timeout spurious; no

@@ -36,13 +36,19 @@ struct Recovery {
     /// After a timeout with [`SendWindow::timeout_resends_unsacked`]: every PSN below this
     /// one not selectively acknowledged is resent, SACKs above it or not.
     sweep: Option<Psn>,
-    /// The sweep a timeout holds back until the first ACK after it shows the loss was real
+    /// The sweep a timeout holds back until an answer after it shows the loss was real
     /// (F-RTO, RFC 5682 §3): an ACK that answers the retransmission and newly acknowledges
-    /// only PSNs resent or SACKed before starts the sweep; one that newly acknowledges an
-    /// original transmission proves the window was delivered, the timeout spurious, and drops
-    /// it.
+    /// only PSNs resent or SACKed before starts the sweep, and so does a SACK of a PSN sent
+    /// after the timeout (new data, or [`SendWindow::probe_held_timeout`]'s probe) — it
+    /// arrived while holes below it stayed open; an ACK that newly acknowledges an original
+    /// transmission proves the window was delivered, the timeout spurious, and drops it. An
+    /// ACK that does neither (answering the retransmission too soon to tell it from a delayed
+    /// original: [`Acked::undecided_timeout`]) leaves it held.
     held_sweep: Option<Psn>,
-    /// A PSN to resend ahead of the cursor ([`SendWindow::probe_tail`]).
+    /// The PSN [`SendWindow::probe_held_timeout`] resent while the sweep is held.
+    held_probe: Option<Psn>,
+    /// A PSN to resend ahead of the cursor ([`SendWindow::probe_tail`],
+    /// [`SendWindow::probe_held_timeout`]).
     probe: Option<Probe>,
 }
 
@@ -142,6 +148,13 @@ pub(crate) struct Acked {
     /// This ACK judged the last timeout spurious (F-RTO): what the timeout held back is not
     /// resent. With nothing new to send, the sender should [`SendWindow::probe_tail`].
     pub(crate) spurious_timeout: bool,
+    /// This ACK, the first progress after a timeout, could not judge it: it acknowledged only
+    /// the retransmitted PSN (or PSNs SACKed before), sooner after the resend than half the
+    /// smallest round trip seen — the answer to a delayed original, or to the resend on a
+    /// path whose queue has drained since that smallest sample was taken. RFC 5682 §2 step 2b
+    /// sends new data to draw a second, deciding answer; with none to send, the sender should
+    /// [`SendWindow::probe_held_timeout`].
+    pub(crate) undecided_timeout: bool,
 }
 
 impl SendWindow {
@@ -533,6 +546,7 @@ impl SendWindow {
         // since a flow recovering a lost tail takes no new samples (Karn) and keeps its
         // congested ones.
         let mut spurious_timeout = false;
+        let mut undecided_timeout = false;
         let mut answers_retx = self.last_retx.is_some_and(|(after, at)| {
             cum.distance(after) <= 0
                 && self
@@ -578,36 +592,19 @@ impl SendWindow {
                     rec.force = false;
                     self.last_retx = None;
                     answers_retx = false;
-                    spurious_timeout = true;
+                    // (The tail was probed already if an earlier answer was undecided.)
+                    spurious_timeout = rec.held_probe.take().is_none();
                 } else if answers_retx {
                     // Only the retransmission (and PSNs already SACKed) came back: the loss
                     // was real, and the rest of the window is resent (step 2a's verdict).
                     rec.held_sweep = None;
+                    rec.held_probe = None;
                     rec.sweep = Some(end);
                     if rec.cursor.distance(cum) > 0 {
                         rec.cursor = cum;
                     }
                 } else {
-                    // Undecided: only the retransmitted PSN came back, sooner after its
-                    // resend than half the smallest round trip seen — the answer to a
-                    // delayed original, or to the resend on a path whose queue has drained
-                    // since that smallest sample was taken under a standing queue. RFC 5682
-                    // §2 step 2b sends new data to draw a second, deciding answer; a queue
-                    // pair whose window is closed by what it still counts in flight has
-                    // none to send, and without it nothing more would be asked until the
-                    // next timeout — backed off, as Karn's rule takes no sample from an ACK
-                    // of a resend: behind two DCTCP senders at a 300 Mb/s switch port (a
-                    // 6 ms smallest sample, resends answered in 0.2–0.9 ms), a queue pair
-                    // recovered a lost window of 105 packets one per 200 ms timeout (issue
-                    // 21, tests/switch_netns.rs). So the highest PSN goes again, once: past
-                    // the holes it draws a NACK whose SACK resends them (IRN §3.1); after a
-                    // delayed window, the ACKs of the originals judge the timeout spurious
-                    // and the probe was one duplicate.
-                    rec.held_sweep = None;
-                    let last = self.next.sub(1);
-                    if cum.distance(last) >= 0 {
-                        rec.probe = Some(Probe::Due(last));
-                    }
+                    undecided_timeout = true;
                 }
             }
             if rec.seq.distance(cum) > 0 {
@@ -636,6 +633,7 @@ impl SendWindow {
             psns: n,
             rtt,
             spurious_timeout,
+            undecided_timeout,
         }
     }
 
@@ -657,6 +655,32 @@ impl SendWindow {
             .filter(|_| self.una.distance(last) >= 0)
         {
             rec.probe = Some(Probe::Due(last));
+        }
+    }
+
+    /// After an answer that could not judge a timeout ([`Acked::undecided_timeout`]) with
+    /// nothing new to send: resends the highest PSN sent, once per timeout, unless it was
+    /// acknowledged. RFC 5682 §2 step 2b would go on with the conventional recovery here (the
+    /// sweep); the probe decides first, at the cost of one duplicate. Past holes, its SACK
+    /// shows the loss real and starts the held sweep ([`SendWindow::sack`]); after a window
+    /// that was only delayed, the originals' ACKs judge the timeout spurious. Without it a
+    /// queue pair whose window is closed by what it still counts in flight asks nothing more
+    /// until the next timeout — backed off, since Karn's rule takes no sample from an ACK of
+    /// a resend: behind two DCTCP senders at a 300 Mb/s switch port (a 6 ms smallest sample
+    /// taken under a standing queue, resends answered in 0.2–0.9 ms), a queue pair recovered
+    /// a lost window of 105 packets one PSN per 200 ms timeout (issue 21,
+    /// tests/switch_netns.rs).
+    pub(crate) fn probe_held_timeout(&mut self) {
+        let last = self.next.sub(1);
+        let i = self.una.distance(last);
+        let unsacked = i >= 0 && !self.sacked.get(i as usize).copied().unwrap_or(true);
+        if let Some(rec) = self
+            .recovery
+            .as_mut()
+            .filter(|r| r.held_sweep.is_some() && r.held_probe.is_none() && unsacked)
+        {
+            rec.probe = Some(Probe::Due(last));
+            rec.held_probe = Some(last);
         }
     }
 
@@ -693,6 +717,21 @@ impl SendWindow {
         }
         if self.highest_sack.is_none_or(|h| h.distance(psn) > 0) {
             self.highest_sack = Some(psn);
+        }
+        if let Some(rec) = self.recovery.as_mut() {
+            // A PSN sent after the timeout arrived while the holes below it stayed open: the
+            // loss was real, and the held sweep starts (RFC 5682 §2 step 3a's verdict, for
+            // new data; the same for the probe of an undecided timeout).
+            if let Some(end) = rec.held_sweep {
+                if end.distance(psn) >= 0 || rec.held_probe == Some(psn) {
+                    rec.held_sweep = None;
+                    rec.held_probe = None;
+                    rec.sweep = Some(end);
+                    if rec.cursor.distance(self.una) > 0 {
+                        rec.cursor = self.una;
+                    }
+                }
+            }
         }
         let high = self.next.sub(1);
         // `psn` is outstanding and `highest_sack` at or above it.
@@ -837,6 +876,11 @@ impl SendWindow {
             } else {
                 self.recovery.and_then(|r| r.held_sweep)
             },
+            held_probe: if restart {
+                None
+            } else {
+                self.recovery.and_then(|r| r.held_probe)
+            },
             probe: None,
         });
     }
@@ -858,6 +902,7 @@ impl SendWindow {
                 rec.force = false;
                 rec.sweep = None;
                 rec.held_sweep = None;
+                rec.held_probe = None;
             }
             // The go-back resends the tail: a probe of it would be a duplicate.
             rec.probe = None;

@@ -653,11 +653,13 @@ fn a_spurious_timeout_resends_only_the_cumulative_ack_psn() {
 }
 
 /// The smallest round trip was sampled under a standing queue (6 ms, 0's ACK), which has
-/// drained since; 1..=9 out. The timeout at 20 ms resends 1, whose answer comes 0.4 ms
-/// later — sooner than half that smallest sample, so it may answer a delayed original.
-fn timeout_answered_too_soon_to_tell() -> SendWindow {
-    let mut w =
-        SendWindow::new(Retransmission::SelectiveRepeat, p(0)).timeout_resends_unsacked(true);
+/// drained since; 1..=9 out (with a reordering tolerance of `dup` PSNs). The timeout at 20 ms
+/// resends 1, whose answer comes 0.4 ms later — sooner than half that smallest sample, so it
+/// may answer a delayed original: undecided.
+fn timeout_answered_too_soon_to_tell(dup: u32) -> SendWindow {
+    let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0))
+        .timeout_resends_unsacked(true)
+        .dup_threshold(dup);
     w.on_sent_new(Time::ZERO, 1);
     w.ack(us(6_000), p(1));
     sent(&mut w, 9); // 1..=9
@@ -667,51 +669,91 @@ fn timeout_answered_too_soon_to_tell() -> SendWindow {
     w.on_retransmitted(us(20_000), p(1), 1);
     assert_eq!(w.next_retransmit(), None);
     let acked = w.ack(us(20_400), p(2));
-    assert_eq!((acked.psns, acked.spurious_timeout), (1, false));
+    assert_eq!(
+        (acked.psns, acked.spurious_timeout, acked.undecided_timeout),
+        (1, false, true)
+    );
+    assert_eq!(w.next_retransmit(), None, "no sweep on a guess");
     w
 }
 
-/// Issue 21: a queue pair whose window is closed has nothing new to send after such an
-/// answer, and waited for its next (backed-off) timeout for each PSN of a lost window.
-#[test]
-fn a_timeout_answer_too_soon_to_judge_probes_the_tail_and_its_nack_resends_the_holes() {
-    let mut w = timeout_answered_too_soon_to_tell();
-    // The highest PSN goes again at once, and only it: no sweep on a guess.
-    assert_eq!(w.next_retransmit(), Some(p(9)));
-    w.on_retransmitted(us(20_400), p(9), 1);
-    assert_eq!(w.next_retransmit(), None);
-    // It arrives past the holes (the window was lost): the NACK's SACK of 9 makes 2..=8
-    // lost, each resent once.
-    w.sack(us(20_800), p(9));
-    w.enter_recovery(false);
+fn resend_all(w: &mut SendWindow, at: u64) -> Vec<u32> {
     let mut resent = vec![];
     while let Some(q) = w.next_retransmit() {
         resent.push(q.value());
-        w.on_retransmitted(us(20_800), q, 1);
+        w.on_retransmitted(us(at), q, 1);
     }
-    assert_eq!(resent, [2, 3, 4, 5, 6, 7, 8]);
-    // Their answers end recovery without another probe or resend.
-    w.ack(us(21_000), p(5));
+    resent
+}
+
+/// Issue 21: a queue pair whose window is closed has nothing new to send after such an
+/// answer, and waited for its next (backed-off) timeout for each PSN of a lost window. Its
+/// probe of the tail decides: past the holes, the probe's SACK shows the loss real and the
+/// held sweep resends every PSN not SACKed — all of them with a reordering tolerance too,
+/// under which the SACK rule alone would leave the last `dup − 1` below the probe waiting.
+#[test]
+fn a_timeout_answer_too_soon_to_judge_probes_the_tail_and_its_sack_starts_the_sweep() {
+    for dup in [1, 4] {
+        let mut w = timeout_answered_too_soon_to_tell(dup);
+        w.probe_held_timeout();
+        // The highest PSN goes again at once, and only it; a second call probes no more.
+        assert_eq!(w.next_retransmit(), Some(p(9)), "dup {dup}");
+        w.on_retransmitted(us(20_400), p(9), 1);
+        w.probe_held_timeout();
+        assert_eq!(w.next_retransmit(), None, "dup {dup}");
+        // It arrives past the holes (the window was lost): 2..=8 are resent, each once.
+        w.sack(us(20_800), p(9));
+        w.enter_recovery(false);
+        assert_eq!(
+            resend_all(&mut w, 20_800),
+            [2, 3, 4, 5, 6, 7, 8],
+            "dup {dup}"
+        );
+        // Their answers end recovery without another probe or resend.
+        w.ack(us(21_000), p(5));
+        assert_eq!(w.next_retransmit(), None, "dup {dup}");
+        w.ack(us(21_100), p(10));
+        assert!(!w.in_recovery(), "dup {dup}");
+    }
+}
+
+/// The window was only delayed: after the probe, its originals are acknowledged in turn, and
+/// nothing more is resent — no sweep, no second probe (the ACK of originals judges the
+/// timeout spurious, but the tail went already), and no next PSN by the partial-ACK rule.
+#[test]
+fn a_timeout_answer_too_soon_to_judge_then_delayed_originals_resend_nothing_more() {
+    let mut w = timeout_answered_too_soon_to_tell(1);
+    w.probe_held_timeout();
+    assert_eq!(w.next_retransmit(), Some(p(9)));
+    w.on_retransmitted(us(20_400), p(9), 1);
+    let acked = w.ack(us(23_500), p(4));
+    assert!(!acked.spurious_timeout && !acked.undecided_timeout);
     assert_eq!(w.next_retransmit(), None);
-    w.ack(us(21_100), p(10));
+    w.ack(us(23_600), p(7));
+    assert_eq!(w.next_retransmit(), None);
+    w.ack(us(23_700), p(10));
     assert!(!w.in_recovery());
 }
 
+/// With new data to send, no probe: a packet sent after the timeout that is SACKed while the
+/// holes stay open shows the loss real (RFC 5682 §2 step 3a), and the held sweep starts.
 #[test]
-fn a_timeout_answer_too_soon_to_judge_is_spurious_once_originals_are_acknowledged() {
-    let mut w = timeout_answered_too_soon_to_tell();
-    assert_eq!(w.next_retransmit(), Some(p(9)));
-    w.on_retransmitted(us(20_400), p(9), 1);
-    // The window was only delayed: its originals are acknowledged in turn, each a round
-    // trip after the resend of 1 (so each could answer it), and nothing is resent —
-    // neither a sweep nor, by the partial-ACK rule, the next PSN (the probe is the last
-    // retransmission, and these ACKs do not cover it).
-    for (t, cum) in [(23_500, 4), (23_600, 7)] {
-        w.ack(us(t), p(cum));
-        assert_eq!(w.next_retransmit(), None, "after ACK {cum}");
-    }
-    w.ack(us(23_700), p(10));
-    assert!(!w.in_recovery());
+fn after_an_undecided_answer_a_sack_of_new_data_starts_the_held_sweep() {
+    let mut w = timeout_answered_too_soon_to_tell(1);
+    sent(&mut w, 1); // 10, new data
+    w.sack(us(20_800), p(10));
+    w.enter_recovery(false);
+    assert_eq!(resend_all(&mut w, 20_800), [2, 3, 4, 5, 6, 7, 8, 9]);
+    // A SACK of a PSN sent before the timeout proves nothing about the sweep: after another
+    // timeout, the SACK of a delayed original 15 leaves 16 waiting for its own verdict.
+    w.ack(us(21_000), p(11));
+    sent(&mut w, 7); // 11..=17
+    w.on_timeout(us(40_000), None);
+    w.enter_recovery(true);
+    assert_eq!(resend_all(&mut w, 40_000), [11]);
+    w.sack(us(40_100), p(15));
+    w.enter_recovery(false);
+    assert_eq!(resend_all(&mut w, 40_100), [12, 13, 14]);
 }
 
 /// 0..=9 out. 0 is lost, 1..=5 arrive but the NACK saying so is lost, 6..=9 are lost.

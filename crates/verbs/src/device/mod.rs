@@ -183,8 +183,8 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// resends a lost retransmission once a later packet is acknowledged
 /// ([`RecoveryConfig::resend_lost_retransmissions`]) rather than at a timer that is
 /// milliseconds here, a timeout resends every PSN not selectively acknowledged unless the
-/// first ACK after it proves it spurious ([`RecoveryConfig::timeout_resends_unsacked`]; an
-/// answer too soon to tell draws a probe of the tail instead of a wait), and
+/// first ACK after it proves it spurious ([`RecoveryConfig::timeout_resends_unsacked`]; after
+/// an answer too soon to tell, a SACK of new data or of a probe of the tail decides), and
 /// NACKs carry the loss bitmap
 /// ([`RecoveryConfig::nack_bitmap`]).
 pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryConfig {
