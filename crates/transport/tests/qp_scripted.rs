@@ -729,6 +729,25 @@ fn bitmap_nack(base: u32, highest: u32, lost: &[usize]) -> IbRepr {
     n
 }
 
+/// Under the runtime's IRN rules: a 10 KiB Write sent as PSNs 0..=9, 0 acknowledged `rtt`
+/// later (the round-trip sample), then the timer fires and F-RTO resends 1 only. Returns the
+/// queue pair, its memory, the Write's SGE and target, and the time of the timeout.
+fn ten_sent_and_timed_out(rtt: Dur) -> (QueuePair, ByteMemory, Sge, Remote, Time) {
+    let mut q = qp(runtime_irn());
+    let (mut mem, sge, remote, _) = memory(10 * 1024);
+    q.post_send(write_wr(sge, remote)).expect("post");
+    assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
+    assert!(ack_at(&mut q, &mut mem, T0 + rtt, 0).is_empty());
+    let t = q.poll_timeout().expect("timer");
+    q.handle_timeout(t);
+    assert_eq!(
+        psns(&drain(&mut q, t, &mem)),
+        vec![1],
+        "F-RTO resends una only"
+    );
+    (q, mem, sge, remote, t)
+}
+
 /// The runtime's IRN rules (a timeout's sweep held back by F-RTO, NACK bitmaps): 0..=9 of a
 /// Write sent; 1 lost, 2..=5 arrive but the NACK saying so is lost, and the tail 6..=9 is lost
 /// too. The timeout resends 1, whose answer, ACK 6, acknowledges originals: the timeout looks
@@ -739,19 +758,7 @@ fn bitmap_nack(base: u32, highest: u32, lost: &[usize]) -> IbRepr {
 #[test]
 fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to_send() {
     let run = |more: bool| {
-        let mut q = qp(runtime_irn());
-        let (mut mem, sge, remote, _) = memory(10 * 1024);
-        q.post_send(write_wr(sge, remote)).expect("post");
-        assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
-        // 0's ACK: a round-trip sample.
-        assert!(ack_at(&mut q, &mut mem, T0 + Dur::from_micros(10), 0).is_empty());
-        let t = q.poll_timeout().expect("timer");
-        q.handle_timeout(t);
-        assert_eq!(
-            psns(&drain(&mut q, t, &mem)),
-            vec![1],
-            "F-RTO resends una only"
-        );
+        let (mut q, mut mem, sge, remote, t) = ten_sent_and_timed_out(Dur::from_micros(10));
         if more {
             q.post_send(write_wr(sge, remote)).expect("post");
         }
@@ -782,14 +789,7 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
 #[test]
 fn irn_decides_an_undecided_timeout_by_new_data_or_a_probe_of_the_tail() {
     let run = |more: bool| {
-        let mut q = qp(runtime_irn());
-        let (mut mem, sge, remote, _) = memory(10 * 1024);
-        q.post_send(write_wr(sge, remote)).expect("post");
-        assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
-        assert!(ack_at(&mut q, &mut mem, T0 + Dur::from_micros(6_000), 0).is_empty());
-        let t = q.poll_timeout().expect("timer");
-        q.handle_timeout(t);
-        assert_eq!(psns(&drain(&mut q, t, &mem)), vec![1], "F-RTO resends una");
+        let (mut q, mut mem, sge, remote, t) = ten_sent_and_timed_out(Dur::from_micros(6_000));
         if more {
             q.post_send(write_wr(sge, remote)).expect("post");
         }
