@@ -2,9 +2,9 @@
 //! irn-verbs. Without a host: the server (passive side); with one: the client, which measures
 //! and prints perftest's columns.
 //!
-//! Exchange ([`crate::perf_oob`]; TCP, default port 18515): perftest's own (perftest 4.5, "6.06"), so either end
-//! may be `ib_write_bw` / `ib_read_bw` / `ib_send_bw` / `ib_atomic_bw` (`-x` the IPv4 GID's
-//! index): versions, system data, path MTU, then perftest's key-message hand-shakes around the
+//! Exchange ([`crate::perf_oob`]; TCP, default port 18515): perftest's own (perftest 4.5,
+//! "6.06"), so either end may be `ib_write_bw` / `ib_read_bw` / `ib_send_bw` /
+//! `ib_atomic_bw` (`-x` the IPv4 GID's index): versions, system data, path MTU, then perftest's key-message hand-shakes around the
 //! connection and the test, the client's bandwidth report, and `done`. When both ends are irn
 //! (a marker after the version string's NUL tells them), they also swap [`PerfParams`] after
 //! the MTU — the server adopts the client's size, iterations, queue pairs and mode (the

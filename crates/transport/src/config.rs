@@ -218,11 +218,12 @@ pub struct RecoveryConfig {
     /// loss probe, RFC 8985 §7.3: a lost tail whose NACK was lost too is then NACKed at
     /// once). A first ACK that does neither — it answers the retransmission sooner than half
     /// the smallest round trip seen, as a delayed original's answer would — keeps the sweep
-    /// held; a SACK of a PSN sent after the timeout (new data, or with nothing new to send a
-    /// probe of the highest PSN) then starts it, as RFC 5682 §2 step 3a's duplicate ACK shows
-    /// the loss real, and an ACK of originals still judges the timeout spurious. On loopback a spurious timeout used to resend the whole window (about 120
-    /// packets); through 1 % loss each way a queue pair resent 2 050–2 190 packets for 1 600
-    /// lost, and now resends 1 620–1 640.
+    /// held; a SACK of a PSN sent after the timeout (new data, or, unless new data went out
+    /// since the timeout, a probe of the highest PSN) then starts it, as RFC 5682 §2 step
+    /// 3a's duplicate ACK shows the loss real, and an ACK of originals still judges the
+    /// timeout spurious. On loopback a spurious timeout used to resend the whole window
+    /// (about 120 packets); through 1 % loss each way a queue pair resent 2 050–2 190 packets
+    /// for 1 600 lost, and now resends 1 620–1 640.
     pub timeout_resends_unsacked: bool,
     /// IRN's responder puts its loss bitmap in every NACK (an option beyond the paper, off in
     /// every preset): the extended-IB field of SPEC T8(d), bit `i` set when PSN `epsn + i` is

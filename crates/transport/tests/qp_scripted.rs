@@ -783,18 +783,22 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
 /// Write sent; 0's ACK comes 6 ms later (the smallest round trip, taken under a standing
 /// queue), and 1..=9 are lost. The timeout resends 1; its ACK comes 0.4 ms later — sooner than
 /// half that smallest sample, so it may answer a delayed original, and the sweep stays held.
-/// With nothing new to send the sender probes with 9, and the NACK that draws (2..=8 missing)
-/// starts the sweep; with a second Write posted, its new packets draw the deciding NACK and
-/// 9 goes with the sweep. Before, the queue pair waited for a timeout per PSN.
+/// Unless new data went out since the timeout, the sender probes with 9, and the NACK that
+/// draws (2..=8 missing) starts the sweep; with a second Write posted and sent after the
+/// timeout, its new packets draw the deciding NACK and 9 goes with the sweep. Before, the
+/// queue pair waited for a timeout per PSN.
 #[test]
 fn irn_decides_an_undecided_timeout_by_new_data_or_a_probe_of_the_tail() {
     let run = |more: bool| {
         let (mut q, mut mem, sge, remote, t) = ten_sent_and_timed_out(Dur::from_micros(6_000));
+        let mut sent_new = vec![];
         if more {
             q.post_send(write_wr(sge, remote)).expect("post");
+            sent_new = psns(&drain(&mut q, t, &mem));
         }
         let t = t + Dur::from_micros(400);
-        let after_ack = ack_at(&mut q, &mut mem, t, 1);
+        let mut after_ack = ack_at(&mut q, &mut mem, t, 1);
+        after_ack.extend(sent_new);
         // The deciding NACK: what is left of the first Write (2..=8, or 2..=9 when new data
         // went instead of the probe) missing below the highest PSN that arrived.
         let highest = after_ack.iter().copied().max().expect("something went");

@@ -268,9 +268,9 @@ impl QueuePair {
             self.cmp.rnr_retries = 0;
             self.cc.on_ack(now, bytes, acked.rtt);
         }
-        if acked.undecided_timeout && !self.new_request_ready() {
-            // Nothing new to draw the deciding answer (no request left, or the window or the
-            // cap closed by what is still counted in flight): probe the tail.
+        if acked.undecided_timeout {
+            // Unless new data went out since the timeout, probe the tail for the deciding
+            // answer.
             self.req.swin.probe_held_timeout();
         }
         let una = self.req.swin.una();

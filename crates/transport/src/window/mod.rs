@@ -152,8 +152,9 @@ pub(crate) struct Acked {
     /// the retransmitted PSN (or PSNs SACKed before), sooner after the resend than half the
     /// smallest round trip seen — the answer to a delayed original, or to the resend on a
     /// path whose queue has drained since that smallest sample was taken. RFC 5682 §2 step 2b
-    /// sends new data to draw a second, deciding answer; with none to send, the sender should
-    /// [`SendWindow::probe_held_timeout`].
+    /// sends new data to draw a second, deciding answer; the sender should call
+    /// [`SendWindow::probe_held_timeout`], which resends the tail for it unless new data has
+    /// gone out since the timeout.
     pub(crate) undecided_timeout: bool,
 }
 
@@ -658,12 +659,15 @@ impl SendWindow {
         }
     }
 
-    /// After an answer that could not judge a timeout ([`Acked::undecided_timeout`]) with
-    /// nothing new to send: resends the highest PSN sent, once per timeout, unless it was
-    /// acknowledged. RFC 5682 §2 step 2b would go on with the conventional recovery here (the
-    /// sweep); the probe decides first, at the cost of one duplicate. Past holes, its SACK
-    /// shows the loss real and starts the held sweep ([`SendWindow::sack`]); after a window
-    /// that was only delayed, the originals' ACKs judge the timeout spurious. Without it a
+    /// After an answer that could not judge a timeout ([`Acked::undecided_timeout`]), unless
+    /// a packet has gone out since the timeout (new data, which draws the deciding answer
+    /// itself): resends the highest PSN sent, once per timeout, unless it was acknowledged.
+    /// It does not wait for new data that may be ready: a fence, Read credit or the device's
+    /// budget can hold that back, and a queue pair whose new data goes out after the probe
+    /// pays one duplicate. RFC 5682 §2 step 2b, with nothing new to send, would go on with
+    /// the conventional recovery here (the sweep); the probe decides first. Past holes, its
+    /// SACK shows the loss real and starts the held sweep ([`SendWindow::sack`]); after a
+    /// window that was only delayed, the originals' ACKs judge the timeout spurious. Without it a
     /// queue pair whose window is closed by what it still counts in flight asks nothing more
     /// until the next timeout — backed off, since Karn's rule takes no sample from an ACK of
     /// a resend: behind two DCTCP senders at a 300 Mb/s switch port (a 6 ms smallest sample
@@ -674,10 +678,11 @@ impl SendWindow {
         let last = self.next.sub(1);
         let i = self.una.distance(last);
         let unsacked = i >= 0 && !self.sacked.get(i as usize).copied().unwrap_or(true);
+        let next = self.next;
         if let Some(rec) = self
             .recovery
             .as_mut()
-            .filter(|r| r.held_sweep.is_some() && r.held_probe.is_none() && unsacked)
+            .filter(|r| r.held_sweep == Some(next) && r.held_probe.is_none() && unsacked)
         {
             rec.probe = Some(Probe::Due(last));
             rec.held_probe = Some(last);
@@ -721,11 +726,16 @@ impl SendWindow {
         if let Some(rec) = self.recovery.as_mut() {
             // A PSN sent after the timeout arrived while the holes below it stayed open: the
             // loss was real, and the held sweep starts (RFC 5682 §2 step 3a's verdict, for
-            // new data; the same for the probe of an undecided timeout).
+            // new data; the same for the probe of an undecided timeout). Whatever the
+            // reordering tolerance: the holes' transmissions left a timeout earlier.
             if let Some(end) = rec.held_sweep {
                 if end.distance(psn) >= 0 || rec.held_probe == Some(psn) {
                     rec.held_sweep = None;
                     rec.held_probe = None;
+                    // A probe not sent yet is moot: the sweep resends what it would.
+                    if matches!(rec.probe, Some(Probe::Due(_))) {
+                        rec.probe = None;
+                    }
                     rec.sweep = Some(end);
                     if rec.cursor.distance(self.una) > 0 {
                         rec.cursor = self.una;
@@ -876,11 +886,7 @@ impl SendWindow {
             } else {
                 self.recovery.and_then(|r| r.held_sweep)
             },
-            held_probe: if restart {
-                None
-            } else {
-                self.recovery.and_then(|r| r.held_probe)
-            },
+            held_probe: None,
             probe: None,
         });
     }

@@ -199,17 +199,16 @@ impl QueuePair {
         };
         let psn = ib.bth.psn;
         let sack = ib.irn.as_ref().and_then(|i| i.sack_psn);
-        // A timeout judged spurious, or an answer that could not judge it, with no response
-        // left to start or none the cap lets out: probe the tail, as the requester does
+        // A timeout judged spurious with no response left to start, or an answer that could
+        // not judge it: probe the tail, as the requester does
         // ([`SendWindow::probe_tail`](crate::window::SendWindow::probe_tail),
         // [`SendWindow::probe_held_timeout`](crate::window::SendWindow::probe_held_timeout)).
-        let cap = self.cfg.recovery.bdp_cap;
         let ack = |r: &mut IrnResponder, cum: Psn| {
             let acked = r.win.ack(now, cum);
             if acked.spurious_timeout && r.tx_idx >= r.q.len() {
                 r.win.probe_tail();
             }
-            if acked.undecided_timeout && (r.tx_idx >= r.q.len() || !r.win.may_send_new(cap)) {
+            if acked.undecided_timeout {
                 r.win.probe_held_timeout();
             }
         };
