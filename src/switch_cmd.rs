@@ -24,7 +24,9 @@
 //! Packets that are not ECN-capable are never marked, and dropped only when the buffer is
 //! full.
 //!
-//! The switch stops after `--duration` seconds, or once no frame has arrived for `--idle`
+//! Once every port's socket is open the switch says so on standard error (`irn switch:
+//! forwarding between N ports (…)`); what reaches a port before then is lost. It stops after
+//! `--duration` seconds, or once no frame has arrived for `--idle`
 //! seconds and every queue has drained; it then writes its counters per port as JSON (to
 //! `--json FILE` or standard output). The egress pacing is a user-space timer: a wake-up that
 //! comes late lets out what accumulated, at most [`MAX_LAG`] of it, as one burst.
@@ -438,6 +440,13 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         .iter()
         .map(|p| PacketSocket::open_port(p).with_context(|| format!("--port {p}")))
         .collect::<Result<_>>()?;
+    // Frames that reach a port before its socket is open are lost, and a TCP SYN among them
+    // is resent a second later: whoever starts hosts behind the switch waits for this line.
+    eprintln!(
+        "irn switch: forwarding between {} ports ({})",
+        args.ports.len(),
+        args.ports.join(", ")
+    );
     let marking = Marking::new(&SwitchConfig {
         ecn: args.ecn,
         ecn_kmin_bytes: args.kmin,
