@@ -817,12 +817,27 @@ fn irn_decides_an_undecided_timeout_by_new_data_or_a_probe_of_the_tail() {
     assert_eq!((after_nack, timeouts), ((2..=9).collect(), 1));
 }
 
-/// The same for an IRN Read responder's rPSN space (§5.4), with its read (N)ACKs: a 10 KiB
-/// Read is answered with rPSNs 0..=9; 1 is lost, the read NACK for 2..=5 is lost, 6..=9 are
-/// lost. The response timer resends 1; the read ACK of 5 judges the timeout spurious; no
-/// response is left to start, so 9 is resent, and the read NACK it draws has 6..=8 resent.
-#[test]
-fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
+/// The rPSNs of the Read responses among `pkts`.
+fn rpsns(pkts: &[IbRepr]) -> Vec<u32> {
+    pkts.iter()
+        .filter(|p| p.bth.opcode.is_read_response())
+        .map(|p| p.bth.psn.value() - RQ_PSN)
+        .collect()
+}
+
+/// A read (N)ACK `ib` (its opcode made `RC_IRN_READ_ACK`) arrives at `t`; returns the rPSNs
+/// of the responses sent in answer.
+fn read_ack(q: &mut QueuePair, mem: &mut ByteMemory, t: Time, ib: IbRepr) -> Vec<u32> {
+    let mut ib = ib;
+    ib.bth.opcode = Opcode::RC_IRN_READ_ACK;
+    q.handle_packet(t, &ib, &[], Ecn::NotEct, mem);
+    rpsns(&drain(q, t, mem))
+}
+
+/// Under the runtime's IRN rules, a 10 KiB Read answered with rPSNs 0..=9; rPSN 0's read ACK
+/// comes `rtt` later (the round-trip sample), then the response timer fires and F-RTO resends
+/// 1 only. Returns the queue pair, its memory and the time of the timeout.
+fn ten_responses_and_timed_out(rtt: Dur) -> (QueuePair, ByteMemory, Time) {
     let mut q = qp(runtime_irn());
     let mut mem = ByteMemory::new(4);
     let src = mem.alloc_with(&[7; 10 * 1024]);
@@ -838,22 +853,8 @@ fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
         ..IrnEthRepr::default()
     });
     q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
-    let rpsns = |pkts: &[IbRepr]| -> Vec<u32> {
-        pkts.iter()
-            .filter(|p| p.bth.opcode.is_read_response())
-            .map(|p| p.bth.psn.value() - RQ_PSN)
-            .collect()
-    };
     assert_eq!(rpsns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
-    let read_ack = |q: &mut QueuePair, mem: &mut ByteMemory, t: Time, ib: IbRepr| {
-        let mut ib = ib;
-        ib.bth.opcode = Opcode::RC_IRN_READ_ACK;
-        q.handle_packet(t, &ib, &[], Ecn::NotEct, mem);
-        rpsns(&drain(q, t, mem))
-    };
-    // rPSN 0 acknowledged: a round-trip sample.
-    let t = T0 + Dur::from_micros(10);
-    assert!(read_ack(&mut q, &mut mem, t, ack(RQ_PSN, ACK, None, true)).is_empty());
+    assert!(read_ack(&mut q, &mut mem, T0 + rtt, ack(RQ_PSN, ACK, None, true)).is_empty());
     let t = q.poll_timeout().expect("the response timer");
     q.handle_timeout(t);
     assert_eq!(
@@ -862,6 +863,16 @@ fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
         "F-RTO resends the oldest only"
     );
     assert_eq!(q.counters().timeouts, 1);
+    (q, mem, t)
+}
+
+/// The same for an IRN Read responder's rPSN space (§5.4), with its read (N)ACKs: 1 is lost,
+/// the read NACK for 2..=5 is lost, 6..=9 are lost. The response timer resends 1; the read
+/// ACK of 5 judges the timeout spurious; no response is left to start, so 9 is resent, and
+/// the read NACK it draws has 6..=8 resent.
+#[test]
+fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
+    let (mut q, mut mem, t) = ten_responses_and_timed_out(Dur::from_micros(10));
     let t = t + Dur::from_micros(20);
     assert_eq!(
         read_ack(&mut q, &mut mem, t, ack(RQ_PSN + 5, ACK, None, true)),
@@ -871,6 +882,27 @@ fn irn_read_responder_times_out_and_probes_the_tail_of_its_responses() {
     // 6, 7 and 8 missing.
     let nack = bitmap_nack(RQ_PSN + 6, RQ_PSN + 9, &[0, 1, 2]);
     assert_eq!(read_ack(&mut q, &mut mem, t, nack), vec![6, 7, 8]);
+    assert_eq!(q.counters().timeouts, 1);
+}
+
+/// And the undecided case there: rPSN 0's read ACK came 6 ms after it (a smallest sample
+/// taken under a standing queue) and 1..=9 were lost. The resent 1 is acknowledged 0.4 ms
+/// later — too soon to tell from a delayed original — so the sweep stays held and the tail is
+/// probed; the read NACK the probe draws (2..=8 missing) starts the sweep.
+#[test]
+fn irn_read_responder_decides_an_undecided_timeout_with_a_probe_of_the_tail() {
+    let (mut q, mut mem, t) = ten_responses_and_timed_out(Dur::from_micros(6_000));
+    let t = t + Dur::from_micros(400);
+    assert_eq!(
+        read_ack(&mut q, &mut mem, t, ack(RQ_PSN + 1, ACK, None, true)),
+        vec![9],
+        "undecided: the tail is probed, nothing swept"
+    );
+    let nack = bitmap_nack(RQ_PSN + 2, RQ_PSN + 9, &[0, 1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        read_ack(&mut q, &mut mem, t, nack),
+        (2..=8).collect::<Vec<_>>()
+    );
     assert_eq!(q.counters().timeouts, 1);
 }
 
