@@ -382,6 +382,8 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
     }
     if let Some(m) = args.mode {
         crate::pingpong_cmd::check_runtime_mode(m)?;
+        irn_verbs::check_runtime_cc(m, args.cc)
+            .with_context(|| format!("--cc {} with --mode {}", args.cc.name(), m.name()))?;
     }
     if args.latency && args.host.is_some() {
         perf_lat::check_params(&args.client_params()?)?;

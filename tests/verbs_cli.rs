@@ -313,6 +313,16 @@ fn errors_exit_non_zero_with_a_message() {
         (&["--mode", "tcp"], "--mode tcp"),
         (&["--latency", "-q", "4"], "one queue pair"),
         (&["-Q", "0"], "--cq-mod"),
+        // A window controller over go-back-0, whose responder ACKs only whole messages: a
+        // window smaller than a message would wait out a timeout each time.
+        (
+            &["--mode", "roce-go-back-0", "--cc", "dctcp"],
+            "--cc dctcp with --mode roce-go-back-0",
+        ),
+        (
+            &["--mode", "roce-go-back-0", "--cc", "aimd"],
+            "cannot run over roce-go-back-0",
+        ),
         // With -R both ends take the same UDP port: from the server's own address, the
         // client's device would answer itself.
         (

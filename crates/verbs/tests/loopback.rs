@@ -1383,6 +1383,40 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
     }
 }
 
+/// A window controller cannot run over go-back-0 (`check_runtime_cc`): its responder ACKs only
+/// whole messages, so a window smaller than one would wait out a timeout each time. The queue
+/// pair is refused with a configuration error; a rate controller, or another mode, is not.
+#[test]
+fn a_window_controller_over_go_back_0_is_refused() {
+    let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+    cfg.port = 0;
+    let dev = irn_verbs::Device::open(cfg).expect("device");
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(16).expect("cq");
+    use irn_verbs::Congestion as C;
+    for (mode, cc, ok) in [
+        (QpMode::RoceGoBack0, C::Dctcp, false),
+        (QpMode::RoceGoBack0, C::Aimd, false),
+        (QpMode::RoceGoBack0, C::Dcqcn, true),
+        (QpMode::RoceGoBack0, C::None, true),
+        (QpMode::Roce, C::Dctcp, true),
+        (QpMode::Irn, C::Aimd, true),
+    ] {
+        let init = QpInit {
+            mode,
+            cc,
+            ..QpInit::default()
+        };
+        match pd.create_qp(&cq, &cq, init) {
+            Ok(_) => assert!(ok, "{mode:?} {cc}: created"),
+            Err(e) => {
+                assert!(!ok, "{mode:?} {cc}: {e}");
+                assert!(matches!(e, irn_verbs::Error::Config(_)), "{e}");
+            }
+        }
+    }
+}
+
 /// Four Writes of `len` bytes from the start of `src` to the start of `dst`, posted at once;
 /// each completes successfully, in order.
 fn four_writes(a: &Side, src: &irn_verbs::Mr, dst: &irn_verbs::Mr, len: usize, what: &str) {

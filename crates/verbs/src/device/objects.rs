@@ -91,6 +91,7 @@ impl Pd {
             return Err(Error::Config("queue depths must be at least 1"));
         }
         super::check_runtime_mode(init.mode)?;
+        super::check_runtime_cc(init.mode, init.cc)?;
         let mut core = self.shared.lock();
         if !core.pds.contains_key(&self.id) {
             return Err(Error::Gone);
