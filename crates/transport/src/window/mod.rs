@@ -45,11 +45,27 @@ struct Recovery {
     /// ACK that does neither (answering the retransmission too soon to tell it from a delayed
     /// original: [`Acked::undecided_timeout`]) leaves it held.
     held_sweep: Option<Psn>,
-    /// The PSN [`SendWindow::probe_held_timeout`] resent while the sweep is held.
-    held_probe: Option<Psn>,
+    /// [`SendWindow::probe_held_timeout`] resent the tail (`held_sweep − 1`) while the sweep
+    /// is held.
+    held_probed: bool,
     /// A PSN to resend ahead of the cursor ([`SendWindow::probe_tail`],
     /// [`SendWindow::probe_held_timeout`]).
     probe: Option<Probe>,
+}
+
+impl Recovery {
+    /// The held sweep starts: the loss is shown real. A probe not sent yet is moot (the sweep
+    /// resends what it would), and the cursor starts no lower than `una`.
+    fn start_held_sweep(&mut self, una: Psn) {
+        self.sweep = self.held_sweep.take();
+        self.held_probed = false;
+        if matches!(self.probe, Some(Probe::Due(_))) {
+            self.probe = None;
+        }
+        if self.cursor.distance(una) > 0 {
+            self.cursor = una;
+        }
+    }
 }
 
 /// The tail loss probe's progress.
@@ -583,7 +599,7 @@ impl SendWindow {
             }
         }
         if let Some(rec) = self.recovery.as_mut() {
-            if let Some(end) = rec.held_sweep {
+            if rec.held_sweep.is_some() {
                 if originals {
                     // Delivered as first sent: the timeout was spurious (RFC 5682 §3 step 3b).
                     // Nothing more is resent for it: neither the sweep nor, on this or later
@@ -594,16 +610,11 @@ impl SendWindow {
                     self.last_retx = None;
                     answers_retx = false;
                     // (The tail was probed already if an earlier answer was undecided.)
-                    spurious_timeout = rec.held_probe.take().is_none();
+                    spurious_timeout = !std::mem::take(&mut rec.held_probed);
                 } else if answers_retx {
                     // Only the retransmission (and PSNs already SACKed) came back: the loss
                     // was real, and the rest of the window is resent (step 2a's verdict).
-                    rec.held_sweep = None;
-                    rec.held_probe = None;
-                    rec.sweep = Some(end);
-                    if rec.cursor.distance(cum) > 0 {
-                        rec.cursor = cum;
-                    }
+                    rec.start_held_sweep(cum);
                 } else {
                     undecided_timeout = true;
                 }
@@ -682,10 +693,10 @@ impl SendWindow {
         if let Some(rec) = self
             .recovery
             .as_mut()
-            .filter(|r| r.held_sweep == Some(next) && r.held_probe.is_none() && unsacked)
+            .filter(|r| r.held_sweep == Some(next) && !r.held_probed && unsacked)
         {
             rec.probe = Some(Probe::Due(last));
-            rec.held_probe = Some(last);
+            rec.held_probed = true;
         }
     }
 
@@ -728,19 +739,10 @@ impl SendWindow {
             // loss was real, and the held sweep starts (RFC 5682 §2 step 3a's verdict, for
             // new data; the same for the probe of an undecided timeout). Whatever the
             // reordering tolerance: the holes' transmissions left a timeout earlier.
-            if let Some(end) = rec.held_sweep {
-                if end.distance(psn) >= 0 || rec.held_probe == Some(psn) {
-                    rec.held_sweep = None;
-                    rec.held_probe = None;
-                    // A probe not sent yet is moot: the sweep resends what it would.
-                    if matches!(rec.probe, Some(Probe::Due(_))) {
-                        rec.probe = None;
-                    }
-                    rec.sweep = Some(end);
-                    if rec.cursor.distance(self.una) > 0 {
-                        rec.cursor = self.una;
-                    }
-                }
+            let after_timeout =
+                |end: Psn| end.distance(psn) >= 0 || (rec.held_probed && psn == end.sub(1));
+            if rec.held_sweep.is_some_and(after_timeout) {
+                rec.start_held_sweep(self.una);
             }
         }
         let high = self.next.sub(1);
@@ -886,7 +888,7 @@ impl SendWindow {
             } else {
                 self.recovery.and_then(|r| r.held_sweep)
             },
-            held_probe: None,
+            held_probed: false,
             probe: None,
         });
     }
@@ -908,7 +910,7 @@ impl SendWindow {
                 rec.force = false;
                 rec.sweep = None;
                 rec.held_sweep = None;
-                rec.held_probe = None;
+                rec.held_probed = false;
             }
             // The go-back resends the tail: a probe of it would be a duplicate.
             rec.probe = None;
