@@ -688,6 +688,15 @@ impl RecoveryMode {
         )
     }
 
+    /// Whether a window controller (DCTCP, AIMD) can run over this mode. Not over early RoCE's
+    /// go-back-0, whose requester asks for ACKs only at message ends (its responder discards a
+    /// partial message, so an ACK inside one would promise what it may throw away; E11's
+    /// livelock depends on it): a window smaller than a message would send its few packets and
+    /// wait out a timeout each time. The simulator and the runtime both refuse the pair.
+    pub const fn takes_a_window(self) -> bool {
+        !matches!(self, RecoveryMode::RoceGoBack0)
+    }
+
     /// The paper's configuration of this mode.
     pub const fn preset(self) -> RecoveryConfig {
         match self {

@@ -911,7 +911,7 @@ impl SimConfig {
                 "must not exceed the host link rate",
             )?,
             CcKind::Dctcp | CcKind::Aimd => check(
-                self.transport.recovery != Recovery::RoceGoBack0,
+                self.transport.recovery.takes_a_window(),
                 "transport.cc",
                 "cannot be a window (dctcp, aimd) over roce-go-back-0: its responder ACKs only \
                  at message ends, so a window smaller than a message would never reopen",

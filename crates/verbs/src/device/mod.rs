@@ -262,14 +262,11 @@ pub fn check_runtime_mode(mode: QpMode) -> Result<()> {
 }
 
 /// Whether congestion control `cc` can run over loss recovery `mode` in the runtime: a window
-/// (DCTCP, AIMD) cannot run over `roce-go-back-0`, whose requester asks for ACKs only at message
-/// ends (go-back-0's responder discards a partial message, so ACKs inside one would promise
-/// what it may throw away; E11's livelock depends on it): a window smaller than a message would
-/// send its few packets and wait for a timeout — `irn perf --mode roce-go-back-0 --cc aimd`
-/// through 1 % loss completed nothing in 30 s, one 67 ms timeout per two packets. The
-/// simulator refuses the same pair (`transport.cc`).
+/// (DCTCP, AIMD) only where the mode [takes one](QpMode::takes_a_window) — over
+/// `roce-go-back-0`, `irn perf --mode roce-go-back-0 --cc aimd` through 1 % loss completed
+/// nothing in 30 s, one 67 ms timeout per two packets.
 pub fn check_runtime_cc(mode: QpMode, cc: Congestion) -> Result<()> {
-    if mode == QpMode::RoceGoBack0 && matches!(cc, Congestion::Dctcp | Congestion::Aimd) {
+    if !mode.takes_a_window() && matches!(cc, Congestion::Dctcp | Congestion::Aimd) {
         return Err(Error::Config(
             "a window controller (dctcp, aimd) cannot run over roce-go-back-0: its responder \
              ACKs only at message ends, so a window smaller than a message would wait for a \
