@@ -86,6 +86,7 @@ impl IbRepr {
     }
 
     /// Length of BTH and extension headers.
+    #[inline]
     pub fn header_len(&self) -> usize {
         BTH_LEN
             + self.irn.as_ref().map_or(0, IrnEthRepr::buffer_len)
@@ -99,11 +100,13 @@ impl IbRepr {
     }
 
     /// Pad bytes after the payload (BTH PadCnt): the payload is padded to a multiple of 4.
+    #[inline]
     pub const fn pad_len(&self) -> usize {
         (4 - self.payload_len % 4) % 4
     }
 
     /// Length of headers, payload and pad: the UDP payload minus the 4-byte ICRC.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.header_len() + self.payload_len + self.pad_len()
     }

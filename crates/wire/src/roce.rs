@@ -62,6 +62,7 @@ impl IpRepr {
     }
 
     /// Header length.
+    #[inline]
     pub fn header_len(&self) -> usize {
         match self {
             IpRepr::V4(r) => r.buffer_len(),
@@ -160,11 +161,13 @@ impl RoceRepr {
     }
 
     /// Length of the IP payload this packet has: UDP header, IB packet, ICRC.
+    #[inline]
     pub fn ip_payload_len(&self) -> usize {
         UDP_LEN + self.ib.buffer_len() + ICRC_LEN
     }
 
     /// Length of the whole IP packet.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.ip.header_len() + self.ip_payload_len()
     }
@@ -290,6 +293,62 @@ impl RoceRepr {
             )?;
         }
         Ok(total)
+    }
+
+    /// Writes the packet around a payload that stays where it lies — in pieces, typically an
+    /// application's registered memory, which a sender hands the kernel as an I/O vector
+    /// instead of copying it behind the headers. `buf` receives the IP, UDP and InfiniBand
+    /// headers at its start and, right after them, the trailer: the pad (BTH PadCnt zero
+    /// bytes) and the ICRC, which covers the pieces. Returns (headers length, trailer length):
+    /// on the wire the packet is `buf[..h]`, then every piece in order, then `buf[h..h + t]`,
+    /// the same bytes [`emit`](Self::emit) writes contiguously.
+    ///
+    /// The pieces' lengths must add up to `ib.payload_len`. A computed UDP checksum needs the
+    /// payload in place: such a packet is refused here (RoCEv2 senders send none; on the UDP
+    /// path the kernel computes one where it must).
+    pub fn emit_gather(&self, buf: &mut [u8], payload: &[&[u8]]) -> Result<(usize, usize)> {
+        let len: usize = payload.iter().map(|p| p.len()).sum();
+        if len != self.ib.payload_len {
+            return Err(Error::Invalid {
+                layer: Layer::Payload,
+                what: "payload pieces' length differs from payload_len",
+            });
+        }
+        let mut ip = self.ip;
+        ip.set_payload_len(self.ip_payload_len());
+        let ib_at = ip.header_len() + UDP_LEN;
+        let head = ib_at + self.ib.header_len();
+        let pad = self.ib.pad_len();
+        room(buf.len(), head + pad + ICRC_LEN)?;
+        let ip_len = ip.emit(buf)?;
+        self.ib.emit_header(&mut buf[ib_at..])?;
+        self.udp
+            .emit_header(&mut buf[ip_len..ib_at], self.ib.buffer_len() + ICRC_LEN)?;
+        let (headers, trailer) = buf.split_at_mut(head);
+        trailer[..pad].fill(0);
+        let mut rest: [&[u8]; 8] = [&[]; 8];
+        let crc = if payload.len() < rest.len() {
+            rest[..payload.len()].copy_from_slice(payload);
+            rest[payload.len()] = &trailer[..pad];
+            let n = payload.len() + usize::from(pad > 0);
+            icrc::compute_gather(
+                &headers[..ip_len],
+                &headers[ip_len..ib_at],
+                &headers[ib_at..],
+                &rest[..n],
+            )?
+        } else {
+            let mut all = payload.to_vec();
+            all.push(&trailer[..pad]);
+            icrc::compute_gather(
+                &headers[..ip_len],
+                &headers[ip_len..ib_at],
+                &headers[ib_at..],
+                &all,
+            )?
+        };
+        trailer[pad..pad + ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        Ok((head, pad + ICRC_LEN))
     }
 
     /// Writes an Ethernet frame holding this packet; `eth.ethertype` is set from the IP version.

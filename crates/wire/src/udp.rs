@@ -211,6 +211,32 @@ impl UdpRepr {
         }
         Ok(HEADER_LEN)
     }
+
+    /// Writes the header alone at the start of `header`, for a datagram of `8 + payload_len`
+    /// bytes whose payload lies elsewhere (a gathered send). A computed checksum needs the
+    /// payload: refused.
+    pub fn emit_header(&self, header: &mut [u8], payload_len: usize) -> Result<usize> {
+        let len = u16::try_from(HEADER_LEN + payload_len).map_err(|_| Error::Invalid {
+            layer: Layer::Udp,
+            what: "datagram longer than 65535 bytes",
+        })?;
+        room(header.len(), HEADER_LEN)?;
+        let checksum = match self.checksum {
+            UdpChecksum::None => 0,
+            UdpChecksum::Mismatch(v) => v,
+            UdpChecksum::Computed => {
+                return Err(Error::Invalid {
+                    layer: Layer::Udp,
+                    what: "a computed UDP checksum needs the payload in place",
+                })
+            }
+        };
+        put_u16(header, 0, self.src_port);
+        put_u16(header, 2, self.dst_port);
+        put_u16(header, 4, len);
+        put_u16(header, 6, checksum);
+        Ok(HEADER_LEN)
+    }
 }
 
 #[cfg(test)]

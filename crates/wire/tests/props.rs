@@ -253,6 +253,44 @@ proptest! {
         prop_assert_eq!(p.repr, roce);
     }
 
+    /// A payload left in pieces where it lies (`emit_gather`, a zero-copy sender's form): the
+    /// headers, then the pieces, then the trailer are the very bytes `emit` writes in one
+    /// buffer — ICRC included, for any cut of the payload into up to 12 pieces; a computed UDP
+    /// checksum, which needs the payload in place, is refused, and so are pieces that do not
+    /// add up to the payload.
+    #[test]
+    fn gathered_packets_are_the_emitted_bytes(
+        (_eth, roce, payload) in arb_roce(),
+        cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..12),
+    ) {
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(payload.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        for c in cuts.into_iter().chain([payload.len()]) {
+            pieces.push(&payload[at..c]);
+            at = c;
+        }
+        let mut head = vec![0u8; roce.buffer_len()];
+        let gathered = roce.emit_gather(&mut head, &pieces);
+        if roce.udp.checksum == UdpChecksum::Computed {
+            prop_assert!(gathered.is_err());
+            return Ok(());
+        }
+        let (h, t) = gathered.expect("valid repr");
+        let mut wire = head[..h].to_vec();
+        for p in &pieces {
+            wire.extend_from_slice(p);
+        }
+        wire.extend_from_slice(&head[h..h + t]);
+        let mut whole = vec![0u8; roce.buffer_len()];
+        prop_assert_eq!(roce.emit(&mut whole, &payload), Ok(whole.len()));
+        prop_assert_eq!(&wire, &whole);
+        if !payload.is_empty() {
+            prop_assert!(roce.emit_gather(&mut head, &pieces[1..]).is_err() || pieces[0].is_empty());
+        }
+    }
+
     /// Single headers.
     #[test]
     fn headers_round_trip(
