@@ -61,6 +61,7 @@ pub mod drp;
 pub mod memory;
 #[cfg(feature = "test-support")]
 pub mod pair;
+pub mod payload;
 pub mod qp;
 mod recv_window;
 pub mod rng;
@@ -84,6 +85,7 @@ pub use config::{
 pub use memory::{
     Access, AppBuffer, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys,
 };
+pub use payload::TxPayload;
 pub use qp::{
     connect_qp, path_mtu_valid, Counters, PostError, QpAttr, QpConfig, QpConfigError, QueuePair,
     Transmit, MAX_MESSAGE,

@@ -154,6 +154,12 @@ pub trait Memory {
     /// Reads `out.len()` bytes at `addr` (local reads need no right; remote reads need
     /// `REMOTE_READ`).
     fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), MemError>;
+    /// The `len` bytes at `addr`, checked as [`read`](Memory::read) checks them, lent where
+    /// they lie: what a driver may hand the kernel as they are instead of copying them
+    /// ([`TxPayload::gather`](crate::TxPayload::gather)). `None` when there are no bytes to
+    /// lend — a memory that holds none, or a buffer released while a region still names it,
+    /// whose bytes read as zeros.
+    fn lend(&self, key: Key, addr: u64, len: u64) -> Result<Option<&[u8]>, MemError>;
 
     /// Writes `data` at `addr` (local writes need `LOCAL_WRITE`, remote ones `REMOTE_WRITE`).
     fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError>;
@@ -499,6 +505,15 @@ impl Memory for ByteMemory {
         Ok(())
     }
 
+    fn lend(&self, key: Key, addr: u64, len: u64) -> Result<Option<&[u8]>, MemError> {
+        let (buffer, off) = self.regions.resolve(key, addr, len, needed(key, false))?;
+        let off = off as usize;
+        Ok(self
+            .bytes
+            .get(&buffer)
+            .and_then(|b| b.bytes().get(off..off + len as usize)))
+    }
+
     fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let (buffer, off) =
             self.regions
@@ -561,6 +576,11 @@ impl Memory for CheckedMemory {
 
     fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), MemError> {
         self.check(key, addr, out.len() as u64, needed(key, false))
+    }
+
+    fn lend(&self, key: Key, addr: u64, len: u64) -> Result<Option<&[u8]>, MemError> {
+        self.check(key, addr, len, needed(key, false))
+            .map(|()| None)
     }
 
     fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError> {

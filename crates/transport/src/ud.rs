@@ -17,6 +17,7 @@
 //! work request names one by number ([`UdDest::ah`]) and the packet it produces carries it
 //! back ([`UdTransmit::ah`]).
 
+use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
 use irn_wire::{BthRepr, DethRepr, IbRepr, Opcode, Psn, TVER_STANDARD};
@@ -289,10 +290,10 @@ impl UdQueuePair {
 
     /// The next datagram to send, its payload in `payload`. A Send whose buffers cannot be read
     /// completes with `IBV_WC_LOC_PROT_ERR` and moves the queue pair to ERR.
-    pub fn poll_transmit<M: Memory>(
+    pub fn poll_transmit<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<UdTransmit> {
         if self.state != QpState::Rts {
             return None;
@@ -300,8 +301,7 @@ impl UdQueuePair {
         let wr = self.sq.pop_front()?;
         let len: usize = wr.sg_list.iter().map(|s| s.len as usize).sum();
         payload.clear();
-        payload.resize(len, 0);
-        if crate::qp::gather(mem, &wr.sg_list, 0, payload).is_err() {
+        if crate::qp::gather(mem, &wr.sg_list, 0, len as u64, payload).is_err() {
             self.done.push_back(Completion::bare(
                 wr.wr_id,
                 WcOpcode::Send,

@@ -55,6 +55,14 @@ impl Memory for SharedChecked {
     fn read(&self, key: Key, addr: u64, out: &mut [u8]) -> Result<(), irn_transport::MemError> {
         self.mem.read(key, addr, out)
     }
+    fn lend(
+        &self,
+        key: Key,
+        addr: u64,
+        len: u64,
+    ) -> Result<Option<&[u8]>, irn_transport::MemError> {
+        self.mem.lend(key, addr, len)
+    }
     fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), irn_transport::MemError> {
         self.mem.write(key, addr, data)
     }

@@ -19,6 +19,7 @@
 //! The standard and the IRN responder are the two variants of one `ResponderWire`, chosen
 //! from [`RecoveryConfig::irn_wire`](crate::RecoveryConfig) when the queue pair is created.
 
+use crate::payload::TxPayload;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -675,39 +676,30 @@ impl QueuePair {
     // -----------------------------------------------------------------------------------------
     // Sending
 
-    /// The next packet to send, or `None`. When the memory holds bytes, the payload is written
-    /// into `payload` (exactly its bytes, whatever the buffer held before); otherwise `payload`
-    /// is left empty and only `ib.payload_len` says how long the payload is.
+    /// The next packet to send, or `None`. When the memory holds bytes, `payload` is emptied
+    /// and given the packet's payload — bytes of registered memory lent where they lie
+    /// ([`TxPayload::gather`]: a `Vec` copies them, the UDP runtime sends them from there), or
+    /// bytes the queue pair writes itself; otherwise `payload` is left empty and only
+    /// `ib.payload_len` says how long the payload is.
     ///
     /// Order: control packets (ACKs, NACKs, read ACKs, CNPs), then responses, then requests;
     /// data packets only when the congestion controller's pacing allows.
-    pub fn poll_transmit<M: Memory>(
+    pub fn poll_transmit<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
-        // The buffer keeps the last packet's length while the next is built, so that a
-        // builder's `resize` to its payload's length only truncates, or zero-fills the growth,
-        // before the gather overwrites it: clearing it first zero-filled every payload in
-        // full (4 % of a sending runtime's cycles, issue 21).
-        let t = self.next_transmit(now, mem, payload);
-        if !t
-            .as_ref()
-            .is_some_and(|t| M::HOLDS_BYTES && t.ib.payload_len > 0)
-        {
-            payload.clear();
-        }
-        t
+        payload.clear();
+        self.next_transmit(now, mem, payload)
     }
 
-    /// [`poll_transmit`](QueuePair::poll_transmit)'s packet; `payload` may hold the previous
-    /// packet's bytes, which every builder of a packet with a payload resizes and overwrites.
-    fn next_transmit<M: Memory>(
+    /// [`poll_transmit`](QueuePair::poll_transmit)'s packet, built into an empty `payload`.
+    fn next_transmit<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         if self.req.pacing_until <= now {
             self.req.pacing_until = Time::ZERO;
@@ -766,7 +758,11 @@ impl QueuePair {
     /// (PFC) while control packets travel at another priority calls this instead, so that
     /// acknowledgements are not held behind paused data. No congestion-control hook runs: control
     /// packets are neither paced nor counted as data.
-    pub fn poll_control<M: Memory>(&mut self, _mem: &M, payload: &mut Vec<u8>) -> Option<Transmit> {
+    pub fn poll_control<'m, M: Memory, P: TxPayload<'m>>(
+        &mut self,
+        _mem: &'m M,
+        payload: &mut P,
+    ) -> Option<Transmit> {
         payload.clear();
         if matches!(self.state, QpState::Reset | QpState::Init) {
             return None;
@@ -894,7 +890,7 @@ impl QueuePair {
         }
     }
 
-    fn build_ctrl(&self, c: Ctrl, payload: &mut Vec<u8>, bytes: bool) -> Transmit {
+    fn build_ctrl<'m>(&self, c: Ctrl, payload: &mut impl TxPayload<'m>, bytes: bool) -> Transmit {
         match c {
             Ctrl::Ack {
                 psn,
@@ -919,7 +915,7 @@ impl QueuePair {
                 if bytes {
                     // Reserved: zeros, whatever the buffer held.
                     payload.clear();
-                    payload.resize(16, 0);
+                    payload.fill(16).fill(0);
                 }
                 Transmit {
                     ib,

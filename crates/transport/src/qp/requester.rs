@@ -7,6 +7,7 @@
 //! congestion window; paces data at the congestion controller's rate; sets AckReq where the
 //! responder must answer; and resends what loss recovery asks for first.
 
+use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
 use irn_wire::{AtomicEthRepr, Ecn, IbRepr, IrnEthRepr, LocalBuffer, Opcode, Psn, RethRepr};
@@ -161,11 +162,11 @@ impl QueuePair {
         }
     }
 
-    pub(super) fn next_request<M: Memory>(
+    pub(super) fn next_request<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
             return None;
@@ -344,7 +345,11 @@ impl QueuePair {
     /// Read's request rebuilt at the first missing PSN, its length cut to the chunks asked
     /// for. The standard responder answers it as a duplicate Read of that part (IBTA
     /// §9.7.5.1.1).
-    fn next_reread<M: Memory>(&mut self, mem: &M, payload: &mut Vec<u8>) -> Option<Transmit> {
+    fn next_reread<'m, M: Memory, P: TxPayload<'m>>(
+        &mut self,
+        mem: &'m M,
+        payload: &mut P,
+    ) -> Option<Transmit> {
         let mtu = u64::from(self.mtu());
         while let Some((psn, n)) = self.req.rereads.pop_front() {
             let Some(idx) = self
@@ -367,12 +372,12 @@ impl QueuePair {
     }
 
     /// The request packet of WQE `idx` at `psn`, and how many PSNs it covers.
-    fn build_request<M: Memory>(
+    fn build_request<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         idx: usize,
         psn: Psn,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> (Transmit, u32) {
         let mtu = self.mtu();
         let irn = self.irn_wire();
@@ -563,13 +568,13 @@ impl QueuePair {
         if data {
             ib.payload_len = chunk as usize;
             if M::HOLDS_BYTES && chunk > 0 {
-                payload.resize(chunk as usize, 0);
                 let sg = &w.wr.sg_list;
                 // Local buffers were checked when the WQE started; a failure now (a region
                 // deregistered meanwhile) sends zeros rather than nothing — never what the
                 // buffer held from an earlier packet.
-                if gather(mem, sg, off, payload).is_err() {
-                    payload.fill(0);
+                if gather(mem, sg, off, chunk, payload).is_err() {
+                    payload.clear();
+                    payload.fill(chunk as usize).fill(0);
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! response's, checking a receive WQE's buffers (local keys and rights, IBTA §10.6.3).
 
 use crate::memory::{Access, Key, MemError, Memory};
+use crate::payload::TxPayload;
 use crate::wr::Sge;
 
 /// Walks a scatter/gather list from byte `off` for `len` bytes, calling `f(sge, addr, at, n)`
@@ -36,16 +37,21 @@ fn walk_sg(
     Ok(())
 }
 
-/// Reads `out.len()` bytes of a gather list from byte `off`.
-pub(crate) fn gather<M: Memory>(
-    mem: &M,
+/// Appends `len` bytes of a gather list from byte `off` to `payload`: lent where they lie
+/// ([`Memory::lend`]), zeros where a memory has no bytes to lend.
+pub(crate) fn gather<'m, M: Memory, P: TxPayload<'m>>(
+    mem: &'m M,
     sg: &[Sge],
     off: u64,
-    out: &mut [u8],
+    len: u64,
+    payload: &mut P,
 ) -> Result<(), MemError> {
-    let len = out.len() as u64;
-    walk_sg(sg, off, len, |s, addr, at, n| {
-        mem.read(Key::Local(s.lkey), addr, &mut out[at..at + n])
+    walk_sg(sg, off, len, |s, addr, _, n| {
+        match mem.lend(Key::Local(s.lkey), addr, n as u64)? {
+            Some(b) => payload.gather(b),
+            None => payload.fill(n).fill(0),
+        }
+        Ok(())
     })
 }
 

@@ -141,7 +141,7 @@ proptest::proptest! {
         let mut w = tcp_window(0xff_fff0);
         let mut t = Time::ZERO;
         for op in ops {
-            t = t + Dur::from_micros(1);
+            t += Dur::from_micros(1);
             match op {
                 TcpOp::Send(n) => sent(&mut w, u32::from(n)),
                 TcpOp::Sack(k) => {

@@ -5,6 +5,7 @@
 //! with BDP-FC, selective repeat and timeouts, and acknowledged by the requester's read (N)ACKs
 //! (§5.4).
 
+use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
 use irn_wire::{
@@ -243,11 +244,11 @@ impl QueuePair {
 
     /// The next response packet in the rPSN space: a retransmission first, then a new one if
     /// the window admits it.
-    pub(super) fn next_response_irn<M: Memory>(
+    pub(super) fn next_response_irn<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         let bdp_cap = self.cfg.recovery.bdp_cap;
         let ResponderWire::Irn(r) = &mut self.rsp.wire else {
@@ -280,11 +281,11 @@ impl QueuePair {
     }
 
     /// The response packet at `rpsn`.
-    fn build_rsp_irn<M: Memory>(
+    fn build_rsp_irn<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         rpsn: Psn,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         let ResponderWire::Irn(r) = &self.rsp.wire else {
             return None;

@@ -24,6 +24,7 @@
 //!   PSN space as standard ones do; a hole that meets the rule is NAKed with a bitmap of every
 //!   PSN missing.
 
+use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
 use irn_wire::{
@@ -975,11 +976,11 @@ impl QueuePair {
     }
 
     /// The responder's next data packet: a standard response in order, or IRN's rPSN stream.
-    pub(super) fn next_response<M: Memory>(
+    pub(super) fn next_response<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         match self.rsp.wire {
             ResponderWire::Irn(_) => self.next_response_irn(now, mem, payload),
@@ -991,14 +992,14 @@ impl QueuePair {
     /// payload bytes read from the responder's memory. If the region went away under the Read,
     /// queues a remote-access NAK at `src.nak_psn` instead (`poll_transmit` sends it) and
     /// returns `None`.
-    fn finish_read_response<M: Memory>(
+    fn finish_read_response<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         mut ib: IbRepr,
         with_aeth: bool,
         msn: u32,
         src: ReadSource,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         if with_aeth {
             ib.aeth = Some(AethRepr {
@@ -1008,11 +1009,15 @@ impl QueuePair {
         }
         ib.payload_len = src.len as usize;
         if M::HOLDS_BYTES && src.len > 0 {
-            payload.resize(src.len as usize, 0);
-            if mem.read(Key::Remote(src.rkey), src.va, payload).is_err() {
-                payload.clear();
-                self.responder_fatal(src.nak_psn, NakCode::RemoteAccessError, None);
-                return None;
+            match mem.lend(Key::Remote(src.rkey), src.va, src.len) {
+                Ok(Some(b)) => payload.gather(b),
+                // A buffer released under a registered region reads as zeros.
+                Ok(None) => payload.fill(src.len as usize).fill(0),
+                Err(_) => {
+                    payload.clear();
+                    self.responder_fatal(src.nak_psn, NakCode::RemoteAccessError, None);
+                    return None;
+                }
             }
         }
         Some(Transmit { ib, ecn: Ecn::Ect0 })

@@ -4,6 +4,7 @@
 //! responses; a duplicate Read or atomic is answered again from saved state, never executed
 //! twice (§9.7.5.1.1).
 
+use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
 use irn_wire::{
@@ -400,10 +401,10 @@ impl QueuePair {
 
     /// The standard responder's next packet: the job at the head of its queue (one packet of
     /// a Read response at a time).
-    pub(super) fn next_response_standard<M: Memory>(
+    pub(super) fn next_response_standard<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
-        mem: &M,
-        payload: &mut Vec<u8>,
+        mem: &'m M,
+        payload: &mut P,
     ) -> Option<Transmit> {
         let mtu = u64::from(self.mtu());
         let ResponderWire::Standard(s) = &mut self.rsp.wire else {
