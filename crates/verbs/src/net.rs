@@ -600,6 +600,25 @@ pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// (or the NIC) cuts it, so it must fit the 16-bit IP and UDP length fields.
 pub(crate) const GSO_MAX_BYTES: usize = 65_000;
 
+/// Bytes a send gathers, as the kernel reads them: an address and a length. Made from a
+/// slice ([`IoPart::of`]) or from registered memory lent to a transmit batch
+/// (`device::lent`), which its owner keeps readable until the send returns. Only the kernel
+/// reads through it (an address that is not readable fails the send with `EFAULT`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IoPart {
+    pub(crate) ptr: *const u8,
+    pub(crate) len: usize,
+}
+
+impl IoPart {
+    pub(crate) fn of(bytes: &[u8]) -> IoPart {
+        IoPart {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+}
+
 /// One message of a send batch: `count` consecutive packets (UDP payloads) of the batch, all
 /// to `dest`. One packet is one datagram; more go as one UDP GSO message (`UDP_SEGMENT`,
 /// Linux 4.18): the kernel cuts it every `seg_len` bytes into datagrams with the same headers
@@ -648,20 +667,27 @@ impl std::ops::AddAssign for Sent {
     }
 }
 
-/// Sends `msgs` (over the UDP payloads `packets`), in order, with `sendmmsg(2)`; waits for
-/// room when the socket buffer is full (as a NIC's doorbell waits for a free descriptor).
-pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[TxMsg], packets: &[&[u8]]) -> Sent {
+/// Sends `msgs` in order with `sendmmsg(2)`; waits for room when the socket buffer is full
+/// (as a NIC's doorbell waits for a free descriptor). Packet `i` of the batch (a UDP payload)
+/// is `parts[packets[i]]`, gathered by the kernel in order.
+pub(crate) fn send_batch(
+    sock: &UdpSocket,
+    msgs: &[TxMsg],
+    packets: &[std::ops::Range<usize>],
+    parts: &[IoPart],
+) -> Sent {
     let mut r = Sent::default();
     let mut at = 0;
     let count = |m: &TxMsg| {
         let b: usize = packets[m.first..m.first + m.count]
             .iter()
-            .map(|p| p.len())
+            .flat_map(|p| &parts[p.clone()])
+            .map(|p| p.len)
             .sum();
         (m.count as u64, b as u64)
     };
     while at < msgs.len() {
-        match sys::sendmmsg(sock.as_fd(), &msgs[at..], packets) {
+        match sys::sendmmsg(sock.as_fd(), &msgs[at..], packets, parts) {
             Ok(n) if n > 0 => {
                 r.calls += 1;
                 for m in &msgs[at..at + n] {

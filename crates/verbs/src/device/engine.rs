@@ -3,6 +3,8 @@
 //! queue pairs, timers, and the engine thread that receives bursts and runs them. Everything
 //! here runs with the device's [`Core`] locked.
 
+use super::lent::Gathered;
+use super::tx::TxPacket;
 use super::*;
 
 impl Core {
@@ -78,7 +80,7 @@ impl Core {
                     t.ib.bth.ack_req = true;
                 }
             }
-            self.queue_tx(sock, now, peer, sport, &t, &payload);
+            self.queue_tx(sock, now, peer, sport, &t, &mut payload);
         }
         // A packet may have ended the connection (a fault found while building it).
         self.recharge(qpn);
@@ -203,7 +205,7 @@ impl Core {
         peer: SocketAddr,
         sport: u16,
         t: &Transmit,
-        payload: &[u8],
+        payload: &mut Gathered,
     ) {
         if self.tx.cur.is_full() {
             self.flush_tx(sock);
@@ -231,7 +233,7 @@ impl Core {
         let coalesce = self.gso_turn && (!self.tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
-        let last_len = self.tx.cur.batch.last().map(|&(_, h, l)| l - h);
+        let last_len = self.tx.cur.batch.last().map(TxPacket::datagram_len);
         let joins = self.tx.cur.msgs.last().filter(|m| {
             coalesce
                 && m.coalesce
@@ -248,21 +250,43 @@ impl Core {
             v4.ident = k as u16;
         }
         let buf = &mut self.tx.cur.buf[slot * SLOT..(slot + 1) * SLOT];
-        if buf
-            .get_mut(..len)
-            .is_none_or(|b| repr.emit(b, payload).is_err())
-        {
-            return;
-        }
+        // The headers, and the payload too unless the queue pair lent it: then the trailer
+        // (pad, ICRC over the pieces) follows the headers in the slot (`lent`).
+        let (head, tail) = match payload.bytes() {
+            Some(bytes) => match buf.get_mut(..len).map(|b| repr.emit(b, bytes)) {
+                Some(Ok(_)) => (len, 0),
+                _ => return,
+            },
+            None => match payload.with_lent(|pieces| repr.emit_gather(buf, pieces)) {
+                Ok(ht) => ht,
+                Err(_) => return,
+            },
+        };
+        let whole =
+            (self.capture.is_some() || (self.tx_imp.is_active() && !only_drops)).then(|| {
+                match payload.bytes() {
+                    Some(_) => buf[..len].to_vec(),
+                    None => [&buf[..head], &payload.to_vec()[..], &buf[head..head + tail]].concat(),
+                }
+            });
         if self.tx_imp.is_active() && !only_drops {
-            let bytes = buf[..len].to_vec();
-            impair(self, sock, now, Some(peer), &bytes);
+            impair(self, sock, now, Some(peer), &whole.unwrap_or_default());
             return;
         }
-        if let Some(c) = self.capture.as_mut() {
-            c.write(&buf[..len]);
+        if let (Some(c), Some(w)) = (self.capture.as_mut(), whole) {
+            c.write(&w);
         }
-        self.tx.cur.batch.push((slot, hdr, len));
+        let first_lent = self.tx.cur.lent.len();
+        payload.take_lent(&mut self.tx.cur.lent);
+        self.counters.tx_lent += u64::from(self.tx.cur.lent.len() > first_lent);
+        self.tx.cur.batch.push(TxPacket {
+            slot,
+            hdr,
+            head,
+            lent: first_lent..self.tx.cur.lent.len(),
+            tail,
+            len,
+        });
         match (joins, self.tx.cur.msgs.last_mut()) {
             (Some(_), Some(m)) => m.count += 1,
             _ => self.tx.cur.msgs.push(net::TxMsg {
@@ -540,7 +564,8 @@ pub(super) fn send_now(
         ecn: net::split(ip_packet, false).map_or(Ecn::NotEct, |r| r.ecn),
         coalesce: false,
     };
-    let sent = net::send_batch(sock, &[msg], &[datagram]);
+    let one = std::iter::once(0..1).collect::<Vec<_>>();
+    let sent = net::send_batch(sock, &[msg], &one, &[net::IoPart::of(datagram)]);
     counters.tx_packets += sent.packets;
     counters.tx_bytes += sent.bytes;
     counters.tx_errors += sent.errors;

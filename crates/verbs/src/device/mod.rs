@@ -40,6 +40,7 @@ use crate::capture::Capture;
 
 mod app_memory;
 mod engine;
+mod lent;
 mod objects;
 mod tx;
 mod ud;
@@ -583,6 +584,10 @@ pub struct DeviceCounters {
     /// datagrams by the kernel (their packets are in `tx_packets`). Only towards peers that
     /// take them ([`Qp::set_peer_gso`]).
     pub tx_gso_messages: u64,
+    /// Packets built with their payload left where it lies in registered memory, the kernel
+    /// gathering it from there (no copy behind the headers; pieces under 512 bytes and
+    /// payloads in more than four pieces are copied).
+    pub tx_lent: u64,
     /// System calls that sent packets (`sendmmsg`, each one datagram or GSO message or
     /// more): `tx_packets` over this is the packets a call moved, which the doorbell for
     /// posts and UDP GSO raise ([`Qp::post_send`]).
@@ -747,7 +752,8 @@ pub(crate) struct Core {
     /// ([`Shared::fit_receive_buffer`]).
     rx_buffer: usize,
     rx_wanted: usize,
-    payload: Vec<u8>,
+    /// The payload of the packet being built, reused.
+    payload: lent::Gathered,
 }
 
 /// A send-only socket on one queue-pair source port (shared with the transmit batches sealed
@@ -989,7 +995,7 @@ impl Device {
             socket_buffer: cfg.socket_buffer,
             rx_buffer: cfg.socket_buffer,
             rx_wanted: cfg.socket_buffer,
-            payload: Vec::with_capacity(MAX_DATAGRAM),
+            payload: lent::Gathered::with_capacity(MAX_DATAGRAM),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),

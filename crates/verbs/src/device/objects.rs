@@ -144,6 +144,8 @@ impl Pd {
 impl Drop for Pd {
     fn drop(&mut self) {
         let mut core = self.shared.lock();
+        // Packets built from its memory where it lies (`lent`) leave before it may be freed.
+        core.flush_tx(&self.shared.socks.udp);
         let id = self.id;
         let used = core.pd_in_use(id);
         if used {
@@ -229,6 +231,8 @@ impl Mr {
     /// `Vec` to give: [`Error::Gone`].
     pub fn into_vec(self) -> Result<Vec<u8>> {
         let mut core = self.shared.lock();
+        // Packets that carry its bytes where they lie (`lent`) leave before the buffer goes.
+        core.flush_tx(&self.shared.socks.udp);
         let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
         let _ = pd.mem.deregister(self.lkey);
         pd.mem.release(self.addr).ok_or(Error::Gone)
@@ -248,6 +252,8 @@ impl Drop for Mr {
     /// application buffer is no longer touched.
     fn drop(&mut self) {
         let mut core = self.shared.lock();
+        // Packets that carry its bytes where they lie (`lent`) leave before the buffer goes.
+        core.flush_tx(&self.shared.socks.udp);
         if let Some(pd) = core.pds.get_mut(&self.pd) {
             let _ = pd.mem.deregister(self.lkey);
             pd.mem.release(self.addr);

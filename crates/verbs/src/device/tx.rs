@@ -25,6 +25,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::lent::Lent;
 use super::{Core, Shared, SourceSocket, SLOT, TX_SLOTS};
 use crate::net;
 
@@ -35,12 +36,38 @@ const FLUSH_MAX: usize = 8;
 pub(crate) struct TxQueue {
     /// `TX_SLOTS` slots of `SLOT` bytes.
     pub(super) buf: Vec<u8>,
-    /// (slot, IP + UDP header length, packet length) of each packet in `buf`.
-    pub(super) batch: Vec<(usize, usize, usize)>,
+    /// Each packet: where it is in `buf`, and the memory lent to it.
+    pub(super) batch: Vec<TxPacket>,
+    /// The pieces of registered memory the packets carry where they lie (`lent`).
+    pub(super) lent: Vec<Lent>,
     /// The messages `batch` goes out in.
     pub(super) msgs: Vec<net::TxMsg>,
     /// Set when sealed: the runs of messages and their sockets.
     runs: Vec<TxRun>,
+}
+
+/// A packet of a batch: its headers (and, unless its payload is lent, all of it) in a slot,
+/// then the pieces of memory lent to it, then its trailer (pad and ICRC) back in the slot.
+#[derive(Debug, Clone)]
+pub(super) struct TxPacket {
+    pub(super) slot: usize,
+    /// IP + UDP header length: the UDP path sends the packet from there.
+    pub(super) hdr: usize,
+    /// The slot's bytes before the lent pieces: the whole packet when none are.
+    pub(super) head: usize,
+    /// Its lent pieces, in [`TxQueue::lent`].
+    pub(super) lent: Range<usize>,
+    /// The slot's bytes after them, from `head` on.
+    pub(super) tail: usize,
+    /// The whole IP packet's length.
+    pub(super) len: usize,
+}
+
+impl TxPacket {
+    /// The UDP payload's length: a datagram on the wire.
+    pub(super) fn datagram_len(&self) -> usize {
+        self.len - self.hdr
+    }
 }
 
 /// A run of messages that leave from one socket.
@@ -66,6 +93,7 @@ impl TxQueue {
         TxQueue {
             buf: vec![0; TX_SLOTS * SLOT],
             batch: Vec::with_capacity(TX_SLOTS),
+            lent: Vec::new(),
             msgs: Vec::with_capacity(TX_SLOTS),
             runs: Vec::new(),
         }
@@ -77,6 +105,7 @@ impl TxQueue {
 
     fn clear(&mut self) {
         self.batch.clear();
+        self.lent.clear();
         self.msgs.clear();
         self.runs.clear();
     }
@@ -87,11 +116,21 @@ impl TxQueue {
     /// so the switches and their record follow the order of the sends; a switch that fails
     /// is not recorded, and the next run tries again.
     fn send(&self, main: &MainSocket<'_>) -> net::Sent {
-        let packets: Vec<&[u8]> = self
-            .batch
-            .iter()
-            .map(|&(slot, hdr, len)| &self.buf[slot * SLOT + hdr..slot * SLOT + len])
-            .collect();
+        let mut parts = Vec::with_capacity(self.batch.len() * 3);
+        let mut packets = Vec::with_capacity(self.batch.len());
+        for p in &self.batch {
+            let slot = &self.buf[p.slot * SLOT..(p.slot + 1) * SLOT];
+            let at = parts.len();
+            parts.push(net::IoPart::of(&slot[p.hdr..p.head]));
+            parts.extend(self.lent[p.lent.clone()].iter().map(|l| {
+                let (ptr, len) = l.raw();
+                net::IoPart { ptr, len }
+            }));
+            if p.tail > 0 {
+                parts.push(net::IoPart::of(&slot[p.head..p.head + p.tail]));
+            }
+            packets.push(at..parts.len());
+        }
         let mut total = net::Sent::default();
         for run in &self.runs {
             let (sock, no_check) = match &run.sock {
@@ -104,7 +143,7 @@ impl TxQueue {
             {
                 no_check.store(!run.checksum, Ordering::Relaxed);
             }
-            total += net::send_batch(sock, &self.msgs[run.msgs.clone()], &packets);
+            total += net::send_batch(sock, &self.msgs[run.msgs.clone()], &packets, &parts);
         }
         total
     }

@@ -274,6 +274,9 @@ impl UdQp {
 impl Drop for UdQp {
     fn drop(&mut self) {
         let mut core = self.shared.lock();
+        // Its datagrams may carry its protection domain's memory where it lies (`lent`),
+        // which `release_pd_of` may free: they leave first.
+        core.flush_tx(&self.shared.socks.udp);
         if let Some(e) = core.uds.remove(&self.qpn) {
             core.release_pd_of(e.pd);
         }
@@ -331,7 +334,7 @@ impl Core {
                 ecn: Ecn::NotEct,
             };
             let sport = self.local.port();
-            self.queue_tx(sock, now, peer, sport, &t, &payload);
+            self.queue_tx(sock, now, peer, sport, &t, &mut payload);
         }
         self.payload = payload;
         if more {

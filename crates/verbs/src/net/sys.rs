@@ -189,26 +189,30 @@ fn raw_addr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 /// Room for the control messages of one message, aligned as `cmsghdr` needs.
 type Control = [u64; 8];
 
-/// `sendmmsg(MSG_DONTWAIT)` of `msgs` over `packets`, a GSO message with its
-/// `UDP_SEGMENT` control message. Returns how many messages the kernel took.
+/// `sendmmsg(MSG_DONTWAIT)` of `msgs`, packet `i` gathered from `parts[packets[i]]`; a GSO
+/// message with its `UDP_SEGMENT` control message. Returns how many messages the kernel took.
 pub(super) fn sendmmsg(
     fd: BorrowedFd<'_>,
     msgs: &[super::TxMsg],
-    packets: &[&[u8]],
+    packets: &[std::ops::Range<usize>],
+    parts: &[super::IoPart],
 ) -> io::Result<usize> {
     let msgs = &msgs[..msgs.len().min(1024)];
     let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
         msgs.iter().map(|m| raw_addr(&m.dest)).collect();
-    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(packets.len());
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(parts.len());
     let mut ctrls: Vec<Control> = vec![[0; 8]; msgs.len()];
     let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
+    let mut iov_lens = Vec::with_capacity(msgs.len());
     for m in msgs {
+        let before = iovs.len();
         for p in &packets[m.first..m.first + m.count] {
-            iovs.push(libc::iovec {
-                iov_base: p.as_ptr().cast_mut().cast(),
-                iov_len: p.len(),
-            });
+            iovs.extend(parts[p.clone()].iter().map(|part| libc::iovec {
+                iov_base: part.ptr.cast_mut().cast(),
+                iov_len: part.len,
+            }));
         }
+        iov_lens.push(iovs.len() - before);
     }
     let mut iov_at = 0;
     for (i, m) in msgs.iter().enumerate() {
@@ -217,8 +221,8 @@ pub(super) fn sendmmsg(
         h.msg_hdr.msg_name = std::ptr::from_mut(&mut names[i].0).cast();
         h.msg_hdr.msg_namelen = names[i].1;
         h.msg_hdr.msg_iov = iovs.as_mut_ptr().wrapping_add(iov_at);
-        h.msg_hdr.msg_iovlen = m.count as _;
-        iov_at += m.count;
+        h.msg_hdr.msg_iovlen = iov_lens[i] as _;
+        iov_at += iov_lens[i];
         let segment = (m.count > 1).then_some(m.seg_len);
         let tos = (m.ecn != Ecn::NotEct).then_some(libc::c_int::from(m.ecn.bits()));
         if segment.is_some() || tos.is_some() {
@@ -258,8 +262,8 @@ pub(super) fn sendmmsg(
     }
     loop {
         // SAFETY: every header points into `names`, `iovs` and `ctrls`, which live and stay
-        // where they are until the call returns; the iovecs point at the borrowed packets,
-        // which the kernel only reads.
+        // where they are until the call returns; the iovecs point at the packets' parts,
+        // which the kernel only reads (and an unreadable one fails the call with EFAULT).
         let rc = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
