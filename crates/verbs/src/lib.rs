@@ -83,7 +83,7 @@
 //! # }
 //! ```
 
-#![deny(unsafe_code)] // allowed in two places only: `net::sys` and `device::app_memory`
+#![deny(unsafe_code)] // allowed in three places only: `net::sys`, `device::app_memory` and `device::lent`
 #![warn(missing_docs)]
 
 mod capture;
