@@ -302,6 +302,7 @@ impl UdQueuePair {
         let len: usize = wr.sg_list.iter().map(|s| s.len as usize).sum();
         payload.clear();
         if crate::qp::gather(mem, &wr.sg_list, 0, len as u64, payload).is_err() {
+            payload.clear();
             self.done.push_back(Completion::bare(
                 wr.wr_id,
                 WcOpcode::Send,

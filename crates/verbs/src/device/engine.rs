@@ -6,6 +6,7 @@
 use super::lent::Gathered;
 use super::tx::TxPacket;
 use super::*;
+use irn_transport::TxPayload;
 
 impl Core {
     pub(super) fn fresh_id(&mut self) -> u32 {
@@ -85,6 +86,8 @@ impl Core {
         // A packet may have ended the connection (a fault found while building it).
         self.recharge(qpn);
         self.gso_turn = false;
+        // No lent piece outlives the turn (`lent`): a packet that was not queued left its own.
+        payload.clear();
         self.payload = payload;
         if more {
             self.tx_pending.insert(qpn);

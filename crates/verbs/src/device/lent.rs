@@ -11,25 +11,30 @@
 //! a work request's buffers when it sends (IBTA Vol. 1 §10.6; the application may not change
 //! them until the request completes, or the bytes on the wire are undefined, as on a NIC).
 //!
-//! Small pieces are copied anyway ([`COPYBREAK`]): an I/O vector entry costs the kernel more
-//! than a short copy.
+//! A packet whose first piece is short is copied anyway ([`COPYBREAK`]): an I/O vector entry
+//! costs the kernel more than a short copy. So is one gathered from more than [`MAX_LENT`]
+//! pieces.
 //!
 //! **What keeps a lent piece valid.** Its address is read twice: here, under the device lock,
 //! right after the queue pair lent it (the ICRC, a capture, a send impairment), and by the
 //! kernel during the batch's send, which may run with the lock released. Nothing frees
 //! registered memory without first sending every sealed batch and waiting for a send in
 //! progress (`Core::flush_tx` before a region's buffer is released or a protection domain's
-//! memory dropped), so the kernel never reads memory that is gone; and the kernel's reading
-//! is not an access of this program's, so bytes the engine writes meanwhile (a peer's Write
-//! into the same region) at worst change what is sent — as on a NIC. The one dereference in
-//! Rust is [`Gathered`]'s, under the lock, in the same turn as the lend: this module is one of
-//! the few places irn-verbs uses `unsafe`.
+//! memory dropped), so the kernel never reads memory that is gone. Bytes written meanwhile
+//! (`Mr::write`, a peer's Write into the same region, against the verbs rule that a buffer
+//! stays untouched while a request reading it is outstanding) are a race with the kernel's
+//! read, not with a Rust access: the packet then leaves with bytes its ICRC, computed when it
+//! was built, does not cover, and a receiver that verifies ICRCs drops it (the transport
+//! resends). The one dereference in Rust is [`Gathered`]'s, under the lock, in the same turn
+//! as the lend; a turn ends with the payload cleared, so no lent piece outlives its turn in
+//! the engine. This module is one of the three places irn-verbs uses `unsafe`.
 
 #![allow(unsafe_code)]
 
 use irn_transport::TxPayload;
 
-/// Pieces shorter than this are copied into the slot rather than lent.
+/// A packet whose first piece is shorter than this has its payload copied into the slot
+/// rather than lent.
 pub(super) const COPYBREAK: usize = 512;
 /// Most pieces one packet lends; a payload in more is copied.
 const MAX_LENT: usize = 4;

@@ -585,8 +585,8 @@ pub struct DeviceCounters {
     /// take them ([`Qp::set_peer_gso`]).
     pub tx_gso_messages: u64,
     /// Packets built with their payload left where it lies in registered memory, the kernel
-    /// gathering it from there (no copy behind the headers; pieces under 512 bytes and
-    /// payloads in more than four pieces are copied).
+    /// gathering it from there (no copy behind the headers; a payload whose first piece is
+    /// under 512 bytes, or in more than four pieces, is copied).
     pub tx_lent: u64,
     /// System calls that sent packets (`sendmmsg`, each one datagram or GSO message or
     /// more): `tx_packets` over this is the packets a call moved, which the doorbell for

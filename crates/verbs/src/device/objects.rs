@@ -37,7 +37,7 @@ impl Pd {
     ///
     /// # Safety
     ///
-    /// Until the returned [`Mr`] is dropped (or its device closed), the `len` bytes at `ptr`
+    /// Until the returned [`Mr`] is dropped, the `len` bytes at `ptr`
     /// must stay allocated and valid, and the application must not read or write them while a
     /// posted work request or a peer (remote Write, Read, atomic) may access them — exactly as
     /// with an RDMA NIC, which writes behind the program's back: wait for the completions (and

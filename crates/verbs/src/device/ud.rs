@@ -336,6 +336,8 @@ impl Core {
             let sport = self.local.port();
             self.queue_tx(sock, now, peer, sport, &t, &mut payload);
         }
+        // No lent piece outlives the turn (`lent`).
+        irn_transport::TxPayload::clear(&mut payload);
         self.payload = payload;
         if more {
             self.tx_pending.insert(qpn);
