@@ -2297,16 +2297,7 @@ fn captured_gso_segments_carry_their_icrcs() {
     }
     let coalesced = b.dev.counters().rx_coalesced;
     drop(b);
-    let file = std::fs::File::open(&pcap).expect("capture");
-    let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
-    let (mut checked, mut bad) = (0, 0);
-    while let Some(p) = r.next_packet() {
-        let p = p.expect("packet");
-        let c = irn_wire::icrc::check_ip_packet(&p.data).expect("a RoCEv2 packet");
-        checked += 1;
-        bad += u32::from(!c.ok());
-    }
-    let _ = std::fs::remove_file(&pcap);
+    let (checked, bad) = captured_icrcs(&pcap);
     assert!(coalesced > 0, "the receiver saw coalesced datagrams");
     assert!(checked > 4 * 256, "{checked} packets captured");
     assert_eq!(bad, 0, "{bad} of {checked} captured ICRCs do not match");
@@ -2444,16 +2435,7 @@ fn lent_round(mode: QpMode, mtu: u32) {
         "{what}: one completion per request"
     );
     drop(a);
-    let file = std::fs::File::open(&pcap).expect("capture");
-    let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
-    let (mut checked, mut bad) = (0, 0);
-    while let Some(p) = r.next_packet() {
-        let p = p.expect("packet");
-        let c = irn_wire::icrc::check_ip_packet(&p.data).expect("a RoCEv2 packet");
-        checked += 1;
-        bad += u32::from(!c.ok());
-    }
-    let _ = std::fs::remove_file(&pcap);
+    let (checked, bad) = captured_icrcs(&pcap);
     assert!(
         checked >= data_packets,
         "{what}: {checked} packets captured"
@@ -2543,4 +2525,20 @@ fn a_region_dropped_under_its_packets_never_sends_what_came_after() {
             "one completion per request"
         );
     }
+}
+
+/// Reads a capture (and removes it): how many RoCEv2 packets it holds, and how many of their
+/// ICRCs do not match.
+fn captured_icrcs(pcap: &std::path::Path) -> (u32, u32) {
+    let file = std::fs::File::open(pcap).expect("capture");
+    let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
+    let (mut checked, mut bad) = (0, 0);
+    while let Some(p) = r.next_packet() {
+        let p = p.expect("packet");
+        let c = irn_wire::icrc::check_ip_packet(&p.data).expect("a RoCEv2 packet");
+        checked += 1;
+        bad += u32::from(!c.ok());
+    }
+    let _ = std::fs::remove_file(pcap);
+    (checked, bad)
 }
