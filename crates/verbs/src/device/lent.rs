@@ -8,8 +8,9 @@
 //! slot, 10 % of the sending engine's cycles (docs/BENCHMARKS.md); now the headers and the
 //! trailer (pad and ICRC, which covers the pieces) are written into the slot and the payload
 //! stays where it is until `sendmmsg(2)` copies it into the kernel, as a NIC's DMA engine reads
-//! a work request's buffers when it sends (IBTA Vol. 1 §10.6; the application may not change
-//! them until the request completes, or the bytes on the wire are undefined, as on a NIC).
+//! a work request's buffers when it sends (the application may reuse them only once the
+//! request has completed, `ibv_post_send(3)`; before, the bytes on the wire are undefined, as
+//! on a NIC).
 //!
 //! A packet whose first piece is short is copied anyway ([`COPYBREAK`]): an I/O vector entry
 //! costs the kernel more than a short copy. So is one gathered from more than [`MAX_LENT`]
