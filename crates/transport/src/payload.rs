@@ -7,9 +7,8 @@
 //! with it: a `Vec<u8>` copies it (the simulator, tests, anything that keeps packets), while
 //! the UDP runtime keeps where it lies and hands it to the kernel as an I/O vector — the copy
 //! a NIC's DMA engine saves: the HCA reads a work request's buffers when it sends, and the
-//! application may reuse them only once the request has completed (rdma-core's
-//! `ibv_post_send(3)`: "the buffers used by a WR can only be safely reused after the WR has
-//! been fully executed and a WC has been retrieved").
+//! application may reuse them only once the request has been executed and its completion
+//! retrieved (rdma-core's `ibv_post_send(3)`).
 //!
 //! [`QueuePair::poll_transmit`]: crate::QueuePair::poll_transmit
 //! [`Memory::lend`]: crate::Memory::lend
