@@ -17,6 +17,8 @@
 //! is right; they arrive through that socket (unprivileged) or a raw socket (privileged, every
 //! ICRC verified). The `net` module has the details ([`ReceivePath`]). Either way the engine
 //! handles whole IP packets: on the UDP path their headers are rebuilt in front of the payload.
+//! Sent payloads stay where they lie in registered memory until the kernel copies them
+//! (`lent`): a transmit batch holds headers and trailers, and I/O vectors point at the rest.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
