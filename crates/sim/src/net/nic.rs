@@ -26,7 +26,7 @@ pub(super) struct Slot {
     pub(super) timer: Option<Time>,
     pub(super) ready: bool,
     pub(super) flow: u32,
-    /// Which end of the flow: [`REQ`] or [`RESP`].
+    /// Which end of the flow: [`REQ`](super::flows::REQ) or [`RESP`](super::flows::RESP).
     pub(super) end: u8,
     /// The host of the queue pair at the other end (kept here: the slot is read for every
     /// packet sent, the flow's state is not).

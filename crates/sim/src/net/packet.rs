@@ -122,7 +122,7 @@ pub(super) const NIL: u32 = u32::MAX;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Packet {
     pub(super) ib: IbRepr,
-    /// The flow it belongs to and the end ([`REQ`] or [`RESP`]) it is addressed to: how the
+    /// The flow it belongs to and the end ([`REQ`] or [`RESP`](super::flows::RESP)) it is addressed to: how the
     /// receiving NIC finds the queue pair (a NIC would look the QPN up in its QP table).
     pub(super) flow: u32,
     pub(super) to: u8,

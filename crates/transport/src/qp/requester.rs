@@ -227,7 +227,7 @@ impl QueuePair {
     }
 
     /// A standard go-back-N responder ACKs only when asked: ask as often as the congestion
-    /// controller needs feedback ([`Controller::ack_interval_bytes`]), on new packets and
+    /// controller needs feedback ([`Controller::ack_interval_bytes`](crate::cc::Controller::ack_interval_bytes)), on new packets and
     /// retransmissions alike (after a NAK the resent range must bring ACKs too, or a window
     /// cut by the loss stays shut). Go-back-0 keeps its ACKs on message boundaries (E11's
     /// livelock depends on it); a window controller over it is the driver's to refuse.

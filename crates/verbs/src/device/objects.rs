@@ -1,5 +1,5 @@
 //! The verbs objects' calls: protection domains and memory regions, completion queues, queue
-//! pairs — each a handle on the device's shared [`Core`](super::Core).
+//! pairs — each a handle on the device's shared [`Core`].
 
 use super::*;
 

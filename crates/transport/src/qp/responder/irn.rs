@@ -134,7 +134,7 @@ impl QueuePair {
     /// An IRN NACK for the expected PSN (IRN §3.1), triggered by the arrival of `psn` while a
     /// hole is open. Its SACK is `psn`, or with [`nack_bitmap`] the highest PSN that arrived,
     /// with the loss bitmap up to it: that NACK replaces the (N)ACK waiting before it. A
-    /// bitmap reaches 512 PSNs past the hole ([`MAX_BITMAP_WORDS`] words); a trigger beyond
+    /// bitmap reaches 512 PSNs past the hole ([`MAX_BITMAP_WORDS`](irn_wire::MAX_BITMAP_WORDS) words); a trigger beyond
     /// that (an out-of-order window wider than 512: IRN without BDP-FC, or a BDP cap above 512
     /// packets) gets the paper's NACK, which SACKs it alone and replaces nothing.
     ///
