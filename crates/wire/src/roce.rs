@@ -326,27 +326,12 @@ impl RoceRepr {
             .emit_header(&mut buf[ip_len..ib_at], self.ib.buffer_len() + ICRC_LEN)?;
         let (headers, trailer) = buf.split_at_mut(head);
         trailer[..pad].fill(0);
-        let mut rest: [&[u8]; 8] = [&[]; 8];
-        let crc = if payload.len() < rest.len() {
-            rest[..payload.len()].copy_from_slice(payload);
-            rest[payload.len()] = &trailer[..pad];
-            let n = payload.len() + usize::from(pad > 0);
-            icrc::compute_gather(
-                &headers[..ip_len],
-                &headers[ip_len..ib_at],
-                &headers[ib_at..],
-                &rest[..n],
-            )?
-        } else {
-            let mut all = payload.to_vec();
-            all.push(&trailer[..pad]);
-            icrc::compute_gather(
-                &headers[..ip_len],
-                &headers[ip_len..ib_at],
-                &headers[ib_at..],
-                &all,
-            )?
-        };
+        let crc = icrc::compute_gather(
+            &headers[..ip_len],
+            &headers[ip_len..ib_at],
+            &headers[ib_at..],
+            payload.iter().copied().chain([&trailer[..pad]]),
+        )?;
         trailer[pad..pad + ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
         Ok((head, pad + ICRC_LEN))
     }
