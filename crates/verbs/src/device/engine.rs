@@ -567,8 +567,8 @@ pub(super) fn send_now(
         ecn: net::split(ip_packet, false).map_or(Ecn::NotEct, |r| r.ecn),
         coalesce: false,
     };
-    let one = std::iter::once(0..1).collect::<Vec<_>>();
-    let sent = net::send_batch(sock, &[msg], &one, &[net::IoPart::of(datagram)]);
+    let parts = [net::IoPart::of(datagram)];
+    let sent = net::send_batch(sock, &[msg], std::slice::from_ref(&(0..1)), &parts);
     counters.tx_packets += sent.packets;
     counters.tx_bytes += sent.bytes;
     counters.tx_errors += sent.errors;

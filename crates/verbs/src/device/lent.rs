@@ -52,9 +52,12 @@ pub(crate) struct Lent {
 unsafe impl Send for Lent {}
 
 impl Lent {
-    /// The address and length, for an I/O vector.
-    pub(crate) fn raw(&self) -> (*const u8, usize) {
-        (self.ptr, self.len)
+    /// The piece as a part of an I/O vector.
+    pub(crate) fn part(&self) -> crate::net::IoPart {
+        crate::net::IoPart {
+            ptr: self.ptr,
+            len: self.len,
+        }
     }
 }
 

@@ -122,10 +122,7 @@ impl TxQueue {
             let slot = &self.buf[p.slot * SLOT..(p.slot + 1) * SLOT];
             let at = parts.len();
             parts.push(net::IoPart::of(&slot[p.hdr..p.head]));
-            parts.extend(self.lent[p.lent.clone()].iter().map(|l| {
-                let (ptr, len) = l.raw();
-                net::IoPart { ptr, len }
-            }));
+            parts.extend(self.lent[p.lent.clone()].iter().map(Lent::part));
             if p.tail > 0 {
                 parts.push(net::IoPart::of(&slot[p.head..p.head + p.tail]));
             }

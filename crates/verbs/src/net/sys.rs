@@ -203,16 +203,15 @@ pub(super) fn sendmmsg(
     let mut iovs: Vec<libc::iovec> = Vec::with_capacity(parts.len());
     let mut ctrls: Vec<Control> = vec![[0; 8]; msgs.len()];
     let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(msgs.len());
-    let mut iov_lens = Vec::with_capacity(msgs.len());
+    // A message's packets, and so its parts, are consecutive: its I/O vector is one run.
+    let runs = |m: &super::TxMsg| &packets[m.first..m.first + m.count];
     for m in msgs {
-        let before = iovs.len();
-        for p in &packets[m.first..m.first + m.count] {
+        for p in runs(m) {
             iovs.extend(parts[p.clone()].iter().map(|part| libc::iovec {
                 iov_base: part.ptr.cast_mut().cast(),
                 iov_len: part.len,
             }));
         }
-        iov_lens.push(iovs.len() - before);
     }
     let mut iov_at = 0;
     for (i, m) in msgs.iter().enumerate() {
@@ -221,8 +220,9 @@ pub(super) fn sendmmsg(
         h.msg_hdr.msg_name = std::ptr::from_mut(&mut names[i].0).cast();
         h.msg_hdr.msg_namelen = names[i].1;
         h.msg_hdr.msg_iov = iovs.as_mut_ptr().wrapping_add(iov_at);
-        h.msg_hdr.msg_iovlen = iov_lens[i] as _;
-        iov_at += iov_lens[i];
+        let n: usize = runs(m).iter().map(ExactSizeIterator::len).sum();
+        h.msg_hdr.msg_iovlen = n as _;
+        iov_at += n;
         let segment = (m.count > 1).then_some(m.seg_len);
         let tos = (m.ecn != Ecn::NotEct).then_some(libc::c_int::from(m.ecn.bits()));
         if segment.is_some() || tos.is_some() {
