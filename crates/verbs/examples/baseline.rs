@@ -1,7 +1,10 @@
 //! Kernel baselines for the irn-verbs benchmark (`scripts/bench-verbs`), measured on the same
 //! loopback in the same run: one TCP stream's bandwidth, and a UDP ping-pong's round trip.
 //!
-//! `cargo run --release -p irn-verbs --example baseline -- tcp MB` prints MB/s (2^20);
+//! `cargo run --release -p irn-verbs --example baseline -- tcp MB [WRITE]` prints MB/s (2^20)
+//! of one stream moving MB MiB in `write(2)`s of WRITE bytes (default 1 MiB; iperf3 writes
+//! 128 KiB, perftest's Write messages are 64 KiB — the size moves the kernel's rate by a
+//! quarter here, docs/BENCHMARKS.md), the receiver reading 1 MiB at a time;
 //! `... -- udp ITERS SIZE` prints the median round trip and its 99th percentile in µs (a
 //! blocking ping-pong: each end sleeps in `recvfrom`);
 //! `... -- blast COUNT SIZE` prints the datagrams per second (millions) a raw UDP blaster
@@ -24,6 +27,7 @@ fn main() -> std::io::Result<()> {
     match args.get(1).map(String::as_str) {
         Some("tcp") => {
             let mb = arg(2, 2048);
+            let chunk = (arg(3, 1 << 20) as usize).clamp(1, 1 << 20);
             let l = TcpListener::bind("127.0.0.1:0")?;
             let addr = l.local_addr()?;
             let rx = std::thread::spawn(move || -> std::io::Result<u64> {
@@ -39,10 +43,13 @@ fn main() -> std::io::Result<()> {
                 }
             });
             let mut s = TcpStream::connect(addr)?;
-            let buf = vec![7u8; 1 << 20];
+            let buf = vec![7u8; chunk];
             let t = Instant::now();
-            for _ in 0..mb {
-                s.write_all(&buf)?;
+            let mut left = mb << 20;
+            while left > 0 {
+                let k = left.min(chunk as u64) as usize;
+                s.write_all(&buf[..k])?;
+                left -= k as u64;
             }
             drop(s);
             let n = rx
@@ -84,7 +91,7 @@ fn main() -> std::io::Result<()> {
             println!("{:.3}", blast(count, size)? / 1e6);
         }
         _ => eprintln!(
-            "usage: baseline tcp MB | baseline udp ITERS SIZE | baseline blast COUNT SIZE"
+            "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE | baseline blast COUNT SIZE"
         ),
     }
     Ok(())
