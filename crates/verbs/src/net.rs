@@ -246,6 +246,10 @@ impl Sockets {
         if let Some(fd) = &raw {
             // The raw socket gets every datagram now: none may pile up on the UDP socket.
             sys::attach_filter(udp.as_fd(), &DROP_ALL)?;
+            // A GSO peer's message reaches the UDP socket whole too (loopback, veths); without
+            // UDP_GRO the kernel cuts it into datagrams for the filter to drop one by one, in
+            // the sender's system call — a fifth of a same-host sender's cycles.
+            let _ = sys::set_gro(udp.as_fd());
             // Datagrams queued before the raw socket's filter was attached are not filtered.
             let mut scratch = [0u8; 64];
             while rustix::net::recv(fd, &mut scratch, rustix::net::RecvFlags::DONTWAIT).is_ok() {}
@@ -591,6 +595,127 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr, ecn: Ecn) -> Option<(IpR
         checksum: UdpChecksum::None,
     };
     Some((ip, udp))
+}
+
+/// Which UDP GSO messages a device takes from a peer on the same host, where they arrive
+/// whole — loopback and veths hand a receiver the datagram the sender built, however many
+/// packets it holds (a NIC, or a veth segmenting in software, cuts it first; then any
+/// device takes it). What a device says of itself ([`Device::gso_intake`]) and what a queue
+/// pair is told of its peer ([`Qp::set_peer_gso`]); learnt out of band (`irn perf` swaps it in
+/// its parameters).
+///
+/// [`Device::gso_intake`]: crate::Device::gso_intake
+/// [`Qp::set_peer_gso`]: crate::Qp::set_peer_gso
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GsoIntake {
+    /// One packet per datagram: Linux rxe, a NIC, an older irn device on its raw path.
+    #[default]
+    None,
+    /// Messages whose first packet carries a whole path MTU of payload: a raw-path device.
+    /// A raw socket sees the datagram's one IP header and not the segment size the sender
+    /// gave the kernel, which is then the first packet's headers plus the path MTU plus the
+    /// ICRC — known from its opcode and the queue pair it is for ([`coalesced_v4`]). The
+    /// messages of a stream of large Writes, Sends or Read responses all start so; a sender
+    /// sends shorter packets to such a peer one per datagram. Both ends' queue pairs must use
+    /// the same path MTU, as `irn perf` and the CM agree on; a peer sending with a smaller
+    /// one would have its messages dropped as ICRC errors.
+    FullSegments,
+    /// Any message: a UDP-path device, whose kernel reports the segment size (`UDP_GRO`).
+    Any,
+}
+
+impl GsoIntake {
+    /// Whether a message may start with a packet of `payload` bytes at path MTU `mtu` (and
+    /// then take more of its length).
+    pub(crate) fn may_start(self, payload: usize, mtu: usize) -> bool {
+        match self {
+            GsoIntake::None => false,
+            GsoIntake::FullSegments => payload == mtu,
+            GsoIntake::Any => true,
+        }
+    }
+}
+
+/// A raw-path IPv4 packet that may be a coalesced datagram: its sender (address and UDP
+/// port), ECN field, IPv4 identification (the first segment's: the kernel numbers the
+/// segments of a GSO message from the message's own, [`TxMsg`]) and UDP payload, ICRC
+/// included. `None` for anything else — another IP version, a fragment, a UDP length that
+/// disagrees with the IP one — which the normal path then counts.
+pub(crate) fn coalesced_v4(packet: &[u8]) -> Option<(SocketAddr, Ecn, u16, &[u8])> {
+    let p = Ipv4Packet::new_checked(packet).ok()?;
+    if p.protocol() != PROTO_UDP || p.more_frags() || p.frag_offset() != 0 {
+        return None;
+    }
+    let datagram = &packet[p.payload_range()];
+    let u = UdpPacket::new_checked(datagram).ok()?;
+    if usize::from(u.len()) != datagram.len() {
+        return None;
+    }
+    let from = SocketAddr::new(IpAddr::V4(p.src()), u.src_port());
+    Some((from, p.ecn(), p.ident(), &datagram[u.payload_range()]))
+}
+
+/// The IP and UDP headers segments of coalesced datagrams from one sender arrived under,
+/// kept to verify their ICRCs in place ([`Rx::segment`]): built once, then only the lengths
+/// and the IPv4 identification change from one segment to the next (the IPv4 header
+/// checksum is left as built: the ICRC masks it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentHeaders {
+    from: SocketAddr,
+    ecn: Ecn,
+    buf: [u8; HEADROOM],
+    ip_len: usize,
+}
+
+impl SegmentHeaders {
+    /// The headers of a datagram from `from` to `local` with ECN field `ecn`.
+    pub(crate) fn new(from: SocketAddr, local: SocketAddr, ecn: Ecn) -> Option<SegmentHeaders> {
+        let (mut ip, udp) = headers(from, local, ecn)?;
+        ip.set_payload_len(UDP_LEN);
+        let mut buf = [0u8; HEADROOM];
+        let ip_len = ip.emit(&mut buf).ok()?;
+        udp.emit_header(&mut buf[ip_len..], 0).ok()?;
+        Some(SegmentHeaders {
+            from,
+            ecn,
+            buf,
+            ip_len,
+        })
+    }
+
+    /// Whether these are the headers of segments from `from` with ECN field `ecn`.
+    pub(crate) fn matches(&self, from: SocketAddr, ecn: Ecn) -> bool {
+        self.from == from && self.ecn == ecn
+    }
+
+    /// Verifies the ICRC of `datagram` (BTH to ICRC), a segment under these headers with
+    /// IPv4 identification `ident`.
+    pub(crate) fn verify(&mut self, ident: u16, datagram: &[u8]) -> Result<(), Reject> {
+        let body = datagram
+            .len()
+            .checked_sub(ICRC_LEN)
+            .ok_or(Reject::Malformed)?;
+        let udp_len = u16::try_from(UDP_LEN + datagram.len()).map_err(|_| Reject::Malformed)?;
+        let n = self.ip_len;
+        if self.from.is_ipv4() {
+            let total = udp_len.checked_add(n as u16).ok_or(Reject::Malformed)?;
+            self.buf[2..4].copy_from_slice(&total.to_be_bytes());
+            self.buf[4..6].copy_from_slice(&ident.to_be_bytes());
+        } else {
+            self.buf[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        }
+        self.buf[n + 4..n + 6].copy_from_slice(&udp_len.to_be_bytes());
+        let computed =
+            irn_wire::icrc::compute(&self.buf[..n], &self.buf[n..n + UDP_LEN], &datagram[..body])
+                .map_err(|_| Reject::Malformed)?;
+        let carried =
+            u32::from_le_bytes(datagram[body..].try_into().map_err(|_| Reject::Malformed)?);
+        if computed == carried {
+            Ok(())
+        } else {
+            Err(Reject::Icrc)
+        }
+    }
 }
 
 /// Most packets one UDP GSO message carries. Linux accepts 64 (`UDP_MAX_SEGMENTS` before

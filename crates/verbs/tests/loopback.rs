@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use irn_verbs::{
-    Access, Error, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp, WcOpcode,
-    WcStatus, DEFAULT_IN_FLIGHT_BUDGET,
+    Access, Error, GsoIntake, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp,
+    WcOpcode, WcStatus, DEFAULT_IN_FLIGHT_BUDGET,
 };
 
 const MODES: [QpMode; 2] = [QpMode::Roce, QpMode::Irn];
@@ -1210,26 +1210,53 @@ fn gso_batches_are_split_back_into_their_packets() {
         for mode in MODES {
             for mtu in [1024, 4096] {
                 for gso in [true, false] {
-                    gso_round(addr, mode, mtu, gso);
+                    gso_round(addr, ReceivePath::Udp, mode, mtu, gso);
                 }
             }
         }
     }
 }
 
-fn gso_round(addr: &str, mode: QpMode, mtu: u32, gso: bool) {
-    let what = format!("{addr} {mode:?} MTU {mtu} gso {gso}");
-    let open = |seed| device_on(addr, ReceivePath::Udp, 0.0, seed).expect("open a device");
+/// The raw path's share of the above: a GSO message from a peer on the same host reaches the
+/// raw socket whole, under one IP header, and the device cuts it at its first packet's length
+/// — which the sender makes a full-MTU packet's ([`GsoIntake::FullSegments`]: Writes and
+/// Read responses coalesce, short Sends go one per datagram) — verifying every segment's
+/// ICRC under the IPv4 identification the kernel would have given it. Both ends on the raw
+/// path, so Read responses are cut too; every byte and completion checked, no ICRC error.
+#[test]
+fn gso_messages_reach_a_raw_path_device_whole_and_are_cut_there() {
+    if !raw_permitted() {
+        precondition_missing(
+            "gso_messages_reach_a_raw_path_device_whole_and_are_cut_there",
+            "opening a raw socket is not permitted (needs CAP_NET_RAW)",
+        );
+        return;
+    }
+    for mode in MODES {
+        for mtu in [1024, 4096] {
+            gso_round("127.0.0.1", ReceivePath::Raw, mode, mtu, true);
+        }
+    }
+}
+
+fn gso_round(addr: &str, path: ReceivePath, mode: QpMode, mtu: u32, gso: bool) {
+    let what = format!("{addr} {path:?} {mode:?} MTU {mtu} gso {gso}");
+    let open = |seed| device_on(addr, path, 0.0, seed).expect("open a device");
     let (a, b) = (side(open(31), mode, 8192), side(open(32), mode, 8192));
-    assert!(a.dev.accepts_gso() && b.dev.accepts_gso());
+    let intake = match path {
+        ReceivePath::Raw => GsoIntake::FullSegments,
+        _ => GsoIntake::Any,
+    };
+    assert_eq!((a.dev.gso_intake(), b.dev.gso_intake()), (intake, intake));
     let attr = QpAttr {
         path_mtu: mtu,
         ..QpAttr::default()
     };
     a.qp.connect(&attr, &remote(&b, 7), 9).expect("connect");
     b.qp.connect(&attr, &remote(&a, 9), 7).expect("connect");
-    a.qp.set_peer_gso(gso).expect("gso");
-    b.qp.set_peer_gso(gso).expect("gso");
+    let told = if gso { intake } else { GsoIntake::None };
+    a.qp.set_peer_gso(told).expect("gso");
+    b.qp.set_peer_gso(told).expect("gso");
     const LEN: usize = (1 << 20) + 37;
     let src = a.pd.reg_mr(2 * LEN, all()).expect("mr");
     let dst = b.pd.reg_mr(2 * LEN, all()).expect("mr");
@@ -1294,6 +1321,10 @@ fn gso_round(addr: &str, mode: QpMode, mtu: u32, gso: bool) {
             ca.tx_gso_messages > 0 && cb.rx_coalesced > 0,
             "{what}: {ca:?} {cb:?}"
         );
+        if path == ReceivePath::Raw {
+            // The Read's responses, cut on the requester's raw path.
+            assert!(cb.tx_gso_messages > 0 && ca.rx_coalesced > 0, "{what}");
+        }
     } else {
         assert_eq!((ca.tx_gso_messages, cb.rx_coalesced), (0, 0), "{what}");
     }
@@ -1532,8 +1563,8 @@ fn loss_keeps_gso_and_the_data_intact() {
             };
             a.qp.connect(&attr, &remote(&b, 7), 9).expect("connect");
             b.qp.connect(&attr, &remote(&a, 9), 7).expect("connect");
-            a.qp.set_peer_gso(true).expect("gso");
-            b.qp.set_peer_gso(true).expect("gso");
+            a.qp.set_peer_gso(GsoIntake::Any).expect("gso");
+            b.qp.set_peer_gso(GsoIntake::Any).expect("gso");
             const LEN: usize = 1 << 20;
             let src = a.pd.reg_mr(LEN, all()).expect("mr");
             let dst = b.pd.reg_mr(LEN, all()).expect("mr");
@@ -2229,33 +2260,37 @@ fn gso_messages_to_a_raw_path_device_are_counted_as_oversized() {
         );
         return;
     }
-    // A sender told (wrongly) that its peer takes UDP GSO messages: on loopback they reach the
-    // raw socket whole, longer than any RoCEv2 packet. The receiver drops them as malformed
-    // and says why in `rx_oversized` (what `irn perf` explains); the Write still completes
-    // exactly once, however it ends.
+    // A sender told (wrongly) that its peer takes any UDP GSO message: on loopback its
+    // messages of short packets reach the raw socket whole, and the raw path, which cuts a
+    // message only at a full-MTU first packet, cannot split them. The receiver drops them
+    // whole and says why in `rx_oversized` (what `irn perf` explains); every Write still
+    // completes exactly once, however it ends.
     let a = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 83).expect("dev");
     let b = device_on("127.0.0.1", ReceivePath::Raw, 0.0, 84).expect("dev");
-    assert!(!b.accepts_gso());
+    assert_eq!(b.gso_intake(), GsoIntake::FullSegments);
     let attr = QpAttr {
         path_mtu: 1024,
         timeout: 11,
         retry_cnt: 1,
         ..QpAttr::default()
     };
-    let Pair { a, b } = connect(side(a, QpMode::Irn, 16), side(b, QpMode::Irn, 16), &attr);
-    a.qp.set_peer_gso(true).expect("gso");
-    let len = 64 * 1024;
+    let Pair { a, b } = connect(side(a, QpMode::Irn, 64), side(b, QpMode::Irn, 64), &attr);
+    a.qp.set_peer_gso(GsoIntake::Any).expect("gso");
+    let (n, len) = (64u64, 200usize);
     let src = a.pd.reg_mr(len, all()).expect("mr");
     let dst = b.pd.reg_mr(len, all()).expect("mr");
     src.write(0, &vec![0x5a; len]).expect("fill");
-    a.qp.post_send(wr(
-        1,
-        SendOp::Write(remote_of(&dst, 0)),
-        vec![src.sge(0, len as u32)],
-    ))
-    .expect("post");
-    let wc = wait(&a.cq, 30);
-    assert_eq!(wc.wr_id, 1);
+    for i in 0..n {
+        a.qp.post_send(wr(
+            i,
+            SendOp::Write(remote_of(&dst, 0)),
+            vec![src.sge(0, len as u32)],
+        ))
+        .expect("post");
+    }
+    let mut ids: Vec<u64> = (0..n).map(|_| wait(&a.cq, 30).wr_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>(), "one completion each");
     let c = b.dev.counters();
     assert!(c.rx_oversized > 0, "{c:?}");
     assert!(c.rx_malformed >= c.rx_oversized);
@@ -2280,7 +2315,7 @@ fn captured_gso_segments_carry_their_icrcs() {
         ..QpAttr::default()
     };
     let Pair { a, b } = connect(side(a, QpMode::Irn, 256), side(b, QpMode::Irn, 256), &attr);
-    a.qp.set_peer_gso(true).expect("gso");
+    a.qp.set_peer_gso(GsoIntake::Any).expect("gso");
     let len = 256 * 1024;
     let src = a.pd.reg_mr(len, all()).expect("mr");
     let dst = b.pd.reg_mr(len, all()).expect("mr");
@@ -2332,7 +2367,7 @@ fn lent_round(mode: QpMode, mtu: u32) {
         ..QpAttr::default()
     };
     let Pair { a, b } = connect(side(a, mode, 256), side(b, mode, 256), &attr);
-    a.qp.set_peer_gso(true).expect("gso");
+    a.qp.set_peer_gso(GsoIntake::Any).expect("gso");
     let len = 64 * 1024;
     let mut data = vec![0u8; len];
     pattern(mtu.into(), &mut data);

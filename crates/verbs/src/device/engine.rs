@@ -54,7 +54,9 @@ impl Core {
         let mut more = false;
         self.recharge(qpn);
         let mut hold = !self.may_start_new(granted);
-        self.gso_turn = self.qps.get(&qpn).is_some_and(|e| e.gso);
+        (self.gso_turn, self.gso_mtu) = self.qps.get(&qpn).map_or((GsoIntake::None, 0), |e| {
+            (e.gso, e.qp.attr().path_mtu as usize)
+        });
         while let Some(e) = self.qps.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
@@ -85,7 +87,7 @@ impl Core {
         }
         // A packet may have ended the connection (a fault found while building it).
         self.recharge(qpn);
-        self.gso_turn = false;
+        self.gso_turn = GsoIntake::None;
         // No lent piece outlives the turn (`lent`): a packet that was not queued left its own.
         payload.clear();
         self.payload = payload;
@@ -233,7 +235,7 @@ impl Core {
             self.counters.tx_impaired_drops += 1;
             return;
         }
-        let coalesce = self.gso_turn && (!self.tx_imp.is_active() || only_drops);
+        let coalesce = self.gso_turn != GsoIntake::None && (!self.tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
         let last_len = self.tx.cur.batch.last().map(TxPacket::datagram_len);
@@ -299,7 +301,9 @@ impl Core {
                 count: 1,
                 seg_len: datagram as u16,
                 ecn: t.ecn,
-                coalesce,
+                // A raw-path peer cuts a message at its first packet's length plus what it
+                // lacks of the path MTU: only a full packet may start one.
+                coalesce: coalesce && self.gso_turn.may_start(t.ib.payload_len, self.gso_mtu),
             }),
         }
     }
@@ -325,10 +329,11 @@ impl Core {
     }
 
     /// A segment of a coalesced datagram, its UDP payload `datagram` from `from` with ECN
-    /// field `ecn`, the `k`th of its datagram ([`net::Rx::segment`]). Where nothing needs its
-    /// IP header — no capture, no ICRC to verify (an IPv4 UDP path), no receive impairment, a
-    /// connected queue pair's — it is processed where it lies; otherwise the packet is rebuilt
-    /// first (IPv4 identification `k`, as a GSO sender's kernel numbered it).
+    /// field `ecn` and IPv4 identification `k` (the kernel numbered a GSO message's segments
+    /// from the message's: [`net::Rx::segment`], [`Core::receive_coalesced`]). Where nothing
+    /// needs its IP header — no capture, no receive impairment, a connected queue pair's — it
+    /// is processed where it lies, its ICRC verified there if the device verifies (the raw
+    /// path, IPv6); otherwise the packet is rebuilt first.
     pub(super) fn receive_segment(
         &mut self,
         sock: &UdpSocket,
@@ -340,7 +345,6 @@ impl Core {
             .get(5..8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
         let headers_needed = self.capture.is_some()
-            || self.verify_icrc
             || self.rx_imp.is_active()
             || qpn.is_some_and(|q| self.uds.contains_key(&q));
         if headers_needed {
@@ -361,8 +365,79 @@ impl Core {
             self.counters.rx_malformed += 1;
             return;
         };
+        if self.verify_icrc {
+            let hdrs = match self.seg_headers.filter(|h| h.matches(from, ecn)) {
+                Some(h) => h,
+                None => match net::SegmentHeaders::new(from, self.local, ecn) {
+                    Some(h) => h,
+                    None => {
+                        self.counters.rx_malformed += 1;
+                        return;
+                    }
+                },
+            };
+            let hdrs = self.seg_headers.insert(hdrs);
+            match hdrs.verify(k, datagram) {
+                Ok(()) => {}
+                Err(Reject::Icrc) => {
+                    self.counters.rx_icrc_errors += 1;
+                    return;
+                }
+                Err(Reject::Malformed) => {
+                    self.counters.rx_malformed += 1;
+                    return;
+                }
+            }
+        }
         self.counters.rx_bytes += datagram.len() as u64;
         self.deliver(now, from, ecn, &datagram[..body], None);
+    }
+
+    /// A packet from the raw path, which may be a peer's UDP GSO message that reached this
+    /// host's raw socket whole (loopback, veths): if it is longer than one packet of the
+    /// queue pair its first packet is for can be, it is cut at that packet's length — its
+    /// headers, the pair's path MTU of payload and the ICRC, the only length a
+    /// [`GsoIntake::FullSegments`] sender starts a message with — and each segment is received
+    /// under the IPv4 identification the kernel would have given it. Returns `false` when it
+    /// is a single packet, left to [`Core::receive`].
+    ///
+    /// A coalesced datagram whose second segment is not where the cut puts it (the sender
+    /// coalesced packets that were not full: `--gso on` to a raw-path peer on the same host)
+    /// is counted in `rx_oversized` and `rx_malformed` and dropped whole.
+    pub(super) fn receive_coalesced(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) -> bool {
+        let Some((from, ecn, ident, payload)) = net::coalesced_v4(packet) else {
+            return false;
+        };
+        let Ok((first, _)) =
+            IbRepr::parse(&payload[..payload.len().saturating_sub(irn_wire::ICRC_LEN)])
+        else {
+            return false;
+        };
+        let qpn = first.bth.dest_qpn;
+        let Some(mtu) = self.qps.get(&qpn).map(|e| e.qp.attr().path_mtu as usize) else {
+            return false;
+        };
+        let seg = first.header_len() + mtu + irn_wire::ICRC_LEN;
+        if payload.len() <= seg {
+            return false;
+        }
+        // The next segment must start with a BTH for the same queue pair: otherwise the
+        // datagram was not cut where its sender's kernel would have cut it.
+        let next_qpn = payload
+            .get(seg + 5..seg + 8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        if next_qpn != Some(qpn) {
+            self.counters.rx_packets += 1;
+            self.counters.rx_malformed += 1;
+            self.counters.rx_oversized += 1;
+            return true;
+        }
+        self.counters.rx_coalesced += 1;
+        for (k, segment) in payload.chunks(seg).enumerate() {
+            let ident = ident.wrapping_add(k as u16);
+            self.receive_segment(sock, now, (from, ecn, ident), segment);
+        }
+        true
     }
 
     /// A received IP packet: counted, captured, split (its ICRC verified where it can be)
@@ -755,6 +830,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
     // queue pairs' timers fired (issue 21: 256 queue pairs).
     let mut taken = 0;
+    let raw = shared.socks.path() == ReceivePath::Raw;
     loop {
         batch.recv(&shared.socks);
         taken += batch.got.len();
@@ -772,6 +848,9 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
             let packet = batch.packet(rx);
             if let Some((from, ecn, k)) = rx.segment {
                 core.receive_segment(sock, now, (from, ecn, k), packet);
+                continue;
+            }
+            if raw && core.receive_coalesced(sock, now, packet) {
                 continue;
             }
             if !core.rx_imp.is_active() {

@@ -50,7 +50,7 @@ mod ud;
 pub use ud::{Ah, UdInit, UdQp, UdSend};
 
 use crate::impair::{Fate, Impairment, Rng};
-use crate::net::{self, ReceivePath, Reject, RxBatch, Sockets};
+use crate::net::{self, GsoIntake, ReceivePath, Reject, RxBatch, Sockets};
 use crate::Gid;
 use engine::engine;
 
@@ -597,11 +597,12 @@ pub struct DeviceCounters {
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
-    /// Datagrams longer than any RoCEv2 packet, on the raw receive path (counted in
-    /// `rx_malformed` too): a peer on this host sending UDP GSO messages to this device (they
-    /// stay whole on loopback and veths, and only the UDP path splits them). The peer must
-    /// not send them here ([`Qp::set_peer_gso`] off, what [`Device::accepts_gso`] says), or
-    /// this device must receive on the UDP path.
+    /// Coalesced datagrams the raw receive path could not cut (counted in `rx_malformed`
+    /// too): a peer on this host sent UDP GSO messages whose first packet is not a full-MTU
+    /// one ([`GsoIntake::Any`] told of a raw-path device, `--gso on`), or with a path MTU
+    /// other than its queue pair's. Such a message reaches the raw socket whole, and only
+    /// the UDP path learns where its sender's kernel would have cut it
+    /// ([`Device::gso_intake`]).
     pub rx_oversized: u64,
     /// Connections (INIT → RTR) that send from the device's port instead of a port of their
     /// own: theirs could not be bound, or the device had [`MAX_SOURCE_PORTS`] open already.
@@ -627,8 +628,8 @@ struct QpEntry {
     /// `rdma_get_udp_sport`'s, see [`net::roce_source_port`]). `None` until then, and after each
     /// (re)connection.
     peer_sport: Option<u16>,
-    /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
-    gso: bool,
+    /// The coalesced datagrams the peer takes ([`Qp::set_peer_gso`]).
+    gso: GsoIntake,
     /// The UDP source port its packets leave from ([`Core::source_port`]), set as it
     /// connects.
     sport: u16,
@@ -742,7 +743,10 @@ pub(crate) struct Core {
     doorbell: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`Qp::set_peer_gso`]).
-    gso_turn: bool,
+    gso_turn: GsoIntake,
+    /// That queue pair's path MTU (a raw-path peer takes messages that start with a packet
+    /// this full: [`GsoIntake::FullSegments`]).
+    gso_mtu: usize,
     /// Send-only sockets bound to the UDP source ports of this device's queue pairs
     /// ([`net::roce_source_port`]), opened as queue pairs connect and closed when the last
     /// one using a port is gone, at most [`MAX_SOURCE_PORTS`] at once.
@@ -754,6 +758,9 @@ pub(crate) struct Core {
     /// ([`Shared::fit_receive_buffer`]).
     rx_buffer: usize,
     rx_wanted: usize,
+    /// The headers the last verified segment arrived under, kept for the next one
+    /// ([`Core::receive_segment`]).
+    seg_headers: Option<net::SegmentHeaders>,
     /// The payload of the packet being built, reused.
     payload: lent::Gathered,
 }
@@ -960,9 +967,10 @@ impl Device {
         let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
         // Receive buffers reused burst after burst: no allocation per datagram.
         let largest = match socks.path() {
-            // A coalesced datagram of up to 64 packets.
-            ReceivePath::Udp => 1 << 16,
-            _ => MAX_DATAGRAM,
+            // A coalesced datagram of up to 64 packets, split by the kernel's segment size
+            // (UDP path) or its first packet's (raw path).
+            ReceivePath::Udp | ReceivePath::Raw => 1 << 16,
+            ReceivePath::Auto => MAX_DATAGRAM,
         };
         let rx = RxBatch::new(RX_BURST, largest);
         let local = socks.local();
@@ -992,7 +1000,9 @@ impl Device {
             doorbell: false,
             rx_scratch: Vec::new(),
             turns_due: Vec::new(),
-            gso_turn: false,
+            gso_turn: GsoIntake::None,
+            gso_mtu: 0,
+            seg_headers: None,
             src_socks: BTreeMap::new(),
             socket_buffer: cfg.socket_buffer,
             rx_buffer: cfg.socket_buffer,
@@ -1034,11 +1044,15 @@ impl Device {
         self.shared.lock().local
     }
 
-    /// Whether this device takes coalesced datagrams: a peer's UDP GSO messages, which stay
-    /// whole on loopback and veths (the UDP path splits them; a raw socket would see one
-    /// oversized packet). What a peer passes to [`Qp::set_peer_gso`].
-    pub fn accepts_gso(&self) -> bool {
-        self.shared.socks.path() == ReceivePath::Udp
+    /// The coalesced datagrams this device takes from a peer on the same host, where a UDP
+    /// GSO message arrives whole: any on the UDP path (the kernel reports the segment size),
+    /// those that start with a full-MTU packet on the raw path (it cuts them at that packet's
+    /// length). What a peer passes to [`Qp::set_peer_gso`].
+    pub fn gso_intake(&self) -> GsoIntake {
+        match self.shared.socks.path() {
+            ReceivePath::Udp => GsoIntake::Any,
+            _ => GsoIntake::FullSegments,
+        }
     }
 
     /// The receive path in use ([`ReceivePath::Udp`] or [`ReceivePath::Raw`]).
