@@ -22,7 +22,9 @@
 //!   capture holds the bytes that were on the wire. A classic-BPF filter on the raw socket
 //!   keeps only unfragmented datagrams to the device's port, and a drop-everything filter on
 //!   the UDP socket keeps the kernel from queueing a second copy there. Needs `CAP_NET_RAW`;
-//!   the receive buffer is then sized with `SO_RCVBUFFORCE`, past `net.core.rmem_max`.
+//!   the receive buffer is then sized with `SO_RCVBUFFORCE`, past `net.core.rmem_max`. A UDP
+//!   GSO message from a peer on the same host arrives whole under one IP header; the device
+//!   cuts those whose first packet is a full-MTU one ([`GsoIntake::FullSegments`]).
 //!
 //! Both paths receive in batches with `recvmmsg(2)`.
 
@@ -246,10 +248,15 @@ impl Sockets {
         if let Some(fd) = &raw {
             // The raw socket gets every datagram now: none may pile up on the UDP socket.
             sys::attach_filter(udp.as_fd(), &DROP_ALL)?;
-            // A GSO peer's message reaches the UDP socket whole too (loopback, veths); without
-            // UDP_GRO the kernel cuts it into datagrams for the filter to drop one by one, in
-            // the sender's system call — a fifth of a same-host sender's cycles.
-            let _ = sys::set_gro(udp.as_fd());
+            // A same-host GSO peer's message reaches the UDP socket whole too; without UDP_GRO
+            // the kernel cuts it into datagrams for the filter to drop one by one, in the
+            // sender's system call (13 % of a loopback sender's cycles). Only on a loopback
+            // address: elsewhere UDP_GRO would also let a NIC's GRO merge this port's
+            // datagrams before the raw socket sees them (under identifications all equal, or
+            // from packets that were not full), which the raw path does not cut.
+            if local.ip().is_loopback() {
+                let _ = sys::set_gro(udp.as_fd());
+            }
             // Datagrams queued before the raw socket's filter was attached are not filtered.
             let mut scratch = [0u8; 64];
             while rustix::net::recv(fd, &mut scratch, rustix::net::RecvFlags::DONTWAIT).is_ok() {}

@@ -408,25 +408,36 @@ impl Core {
         let Some((from, ecn, ident, payload)) = net::coalesced_v4(packet) else {
             return false;
         };
-        let Ok((first, _)) =
-            IbRepr::parse(&payload[..payload.len().saturating_sub(irn_wire::ICRC_LEN)])
+        let qpn = payload
+            .get(5..8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        let Some(mtu) = qpn
+            .and_then(|q| self.qps.get(&q))
+            .map(|e| e.qp.attr().path_mtu as usize)
         else {
             return false;
         };
-        let qpn = first.bth.dest_qpn;
-        let Some(mtu) = self.qps.get(&qpn).map(|e| e.qp.attr().path_mtu as usize) else {
+        // No longer than a BTH, a full payload and an ICRC: one packet (ACKs, short
+        // messages), not parsed twice.
+        if payload.len() <= irn_wire::BTH_LEN + mtu + irn_wire::ICRC_LEN {
+            return false;
+        }
+        let Ok((first, _)) =
+            IbRepr::parse(&payload[..payload.len().saturating_sub(irn_wire::ICRC_LEN)])
+        else {
             return false;
         };
         let seg = first.header_len() + mtu + irn_wire::ICRC_LEN;
         if payload.len() <= seg {
             return false;
         }
-        // The next segment must start with a BTH for the same queue pair: otherwise the
-        // datagram was not cut where its sender's kernel would have cut it.
+        // The next segment must start with a BTH for one of this device's queue pairs (queue
+        // pairs whose source ports coincide share messages): otherwise the datagram was not
+        // cut where its sender's kernel would have cut it.
         let next_qpn = payload
             .get(seg + 5..seg + 8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        if next_qpn != Some(qpn) {
+        if !next_qpn.is_some_and(|q| self.qps.contains_key(&q) || self.uds.contains_key(&q)) {
             self.counters.rx_packets += 1;
             self.counters.rx_malformed += 1;
             self.counters.rx_oversized += 1;
