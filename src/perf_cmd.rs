@@ -34,8 +34,8 @@ use anyhow::{bail, Context};
 use irn_verbs::cm::CmConfig;
 use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerfParams};
 use irn_verbs::{
-    Access, Congestion, Cq, Device, GsoIntake, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote,
-    RemoteQp, SendOp, SendWr, WcStatus, ROCE_PORT,
+    Access, Congestion, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp,
+    SendOp, SendWr, WcStatus, ROCE_PORT,
 };
 
 use crate::linger;
@@ -121,10 +121,9 @@ pub struct PerfArgs {
     #[arg(short = 'R', long = "rdma-cm", alias = "rdma_cm")]
     rdma_cm: bool,
     /// UDP GSO: up to 64 packets to the peer in one system call, cut into datagrams by the
-    /// kernel. `auto`: what the peer says it takes (an irn peer on the UDP receive path: any;
-    /// on its raw path: messages that start with a full-MTU packet, which it cuts itself when
-    /// it is on this host); `on`: any — for a peer whose link cuts them before it (another
-    /// host's NIC); `off`: one packet per datagram.
+    /// kernel. `auto`: when the peer says it takes them (an irn peer, on either receive path);
+    /// `on`: always — for a peer whose link cuts them before it (another host's NIC); `off`:
+    /// one packet per datagram.
     #[arg(long, value_enum, default_value_t = Gso::Auto)]
     gso: Gso,
     /// Congestion control of the test queue pairs: none, dcqcn, timely, dctcp or aimd (the
@@ -146,18 +145,18 @@ enum Gso {
     Off,
 }
 
-/// Where the test queue pairs send (the peer's UDP port) and which GSO batches.
+/// Where the test queue pairs send (the peer's UDP port) and whether in GSO batches.
 #[derive(Debug, Clone, Copy)]
 struct PeerLink {
     udp_port: u16,
-    gso: GsoIntake,
+    gso: bool,
 }
 
 impl PeerLink {
     /// perftest's peer: port 4791, one packet per datagram.
     const PERFTEST: PeerLink = PeerLink {
         udp_port: ROCE_PORT,
-        gso: GsoIntake::None,
+        gso: false,
     };
 }
 
@@ -344,7 +343,7 @@ fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
         latency: args.latency,
         verify: false,
         udp_port: ROCE_PORT,
-        gso: GsoIntake::None,
+        gso: false,
         cc: args.cc,
     })
 }
@@ -455,7 +454,7 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
         let client = args.peer_link(p.udp_port, p.gso);
         let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
-        p.gso = side.dev.gso_intake();
+        p.gso = side.dev.accepts_gso();
         let reply: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         oob.send_msg(&reply)?;
         (p, side, client)
@@ -779,15 +778,14 @@ impl<'a> Receiver<'a> {
 }
 
 /// Says why a same-host peer's packets were dropped whole, when they were: it sent UDP GSO
-/// messages (`--gso on`) to this raw-path device.
+/// messages this raw-path device could not cut (`DeviceCounters::rx_oversized`).
 fn warn_oversized(side: &Side) {
     let n = side.dev.counters().rx_oversized;
     if n > 0 {
         eprintln!(
-            "irn perf: {n} datagrams arrived coalesced and could not be split: a peer on this \
-             host sends UDP GSO messages of short packets (--gso on) to this device's raw \
-             receive path, which cuts them only at full-MTU packets; run the peer with --gso \
-             auto, or this end with --rx udp"
+            "irn perf: {n} datagrams arrived coalesced and could not be cut into their packets \
+             (no cut gave a first packet with a valid ICRC): a peer on this host sends UDP GSO \
+             messages this device's raw receive path cannot split; run this end with --rx udp"
         );
     }
 }
@@ -854,7 +852,7 @@ fn client(args: PerfArgs) -> anyhow::Result<bool> {
         let mut p = args.client_params()?;
         let side = setup(&p, dev, &args)?;
         p.udp_port = side.dev.local_addr().port();
-        p.gso = side.dev.gso_intake();
+        p.gso = side.dev.accepts_gso();
         let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         let reply = oob.swap(&line, PerfParams::WIRE_LEN, TIMEOUT)?;
         let reply = PerfParams::parse(exchange::unpadded(&reply)?)?;
@@ -951,22 +949,21 @@ fn client_test(
 }
 
 impl PerfArgs {
-    /// How the test queue pairs reach a peer that sends from `udp_port` and says which UDP
-    /// GSO batches it takes (`peer_takes`).
-    fn peer_link(&self, udp_port: u16, peer_takes: GsoIntake) -> PeerLink {
+    /// How the test queue pairs reach a peer that sends from `udp_port` and says whether it
+    /// takes UDP GSO batches (`peer_takes`).
+    fn peer_link(&self, udp_port: u16, peer_takes: bool) -> PeerLink {
         let gso = match self.gso {
             Gso::On => {
-                if peer_takes != GsoIntake::Any {
+                if !peer_takes {
                     eprintln!(
-                        "irn perf: --gso on, but the peer receives on its raw path: its link \
-                         must cut the GSO messages (another host's NIC does; loopback and veths \
-                         do not, and there the peer drops those that do not start with a \
-                         full-MTU packet)"
+                        "irn perf: --gso on, but the peer does not say it takes GSO messages: \
+                         its link must cut them (another host's NIC does; loopback and veths \
+                         do not)"
                     );
                 }
-                GsoIntake::Any
+                true
             }
-            Gso::Off => GsoIntake::None,
+            Gso::Off => false,
             Gso::Auto => peer_takes,
         };
         PeerLink { udp_port, gso }
@@ -988,7 +985,7 @@ impl PerfArgs {
             latency: self.latency,
             verify: self.verify,
             udp_port: 0,
-            gso: GsoIntake::None,
+            gso: false,
             cc: self.cc,
         })
     }

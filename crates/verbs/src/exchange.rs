@@ -499,10 +499,9 @@ pub struct PerfParams {
     pub verify: bool,
     /// The sender's UDP port.
     pub udp_port: u16,
-    /// The coalesced datagrams the sender's device takes (`Device::gso_intake`): which UDP
-    /// GSO messages the receiver of this line may send it. Optional on the wire (absent:
-    /// none); `gso=0` none, `gso=1` any, `gso=full` those that start with a full-MTU packet.
-    pub gso: crate::GsoIntake,
+    /// The sender's device takes coalesced datagrams (`Device::accepts_gso`): the receiver of
+    /// this line may send it UDP GSO batches. Optional on the wire (absent: no).
+    pub gso: bool,
     /// Congestion control both ends' queue pairs run (the client's choice). Optional on the
     /// wire (absent: none).
     pub cc: crate::Congestion,
@@ -524,11 +523,7 @@ impl PerfParams {
             u8::from(self.latency),
             u8::from(self.verify),
             self.udp_port,
-            match self.gso {
-                crate::GsoIntake::None => "0",
-                crate::GsoIntake::Any => "1",
-                crate::GsoIntake::FullSegments => "full",
-            },
+            u8::from(self.gso),
             self.cc
         )
     }
@@ -555,7 +550,7 @@ impl PerfParams {
             latency: false,
             verify: false,
             udp_port: 0,
-            gso: crate::GsoIntake::None,
+            gso: false,
             cc: crate::Congestion::None,
         };
         let mut seen = 0u32;
@@ -577,12 +572,7 @@ impl PerfParams {
                 "udp_port" => p.udp_port = v.parse().map_err(|_| b())?,
                 // Optional (older irn ends do not send it), so not counted.
                 "gso" => {
-                    p.gso = match v {
-                        "0" => crate::GsoIntake::None,
-                        "1" => crate::GsoIntake::Any,
-                        "full" => crate::GsoIntake::FullSegments,
-                        _ => return Err(b()),
-                    };
+                    p.gso = flag(v)?;
                     continue;
                 }
                 "cc" => {
@@ -706,7 +696,7 @@ mod tests {
             latency: false,
             verify: true,
             udp_port: 4791,
-            gso: crate::GsoIntake::None,
+            gso: false,
             cc: crate::Congestion::None,
         }
         .to_line();
@@ -747,7 +737,7 @@ mod tests {
             latency: true,
             verify: false,
             udp_port: 4791,
-            gso: crate::GsoIntake::Any,
+            gso: true,
             cc: crate::Congestion::Dcqcn,
         };
         assert_eq!(PerfParams::parse(&p.to_line()).expect("parses"), p);
@@ -756,19 +746,13 @@ mod tests {
         assert_eq!(
             PerfParams::parse(&old).expect("parses"),
             PerfParams {
-                gso: crate::GsoIntake::None,
+                gso: false,
                 cc: crate::Congestion::None,
                 ..p
             }
         );
         assert!(PerfParams::parse(&p.to_line().replace("cc=dcqcn", "cc=bbr")).is_err());
         assert!(PerfParams::parse(&p.to_line().replace("gso=1", "gso=2")).is_err());
-        let full = PerfParams {
-            gso: crate::GsoIntake::FullSegments,
-            ..p
-        };
-        assert!(full.to_line().contains(" gso=full "));
-        assert_eq!(PerfParams::parse(&full.to_line()).expect("parses"), full);
         // Cut inside its last value (a field too short for it): refused, not misread.
         let line = p.to_line();
         assert!(PerfParams::parse(&line[..line.len() - 2]).is_err());

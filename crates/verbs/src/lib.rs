@@ -107,4 +107,4 @@ pub use irn_transport::{
     Access, AttrMask, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr, Sge, UdAttr,
     UdCounters, WcOpcode, WcStatus, GRH_LEN,
 };
-pub use net::{active_mtu, roce_source_port, GsoIntake, ReceivePath};
+pub use net::{active_mtu, roce_source_port, ReceivePath};

@@ -23,8 +23,8 @@
 //!   keeps only unfragmented datagrams to the device's port, and a drop-everything filter on
 //!   the UDP socket keeps the kernel from queueing a second copy there. Needs `CAP_NET_RAW`;
 //!   the receive buffer is then sized with `SO_RCVBUFFORCE`, past `net.core.rmem_max`. A UDP
-//!   GSO message from a peer on the same host arrives whole under one IP header; the device
-//!   cuts those whose first packet is a full-MTU one ([`GsoIntake::FullSegments`]).
+//!   GSO message from a peer on the same host arrives whole under one IP header, without its
+//!   segment size; the device finds the cut (`Core::receive_coalesced`).
 //!
 //! Both paths receive in batches with `recvmmsg(2)`.
 
@@ -402,9 +402,9 @@ pub(crate) struct Rx {
     /// It did not fit the buffer (not a RoCEv2 packet this device could have sent) or, on the
     /// UDP path, came without a usable source address: counted as malformed, never parsed.
     pub(crate) malformed: bool,
-    /// Malformed because longer than the raw path's buffer, which holds any RoCEv2 packet:
-    /// what a raw socket sees of a UDP GSO message from a peer on this host (such messages
-    /// stay whole on loopback and veths; only the UDP path splits them).
+    /// Malformed because longer than the raw path's buffer, which holds any IPv4 datagram (a
+    /// same-host peer's GSO message arrives whole, and the engine cuts it): not seen unless
+    /// the buffers are made smaller.
     pub(crate) oversized: bool,
 }
 
@@ -602,45 +602,6 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr, ecn: Ecn) -> Option<(IpR
         checksum: UdpChecksum::None,
     };
     Some((ip, udp))
-}
-
-/// Which UDP GSO messages a device takes from a peer on the same host, where they arrive
-/// whole — loopback and veths hand a receiver the datagram the sender built, however many
-/// packets it holds (a NIC, or a veth segmenting in software, cuts it first; then any
-/// device takes it). What a device says of itself ([`Device::gso_intake`]) and what a queue
-/// pair is told of its peer ([`Qp::set_peer_gso`]); learnt out of band (`irn perf` swaps it in
-/// its parameters).
-///
-/// [`Device::gso_intake`]: crate::Device::gso_intake
-/// [`Qp::set_peer_gso`]: crate::Qp::set_peer_gso
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GsoIntake {
-    /// One packet per datagram: Linux rxe, a NIC, an older irn device on its raw path.
-    #[default]
-    None,
-    /// Messages whose first packet carries a whole path MTU of payload: a raw-path device.
-    /// A raw socket sees the datagram's one IP header and not the segment size the sender
-    /// gave the kernel, which is then the first packet's headers plus the path MTU plus the
-    /// ICRC — known from its opcode and the queue pair it is for ([`coalesced_v4`]). The
-    /// messages of a stream of large Writes, Sends or Read responses all start so; a sender
-    /// sends shorter packets to such a peer one per datagram. Both ends' queue pairs must use
-    /// the same path MTU, as `irn perf` and the CM agree on; a peer sending with a smaller
-    /// one would have its messages dropped as ICRC errors.
-    FullSegments,
-    /// Any message: a UDP-path device, whose kernel reports the segment size (`UDP_GRO`).
-    Any,
-}
-
-impl GsoIntake {
-    /// Whether a message may start with a packet of `payload` bytes at path MTU `mtu` (and
-    /// then take more of its length).
-    pub(crate) fn may_start(self, payload: usize, mtu: usize) -> bool {
-        match self {
-            GsoIntake::None => false,
-            GsoIntake::FullSegments => payload == mtu,
-            GsoIntake::Any => true,
-        }
-    }
 }
 
 /// A raw-path IPv4 packet that may be a coalesced datagram: its sender (address and UDP

@@ -129,6 +129,39 @@ impl IbRepr {
         })
     }
 
+    /// The length of the BTH and extension headers at the start of `packet`, from its opcode's
+    /// layout (and the IRN extension header's own length), without parsing or checking the
+    /// rest: where a packet's payload starts when what follows may be more than this packet
+    /// (a receiver looking for the packets of a coalesced datagram).
+    pub fn header_len_of(packet: &[u8]) -> Result<usize> {
+        let bth_view = Bth::new_checked(packet)?;
+        let bth = BthRepr::parse(&bth_view)?;
+        let headers = bth
+            .opcode
+            .layout(bth.tver)
+            .map_or(Headers::NONE, |l| l.headers);
+        let mut at = BTH_LEN;
+        if headers.contains(Headers::IRNETH) {
+            at += IrnEth::new_checked(&packet[at..])?.header_len();
+        }
+        let fixed = [
+            (Headers::DETH, DethRepr::LEN),
+            (Headers::RETH, RethRepr::LEN),
+            (Headers::ATOMIC_ETH, AtomicEthRepr::LEN),
+            (Headers::AETH, AethRepr::LEN),
+            (Headers::ATOMIC_ACK_ETH, AtomicAckEthRepr::LEN),
+            (Headers::IMMDT, 4),
+            (Headers::IETH, 4),
+        ];
+        for (h, len) in fixed {
+            if headers.contains(h) {
+                at += len;
+            }
+        }
+        crate::error::need(Layer::Bth, packet, at)?;
+        Ok(at)
+    }
+
     /// Parses the bytes between the UDP header and the ICRC. Returns the representation and the
     /// payload (without pad).
     pub fn parse(packet: &[u8]) -> Result<(IbRepr, &[u8])> {

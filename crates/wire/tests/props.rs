@@ -228,6 +228,11 @@ proptest! {
         let (back, p) = IbRepr::parse(&buf).expect("emitted packets parse");
         prop_assert_eq!(back, ib);
         prop_assert_eq!(p, &payload[..]);
+        // The header length read from the bytes alone, whatever follows them (more packets
+        // of a coalesced datagram).
+        prop_assert_eq!(IbRepr::header_len_of(&buf), Ok(ib.header_len()));
+        buf.extend_from_slice(&[0x5a; 64]);
+        prop_assert_eq!(IbRepr::header_len_of(&buf), Ok(ib.header_len()));
     }
 
     /// Whole frames over IPv4/IPv6, with and without VLAN tag and UDP checksum: the frame
@@ -388,6 +393,7 @@ proptest! {
         let _ = Frame::parse_ip(&bytes);
         let _ = RoceRepr::parse(&bytes);
         let _ = IbRepr::parse(&bytes);
+        let _ = IbRepr::header_len_of(&bytes);
         let _ = icrc::check_ip_packet(&bytes);
         if let Ok(v) = IrnEth::new_checked(&bytes[..]) {
             let _ = (v.wqe_sn(), v.psn_offset(), v.ssn(), v.local(), v.sack_psn(), v.loss_bitmap());

@@ -54,9 +54,7 @@ impl Core {
         let mut more = false;
         self.recharge(qpn);
         let mut hold = !self.may_start_new(granted);
-        (self.gso_turn, self.gso_mtu) = self.qps.get(&qpn).map_or((GsoIntake::None, 0), |e| {
-            (e.gso, e.qp.attr().path_mtu as usize)
-        });
+        self.gso_turn = self.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.qps.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
@@ -87,7 +85,7 @@ impl Core {
         }
         // A packet may have ended the connection (a fault found while building it).
         self.recharge(qpn);
-        self.gso_turn = GsoIntake::None;
+        self.gso_turn = false;
         // No lent piece outlives the turn (`lent`): a packet that was not queued left its own.
         payload.clear();
         self.payload = payload;
@@ -235,7 +233,7 @@ impl Core {
             self.counters.tx_impaired_drops += 1;
             return;
         }
-        let coalesce = self.gso_turn != GsoIntake::None && (!self.tx_imp.is_active() || only_drops);
+        let coalesce = self.gso_turn && (!self.tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
         let last_len = self.tx.cur.batch.last().map(TxPacket::datagram_len);
@@ -301,9 +299,7 @@ impl Core {
                 count: 1,
                 seg_len: datagram as u16,
                 ecn: t.ecn,
-                // A raw-path peer cuts a message at its first packet's length plus what it
-                // lacks of the path MTU: only a full packet may start one.
-                coalesce: coalesce && self.gso_turn.may_start(t.ib.payload_len, self.gso_mtu),
+                coalesce,
             }),
         }
     }
@@ -338,8 +334,21 @@ impl Core {
         &mut self,
         sock: &UdpSocket,
         now: Time,
+        seg: (SocketAddr, Ecn, u16),
+        datagram: &[u8],
+    ) {
+        self.receive_segment_checked(sock, now, seg, datagram, self.verify_icrc);
+    }
+
+    /// [`Core::receive_segment`], its ICRC verified only if `verify` (the raw path verified a
+    /// coalesced datagram's first segment as it found the cut).
+    fn receive_segment_checked(
+        &mut self,
+        sock: &UdpSocket,
+        now: Time,
         (from, ecn, k): (SocketAddr, Ecn, u16),
         datagram: &[u8],
+        verify: bool,
     ) {
         let qpn = datagram
             .get(5..8)
@@ -351,7 +360,7 @@ impl Core {
             let mut scratch = std::mem::take(&mut self.rx_scratch);
             match net::with_headers(&mut scratch, from, self.local, ecn, k, datagram) {
                 Some(p) if self.rx_imp.is_active() => impair(self, sock, now, None, p),
-                Some(p) => self.receive(now, p),
+                Some(p) => self.receive_checked(now, p, verify),
                 None => {
                     self.counters.rx_packets += 1;
                     self.counters.rx_malformed += 1;
@@ -365,7 +374,7 @@ impl Core {
             self.counters.rx_malformed += 1;
             return;
         };
-        if self.verify_icrc {
+        if verify {
             let hdrs = match self.seg_headers.filter(|h| h.matches(from, ecn)) {
                 Some(h) => h,
                 None => match net::SegmentHeaders::new(from, self.local, ecn) {
@@ -394,59 +403,89 @@ impl Core {
     }
 
     /// A packet from the raw path, which may be a peer's UDP GSO message that reached this
-    /// host's raw socket whole (loopback, veths): if it is longer than one packet of the
-    /// queue pair its first packet is for can be, it is cut at that packet's length — its
-    /// headers, the pair's path MTU of payload and the ICRC, the only length a
-    /// [`GsoIntake::FullSegments`] sender starts a message with — and each segment is received
-    /// under the IPv4 identification the kernel would have given it. Returns `false` when it
-    /// is a single packet, left to [`Core::receive`].
+    /// host's raw socket whole (loopback, veths: only the UDP path is told the segment size).
+    /// A message's packets are all of one length but the last, and each starts with a BTH, so
+    /// the cut is found: first at the first packet's headers + its queue pair's path MTU + the
+    /// ICRC (a stream of large Writes, Sends, Read responses), then at every shorter length
+    /// a packet can have (a multiple of 4 from its headers and ICRC on); a length is taken when
+    /// a BTH for one of this device's queue pairs starts where each later packet would, and
+    /// the first packet's ICRC holds under it. Each segment is then received under the IPv4
+    /// identification the kernel would have given it (the first's + its index). A packet no
+    /// longer than one packet can be is taken as one when its ICRC holds, which is checked
+    /// first. Returns `false` for what is left to [`Core::receive`] (not IPv4 UDP, a queue pair
+    /// unknown, no cut found for a packet that could be single: a bad ICRC, counted there).
     ///
-    /// A coalesced datagram whose second segment is not where the cut puts it (the sender
-    /// coalesced packets that were not full: `--gso on` to a raw-path peer on the same host)
-    /// is counted in `rx_oversized` and `rx_malformed` and dropped whole.
+    /// A datagram longer than any one packet that no cut fits is counted in `rx_oversized`
+    /// and `rx_malformed` and dropped whole. The search is cheap: a wrong length almost
+    /// always fails at the second BTH's queue pair number (payload bytes), and the ICRC, over
+    /// the first packet only, decides the rest (a wrong length passing both: 2^-32 per
+    /// candidate, and then its segments fail their own ICRCs).
     pub(super) fn receive_coalesced(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) -> bool {
         let Some((from, ecn, ident, payload)) = net::coalesced_v4(packet) else {
             return false;
         };
-        let qpn = payload
-            .get(5..8)
-            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        let Some(mtu) = qpn
+        let qpn = |at: usize| {
+            payload
+                .get(at + 5..at + 8)
+                .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
+        };
+        let Some(mtu) = qpn(0)
             .and_then(|q| self.qps.get(&q))
             .map(|e| e.qp.attr().path_mtu as usize)
         else {
             return false;
         };
-        // No longer than a BTH, a full payload and an ICRC: one packet (ACKs, short
-        // messages), not parsed twice.
-        if payload.len() <= irn_wire::BTH_LEN + mtu + irn_wire::ICRC_LEN {
-            return false;
-        }
-        let Ok((first, _)) =
-            IbRepr::parse(&payload[..payload.len().saturating_sub(irn_wire::ICRC_LEN)])
-        else {
+        let Ok(h) = IbRepr::header_len_of(payload) else {
             return false;
         };
-        let seg = first.header_len() + mtu + irn_wire::ICRC_LEN;
-        if payload.len() <= seg {
-            return false;
+        // The first packet's headers and ICRC, and the most it can be with its payload.
+        let h = h + irn_wire::ICRC_LEN;
+        let full = h + mtu;
+        let len = payload.len();
+        let single = len <= full;
+        if single && irn_wire::icrc::check_ip_packet(packet).is_ok_and(|c| c.ok()) {
+            // One packet (the receive impairment, if any, takes it on the normal path).
+            if self.rx_imp.is_active() {
+                return false;
+            }
+            self.receive_checked(now, packet, false);
+            return true;
         }
-        // The next segment must start with a BTH for one of this device's queue pairs (queue
-        // pairs whose source ports coincide share messages): otherwise the datagram was not
-        // cut where its sender's kernel would have cut it.
-        let next_qpn = payload
-            .get(seg + 5..seg + 8)
-            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        if !next_qpn.is_some_and(|q| self.qps.contains_key(&q) || self.uds.contains_key(&q)) {
+        // Where a BTH for one of this device's queue pairs starts every `seg` bytes after the
+        // first, and the last piece holds at least a BTH and an ICRC.
+        let fits = |core: &Core, seg: usize| {
+            seg < len
+                && (len - 1) % seg + 1 >= irn_wire::BTH_LEN + irn_wire::ICRC_LEN
+                && (1..len.div_ceil(seg)).all(|k| {
+                    qpn(k * seg)
+                        .is_some_and(|q| core.qps.contains_key(&q) || core.uds.contains_key(&q))
+                })
+        };
+        let mut hdrs = match self.seg_headers.filter(|x| x.matches(from, ecn)) {
+            Some(x) => x,
+            None => match net::SegmentHeaders::new(from, self.local, ecn) {
+                Some(x) => x,
+                None => return false,
+            },
+        };
+        let cut = std::iter::once(full)
+            .chain((h..full).step_by(4))
+            .find(|&seg| fits(self, seg) && hdrs.verify(ident, &payload[..seg]).is_ok());
+        self.seg_headers = Some(hdrs);
+        let Some(seg) = cut else {
+            if single {
+                return false;
+            }
             self.counters.rx_packets += 1;
             self.counters.rx_malformed += 1;
             self.counters.rx_oversized += 1;
             return true;
-        }
+        };
         self.counters.rx_coalesced += 1;
         for (k, segment) in payload.chunks(seg).enumerate() {
             let ident = ident.wrapping_add(k as u16);
-            self.receive_segment(sock, now, (from, ecn, ident), segment);
+            let verify = k > 0 && self.verify_icrc;
+            self.receive_segment_checked(sock, now, (from, ecn, ident), segment, verify);
         }
         true
     }
@@ -455,12 +494,18 @@ impl Core {
     /// and delivered to its queue pair, whose transmit turn waits for the end of the burst
     /// ([`Core::take_turns`]).
     pub(super) fn receive(&mut self, now: Time, packet: &[u8]) {
+        self.receive_checked(now, packet, self.verify_icrc);
+    }
+
+    /// [`Core::receive`], with its ICRC verified only if `verify` (not twice: the raw path
+    /// checked it already, [`Core::receive_coalesced`]).
+    fn receive_checked(&mut self, now: Time, packet: &[u8], verify: bool) {
         self.counters.rx_packets += 1;
         if let Some(c) = self.capture.as_mut() {
             // Everything received, malformed or not.
             c.write(packet);
         }
-        let rx = match net::split(packet, self.verify_icrc) {
+        let rx = match net::split(packet, verify) {
             Ok(rx) => rx,
             Err(Reject::Malformed) => {
                 self.counters.rx_malformed += 1;

@@ -50,7 +50,7 @@ mod ud;
 pub use ud::{Ah, UdInit, UdQp, UdSend};
 
 use crate::impair::{Fate, Impairment, Rng};
-use crate::net::{self, GsoIntake, ReceivePath, Reject, RxBatch, Sockets};
+use crate::net::{self, ReceivePath, Reject, RxBatch, Sockets};
 use crate::Gid;
 use engine::engine;
 
@@ -597,12 +597,11 @@ pub struct DeviceCounters {
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
-    /// Coalesced datagrams the raw receive path could not cut (counted in `rx_malformed`
-    /// too): a peer on this host sent UDP GSO messages whose first packet is not a full-MTU
-    /// one ([`GsoIntake::Any`] told of a raw-path device, `--gso on`), or with a path MTU
-    /// other than its queue pair's. Such a message reaches the raw socket whole, and only
-    /// the UDP path learns where its sender's kernel would have cut it
-    /// ([`Device::gso_intake`]).
+    /// Coalesced datagrams the raw receive path could not cut into their packets (counted in
+    /// `rx_malformed` too): no cut gave a first packet with a valid ICRC and, where the others
+    /// start, BTHs for this device's queue pairs. Only a peer on this host sends them whole
+    /// (loopback, veths); a corrupted message, or one from a peer that numbers its segments'
+    /// identifications otherwise, lands here.
     pub rx_oversized: u64,
     /// Connections (INIT → RTR) that send from the device's port instead of a port of their
     /// own: theirs could not be bound, or the device had [`MAX_SOURCE_PORTS`] open already.
@@ -628,8 +627,8 @@ struct QpEntry {
     /// `rdma_get_udp_sport`'s, see [`net::roce_source_port`]). `None` until then, and after each
     /// (re)connection.
     peer_sport: Option<u16>,
-    /// The coalesced datagrams the peer takes ([`Qp::set_peer_gso`]).
-    gso: GsoIntake,
+    /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
+    gso: bool,
     /// The UDP source port its packets leave from ([`Core::source_port`]), set as it
     /// connects.
     sport: u16,
@@ -743,10 +742,7 @@ pub(crate) struct Core {
     doorbell: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`Qp::set_peer_gso`]).
-    gso_turn: GsoIntake,
-    /// That queue pair's path MTU (a raw-path peer takes messages that start with a packet
-    /// this full: [`GsoIntake::FullSegments`]).
-    gso_mtu: usize,
+    gso_turn: bool,
     /// Send-only sockets bound to the UDP source ports of this device's queue pairs
     /// ([`net::roce_source_port`]), opened as queue pairs connect and closed when the last
     /// one using a port is gone, at most [`MAX_SOURCE_PORTS`] at once.
@@ -968,7 +964,7 @@ impl Device {
         // Receive buffers reused burst after burst: no allocation per datagram.
         let largest = match socks.path() {
             // A coalesced datagram of up to 64 packets, split by the kernel's segment size
-            // (UDP path) or its first packet's (raw path).
+            // (UDP path) or where the engine finds the cut (raw path).
             ReceivePath::Udp | ReceivePath::Raw => 1 << 16,
             ReceivePath::Auto => MAX_DATAGRAM,
         };
@@ -1000,8 +996,7 @@ impl Device {
             doorbell: false,
             rx_scratch: Vec::new(),
             turns_due: Vec::new(),
-            gso_turn: GsoIntake::None,
-            gso_mtu: 0,
+            gso_turn: false,
             seg_headers: None,
             src_socks: BTreeMap::new(),
             socket_buffer: cfg.socket_buffer,
@@ -1044,15 +1039,13 @@ impl Device {
         self.shared.lock().local
     }
 
-    /// The coalesced datagrams this device takes from a peer on the same host, where a UDP
-    /// GSO message arrives whole: any on the UDP path (the kernel reports the segment size),
-    /// those that start with a full-MTU packet on the raw path (it cuts them at that packet's
-    /// length). What a peer passes to [`Qp::set_peer_gso`].
-    pub fn gso_intake(&self) -> GsoIntake {
-        match self.shared.socks.path() {
-            ReceivePath::Udp => GsoIntake::Any,
-            _ => GsoIntake::FullSegments,
-        }
+    /// Whether this device takes coalesced datagrams: a peer's UDP GSO messages, which stay
+    /// whole on loopback and veths. It does on either path: the UDP path learns each one's
+    /// segment size from the kernel (`UDP_GRO`), the raw path finds where the sender's kernel
+    /// would have cut it (`Core::receive_coalesced`). What a peer passes to
+    /// [`Qp::set_peer_gso`] (`false` from an older irn device or Linux rxe).
+    pub fn accepts_gso(&self) -> bool {
+        true
     }
 
     /// The receive path in use ([`ReceivePath::Udp`] or [`ReceivePath::Raw`]).

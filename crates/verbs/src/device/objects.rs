@@ -125,7 +125,7 @@ impl Pd {
                 remote: None,
                 armed: None,
                 peer_sport: None,
-                gso: GsoIntake::None,
+                gso: false,
                 sport: port,
                 peer_port: port,
                 init,
@@ -552,20 +552,17 @@ impl Qp {
         )
     }
 
-    /// Says which coalesced datagrams the peer's device takes (its [`Device::gso_intake`];
-    /// learnt out of band — `irn perf` swaps it in its parameters). Unless
-    /// [`GsoIntake::None`], this queue pair's packets leave in UDP GSO messages: up to 64
-    /// packets of one size to the peer in one system call, cut into datagrams by the kernel
-    /// (on loopback and veths they reach the peer still whole, and its device splits them;
-    /// elsewhere they are cut before the wire, with the IPv4 identifications the ICRCs were
-    /// computed over) — to a [`GsoIntake::FullSegments`] peer only messages that start with a
-    /// packet carrying a whole path MTU. [`GsoIntake::Any`] is also right for a peer on
-    /// another host, whatever its receive path, when the link cuts the messages (a NIC
-    /// does). `None` by default: Linux rxe and older devices need one packet per datagram.
-    pub fn set_peer_gso(&self, intake: GsoIntake) -> Result<()> {
+    /// Says whether the peer's device takes coalesced datagrams (its
+    /// [`Device::accepts_gso`]; learnt out of band — `irn perf` swaps it in its parameters).
+    /// When it does, this queue pair's packets leave in UDP GSO messages: up to 64 packets of
+    /// one size to the peer in one system call, cut into datagrams by the kernel (on loopback
+    /// and veths they reach the peer still whole, and its device splits them; elsewhere they
+    /// are cut before the wire, with the IPv4 identifications the ICRCs were computed over).
+    /// Off by default: Linux rxe, a NIC and older irn devices need one packet per datagram.
+    pub fn set_peer_gso(&self, on: bool) -> Result<()> {
         self.with(|core, _| {
             if let Some(e) = core.qps.get_mut(&self.qpn) {
-                e.gso = intake;
+                e.gso = on;
             }
             Ok(())
         })
