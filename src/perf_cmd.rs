@@ -784,8 +784,8 @@ fn warn_oversized(side: &Side) {
     if n > 0 {
         eprintln!(
             "irn perf: {n} datagrams arrived coalesced and could not be cut into their packets \
-             (no cut gave a first packet with a valid ICRC): a peer on this host sends UDP GSO \
-             messages this device's raw receive path cannot split; run this end with --rx udp"
+             (no cut fit): a peer on this host sends UDP GSO messages this device's raw receive \
+             path cannot split; run this end with --rx udp"
         );
     }
 }

@@ -408,35 +408,51 @@ impl Core {
     /// the cut is found: first at the first packet's headers + its queue pair's path MTU + the
     /// ICRC (a stream of large Writes, Sends, Read responses), then at every shorter length
     /// a packet can have (a multiple of 4 from its headers and ICRC on); a length is taken when
-    /// a BTH for one of this device's queue pairs starts where each later packet would, and
-    /// the first packet's ICRC holds under it. Each segment is then received under the IPv4
-    /// identification the kernel would have given it (the first's + its index). A packet no
-    /// longer than one packet can be is taken as one when its ICRC holds, which is checked
-    /// first. Returns `false` for what is left to [`Core::receive`] (not IPv4 UDP, a queue pair
-    /// unknown, no cut found for a packet that could be single: a bad ICRC, counted there).
+    /// a BTH with the first one's P_Key, for the first packet's queue pair or another of this
+    /// device's, starts where each later packet would, and the first packet's ICRC holds under
+    /// it. Each segment is then received under the IPv4 identification the kernel would have
+    /// given it (the first's + its index). A datagram no longer than one packet can be is
+    /// taken as one when its ICRC holds, which is checked first.
     ///
-    /// A datagram longer than any one packet that no cut fits is counted in `rx_oversized`
-    /// and `rx_malformed` and dropped whole. The search is cheap: a wrong length almost
-    /// always fails at the second BTH's queue pair number (payload bytes), and the ICRC, over
-    /// the first packet only, decides the rest (a wrong length passing both: 2^-32 per
-    /// candidate, and then its segments fail their own ICRCs).
-    pub(super) fn receive_coalesced(&mut self, sock: &UdpSocket, now: Time, packet: &[u8]) -> bool {
+    /// Returns the packets it received (a datagram taken whole counts one), or 0 for what is
+    /// left to [`Core::receive`]: not an IPv4 UDP datagram or no BTH at its start; a single
+    /// packet while the receive impairment is on (which takes it there); one that could be a
+    /// single packet and that no cut fits (its ICRC is counted bad there).
+    ///
+    /// A datagram longer than any one packet that no cut fits is captured, counted in
+    /// `rx_oversized` and `rx_malformed`, and dropped whole. A wrong length almost always
+    /// fails at the second BTH (payload bytes there), and the ICRC, over the first packet
+    /// only, decides the rest (a wrong length passing both: 2^-32 per candidate, and then its
+    /// segments fail their own ICRCs). The search has a budget, against forged datagrams that
+    /// repeat a P_Key and a queue pair's number everywhere: 2 048 + one per 4 bytes lookups,
+    /// and 16 ICRCs.
+    pub(super) fn receive_coalesced(
+        &mut self,
+        sock: &UdpSocket,
+        now: Time,
+        packet: &[u8],
+    ) -> usize {
         let Some((from, ecn, ident, payload)) = net::coalesced_v4(packet) else {
-            return false;
+            return 0;
         };
         let qpn = |at: usize| {
             payload
                 .get(at + 5..at + 8)
                 .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]))
         };
-        let Some(mtu) = qpn(0)
-            .and_then(|q| self.qps.get(&q))
-            .map(|e| e.qp.attr().path_mtu as usize)
-        else {
-            return false;
+        let Some(q0) = qpn(0) else {
+            return 0;
         };
+        // The first packet's queue pair bounds its payload; one this device does not have
+        // (destroyed, or never) is bounded by the largest MTU, and its packets are counted as
+        // for an unknown queue pair one by one.
+        let mtu = self
+            .qps
+            .get(&q0)
+            .map_or(4096, |e| e.qp.attr().path_mtu as usize);
+        let pkey = payload.get(2..4);
         let Ok(h) = IbRepr::header_len_of(payload) else {
-            return false;
+            return 0;
         };
         // The first packet's headers and ICRC, and the most it can be with its payload.
         let h = h + irn_wire::ICRC_LEN;
@@ -446,40 +462,66 @@ impl Core {
         if single && irn_wire::icrc::check_ip_packet(packet).is_ok_and(|c| c.ok()) {
             // One packet (the receive impairment, if any, takes it on the normal path).
             if self.rx_imp.is_active() {
-                return false;
+                return 0;
             }
             self.receive_checked(now, packet, false);
-            return true;
+            return 1;
         }
-        // Where a BTH for one of this device's queue pairs starts every `seg` bytes after the
-        // first, and the last piece holds at least a BTH and an ICRC.
-        let fits = |core: &Core, seg: usize| {
-            seg < len
-                && (len - 1) % seg + 1 >= irn_wire::BTH_LEN + irn_wire::ICRC_LEN
-                && (1..len.div_ceil(seg)).all(|k| {
-                    qpn(k * seg)
-                        .is_some_and(|q| core.qps.contains_key(&q) || core.uds.contains_key(&q))
-                })
-        };
         let mut hdrs = match self.seg_headers.filter(|x| x.matches(from, ecn)) {
             Some(x) => x,
             None => match net::SegmentHeaders::new(from, self.local, ecn) {
                 Some(x) => x,
-                None => return false,
+                None => return 0,
             },
         };
-        let cut = std::iter::once(full)
-            .chain((h..full).step_by(4))
-            .find(|&seg| fits(self, seg) && hdrs.verify(ident, &payload[..seg]).is_ok());
+        // A length fits when a BTH for one of this device's queue pairs starts every `seg`
+        // bytes after the first, the last piece holds at least a BTH and an ICRC, and the
+        // first packet's ICRC holds. The search has a budget of queue-pair lookups and
+        // ICRCs: an honest message needs one lookup per shorter length tried (the second
+        // BTH's queue pair number is payload bytes there) and one per packet at its own; a
+        // forged datagram whose bytes repeat a queue pair's number could make many lengths
+        // look right as far as their last piece.
+        let mut lookups = 2048 + len / 4;
+        let mut icrcs = 16u32;
+        let mut cut = None;
+        for seg in std::iter::once(full).chain((h..full).step_by(4)) {
+            if lookups == 0 || icrcs == 0 {
+                break;
+            }
+            if seg >= len || (len - 1) % seg + 1 < irn_wire::BTH_LEN + irn_wire::ICRC_LEN {
+                continue;
+            }
+            // A BTH with the first one's P_Key, for the first packet's queue pair or another
+            // of this device's.
+            let starts = (1..len.div_ceil(seg)).all(|k| {
+                lookups = lookups.saturating_sub(1);
+                lookups > 0
+                    && payload.get(k * seg + 2..k * seg + 4) == pkey
+                    && qpn(k * seg).is_some_and(|q| {
+                        q == q0 || self.qps.contains_key(&q) || self.uds.contains_key(&q)
+                    })
+            });
+            if !starts {
+                continue;
+            }
+            icrcs -= 1;
+            if hdrs.verify(ident, &payload[..seg]).is_ok() {
+                cut = Some(seg);
+                break;
+            }
+        }
         self.seg_headers = Some(hdrs);
         let Some(seg) = cut else {
             if single {
-                return false;
+                return 0;
             }
             self.counters.rx_packets += 1;
             self.counters.rx_malformed += 1;
             self.counters.rx_oversized += 1;
-            return true;
+            if let Some(c) = self.capture.as_mut() {
+                c.write(packet);
+            }
+            return 1;
         };
         self.counters.rx_coalesced += 1;
         for (k, segment) in payload.chunks(seg).enumerate() {
@@ -487,7 +529,7 @@ impl Core {
             let verify = k > 0 && self.verify_icrc;
             self.receive_segment_checked(sock, now, (from, ecn, ident), segment, verify);
         }
-        true
+        len.div_ceil(seg)
     }
 
     /// A received IP packet: counted, captured, split (its ICRC verified where it can be)
@@ -906,8 +948,13 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
                 core.receive_segment(sock, now, (from, ecn, k), packet);
                 continue;
             }
-            if raw && core.receive_coalesced(sock, now, packet) {
-                continue;
+            if raw {
+                // A coalesced datagram's packets count towards the burst's limit each.
+                let n = core.receive_coalesced(sock, now, packet);
+                if n > 0 {
+                    taken += n - 1;
+                    continue;
+                }
             }
             if !core.rx_imp.is_active() {
                 core.receive(now, packet);

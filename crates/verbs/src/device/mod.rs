@@ -597,11 +597,12 @@ pub struct DeviceCounters {
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,
-    /// Coalesced datagrams the raw receive path could not cut into their packets (counted in
-    /// `rx_malformed` too): no cut gave a first packet with a valid ICRC and, where the others
-    /// start, BTHs for this device's queue pairs. Only a peer on this host sends them whole
-    /// (loopback, veths); a corrupted message, or one from a peer that numbers its segments'
-    /// identifications otherwise, lands here.
+    /// Datagrams longer than one packet that the raw receive path could not cut into their
+    /// packets (counted in `rx_malformed` too): no length gave a first packet with a valid
+    /// ICRC and, where the others start, BTHs for this device's queue pairs — or the search's
+    /// budget ran out (`Core::receive_coalesced`). Only a peer on this host sends coalesced
+    /// datagrams whole (loopback, veths); a corrupted or forged one, or one from a peer that
+    /// numbers its segments' identifications otherwise, lands here.
     pub rx_oversized: u64,
     /// Connections (INIT → RTR) that send from the device's port instead of a port of their
     /// own: theirs could not be bound, or the device had [`MAX_SOURCE_PORTS`] open already.
