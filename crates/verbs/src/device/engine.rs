@@ -375,31 +375,35 @@ impl Core {
             return;
         };
         if verify {
-            let hdrs = match self.seg_headers.filter(|h| h.matches(from, ecn)) {
-                Some(h) => h,
-                None => match net::SegmentHeaders::new(from, self.local, ecn) {
-                    Some(h) => h,
-                    None => {
-                        self.counters.rx_malformed += 1;
-                        return;
-                    }
-                },
+            let checked = match self.segment_headers(from, ecn) {
+                Some(hdrs) => hdrs.verify(k, datagram),
+                None => Err(Reject::Malformed),
             };
-            let hdrs = self.seg_headers.insert(hdrs);
-            match hdrs.verify(k, datagram) {
-                Ok(()) => {}
-                Err(Reject::Icrc) => {
-                    self.counters.rx_icrc_errors += 1;
-                    return;
-                }
-                Err(Reject::Malformed) => {
-                    self.counters.rx_malformed += 1;
-                    return;
-                }
+            if let Err(r) = checked {
+                self.count_reject(r);
+                return;
             }
         }
         self.counters.rx_bytes += datagram.len() as u64;
         self.deliver(now, from, ecn, &datagram[..body], None);
+    }
+
+    /// The headers segments from `from` with ECN field `ecn` arrived under, kept for the next
+    /// segment ([`net::SegmentHeaders`]); `None` if none can be built (an address family other
+    /// than the device's).
+    fn segment_headers(&mut self, from: SocketAddr, ecn: Ecn) -> Option<&mut net::SegmentHeaders> {
+        if !self.seg_headers.is_some_and(|h| h.matches(from, ecn)) {
+            self.seg_headers = Some(net::SegmentHeaders::new(from, self.local, ecn)?);
+        }
+        self.seg_headers.as_mut()
+    }
+
+    /// Counts a received packet dropped for `why`.
+    fn count_reject(&mut self, why: Reject) {
+        match why {
+            Reject::Malformed => self.counters.rx_malformed += 1,
+            Reject::Icrc => self.counters.rx_icrc_errors += 1,
+        }
     }
 
     /// A packet from the raw path, which may be a peer's UDP GSO message that reached this
@@ -467,12 +471,8 @@ impl Core {
             self.receive_checked(now, packet, false);
             return 1;
         }
-        let mut hdrs = match self.seg_headers.filter(|x| x.matches(from, ecn)) {
-            Some(x) => x,
-            None => match net::SegmentHeaders::new(from, self.local, ecn) {
-                Some(x) => x,
-                None => return 0,
-            },
+        let Some(mut hdrs) = self.segment_headers(from, ecn).copied() else {
+            return 0;
         };
         // A length fits when a BTH for one of this device's queue pairs starts every `seg`
         // bytes after the first, the last piece holds at least a BTH and an ICRC, and the
@@ -549,12 +549,8 @@ impl Core {
         }
         let rx = match net::split(packet, verify) {
             Ok(rx) => rx,
-            Err(Reject::Malformed) => {
-                self.counters.rx_malformed += 1;
-                return;
-            }
-            Err(Reject::Icrc) => {
-                self.counters.rx_icrc_errors += 1;
+            Err(r) => {
+                self.count_reject(r);
                 return;
             }
         };
