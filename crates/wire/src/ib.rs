@@ -129,47 +129,23 @@ impl IbRepr {
         })
     }
 
-    /// The length of the BTH and extension headers at the start of `packet`, from its opcode's
-    /// layout (and the IRN extension header's own length), without parsing or checking the
-    /// rest: where a packet's payload starts when what follows may be more than this packet
-    /// (a receiver looking for the packets of a coalesced datagram).
+    /// The length of the BTH and extension headers at the start of `packet` (as [`parse`]
+    /// reads them), without looking at what follows: where a packet's payload starts when
+    /// what follows may be more than this packet (a receiver looking for the packets of a
+    /// coalesced datagram).
+    ///
+    /// [`parse`]: IbRepr::parse
     pub fn header_len_of(packet: &[u8]) -> Result<usize> {
-        let bth_view = Bth::new_checked(packet)?;
-        let bth = BthRepr::parse(&bth_view)?;
-        let headers = bth
-            .opcode
-            .layout(bth.tver)
-            .map_or(Headers::NONE, |l| l.headers);
-        let mut at = BTH_LEN;
-        if headers.contains(Headers::IRNETH) {
-            at += IrnEth::new_checked(&packet[at..])?.header_len();
-        }
-        let fixed = [
-            (Headers::DETH, DethRepr::LEN),
-            (Headers::RETH, RethRepr::LEN),
-            (Headers::ATOMIC_ETH, AtomicEthRepr::LEN),
-            (Headers::AETH, AethRepr::LEN),
-            (Headers::ATOMIC_ACK_ETH, AtomicAckEthRepr::LEN),
-            (Headers::IMMDT, 4),
-            (Headers::IETH, 4),
-        ];
-        for (h, len) in fixed {
-            if headers.contains(h) {
-                at += len;
-            }
-        }
-        crate::error::need(Layer::Bth, packet, at)?;
-        Ok(at)
+        IbRepr::parse_headers(packet).map(|(_, at)| at)
     }
 
-    /// Parses the bytes between the UDP header and the ICRC. Returns the representation and the
-    /// payload (without pad).
-    pub fn parse(packet: &[u8]) -> Result<(IbRepr, &[u8])> {
+    /// The BTH and extension headers at the start of `packet` (as its opcode's layout calls
+    /// for them), and where they end; the payload is not looked at.
+    fn parse_headers(packet: &[u8]) -> Result<(IbRepr, usize)> {
         let bth_view = Bth::new_checked(packet)?;
         let mut repr = IbRepr::new(BthRepr::parse(&bth_view)?);
         let mut at = BTH_LEN;
-        let layout = repr.layout();
-        let headers = layout.map_or(Headers::NONE, |l| l.headers);
+        let headers = repr.layout().map_or(Headers::NONE, |l| l.headers);
         let rest = |at: usize| &packet[at..];
         if headers.contains(Headers::IRNETH) {
             let v = IrnEth::new_checked(rest(at))?;
@@ -206,14 +182,21 @@ impl IbRepr {
             repr.ieth = Some(Ieth::new_checked(rest(at))?.rkey());
             at += 4;
         }
-        let data = rest(at);
+        Ok((repr, at))
+    }
+
+    /// Parses the bytes between the UDP header and the ICRC. Returns the representation and the
+    /// payload (without pad).
+    pub fn parse(packet: &[u8]) -> Result<(IbRepr, &[u8])> {
+        let (mut repr, at) = IbRepr::parse_headers(packet)?;
+        let data = &packet[at..];
         if packet.len() % 4 != 0 {
             return Err(Error::Malformed {
                 layer: Layer::Payload,
                 what: "packet length is not a multiple of 4",
             });
         }
-        let pad = usize::from(bth_view.pad_count());
+        let pad = usize::from(Bth::new_checked(packet)?.pad_count());
         if pad > data.len() {
             return Err(Error::Malformed {
                 layer: Layer::Payload,
@@ -222,7 +205,7 @@ impl IbRepr {
         }
         let payload = &data[..data.len() - pad];
         repr.payload_len = payload.len();
-        let rule = layout.map_or(PayloadRule::Any, |l| l.payload);
+        let rule = repr.layout().map_or(PayloadRule::Any, |l| l.payload);
         check_payload(rule, payload.len()).map_err(|what| Error::Malformed {
             layer: Layer::Payload,
             what,
