@@ -402,10 +402,6 @@ pub(crate) struct Rx {
     /// It did not fit the buffer (not a RoCEv2 packet this device could have sent) or, on the
     /// UDP path, came without a usable source address: counted as malformed, never parsed.
     pub(crate) malformed: bool,
-    /// Malformed because longer than the raw path's buffer, which holds any IPv4 datagram (a
-    /// same-host peer's GSO message arrives whole, and the engine cuts it): not seen unless
-    /// the buffers are made smaller.
-    pub(crate) oversized: bool,
 }
 
 /// Receive buffers reused burst after burst, and what the last burst put in them.
@@ -460,7 +456,6 @@ impl RxBatch {
             start: 0,
             len: 0,
             malformed: true,
-            oversized: false,
             segment: None,
         };
         for i in 0..n {
@@ -472,13 +467,9 @@ impl RxBatch {
                         start: 0,
                         len,
                         malformed: false,
-                        oversized: false,
                         segment: None,
                     },
-                    true => Rx {
-                        oversized: true,
-                        ..bad(i)
-                    },
+                    true => bad(i),
                 });
                 continue;
             }
@@ -500,7 +491,6 @@ impl RxBatch {
                             start,
                             len: HEADROOM - start + len,
                             malformed: false,
-                            oversized: false,
                             segment: None,
                         },
                         None => bad(i),
@@ -519,7 +509,6 @@ impl RxBatch {
                     start: at,
                     len: n,
                     malformed: false,
-                    oversized: false,
                     segment: Some((from, ecn, k)),
                 });
                 at += n;
@@ -602,25 +591,6 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr, ecn: Ecn) -> Option<(IpR
         checksum: UdpChecksum::None,
     };
     Some((ip, udp))
-}
-
-/// A raw-path IPv4 packet that may be a coalesced datagram: its sender (address and UDP
-/// port), ECN field, IPv4 identification (the first segment's: the kernel numbers the
-/// segments of a GSO message from the message's own, [`TxMsg`]) and UDP payload, ICRC
-/// included. `None` for anything else — another IP version, a fragment, a UDP length that
-/// disagrees with the IP one — which the normal path then counts.
-pub(crate) fn coalesced_v4(packet: &[u8]) -> Option<(SocketAddr, Ecn, u16, &[u8])> {
-    let p = Ipv4Packet::new_checked(packet).ok()?;
-    if p.protocol() != PROTO_UDP || p.more_frags() || p.frag_offset() != 0 {
-        return None;
-    }
-    let datagram = &packet[p.payload_range()];
-    let u = UdpPacket::new_checked(datagram).ok()?;
-    if usize::from(u.len()) != datagram.len() {
-        return None;
-    }
-    let from = SocketAddr::new(IpAddr::V4(p.src()), u.src_port());
-    Some((from, p.ecn(), p.ident(), &datagram[u.payload_range()]))
 }
 
 /// The IP and UDP headers segments of coalesced datagrams from one sender arrived under,
@@ -830,10 +800,14 @@ pub(crate) struct Received<'a> {
     pub(crate) from: SocketAddr,
     /// The InfiniBand packet from its BTH to its ICRC (excluded).
     pub(crate) ib: &'a [u8],
-    /// The UDP payload's length (BTH to ICRC included).
-    pub(crate) datagram_len: usize,
+    /// The UDP payload (BTH to ICRC included): on the raw path, possibly a same-host peer's
+    /// whole GSO message (`Core::receive_coalesced`).
+    pub(crate) datagram: &'a [u8],
     /// The IP header's ECN field.
     pub(crate) ecn: Ecn,
+    /// The IPv4 identification (0 for IPv6, which has none): a GSO message's first
+    /// segment's, the kernel numbering the others from it ([`TxMsg`]).
+    pub(crate) ident: u16,
 }
 
 /// Splits a received IP packet; with `verify`, checks its ICRC.
@@ -842,14 +816,14 @@ pub(crate) struct Received<'a> {
 /// packet sent from this host carries an unfinished one (checksum offload); the ICRC covers
 /// all the checksum would.
 pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject> {
-    let (src, ecn, datagram) = match packet.first().map(|b| b >> 4) {
+    let (src, ecn, ident, datagram) = match packet.first().map(|b| b >> 4) {
         Some(4) => {
             let p = Ipv4Packet::new_checked(packet).map_err(|_| Reject::Malformed)?;
             if p.protocol() != PROTO_UDP || p.more_frags() || p.frag_offset() != 0 {
                 return Err(Reject::Malformed);
             }
             let r = p.payload_range();
-            (IpAddr::V4(p.src()), p.ecn(), &packet[r])
+            (IpAddr::V4(p.src()), p.ecn(), p.ident(), &packet[r])
         }
         Some(6) => {
             let p = Ipv6Packet::new_checked(packet).map_err(|_| Reject::Malformed)?;
@@ -857,7 +831,7 @@ pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject>
                 return Err(Reject::Malformed);
             }
             let r = p.payload_range();
-            (IpAddr::V6(p.src()), p.ecn(), &packet[r])
+            (IpAddr::V6(p.src()), p.ecn(), 0, &packet[r])
         }
         _ => return Err(Reject::Malformed),
     };
@@ -879,8 +853,9 @@ pub(crate) fn split(packet: &[u8], verify: bool) -> Result<Received<'_>, Reject>
     Ok(Received {
         from: SocketAddr::new(src, u.src_port()),
         ib: &payload[..body_len],
-        datagram_len: payload.len(),
+        datagram: payload,
         ecn,
+        ident,
     })
 }
 
@@ -957,7 +932,7 @@ mod tests {
         let mut p = packet();
         let rx = split(&p, true).expect("a correct packet");
         assert_eq!(rx.from, "10.0.0.1:49152".parse().expect("addr"));
-        assert_eq!(rx.datagram_len, p.len() - 28);
+        assert_eq!(rx.datagram.len(), p.len() - 28);
         let last = p.len() - 1;
         p[last] ^= 1;
         assert_eq!(split(&p, true).map(|r| r.from), Err(Reject::Icrc));

@@ -419,7 +419,8 @@ impl Core {
     /// taken as one when its ICRC holds, which is checked first.
     ///
     /// Returns the packets it received (a datagram taken whole counts one), or 0 for what is
-    /// left to [`Core::receive`]: not an IPv4 UDP datagram or no BTH at its start; a single
+    /// left to [`Core::receive`]: not a UDP datagram with at least an ICRC, or no BTH at its
+    /// start; a single
     /// packet while the receive impairment is on (which takes it there); one that could be a
     /// single packet and that no cut fits (its ICRC is counted bad there).
     ///
@@ -436,7 +437,14 @@ impl Core {
         now: Time,
         packet: &[u8],
     ) -> usize {
-        let Some((from, ecn, ident, payload)) = net::coalesced_v4(packet) else {
+        let Ok(net::Received {
+            from,
+            ecn,
+            ident,
+            datagram: payload,
+            ..
+        }) = net::split(packet, false)
+        else {
             return 0;
         };
         let qpn = |at: usize| {
@@ -510,7 +518,6 @@ impl Core {
                 break;
             }
         }
-        self.seg_headers = Some(hdrs);
         let Some(seg) = cut else {
             if single {
                 return 0;
@@ -554,7 +561,7 @@ impl Core {
                 return;
             }
         };
-        self.counters.rx_bytes += rx.datagram_len as u64;
+        self.counters.rx_bytes += rx.datagram.len() as u64;
         self.deliver(now, rx.from, rx.ecn, rx.ib, Some(packet));
     }
 
@@ -936,7 +943,6 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
             if rx.malformed {
                 core.counters.rx_packets += 1;
                 core.counters.rx_malformed += 1;
-                core.counters.rx_oversized += u64::from(rx.oversized);
                 continue;
             }
             let packet = batch.packet(rx);

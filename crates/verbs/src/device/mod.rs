@@ -962,14 +962,10 @@ impl Device {
             return Err(Error::Config("in_flight_budget must be more than 0 bytes"));
         }
         let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
-        // Receive buffers reused burst after burst: no allocation per datagram.
-        let largest = match socks.path() {
-            // A coalesced datagram of up to 64 packets, split by the kernel's segment size
-            // (UDP path) or where the engine finds the cut (raw path).
-            ReceivePath::Udp | ReceivePath::Raw => 1 << 16,
-            ReceivePath::Auto => MAX_DATAGRAM,
-        };
-        let rx = RxBatch::new(RX_BURST, largest);
+        // Receive buffers reused burst after burst: no allocation per datagram. Each holds a
+        // coalesced datagram of up to 64 packets on either path, split by the kernel's segment
+        // size (UDP path) or where the engine finds the cut (raw path).
+        let rx = RxBatch::new(RX_BURST, 1 << 16);
         let local = socks.local();
         let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
         let core = Core {
