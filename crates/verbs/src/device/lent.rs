@@ -101,14 +101,15 @@ impl Gathered {
         into.append(&mut self.lent);
     }
 
+    /// Appends the lent pieces to `out`.
+    fn copy_lent(&self, out: &mut Vec<u8>) {
+        self.with_lent(|pieces| pieces.iter().for_each(|p| out.extend_from_slice(p)));
+    }
+
     /// Copies the lent pieces into `bytes`: the payload is held here from now on.
     fn inline(&mut self) {
         let mut bytes = std::mem::take(&mut self.bytes);
-        self.with_lent(|pieces| {
-            for p in pieces {
-                bytes.extend_from_slice(p);
-            }
-        });
+        self.copy_lent(&mut bytes);
         self.bytes = bytes;
         self.lent.clear();
     }
@@ -116,11 +117,7 @@ impl Gathered {
     /// The payload copied into one buffer (a capture, an impaired packet).
     pub(super) fn to_vec(&self) -> Vec<u8> {
         let mut v = self.bytes.clone();
-        self.with_lent(|pieces| {
-            for p in pieces {
-                v.extend_from_slice(p);
-            }
-        });
+        self.copy_lent(&mut v);
         v
     }
 }
