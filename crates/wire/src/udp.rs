@@ -191,23 +191,17 @@ impl UdpRepr {
         src: IpAddr,
         dst: IpAddr,
     ) -> Result<usize> {
-        let len = u16::try_from(HEADER_LEN + payload_len).map_err(|_| Error::Invalid {
-            layer: Layer::Udp,
-            what: "datagram longer than 65535 bytes",
-        })?;
+        let len = datagram_len(payload_len)?;
         room(datagram.len(), usize::from(len))?;
-        put_u16(datagram, 0, self.src_port);
-        put_u16(datagram, 2, self.dst_port);
-        put_u16(datagram, 4, len);
-        put_u16(datagram, 6, 0);
         match self.checksum {
-            UdpChecksum::None => {}
+            UdpChecksum::None => self.put(datagram, len, 0),
             UdpChecksum::Computed => {
+                self.put(datagram, len, 0);
                 let sum = ones_finish(pseudo_sum(src, dst, len, &datagram[..usize::from(len)]));
                 // A computed zero is sent as all ones (RFC 768): zero means "no checksum".
                 put_u16(datagram, 6, if sum == 0 { 0xffff } else { sum });
             }
-            UdpChecksum::Mismatch(v) => put_u16(datagram, 6, v),
+            UdpChecksum::Mismatch(v) => self.put(datagram, len, v),
         }
         Ok(HEADER_LEN)
     }
@@ -216,10 +210,7 @@ impl UdpRepr {
     /// bytes whose payload lies elsewhere (a gathered send). A computed checksum needs the
     /// payload: refused.
     pub fn emit_header(&self, header: &mut [u8], payload_len: usize) -> Result<usize> {
-        let len = u16::try_from(HEADER_LEN + payload_len).map_err(|_| Error::Invalid {
-            layer: Layer::Udp,
-            what: "datagram longer than 65535 bytes",
-        })?;
+        let len = datagram_len(payload_len)?;
         room(header.len(), HEADER_LEN)?;
         let checksum = match self.checksum {
             UdpChecksum::None => 0,
@@ -231,12 +222,25 @@ impl UdpRepr {
                 })
             }
         };
+        self.put(header, len, checksum);
+        Ok(HEADER_LEN)
+    }
+
+    /// The four fields, into a buffer already checked to hold them.
+    fn put(&self, header: &mut [u8], len: u16, checksum: u16) {
         put_u16(header, 0, self.src_port);
         put_u16(header, 2, self.dst_port);
         put_u16(header, 4, len);
         put_u16(header, 6, checksum);
-        Ok(HEADER_LEN)
     }
+}
+
+/// The UDP length field of a datagram carrying `payload_len` bytes.
+fn datagram_len(payload_len: usize) -> Result<u16> {
+    u16::try_from(HEADER_LEN + payload_len).map_err(|_| Error::Invalid {
+        layer: Layer::Udp,
+        what: "datagram longer than 65535 bytes",
+    })
 }
 
 #[cfg(test)]
