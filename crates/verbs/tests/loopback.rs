@@ -906,13 +906,17 @@ fn one_device_carries_many_cm_connections_to_one_port() {
     let server = SocketAddr::new(b.dev.local_addr().ip(), 7175);
     let dst = b.pd.reg_mr(N * 1024, all()).expect("mr");
     let src = a.pd.reg_mr(N * 1024, all()).expect("mr");
+    // Listening before the client's first REQ can arrive: bound in the server's thread, a
+    // late start of that thread had the REQ refused (REJ 8, no one listening), once in a
+    // loaded CI run.
+    let l = CmListener::bind(&b.dev, 7175, cfg_b).expect("listen");
+    assert!(matches!(
+        CmListener::bind(&b.dev, 7175, cfg_b),
+        Err(CmError::PortInUse(7175))
+    ));
     std::thread::scope(|s| {
         let srv = s.spawn(|| {
-            let mut l = CmListener::bind(&b.dev, 7175, cfg_b).expect("listen");
-            assert!(matches!(
-                CmListener::bind(&b.dev, 7175, cfg_b),
-                Err(CmError::PortInUse(7175))
-            ));
+            let mut l = l;
             let mut conns = Vec::new();
             for q in &qb {
                 let req = l.get_request(Duration::from_secs(10)).expect("request");
