@@ -1,26 +1,20 @@
-//! Flows and their queue pairs: each end of a flow is set up by an event of its own host
-//! (buffer, queue pair brought to RTS, work request posted); the queue pair's completions,
-//! timer and place in its NIC's ready list are looked after after every input (`Part::touch`);
-//! the requester's queue pair is destroyed when its work request completes, the responder's
-//! one longest link delay later.
+//! The workload as the network runs it ([`Workload`]): each end of a flow is set up by an
+//! event of its own host (buffer, queue pair brought to RTS, work request posted); the
+//! requester's queue pair is destroyed when its work request completes, the responder's one
+//! longest link delay later. The workload keeps each flow's record and, per end, where its
+//! queue pair lives.
 
+use super::fabric::Fabric;
 use super::memory::SimMemory;
-use super::nic::Slot;
-use super::packet::{Ev, Events, NIL};
-use super::Part;
-use crate::config::FlowOp;
+use super::nic::{first_psn, Finished, Nic};
+use super::packet::{qpn, Ev, Events, NIL, REQ, RESP};
+use crate::config::{FlowOp, SimConfig};
 use crate::workload::Flow;
 use irn_transport::rng::mix;
 use irn_transport::{
-    connect_qp, Completion, Dur, MrKeys, QpConfig, QueuePair, RecvWr, Remote, SendOp, SendWr, Sge,
-    Time, WcStatus,
+    connect_qp, Dur, MrKeys, QpAttr, QpConfig, RecvWr, Remote, SendOp, SendWr, Sge, Time, WcStatus,
 };
 use irn_wire::Psn;
-
-/// The requester end of a flow.
-pub(super) const REQ: usize = 0;
-/// The responder end of a flow.
-pub(super) const RESP: usize = 1;
 
 /// The host of end `end` ([`REQ`], [`RESP`]) of flow `f` under operation `op`: a Read's
 /// requester is the destination of its data.
@@ -30,14 +24,6 @@ pub(super) fn end_host(op: FlowOp, f: &Flow, end: usize) -> u32 {
     } else {
         f.dst
     }
-}
-
-/// The QPN of end `end` of `flow`: a function of the flow, so that each end knows the other's
-/// without asking (the two ends may be set up in different partitions at the same instant).
-/// QPNs are 24 bits and 0 and 1 are special in InfiniBand; past 2^23 flows they repeat, which
-/// is harmless (a NIC finds a packet's queue pair by its flow).
-pub(super) fn qpn(flow: u32, end: usize) -> u32 {
-    2 + ((2 * u64::from(flow) + end as u64) % ((1 << 24) - 2)) as u32
 }
 
 /// What happened to one flow.
@@ -86,7 +72,7 @@ impl FlowState {
 
 /// Scatter/gather entries covering `len` bytes at `addr` (an entry holds at most 2^32 − 1).
 pub(super) fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
-    pub(super) const CHUNK: u64 = 1 << 30;
+    const CHUNK: u64 = 1 << 30;
     let mut v = Vec::with_capacity(1);
     let mut off = 0;
     while off < len || (len == 0 && v.is_empty()) {
@@ -104,98 +90,158 @@ pub(super) fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
     v
 }
 
-/// The first PSN of flow `i`'s requests (and of a Read's responses).
-pub(super) fn first_psn(seed: u64, i: usize) -> Psn {
-    Psn::new((mix(seed ^ i as u64) & 0xff_ffff) as u32)
+/// What every queue pair of the run shares (`setup.rs`).
+#[derive(Debug)]
+pub(super) struct QpSetup {
+    pub(super) cfg: QpConfig,
+    pub(super) attr: QpAttr,
+    /// Packets that size the per-QP state of designs without a BDP cap (SPEC E13).
+    pub(super) state_window: u32,
 }
 
-impl<M: SimMemory> Part<M> {
-    pub(super) fn new_qp(&mut self, now: Time, host: u32, flow: u32, end: usize, peer: u32) -> u32 {
-        let nic = &mut self.nics[host as usize];
-        let slot = match nic.free.pop() {
-            Some(s) => s,
-            None => {
-                nic.slots.push(Slot {
-                    qp: None,
-                    gen: 0,
-                    timer: None,
-                    ready: false,
-                    flow,
-                    end: end as u8,
-                    peer,
-                    sent: 0,
-                    flowlet: 0,
-                    last_tx: Time::ZERO,
-                });
-                nic.ctrl.push(false);
-                (nic.slots.len() - 1) as u32
-            }
-        };
-        let cfg = QpConfig {
-            qpn: qpn(flow, end),
-            ..self.qp_cfg.clone()
-        };
-        let s = &mut nic.slots[slot as usize];
-        // A configuration the queue pair refuses leaves the slot empty: the flow fails below.
-        s.qp = QueuePair::new(now, cfg).ok();
-        s.flow = flow;
-        s.end = end as u8;
-        s.peer = peer;
-        s.timer = None;
-        s.ready = false;
-        s.sent = 0;
-        s.flowlet = 0;
-        s.last_tx = Time::ZERO;
-        nic.ctrl[slot as usize] = false;
-        slot
-    }
+/// The flows of a run, their records, and where each end's queue pair lives.
+#[derive(Debug)]
+pub(super) struct Workload {
+    pub(super) flows: Vec<Flow>,
+    pub(super) records: Vec<FlowRecord>,
+    states: Vec<FlowState>,
+    /// Flow ends to set up, as (start, key, flow, end), in start order: flow starts are events
+    /// of their own (one pending at a time) at the end's host.
+    starts: Vec<(Time, u64, u32, u8)>,
+    next_start: usize,
+    /// From the requester's completion to the responder's teardown: the longest link delay,
+    /// so that it is never shorter than a partition's lookahead.
+    teardown: Dur,
+    /// Flows whose requester completed here.
+    pub(super) done: usize,
+    /// Payload bytes of flows completed successfully.
+    pub(super) delivered: u64,
+    op: FlowOp,
+    seed: u64,
+}
 
-    /// The seed of flow `i`'s source bytes (payload runs).
-    pub(super) fn fill_seed(&self, i: usize) -> u64 {
-        mix(self.cfg.seed ^ ((i as u64) << 1))
+impl Workload {
+    /// The flows of a run whose ends at the hosts `mine` owns are set up here; `teardown`:
+    /// the longest link delay. Schedules the first start.
+    pub(super) fn new(
+        cfg: &SimConfig,
+        flows: Vec<Flow>,
+        teardown: Dur,
+        mine: impl Fn(u32) -> bool,
+        q: &mut Events,
+    ) -> Workload {
+        let op = cfg.transport.op;
+        let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
+            .flat_map(|i| {
+                let f = flows[i as usize];
+                [REQ, RESP].map(|end| {
+                    mine(end_host(op, &f, end)).then_some((
+                        f.start,
+                        Events::start_key(i, end),
+                        i,
+                        end as u8,
+                    ))
+                })
+            })
+            .flatten()
+            .collect();
+        starts.sort_unstable_by_key(|&(at, key, ..)| (at, key));
+        if let Some(&(at, key, ..)) = starts.first() {
+            q.q.push_keyed(at, key, Ev::FlowStart);
+        }
+        Workload {
+            records: flows
+                .iter()
+                .map(|&f| FlowRecord {
+                    flow: f,
+                    end: None,
+                    status: None,
+                    ideal: Dur::ZERO,
+                    intact: true,
+                })
+                .collect(),
+            states: vec![FlowState::NONE; flows.len()],
+            starts,
+            next_start: 0,
+            teardown,
+            done: 0,
+            delivered: 0,
+            op,
+            seed: cfg.seed,
+            flows,
+        }
     }
 
     /// The host of end `end` of flow `f` ([`end_host`] under this run's operation).
     pub(super) fn end_host(&self, f: &Flow, end: usize) -> u32 {
-        end_host(self.cfg.transport.op, f, end)
+        end_host(self.op, f, end)
+    }
+
+    /// The slot of the queue pair of end `end` of flow `i` at its host ([`NIL`]: none).
+    #[inline]
+    pub(super) fn slot(&self, i: u32, end: u8) -> u32 {
+        self.states[i as usize].slot[usize::from(end)]
+    }
+
+    /// The next flow end to set up, as (flow, end); schedules the start after it.
+    pub(super) fn next_start(&mut self, q: &mut Events) -> Option<(usize, usize)> {
+        let &(_, _, flow, end) = self.starts.get(self.next_start)?;
+        self.next_start += 1;
+        if let Some(&(at, key, ..)) = self.starts.get(self.next_start) {
+            q.q.push_keyed(at, key, Ev::FlowStart);
+        }
+        Some((flow as usize, usize::from(end)))
+    }
+
+    /// The seed of flow `i`'s source bytes (payload runs).
+    fn fill_seed(&self, i: usize) -> u64 {
+        mix(self.seed ^ ((i as u64) << 1))
     }
 
     /// Sets up end `end` of flow `i` at its host: its buffer and queue pair, connected to the
     /// other end's (whose QPN and buffer it knows without asking: see [`qpn`] and
     /// [`SimMemory::known_buffer`]); the requester posts the flow's work request.
-    pub(super) fn start_end(&mut self, now: Time, i: usize, end: usize) {
+    pub(super) fn start_end<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        nics: &mut [Nic<M>],
+        qps: &QpSetup,
+        now: Time,
+        (i, end): (usize, usize),
+    ) {
         let f = self.flows[i];
         let host = self.end_host(&f, end);
         let peer = self.end_host(&f, 1 - end);
         let holds_source = host == f.src;
         let fill = (M::HOLDS_BYTES && holds_source).then(|| self.fill_seed(i));
-        let buf = self.nics[host as usize].mem.flow_buffer(f.size, fill);
-        let slot = self.new_qp(now, host, i as u32, end, peer);
+        let buf = nics[host as usize].mem.flow_buffer(f.size, fill);
+        let cfg = QpConfig {
+            qpn: qpn(i as u32, end),
+            ..qps.cfg.clone()
+        };
+        let slot = nics[host as usize].new_qp(now, cfg, i as u32, end, peer);
         self.states[i].slot[end] = slot;
         self.states[i].buf[end] = buf;
-        let attr = self.qp_attr;
+        let attr = qps.attr;
         let psn = |x: u64| Psn::new((mix(x) & 0xff_ffff) as u32);
-        let (p_req, p_resp) = (
-            first_psn(self.cfg.seed, i),
-            psn(!(self.cfg.seed ^ i as u64)),
-        );
+        let (p_req, p_resp) = (first_psn(self.seed, i), psn(!(self.seed ^ i as u64)));
         let (mine, theirs) = if end == REQ {
             (p_req, p_resp)
         } else {
             (p_resp, p_req)
         };
-        let op = self.cfg.transport.op;
+        let op = self.op;
         // The responder's buffer, which the requester's work request names.
         let remote = (end == REQ).then(|| {
-            self.nics[peer as usize]
+            nics[peer as usize]
                 .mem
                 .known_buffer()
                 .unwrap_or(self.states[i].buf[RESP])
         });
         let len = f.size;
-        let Some(qp) = self.nics[host as usize].slots[slot as usize].qp.as_mut() else {
+        let Some(qp) = nics[host as usize].qp_mut(slot) else {
             if end == REQ {
-                self.finish_flow(now, i, WcStatus::LocQpOpErr);
+                self.finish(fx, nics, now, i, WcStatus::LocQpOpErr);
             }
             return;
         };
@@ -230,68 +276,38 @@ impl<M: SimMemory> Part<M> {
         if !setup_ok {
             // Cannot happen with a valid configuration; reported, never hidden.
             if end == REQ {
-                self.finish_flow(now, i, WcStatus::LocQpOpErr);
+                self.finish(fx, nics, now, i, WcStatus::LocQpOpErr);
             }
             return;
         }
-        self.touch(now, host, slot);
+        let done = nics[host as usize].touch(fx, now, slot);
+        self.finished(fx, nics, now, done);
     }
 
-    /// After anything happened to a queue pair: collect completions, re-arm its timer, and
-    /// let its NIC send.
-    pub(super) fn touch(&mut self, now: Time, host: u32, slot: u32) {
-        let nic = &mut self.nics[host as usize];
-        let s = &mut nic.slots[slot as usize];
-        let Some(qp) = s.qp.as_mut() else { return };
-        let flow = s.flow as usize;
-        let mut finished: Option<Completion> = None;
-        while let Some(c) = qp.poll_completion() {
-            if c.wr_id == flow as u64 && usize::from(s.end) == REQ {
-                finished = Some(c);
-            }
-        }
-        if let Some(c) = finished {
-            self.finish_flow(now, flow, c.status);
-            return;
-        }
-        nic.ctrl[slot as usize] = qp.control_ready();
-        Self::arm_timer(&mut self.q, now, s, host, slot);
-        // Only a queue pair that may have something to send joins the NIC's list and wakes
-        // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
-        // still full) costs no poll and no wake-up.
-        if s.qp.as_ref().is_some_and(QueuePair::may_transmit) {
-            if !s.ready {
-                s.ready = true;
-                nic.ready.push_back(slot);
-            }
-            self.kick_nic(now, host);
-        }
-    }
-
-    /// Makes sure an event wakes the queue pair at its next deadline (at most one pending
-    /// event per queue pair, unless its deadline moved earlier). A deadline already past — a
-    /// pacing slot that ended while the queue pair waited for its turn — is due now: the event
-    /// list would run it now anyway, and the handler only accepts the event its slot recorded.
-    pub(super) fn arm_timer(q: &mut Events, now: Time, s: &mut Slot, host: u32, slot: u32) {
-        if let Some(d) = s.qp.as_ref().and_then(QueuePair::poll_timeout) {
-            let d = d.max(now);
-            if s.timer.is_none_or(|t| d < t) {
-                s.timer = Some(d);
-                q.push(
-                    d,
-                    Ev::QpTimer {
-                        host,
-                        slot,
-                        gen: s.gen,
-                    },
-                );
-            }
+    /// Finishes the flow a NIC reported complete, if any.
+    #[inline]
+    pub(super) fn finished<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        nics: &mut [Nic<M>],
+        now: Time,
+        done: Option<Finished>,
+    ) {
+        if let Some(d) = done {
+            self.finish(fx, nics, now, d.flow as usize, d.status);
         }
     }
 
     /// The requester of flow `i` completed with `status`: record it, destroy the requester's
     /// queue pair, and have the responder's destroyed a teardown delay later.
-    pub(super) fn finish_flow(&mut self, now: Time, i: usize, status: WcStatus) {
+    pub(super) fn finish<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        nics: &mut [Nic<M>],
+        now: Time,
+        i: usize,
+        status: WcStatus,
+    ) {
         let slot = std::mem::replace(&mut self.states[i].slot[REQ], NIL);
         if slot == NIL {
             return;
@@ -304,25 +320,23 @@ impl<M: SimMemory> Part<M> {
             } else {
                 RESP
             };
-            self.nics[f.dst as usize].mem.verify(
-                self.states[i].buf[end].0,
-                f.size,
-                self.fill_seed(i),
-            )
+            nics[f.dst as usize]
+                .mem
+                .verify(self.states[i].buf[end].0, f.size, self.fill_seed(i))
         };
         if status == WcStatus::Success {
             self.delivered += f.size;
-            self.mon.delivered += f.size;
+            fx.mon.delivered(f.size);
         }
         let r = &mut self.records[i];
         r.end = Some(now);
         r.status = Some(status);
         r.intact = intact;
-        self.done_flows += 1;
+        self.done += 1;
         let host = self.end_host(&f, REQ);
-        self.destroy(host, slot, self.states[i].buf[REQ]);
+        nics[host as usize].destroy(slot, self.states[i].buf[REQ]);
         let resp_host = self.end_host(&f, RESP);
-        self.schedule(
+        fx.schedule(
             now + self.teardown,
             resp_host,
             Ev::FlowEnd {
@@ -332,29 +346,28 @@ impl<M: SimMemory> Part<M> {
         );
     }
 
-    /// Destroys the responder of flow `i` (if it was ever set up here).
-    pub(super) fn end_responder(&mut self, host: u32, i: usize) {
+    /// Destroys the responder of flow `i` at `nic` (if it was ever set up here).
+    pub(super) fn end_responder<M: SimMemory>(&mut self, nic: &mut Nic<M>, i: usize) {
         let slot = std::mem::replace(&mut self.states[i].slot[RESP], NIL);
         if slot != NIL {
-            self.destroy(host, slot, self.states[i].buf[RESP]);
+            nic.destroy(slot, self.states[i].buf[RESP]);
         }
     }
 
-    /// Destroys the queue pair in `slot` of `host` (its counters go to the totals) and releases
-    /// its buffer.
-    pub(super) fn destroy(&mut self, host: u32, slot: u32, buf: (u64, MrKeys)) {
-        let nic = &mut self.nics[host as usize];
-        let s = &mut nic.slots[slot as usize];
-        if let Some(qp) = s.qp.take() {
-            self.totals += *qp.counters();
-            // Its entries stay on the NIC's list until a look drops them. (Counted whether or
-            // not the slot says it is listed: a reused slot can leave an entry behind.)
-            nic.dead_ready += 1;
+    /// The host of `nic` died: its queue pairs are destroyed, and the flows lose these ends.
+    pub(super) fn lose_host<M: SimMemory>(&mut self, nic: &mut Nic<M>) {
+        for (slot, flow, end) in nic.live() {
+            let end = usize::from(end);
+            if self.states[flow as usize].slot[end] == slot {
+                self.states[flow as usize].slot[end] = NIL;
+            }
+            let buf = self.states[flow as usize].buf[end];
+            nic.destroy(slot, buf);
         }
-        nic.ctrl[slot as usize] = false;
-        s.gen = s.gen.wrapping_add(1);
-        s.timer = None;
-        nic.free.push(slot);
-        nic.mem.release(buf.0, buf.1);
+    }
+
+    /// End `end`'s slot of flow `i`, for debugging.
+    pub(super) fn end_slot(&self, i: usize, end: usize) -> Option<u32> {
+        self.states.get(i).map(|s| s.slot[end])
     }
 }

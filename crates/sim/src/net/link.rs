@@ -1,15 +1,18 @@
-//! Links: serialization at the port's rate and delivery after the propagation delay, and the
-//! hand-over of events (with their packets) to the partition that owns the receiving node.
+//! Links: serialization at the port's rate and delivery after the propagation delay
+//! (store-and-forward), pause frames overtaking queued data, and random loss on arrival.
 
-use super::memory::SimMemory;
-use super::packet::{Ev, Hop, Meta, Msg, NIL};
-use super::Part;
+use irn_transport::rng::Rng;
 use irn_transport::Time;
 
-impl<M: SimMemory> Part<M> {
+use super::fabric::Fabric;
+use super::memory::SimMemory;
+use super::packet::{Ev, Hop, PFC_FRAME};
+
+impl<M: SimMemory> Fabric<M> {
     /// Serializes `pkt` onto `node`'s port `out` from `now`: schedules its arrival at the peer
     /// and, when `wake`, the node's `TxDone` for that port. Returns when the link is free.
-    pub(super) fn put_on_link(
+    #[inline]
+    pub(super) fn transmit(
         &mut self,
         now: Time,
         node: u32,
@@ -42,66 +45,101 @@ impl<M: SimMemory> Part<M> {
         done
     }
 
-    /// Schedules `ev`, which happens at `node`: into this partition's event list, or the
-    /// outbox when another partition owns `node` (only ever a link's delay or more ahead).
-    #[inline]
-    pub(super) fn schedule(&mut self, at: Time, node: u32, ev: Ev) {
-        if self.part_of[node as usize] == self.me {
-            self.q.push(at, ev);
-        } else {
-            self.send_away(at, node, ev);
+    /// Occupies `node`'s port `out` for a `wire`-byte frame that reaches nobody (a flooded
+    /// copy the next NIC discards): schedules the `TxDone` when `wake`. Returns when the link
+    /// is free.
+    pub(super) fn occupy(
+        &mut self,
+        now: Time,
+        node: u32,
+        out: usize,
+        wire: u64,
+        wake: bool,
+    ) -> Time {
+        let port = self.topo.nodes[node as usize].ports[out];
+        let done = now + port.transmission(wire);
+        if wake {
+            self.q.push(
+                done,
+                Ev::TxDone {
+                    node,
+                    port: out as u16,
+                },
+            );
+        }
+        done
+    }
+
+    /// Sends a PFC frame (802.1Qbb) for `prio` out of `node`'s `port` (`pause`: XOFF, else
+    /// XON): it reaches the peer after its 64-byte serialization and the link's delay,
+    /// overtaking queued data. The sender counts it in its own port statistics.
+    pub(super) fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+        let p = self.topo.nodes[node as usize].ports[port as usize];
+        let c = self.classes.class(prio);
+        self.mon.pause_sent(node, port, c);
+        let at = now + p.transmission(PFC_FRAME) + p.delay;
+        self.schedule(
+            at,
+            p.peer,
+            Ev::Pfc {
+                node: p.peer,
+                port: p.peer_port,
+                prio,
+                pause,
+            },
+        );
+    }
+}
+
+/// Random loss on the links (`network.link_loss`): a frame is lost on arrival at a node with
+/// that probability, drawn from the receiving node's own stream, so that one node's draws do
+/// not depend on what happens elsewhere (nor on how the network is partitioned).
+#[derive(Debug)]
+pub(super) struct Loss {
+    rate: f64,
+    /// Per node, the stream of its incoming links.
+    rng: Vec<Rng>,
+}
+
+impl Loss {
+    /// Loss at `rate` on every link into each of `nodes` nodes.
+    pub(super) fn new(rate: f64, seed: u64, nodes: usize) -> Loss {
+        Loss {
+            rate,
+            rng: (0..nodes)
+                .map(|n| Rng::stream(seed, (11 << 32) | n as u64))
+                .collect(),
         }
     }
 
-    #[cold]
-    pub(super) fn send_away(&mut self, at: Time, node: u32, ev: Ev) {
-        let key = self.q.next_key();
-        let packet = match ev {
-            Ev::Arrive { pkt, .. } => {
-                let p = self.packets[pkt as usize];
-                let payload = if M::HOLDS_BYTES {
-                    std::mem::take(&mut self.payloads[pkt as usize])
-                } else {
-                    Vec::new()
-                };
-                self.free_packet(pkt);
-                Some((p, payload))
-            }
-            _ => None,
-        };
-        self.outbox.push(Msg {
-            to: self.part_of[node as usize],
-            at,
-            key,
-            ev,
-            packet,
-        });
+    /// Whether the frame arriving at `node` now was lost on its way.
+    #[inline]
+    pub(super) fn lost(&mut self, node: u32) -> bool {
+        self.rate > 0.0 && self.rng[node as usize].chance(self.rate)
     }
+}
 
-    /// Takes in an event from another partition.
-    pub(crate) fn deliver(&mut self, m: Msg) {
-        let ev = match (m.ev, m.packet) {
-            (
-                Ev::Arrive {
-                    node, port, hop, ..
-                },
-                Some((p, payload)),
-            ) => {
-                let pkt = self.alloc_packet(p, payload, Meta { hop, next: NIL });
-                Ev::Arrive {
-                    node,
-                    port,
-                    pkt,
-                    hop,
-                }
-            }
-            (ev, _) => ev,
-        };
-        self.q.q.push_keyed(m.at, m.key, ev);
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// The events for other partitions scheduled since the last call.
-    pub(crate) fn take_outbox(&mut self) -> std::vec::Drain<'_, Msg> {
-        self.outbox.drain(..)
+    #[test]
+    fn a_link_loses_frames_at_its_rate_from_the_receivers_own_stream() {
+        let mut l = Loss::new(0.1, 7, 3);
+        let n = 100_000;
+        let lost = (0..n).filter(|_| l.lost(1)).count() as f64 / n as f64;
+        assert!((lost - 0.1).abs() < 0.005, "{lost}");
+        // Node 2's draws do not depend on how many node 1 made.
+        let mut a = Loss::new(0.1, 7, 3);
+        let mut b = Loss::new(0.1, 7, 3);
+        for _ in 0..1000 {
+            a.lost(1);
+        }
+        let xs: Vec<bool> = (0..100).map(|_| a.lost(2)).collect();
+        let ys: Vec<bool> = (0..100).map(|_| b.lost(2)).collect();
+        assert_eq!(xs, ys);
+        // No loss: never a draw, never a loss.
+        let mut none = Loss::new(0.0, 7, 3);
+        assert!((0..1000).all(|_| !none.lost(0)));
     }
 }

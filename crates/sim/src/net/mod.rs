@@ -29,42 +29,45 @@
 //!   expire; those refreshes are not modelled or counted). A pause frame reaches the peer
 //!   after its 64-byte serialization and the propagation delay, overtaking data frames.
 //!
-//! # Components (after htsim's: one module per part of the network)
+//! # Components (after htsim's; shared/DESIGN.md, "Rooms inside the two big pieces")
 //!
-//! | module | owns |
-//! |---|---|
-//! | this one | `Part`: one partition's nodes and event list, set-up, dispatch, statistics, audits |
-//! | `packet` | frames and events: [`FRAME_OVERHEAD`], the forwarding state, the keyed event list |
-//! | `link` | serialization, propagation, events crossing to another partition |
-//! | `nic` | the hosts' ports and their queue pairs' scheduling; the receive pipeline |
-//! | `switch` | forwarding, admission, strict priority between classes |
-//! | `queues` | the two buffer architectures (virtual output queues, output FIFOs) behind one interface |
-//! | `pfc` | per (port, class) pause state, XOFF/XON thresholds and headroom |
-//! | `ecn` | RED and threshold marking, as pure functions of the queue length |
-//! | `flows` | flow ends, their queue pairs and records |
-//! | `setup` | what every queue pair of a run shares: recovery, timeouts, BDP cap, congestion control |
-//! | `memory` | the application memory models |
+//! Each component is a type that owns its state and is driven with the shared [`Fabric`]
+//! context (event list, packet table, topology, classes, monitor):
 //!
-//! The component modules are parts of one partition's model: each adds methods to `Part` for
-//! its component, and imports by name what it uses of the others.
+//! | module | component | owns |
+//! |---|---|---|
+//! | `switch` | `Switch` | ports, queues, admission and PFC thresholds, ECN marking and its stream; optionally L2 tables and a PFC watchdog |
+//! | `nic` | `Nic` | queue pairs, transmit scheduling, pause state, memory; optionally a receive pipeline (buffer, translation cache, watchdog) |
+//! | `link` | `Loss`, `Fabric::transmit` | loss and its per-node streams; serialization and propagation |
+//! | `flows` | `Workload` | flows, their records, where each end's queue pair lives |
+//! | `safety` | `Safety` | faults, the watchdogs' clocks, deadlock detection |
+//! | `fabric` | `Fabric` | the shared context and the border with other partitions |
+//! | `packet` | `Pool`, `Events` | frames, events, the packet table, the keyed event list |
+//! | `queues`, `pfc`, `ecn`, `classes`, `mtt` | | the rules a component applies: buffer architectures, pause thresholds, marking, priority classes, the translation cache |
+//! | `monitor` | `Monitor` | the counters the components report to (SPEC N9) |
+//! | `setup` | | what every queue pair of a run shares |
+//! | `memory` | | the application memory models |
+//!
+//! [`Part`] is one partition of the network: it builds the components, routes each event to
+//! the component it is for, and reads the statistics back.
 //!
 //! Each end of a flow is set up by an event of its own host when the flow starts; the
 //! requester's queue pair is destroyed when its work request completes, the responder's one
 //! longest link delay later (a teardown that may cross partitions, `crate::parallel`).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use irn_transport::{Counters, Dur, QpAttr, QpConfig, Time};
+use irn_transport::{Counters, Dur, Time};
 
-use crate::config::SimConfig;
+use crate::config::{FaultKind, SimConfig, SwitchWatchdog, UnknownUnicast};
 use crate::engine::EventQueue;
 use crate::topology::Topology;
 use crate::workload::Flow;
-use irn_transport::rng::{mix, Rng};
+use irn_transport::rng::mix;
 
 mod classes;
 mod ecn;
+mod fabric;
 mod flows;
 mod link;
 mod memory;
@@ -80,20 +83,22 @@ mod switch;
 
 use classes::{Classes, MAX_CLASSES};
 pub use ecn::Marking;
+use fabric::Fabric;
 pub use flows::FlowRecord;
-use flows::{end_host, FlowState, REQ, RESP};
+use flows::{QpSetup, Workload};
+use link::Loss;
 pub use memory::{SharedChecked, SimMemory};
 use monitor::Monitor;
 pub use monitor::{MonitorRow, PrioCounters, TimelinePoint};
-use nic::Nic;
+use nic::{Nic, RxPipeline};
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
-use packet::{Ev, Events, Meta, Packet, CONTROL, WORKLOAD};
-use pfc::{default_headroom, xoff_threshold, Ingress};
-use safety::Safety;
+use packet::{Ev, Events, Hop, CONTROL, REQ, RESP, WORKLOAD};
+use pfc::{default_headroom, xoff_threshold};
 pub use safety::{Deadlock, SafetyStats};
+use safety::{Nodes, Safety};
 use setup::{mtu_wire, queue_pair_config};
-use switch::Switch;
+use switch::{Buffer, L2Table, PfcWatchdog, Switch};
 
 /// Counters of one port (NIC or switch).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -158,89 +163,28 @@ pub struct NetStats {
 /// empty), so counters and records add up across partitions.
 /// [`Simulation`](crate::parallel::Simulation) drives the partitions.
 pub(crate) struct Part<M: SimMemory> {
-    /// Per node, the partition that owns it.
-    part_of: Arc<[u16]>,
-    /// This partition.
-    me: u16,
-    /// Events for other partitions, scheduled during the current window.
-    outbox: Vec<Msg>,
-    cfg: SimConfig,
-    topo: Topology,
-    q: Events,
-    packets: Vec<Packet>,
-    /// Per packet, its payload bytes (only when the memory model holds bytes: otherwise
-    /// empty, so a packet's slot is its headers alone).
-    payloads: Vec<Vec<u8>>,
-    meta: Vec<Meta>,
-    free_packets: Vec<u32>,
+    /// What the components share: events, packets, topology, classes, monitor.
+    fx: Fabric<M>,
     switches: Vec<Switch>,
     nics: Vec<Nic<M>>,
-    flows: Vec<Flow>,
-    records: Vec<FlowRecord>,
-    states: Vec<FlowState>,
-    /// Flow ends to set up, as (start, key, flow, end), in start order: flow starts are events
-    /// of their own (one pending at a time) at the end's host.
-    starts: Vec<(Time, u64, u32, u8)>,
-    next_start: usize,
-    /// From the requester's completion to the responder's teardown: the longest link delay,
-    /// so that it is never shorter than a partition's lookahead.
-    teardown: Dur,
-    done_flows: usize,
-    qp_cfg: QpConfig,
-    /// Packets that size the per-QP state of designs without a BDP cap (SPEC E13).
-    state_window: u32,
-    qp_attr: QpAttr,
-    /// The DSCP → priority map, the classes and the lossless priorities.
-    classes: Classes,
-    /// The DSCPs of data and of control packets, and their priorities as NICs see them.
-    data_dscp: u8,
-    ctrl_dscp: u8,
-    /// Header bytes the TCP model adds to (data, control) packets (zero otherwise).
-    extra_headers: [u32; 2],
-    data_prio: u8,
-    ctrl_prio: u8,
-    /// NICs tag their frames (802.1Q) with the priority as PCP.
-    vlan: bool,
-    /// Per switch (index), per input port: the occupancy of a lossless class above which the
-    /// port pauses its upstream — the buffer less the headroom of that port's own link.
-    xoff_in: Vec<Vec<u64>>,
-    /// Per switch: the headroom its ports reserve together (a shared-buffer switch's share
-    /// kept out of the dynamic threshold).
-    reserved: Vec<u64>,
-    /// Per host: the share of its receive buffer a lossless class may hold before the NIC
-    /// pauses its switch (the buffer less its own link's headroom).
-    nic_xoff: Vec<u64>,
-    /// The NICs' receive pipeline rate in bits per second (`None`: never the bottleneck).
-    rx_rate: Option<u64>,
-    /// Per node: random link loss on its incoming links.
-    loss_rng: Vec<Rng>,
-    /// The switches' ECN marking rule.
-    marking: ecn::Marking,
-    /// Per node: RED's marking decisions at its outputs.
-    ecn_rng: Vec<Rng>,
-    buf: Vec<u8>,
-    totals: Counters,
-    end_time: Time,
-    max_in_flight: u32,
-    /// The safety model (seed 001): L2 tables, faults, watchdogs, deadlock detection.
+    /// Loss on the links.
+    loss: Loss,
+    work: Workload,
+    qps: QpSetup,
+    /// The safety model's fabric-wide tasks (seed 001): faults, watchdog clocks, deadlocks.
     safety: Safety,
-    /// Per (node, port, priority) counters and their time series (SPEC N9).
-    mon: Monitor,
+    cfg: SimConfig,
+    end_time: Time,
     /// The time of the last event that was not a periodic safety task.
     last_real: Time,
-    /// Payload bytes of flows completed successfully.
-    delivered: u64,
-    /// Per host, the NIC's translation cache (empty when not modelled).
-    mtt: Vec<mtt::Mtt>,
-    mtt_misses: u64,
 }
 
 impl<M: SimMemory> std::fmt::Debug for Part<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Part")
             .field("name", &self.cfg.name)
-            .field("now", &self.q.q.now())
-            .field("flows", &self.flows.len())
+            .field("now", &self.fx.q.q.now())
+            .field("flows", &self.work.flows.len())
             .finish_non_exhaustive()
     }
 }
@@ -274,6 +218,152 @@ pub(crate) fn check_headroom(cfg: &SimConfig, topo: &Topology) -> Result<(), Str
     Ok(())
 }
 
+/// The completion time of a `size`-byte Write from `src` to `dst` alone in the network:
+/// every byte serialized once at the slowest rate, the largest packet's serialization once
+/// more at each further hop (store and forward), the propagation delay of every link, and the ACK's way back. Packets
+/// count a fixed 78 bytes of headers (standard RoCE Write: Ethernet, IPv4, UDP, BTH, RETH,
+/// ICRC, FCS) whatever the transport, so that slowdowns of different transports share
+/// their denominator.
+pub(crate) fn ideal_fct(cfg: &SimConfig, topo: &Topology, src: u32, dst: u32, size: u64) -> Dur {
+    let links = u64::from(topo.hops(src, dst));
+    let rate = topo.slowest_rate();
+    let mtu = u64::from(cfg.network.mtu);
+    let n = size.div_ceil(mtu).max(1);
+    let largest = size.min(mtu);
+    let delay = topo.host_port(src).delay;
+    let ser = |b: u64| Dur::transmission(b, rate);
+    // Through equal-rate store-and-forward links, the last packet leaves the last link
+    // after every byte's serialization plus, per further link, the largest packet's.
+    ser(size + 78 * n)
+        + ser(largest + 78).saturating_mul(links.saturating_sub(1))
+        + (delay + ser(66)).saturating_mul(links)
+        + delay.saturating_mul(links)
+}
+
+/// The DSCPs the NICs send (data, control) and, with flooding in a lossy class, the flood
+/// DSCP, which needs its class at every port; and the classes they make.
+fn classes_of(cfg: &SimConfig) -> (Classes, u8, u8) {
+    let net = &cfg.network;
+    let data_dscp = net.data_dscp;
+    let ctrl_dscp = if net.control_priority {
+        net.control_dscp
+    } else {
+        data_dscp
+    };
+    let mut dscps = vec![data_dscp, ctrl_dscp];
+    if cfg.l2.unknown_unicast == UnknownUnicast::FloodLossy {
+        dscps.push(cfg.l2.flood_dscp);
+    }
+    (Classes::new(net, &dscps), data_dscp, ctrl_dscp)
+}
+
+/// The XOFF threshold of a lossless class at an ingress of `buffer` bytes fed by `link`: the
+/// buffer less the headroom — what that link still delivers after the pause leaves (its round
+/// trip at its rate, plus a frame each way), unless the configuration gives one.
+fn xoff(cfg: &SimConfig, buffer: u64, headroom: Option<u64>, link: &crate::topology::Port) -> u64 {
+    let mtu_wire = u64::from(mtu_wire(cfg));
+    let h = headroom.unwrap_or_else(|| default_headroom(link.rate_bps, link.delay, mtu_wire));
+    xoff_threshold(buffer, h, mtu_wire)
+}
+
+/// The switch `node` of a run (with no ports when another partition owns it: it is never
+/// touched here).
+fn build_switch(
+    cfg: &SimConfig,
+    topo: &Topology,
+    classes: &Classes,
+    node: u32,
+    mine: bool,
+    end: Time,
+) -> Switch {
+    let links = if mine {
+        &topo.nodes[node as usize].ports[..]
+    } else {
+        &[]
+    };
+    let sw = &cfg.switch;
+    let xoff: Vec<u64> = topo.nodes[node as usize]
+        .ports
+        .iter()
+        .map(|l| xoff(cfg, sw.buffer_bytes, sw.pfc_headroom_bytes, l))
+        .collect();
+    let reserved = xoff
+        .iter()
+        .map(|&x| sw.buffer_bytes - x.min(sw.buffer_bytes))
+        .sum();
+    let buffer = Buffer {
+        model: sw.model,
+        bytes: sw.buffer_bytes,
+        dt_alpha: sw.dt_alpha,
+        resume_gap: sw.pfc_resume_gap_bytes,
+        xoff,
+        reserved,
+    };
+    let mut s = Switch::new(
+        node,
+        links.len(),
+        classes.len(),
+        cfg.seed,
+        buffer,
+        Marking::new(sw),
+    );
+    if l2_modelled(cfg, end) {
+        s = s.with_l2(L2Table::new(cfg, links.len()));
+    }
+    if cfg.watchdog.switch != SwitchWatchdog::Off && mine {
+        // One watchdog queue per lossless class of each server-facing port.
+        let ports: Vec<u16> = (0..links.len())
+            .filter(|&p| topo.port_host(node, p).is_some())
+            .map(|p| p as u16)
+            .collect();
+        if !ports.is_empty() {
+            let lossless: Vec<u8> = (0..classes.len())
+                .filter(|&c| classes.class_lossless(c))
+                .map(|c| c as u8)
+                .collect();
+            s = s.with_watchdog(PfcWatchdog::new(cfg, &ports, &lossless));
+        }
+    }
+    s
+}
+
+/// ToRs keep MAC tables that can miss: faults, or a MAC timeout shorter than the run.
+fn l2_modelled(cfg: &SimConfig, end: Time) -> bool {
+    let mac_timeout = Dur::from_picos((cfg.l2.mac_timeout_s * 1e12).min(u64::MAX as f64) as u64);
+    !cfg.fault.is_empty() || Time::ZERO + mac_timeout < end
+}
+
+/// NICs buffer received frames in a pipeline: a rate, a stall fault, a translation cache.
+fn pipeline_modelled(cfg: &SimConfig) -> bool {
+    cfg.nic.rx_gbps.is_some()
+        || cfg.nic.mtt_miss_ns > 0.0
+        || cfg.fault.iter().any(|f| f.kind == FaultKind::NicRxStall)
+}
+
+/// The NIC of `host`.
+fn build_nic<M: SimMemory>(
+    cfg: &SimConfig,
+    topo: &Topology,
+    host: u32,
+    tag: nic::Tagging,
+) -> Nic<M> {
+    let rx = pipeline_modelled(cfg).then(|| {
+        let x = xoff(
+            cfg,
+            cfg.nic.rx_buffer_bytes,
+            cfg.nic.rx_pfc_headroom_bytes,
+            topo.host_port(host),
+        );
+        RxPipeline::new(cfg, x)
+    });
+    Nic::new(
+        host,
+        M::create(mix(cfg.seed ^ 0xA5A5 ^ u64::from(host))),
+        tag,
+        rx,
+    )
+}
+
 impl<M: SimMemory> Part<M> {
     /// Sets up partition `me` of the network (`part_of`: each node's partition) and its ends
     /// of the flows; nothing runs yet.
@@ -284,99 +374,26 @@ impl<M: SimMemory> Part<M> {
         part_of: Arc<[u16]>,
         me: u16,
     ) -> Part<M> {
-        let net = &cfg.network;
-        let data_dscp = net.data_dscp;
-        let ctrl_dscp = if net.control_priority {
-            net.control_dscp
-        } else {
-            data_dscp
-        };
-        // Flooded copies demoted to a lossy class need that class at every port.
-        let mut dscps = vec![data_dscp, ctrl_dscp];
-        if cfg.l2.unknown_unicast == crate::config::UnknownUnicast::FloodLossy {
-            dscps.push(cfg.l2.flood_dscp);
-        }
-        let classes = Classes::new(net, &dscps);
+        let (classes, data_dscp, ctrl_dscp) = classes_of(&cfg);
         let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
-        let mtu_wire = u64::from(mtu_wire(&cfg));
-        // Upstream link round trip at its rate, plus a frame in flight each way.
-        // A lossless queue pauses its upstream at buffer − headroom (at least one frame), the
-        // headroom being what its own link still delivers after the pause leaves: that link's
-        // round trip at its rate, plus a frame each way — unless the configuration gives one.
-        let xoff = |buffer: u64, headroom: Option<u64>, link: &crate::topology::Port| {
-            let h =
-                headroom.unwrap_or_else(|| default_headroom(link.rate_bps, link.delay, mtu_wire));
-            xoff_threshold(buffer, h, mtu_wire)
-        };
-        let xoff_in: Vec<Vec<u64>> = (topo.hosts..topo.nodes.len() as u32)
-            .map(|n| {
-                topo.nodes[n as usize]
-                    .ports
-                    .iter()
-                    .map(|l| xoff(cfg.switch.buffer_bytes, cfg.switch.pfc_headroom_bytes, l))
-                    .collect()
-            })
-            .collect();
-        let reserved = xoff_in
-            .iter()
-            .map(|ports| {
-                ports
-                    .iter()
-                    .map(|&x| cfg.switch.buffer_bytes - x.min(cfg.switch.buffer_bytes))
-                    .sum()
-            })
-            .collect();
-        let nic_xoff = (0..topo.hosts)
-            .map(|h| {
-                xoff(
-                    cfg.nic.rx_buffer_bytes,
-                    cfg.nic.rx_pfc_headroom_bytes,
-                    topo.host_port(h),
-                )
-            })
-            .collect();
-        let rx_rate = cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64);
         let mine = |n: u32| part_of[n as usize] == me;
+        let last = flows.last().map_or(Time::ZERO, |f| f.start);
+        let end_time = last + Dur::from_picos((cfg.workload.drain_us * 1e6) as u64);
         let switches = (topo.hosts..topo.nodes.len() as u32)
-            .map(|n| {
-                Switch::new(
-                    // Another partition's switch is never touched: no ports here.
-                    if mine(n) {
-                        topo.nodes[n as usize].ports.len()
-                    } else {
-                        0
-                    },
-                    classes.len(),
-                    mix(cfg.seed ^ (u64::from(n) << 32)),
-                    cfg.switch.model,
-                )
-            })
+            .map(|n| build_switch(&cfg, &topo, &classes, n, mine(n), end_time))
             .collect();
+        let tag = nic::tagging(
+            &cfg,
+            data_prio,
+            ctrl_prio,
+            ctrl_dscp,
+            setup::extra_headers(&cfg),
+        );
         let nics = (0..topo.hosts)
-            .map(|h| Nic {
-                mem: M::create(mix(cfg.seed ^ 0xA5A5 ^ u64::from(h))),
-                slots: Vec::new(),
-                free: Vec::new(),
-                ready: VecDeque::new(),
-                busy_until: Time::ZERO,
-                wake: false,
-                paused: [false; 8],
-                paused_since: [Time::ZERO; 8],
-                stats: PortStats::default(),
-                rx: VecDeque::new(),
-                rx_held: Ingress::EMPTY,
-                rx_debt: Dur::ZERO,
-                ctrl_idle: false,
-                dead_ready: 0,
-                ctrl: Vec::new(),
-            })
+            .map(|h| build_nic(&cfg, &topo, h, tag))
             .collect();
         let (qp_cfg, qp_attr, state_window) = queue_pair_config(&cfg, &topo);
         let nodes = topo.nodes.len();
-        let teardown = topo.max_delay();
-        let last = flows.last().map_or(Time::ZERO, |f| f.start);
-        let end_time = last + Dur::from_picos((cfg.workload.drain_us * 1e6) as u64);
-        let safety = Safety::new(&cfg, &topo, end_time);
         let keep_counters =
             cfg.monitor_interval_us.is_some() || cfg.watchdog.any() || !cfg.fault.is_empty();
         let port_counts: Vec<usize> = topo.nodes.iter().map(|n| n.ports.len()).collect();
@@ -385,167 +402,94 @@ impl<M: SimMemory> Part<M> {
             cfg.monitor_interval_us.map(crate::config::us),
             &port_counts,
             classes.len(),
+            classes.class(data_prio),
         );
-        let mut starts: Vec<(Time, u64, u32, u8)> = (0..flows.len() as u32)
-            .flat_map(|i| {
-                let f = flows[i as usize];
-                [REQ, RESP].map(|end| {
-                    mine(end_host(cfg.transport.op, &f, end)).then_some((
-                        f.start,
-                        Events::start_key(i, end),
-                        i,
-                        end as u8,
-                    ))
-                })
-            })
-            .flatten()
-            .collect();
-        starts.sort_unstable_by_key(|&(at, key, ..)| (at, key));
-        let mut sim = Part {
-            part_of,
-            me,
-            outbox: Vec::new(),
-            records: flows
-                .iter()
-                .map(|&f| FlowRecord {
-                    flow: f,
-                    end: None,
-                    status: None,
-                    ideal: Dur::ZERO,
-                    intact: true,
-                })
-                .collect(),
-            states: vec![FlowState::NONE; flows.len()],
-            starts,
-            next_start: 0,
-            teardown,
-            loss_rng: (0..nodes)
-                .map(|n| Rng::stream(cfg.seed, (11 << 32) | n as u64))
-                .collect(),
-            ecn_rng: (0..nodes)
-                .map(|n| Rng::stream(cfg.seed, (12 << 32) | n as u64))
-                .collect(),
-            q: Events {
-                q: EventQueue::new(),
-                origin: 0,
-                count: vec![0; nodes],
-            },
-            safety,
-            mon,
-            last_real: Time::ZERO,
-            delivered: 0,
-            mtt: if cfg.nic.mtt_miss_ns > 0.0 {
-                (0..topo.hosts)
-                    .map(|_| mtt::Mtt::new(cfg.nic.mtt_entries as usize))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-            mtt_misses: 0,
-            packets: Vec::new(),
-            payloads: Vec::new(),
-            meta: Vec::new(),
-            free_packets: Vec::new(),
+        let mut q = Events {
+            q: EventQueue::new(),
+            origin: 0,
+            count: vec![0; nodes],
+        };
+        let work = Workload::new(&cfg, flows, topo.max_delay(), mine, &mut q);
+        let mut fx = Fabric::new(q, topo, classes, mon, part_of, me);
+        let mut work = work;
+        for i in 0..work.records.len() {
+            let f = work.flows[i];
+            work.records[i].ideal = ideal_fct(&cfg, &fx.topo, f.src, f.dst, f.size);
+        }
+        let mut safety = Safety::new(&cfg);
+        if cfg.needs_one_partition() {
+            safety.start(&mut fx);
+        }
+        Part {
+            loss: Loss::new(cfg.network.link_loss, cfg.seed, nodes),
+            fx,
             switches,
             nics,
-            done_flows: 0,
-            qp_cfg,
-            state_window,
-            qp_attr,
-            classes,
-            data_dscp,
-            ctrl_dscp,
-            extra_headers: setup::extra_headers(&cfg),
-            data_prio,
-            ctrl_prio,
-            vlan: cfg.network.vlan,
-            marking: ecn::Marking::new(&cfg.switch),
-            xoff_in,
-            reserved,
-            nic_xoff,
-            rx_rate,
-            buf: Vec::new(),
-            totals: Counters::default(),
-            end_time: Time::ZERO,
-            max_in_flight: 0,
-            flows,
-            topo,
+            work,
+            qps: QpSetup {
+                cfg: qp_cfg,
+                attr: qp_attr,
+                state_window,
+            },
+            safety,
             cfg,
-        };
-        for i in 0..sim.records.len() {
-            let f = sim.flows[i];
-            sim.records[i].ideal = sim.ideal_fct(f.src, f.dst, f.size);
+            end_time,
+            last_real: Time::ZERO,
         }
-        if let Some(&(at, key, ..)) = sim.starts.first() {
-            sim.q.q.push_keyed(at, key, Ev::FlowStart);
-        }
-        sim.end_time = end_time;
-        if sim.cfg.needs_one_partition() {
-            sim.safety_start();
-        }
-        sim
     }
 
     /// The BDP cap the queue pairs use (packets), if BDP-FC is on.
     pub(crate) fn bdp_cap(&self) -> Option<u32> {
-        self.qp_cfg.recovery.bdp_cap
+        self.qps.cfg.recovery.bdp_cap
     }
 
     /// Per-QP NIC state the transport adds to standard RoCE, in bits (SPEC E13).
     pub(crate) fn qp_state_bits(&self) -> u64 {
-        self.qp_cfg
+        self.qps
+            .cfg
             .recovery
-            .nic_state(self.state_window)
+            .nic_state(self.qps.state_window)
             .total_bits()
     }
 
     /// The largest pause threshold of an input-queued switch port, in bytes (every port's,
     /// where all links are alike).
     pub(crate) fn xoff_bytes(&self) -> u64 {
-        self.xoff_in.iter().flatten().copied().max().unwrap_or(0)
+        let hosts = self.fx.hosts();
+        (hosts..self.fx.topo.nodes.len() as u32)
+            .flat_map(|n| {
+                (0..self.fx.topo.nodes[n as usize].ports.len() as u16).map(move |p| (n, p))
+            })
+            .filter_map(|(n, p)| self.port_xoff(n, p))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The pause threshold of switch `node`'s input `port` (input-queued), in bytes.
     pub(crate) fn port_xoff(&self, node: u32, port: u16) -> Option<u64> {
-        let si = node.checked_sub(self.topo.hosts)? as usize;
-        self.xoff_in.get(si)?.get(usize::from(port)).copied()
+        let si = node.checked_sub(self.fx.hosts())? as usize;
+        self.switches.get(si)?.port_xoff(port)
     }
 
-    /// The completion time of a `size`-byte Write from `src` to `dst` alone in the network:
-    /// every byte serialized once at the slowest rate, the largest packet's serialization once
-    /// more at each further hop (store and forward), the propagation delay of every link, and the ACK's way back. Packets
-    /// count a fixed 78 bytes of headers (standard RoCE Write: Ethernet, IPv4, UDP, BTH, RETH,
-    /// ICRC, FCS) whatever the transport, so that slowdowns of different transports share
-    /// their denominator.
+    /// The completion time of a `size`-byte Write from `src` to `dst` alone in the network
+    /// ([`ideal_fct`]).
     pub(crate) fn ideal_fct(&self, src: u32, dst: u32, size: u64) -> Dur {
-        let links = u64::from(self.topo.hops(src, dst));
-        let rate = self.topo.slowest_rate();
-        let mtu = u64::from(self.cfg.network.mtu);
-        let n = size.div_ceil(mtu).max(1);
-        let largest = size.min(mtu);
-        let delay = self.topo.host_port(src).delay;
-        let ser = |b: u64| Dur::transmission(b, rate);
-        // Through equal-rate store-and-forward links, the last packet leaves the last link
-        // after every byte's serialization plus, per further link, the largest packet's.
-        ser(size + 78 * n)
-            + ser(largest + 78).saturating_mul(links.saturating_sub(1))
-            + (delay + ser(66)).saturating_mul(links)
-            + delay.saturating_mul(links)
+        ideal_fct(&self.cfg, &self.fx.topo, src, dst, size)
     }
 
     /// Handles this partition's events before `limit` that are not past the end of the run.
     pub(crate) fn run_until(&mut self, limit: Time) {
         let limit = limit.min(self.end_time + Dur::from_picos(1));
-        while let Some((now, ev)) = self.q.q.pop_before(limit) {
+        while let Some((now, ev)) = self.fx.q.q.pop_before(limit) {
             self.dispatch(now, ev);
             // Debug builds (the test suite) audit the switches' books as they go. Every 2^16
             // events: an audit walks every queued packet, and a wrong count stays wrong, so a
             // later audit — at the latest the one at the end of the run
             // (`Simulation::run`) — still catches it (every 2^14 cost a debug run a fifth of
             // its time).
-            if cfg!(debug_assertions) && self.q.q.processed() % (1 << 16) == 0 {
+            if cfg!(debug_assertions) && self.fx.q.q.processed() % (1 << 16) == 0 {
                 if let Err(e) = self.check_invariants() {
-                    panic!("at {now:?}, after {} events: {e}", self.q.q.processed());
+                    panic!("at {now:?}, after {} events: {e}", self.fx.q.q.processed());
                 }
             }
         }
@@ -553,21 +497,32 @@ impl<M: SimMemory> Part<M> {
 
     /// The time of this partition's next event, if it has one before the end of the run.
     pub(crate) fn next_time(&self) -> Option<Time> {
-        self.q.q.peek_time().filter(|&t| t <= self.end_time)
+        self.fx.q.q.peek_time().filter(|&t| t <= self.end_time)
     }
 
     /// The host of flow `i`'s requester.
     pub(crate) fn requester(&self, i: usize) -> u32 {
-        self.end_host(&self.flows[i], REQ)
+        self.work.end_host(&self.work.flows[i], REQ)
     }
 
     /// Flows whose requester completed here.
     pub(crate) fn done_flows(&self) -> usize {
-        self.done_flows
+        self.work.done
     }
 
+    /// Takes in an event from another partition.
+    pub(crate) fn deliver(&mut self, m: Msg) {
+        self.fx.deliver(m);
+    }
+
+    /// The events for other partitions scheduled since the last call.
+    pub(crate) fn take_outbox(&mut self) -> std::vec::Drain<'_, Msg> {
+        self.fx.take_outbox()
+    }
+
+    /// Routes event `ev` to the component it is for.
     fn dispatch(&mut self, now: Time, ev: Ev) {
-        self.q.origin = match ev {
+        self.fx.q.origin = match ev {
             Ev::Arrive { node, .. } | Ev::TxDone { node, .. } | Ev::Pfc { node, .. } => node,
             Ev::RxDone { host } | Ev::QpTimer { host, .. } | Ev::FlowEnd { host, .. } => host,
             // Set below, once the flow end (and so its host) is known.
@@ -579,6 +534,8 @@ impl<M: SimMemory> Part<M> {
             Ev::Control(c) if c.periodic() => {}
             _ => self.last_real = now,
         }
+        let hosts = self.fx.hosts();
+        let fx = &mut self.fx;
         match ev {
             Ev::Arrive {
                 node,
@@ -586,171 +543,141 @@ impl<M: SimMemory> Part<M> {
                 pkt,
                 hop,
             } => {
-                if self.cfg.network.link_loss > 0.0
-                    && self.loss_rng[node as usize].chance(self.cfg.network.link_loss)
-                {
-                    if self.mon.on {
-                        let c = self.classes.class(self.classes.priority(&hop));
-                        self.mon.at(node, port, c).ingress_drops += 1;
-                    }
-                    self.drop_packet(node, port, pkt);
-                } else if node < self.topo.hosts {
-                    if self.safety.l2_on && !self.safety.host_up[node as usize] {
+                if self.loss.lost(node) {
+                    let c = fx.classes.class(fx.classes.priority(&hop));
+                    fx.mon.ingress_drop(node, port, c);
+                    fx.pool.free(pkt);
+                    self.port_stats(node, port).drops += 1;
+                } else if node < hosts {
+                    let nic = &mut self.nics[node as usize];
+                    if !nic.is_up() {
                         // The link is down.
-                        self.drop_packet(node, port, pkt);
-                    } else if self.safety.rx_pipeline {
-                        self.nic_buffer(now, node, pkt, hop);
+                        fx.pool.free(pkt);
+                        nic.stats.drops += 1;
+                    } else if nic.has_pipeline() {
+                        nic.buffer(fx, now, pkt, hop, &self.work.flows);
                     } else {
-                        self.nic_receive(now, node, pkt, hop);
+                        self.deliver_to_qp(now, node, pkt, hop);
                     }
                 } else {
-                    self.switch_receive(now, node, port, pkt, hop);
+                    self.switches[(node - hosts) as usize].receive(fx, now, port, pkt, hop);
                 }
             }
             Ev::TxDone { node, port } => {
-                if node < self.topo.hosts {
-                    self.nics[node as usize].wake = false;
-                    self.nic_send(now, node);
+                if node < hosts {
+                    self.nics[node as usize].tx_done(fx, now);
                 } else {
-                    let s = (node - self.topo.hosts) as usize;
-                    self.switches[s].ports[port as usize].wake = false;
-                    self.switch_send(now, node, port as usize);
+                    self.switches[(node - hosts) as usize].tx_done(fx, now, usize::from(port));
                 }
             }
-            Ev::RxDone { host } => self.nic_rx_done(now, host),
+            Ev::RxDone { host } => {
+                if let Some(f) = self.nics[host as usize].rx_done(fx, now, &self.work.flows) {
+                    self.deliver_to_qp(now, host, f.pkt, f.hop);
+                }
+            }
             Ev::Pfc {
                 node,
                 port,
                 prio,
                 pause,
-            } => self.pfc_receive(now, node, port, prio, pause),
+            } => {
+                if node < hosts {
+                    self.nics[node as usize].pfc(fx, now, port, prio, pause);
+                } else {
+                    self.switches[(node - hosts) as usize].pfc(fx, now, port, prio, pause);
+                }
+            }
             Ev::QpTimer { host, slot, gen } => {
-                let s = &mut self.nics[host as usize].slots[slot as usize];
-                if s.gen != gen || s.timer != Some(now) {
-                    return;
-                }
-                s.timer = None;
-                if let Some(qp) = s.qp.as_mut() {
-                    if qp.poll_timeout().is_some_and(|t| t <= now) {
-                        qp.handle_timeout(now);
-                        self.nics[host as usize].ctrl_idle = false;
-                    }
-                }
-                self.touch(now, host, slot);
+                let done = self.nics[host as usize].timer(fx, now, slot, gen);
+                self.work.finished(fx, &mut self.nics, now, done);
             }
             Ev::FlowStart => {
-                let Some(&(_, _, flow, end)) = self.starts.get(self.next_start) else {
+                let Some((i, end)) = self.work.next_start(&mut fx.q) else {
                     return;
                 };
-                self.next_start += 1;
-                if let Some(&(at, key, ..)) = self.starts.get(self.next_start) {
-                    self.q.q.push_keyed(at, key, Ev::FlowStart);
-                }
-                let (i, end) = (flow as usize, usize::from(end));
                 // What the set-up schedules comes from the end's host.
-                let host = self.end_host(&self.flows[i], end);
-                self.q.origin = host;
-                if self.safety.host_up[host as usize] {
-                    self.start_end(now, i, end);
+                let host = self.work.end_host(&self.work.flows[i], end);
+                fx.q.origin = host;
+                if self.nics[host as usize].is_up() {
+                    self.work
+                        .start_end(fx, &mut self.nics, &self.qps, now, (i, end));
                 }
             }
-            Ev::FlowEnd { host, flow } => self.end_responder(host, flow as usize),
-            Ev::Control(c) => self.control(now, c),
+            Ev::FlowEnd { host, flow } => {
+                self.work
+                    .end_responder(&mut self.nics[host as usize], flow as usize);
+            }
+            Ev::Control(c) => {
+                let mut n = Nodes {
+                    fx,
+                    switches: &mut self.switches,
+                    nics: &mut self.nics,
+                    work: &mut self.work,
+                };
+                self.safety
+                    .control(&mut n, now, c, |n| monitor_sample(n, now));
+            }
         }
+    }
+
+    /// A frame reaches the queue pair it is addressed to at `host` (a NIC finds it by its
+    /// QPN; here, by the packet's flow and end).
+    fn deliver_to_qp(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
+        let p = &self.fx.pool.packets[pkt as usize];
+        let slot = self.work.slot(p.flow, p.to);
+        let done = self.nics[host as usize].receive(&mut self.fx, now, slot, pkt, hop);
+        self.work.finished(&mut self.fx, &mut self.nics, now, done);
     }
 
     /// The counters of `node`'s `port` (a NIC has one port).
     fn port_stats(&mut self, node: u32, port: u16) -> &mut PortStats {
-        if node < self.topo.hosts {
+        if node < self.fx.hosts() {
             &mut self.nics[node as usize].stats
         } else {
-            &mut self.switches[(node - self.topo.hosts) as usize].stats[port as usize]
+            &mut self.switches[(node - self.fx.hosts()) as usize].stats[port as usize]
         }
-    }
-
-    fn drop_packet(&mut self, node: u32, port: u16, pkt: u32) {
-        self.free_packet(pkt);
-        self.port_stats(node, port).drops += 1;
     }
 
     /// Ends the run at `now` (the last event of any partition).
     pub(crate) fn finish(&mut self, now: Time) {
-        self.safety_finish(now);
-        if self.mon.on {
-            // Close the per-priority pause intervals still open.
-            for node in 0..self.topo.nodes.len() as u32 {
-                for port in 0..self.topo.nodes[node as usize].ports.len() as u16 {
-                    for c in 0..self.classes.len() {
-                        let t = self.paused_total(now, node, port, c);
-                        self.mon.at(node, port, c).paused = t;
-                    }
-                }
-            }
-        }
-        // Close pause intervals still open, and count live queue pairs.
+        self.safety.finish(&self.fx, &self.switches, now);
+        let hosts = self.fx.hosts();
+        let (nics, switches, classes) = (&self.nics, &self.switches, &self.fx.classes);
+        // Close the per-priority pause intervals still open.
+        self.fx
+            .mon
+            .close(&self.fx.topo, classes.len(), |node, port, c| {
+                open_pause(nics, switches, classes, hosts, now, node, port, c)
+            });
         for nic in &mut self.nics {
-            for p in 0..8 {
-                if nic.paused[p] {
-                    nic.stats.paused = nic.stats.paused + (now - nic.paused_since[p]);
-                    nic.paused[p] = false;
-                }
-            }
-            for s in &nic.slots {
-                if let Some(qp) = &s.qp {
-                    self.totals += *qp.counters();
-                }
-            }
+            nic.finish(now);
         }
         for sw in &mut self.switches {
-            for (p, port) in sw.ports.iter_mut().enumerate() {
-                for c in 0..MAX_CLASSES {
-                    if port.paused[c] {
-                        let since = sw.paused_since[p * MAX_CLASSES + c];
-                        sw.stats[p].paused = sw.stats[p].paused + (now - since);
-                        port.paused[c] = false;
-                    }
-                }
-            }
+            sw.finish(now);
         }
     }
 
     /// The state of flow `i`'s queue pairs, for debugging a stuck flow.
     pub(crate) fn debug_flow(&self, i: usize) -> String {
-        let Some(st) = self.states.get(i) else {
+        if self.work.end_slot(i, REQ).is_none() {
             return format!("flow {i}: no such flow");
-        };
-        let f = self.flows[i];
+        }
+        let f = self.work.flows[i];
         let mut out = String::new();
         for end in [REQ, RESP] {
-            let (h, s) = (self.end_host(&f, end), st.slot[end]);
-            if self.part_of[h as usize] != self.me {
+            let h = self.work.end_host(&f, end);
+            if !self.fx.owns(h) {
                 continue;
             }
-            let Some(slot) = self.nics[h as usize].slots.get(s as usize) else {
-                out += &format!("host {h}: no live queue pair\n");
-                continue;
-            };
-            let nic = &self.nics[h as usize];
-            out += &format!(
-                "host {h} NIC: wake {} busy until {:?} ready {:?} paused {:?}\n",
-                nic.wake, nic.busy_until, nic.ready, nic.paused
-            );
-            out += &format!(
-                "host {h} slot {s} timer {:?} ready {}: {:#?}\n",
-                slot.timer,
-                slot.ready,
-                slot.qp
-                    .as_ref()
-                    .map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
-            );
-            out += &format!("{:?}\n", slot.qp);
+            let s = self.work.end_slot(i, end).unwrap_or(packet::NIL);
+            out += &self.nics[h as usize].describe(s);
         }
         out
     }
 
     /// The per-flow records, in flow order.
     pub(crate) fn records(&self) -> &[FlowRecord] {
-        &self.records
+        &self.work.records
     }
 
     /// Simulated time reached: the last event that was not a periodic safety task.
@@ -760,19 +687,22 @@ impl<M: SimMemory> Part<M> {
 
     /// Events processed.
     pub(crate) fn events(&self) -> u64 {
-        self.q.q.processed()
+        self.fx.q.q.processed()
     }
 
     /// The topology.
     pub(crate) fn topology(&self) -> &Topology {
-        &self.topo
+        &self.fx.topo
     }
 
     /// Network totals.
     pub(crate) fn stats(&self) -> NetStats {
         let mut s = NetStats {
-            qp: self.totals,
-            max_in_flight: self.max_in_flight,
+            qp: self.nics.iter().fold(Counters::default(), |mut t, n| {
+                t += n.retired;
+                t
+            }),
+            max_in_flight: self.nics.iter().map(|n| n.max_in_flight).max().unwrap_or(0),
             ..NetStats::default()
         };
         let mut port = |node: u32, p: u16, st: &PortStats| {
@@ -788,47 +718,54 @@ impl<M: SimMemory> Part<M> {
         }
         for (i, sw) in self.switches.iter().enumerate() {
             for (p, st) in sw.stats.iter().enumerate() {
-                port(self.topo.hosts + i as u32, p as u16, st);
+                port(self.fx.hosts() + i as u32, p as u16, st);
             }
         }
         s.host_packets = self.nics.iter().map(|n| n.stats.tx_packets).sum();
-        s.safety = self.safety.stats;
+        let mut safety = SafetyStats {
+            nic_watchdog: self.safety.nic_watchdogs,
+            ..SafetyStats::default()
+        };
+        for sw in &self.switches {
+            let (l2, (storms, restorations)) = sw.safety_counts();
+            safety.floods += l2.floods;
+            safety.flood_discards += l2.flood_discards;
+            safety.l2_drops += l2.l2_drops;
+            safety.arp_drops += l2.arp_drops;
+            safety.switch_watchdog += storms;
+            safety.restorations += restorations;
+        }
+        s.safety = safety;
         s.deadlock = self.safety.deadlock.clone();
         s.deadlock_at_end = self.safety.deadlock_at_end;
-        s.delivered_bytes = self.delivered;
-        s.mtt_misses = self.mtt_misses;
-        if self.mon.on {
-            for node in 0..self.topo.nodes.len() as u32 {
-                for port in 0..self.topo.nodes[node as usize].ports.len() as u16 {
-                    for c in 0..self.classes.len() {
-                        let pc = self.mon.get(node, port, c);
+        s.delivered_bytes = self.work.delivered;
+        s.mtt_misses = self.nics.iter().map(Nic::mtt_misses).sum();
+        let mon = &self.fx.mon;
+        if mon.on {
+            let topo = &self.fx.topo;
+            let classes = &self.fx.classes;
+            for node in 0..topo.nodes.len() as u32 {
+                for port in 0..topo.nodes[node as usize].ports.len() as u16 {
+                    for c in 0..classes.len() {
+                        let pc = mon.get(node, port, c);
                         if pc != PrioCounters::default() {
-                            s.prio
-                                .push((node, port, self.classes.class_priority(c), pc));
+                            s.prio.push((node, port, classes.class_priority(c), pc));
                         }
                     }
                 }
             }
         }
-        s.rows = self.mon.rows.clone();
-        s.timeline = self.mon.timeline.clone();
+        s.rows = mon.rows.clone();
+        s.timeline = mon.timeline.clone();
         s
     }
 
-    /// Checks the switches' bookkeeping: every buffered byte is in exactly one queue, and the
-    /// per-port, per-class counters (ingress and egress) add up to what the queues hold.
+    /// Checks the books: every NIC's receive buffer holds what its counters say; in every
+    /// switch every buffered byte is in exactly one queue, and the per-port, per-class
+    /// counters (ingress and egress) add up to what the queues hold.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        for (h, nic) in self.nics.iter().enumerate() {
-            let mut held = [0u64; MAX_CLASSES];
-            for f in &nic.rx {
-                held[usize::from(f.class)] += u64::from(f.hop.wire);
-            }
-            if held != nic.rx_held.bytes || nic.rx_held.total() != held.iter().sum::<u64>() {
-                return Err(format!(
-                    "host {h}: receive buffer counters {:?} but it holds {held:?}",
-                    nic.rx_held.bytes
-                ));
-            }
+        for nic in &self.nics {
+            nic.check_books()?;
         }
         for (si, sw) in self.switches.iter().enumerate() {
             let n = sw.ports.len();
@@ -838,15 +775,16 @@ impl<M: SimMemory> Part<M> {
             let mut queued = 0u64;
             // Copies of a flooded packet share its buffer: counted once at their ingress.
             let mut groups = std::collections::BTreeSet::new();
+            let meta = &self.fx.pool.meta;
             let mut count = |pkt: u32, inp: u16, out: usize, c: usize| {
-                let w = u64::from(self.meta[pkt as usize].hop.wire);
+                let w = u64::from(meta[pkt as usize].hop.wire);
                 egress[out][c] += w;
-                if self.flood_group(pkt).is_none_or(|g| groups.insert(g)) {
+                if sw.flood_group(pkt).is_none_or(|g| groups.insert(g)) {
                     ingress[usize::from(inp)][c] += w;
                     queued += w;
                 }
             };
-            sw.queues.for_each(&self.meta, &mut count);
+            sw.queues.for_each(meta, &mut count);
             let held: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.ingress.bytes).collect();
             let queues: Vec<[u64; MAX_CLASSES]> = sw.ports.iter().map(|p| p.egress).collect();
             let totals_agree = sw.ports.iter().all(|p| {
@@ -868,4 +806,40 @@ impl<M: SimMemory> Part<M> {
         }
         Ok(())
     }
+}
+
+/// How long (`node`, `port`, class `c`) has been paused by its peer without a resume.
+#[allow(clippy::too_many_arguments)]
+fn open_pause<M: SimMemory>(
+    nics: &[Nic<M>],
+    switches: &[Switch],
+    classes: &Classes,
+    hosts: u32,
+    now: Time,
+    node: u32,
+    port: u16,
+    c: usize,
+) -> Dur {
+    if node < hosts {
+        nics[node as usize].open_pause(now, classes.class_priority(c))
+    } else {
+        switches[(node - hosts) as usize].open_pause(now, port, c)
+    }
+}
+
+/// The monitor's sample at `now` (SPEC N9).
+fn monitor_sample<M: SimMemory>(n: &mut Nodes<'_, M>, now: Time) {
+    let hosts = n.fx.hosts();
+    let (nics, switches) = (&*n.nics, &*n.switches);
+    let fx = &mut *n.fx;
+    let classes = &fx.classes;
+    fx.mon.sample(now, &fx.topo, classes, |node, port, c| {
+        let open = open_pause(nics, switches, classes, hosts, now, node, port, c);
+        let queue = if node < hosts {
+            nics[node as usize].rx_bytes(c)
+        } else {
+            switches[(node - hosts) as usize].ports[usize::from(port)].egress[c]
+        };
+        (open, queue)
+    });
 }

@@ -10,9 +10,8 @@
 
 use irn_transport::{Dur, Time};
 
-use super::classes::MAX_CLASSES;
-use super::memory::SimMemory;
-use super::Part;
+use super::classes::Classes;
+use crate::topology::Topology;
 
 /// The counters of one (node, port, priority class).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,12 +79,14 @@ pub(super) struct Monitor {
     /// Per node, the index of its port 0, class 0.
     base: Vec<u32>,
     nclasses: usize,
-    pub(super) c: Vec<PrioCounters>,
+    /// The class of the data priority (a host whose data class is paused counts as paused).
+    data_class: usize,
+    c: Vec<PrioCounters>,
     /// The counters at the previous sample (paused time with open intervals included).
     last: Vec<PrioCounters>,
     last_t: Time,
     /// Completed payload bytes since the previous sample.
-    pub(super) delivered: u64,
+    delivered: u64,
     pub(super) rows: Vec<MonitorRow>,
     pub(super) timeline: Vec<TimelinePoint>,
 }
@@ -96,6 +97,7 @@ impl Monitor {
         interval: Option<Dur>,
         ports: &[usize],
         nclasses: usize,
+        data_class: usize,
     ) -> Monitor {
         let mut base = Vec::with_capacity(ports.len());
         let mut n = 0u32;
@@ -110,6 +112,7 @@ impl Monitor {
             interval,
             base,
             nclasses,
+            data_class,
             c: vec![PrioCounters::default(); n as usize],
             last: vec![PrioCounters::default(); n as usize],
             ..Monitor::default()
@@ -118,7 +121,7 @@ impl Monitor {
 
     /// The counters of (`node`, `port`, class `c`); only call when `on`.
     #[inline]
-    pub(super) fn at(&mut self, node: u32, port: u16, c: usize) -> &mut PrioCounters {
+    fn at(&mut self, node: u32, port: u16, c: usize) -> &mut PrioCounters {
         let i = self.base[node as usize] as usize + usize::from(port) * self.nclasses + c;
         &mut self.c[i]
     }
@@ -128,47 +131,122 @@ impl Monitor {
         let i = self.base[node as usize] as usize + usize::from(port) * self.nclasses + c;
         self.c[i]
     }
-}
 
-impl<M: SimMemory> Part<M> {
-    /// How long (`node`, `port`, class `c`) has been paused by its peer in total, open
-    /// interval included.
-    pub(super) fn paused_total(&self, now: Time, node: u32, port: u16, c: usize) -> Dur {
-        let closed = self.mon.get(node, port, c).paused;
-        if node < self.topo.hosts {
-            let nic = &self.nics[node as usize];
-            let p = usize::from(self.classes.class_priority(c));
-            if nic.paused[p] {
-                return closed + (now - nic.paused_since[p]);
-            }
-        } else {
-            let sw = &self.switches[(node - self.topo.hosts) as usize];
-            if sw.ports[usize::from(port)].paused[c] {
-                return closed + (now - sw.paused_since[usize::from(port) * MAX_CLASSES + c]);
-            }
+    /// A frame of class `c` left (`node`, `port`).
+    #[inline]
+    pub(super) fn tx(&mut self, node: u32, port: u16, c: usize, wire: u64) {
+        if self.on {
+            let pc = self.at(node, port, c);
+            pc.tx_packets += 1;
+            pc.tx_bytes += wire;
         }
-        closed
     }
 
-    /// Takes a sample: a row per (node, port, priority) that moved or holds bytes, and a
-    /// fabric-wide point.
-    pub(super) fn monitor_sample(&mut self, now: Time) {
-        if self.mon.interval.is_none() {
+    /// A frame of class `c` arrived at (`node`, `port`).
+    #[inline]
+    pub(super) fn rx(&mut self, node: u32, port: u16, c: usize, wire: u64) {
+        if self.on {
+            let pc = self.at(node, port, c);
+            pc.rx_packets += 1;
+            pc.rx_bytes += wire;
+        }
+    }
+
+    /// A frame of class `c` was dropped on arrival at (`node`, `port`).
+    #[inline]
+    pub(super) fn ingress_drop(&mut self, node: u32, port: u16, c: usize) {
+        if self.on {
+            self.at(node, port, c).ingress_drops += 1;
+        }
+    }
+
+    /// A frame of class `c` was dropped at the egress (`node`, `port`).
+    #[inline]
+    pub(super) fn egress_drop(&mut self, node: u32, port: u16, c: usize) {
+        if self.on {
+            self.at(node, port, c).egress_drops += 1;
+        }
+    }
+
+    /// (`node`, `port`) sent a PFC frame for class `c`.
+    #[inline]
+    pub(super) fn pause_sent(&mut self, node: u32, port: u16, c: usize) {
+        if self.on {
+            self.at(node, port, c).pause_sent += 1;
+        }
+    }
+
+    /// (`node`, `port`) received a PFC frame for class `c` (`None`: a priority not in use).
+    #[inline]
+    pub(super) fn pause_received(&mut self, node: u32, port: u16, c: Option<usize>) {
+        if let (true, Some(c)) = (self.on, c) {
+            self.at(node, port, c).pause_received += 1;
+        }
+    }
+
+    /// A pause of class `c` at the egress (`node`, `port`) ended after `d`.
+    #[inline]
+    pub(super) fn paused(&mut self, node: u32, port: u16, c: Option<usize>, d: Dur) {
+        if let (true, Some(c)) = (self.on, c) {
+            let pc = self.at(node, port, c);
+            pc.paused = pc.paused + d;
+        }
+    }
+
+    /// `bytes` of payload completed (goodput of the time series).
+    pub(super) fn delivered(&mut self, bytes: u64) {
+        self.delivered += bytes;
+    }
+
+    /// Closes the pause intervals still open at the end of the run: `open(node, port, c)`
+    /// is how long (`node`, `port`, class `c`) has been paused without a resume.
+    pub(super) fn close(
+        &mut self,
+        topo: &Topology,
+        nclasses: usize,
+        mut open: impl FnMut(u32, u16, usize) -> Dur,
+    ) {
+        if !self.on {
             return;
         }
-        let span = now - self.mon.last_t;
+        for node in 0..topo.nodes.len() as u32 {
+            for port in 0..topo.nodes[node as usize].ports.len() as u16 {
+                for c in 0..nclasses {
+                    let o = open(node, port, c);
+                    let pc = self.at(node, port, c);
+                    pc.paused = pc.paused + o;
+                }
+            }
+        }
+    }
+
+    /// Takes a sample at `now`: a row per (node, port, priority) that moved or holds bytes,
+    /// and a fabric-wide point. `probe(node, port, c)` gives how long that egress has been
+    /// paused without a resume, and the bytes it holds (queued at a switch egress, in the
+    /// receive buffer at a NIC).
+    pub(super) fn sample(
+        &mut self,
+        now: Time,
+        topo: &Topology,
+        classes: &Classes,
+        mut probe: impl FnMut(u32, u16, usize) -> (Dur, u64),
+    ) {
+        if self.interval.is_none() {
+            return;
+        }
+        let span = now - self.last_t;
         let t_us = now.as_picos() as f64 / 1e6;
-        let nc = self.classes.len();
-        let data_class = self.classes.class(self.data_prio);
+        let nc = classes.len();
         let (mut pauses, mut drops, mut paused_hosts) = (0u64, 0u64, 0u32);
-        for node in 0..self.topo.nodes.len() as u32 {
-            let nports = self.topo.nodes[node as usize].ports.len();
+        for node in 0..topo.nodes.len() as u32 {
+            let nports = topo.nodes[node as usize].ports.len();
             for port in 0..nports as u16 {
                 for c in 0..nc {
-                    let mut cur = self.mon.get(node, port, c);
-                    cur.paused = self.paused_total(now, node, port, c);
-                    let i = self.mon.base[node as usize] as usize + usize::from(port) * nc + c;
-                    let last = self.mon.last[i];
+                    let (open, queue_bytes) = probe(node, port, c);
+                    let mut cur = self.get(node, port, c);
+                    cur.paused = cur.paused + open;
+                    let i = self.base[node as usize] as usize + usize::from(port) * nc + c;
+                    let last = self.last[i];
                     let delta = PrioCounters {
                         tx_packets: cur.tx_packets - last.tx_packets,
                         tx_bytes: cur.tx_bytes - last.tx_bytes,
@@ -180,27 +258,21 @@ impl<M: SimMemory> Part<M> {
                         ingress_drops: cur.ingress_drops - last.ingress_drops,
                         egress_drops: cur.egress_drops - last.egress_drops,
                     };
-                    self.mon.last[i] = cur;
+                    self.last[i] = cur;
                     pauses += delta.pause_sent;
                     drops += delta.ingress_drops + delta.egress_drops;
-                    if node < self.topo.hosts
-                        && c == data_class
+                    if node < topo.hosts
+                        && c == self.data_class
                         && delta.paused.as_picos() * 2 > span.as_picos()
                     {
                         paused_hosts += 1;
                     }
-                    let queue_bytes = if node < self.topo.hosts {
-                        self.nics[node as usize].rx_held.bytes[c]
-                    } else {
-                        self.switches[(node - self.topo.hosts) as usize].ports[usize::from(port)]
-                            .egress[c]
-                    };
                     if delta != PrioCounters::default() || queue_bytes > 0 {
-                        self.mon.rows.push(MonitorRow {
+                        self.rows.push(MonitorRow {
                             t_us,
                             node,
                             port,
-                            prio: self.classes.class_priority(c),
+                            prio: classes.class_priority(c),
                             delta,
                             queue_bytes,
                         });
@@ -209,8 +281,8 @@ impl<M: SimMemory> Part<M> {
             }
         }
         let secs = span.as_picos() as f64 / 1e12;
-        let delivered = std::mem::take(&mut self.mon.delivered);
-        self.mon.timeline.push(TimelinePoint {
+        let delivered = std::mem::take(&mut self.delivered);
+        self.timeline.push(TimelinePoint {
             t_ms: t_us / 1000.0,
             goodput_gbps: if secs > 0.0 {
                 delivered as f64 * 8.0 / secs / 1e9
@@ -225,6 +297,6 @@ impl<M: SimMemory> Part<M> {
             paused_hosts,
             drops,
         });
-        self.mon.last_t = now;
+        self.last_t = now;
     }
 }

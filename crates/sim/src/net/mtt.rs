@@ -9,12 +9,6 @@
 
 use std::collections::HashMap;
 
-use irn_transport::Dur;
-use irn_wire::Psn;
-
-use super::memory::SimMemory;
-use super::Part;
-
 const NONE: u32 = u32::MAX;
 
 /// An exact LRU cache of page numbers.
@@ -90,37 +84,6 @@ impl Mtt {
         self.map.insert(page, s);
         self.push_front(s);
         true
-    }
-}
-
-impl<M: SimMemory> Part<M> {
-    /// The stall the first frame of `host`'s receive buffer costs its pipeline: a translation
-    /// miss for the page its payload lands in.
-    pub(super) fn mtt_stall(&mut self, host: u32) -> Dur {
-        if self.mtt.is_empty() {
-            return Dur::ZERO;
-        }
-        let Some(f) = self.nics[host as usize].rx.front() else {
-            return Dur::ZERO;
-        };
-        let p = &self.packets[f.pkt as usize];
-        if p.ib.payload_len == 0 {
-            return Dur::ZERO;
-        }
-        let flow = p.flow as usize;
-        // PSNs start where the flow's set-up put them (`flows::start_end`).
-        let first = super::flows::first_psn(self.cfg.seed, flow);
-        let n = u64::from(p.ib.bth.psn.value().wrapping_sub(first.value()) & Psn::MASK);
-        // A Read's responses and its request share the requester's PSNs.
-        let offset = (n * u64::from(self.cfg.network.mtu)).min(self.flows[flow].size);
-        let va = ((flow as u64) << 32) + offset;
-        let page = va / self.cfg.nic.page_bytes;
-        if self.mtt[host as usize].access(page) {
-            self.mtt_misses += 1;
-            Dur::from_picos((self.cfg.nic.mtt_miss_ns * 1000.0).round() as u64)
-        } else {
-            Dur::ZERO
-        }
     }
 }
 

@@ -1,4 +1,7 @@
-//! NICs: the hosts' ports, which run irn-transport queue pairs.
+//! NICs: the hosts' ports, which run irn-transport queue pairs. A [`Nic`] owns its queue
+//! pairs (a table of slots), its transmit scheduling, the pause state its switch imposes, its
+//! memory, and — when the run models one — its receive pipeline ([`RxPipeline`]) with its
+//! buffer, translation cache and watchdog.
 //!
 //! Sending: a NIC pulls packets from its queue pairs when its link is free (so it never
 //! queues), serving the queue pairs with something to send round-robin, one packet each;
@@ -7,67 +10,111 @@
 //! receive pipeline has a rate (`[nic] rx_gbps`, SPEC N6's slow receiver): then frames wait in
 //! a receive buffer drained at that rate, which pauses the switch (lossless) or drops (lossy)
 //! as a switch ingress does.
+//!
+//! A NIC is driven alone with a [`Fabric`]: [`Nic::receive`] or [`Nic::buffer`] (a frame
+//! arrived), [`Nic::tx_done`] (its link is free), [`Nic::pfc`] (a pause frame arrived),
+//! [`Nic::rx_done`] (its pipeline finished a frame), [`Nic::timer`] (a queue pair's timer).
 
-use super::flows::qpn;
-use super::memory::SimMemory;
-use super::packet::{Ev, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, VLAN_TAG_LEN};
-use super::pfc::Ingress;
-use super::{Part, PortStats};
-use crate::config::{us, Ecmp};
-use irn_transport::rng::mix;
-use irn_transport::{Dur, QueuePair, Time};
 use std::collections::VecDeque;
 
+use irn_transport::rng::mix;
+use irn_transport::{Counters, Dur, MrKeys, QpConfig, QueuePair, Time, WcStatus};
+use irn_wire::Psn;
+
+use super::fabric::Fabric;
+use super::memory::SimMemory;
+use super::mtt::Mtt;
+use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
+use super::pfc::Ingress;
+use super::PortStats;
+use crate::config::{us, Ecmp, SimConfig};
+use crate::workload::Flow;
+
+/// A queue pair's place in its NIC.
 #[derive(Debug)]
 pub(super) struct Slot {
     pub(super) qp: Option<QueuePair>,
-    pub(super) gen: u32,
+    gen: u32,
     /// Time of the timer event in the queue, if one is.
-    pub(super) timer: Option<Time>,
-    pub(super) ready: bool,
+    timer: Option<Time>,
+    ready: bool,
     pub(super) flow: u32,
-    /// Which end of the flow: [`REQ`](super::flows::REQ) or [`RESP`](super::flows::RESP).
+    /// Which end of the flow: [`REQ`] or [`RESP`](super::packet::RESP).
     pub(super) end: u8,
     /// The host of the queue pair at the other end (kept here: the slot is read for every
     /// packet sent, the flow's state is not).
-    pub(super) peer: u32,
+    peer: u32,
     /// Packets sent (packet spraying salts each packet's ECMP hash with it).
-    pub(super) sent: u32,
+    sent: u32,
     /// Flowlet number (`ecmp = "flowlet"`) and when the queue pair last sent.
-    pub(super) flowlet: u32,
-    pub(super) last_tx: Time,
+    flowlet: u32,
+    last_tx: Time,
 }
 
+/// How a NIC marks and spreads what it sends: the DSCPs and priorities of data and control
+/// packets, the 802.1Q tag, the headers a transport model adds, the ECMP granularity.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tagging {
+    pub(super) data_dscp: u8,
+    pub(super) ctrl_dscp: u8,
+    pub(super) data_prio: u8,
+    pub(super) ctrl_prio: u8,
+    /// Frames carry an 802.1Q tag with the priority as PCP.
+    pub(super) vlan: bool,
+    /// Header bytes the TCP model adds to (data, control) packets (zero otherwise).
+    pub(super) extra_headers: [u32; 2],
+    pub(super) ecmp: Ecmp,
+    pub(super) flowlet_gap: Dur,
+}
+
+/// The transmit side's scheduling state.
 #[derive(Debug)]
-pub(super) struct Nic<M> {
-    pub(super) mem: M,
-    pub(super) slots: Vec<Slot>,
-    pub(super) free: Vec<u32>,
-    pub(super) ready: VecDeque<u32>,
-    pub(super) busy_until: Time,
+struct Tx {
+    /// Queue pairs that may have something to send, in round-robin order.
+    ready: VecDeque<u32>,
+    busy_until: Time,
     /// A `TxDone` event is pending.
-    pub(super) wake: bool,
-    pub(super) paused: [bool; 8],
-    pub(super) paused_since: [Time; 8],
-    pub(super) stats: PortStats,
-    /// With a receive pipeline rate: frames in the receive buffer, in arrival order (the
-    /// first is being processed).
-    pub(super) rx: VecDeque<RxFrame>,
-    /// The receive buffer's bytes per class, and the pauses the NIC has sent its switch.
-    pub(super) rx_held: Ingress,
-    /// Receive-pipeline time owed to reorder-buffer traffic over PCIe (T8(a)), charged to
-    /// the next frame the pipeline starts.
-    pub(super) rx_debt: Dur,
+    wake: bool,
     /// No queue pair on `ready` has a control packet: the last look found none, and none has
     /// had an input (a packet or a timeout — the only things that make control packets)
     /// since. While the data priority is paused, looking again would only rotate the list.
-    pub(super) ctrl_idle: bool,
+    ctrl_idle: bool,
     /// At most this many entries of `ready` name a destroyed queue pair (0: none).
-    pub(super) dead_ready: u32,
+    dead_ready: u32,
     /// Per slot: its queue pair's [`QueuePair::control_ready`], as of its last input or
     /// poll (kept apart from the slots, which hold whole queue pairs, so that a paused NIC
     /// scans bytes, not queue pairs).
-    pub(super) ctrl: Vec<bool>,
+    ctrl: Vec<bool>,
+}
+
+/// A requester's work request completed: the flow is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Finished {
+    pub(super) flow: u32,
+    pub(super) status: WcStatus,
+}
+
+/// A NIC.
+#[derive(Debug)]
+pub(super) struct Nic<M> {
+    host: u32,
+    pub(super) mem: M,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    tx: Tx,
+    paused: [bool; 8],
+    paused_since: [Time; 8],
+    pub(super) stats: PortStats,
+    /// The receive pipeline, when the run models one (a rate, a stall fault, a translation
+    /// cache); without it a frame reaches its queue pair on arrival.
+    rx: Option<Box<RxPipeline>>,
+    /// Its link is up (a host-down fault takes it down).
+    up: bool,
+    tag: Tagging,
+    /// Summed counters of its destroyed queue pairs.
+    pub(super) retired: Counters,
+    /// The most packets any of its queue pairs had in flight (requests or responses).
+    pub(super) max_in_flight: u32,
 }
 
 /// A frame in a NIC's receive buffer.
@@ -75,36 +122,181 @@ pub(super) struct Nic<M> {
 pub(super) struct RxFrame {
     pub(super) pkt: u32,
     pub(super) hop: Hop,
-    pub(super) class: u8,
+    class: u8,
 }
 
-impl<M: SimMemory> Part<M> {
-    /// Lets a NIC send now if its link is free, or once it is.
-    pub(super) fn kick_nic(&mut self, now: Time, host: u32) {
-        let nic = &mut self.nics[host as usize];
-        if nic.wake {
+/// A NIC's receive pipeline (SPEC N6; seed 001 §4.3–§4.4): frames wait in a receive buffer
+/// drained at the pipeline's rate, plus what it owes for reorder-buffer traffic over PCIe
+/// (seed 002) and translation-cache misses; a lossless class pauses the switch above its
+/// threshold. A fault can stop it; its watchdog stops the NIC from pausing for good once it
+/// has not moved for `nic_watchdog_ms` while pausing.
+#[derive(Debug)]
+pub(super) struct RxPipeline {
+    /// Frames in arrival order (the first is being processed).
+    frames: VecDeque<RxFrame>,
+    /// The buffer's bytes per class, and the pauses the NIC has sent its switch.
+    held: Ingress,
+    /// Pipeline time owed to reorder-buffer traffic over PCIe (T8(a)), charged to the next
+    /// frame the pipeline starts.
+    debt: Dur,
+    /// The share of the buffer a lossless class may hold before the NIC pauses its switch.
+    xoff: u64,
+    buffer: u64,
+    resume_gap: u64,
+    /// The pipeline's rate in bits per second (`None`: never the bottleneck).
+    rate: Option<u64>,
+    pcie_bps: u64,
+    /// Stopped by a fault.
+    stalled: bool,
+    /// The last time it finished a frame or was empty.
+    progress: Time,
+    /// The watchdog fired: the NIC no longer pauses.
+    pfc_off: bool,
+    /// The translation cache, when modelled.
+    mtt: Option<MttModel>,
+}
+
+/// The translation cache and what a miss costs (`mtt.rs`).
+#[derive(Debug)]
+struct MttModel {
+    cache: Mtt,
+    miss: Dur,
+    page_bytes: u64,
+    mtu: u64,
+    seed: u64,
+}
+
+impl RxPipeline {
+    /// The pipeline a run's `[nic]` settings describe, with XOFF threshold `xoff`.
+    pub(super) fn new(cfg: &SimConfig, xoff: u64) -> RxPipeline {
+        RxPipeline {
+            frames: VecDeque::new(),
+            held: Ingress::EMPTY,
+            debt: Dur::ZERO,
+            xoff,
+            buffer: cfg.nic.rx_buffer_bytes,
+            resume_gap: cfg.switch.pfc_resume_gap_bytes,
+            rate: cfg.nic.rx_gbps.map(|g| (g * 1e9).round() as u64),
+            pcie_bps: (cfg.nic.pcie_gbps * 1e9).round() as u64,
+            stalled: false,
+            progress: Time::ZERO,
+            pfc_off: false,
+            mtt: (cfg.nic.mtt_miss_ns > 0.0).then(|| MttModel {
+                cache: Mtt::new(cfg.nic.mtt_entries as usize),
+                miss: Dur::from_picos((cfg.nic.mtt_miss_ns * 1000.0).round() as u64),
+                page_bytes: cfg.nic.page_bytes,
+                mtu: u64::from(cfg.network.mtu),
+                seed: cfg.seed,
+            }),
+        }
+    }
+}
+
+/// The first PSN of flow `i`'s requests (and of a Read's responses).
+pub(super) fn first_psn(seed: u64, i: usize) -> Psn {
+    Psn::new((mix(seed ^ i as u64) & 0xff_ffff) as u32)
+}
+
+/// Makes sure an event wakes the queue pair at its next deadline (at most one pending event
+/// per queue pair, unless its deadline moved earlier). A deadline already past — a pacing slot
+/// that ended while the queue pair waited for its turn — is due now: the event list would run
+/// it now anyway, and the handler only accepts the event its slot recorded.
+fn arm_timer(q: &mut Events, now: Time, s: &mut Slot, host: u32, slot: u32) {
+    if let Some(d) = s.qp.as_ref().and_then(QueuePair::poll_timeout) {
+        let d = d.max(now);
+        if s.timer.is_none_or(|t| d < t) {
+            s.timer = Some(d);
+            q.push(
+                d,
+                Ev::QpTimer {
+                    host,
+                    slot,
+                    gen: s.gen,
+                },
+            );
+        }
+    }
+}
+
+impl<M: SimMemory> Nic<M> {
+    /// The NIC of `host`, with memory `mem`, marking its frames as `tag` says; `rx`: its
+    /// receive pipeline, if the run models one.
+    pub(super) fn new(host: u32, mem: M, tag: Tagging, rx: Option<RxPipeline>) -> Nic<M> {
+        Nic {
+            host,
+            mem,
+            slots: Vec::new(),
+            free: Vec::new(),
+            tx: Tx {
+                ready: VecDeque::new(),
+                busy_until: Time::ZERO,
+                wake: false,
+                ctrl_idle: false,
+                dead_ready: 0,
+                ctrl: Vec::new(),
+            },
+            paused: [false; 8],
+            paused_since: [Time::ZERO; 8],
+            stats: PortStats::default(),
+            rx: rx.map(Box::new),
+            up: true,
+            tag,
+            retired: Counters::default(),
+            max_in_flight: 0,
+        }
+    }
+
+    /// Whether its link is up.
+    pub(super) fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// Whether it buffers received frames in a pipeline.
+    #[inline]
+    pub(super) fn has_pipeline(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// The queue pair in `slot`, if live.
+    pub(super) fn qp_mut(&mut self, slot: u32) -> Option<&mut QueuePair> {
+        self.slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.qp.as_mut())
+    }
+
+    /// Lets the NIC send now if its link is free, or once it is.
+    pub(super) fn kick(&mut self, fx: &mut Fabric<M>, now: Time) {
+        if self.tx.wake {
             return;
         }
-        if now >= nic.busy_until {
-            self.nic_send(now, host);
+        if now >= self.tx.busy_until {
+            self.send(fx, now);
         } else {
-            nic.wake = true;
-            self.q.push(
-                nic.busy_until,
+            self.tx.wake = true;
+            fx.q.push(
+                self.tx.busy_until,
                 Ev::TxDone {
-                    node: host,
+                    node: self.host,
                     port: 0,
                 },
             );
         }
     }
 
-    pub(super) fn nic_send(&mut self, now: Time, host: u32) {
-        let data_paused = self.nics[host as usize].paused[self.data_prio as usize];
-        let ctrl_paused = self.nics[host as usize].paused[self.ctrl_prio as usize];
-        let separate = self.ctrl_prio != self.data_prio;
-        let nic = &mut self.nics[host as usize];
-        if now < nic.busy_until {
+    /// Its link finished a frame.
+    pub(super) fn tx_done(&mut self, fx: &mut Fabric<M>, now: Time) {
+        self.tx.wake = false;
+        self.send(fx, now);
+    }
+
+    fn send(&mut self, fx: &mut Fabric<M>, now: Time) {
+        let tag = self.tag;
+        let data_paused = self.paused[tag.data_prio as usize];
+        let ctrl_paused = self.paused[tag.ctrl_prio as usize];
+        let separate = tag.ctrl_prio != tag.data_prio;
+        let host = self.host;
+        let tx = &mut self.tx;
+        if now < tx.busy_until {
             return;
         }
         // With the data priority paused, a look at the list sends a control packet or does
@@ -113,10 +305,10 @@ impl<M: SimMemory> Part<M> {
         // priority, or no queue pair with a control packet — do only the dropping, and only if
         // there is any: a NIC paused for long with thousands of queue pairs on its list would
         // otherwise spend its time asking each of them, every time it may send.
-        if data_paused && (!separate || ctrl_paused || nic.ctrl_idle) {
-            if nic.dead_ready > 0 {
-                let slots = &mut nic.slots;
-                nic.ready.retain(|&slot| {
+        if data_paused && (!separate || ctrl_paused || tx.ctrl_idle) {
+            if tx.dead_ready > 0 {
+                let slots = &mut self.slots;
+                tx.ready.retain(|&slot| {
                     let s = &mut slots[slot as usize];
                     let live = s.qp.is_some();
                     if !live {
@@ -124,43 +316,43 @@ impl<M: SimMemory> Part<M> {
                     }
                     live
                 });
-                nic.dead_ready = 0;
+                tx.dead_ready = 0;
             }
             return;
         }
-        let mut tries = nic.ready.len();
-        if data_paused && nic.dead_ready == 0 {
+        let mut tries = tx.ready.len();
+        if data_paused && tx.dead_ready == 0 {
             // Only a control packet can go, and the loop below would pass every queue pair
             // before the first that has one to the back of the list, in order: rotate there
             // at once (the flags say where, without touching a queue pair).
-            let ctrl = &nic.ctrl;
-            match nic.ready.iter().position(|&slot| ctrl[slot as usize]) {
+            let ctrl = &tx.ctrl;
+            match tx.ready.iter().position(|&slot| ctrl[slot as usize]) {
                 Some(pos) => {
-                    nic.ready.rotate_left(pos);
+                    tx.ready.rotate_left(pos);
                     tries -= pos;
                 }
                 None => {
-                    nic.ctrl_idle = true;
+                    tx.ctrl_idle = true;
                     return;
                 }
             }
         }
         while tries > 0 {
             tries -= 1;
-            let Some(slot) = nic.ready.pop_front() else {
+            let Some(slot) = tx.ready.pop_front() else {
                 break;
             };
-            let s = &mut nic.slots[slot as usize];
+            let s = &mut self.slots[slot as usize];
             let Some(qp) = s.qp.as_mut() else {
                 s.ready = false;
                 continue;
             };
             let t = if !(data_paused || separate && ctrl_paused && qp.has_control()) {
-                qp.poll_transmit(now, &nic.mem, &mut self.buf)
+                qp.poll_transmit(now, &self.mem, &mut fx.scratch)
             } else if separate && !ctrl_paused {
                 // Exactly when it would answer.
-                if nic.ctrl[slot as usize] {
-                    qp.poll_control(&nic.mem, &mut self.buf)
+                if tx.ctrl[slot as usize] {
+                    qp.poll_control(&self.mem, &mut fx.scratch)
                 } else {
                     None
                 }
@@ -170,18 +362,18 @@ impl<M: SimMemory> Part<M> {
             let Some(t) = t else {
                 if data_paused || ctrl_paused {
                     // It may still have data once the pause ends.
-                    nic.ready.push_back(slot);
+                    tx.ready.push_back(slot);
                 } else {
                     s.ready = false;
                 }
                 continue;
             };
-            nic.ctrl[slot as usize] = qp.control_ready();
+            tx.ctrl[slot as usize] = qp.control_ready();
             // Round-robin: back of the list if it may have more; otherwise out of it (a
             // receiver that just sent its ACK usually has nothing more) until an input
             // gives it something, so that the NIC does not wake up for it.
             if qp.may_transmit() {
-                nic.ready.push_back(slot);
+                tx.ready.push_back(slot);
             } else {
                 s.ready = false;
             }
@@ -190,22 +382,22 @@ impl<M: SimMemory> Part<M> {
                 .max(qp.in_flight())
                 .max(qp.responses_in_flight());
             // Sending may have started the retransmission timer.
-            Self::arm_timer(&mut self.q, now, s, host, slot);
+            arm_timer(&mut fx.q, now, s, host, slot);
             let dest_qpn = t.ib.bth.dest_qpn;
             let peer_host = s.peer;
             let (flow, end) = (s.flow, usize::from(s.end));
             let control = t.ib.bth.opcode.is_control();
             let (dscp, prio) = if control {
-                (self.ctrl_dscp, self.ctrl_prio)
+                (tag.ctrl_dscp, tag.ctrl_prio)
             } else {
-                (self.data_dscp, self.data_prio)
+                (tag.data_dscp, tag.data_prio)
             };
             // A tagged frame carries the priority of its DSCP as its PCP (IEEE 802.1Q).
-            let pcp = self.vlan.then_some(prio);
-            let tag = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
+            let pcp = tag.vlan.then_some(prio);
+            let vlan = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
             // At most a 4096-byte MTU (validated) plus headers: it fits.
-            let extra = self.extra_headers[usize::from(control)];
-            let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + tag + extra)
+            let extra = tag.extra_headers[usize::from(control)];
+            let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + vlan + extra)
                 .unwrap_or(u16::MAX);
             let flow_hash = mix((u64::from(host) << 40)
                 ^ (u64::from(peer_host) << 20)
@@ -213,11 +405,11 @@ impl<M: SimMemory> Part<M> {
                 ^ (u64::from(qpn(flow, end)) << 48));
             // ECMP granularity: the flow's hash, or salted per packet (spraying) or per
             // flowlet, so each switch's pick changes with it.
-            let salt = match self.cfg.network.ecmp {
+            let salt = match tag.ecmp {
                 Ecmp::Flow => None,
                 Ecmp::Packet => Some(s.sent),
                 Ecmp::Flowlet => {
-                    if s.sent > 0 && now.since(s.last_tx) > us(self.cfg.network.flowlet_gap_us) {
+                    if s.sent > 0 && now.since(s.last_tx) > tag.flowlet_gap {
                         s.flowlet += 1;
                     }
                     Some(s.flowlet)
@@ -229,168 +421,501 @@ impl<M: SimMemory> Part<M> {
                 None => flow_hash as u32,
                 Some(k) => mix(flow_hash ^ (u64::from(k) << 32) ^ 0x5eed) as u32,
             };
+            // The QP may have written bytes into the scratch buffer even when the memory
+            // holds none: keep the allocation for next time.
             let payload = if M::HOLDS_BYTES {
-                std::mem::take(&mut self.buf)
+                std::mem::take(&mut fx.scratch)
             } else {
                 Vec::new()
             };
-            // The QP may have written bytes into `buf` even when the memory holds none: keep
-            // the allocation for next time.
             let hop = Hop::new(peer_host, hash, wire, dscp, t.ecn, pcp);
             let p = Packet {
                 ib: t.ib,
                 flow,
                 to: (1 - end) as u8,
             };
-            let pkt = self.alloc_packet(p, payload, Meta { hop, next: NIL });
-            if self.mon.on {
-                let pc = self.mon.at(host, 0, self.classes.class(prio));
-                pc.tx_packets += 1;
-                pc.tx_bytes += u64::from(wire);
-            }
-            let nic = &mut self.nics[host as usize];
-            nic.stats.tx_packets += 1;
-            nic.stats.tx_bytes += u64::from(wire);
+            let pkt = fx.pool.alloc(p, payload, Meta { hop, next: NIL });
+            fx.mon.tx(host, 0, fx.classes.class(prio), u64::from(wire));
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += u64::from(wire);
             // Look again when the link is free if some queue pair may have more; otherwise
             // the next one to become ready kicks the NIC.
-            let more = !nic.ready.is_empty();
-            let done = self.put_on_link(now, host, 0, pkt, hop, more);
-            let nic = &mut self.nics[host as usize];
-            nic.busy_until = done;
-            nic.wake = more;
+            let more = !self.tx.ready.is_empty();
+            let done = fx.transmit(now, host, 0, pkt, hop, more);
+            self.tx.busy_until = done;
+            self.tx.wake = more;
             return;
         }
         // A whole round without a packet: every destroyed queue pair has left the list, and
         // while data is paused, none has a control packet either.
-        let nic = &mut self.nics[host as usize];
-        nic.dead_ready = 0;
+        tx.dead_ready = 0;
         if data_paused {
-            nic.ctrl_idle = true;
+            tx.ctrl_idle = true;
         }
     }
 
-    pub(super) fn nic_receive(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
+    /// A frame reaches the queue pair in `slot` ([`NIL`]: the end is gone, or not set up
+    /// yet, and the frame is discarded). Returns the flow, if its requester completed.
+    pub(super) fn receive(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        slot: u32,
+        pkt: u32,
+        hop: Hop,
+    ) -> Option<Finished> {
         let ecn = hop.ecn();
-        if self.mon.on {
-            let pc = self
-                .mon
-                .at(host, 0, self.classes.class(self.classes.priority(&hop)));
-            pc.rx_packets += 1;
-            pc.rx_bytes += u64::from(hop.wire);
-        }
-        let p = &self.packets[pkt as usize];
-        let slot = self.states[p.flow as usize].slot[usize::from(p.to)];
-        let payload = if M::HOLDS_BYTES {
-            &self.payloads[pkt as usize][..]
-        } else {
-            &[]
+        let c = fx.classes.class(fx.classes.priority(&hop));
+        fx.mon.rx(self.host, 0, c, u64::from(hop.wire));
+        let p = &fx.pool.packets[pkt as usize];
+        let payload = fx.pool.payload(pkt);
+        let live = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.qp.as_mut());
+        let Some(qp) = live else {
+            // A straggler for a queue pair already destroyed.
+            fx.pool.free(pkt);
+            return None;
         };
-        let nic = &mut self.nics[host as usize];
-        // NIL (the end is gone, or not set up yet) finds no slot.
-        let live = nic.slots.get_mut(slot as usize).and_then(|s| s.qp.as_mut());
-        match live {
-            Some(qp) => {
-                nic.ctrl_idle = false;
-                let parked = qp.counters().reorder_bytes;
-                qp.handle_packet(now, &p.ib, payload, ecn, &mut nic.mem);
-                let parked = qp.counters().reorder_bytes - parked;
-                if parked > 0 && self.rx_rate.is_some() {
-                    // Written to host memory, and read back before it is placed (seed 002).
-                    let pcie = (self.cfg.nic.pcie_gbps * 1e9).round() as u64;
-                    nic.rx_debt = nic.rx_debt + Dur::transmission(2 * parked, pcie);
-                }
-            }
-            None => {
-                // A straggler for a queue pair already destroyed.
-                self.free_packet(pkt);
-                return;
+        self.tx.ctrl_idle = false;
+        let parked = qp.counters().reorder_bytes;
+        qp.handle_packet(now, &p.ib, payload, ecn, &mut self.mem);
+        let parked = qp.counters().reorder_bytes - parked;
+        if let Some(rx) = self.rx.as_mut().filter(|rx| rx.rate.is_some()) {
+            if parked > 0 {
+                // Written to host memory, and read back before it is placed (seed 002).
+                rx.debt = rx.debt + Dur::transmission(2 * parked, rx.pcie_bps);
             }
         }
-        self.free_packet(pkt);
-        self.touch(now, host, slot);
+        fx.pool.free(pkt);
+        self.touch(fx, now, slot)
     }
 
-    /// A frame reaches a NIC whose receive pipeline has a rate: it waits in the receive
-    /// buffer (or is dropped, lossy and the buffer full), and the NIC pauses its switch when
-    /// a lossless class's share passes the threshold.
-    pub(super) fn nic_buffer(&mut self, now: Time, host: u32, pkt: u32, hop: Hop) {
-        let c = self.classes.class(self.classes.priority(&hop));
+    /// A queue pair's timer event: handles its timeout if it is still due.
+    pub(super) fn timer(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        slot: u32,
+        gen: u32,
+    ) -> Option<Finished> {
+        let s = &mut self.slots[slot as usize];
+        if s.gen != gen || s.timer != Some(now) {
+            return None;
+        }
+        s.timer = None;
+        if let Some(qp) = s.qp.as_mut() {
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                qp.handle_timeout(now);
+                self.tx.ctrl_idle = false;
+            }
+        }
+        self.touch(fx, now, slot)
+    }
+
+    /// A frame reaches a NIC with a receive pipeline: it waits in the receive buffer (or is
+    /// dropped, lossy and the buffer full), and the NIC pauses its switch when a lossless
+    /// class's share passes the threshold. `flows`: the flows' sizes, which the translation
+    /// cache reads (a flow's buffer is its registered region).
+    pub(super) fn buffer(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        pkt: u32,
+        hop: Hop,
+        flows: &[Flow],
+    ) {
+        let Some(rx) = self.rx.as_mut() else { return };
+        let c = fx.classes.class(fx.classes.priority(&hop));
         // A NIC whose watchdog fired no longer pauses: every class is lossy to it.
         let (prio, lossless) = (
-            self.classes.class_priority(c),
-            self.classes.class_lossless(c) && !self.safety.nic_pfc_off[host as usize],
+            fx.classes.class_priority(c),
+            fx.classes.class_lossless(c) && !rx.pfc_off,
         );
         let wire = u64::from(hop.wire);
-        let nic = &mut self.nics[host as usize];
-        if nic.rx_held.total() + wire > self.cfg.nic.rx_buffer_bytes {
-            if lossless && nic.rx_held.total() + wire <= 2 * self.cfg.nic.rx_buffer_bytes {
-                nic.stats.headroom_overflow += 1;
+        if rx.held.total() + wire > rx.buffer {
+            if lossless && rx.held.total() + wire <= 2 * rx.buffer {
+                self.stats.headroom_overflow += 1;
             } else {
                 // Lossy, or lossless frames the peer sent through a pause (a switch
                 // watchdog's `forward`) beyond any headroom: the buffer is finite.
                 if lossless {
-                    nic.stats.headroom_overflow += 1;
+                    self.stats.headroom_overflow += 1;
                 }
-                if self.mon.on {
-                    self.mon.at(host, 0, c).ingress_drops += 1;
-                }
-                self.drop_packet(host, 0, pkt);
+                fx.mon.ingress_drop(self.host, 0, c);
+                fx.pool.free(pkt);
+                self.stats.drops += 1;
                 return;
             }
         }
-        nic.rx_held.add(c, wire);
-        nic.rx.push_back(RxFrame {
+        rx.held.add(c, wire);
+        rx.frames.push_back(RxFrame {
             pkt,
             hop,
             class: c as u8,
         });
-        if nic.rx.len() == 1 {
+        if rx.frames.len() == 1 {
             // The pipeline was idle until now: no stall so far.
-            self.safety.rx_progress[host as usize] = now;
-            self.nic_rx_start(now, host);
+            rx.progress = now;
+            self.rx_start(fx, now, flows);
         }
-        let nic = &mut self.nics[host as usize];
-        if lossless && nic.rx_held.pause_above(c, self.nic_xoff[host as usize]) {
-            self.send_pfc(now, host, 0, prio, true);
+        let rx = self.rx.as_mut().expect("a pipeline");
+        if lossless && rx.held.pause_above(c, rx.xoff) {
+            self.send_pfc(fx, now, prio, true);
         }
     }
 
-    /// Starts processing the first frame of `host`'s receive buffer: its time at the
-    /// pipeline's rate, plus what the pipeline owes (reorder-buffer PCIe traffic) and a
-    /// translation-cache miss's stall. A stopped pipeline (a fault) starts nothing.
-    pub(super) fn nic_rx_start(&mut self, now: Time, host: u32) {
-        if self.safety.rx_stalled[host as usize] {
+    /// Starts processing the first frame of the receive buffer: its time at the pipeline's
+    /// rate, plus what the pipeline owes (reorder-buffer PCIe traffic) and a translation-cache
+    /// miss's stall. A stopped pipeline (a fault) starts nothing.
+    fn rx_start(&mut self, fx: &mut Fabric<M>, now: Time, flows: &[Flow]) {
+        let Some(rx) = self.rx.as_mut() else { return };
+        if rx.stalled {
             return;
         }
-        let stall = self.mtt_stall(host);
-        let nic = &mut self.nics[host as usize];
-        if let Some(f) = nic.rx.front() {
-            let debt = std::mem::replace(&mut nic.rx_debt, Dur::ZERO);
-            let work = self.rx_rate.map_or(Dur::ZERO, |rate| {
+        let stall = match (&mut rx.mtt, rx.frames.front()) {
+            (Some(m), Some(f)) => m.stall(&fx.pool.packets[f.pkt as usize], flows),
+            _ => Dur::ZERO,
+        };
+        if let Some(f) = rx.frames.front() {
+            let debt = std::mem::replace(&mut rx.debt, Dur::ZERO);
+            let work = rx.rate.map_or(Dur::ZERO, |rate| {
                 Dur::transmission(u64::from(f.hop.wire), rate)
             });
-            self.q.push(now + work + debt + stall, Ev::RxDone { host });
+            fx.q.push(now + work + debt + stall, Ev::RxDone { host: self.host });
         }
     }
 
-    /// The receive pipeline is done with its first frame: the queue pair gets it.
-    pub(super) fn nic_rx_done(&mut self, now: Time, host: u32) {
-        let nic = &mut self.nics[host as usize];
-        let Some(f) = nic.rx.pop_front() else {
-            return;
-        };
+    /// The receive pipeline is done with its first frame, which it returns for delivery to
+    /// its queue pair ([`Nic::receive`]).
+    pub(super) fn rx_done(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        flows: &[Flow],
+    ) -> Option<RxFrame> {
+        let rx = self.rx.as_mut()?;
+        let f = rx.frames.pop_front()?;
         let c = usize::from(f.class);
-        nic.rx_held.remove(c, u64::from(f.hop.wire));
-        self.safety.rx_progress[host as usize] = now;
-        let gap = self.cfg.switch.pfc_resume_gap_bytes;
-        if nic
-            .rx_held
-            .resume_below(c, self.nic_xoff[host as usize], gap)
-        {
-            let prio = self.classes.class_priority(c);
-            self.send_pfc(now, host, 0, prio, false);
+        rx.held.remove(c, u64::from(f.hop.wire));
+        rx.progress = now;
+        if rx.held.resume_below(c, rx.xoff, rx.resume_gap) {
+            let prio = fx.classes.class_priority(c);
+            self.send_pfc(fx, now, prio, false);
         }
-        self.nic_rx_start(now, host);
-        self.nic_receive(now, host, f.pkt, f.hop);
+        self.rx_start(fx, now, flows);
+        Some(f)
+    }
+
+    fn send_pfc(&mut self, fx: &mut Fabric<M>, now: Time, prio: u8, pause: bool) {
+        self.stats.pause_sent += 1;
+        fx.send_pfc(now, self.host, 0, prio, pause);
+    }
+
+    /// A PFC frame for `prio` arrived from the switch.
+    pub(super) fn pfc(&mut self, fx: &mut Fabric<M>, now: Time, port: u16, prio: u8, pause: bool) {
+        let c = fx.classes.paused_class(prio);
+        fx.mon.pause_received(self.host, port, c);
+        self.stats.pause_received += 1;
+        let p = prio as usize & 7;
+        if pause && !self.paused[p] {
+            self.paused[p] = true;
+            self.paused_since[p] = now;
+        } else if !pause && self.paused[p] {
+            self.paused[p] = false;
+            let d = now - self.paused_since[p];
+            self.stats.paused = self.stats.paused + d;
+            fx.mon.paused(self.host, 0, c, d);
+            // Queue pairs with data were kept in the ready list while paused.
+            self.kick(fx, now);
+        }
+    }
+
+    /// How long priority `prio` has been paused without a resume.
+    pub(super) fn open_pause(&self, now: Time, prio: u8) -> Dur {
+        let p = usize::from(prio);
+        if self.paused[p] {
+            now - self.paused_since[p]
+        } else {
+            Dur::ZERO
+        }
+    }
+
+    /// Bytes of class `c` in the receive buffer.
+    pub(super) fn rx_bytes(&self, c: usize) -> u64 {
+        self.rx.as_ref().map_or(0, |rx| rx.held.bytes[c])
+    }
+
+    /// A new queue pair for end `end` of `flow`, whose other end is at `peer`, configured as
+    /// `cfg` (its QPN already set). Returns its slot; a configuration the queue pair refuses
+    /// leaves the slot empty.
+    pub(super) fn new_qp(
+        &mut self,
+        now: Time,
+        cfg: QpConfig,
+        flow: u32,
+        end: usize,
+        peer: u32,
+    ) -> u32 {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot {
+                    qp: None,
+                    gen: 0,
+                    timer: None,
+                    ready: false,
+                    flow,
+                    end: end as u8,
+                    peer,
+                    sent: 0,
+                    flowlet: 0,
+                    last_tx: Time::ZERO,
+                });
+                self.tx.ctrl.push(false);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut self.slots[slot as usize];
+        s.qp = QueuePair::new(now, cfg).ok();
+        s.flow = flow;
+        s.end = end as u8;
+        s.peer = peer;
+        s.timer = None;
+        s.ready = false;
+        s.sent = 0;
+        s.flowlet = 0;
+        s.last_tx = Time::ZERO;
+        self.tx.ctrl[slot as usize] = false;
+        slot
+    }
+
+    /// After anything happened to the queue pair in `slot`: collect its completions, re-arm
+    /// its timer, and let the NIC send. Returns the flow, if its requester completed (the
+    /// caller finishes it).
+    pub(super) fn touch(&mut self, fx: &mut Fabric<M>, now: Time, slot: u32) -> Option<Finished> {
+        let s = &mut self.slots[slot as usize];
+        let qp = s.qp.as_mut()?;
+        let flow = s.flow;
+        let mut finished = None;
+        while let Some(c) = qp.poll_completion() {
+            if c.wr_id == u64::from(flow) && usize::from(s.end) == REQ {
+                finished = Some(Finished {
+                    flow,
+                    status: c.status,
+                });
+            }
+        }
+        if finished.is_some() {
+            return finished;
+        }
+        self.tx.ctrl[slot as usize] = qp.control_ready();
+        arm_timer(&mut fx.q, now, s, self.host, slot);
+        // Only a queue pair that may have something to send joins the NIC's list and wakes
+        // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
+        // still full) costs no poll and no wake-up.
+        if s.qp.as_ref().is_some_and(QueuePair::may_transmit) {
+            if !s.ready {
+                s.ready = true;
+                self.tx.ready.push_back(slot);
+            }
+            self.kick(fx, now);
+        }
+        None
+    }
+
+    /// Destroys the queue pair in `slot` (its counters go to the NIC's totals) and releases
+    /// its buffer.
+    pub(super) fn destroy(&mut self, slot: u32, buf: (u64, MrKeys)) {
+        let s = &mut self.slots[slot as usize];
+        if let Some(qp) = s.qp.take() {
+            self.retired += *qp.counters();
+            // Its entries stay on the NIC's list until a look drops them. (Counted whether or
+            // not the slot says it is listed: a reused slot can leave an entry behind.)
+            self.tx.dead_ready += 1;
+        }
+        self.tx.ctrl[slot as usize] = false;
+        s.gen = s.gen.wrapping_add(1);
+        s.timer = None;
+        self.free.push(slot);
+        self.mem.release(buf.0, buf.1);
+    }
+
+    /// The live queue pairs, as (slot, flow, end).
+    pub(super) fn live(&self) -> Vec<(u32, u32, u8)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.qp.is_some())
+            .map(|(i, s)| (i as u32, s.flow, s.end))
+            .collect()
+    }
+
+    /// The host died (its queue pairs are already destroyed): its link is down, and what its
+    /// lists and buffer held is gone.
+    pub(super) fn go_down(&mut self, fx: &mut Fabric<M>) {
+        self.up = false;
+        self.tx.ready.clear();
+        if let Some(rx) = self.rx.as_mut() {
+            for f in rx.frames.drain(..) {
+                fx.pool.free(f.pkt);
+            }
+            rx.held = Ingress::EMPTY;
+        }
+    }
+
+    /// The host is back: its link is up.
+    pub(super) fn go_up(&mut self, fx: &mut Fabric<M>, now: Time) {
+        self.up = true;
+        fx.q.origin = self.host;
+        self.kick(fx, now);
+    }
+
+    /// A fault stops (`true`) or restarts the receive pipeline.
+    pub(super) fn stall_rx(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        stalled: bool,
+        flows: &[Flow],
+    ) {
+        let Some(rx) = self.rx.as_mut() else { return };
+        rx.stalled = stalled;
+        if !stalled {
+            rx.progress = now;
+            fx.q.origin = self.host;
+            if !rx.frames.is_empty() {
+                self.rx_start(fx, now, flows);
+            }
+        }
+    }
+
+    /// The NIC watchdog (seed 001 §4.3): a NIC whose receive pipeline has not moved for
+    /// `limit` while it pauses its switch stops pausing, for good. Returns whether it fired.
+    pub(super) fn watchdog_poll(&mut self, fx: &mut Fabric<M>, now: Time, limit: Dur) -> bool {
+        let Some(rx) = self.rx.as_mut() else {
+            return false;
+        };
+        let stuck = !rx.frames.is_empty() && now.since(rx.progress) >= limit;
+        let pausing = rx.held.xoff.iter().any(|&x| x);
+        if !(stuck && pausing && !rx.pfc_off) {
+            return false;
+        }
+        rx.pfc_off = true;
+        fx.q.origin = self.host;
+        for c in 0..fx.classes.len() {
+            let rx = self.rx.as_mut().expect("a pipeline");
+            if rx.held.xoff[c] {
+                rx.held.xoff[c] = false;
+                let prio = fx.classes.class_priority(c);
+                self.send_pfc(fx, now, prio, false);
+            }
+        }
+        true
+    }
+
+    /// Ends the run at `now`: closes the pause intervals still open, and adds the live queue
+    /// pairs' counters to the totals.
+    pub(super) fn finish(&mut self, now: Time) {
+        for p in 0..8 {
+            if self.paused[p] {
+                self.stats.paused = self.stats.paused + (now - self.paused_since[p]);
+                self.paused[p] = false;
+            }
+        }
+        for s in &self.slots {
+            if let Some(qp) = &s.qp {
+                self.retired += *qp.counters();
+            }
+        }
+    }
+
+    /// Checks the receive buffer's books: its counters add up to the frames it holds.
+    pub(super) fn check_books(&self) -> Result<(), String> {
+        let Some(rx) = &self.rx else { return Ok(()) };
+        let mut held = [0u64; super::classes::MAX_CLASSES];
+        for f in &rx.frames {
+            held[usize::from(f.class)] += u64::from(f.hop.wire);
+        }
+        if held != rx.held.bytes || rx.held.total() != held.iter().sum::<u64>() {
+            return Err(format!(
+                "host {}: receive buffer counters {:?} but it holds {held:?}",
+                self.host, rx.held.bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Translation-cache misses.
+    pub(super) fn mtt_misses(&self) -> u64 {
+        self.rx
+            .as_ref()
+            .and_then(|rx| rx.mtt.as_ref())
+            .map_or(0, |m| m.cache.misses)
+    }
+
+    /// A description of the NIC and the queue pair in `slot`, for debugging a stuck flow.
+    pub(super) fn describe(&self, slot: u32) -> String {
+        let Some(s) = self.slots.get(slot as usize) else {
+            return format!("host {}: no live queue pair\n", self.host);
+        };
+        let mut out = format!(
+            "host {} NIC: wake {} busy until {:?} ready {:?} paused {:?}\n",
+            self.host, self.tx.wake, self.tx.busy_until, self.tx.ready, self.paused
+        );
+        out += &format!(
+            "host {} slot {slot} timer {:?} ready {}: {:#?}\n",
+            self.host,
+            s.timer,
+            s.ready,
+            s.qp.as_ref()
+                .map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
+        );
+        out += &format!("{:?}\n", s.qp);
+        out
+    }
+}
+
+impl MttModel {
+    /// The stall of the frame `p` about to be processed: a miss's fetch when its payload lands
+    /// in a page without a translation.
+    fn stall(&mut self, p: &Packet, flows: &[Flow]) -> Dur {
+        if p.ib.payload_len == 0 {
+            return Dur::ZERO;
+        }
+        let flow = p.flow as usize;
+        // PSNs start where the flow's set-up put them (`first_psn`).
+        let first = first_psn(self.seed, flow);
+        let n = u64::from(p.ib.bth.psn.value().wrapping_sub(first.value()) & Psn::MASK);
+        // A Read's responses and its request share the requester's PSNs.
+        let offset = (n * self.mtu).min(flows[flow].size);
+        let va = ((flow as u64) << 32) + offset;
+        let page = va / self.page_bytes;
+        if self.cache.access(page) {
+            self.miss
+        } else {
+            Dur::ZERO
+        }
+    }
+}
+
+/// The per-run part of [`Tagging`], from the configuration and the classes.
+pub(super) fn tagging(
+    cfg: &SimConfig,
+    data_prio: u8,
+    ctrl_prio: u8,
+    ctrl_dscp: u8,
+    extra_headers: [u32; 2],
+) -> Tagging {
+    Tagging {
+        data_dscp: cfg.network.data_dscp,
+        ctrl_dscp,
+        data_prio,
+        ctrl_prio,
+        vlan: cfg.network.vlan,
+        extra_headers,
+        ecmp: cfg.network.ecmp,
+        flowlet_gap: us(cfg.network.flowlet_gap_us),
     }
 }

@@ -2,14 +2,29 @@
 //! ([`Hop`], [`Meta`]: what switches read, kept apart from the headers only the receiving NIC
 //! reads, [`Packet`]), the events of the model ([`Ev`]) and the keyed event list ([`Events`])
 //! whose order does not depend on how the network is partitioned. Packets live in the
-//! partition's packet table, allocated and freed here.
+//! partition's packet table ([`Pool`]), allocated and freed there.
+//!
+//! This module depends on no other part of the model: every component uses it.
 
-use super::flows::REQ;
+use std::marker::PhantomData;
+
 use super::memory::SimMemory;
-use super::Part;
 use crate::engine::EventQueue;
 use irn_transport::Time;
 use irn_wire::{Ecn, IbRepr};
+
+/// The requester end of a flow.
+pub(super) const REQ: usize = 0;
+/// The responder end of a flow.
+pub(super) const RESP: usize = 1;
+
+/// The QPN of end `end` of `flow`: a function of the flow, so that each end knows the other's
+/// without asking (the two ends may be set up in different partitions at the same instant).
+/// QPNs are 24 bits and 0 and 1 are special in InfiniBand; past 2^23 flows they repeat, which
+/// is harmless (a NIC finds a packet's queue pair by its flow).
+pub(super) fn qpn(flow: u32, end: usize) -> u32 {
+    2 + ((2 * u64::from(flow) + end as u64) % ((1 << 24) - 2)) as u32
+}
 
 /// An 802.1Q tag, on frames when `network.vlan` is on.
 pub(super) const VLAN_TAG_LEN: u32 = 4;
@@ -122,7 +137,7 @@ pub(super) const NIL: u32 = u32::MAX;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Packet {
     pub(super) ib: IbRepr,
-    /// The flow it belongs to and the end ([`REQ`] or [`RESP`](super::flows::RESP)) it is addressed to: how the
+    /// The flow it belongs to and the end ([`REQ`] or [`RESP`]) it is addressed to: how the
     /// receiving NIC finds the queue pair (a NIC would look the QPN up in its QP table).
     pub(super) flow: u32,
     pub(super) to: u8,
@@ -247,10 +262,35 @@ impl Events {
     }
 }
 
-impl<M: SimMemory> Part<M> {
+/// The packet table: per packet its headers ([`Packet`]), its forwarding state ([`Meta`]) and,
+/// when the memory model holds bytes, its payload. Slots are reused (a free list), so a
+/// packet's number is stable from allocation to release and small enough to thread queues
+/// through.
+#[derive(Debug)]
+pub(super) struct Pool<M> {
+    pub(super) packets: Vec<Packet>,
+    /// Per packet, its payload bytes (only when the memory model holds bytes: otherwise
+    /// empty, so a packet's slot is its headers alone).
+    pub(super) payloads: Vec<Vec<u8>>,
+    pub(super) meta: Vec<Meta>,
+    free: Vec<u32>,
+    memory: PhantomData<M>,
+}
+
+impl<M: SimMemory> Pool<M> {
+    pub(super) fn new() -> Pool<M> {
+        Pool {
+            packets: Vec::new(),
+            payloads: Vec::new(),
+            meta: Vec::new(),
+            free: Vec::new(),
+            memory: PhantomData,
+        }
+    }
+
     /// Stores a new packet; `payload` is kept only when the memory model holds bytes.
-    pub(super) fn alloc_packet(&mut self, p: Packet, payload: Vec<u8>, m: Meta) -> u32 {
-        let i = match self.free_packets.pop() {
+    pub(super) fn alloc(&mut self, p: Packet, payload: Vec<u8>, m: Meta) -> u32 {
+        let i = match self.free.pop() {
             Some(i) => {
                 self.packets[i as usize] = p;
                 self.meta[i as usize] = m;
@@ -271,10 +311,44 @@ impl<M: SimMemory> Part<M> {
         i
     }
 
-    pub(super) fn free_packet(&mut self, i: u32) {
+    /// Releases packet `i`.
+    pub(super) fn free(&mut self, i: u32) {
         if M::HOLDS_BYTES {
             self.payloads[i as usize] = Vec::new();
         }
-        self.free_packets.push(i);
+        self.free.push(i);
+    }
+
+    /// The payload of packet `i` (empty when the memory model holds no bytes).
+    #[inline]
+    pub(super) fn payload(&self, i: u32) -> &[u8] {
+        if M::HOLDS_BYTES {
+            &self.payloads[i as usize][..]
+        } else {
+            &[]
+        }
+    }
+
+    /// A copy of packet `i` (a flooded copy), as a new packet with forwarding state `m`.
+    pub(super) fn copy(&mut self, i: u32, m: Meta) -> u32 {
+        let p = self.packets[i as usize];
+        let payload = if M::HOLDS_BYTES {
+            self.payloads[i as usize].clone()
+        } else {
+            Vec::new()
+        };
+        self.alloc(p, payload, m)
+    }
+
+    /// Takes packet `i` out of the table whole (it crosses to another partition).
+    pub(super) fn take(&mut self, i: u32) -> (Packet, Vec<u8>) {
+        let p = self.packets[i as usize];
+        let payload = if M::HOLDS_BYTES {
+            std::mem::take(&mut self.payloads[i as usize])
+        } else {
+            Vec::new()
+        };
+        self.free(i);
+        (p, payload)
     }
 }

@@ -14,11 +14,7 @@
 //! its 64-byte serialization and the link's delay, overtaking queued data.
 
 use super::classes::MAX_CLASSES;
-use super::memory::SimMemory;
-use super::packet::{Ev, PFC_FRAME};
-use super::Part;
-use crate::config::SwitchModel;
-use irn_transport::{Dur, Time};
+use irn_transport::Dur;
 
 /// A buffer that pauses its upstream per class with PFC (SPEC N1): a switch input port, a
 /// NIC's receive buffer. The pause and resume rules are these two methods, for both.
@@ -98,106 +94,6 @@ pub(super) fn shared_xoff(buffer: u64, reserved: u64, used: u64, alpha: f64) -> 
     let shared = buffer.saturating_sub(reserved);
     let free = shared.saturating_sub(used);
     ((alpha * free as f64) as u64).max(2048)
-}
-
-impl<M: SimMemory> Part<M> {
-    /// PFC: pauses the upstream of ingress (`inp`, class `c`) once a lossless class holds more
-    /// than its threshold; the pause names the class's priority.
-    pub(super) fn pause_if_full(&mut self, now: Time, node: u32, si: usize, inp: u16, c: usize) {
-        if self.classes.class_lossless(c) {
-            let threshold = self.pause_threshold(si, inp);
-            let port = &mut self.switches[si].ports[inp as usize];
-            if port.ingress.pause_above(c, threshold) {
-                let prio = self.classes.class_priority(c);
-                self.send_pfc(now, node, inp, prio, true);
-            }
-        }
-    }
-
-    /// The ingress occupancy above which a lossless (port `inp`, priority) pauses its upstream.
-    pub(super) fn pause_threshold(&self, si: usize, inp: u16) -> u64 {
-        match self.cfg.switch.model {
-            SwitchModel::InputQueued => self.xoff_in[si][inp as usize],
-            SwitchModel::SharedBuffer => shared_xoff(
-                self.cfg.switch.buffer_bytes,
-                self.reserved[si],
-                self.switches[si].used,
-                self.cfg.switch.dt_alpha,
-            ),
-        }
-    }
-
-    pub(super) fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
-        let p = self.topo.nodes[node as usize].ports[port as usize];
-        self.port_stats(node, port).pause_sent += 1;
-        if self.mon.on {
-            let c = self.classes.class(prio);
-            self.mon.at(node, port, c).pause_sent += 1;
-        }
-        let at = now + p.transmission(PFC_FRAME) + p.delay;
-        self.schedule(
-            at,
-            p.peer,
-            Ev::Pfc {
-                node: p.peer,
-                port: p.peer_port,
-                prio,
-                pause,
-            },
-        );
-    }
-
-    pub(super) fn pfc_receive(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
-        if self.mon.on {
-            if let Some(c) = self.classes.paused_class(prio) {
-                self.mon.at(node, port, c).pause_received += 1;
-            }
-        }
-        if node < self.topo.hosts {
-            let nic = &mut self.nics[node as usize];
-            nic.stats.pause_received += 1;
-            let p = prio as usize & 7;
-            if pause && !nic.paused[p] {
-                nic.paused[p] = true;
-                nic.paused_since[p] = now;
-            } else if !pause && nic.paused[p] {
-                nic.paused[p] = false;
-                let d = now - nic.paused_since[p];
-                nic.stats.paused = nic.stats.paused + d;
-                if self.mon.on {
-                    if let Some(c) = self.classes.paused_class(prio) {
-                        let pc = self.mon.at(node, 0, c);
-                        pc.paused = pc.paused + d;
-                    }
-                }
-                // Queue pairs with data were kept in the ready list while paused.
-                self.kick_nic(now, node);
-            }
-            return;
-        }
-        let si = (node - self.topo.hosts) as usize;
-        let c = self.classes.paused_class(prio);
-        let sw = &mut self.switches[si];
-        sw.stats[port as usize].pause_received += 1;
-        let Some(c) = c else {
-            return;
-        };
-        let p = port as usize;
-        let oc = p * MAX_CLASSES + c;
-        if pause && !sw.ports[p].paused[c] {
-            sw.ports[p].paused[c] = true;
-            sw.paused_since[oc] = now;
-        } else if !pause && sw.ports[p].paused[c] {
-            sw.ports[p].paused[c] = false;
-            let d = now - sw.paused_since[oc];
-            sw.stats[port as usize].paused = sw.stats[port as usize].paused + d;
-            if self.mon.on {
-                let pc = self.mon.at(node, port, c);
-                pc.paused = pc.paused + d;
-            }
-            self.kick_port(now, node, port as usize);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
-//! Switches: a packet's way through one (SPEC N2, N5).
+//! Switches: a packet's way through one (SPEC N2, N5), and what a switch owns to decide it —
+//! its ports, its queues, its buffer's admission and PFC thresholds, its ECN marking and the
+//! random stream it draws from, and, when the run models them, its L2 tables
+//! ([`L2Table`], seed 001 §4.2) and its PFC watchdog ([`PfcWatchdog`], §4.3).
 //!
 //! On arrival a packet takes an output (the one next hop, or ECMP by its hash salted per
 //! switch), passes admission (input-queued: its input port's buffer; shared-buffer: the whole
@@ -8,23 +11,29 @@
 //! idle output with nothing queued, leaves at once. Its input's ingress may then pause the
 //! upstream (`pfc.rs`). An output serves its classes in strict priority, skipping a paused
 //! class, one frame at a time.
+//!
+//! A switch is driven alone with a [`Fabric`]: [`Switch::receive`] (a frame arrived),
+//! [`Switch::send`] (an output is free), [`Switch::pfc`] (a pause frame arrived).
+
+use std::collections::HashMap;
+
+use irn_transport::rng::{mix, Rng};
+use irn_transport::{Dur, Time};
+use irn_wire::Ecn;
 
 use super::classes::MAX_CLASSES;
+use super::ecn::Marking;
+use super::fabric::Fabric;
 use super::memory::SimMemory;
-use super::packet::{Ev, Hop};
-use super::pfc::Ingress;
+use super::packet::{Ev, Hop, Meta, NIL};
+use super::pfc::{shared_xoff, Ingress};
 use super::queues::Queues;
-use super::{Part, PortStats};
-use crate::config::SwitchModel;
-use irn_transport::rng::mix;
-use irn_transport::Time;
-use irn_wire::Ecn;
+use super::PortStats;
+use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
 
 /// What a packet passing through a switch port touches, as an input and as an output, in one
 /// record (three cache lines with eight classes): a hop reads and writes its input's and its
-/// output's records (and its queue). Measured at k = 16 one record is no faster than the ten
-/// parallel arrays it replaced (the switches' state fits in L2 either way,
-/// docs/BENCHMARKS.md), but it keeps a port's state in one place.
+/// output's records (and its queue).
 #[derive(Debug, Clone, Copy)]
 #[repr(align(64))]
 pub(super) struct SwPort {
@@ -66,32 +75,46 @@ impl SwPort {
 
 const _: () = assert!(std::mem::size_of::<SwPort>() <= 192);
 
-/// A switch. The fields a packet's hop reads come first, in one cache line.
+/// A switch's buffer: its architecture, size and thresholds.
+#[derive(Debug, Clone)]
+pub(super) struct Buffer {
+    pub(super) model: SwitchModel,
+    /// Bytes: per input port (input-queued), or shared by all.
+    pub(super) bytes: u64,
+    /// The dynamic threshold's α (shared buffer).
+    pub(super) dt_alpha: f64,
+    /// PFC resumes this far below the threshold.
+    pub(super) resume_gap: u64,
+    /// Per input port: the occupancy of a lossless class above which the port pauses its
+    /// upstream — the buffer less the headroom of that port's own link (input-queued).
+    pub(super) xoff: Vec<u64>,
+    /// The headroom the ports reserve together (a shared-buffer switch's share kept out of
+    /// the dynamic threshold).
+    pub(super) reserved: u64,
+}
+
+/// A switch.
 #[derive(Debug)]
-#[repr(C)]
 pub(super) struct Switch {
+    node: u32,
     pub(super) ports: Vec<SwPort>,
     /// The packets waiting, per the switch's buffer architecture.
     pub(super) queues: Queues,
-    /// Shared-buffer: bytes in the whole switch.
+    /// Bytes in the whole buffer.
     pub(super) used: u64,
-    pub(super) salt: u64,
+    salt: u64,
     /// Per (output, class): when the pause in force began.
     pub(super) paused_since: Vec<Time>,
     pub(super) stats: Vec<PortStats>,
-}
-
-impl Switch {
-    pub(super) fn new(nports: usize, nclasses: usize, salt: u64, model: SwitchModel) -> Switch {
-        Switch {
-            ports: vec![SwPort::IDLE; nports],
-            queues: Queues::new(model, nports, nclasses),
-            used: 0,
-            salt,
-            paused_since: vec![Time::ZERO; nports * MAX_CLASSES],
-            stats: vec![PortStats::default(); nports],
-        }
-    }
+    buffer: Buffer,
+    marking: Marking,
+    /// RED's marking decisions.
+    ecn_rng: Rng,
+    /// A ToR's ARP and MAC tables, when the run models them (faults, or a MAC timeout
+    /// shorter than the run).
+    l2: Option<Box<L2Table>>,
+    /// The PFC watchdog of the server-facing ports, when configured.
+    watchdog: Option<Box<PfcWatchdog>>,
 }
 
 /// ECMP: which of `n` equal-cost ports a packet whose mixed hash is `h` takes, `h mod n`.
@@ -110,108 +133,152 @@ pub(super) fn ecmp_pick(h: u64, n: usize) -> usize {
     }) as usize
 }
 
-impl<M: SimMemory> Part<M> {
-    /// Lets a switch output send now if it is free, or once it is.
-    pub(super) fn kick_port(&mut self, now: Time, node: u32, out: usize) {
-        let p = &mut self.switches[(node - self.topo.hosts) as usize].ports[out];
+impl Switch {
+    /// Switch `node` with `nports` ports and `nclasses` classes; its ECMP salt and RED stream
+    /// derive from the run's `seed`.
+    pub(super) fn new(
+        node: u32,
+        nports: usize,
+        nclasses: usize,
+        seed: u64,
+        buffer: Buffer,
+        marking: Marking,
+    ) -> Switch {
+        Switch {
+            node,
+            ports: vec![SwPort::IDLE; nports],
+            queues: Queues::new(buffer.model, nports, nclasses),
+            used: 0,
+            salt: mix(seed ^ (u64::from(node) << 32)),
+            paused_since: vec![Time::ZERO; nports * MAX_CLASSES],
+            stats: vec![PortStats::default(); nports],
+            buffer,
+            marking,
+            ecn_rng: Rng::stream(seed, (12 << 32) | u64::from(node)),
+            l2: None,
+            watchdog: None,
+        }
+    }
+
+    /// Gives the switch L2 tables (a ToR's ARP and MAC tables and flooding).
+    pub(super) fn with_l2(mut self, l2: L2Table) -> Switch {
+        self.l2 = Some(Box::new(l2));
+        self
+    }
+
+    /// Gives the switch a PFC watchdog.
+    pub(super) fn with_watchdog(mut self, wd: PfcWatchdog) -> Switch {
+        self.watchdog = Some(Box::new(wd));
+        self
+    }
+
+    /// The L2 tables' counters and the watchdog's, as the safety report has them.
+    pub(super) fn safety_counts(&self) -> (L2Counts, (u64, u64)) {
+        (
+            self.l2
+                .as_ref()
+                .map_or_else(L2Counts::default, |l| l.counts),
+            self.watchdog
+                .as_ref()
+                .map_or((0, 0), |w| (w.storms, w.restorations)),
+        )
+    }
+
+    /// Lets output `out` send now if it is free, or once it is.
+    pub(super) fn kick<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
+        let p = &mut self.ports[out];
         if p.wake {
             return;
         }
         if now >= p.busy_until {
-            self.switch_send(now, node, out);
+            self.send(fx, now, out);
         } else {
             p.wake = true;
-            self.q.push(
+            fx.q.push(
                 p.busy_until,
                 Ev::TxDone {
-                    node,
+                    node: self.node,
                     port: out as u16,
                 },
             );
         }
     }
 
-    pub(super) fn switch_receive(&mut self, now: Time, node: u32, inp: u16, pkt: u32, hop: Hop) {
-        let si = (node - self.topo.hosts) as usize;
-        let dst = hop.dst;
-        let c = self.classes.class(self.classes.priority(&hop));
-        if self.mon.on {
-            let pc = self.mon.at(node, inp, c);
-            pc.rx_packets += 1;
-            pc.rx_bytes += u64::from(hop.wire);
-        }
-        if self.safety.l2_on {
-            // The ToR learns a server's MAC from every frame it sends (seed 001 §4.2).
-            if let Some(h) = self.topo.port_host(node, usize::from(inp)) {
-                self.safety.mac_seen[h as usize] = now;
-            }
-        }
-        let (hops, last) = self.topo.route(node, dst);
-        let out = match hops.len() {
-            0 => {
-                self.ingress_drop(node, inp, c, pkt);
-                return;
-            }
-            1 => hops[0] as usize,
-            n => hops[ecmp_pick(mix(u64::from(hop.hash) ^ self.switches[si].salt), n)] as usize,
-        };
-        if last && self.safety.l2_on && !self.mac_known(now, dst) {
-            self.unknown_destination(now, node, inp, c, pkt, hop);
-            return;
-        }
-        if self.safety.wd_drop
-            && (self.switches[si].ports[out].storm[c]
-                || self.switches[si].ports[usize::from(inp)].storm[c])
-        {
-            // The switch watchdog disabled lossless on this queue: its packets are dropped,
-            // both ways.
-            self.ingress_drop(node, inp, c, pkt);
-            return;
-        }
-        self.enqueue(now, node, inp, out, c, pkt, hop);
+    /// Output `out` finished a frame (or may send): serves its classes in strict priority,
+    /// skipping paused ones.
+    pub(super) fn tx_done<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
+        self.ports[out].wake = false;
+        self.send(fx, now, out);
     }
 
-    /// A packet dropped on arrival at `node` through `inp` (class `c`).
-    pub(super) fn ingress_drop(&mut self, node: u32, inp: u16, c: usize, pkt: u32) {
-        if self.mon.on {
-            self.mon.at(node, inp, c).ingress_drops += 1;
-        }
-        self.drop_packet(node, inp, pkt);
-    }
-
-    /// Admission, ECN marking and queueing of `pkt` (class `c`, arrived through `inp`) for
-    /// output `out` — or, at an idle output with nothing queued, departure at once.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn enqueue(
+    /// A frame arrived through `inp`.
+    pub(super) fn receive<M: SimMemory>(
         &mut self,
+        fx: &mut Fabric<M>,
         now: Time,
-        node: u32,
         inp: u16,
-        out: usize,
-        c: usize,
         pkt: u32,
         hop: Hop,
     ) {
-        if self.admit(node, inp, out, c, u64::from(hop.wire)) {
-            self.place(now, node, inp, out, c, pkt, hop, true);
+        let dst = hop.dst;
+        let c = fx.classes.class(fx.classes.priority(&hop));
+        fx.mon.rx(self.node, inp, c, u64::from(hop.wire));
+        if let Some(l2) = &mut self.l2 {
+            // The ToR learns a server's MAC from every frame it sends (seed 001 §4.2).
+            l2.learn(usize::from(inp), now);
+        }
+        let (hops, last) = fx.topo.route(self.node, dst);
+        let out = match hops.len() {
+            0 => {
+                self.ingress_drop(fx, inp, c, pkt);
+                return;
+            }
+            1 => hops[0] as usize,
+            n => hops[ecmp_pick(mix(u64::from(hop.hash) ^ self.salt), n)] as usize,
+        };
+        if last && self.l2.as_ref().is_some_and(|l2| !l2.known(now, out)) {
+            self.unknown_destination(fx, now, inp, out, c, pkt, hop);
+            return;
+        }
+        if self.drops_stormed()
+            && (self.ports[out].storm[c] || self.ports[usize::from(inp)].storm[c])
+        {
+            // The switch watchdog disabled lossless on this queue: its packets are dropped,
+            // both ways.
+            self.ingress_drop(fx, inp, c, pkt);
+            return;
+        }
+        let at = Placement { inp, out, c };
+        if self.admit(at, u64::from(hop.wire), fx.classes.class_lossless(c)) {
+            self.place(fx, now, at, pkt, hop, true);
         } else {
-            self.ingress_drop(node, inp, c, pkt);
+            self.ingress_drop(fx, inp, c, pkt);
         }
     }
 
-    /// Whether a `wire`-byte packet of class `c` from `inp` for `out` may enter the buffer
-    /// (a lossless one always may, counted as a headroom overflow when it does not fit).
-    pub(super) fn admit(&mut self, node: u32, inp: u16, out: usize, c: usize, wire: u64) -> bool {
-        let si = (node - self.topo.hosts) as usize;
-        let sw = &mut self.switches[si];
-        let lossless = self.classes.class_lossless(c);
-        let i = inp as usize;
-        let buffer = self.cfg.switch.buffer_bytes;
-        match self.cfg.switch.model {
+    /// Whether the watchdog drops the packets of the queues it found in a storm.
+    #[inline]
+    fn drops_stormed(&self) -> bool {
+        self.watchdog.as_ref().is_some_and(|w| w.drops())
+    }
+
+    /// A packet dropped on arrival through `inp` (class `c`).
+    fn ingress_drop<M: SimMemory>(&mut self, fx: &mut Fabric<M>, inp: u16, c: usize, pkt: u32) {
+        fx.mon.ingress_drop(self.node, inp, c);
+        fx.pool.free(pkt);
+        self.stats[usize::from(inp)].drops += 1;
+    }
+
+    /// Whether a `wire`-byte packet for `at` may enter the buffer (a lossless one always may,
+    /// counted as a headroom overflow when it does not fit).
+    fn admit(&mut self, at: Placement, wire: u64, lossless: bool) -> bool {
+        let i = usize::from(at.inp);
+        let buffer = self.buffer.bytes;
+        match self.buffer.model {
             SwitchModel::InputQueued => {
-                if sw.ports[i].ingress.total() + wire > buffer {
+                if self.ports[i].ingress.total() + wire > buffer {
                     if lossless {
-                        sw.stats[i].headroom_overflow += 1;
+                        self.stats[i].headroom_overflow += 1;
                     }
                     lossless
                 } else {
@@ -219,92 +286,85 @@ impl<M: SimMemory> Part<M> {
                 }
             }
             SwitchModel::SharedBuffer => {
-                let free = buffer.saturating_sub(sw.used);
-                let limit = (self.cfg.switch.dt_alpha * free as f64) as u64;
+                let free = buffer.saturating_sub(self.used);
+                let limit = (self.buffer.dt_alpha * free as f64) as u64;
                 if lossless {
-                    if sw.used + wire > buffer {
-                        sw.stats[i].headroom_overflow += 1;
+                    if self.used + wire > buffer {
+                        self.stats[i].headroom_overflow += 1;
                     }
                     true
                 } else {
-                    !(sw.used + wire > buffer || sw.ports[out].egress[c] + wire > limit)
+                    !(self.used + wire > buffer || self.ports[at.out].egress[at.c] + wire > limit)
                 }
             }
         }
     }
 
-    /// Puts an admitted packet in the queue of (`out`, `c`), or on the link at once. `charge`:
-    /// its bytes count against its ingress and the buffer (false for the second and later
-    /// copies of a flooded packet, which share the first one's buffer).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn place(
+    /// Puts an admitted packet in the queue of (`at.out`, `at.c`), or on the link at once.
+    /// `charge`: its bytes count against its ingress and the buffer (false for the second and
+    /// later copies of a flooded packet, which share the first one's buffer).
+    fn place<M: SimMemory>(
         &mut self,
+        fx: &mut Fabric<M>,
         now: Time,
-        node: u32,
-        inp: u16,
-        out: usize,
-        c: usize,
+        at: Placement,
         pkt: u32,
         mut hop: Hop,
         charge: bool,
     ) {
-        let si = (node - self.topo.hosts) as usize;
+        let Placement { inp, out, c } = at;
         let wire = u64::from(hop.wire);
-        let sw = &mut self.switches[si];
-        let i = inp as usize;
+        let i = usize::from(inp);
         // ECN marking on the egress queue this packet joins.
         if self.marking.is_on()
             && matches!(hop.ecn(), Ecn::Ect0 | Ecn::Ect1)
             && self
                 .marking
-                .mark(sw.ports[out].egress[c], &mut self.ecn_rng[node as usize])
+                .mark(self.ports[out].egress[c], &mut self.ecn_rng)
         {
             hop.mark_ce();
-            self.meta[pkt as usize].hop.mark_ce();
-            sw.stats[out].ecn_marked += 1;
+            fx.pool.meta[pkt as usize].hop.mark_ce();
+            self.stats[out].ecn_marked += 1;
         }
         // Nothing queued for an idle output: the packet leaves at once (exactly as queueing it
         // and serving the queue would do, without touching queue or packet metadata).
-        let port = &sw.ports[out];
+        let port = &self.ports[out];
         let through = port.queued == 0 && !port.held(c) && !port.wake && now >= port.busy_until;
         if charge {
-            sw.ports[i].ingress.add(c, wire);
-            sw.used += wire;
+            self.ports[i].ingress.add(c, wire);
+            self.used += wire;
         }
-        sw.ports[out].egress[c] += wire;
-        sw.ports[out].queued += wire;
+        self.ports[out].egress[c] += wire;
+        self.ports[out].queued += wire;
         if through {
-            self.pause_if_full(now, node, si, inp, c);
-            if !self.depart(now, node, si, out, c, inp, pkt, hop) {
-                self.kick_port(now, node, out);
+            self.pause_if_full(fx, now, inp, c);
+            if !self.depart(fx, now, at, pkt, hop) {
+                self.kick(fx, now, out);
             }
             return;
         }
-        sw.queues.push(&mut self.meta, out, c, inp, pkt);
-        self.pause_if_full(now, node, si, inp, c);
-        self.kick_port(now, node, out);
+        self.queues.push(&mut fx.pool.meta, out, c, inp, pkt);
+        self.pause_if_full(fx, now, inp, c);
+        self.kick(fx, now, out);
     }
 
-    pub(super) fn switch_send(&mut self, now: Time, node: u32, out: usize) {
-        let si = (node - self.topo.hosts) as usize;
-        let nc = self.classes.len();
-        if now < self.switches[si].ports[out].busy_until {
+    fn send<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
+        let nc = fx.classes.len();
+        if now < self.ports[out].busy_until {
             return;
         }
         let mut c = 0;
         while c < nc {
-            let sw = &mut self.switches[si];
-            if sw.ports[out].held(c) {
+            if self.ports[out].held(c) {
                 c += 1;
                 continue;
             }
-            let picked = sw.queues.pop(&self.meta, out, c);
-            let Some((pkt, inp)) = picked else {
+            let Some((pkt, inp)) = self.queues.pop(&fx.pool.meta, out, c) else {
                 c += 1;
                 continue;
             };
-            let hop = self.meta[pkt as usize].hop;
-            if self.depart(now, node, si, out, c, inp, pkt, hop) {
+            let hop = fx.pool.meta[pkt as usize].hop;
+            if self.depart(fx, now, Placement { inp, out, c }, pkt, hop) {
                 return;
             }
             // Discarded without using the link: serve the next packet (from the highest
@@ -313,73 +373,64 @@ impl<M: SimMemory> Part<M> {
         }
     }
 
-    /// Takes `pkt` (class `c`, arrived through `inp`) out of the switch's books: its bytes
-    /// leave the output's queue and — unless other copies of a flooded packet still share them
-    /// — the input's ingress (which may resume its upstream) and the buffer.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn release(
+    /// Takes `pkt` out of the switch's books: its bytes leave the output's queue and — unless
+    /// other copies of a flooded packet still share them — the input's ingress (which may
+    /// resume its upstream) and the buffer.
+    fn release<M: SimMemory>(
         &mut self,
+        fx: &mut Fabric<M>,
         now: Time,
-        node: u32,
-        si: usize,
-        out: usize,
-        c: usize,
-        inp: u16,
+        at: Placement,
         pkt: u32,
         wire: u64,
     ) {
-        let i = inp as usize;
-        let last = !self.safety.l2_on || self.flood_release(pkt);
-        let sw = &mut self.switches[si];
-        sw.ports[out].egress[c] -= wire;
-        sw.ports[out].queued -= wire;
+        let Placement { inp, out, c } = at;
+        let i = usize::from(inp);
+        let last = self.l2.as_mut().is_none_or(|l2| l2.flood_release(pkt));
+        self.ports[out].egress[c] -= wire;
+        self.ports[out].queued -= wire;
         if !last {
             return;
         }
-        sw.ports[i].ingress.remove(c, wire);
-        sw.used -= wire;
-        if sw.ports[i].ingress.xoff[c] {
-            let t = self.pause_threshold(si, i as u16);
-            let gap = self.cfg.switch.pfc_resume_gap_bytes;
-            if self.switches[si].ports[i].ingress.resume_below(c, t, gap) {
-                let prio = self.classes.class_priority(c);
-                self.send_pfc(now, node, inp, prio, false);
+        self.ports[i].ingress.remove(c, wire);
+        self.used -= wire;
+        if self.ports[i].ingress.xoff[c] {
+            let t = self.pause_threshold(inp);
+            let gap = self.buffer.resume_gap;
+            if self.ports[i].ingress.resume_below(c, t, gap) {
+                let prio = fx.classes.class_priority(c);
+                self.send_pfc(fx, now, inp, prio, false);
             }
         }
     }
 
-    /// Takes `pkt` (class `c`, arrived through `inp`) out of the switch's books and puts it
-    /// on the link of `out`, which is free — or discards it at the head of the queue: a
-    /// flooded copy on a port that does not lead to its destination (seed 001 §4.2), a packet
-    /// for a port whose link is down or whose queue the switch watchdog drops. Returns whether
-    /// it went on the link.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn depart(
+    /// Takes `pkt` out of the switch's books and puts it on the link of `at.out`, which is
+    /// free — or discards it at the head of the queue: a flooded copy on a port that does not
+    /// lead to its destination (seed 001 §4.2), a packet for a port whose link is down or
+    /// whose queue the switch watchdog drops. Returns whether it went on the link.
+    fn depart<M: SimMemory>(
         &mut self,
+        fx: &mut Fabric<M>,
         now: Time,
-        node: u32,
-        si: usize,
-        out: usize,
-        c: usize,
-        inp: u16,
+        at: Placement,
         pkt: u32,
         hop: Hop,
     ) -> bool {
+        let (out, c) = (at.out, at.c);
         let wire = u64::from(hop.wire);
-        self.release(now, node, si, out, c, inp, pkt, wire);
-        if self.safety.l2_on || self.safety.wd_drop {
-            let to_host = self.topo.port_host(node, out);
+        self.release(fx, now, at, pkt, wire);
+        if self.l2.is_some() || self.drops_stormed() {
+            let to_host = fx.topo.port_host(self.node, out);
             let mismatch = hop.flooded() && to_host != Some(hop.dst);
-            let discard = mismatch
-                || to_host.is_some_and(|h| !self.safety.host_up[h as usize])
-                || (self.safety.wd_drop && self.switches[si].ports[out].storm[c]);
+            let down = to_host.is_some() && self.l2.as_ref().is_some_and(|l2| l2.down[out]);
+            let discard = mismatch || down || (self.drops_stormed() && self.ports[out].storm[c]);
             if discard {
-                if self.mon.on {
-                    self.mon.at(node, out as u16, c).egress_drops += 1;
-                }
-                self.free_packet(pkt);
+                fx.mon.egress_drop(self.node, out as u16, c);
+                fx.pool.free(pkt);
                 if mismatch {
-                    self.safety.stats.flood_discards += 1;
+                    if let Some(l2) = &mut self.l2 {
+                        l2.counts.flood_discards += 1;
+                    }
                 }
                 if !mismatch || to_host.is_none() {
                     // A link down, a watchdog's drop, or a flooded copy at a port towards a
@@ -389,50 +440,495 @@ impl<M: SimMemory> Part<M> {
                 }
                 // A flooded copy for another server's port is sent, and dropped by that
                 // server's NIC (not its MAC): it takes the port's time.
-                let wake = self.switches[si].ports[out].queued > 0;
-                let port = self.topo.nodes[node as usize].ports[out];
-                let done = now + port.transmission(wire);
-                if wake {
-                    self.q.push(
-                        done,
-                        Ev::TxDone {
-                            node,
-                            port: out as u16,
-                        },
-                    );
-                }
-                let p = &mut self.switches[si].ports[out];
+                let wake = self.ports[out].queued > 0;
+                let done = fx.occupy(now, self.node, out, wire, wake);
+                let p = &mut self.ports[out];
                 p.busy_until = done;
                 p.wake = wake;
                 return true;
             }
         }
-        let sw = &mut self.switches[si];
-        sw.stats[out].tx_packets += 1;
-        sw.stats[out].tx_bytes += wire;
-        if self.mon.on {
-            let pc = self.mon.at(node, out as u16, c);
-            pc.tx_packets += 1;
-            pc.tx_bytes += wire;
-        }
+        self.stats[out].tx_packets += 1;
+        self.stats[out].tx_bytes += wire;
+        fx.mon.tx(self.node, out as u16, c, wire);
         // Wake up when this frame is out only if something else waits for this output.
-        let wake = self.switches[si].ports[out].queued > 0;
-        let done = self.put_on_link(now, node, out, pkt, hop, wake);
-        let port = &mut self.switches[si].ports[out];
+        let wake = self.ports[out].queued > 0;
+        let done = fx.transmit(now, self.node, out, pkt, hop, wake);
+        let port = &mut self.ports[out];
         port.busy_until = done;
         port.wake = wake;
         true
     }
-}
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    pub(super) fn ecmp_pick_is_the_remainder() {
-        for n in 1..40usize {
-            for h in [0, 1, 5, 0xdead_beef, u64::MAX, u64::MAX - 7, 1 << 63] {
-                assert_eq!(super::ecmp_pick(h, n), (h % n as u64) as usize);
+    /// PFC: pauses the upstream of ingress (`inp`, class `c`) once a lossless class holds more
+    /// than its threshold; the pause names the class's priority.
+    fn pause_if_full<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, inp: u16, c: usize) {
+        if fx.classes.class_lossless(c) {
+            let threshold = self.pause_threshold(inp);
+            if self.ports[usize::from(inp)]
+                .ingress
+                .pause_above(c, threshold)
+            {
+                let prio = fx.classes.class_priority(c);
+                self.send_pfc(fx, now, inp, prio, true);
             }
         }
+    }
+
+    /// The ingress occupancy above which a lossless (port `inp`, priority) pauses its upstream.
+    pub(super) fn pause_threshold(&self, inp: u16) -> u64 {
+        match self.buffer.model {
+            SwitchModel::InputQueued => self.buffer.xoff[usize::from(inp)],
+            SwitchModel::SharedBuffer => shared_xoff(
+                self.buffer.bytes,
+                self.buffer.reserved,
+                self.used,
+                self.buffer.dt_alpha,
+            ),
+        }
+    }
+
+    /// The pause threshold of input `inp` as configured (input-queued).
+    pub(super) fn port_xoff(&self, inp: u16) -> Option<u64> {
+        self.buffer.xoff.get(usize::from(inp)).copied()
+    }
+
+    fn send_pfc<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        port: u16,
+        prio: u8,
+        pause: bool,
+    ) {
+        self.stats[usize::from(port)].pause_sent += 1;
+        fx.send_pfc(now, self.node, port, prio, pause);
+    }
+
+    /// A PFC frame for `prio` arrived through `port`: pauses or resumes that output's class.
+    pub(super) fn pfc<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        port: u16,
+        prio: u8,
+        pause: bool,
+    ) {
+        let c = fx.classes.paused_class(prio);
+        fx.mon.pause_received(self.node, port, c);
+        let p = usize::from(port);
+        self.stats[p].pause_received += 1;
+        let Some(c) = c else {
+            return;
+        };
+        let oc = p * MAX_CLASSES + c;
+        if pause && !self.ports[p].paused[c] {
+            self.ports[p].paused[c] = true;
+            self.paused_since[oc] = now;
+        } else if !pause && self.ports[p].paused[c] {
+            self.ports[p].paused[c] = false;
+            let d = now - self.paused_since[oc];
+            self.stats[p].paused = self.stats[p].paused + d;
+            fx.mon.paused(self.node, port, Some(c), d);
+            self.kick(fx, now, p);
+        }
+    }
+
+    /// How long output `port`'s class `c` has been paused without a resume.
+    pub(super) fn open_pause(&self, now: Time, port: u16, c: usize) -> Dur {
+        let p = usize::from(port);
+        if self.ports[p].paused[c] {
+            now - self.paused_since[p * MAX_CLASSES + c]
+        } else {
+            Dur::ZERO
+        }
+    }
+
+    /// Ends the run at `now`: closes the pause intervals still open.
+    pub(super) fn finish(&mut self, now: Time) {
+        for (p, port) in self.ports.iter_mut().enumerate() {
+            for c in 0..MAX_CLASSES {
+                if port.paused[c] {
+                    let since = self.paused_since[p * MAX_CLASSES + c];
+                    self.stats[p].paused = self.stats[p].paused + (now - since);
+                    port.paused[c] = false;
+                }
+            }
+        }
+    }
+
+    /// `pkt` (class `c`, in through `inp`) is for the server at `out` whose MAC entry is
+    /// missing: drop it without an ARP entry, drop it if lossless under `drop-lossless`,
+    /// flood it otherwise.
+    #[allow(clippy::too_many_lines)]
+    fn unknown_destination<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        inp: u16,
+        out: usize,
+        c: usize,
+        pkt: u32,
+        mut hop: Hop,
+    ) {
+        let Some(l2) = self.l2.as_mut() else { return };
+        if now >= l2.arp_until[out] {
+            l2.counts.arp_drops += 1;
+            self.ingress_drop(fx, inp, c, pkt);
+            return;
+        }
+        if l2.policy == UnknownUnicast::DropLossless && fx.classes.class_lossless(c) {
+            l2.counts.l2_drops += 1;
+            self.ingress_drop(fx, inp, c, pkt);
+            return;
+        }
+        let mut c = c;
+        if l2.policy == UnknownUnicast::FloodLossy {
+            let dscp = l2.flood_dscp;
+            let prio = fx.classes.of_dscp(dscp);
+            hop.set_dscp(dscp, prio);
+            c = fx.classes.class(prio);
+        }
+        hop.mark_flooded();
+        l2.counts.floods += 1;
+        let outs: Vec<usize> = (0..self.ports.len())
+            .filter(|&p| {
+                p != usize::from(inp) && !(fx.topo.port_host(self.node, p).is_some() && l2.down[p])
+            })
+            .collect();
+        let Some(&first) = outs.first() else {
+            self.ingress_drop(fx, inp, c, pkt);
+            return;
+        };
+        // One packet in the buffer, charged once to its ingress, queued at every port: its
+        // bytes are released when the last copy leaves (a shared-memory switch's multicast).
+        let lossless = fx.classes.class_lossless(c);
+        if !self.admit(
+            Placement { inp, out: first, c },
+            u64::from(hop.wire),
+            lossless,
+        ) {
+            self.ingress_drop(fx, inp, c, pkt);
+            return;
+        }
+        let mut copies = vec![pkt];
+        for _ in 1..outs.len() {
+            copies.push(fx.pool.copy(pkt, Meta { hop, next: NIL }));
+        }
+        fx.pool.meta[pkt as usize].hop = hop;
+        if copies.len() > 1 {
+            if let Some(l2) = self.l2.as_mut() {
+                l2.flood_group(&copies);
+            }
+        }
+        for (k, (&out, &q)) in outs.iter().zip(&copies).enumerate() {
+            self.place(fx, now, Placement { inp, out, c }, q, hop, k == 0);
+        }
+    }
+
+    /// Whether queued packet `pkt` shares its buffer with other copies, and which group.
+    pub(super) fn flood_group(&self, pkt: u32) -> Option<u32> {
+        self.l2
+            .as_ref()
+            .and_then(|l2| l2.group_of.get(&pkt).copied())
+    }
+
+    /// The server at `port` went down: the ToR flushes its MAC entry (and ages its ARP entry
+    /// out after the timeout), a pause the NIC held expires, and what was queued for it is
+    /// dropped.
+    pub(super) fn link_down<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, port: usize) {
+        if let Some(l2) = &mut self.l2 {
+            l2.down[port] = true;
+            l2.flushed[port] = true;
+            l2.arp_until[port] = now + l2.arp_timeout;
+        }
+        fx.q.origin = self.node;
+        for c in 0..MAX_CLASSES {
+            if self.ports[port].paused[c] {
+                let prio = fx.classes.class_priority(c.min(fx.classes.len() - 1));
+                self.pfc(fx, now, port as u16, prio, false);
+            }
+        }
+        self.flush_egress(fx, now, port);
+    }
+
+    /// The server at `port` is back: its link is up and its ARP entry no longer ages.
+    pub(super) fn link_up(&mut self, port: usize) {
+        if let Some(l2) = &mut self.l2 {
+            l2.down[port] = false;
+            l2.arp_until[port] = Time::MAX;
+        }
+    }
+
+    /// The server at `port` announced itself (a gratuitous ARP): the ToR learns its MAC again.
+    pub(super) fn announce(&mut self, now: Time, port: usize) {
+        if let Some(l2) = &mut self.l2 {
+            l2.learned[port] = now;
+            l2.flushed[port] = false;
+        }
+    }
+
+    /// Drops everything queued at output `out`.
+    fn flush_egress<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
+        for c in 0..fx.classes.len() {
+            while let Some((pkt, inp)) = self.queues.pop(&fx.pool.meta, out, c) {
+                let wire = u64::from(fx.pool.meta[pkt as usize].hop.wire);
+                self.release(fx, now, Placement { inp, out, c }, pkt, wire);
+                fx.mon.egress_drop(self.node, out as u16, c);
+                self.stats[out].drops += 1;
+                fx.pool.free(pkt);
+            }
+        }
+    }
+
+    /// The watchdog's poll (SONiC `pfcwd`'s detection and restoration) of this switch's
+    /// server-facing queues.
+    pub(super) fn watchdog_poll<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time) {
+        let Some(mut wd) = self.watchdog.take() else {
+            return;
+        };
+        for k in 0..wd.queues.len() {
+            let mut q = wd.queues[k];
+            let c = usize::from(q.class);
+            let pc = fx.mon.get(self.node, q.port, c);
+            let port = &self.ports[usize::from(q.port)];
+            let (queued, paused, stormed) = (port.egress[c] > 0, port.paused[c], port.storm[c]);
+            let now_counts = (pc.tx_packets, pc.pause_received);
+            let (poll, detection, restoration) = (wd.poll, wd.detection, wd.restoration);
+            if let Some((tx, prx)) = q.last {
+                // Pauses received since the last poll, or a pause in force (refreshed on a
+                // real link).
+                let pauses = pc.pause_received > prx || paused;
+                if !stormed {
+                    if queued && pc.tx_packets == tx && pauses {
+                        if q.time_left <= poll {
+                            q.time_left = detection;
+                            q.restore_left = restoration;
+                            wd.storms += 1;
+                            if wd.action != SwitchWatchdog::Alert {
+                                self.storm(fx, now, wd.action, usize::from(q.port), c, true);
+                            }
+                        } else {
+                            q.time_left = Dur::from_picos(q.time_left.as_picos() - poll.as_picos());
+                        }
+                    } else {
+                        q.time_left = detection;
+                    }
+                } else if pauses {
+                    q.restore_left = restoration;
+                } else if q.restore_left <= poll {
+                    wd.restorations += 1;
+                    self.storm(fx, now, wd.action, usize::from(q.port), c, false);
+                    q.time_left = detection;
+                } else {
+                    q.restore_left = Dur::from_picos(q.restore_left.as_picos() - poll.as_picos());
+                }
+            } else {
+                q.time_left = detection;
+            }
+            q.last = Some(now_counts);
+            wd.queues[k] = q;
+        }
+        self.watchdog = Some(wd);
+    }
+
+    /// Starts or ends the watchdog's action on (`port`, class `c`).
+    fn storm<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        action: SwitchWatchdog,
+        port: usize,
+        c: usize,
+        on: bool,
+    ) {
+        self.ports[port].storm[c] = on;
+        fx.q.origin = self.node;
+        if on && action == SwitchWatchdog::Drop {
+            // Disable lossless: what waits for the port is dropped, and the port's own ingress
+            // stops pausing the server.
+            self.flush_egress(fx, now, port);
+            if self.ports[port].ingress.xoff[c] {
+                self.ports[port].ingress.xoff[c] = false;
+                let prio = fx.classes.class_priority(c);
+                self.send_pfc(fx, now, port as u16, prio, false);
+            }
+        }
+        self.kick(fx, now, port);
+    }
+}
+
+/// Where a packet is in a switch: arrived through `inp`, for output `out`, in class `c`.
+#[derive(Debug, Clone, Copy)]
+struct Placement {
+    inp: u16,
+    out: usize,
+    c: usize,
+}
+
+/// What a ToR's L2 tables counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct L2Counts {
+    /// Packets flooded (an incomplete ARP entry).
+    pub(super) floods: u64,
+    /// Flooded copies discarded at an egress that did not lead to the destination.
+    pub(super) flood_discards: u64,
+    /// Lossless packets dropped for an incomplete ARP entry (`drop-lossless`).
+    pub(super) l2_drops: u64,
+    /// Packets dropped for a missing ARP entry.
+    pub(super) arp_drops: u64,
+}
+
+/// A switch's layer-2 tables for the servers it serves (seed 001 §4.2), per port: its ARP
+/// table (IP→MAC, `l2.arp_timeout_s`, 4 h) and its MAC table (MAC→port, learned from the
+/// server's frames, `l2.mac_timeout_s`, 5 min, flushed when the link goes down). With the
+/// ARP entry present and the MAC entry gone — a dead server — the entry is *incomplete*, and
+/// the ToR floods the packet to every port but the one it came in on. Each copy queues at its
+/// egress, in its class, holding its ingress buffer, and is discarded when it reaches the head
+/// of a queue that does not lead to the destination. `l2.unknown_unicast` chooses the paper's
+/// fix (`drop-lossless`) or flooding in a lossy class (`flood-lossy`).
+#[derive(Debug)]
+pub(super) struct L2Table {
+    /// Per port: when the MAC of the server there was last learned, and whether a link-down
+    /// flushed it.
+    learned: Vec<Time>,
+    flushed: Vec<bool>,
+    /// Per port: the ARP entry's expiry (`Time::MAX` while the server is up).
+    arp_until: Vec<Time>,
+    /// Per port: its link is down.
+    down: Vec<bool>,
+    mac_timeout: Dur,
+    arp_timeout: Dur,
+    policy: UnknownUnicast,
+    flood_dscp: u8,
+    /// Flooded packets' copies: each copy's group, and per group the copies still queued.
+    group_of: HashMap<u32, u32>,
+    groups: Vec<u32>,
+    free_groups: Vec<u32>,
+    counts: L2Counts,
+}
+
+impl L2Table {
+    /// The tables of a switch with `nports` ports, under the run's `[l2]` settings.
+    pub(super) fn new(cfg: &SimConfig, nports: usize) -> L2Table {
+        let dur = |s: f64| Dur::from_picos((s * 1e12).min(u64::MAX as f64) as u64);
+        L2Table {
+            learned: vec![Time::ZERO; nports],
+            flushed: vec![false; nports],
+            arp_until: vec![Time::MAX; nports],
+            down: vec![false; nports],
+            mac_timeout: dur(cfg.l2.mac_timeout_s),
+            arp_timeout: dur(cfg.l2.arp_timeout_s),
+            policy: cfg.l2.unknown_unicast,
+            flood_dscp: cfg.l2.flood_dscp,
+            group_of: HashMap::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            counts: L2Counts::default(),
+        }
+    }
+
+    /// A frame from the server at `port` arrived: its MAC entry is fresh.
+    #[inline]
+    fn learn(&mut self, port: usize, now: Time) {
+        self.learned[port] = now;
+    }
+
+    /// Whether the MAC of the server at `port` is known.
+    #[inline]
+    fn known(&self, now: Time, port: usize) -> bool {
+        !self.flushed[port] && now.since(self.learned[port]) <= self.mac_timeout
+    }
+
+    /// Records `copies` as the copies of one flooded packet.
+    fn flood_group(&mut self, copies: &[u32]) {
+        let g = match self.free_groups.pop() {
+            Some(g) => g,
+            None => {
+                self.groups.push(0);
+                (self.groups.len() - 1) as u32
+            }
+        };
+        self.groups[g as usize] = copies.len() as u32;
+        for &q in copies {
+            self.group_of.insert(q, g);
+        }
+    }
+
+    /// A copy of a flooded packet leaves the buffer; returns whether it was the last one (or
+    /// not a shared copy at all), so that the packet's bytes leave its ingress.
+    fn flood_release(&mut self, pkt: u32) -> bool {
+        let Some(g) = self.group_of.remove(&pkt) else {
+            return true;
+        };
+        let left = &mut self.groups[g as usize];
+        *left -= 1;
+        if *left == 0 {
+            self.free_groups.push(g);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The switch watchdog's state of one (server-facing port, lossless class).
+#[derive(Debug, Clone, Copy)]
+struct WdQueue {
+    port: u16,
+    class: u8,
+    /// Counters at the previous poll (`None` before the first).
+    last: Option<(u64, u64)>,
+    time_left: Dur,
+    restore_left: Dur,
+}
+
+/// A switch's PFC watchdog (seed 001 §4.3, after SONiC's `pfcwd`): polled every `poll_ms`, a
+/// server-facing queue with packets, nothing transmitted and pauses received since the last
+/// poll for `detection_ms` is stormed, and the action (`drop`, `forward`, `alert`) holds until
+/// `restoration_ms` pass without pauses. A pause in force counts as pauses received: a real
+/// link refreshes a pause before its quanta run out, and the model does not send the
+/// refreshes. It reads the monitor's counters, as pfcwd reads the switch's.
+#[derive(Debug)]
+pub(super) struct PfcWatchdog {
+    queues: Vec<WdQueue>,
+    action: SwitchWatchdog,
+    poll: Dur,
+    detection: Dur,
+    restoration: Dur,
+    storms: u64,
+    restorations: u64,
+}
+
+impl PfcWatchdog {
+    /// A watchdog over the lossless `classes` of `ports` (the server-facing ones).
+    pub(super) fn new(cfg: &SimConfig, ports: &[u16], classes: &[u8]) -> PfcWatchdog {
+        let us = crate::config::us;
+        PfcWatchdog {
+            queues: ports
+                .iter()
+                .flat_map(|&port| {
+                    classes.iter().map(move |&class| WdQueue {
+                        port,
+                        class,
+                        last: None,
+                        time_left: Dur::ZERO,
+                        restore_left: Dur::ZERO,
+                    })
+                })
+                .collect(),
+            action: cfg.watchdog.switch,
+            poll: us(cfg.watchdog.poll_ms * 1e3),
+            detection: us(cfg.watchdog.detection_ms * 1e3),
+            restoration: us(cfg.watchdog.restoration_ms * 1e3),
+            storms: 0,
+            restorations: 0,
+        }
+    }
+
+    /// Whether stormed queues' packets are dropped.
+    #[inline]
+    fn drops(&self) -> bool {
+        self.action == SwitchWatchdog::Drop
     }
 }
