@@ -80,6 +80,8 @@ mod queues;
 mod safety;
 mod setup;
 mod switch;
+#[cfg(test)]
+mod tests;
 
 use classes::{Classes, MAX_CLASSES};
 pub use ecn::Marking;
@@ -89,7 +91,7 @@ use flows::{QpSetup, Workload};
 use link::Loss;
 pub use memory::{SharedChecked, SimMemory};
 use monitor::Monitor;
-pub use monitor::{MonitorRow, PrioCounters, TimelinePoint};
+pub use monitor::{MonitorRow, PortStats, PrioCounters, TimelinePoint};
 use nic::{Nic, RxPipeline};
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
@@ -99,27 +101,6 @@ pub use safety::{Deadlock, SafetyStats};
 use safety::{Nodes, Safety};
 use setup::{mtu_wire, queue_pair_config};
 use switch::{Buffer, L2Table, PfcWatchdog, Switch};
-
-/// Counters of one port (NIC or switch).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PortStats {
-    /// Frames sent (data and control, not PFC).
-    pub tx_packets: u64,
-    /// Bytes sent on the wire.
-    pub tx_bytes: u64,
-    /// Packets dropped at this port's ingress (buffer full, lossy) or on its incoming link.
-    pub drops: u64,
-    /// PFC pause frames (pause and resume) sent upstream through this port.
-    pub pause_sent: u64,
-    /// PFC frames received.
-    pub pause_received: u64,
-    /// Time this port's egress spent paused (any priority).
-    pub paused: Dur,
-    /// Lossless packets admitted beyond the buffer (headroom too small).
-    pub headroom_overflow: u64,
-    /// Packets marked CE at this egress.
-    pub ecn_marked: u64,
-}
 
 /// Totals over the run.
 #[derive(Debug, Clone, Default)]
@@ -641,13 +622,17 @@ impl<M: SimMemory> Part<M> {
     /// Ends the run at `now` (the last event of any partition).
     pub(crate) fn finish(&mut self, now: Time) {
         self.safety.finish(&self.fx, &self.switches, now);
-        let hosts = self.fx.hosts();
-        let (nics, switches, classes) = (&self.nics, &self.switches, &self.fx.classes);
+        let probe = Probe {
+            nics: &self.nics,
+            switches: &self.switches,
+            hosts: self.fx.hosts(),
+        };
+        let classes = &self.fx.classes;
         // Close the per-priority pause intervals still open.
         self.fx
             .mon
             .close(&self.fx.topo, classes.len(), |node, port, c| {
-                open_pause(nics, switches, classes, hosts, now, node, port, c)
+                probe.open_pause(classes, now, node, port, c)
             });
         for nic in &mut self.nics {
             nic.finish(now);
@@ -808,38 +793,47 @@ impl<M: SimMemory> Part<M> {
     }
 }
 
-/// How long (`node`, `port`, class `c`) has been paused by its peer without a resume.
-#[allow(clippy::too_many_arguments)]
-fn open_pause<M: SimMemory>(
-    nics: &[Nic<M>],
-    switches: &[Switch],
-    classes: &Classes,
+/// What the monitor reads of the components: pause intervals still open, bytes held.
+struct Probe<'a, M> {
+    nics: &'a [Nic<M>],
+    switches: &'a [Switch],
     hosts: u32,
-    now: Time,
-    node: u32,
-    port: u16,
-    c: usize,
-) -> Dur {
-    if node < hosts {
-        nics[node as usize].open_pause(now, classes.class_priority(c))
-    } else {
-        switches[(node - hosts) as usize].open_pause(now, port, c)
+}
+
+impl<M: SimMemory> Probe<'_, M> {
+    /// How long (`node`, `port`, class `c`) has been paused by its peer without a resume.
+    fn open_pause(&self, classes: &Classes, now: Time, node: u32, port: u16, c: usize) -> Dur {
+        if node < self.hosts {
+            self.nics[node as usize].open_pause(now, classes.class_priority(c))
+        } else {
+            self.switches[(node - self.hosts) as usize].open_pause(now, port, c)
+        }
+    }
+
+    /// Bytes of class `c` queued at switch egress (`node`, `port`), or held in a NIC's
+    /// receive buffer.
+    fn held(&self, node: u32, port: u16, c: usize) -> u64 {
+        if node < self.hosts {
+            self.nics[node as usize].rx_bytes(c)
+        } else {
+            self.switches[(node - self.hosts) as usize].ports[usize::from(port)].egress[c]
+        }
     }
 }
 
 /// The monitor's sample at `now` (SPEC N9).
 fn monitor_sample<M: SimMemory>(n: &mut Nodes<'_, M>, now: Time) {
-    let hosts = n.fx.hosts();
-    let (nics, switches) = (&*n.nics, &*n.switches);
+    let probe = Probe {
+        nics: n.nics,
+        switches: n.switches,
+        hosts: n.fx.hosts(),
+    };
     let fx = &mut *n.fx;
     let classes = &fx.classes;
     fx.mon.sample(now, &fx.topo, classes, |node, port, c| {
-        let open = open_pause(nics, switches, classes, hosts, now, node, port, c);
-        let queue = if node < hosts {
-            nics[node as usize].rx_bytes(c)
-        } else {
-            switches[(node - hosts) as usize].ports[usize::from(port)].egress[c]
-        };
-        (open, queue)
+        (
+            probe.open_pause(classes, now, node, port, c),
+            probe.held(node, port, c),
+        )
     });
 }

@@ -13,6 +13,27 @@ use irn_transport::{Dur, Time};
 use super::classes::Classes;
 use crate::topology::Topology;
 
+/// Counters of one port (NIC or switch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames sent (data and control, not PFC).
+    pub tx_packets: u64,
+    /// Bytes sent on the wire.
+    pub tx_bytes: u64,
+    /// Packets dropped at this port's ingress (buffer full, lossy) or on its incoming link.
+    pub drops: u64,
+    /// PFC pause frames (pause and resume) sent upstream through this port.
+    pub pause_sent: u64,
+    /// PFC frames received.
+    pub pause_received: u64,
+    /// Time this port's egress spent paused (any priority).
+    pub paused: Dur,
+    /// Lossless packets admitted beyond the buffer (headroom too small).
+    pub headroom_overflow: u64,
+    /// Packets marked CE at this egress.
+    pub ecn_marked: u64,
+}
+
 /// The counters of one (node, port, priority class).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrioCounters {

@@ -23,10 +23,10 @@ use irn_wire::Psn;
 
 use super::fabric::Fabric;
 use super::memory::SimMemory;
+use super::monitor::PortStats;
 use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
 use super::pfc::Ingress;
-use super::PortStats;
 use crate::config::{us, Ecmp, SimConfig};
 use crate::workload::Flow;
 

@@ -25,10 +25,10 @@ use super::classes::MAX_CLASSES;
 use super::ecn::Marking;
 use super::fabric::Fabric;
 use super::memory::SimMemory;
+use super::monitor::PortStats;
 use super::packet::{Ev, Hop, Meta, NIL};
 use super::pfc::{shared_xoff, Ingress};
 use super::queues::Queues;
-use super::PortStats;
 use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
 
 /// What a packet passing through a switch port touches, as an input and as an output, in one
@@ -237,7 +237,7 @@ impl Switch {
             n => hops[ecmp_pick(mix(u64::from(hop.hash) ^ self.salt), n)] as usize,
         };
         if last && self.l2.as_ref().is_some_and(|l2| !l2.known(now, out)) {
-            self.unknown_destination(fx, now, inp, out, c, pkt, hop);
+            self.unknown_destination(fx, now, Placement { inp, out, c }, pkt, hop);
             return;
         }
         if self.drops_stormed()
@@ -557,20 +557,18 @@ impl Switch {
         }
     }
 
-    /// `pkt` (class `c`, in through `inp`) is for the server at `out` whose MAC entry is
+    /// `pkt` (in through `at.inp`, class `at.c`) is for the server at `at.out` whose MAC entry is
     /// missing: drop it without an ARP entry, drop it if lossless under `drop-lossless`,
     /// flood it otherwise.
-    #[allow(clippy::too_many_lines)]
     fn unknown_destination<M: SimMemory>(
         &mut self,
         fx: &mut Fabric<M>,
         now: Time,
-        inp: u16,
-        out: usize,
-        c: usize,
+        at: Placement,
         pkt: u32,
         mut hop: Hop,
     ) {
+        let Placement { inp, out, c } = at;
         let Some(l2) = self.l2.as_mut() else { return };
         if now >= l2.arp_until[out] {
             l2.counts.arp_drops += 1;

@@ -1,0 +1,324 @@
+//! Each component driven alone: a [`Fabric`] around a two-switch dumbbell (hosts 0 and 1 on
+//! switch 4, hosts 2 and 3 on switch 5; a switch's ports 0 and 1 lead to its hosts, port 2 to
+//! the other switch), frames and pause frames handed to one switch or NIC, and what it emits
+//! read off the event list — no network, no queue pairs at the other end.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use irn_transport::{Dur, Time};
+use irn_wire::{BthRepr, Ecn, IbRepr, Opcode, Psn};
+
+use super::*;
+use crate::config::{TopologyConfig, TopologyKind};
+use packet::{Meta, Packet, NIL};
+
+type Mem = SharedChecked;
+
+fn config(pfc: bool) -> SimConfig {
+    let mut cfg = SimConfig {
+        topology: TopologyConfig {
+            kind: TopologyKind::Dumbbell,
+            hosts_per_side: 2,
+            ..TopologyConfig::default()
+        },
+        ..SimConfig::default()
+    };
+    cfg.network.pfc = pfc;
+    cfg
+}
+
+fn fabric(cfg: &SimConfig) -> Fabric<Mem> {
+    let topo = Topology::build(&cfg.topology, Path::new(".")).expect("a dumbbell");
+    let (classes, data_dscp, _) = classes_of(cfg);
+    let ports: Vec<usize> = topo.nodes.iter().map(|n| n.ports.len()).collect();
+    let data_class = classes.class(classes.of_dscp(data_dscp));
+    let mon = Monitor::new(true, None, &ports, classes.len(), data_class);
+    let q = Events {
+        q: EventQueue::new(),
+        origin: 0,
+        count: vec![0; topo.nodes.len()],
+    };
+    let part_of: Arc<[u16]> = vec![0; topo.nodes.len()].into();
+    Fabric::new(q, topo, classes, mon, part_of, 0)
+}
+
+/// A data frame of `wire` bytes for host `dst`, in the packet table.
+fn frame(fx: &mut Fabric<Mem>, cfg: &SimConfig, dst: u32, wire: u16) -> (u32, Hop) {
+    let bth = BthRepr {
+        opcode: Opcode::RC_RDMA_WRITE_ONLY,
+        solicited: false,
+        mig_req: false,
+        tver: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qpn: 2,
+        ack_req: false,
+        psn: Psn::new(0),
+    };
+    let hop = Hop::new(dst, 7, wire, cfg.network.data_dscp, Ecn::Ect0, None);
+    let p = Packet {
+        ib: IbRepr::new(bth),
+        flow: 0,
+        to: RESP as u8,
+    };
+    (fx.pool.alloc(p, Vec::new(), Meta { hop, next: NIL }), hop)
+}
+
+/// The events scheduled up to `until`, in order.
+fn drain(fx: &mut Fabric<Mem>, until: Time) -> Vec<(Time, Ev)> {
+    std::iter::from_fn(|| fx.q.q.pop_before(until)).collect()
+}
+
+fn switch(cfg: &SimConfig, fx: &Fabric<Mem>, node: u32) -> Switch {
+    build_switch(
+        cfg,
+        &fx.topo,
+        &fx.classes,
+        node,
+        true,
+        Time::ZERO + Dur::from_micros(10),
+    )
+}
+
+const LEFT: u32 = 4;
+const FAR: Time = Time::MAX;
+
+fn arrivals(evs: &[(Time, Ev)]) -> Vec<(Time, u32, u16)> {
+    evs.iter()
+        .filter_map(|&(t, e)| match e {
+            Ev::Arrive { node, port, .. } => Some((t, node, port)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn pauses(evs: &[(Time, Ev)]) -> Vec<(u32, bool)> {
+    evs.iter()
+        .filter_map(|&(_, e)| match e {
+            Ev::Pfc { node, pause, .. } => Some((node, pause)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs switch `sw`'s own `TxDone` events until none is left; returns everything else.
+fn run_switch(sw: &mut Switch, fx: &mut Fabric<Mem>) -> Vec<(Time, Ev)> {
+    let mut out = Vec::new();
+    while let Some((t, e)) = fx.q.q.pop_before(FAR) {
+        match e {
+            Ev::TxDone { node, port } if node == LEFT => sw.tx_done(fx, t, usize::from(port)),
+            _ => out.push((t, e)),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_link_serializes_at_its_rate_and_delivers_after_its_delay() {
+    let cfg = config(false);
+    let mut fx = fabric(&cfg);
+    let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+    let free = fx.transmit(Time::ZERO, 0, 0, pkt, hop, true);
+    // 1000 bytes at 40 Gb/s: 200 ns; then 2 µs of propagation.
+    assert_eq!(free, Time::ZERO + Dur::from_nanos(200));
+    let evs = drain(&mut fx, FAR);
+    assert!(matches!(evs[0], (t, Ev::TxDone { node: 0, port: 0 }) if t == free));
+    assert_eq!(arrivals(&evs), [(free + Dur::from_micros(2), LEFT, 0)]);
+}
+
+#[test]
+fn a_switch_forwards_to_an_idle_output_at_once_and_queues_behind_a_busy_one() {
+    let cfg = config(false);
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    for _ in 0..3 {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    let got = arrivals(&run_switch(&mut sw, &mut fx));
+    // Out through port 2 to the other switch, back to back: one serialization apart.
+    let ser = Dur::from_nanos(200);
+    let first = Time::ZERO + ser + Dur::from_micros(2);
+    assert_eq!(
+        got,
+        [
+            (first, 5, 2),
+            (first + ser, 5, 2),
+            (first + ser + ser, 5, 2)
+        ]
+    );
+    assert_eq!(sw.stats[2].tx_packets, 3);
+    assert_eq!((sw.used, sw.ports[0].ingress.total()), (0, 0));
+}
+
+#[test]
+fn a_lossless_ingress_pauses_its_upstream_above_xoff_and_resumes_after_draining() {
+    let cfg = config(true);
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let prio = fx.classes.of_dscp(cfg.network.data_dscp);
+    // The next switch pauses the output: everything from host 0 stays in port 0's buffer.
+    sw.pfc(&mut fx, Time::ZERO, 2, prio, true);
+    let xoff = sw.pause_threshold(0);
+    let mut sent = 0;
+    while sw.ports[0].ingress.total() <= xoff {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+        sent += 1;
+    }
+    let evs = drain(&mut fx, FAR);
+    assert_eq!(pauses(&evs), [(0, true)], "one pause, to host 0");
+    assert!(arrivals(&evs).is_empty(), "nothing leaves a paused output");
+    // The headroom takes what is still on the wire: nothing is dropped.
+    for _ in 0..10 {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+        sent += 1;
+    }
+    assert_eq!(sw.stats[0].drops, 0);
+    // Resumed: the queue drains, and host 0 is resumed once, after the pause.
+    sw.pfc(&mut fx, Time::ZERO + Dur::from_micros(1), 2, prio, false);
+    let evs = run_switch(&mut sw, &mut fx);
+    assert_eq!(arrivals(&evs).len(), sent);
+    assert_eq!(pauses(&evs), [(0, false)]);
+    assert_eq!(sw.stats[0].pause_sent, 2);
+    assert_eq!(sw.stats[2].pause_received, 2);
+    assert_eq!(sw.used, 0);
+}
+
+#[test]
+fn a_lossy_input_drops_what_its_buffer_cannot_hold() {
+    let cfg = config(false);
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let n = cfg.switch.buffer_bytes / 1000 + 50;
+    for _ in 0..n {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    let delivered = arrivals(&run_switch(&mut sw, &mut fx)).len() as u64;
+    // The first frame left at once, the next ones filled the input's buffer, the rest was
+    // dropped.
+    assert_eq!(delivered, cfg.switch.buffer_bytes / 1000 + 1);
+    assert_eq!(sw.stats[0].drops, n - delivered);
+}
+
+#[test]
+fn a_tor_floods_a_frame_for_a_dead_server_and_a_copy_towards_a_switch_is_discarded() {
+    let mut cfg = config(true);
+    cfg.fault.push(crate::config::FaultConfig {
+        kind: FaultKind::HostDown,
+        host: 1,
+        at_ms: 0.0,
+        until_ms: None,
+    });
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    // Host 1 (port 1) dies: its MAC entry is flushed, its ARP entry stays for hours.
+    sw.link_down(&mut fx, Time::ZERO, 1);
+    let (pkt, hop) = frame(&mut fx, &cfg, 1, 1000);
+    sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    let evs = run_switch(&mut sw, &mut fx);
+    // The only other port that is up leads to a switch: the copy is dropped at its egress.
+    assert!(arrivals(&evs).is_empty());
+    let (l2, _) = sw.safety_counts();
+    assert_eq!((l2.floods, l2.flood_discards), (1, 1));
+    assert_eq!(sw.used, 0);
+    // A frame for a live server is forwarded as ever.
+    let (pkt, hop) = frame(&mut fx, &cfg, 0, 1000);
+    sw.receive(&mut fx, Time::ZERO, 2, pkt, hop);
+    assert_eq!(arrivals(&run_switch(&mut sw, &mut fx)).len(), 1);
+}
+
+fn nic(cfg: &SimConfig, fx: &Fabric<Mem>, host: u32) -> Nic<Mem> {
+    let (_, data_dscp, ctrl_dscp) = classes_of(cfg);
+    let prio = fx.classes.of_dscp(data_dscp);
+    let tag = nic::tagging(cfg, prio, fx.classes.of_dscp(ctrl_dscp), ctrl_dscp, [0, 0]);
+    build_nic(cfg, &fx.topo, host, tag)
+}
+
+#[test]
+fn a_receive_pipeline_takes_each_frame_at_its_rate() {
+    let mut cfg = config(false);
+    cfg.nic.rx_gbps = Some(10.0);
+    let mut fx = fabric(&cfg);
+    let mut n = nic(&cfg, &fx, 0);
+    assert!(n.has_pipeline());
+    for _ in 0..2 {
+        let (pkt, hop) = frame(&mut fx, &cfg, 0, 1000);
+        n.buffer(&mut fx, Time::ZERO, pkt, hop, &[]);
+    }
+    // One frame in the pipeline at a time: 1000 bytes at 10 Gb/s is 800 ns.
+    let evs = drain(&mut fx, FAR);
+    assert_eq!(evs.len(), 1);
+    let (t, ev) = evs[0];
+    assert!(matches!(ev, Ev::RxDone { host: 0 }));
+    assert_eq!(t, Time::ZERO + Dur::from_nanos(800));
+    let f = n.rx_done(&mut fx, t, &[]).expect("the first frame");
+    assert_eq!(f.hop.wire, 1000);
+    let c = fx.classes.class(fx.classes.of_dscp(cfg.network.data_dscp));
+    assert_eq!(n.rx_bytes(c), 1000, "the second frame waits");
+    assert!(
+        matches!(drain(&mut fx, FAR)[..], [(t2, Ev::RxDone { .. })] if t2 == t + Dur::from_nanos(800))
+    );
+}
+
+#[test]
+fn a_stalled_pipeline_pauses_its_switch_until_the_watchdog_stops_it_pausing() {
+    let mut cfg = config(true);
+    cfg.nic.rx_gbps = Some(40.0);
+    let mut fx = fabric(&cfg);
+    let mut n = nic(&cfg, &fx, 0);
+    n.stall_rx(&mut fx, Time::ZERO, true, &[]);
+    let mut sent = 0u64;
+    while n.stats.pause_sent == 0 {
+        let (pkt, hop) = frame(&mut fx, &cfg, 0, 1000);
+        n.buffer(&mut fx, Time::ZERO, pkt, hop, &[]);
+        sent += 1;
+    }
+    let evs = drain(&mut fx, FAR);
+    // A pause to its switch (node 4), and nothing processed.
+    assert_eq!(pauses(&evs), [(LEFT, true)]);
+    assert!(evs.iter().all(|(_, e)| !matches!(e, Ev::RxDone { .. })));
+    assert!(n.check_books().is_ok());
+    // Not stuck long enough yet.
+    let limit = Dur::from_millis(100);
+    assert!(!n.watchdog_poll(&mut fx, Time::ZERO + Dur::from_millis(50), limit));
+    // Stuck for the limit while pausing: the watchdog fires once and resumes the switch.
+    assert!(n.watchdog_poll(&mut fx, Time::ZERO + limit, limit));
+    assert!(!n.watchdog_poll(&mut fx, Time::ZERO + limit + limit, limit));
+    assert_eq!(pauses(&drain(&mut fx, FAR)), [(LEFT, false)]);
+    // From then on the class is lossy to it: a full buffer drops instead of overflowing.
+    let before = n.stats.drops;
+    for _ in 0..cfg.nic.rx_buffer_bytes / 1000 {
+        let (pkt, hop) = frame(&mut fx, &cfg, 0, 1000);
+        n.buffer(&mut fx, Time::ZERO + limit, pkt, hop, &[]);
+        sent += 1;
+    }
+    assert!(n.stats.drops > before);
+    assert!(pauses(&drain(&mut fx, FAR)).is_empty(), "it pauses no more");
+    assert!(sent > 0);
+}
+
+#[test]
+fn a_nic_paused_by_its_switch_counts_the_pause_and_a_frame_for_no_queue_pair_is_discarded() {
+    let cfg = config(true);
+    let mut fx = fabric(&cfg);
+    let mut n = nic(&cfg, &fx, 0);
+    let prio = fx.classes.of_dscp(cfg.network.data_dscp);
+    n.pfc(&mut fx, Time::ZERO, 0, prio, true);
+    assert_eq!(
+        n.open_pause(Time::ZERO + Dur::from_micros(3), prio),
+        Dur::from_micros(3)
+    );
+    n.pfc(&mut fx, Time::ZERO + Dur::from_micros(5), 0, prio, false);
+    assert_eq!(n.stats.paused, Dur::from_micros(5));
+    assert_eq!(n.stats.pause_received, 2);
+    // A straggler for a queue pair that is gone: freed, no completion.
+    let (pkt, hop) = frame(&mut fx, &cfg, 0, 100);
+    assert_eq!(n.receive(&mut fx, Time::ZERO, NIL, pkt, hop), None);
+    let (again, _) = frame(&mut fx, &cfg, 0, 100);
+    assert_eq!(again, pkt, "its slot in the packet table is free again");
+}
