@@ -132,13 +132,8 @@ impl SimConfig {
         Ok(())
     }
 
-    /// Checks values against each other; the error names the key.
-    pub fn validate(&self) -> Result<(), String> {
-        check(
-            (1..=1024).contains(&self.threads),
-            "threads",
-            "must be 1–1024",
-        )?;
+    /// `[topology]`: the shape's parameters, link rates and delays.
+    fn validate_topology(&self) -> Result<(), String> {
         let t = &self.topology;
         match t.kind {
             TopologyKind::FatTree => check(
@@ -181,6 +176,11 @@ impl SimConfig {
                 "must be ≥ 0",
             )?;
         }
+        Ok(())
+    }
+
+    /// `[switch]`: the buffer, PFC headroom, the dynamic threshold, ECN marking.
+    fn validate_switch(&self) -> Result<(), String> {
         let s = &self.switch;
         check(
             s.buffer_bytes >= 4096,
@@ -209,7 +209,11 @@ impl SimConfig {
             "switch.ecn_pmax",
             "must be in [0, 1]",
         )?;
-        self.validate_cc()?;
+        Ok(())
+    }
+
+    /// `[network]`: MTU, DSCPs and priorities, PFC or PAUSE, trust, loss.
+    fn validate_network(&self) -> Result<(), String> {
         let n = &self.network;
         check(
             matches!(n.mtu, 256 | 512 | 1024 | 2048 | 4096),
@@ -233,10 +237,37 @@ impl SimConfig {
             "must be positive",
         )?;
         check(
-            self.nic.pcie_gbps.is_finite() && self.nic.pcie_gbps > 0.0,
-            "nic.pcie_gbps",
-            "must be positive",
+            !(n.pfc && n.pause),
+            "network.pause",
+            "802.3x PAUSE and PFC must not both be enabled on a port (IEEE 802.1Qbb); choose one",
         )?;
+        check(
+            n.trust != Trust::Pcp || n.vlan,
+            "network.trust",
+            "\"pcp\" needs network.vlan = true (untagged frames carry no PCP)",
+        )?;
+        if let Some(m) = &n.dscp_to_priority {
+            check(
+                m.len() == 64,
+                "network.dscp_to_priority",
+                "must have 64 entries",
+            )?;
+            check(
+                m.iter().all(|&p| p < 8),
+                "network.dscp_to_priority",
+                "entries must be 0–7",
+            )?;
+        }
+        check(
+            (0.0..1.0).contains(&n.link_loss),
+            "network.link_loss",
+            "must be in [0, 1)",
+        )?;
+        Ok(())
+    }
+
+    /// `[transport]`: recovery and its options, the TCP model, verbs retry attributes, BDP cap, timeouts.
+    fn validate_transport(&self) -> Result<(), String> {
         let t = &self.transport;
         check(
             t.reorder_buffer >= 1,
@@ -323,33 +354,44 @@ impl SimConfig {
             "must be 1 to 31 (the verbs attribute's 5 bits; 0, infinite, is not simulated)",
         )?;
         check(
-            !(n.pfc && n.pause),
-            "network.pause",
-            "802.3x PAUSE and PFC must not both be enabled on a port (IEEE 802.1Qbb); choose one",
+            t.bdp_cap != Some(0),
+            "transport.bdp_cap",
+            "must be at least 1",
+        )?;
+        // The receive bitmaps are sized by the cap, within the PSN window (IRN §5.3).
+        check(
+            t.bdp_cap.is_none_or(|c| c <= 1 << 23),
+            "transport.bdp_cap",
+            "must be at most 2^23 packets (the PSN window)",
+        )?;
+        // Timeouts are kept in picoseconds: a shorter one would be zero.
+        const PICOSECOND_US: f64 = 1e-6;
+        check(
+            t.rto_low_us >= PICOSECOND_US && t.rto_low_us.is_finite(),
+            "transport.rto_low_us",
+            "must be positive (at least 1 ps)",
         )?;
         check(
-            n.trust != Trust::Pcp || n.vlan,
-            "network.trust",
-            "\"pcp\" needs network.vlan = true (untagged frames carry no PCP)",
+            t.rto_high_us >= t.rto_low_us && t.rto_high_us.is_finite(),
+            "transport.rto_high_us",
+            "must be ≥ rto_low_us",
         )?;
-        if let Some(m) = &n.dscp_to_priority {
-            check(
-                m.len() == 64,
-                "network.dscp_to_priority",
-                "must have 64 entries",
-            )?;
-            check(
-                m.iter().all(|&p| p < 8),
-                "network.dscp_to_priority",
-                "entries must be 0–7",
-            )?;
-        }
         check(
-            (0.0..1.0).contains(&n.link_loss),
-            "network.link_loss",
-            "must be in [0, 1)",
+            t.roce_rto_us >= PICOSECOND_US && t.roce_rto_us.is_finite(),
+            "transport.roce_rto_us",
+            "must be positive (at least 1 ps)",
         )?;
+        Ok(())
+    }
+
+    /// `[nic]`: the receive pipeline, its buffer and translation cache, PCIe.
+    fn validate_nic(&self) -> Result<(), String> {
         let nic = &self.nic;
+        check(
+            nic.pcie_gbps.is_finite() && nic.pcie_gbps > 0.0,
+            "nic.pcie_gbps",
+            "must be positive",
+        )?;
         if let Some(g) = nic.rx_gbps {
             check(
                 g > 0.0 && g.is_finite() && g <= 100_000.0,
@@ -369,35 +411,26 @@ impl SimConfig {
                 "must be below rx_buffer_bytes",
             )?;
         }
-        let tr = &self.transport;
         check(
-            tr.bdp_cap != Some(0),
-            "transport.bdp_cap",
+            nic.mtt_entries >= 1,
+            "nic.mtt_entries",
             "must be at least 1",
         )?;
-        // The receive bitmaps are sized by the cap, within the PSN window (IRN §5.3).
         check(
-            tr.bdp_cap.is_none_or(|c| c <= 1 << 23),
-            "transport.bdp_cap",
-            "must be at most 2^23 packets (the PSN window)",
-        )?;
-        // Timeouts are kept in picoseconds: a shorter one would be zero.
-        const PICOSECOND_US: f64 = 1e-6;
-        check(
-            tr.rto_low_us >= PICOSECOND_US && tr.rto_low_us.is_finite(),
-            "transport.rto_low_us",
-            "must be positive (at least 1 ps)",
+            nic.page_bytes.is_power_of_two() && (4096..=1 << 30).contains(&nic.page_bytes),
+            "nic.page_bytes",
+            "must be a power of two, 4 KiB – 1 GiB",
         )?;
         check(
-            tr.rto_high_us >= tr.rto_low_us && tr.rto_high_us.is_finite(),
-            "transport.rto_high_us",
-            "must be ≥ rto_low_us",
+            nic.mtt_miss_ns >= 0.0 && nic.mtt_miss_ns.is_finite(),
+            "nic.mtt_miss_ns",
+            "must be ≥ 0",
         )?;
-        check(
-            tr.roce_rto_us >= PICOSECOND_US && tr.roce_rto_us.is_finite(),
-            "transport.roce_rto_us",
-            "must be positive (at least 1 ps)",
-        )?;
+        Ok(())
+    }
+
+    /// `[workload]`: load, durations, the measured window, incast and flow files.
+    fn validate_workload(&self) -> Result<(), String> {
         let w = &self.workload;
         check(
             (0.0..=1.0).contains(&w.load),
@@ -451,21 +484,24 @@ impl SimConfig {
         if w.kind == WorkloadKind::Flows {
             check(w.flows_file.is_some(), "workload.flows_file", "is required")?;
         }
+        Ok(())
+    }
+
+    /// Checks values against each other, section by section; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
         check(
-            nic.mtt_entries >= 1,
-            "nic.mtt_entries",
-            "must be at least 1",
+            (1..=1024).contains(&self.threads),
+            "threads",
+            "must be 1–1024",
         )?;
-        check(
-            nic.page_bytes.is_power_of_two() && (4096..=1 << 30).contains(&nic.page_bytes),
-            "nic.page_bytes",
-            "must be a power of two, 4 KiB – 1 GiB",
-        )?;
-        check(
-            nic.mtt_miss_ns >= 0.0 && nic.mtt_miss_ns.is_finite(),
-            "nic.mtt_miss_ns",
-            "must be ≥ 0",
-        )?;
+        self.validate_topology()?;
+        self.validate_switch()?;
+        self.validate_cc()?;
+        self.validate_network()?;
+        self.validate_transport()?;
+        self.validate_nic()?;
+        self.validate_workload()?;
+        let n = &self.network;
         if let Some(m) = self.monitor_interval_us {
             check(
                 m.is_finite() && m >= 1.0,
