@@ -102,7 +102,6 @@ pub struct EventQueue<E> {
     seq: u64,
     now: u64,
     popped: u64,
-    max_len: usize,
 }
 
 impl<E> Default for EventQueue<E> {
@@ -119,7 +118,6 @@ impl<E> Default for EventQueue<E> {
             seq: 0,
             now: 0,
             popped: 0,
-            max_len: 0,
         }
     }
 }
@@ -174,7 +172,6 @@ impl<E> EventQueue<E> {
         } else {
             self.far.push(Reverse(Far { at, seq: key, ev }));
         }
-        self.max_len = self.max_len.max(self.len());
     }
 
     #[inline]
@@ -210,11 +207,6 @@ impl<E> EventQueue<E> {
         self.heads[slot] = i;
         self.bits[slot / 64] |= 1 << (slot % 64);
         self.in_wheel += 1;
-    }
-
-    /// The most events ever waiting at once.
-    pub fn max_len(&self) -> usize {
-        self.max_len
     }
 
     /// The earliest event, advancing now to its time.
