@@ -58,20 +58,20 @@ impl FlowRecord {
 /// A flow's ends that live here: per end ([`REQ`], [`RESP`]), its queue pair's slot at its
 /// host ([`NIL`]: not set up yet, or destroyed) and its buffer's (address, keys).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct FlowState {
-    pub(super) slot: [u32; 2],
-    pub(super) buf: [(u64, MrKeys); 2],
+struct FlowState {
+    slot: [u32; 2],
+    buf: [(u64, MrKeys); 2],
 }
 
 impl FlowState {
-    pub(super) const NONE: FlowState = FlowState {
+    const NONE: FlowState = FlowState {
         slot: [NIL; 2],
         buf: [(0, MrKeys { lkey: 0, rkey: 0 }); 2],
     };
 }
 
 /// Scatter/gather entries covering `len` bytes at `addr` (an entry holds at most 2^32 − 1).
-pub(super) fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
+fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
     const CHUNK: u64 = 1 << 30;
     let mut v = Vec::with_capacity(1);
     let mut off = 0;

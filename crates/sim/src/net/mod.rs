@@ -29,9 +29,9 @@
 //!   expire; those refreshes are not modelled or counted). A pause frame reaches the peer
 //!   after its 64-byte serialization and the propagation delay, overtaking data frames.
 //!
-//! # Components (after htsim's; shared/DESIGN.md, "Rooms inside the two big pieces")
+//! # Components (after htsim's `Queue`, `Pipe`, `Switch`, with Rust's ownership)
 //!
-//! Each component is a type that owns its state and is driven with the shared [`Fabric`]
+//! Each component is a type that owns its state and is driven with the shared `Fabric`
 //! context (event list, packet table, topology, classes, monitor):
 //!
 //! | module | component | owns |
@@ -48,7 +48,7 @@
 //! | `setup` | | what every queue pair of a run shares |
 //! | `memory` | | the application memory models |
 //!
-//! [`Part`] is one partition of the network: it builds the components, routes each event to
+//! `Part` is one partition of the network: it builds the components, routes each event to
 //! the component it is for, and reads the statistics back.
 //!
 //! Each end of a flow is set up by an event of its own host when the flow starts; the
@@ -390,9 +390,8 @@ impl<M: SimMemory> Part<M> {
             origin: 0,
             count: vec![0; nodes],
         };
-        let work = Workload::new(&cfg, flows, topo.max_delay(), mine, &mut q);
+        let mut work = Workload::new(&cfg, flows, topo.max_delay(), mine, &mut q);
         let mut fx = Fabric::new(q, topo, classes, mon, part_of, me);
-        let mut work = work;
         for i in 0..work.records.len() {
             let f = work.flows[i];
             work.records[i].ideal = ideal_fct(&cfg, &fx.topo, f.src, f.dst, f.size);

@@ -265,7 +265,7 @@ impl<M: SimMemory> Nic<M> {
     }
 
     /// Lets the NIC send now if its link is free, or once it is.
-    pub(super) fn kick(&mut self, fx: &mut Fabric<M>, now: Time) {
+    fn kick(&mut self, fx: &mut Fabric<M>, now: Time) {
         if self.tx.wake {
             return;
         }

@@ -4,7 +4,8 @@
 //! whose order does not depend on how the network is partitioned. Packets live in the
 //! partition's packet table ([`Pool`]), allocated and freed there.
 //!
-//! This module depends on no other part of the model: every component uses it.
+//! This module depends on nothing of the model but the memory model's trait: every component
+//! uses it.
 
 use std::marker::PhantomData;
 
@@ -133,7 +134,7 @@ const _: () = assert!(std::mem::size_of::<Meta>() == 16);
 pub(super) const NIL: u32 = u32::MAX;
 
 /// What only the receiving NIC reads (with the payload bytes, kept apart in
-/// `Part::payloads` when the memory model holds bytes).
+/// `Pool::payloads` when the memory model holds bytes).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Packet {
     pub(super) ib: IbRepr,
@@ -166,7 +167,7 @@ pub(super) enum Ev {
     },
     /// A queue pair's timer.
     QpTimer { host: u32, slot: u32, gen: u32 },
-    /// The next flow end of the workload starts (see `Part::starts`).
+    /// The next flow end of the workload starts (see `Workload::starts`).
     FlowStart,
     /// The requester of `flow` completed a teardown delay ago: `host` destroys the responder.
     FlowEnd { host: u32, flow: u32 },

@@ -16,7 +16,6 @@
 //!   peer for at least `deadlock.detect_ms`, holding packets, and waiting on an ingress whose
 //!   packets sit in the next egress of the cycle — checked every `deadlock.check_us`.
 //!
-//!
 //! The components own the mechanisms; this module's [`Safety`] schedules what happens to the
 //! fabric as a whole — faults, the watchdogs' polls, the deadlock check, the monitor's samples
 //! — as control events, and runs them. The safety model needs the whole network in one
@@ -236,8 +235,8 @@ impl Safety {
                 self.push(n.fx, now + port.delay, Ctl::Announce { host: h });
                 n.nics[hu].go_up(n.fx, now);
             }
-            (FaultKind::NicRxStall, stop) => {
-                n.nics[hu].stall_rx(n.fx, now, !stop, &n.work.flows);
+            (FaultKind::NicRxStall, ended) => {
+                n.nics[hu].stall_rx(n.fx, now, !ended, &n.work.flows);
             }
         }
     }
@@ -266,7 +265,7 @@ impl Safety {
 
 /// A cycle of paused egresses, each paused for at least `age`, holding packets, whose
 /// downstream ingress holds packets queued at the next egress of the cycle.
-pub(super) fn find_deadlock<M>(
+fn find_deadlock<M>(
     fx: &Fabric<M>,
     switches: &[Switch],
     now: Time,

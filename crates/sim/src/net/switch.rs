@@ -13,7 +13,9 @@
 //! class, one frame at a time.
 //!
 //! A switch is driven alone with a [`Fabric`]: [`Switch::receive`] (a frame arrived),
-//! [`Switch::send`] (an output is free), [`Switch::pfc`] (a pause frame arrived).
+//! [`Switch::tx_done`] (an output finished a frame), [`Switch::pfc`] (a pause frame arrived),
+//! and, when it has them, its L2 tables' and watchdog's entries ([`Switch::link_down`],
+//! [`Switch::announce`], [`Switch::watchdog_poll`]).
 
 use std::collections::HashMap;
 
@@ -52,7 +54,7 @@ pub(super) struct SwPort {
     pub(super) wake: bool,
     /// Per class: the switch watchdog found a storm here and acts on it (ignores the peer's
     /// pauses; with `drop`, drops the class's packets both ways).
-    pub(super) storm: [bool; MAX_CLASSES],
+    storm: [bool; MAX_CLASSES],
 }
 
 impl SwPort {
@@ -121,7 +123,7 @@ pub(super) struct Switch {
 /// The usual set sizes (k/2 for a k-ary fat-tree, the spines of a leaf-spine) are spelled out
 /// so that the compiler turns the division, once per switch hop, into a multiplication.
 #[inline]
-pub(super) fn ecmp_pick(h: u64, n: usize) -> usize {
+fn ecmp_pick(h: u64, n: usize) -> usize {
     (match n {
         2 => h % 2,
         3 => h % 3,
@@ -185,7 +187,7 @@ impl Switch {
     }
 
     /// Lets output `out` send now if it is free, or once it is.
-    pub(super) fn kick<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
+    fn kick<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
         let p = &mut self.ports[out];
         if p.wake {
             return;
@@ -224,7 +226,8 @@ impl Switch {
         let c = fx.classes.class(fx.classes.priority(&hop));
         fx.mon.rx(self.node, inp, c, u64::from(hop.wire));
         if let Some(l2) = &mut self.l2 {
-            // The ToR learns a server's MAC from every frame it sends (seed 001 §4.2).
+            // The ToR learns a server's MAC from every frame it sends (seed 001 §4.2); an
+            // entry at a port towards a switch is never looked up.
             l2.learn(usize::from(inp), now);
         }
         let (hops, last) = fx.topo.route(self.node, dst);
@@ -569,7 +572,10 @@ impl Switch {
         mut hop: Hop,
     ) {
         let Placement { inp, out, c } = at;
-        let Some(l2) = self.l2.as_mut() else { return };
+        let Some(l2) = self.l2.as_mut() else {
+            debug_assert!(false, "only a switch with L2 tables misses a MAC entry");
+            return;
+        };
         if now >= l2.arp_until[out] {
             l2.counts.arp_drops += 1;
             self.ingress_drop(fx, inp, c, pkt);
@@ -682,17 +688,22 @@ impl Switch {
     /// The watchdog's poll (SONiC `pfcwd`'s detection and restoration) of this switch's
     /// server-facing queues.
     pub(super) fn watchdog_poll<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time) {
-        let Some(mut wd) = self.watchdog.take() else {
+        let Some(wd) = self.watchdog.as_ref() else {
             return;
         };
+        let (poll, detection, restoration, action) =
+            (wd.poll, wd.detection, wd.restoration, wd.action);
         for k in 0..wd.queues.len() {
-            let mut q = wd.queues[k];
+            let Some(mut q) = self.watchdog.as_ref().map(|w| w.queues[k]) else {
+                return;
+            };
             let c = usize::from(q.class);
             let pc = fx.mon.get(self.node, q.port, c);
             let port = &self.ports[usize::from(q.port)];
             let (queued, paused, stormed) = (port.egress[c] > 0, port.paused[c], port.storm[c]);
             let now_counts = (pc.tx_packets, pc.pause_received);
-            let (poll, detection, restoration) = (wd.poll, wd.detection, wd.restoration);
+            // What the poll decides, acted on once the queue's state is stored back.
+            let mut act = None;
             if let Some((tx, prx)) = q.last {
                 // Pauses received since the last poll, or a pause in force (refreshed on a
                 // real link).
@@ -702,10 +713,7 @@ impl Switch {
                         if q.time_left <= poll {
                             q.time_left = detection;
                             q.restore_left = restoration;
-                            wd.storms += 1;
-                            if wd.action != SwitchWatchdog::Alert {
-                                self.storm(fx, now, wd.action, usize::from(q.port), c, true);
-                            }
+                            act = Some(true);
                         } else {
                             q.time_left = Dur::from_picos(q.time_left.as_picos() - poll.as_picos());
                         }
@@ -715,9 +723,8 @@ impl Switch {
                 } else if pauses {
                     q.restore_left = restoration;
                 } else if q.restore_left <= poll {
-                    wd.restorations += 1;
-                    self.storm(fx, now, wd.action, usize::from(q.port), c, false);
                     q.time_left = detection;
+                    act = Some(false);
                 } else {
                     q.restore_left = Dur::from_picos(q.restore_left.as_picos() - poll.as_picos());
                 }
@@ -725,9 +732,22 @@ impl Switch {
                 q.time_left = detection;
             }
             q.last = Some(now_counts);
-            wd.queues[k] = q;
+            if let Some(wd) = self.watchdog.as_mut() {
+                wd.queues[k] = q;
+                match act {
+                    Some(true) => wd.storms += 1,
+                    Some(false) => wd.restorations += 1,
+                    None => {}
+                }
+            }
+            match act {
+                Some(true) if action != SwitchWatchdog::Alert => {
+                    self.storm(fx, now, action, usize::from(q.port), c, true);
+                }
+                Some(false) => self.storm(fx, now, action, usize::from(q.port), c, false),
+                _ => {}
+            }
         }
-        self.watchdog = Some(wd);
     }
 
     /// Starts or ends the watchdog's action on (`port`, class `c`).
@@ -928,5 +948,17 @@ impl PfcWatchdog {
     #[inline]
     fn drops(&self) -> bool {
         self.action == SwitchWatchdog::Drop
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ecmp_pick_is_the_remainder() {
+        for n in 1..40usize {
+            for h in [0, 1, 5, 0xdead_beef, u64::MAX, u64::MAX - 7, 1 << 63] {
+                assert_eq!(super::ecmp_pick(h, n), (h % n as u64) as usize);
+            }
+        }
     }
 }
