@@ -37,7 +37,6 @@ pub(super) struct Slot {
     gen: u32,
     /// Time of the timer event in the queue, if one is.
     timer: Option<Time>,
-    ready: bool,
     pub(super) flow: u32,
     /// Which end of the flow: [`REQ`] or [`RESP`](super::packet::RESP).
     pub(super) end: u8,
@@ -82,9 +81,15 @@ struct Tx {
     /// At most this many entries of `ready` name a destroyed queue pair (0: none).
     dead_ready: u32,
     /// Per slot: its queue pair's [`QueuePair::control_ready`], as of its last input or
-    /// poll (kept apart from the slots, which hold whole queue pairs, so that a paused NIC
-    /// scans bytes, not queue pairs).
+    /// poll. This and the two flags below are kept apart from the slots, which hold whole
+    /// queue pairs (1.6 KB each), so that a NIC walking its list scans bytes, not queue pairs:
+    /// a paused NIC with hundreds of queue pairs listed would otherwise miss the cache on
+    /// each of them for every control packet it sends.
     ctrl: Vec<bool>,
+    /// Per slot: it holds a queue pair.
+    live: Vec<bool>,
+    /// Per slot: it is on `ready`.
+    listed: Vec<bool>,
 }
 
 /// A requester's work request completed: the flow is done.
@@ -234,6 +239,8 @@ impl<M: SimMemory> Nic<M> {
                 ctrl_idle: false,
                 dead_ready: 0,
                 ctrl: Vec::new(),
+                live: Vec::new(),
+                listed: Vec::new(),
             },
             paused: [false; 8],
             paused_since: [Time::ZERO; 8],
@@ -307,14 +314,13 @@ impl<M: SimMemory> Nic<M> {
         // otherwise spend its time asking each of them, every time it may send.
         if data_paused && (!separate || ctrl_paused || tx.ctrl_idle) {
             if tx.dead_ready > 0 {
-                let slots = &mut self.slots;
+                let (live, listed) = (&tx.live, &mut tx.listed);
                 tx.ready.retain(|&slot| {
-                    let s = &mut slots[slot as usize];
-                    let live = s.qp.is_some();
-                    if !live {
-                        s.ready = false;
+                    let l = live[slot as usize];
+                    if !l {
+                        listed[slot as usize] = false;
                     }
-                    live
+                    l
                 });
                 tx.dead_ready = 0;
             }
@@ -342,40 +348,50 @@ impl<M: SimMemory> Nic<M> {
             let Some(slot) = tx.ready.pop_front() else {
                 break;
             };
-            let s = &mut self.slots[slot as usize];
-            let Some(qp) = s.qp.as_mut() else {
-                s.ready = false;
+            let i = slot as usize;
+            if !tx.live[i] {
+                tx.listed[i] = false;
                 continue;
-            };
-            let t = if !(data_paused || separate && ctrl_paused && qp.has_control()) {
-                qp.poll_transmit(now, &self.mem, &mut fx.scratch)
-            } else if separate && !ctrl_paused {
-                // Exactly when it would answer.
-                if tx.ctrl[slot as usize] {
-                    qp.poll_control(&self.mem, &mut fx.scratch)
-                } else {
-                    None
+            }
+            // With the data priority paused only a control packet can go, and only a queue
+            // pair whose flag says it has one is asked (exactly when it would answer); the
+            // others are passed over without touching them.
+            let t = if data_paused {
+                match self.slots[i].qp.as_mut() {
+                    Some(qp) if separate && !ctrl_paused && tx.ctrl[i] => {
+                        qp.poll_control(&self.mem, &mut fx.scratch)
+                    }
+                    _ => None,
                 }
             } else {
-                None
+                match self.slots[i].qp.as_mut() {
+                    Some(qp) if !(separate && ctrl_paused && qp.has_control()) => {
+                        qp.poll_transmit(now, &self.mem, &mut fx.scratch)
+                    }
+                    _ => None,
+                }
             };
             let Some(t) = t else {
                 if data_paused || ctrl_paused {
                     // It may still have data once the pause ends.
                     tx.ready.push_back(slot);
                 } else {
-                    s.ready = false;
+                    tx.listed[i] = false;
                 }
                 continue;
             };
-            tx.ctrl[slot as usize] = qp.control_ready();
+            let s = &mut self.slots[i];
+            let Some(qp) = s.qp.as_mut() else {
+                continue;
+            };
+            tx.ctrl[i] = qp.control_ready();
             // Round-robin: back of the list if it may have more; otherwise out of it (a
             // receiver that just sent its ACK usually has nothing more) until an input
             // gives it something, so that the NIC does not wake up for it.
             if qp.may_transmit() {
                 tx.ready.push_back(slot);
             } else {
-                s.ready = false;
+                tx.listed[i] = false;
             }
             self.max_in_flight = self
                 .max_in_flight
@@ -665,7 +681,6 @@ impl<M: SimMemory> Nic<M> {
                     qp: None,
                     gen: 0,
                     timer: None,
-                    ready: false,
                     flow,
                     end: end as u8,
                     peer,
@@ -674,6 +689,8 @@ impl<M: SimMemory> Nic<M> {
                     last_tx: Time::ZERO,
                 });
                 self.tx.ctrl.push(false);
+                self.tx.live.push(false);
+                self.tx.listed.push(false);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -683,11 +700,12 @@ impl<M: SimMemory> Nic<M> {
         s.end = end as u8;
         s.peer = peer;
         s.timer = None;
-        s.ready = false;
         s.sent = 0;
         s.flowlet = 0;
         s.last_tx = Time::ZERO;
         self.tx.ctrl[slot as usize] = false;
+        self.tx.live[slot as usize] = s.qp.is_some();
+        self.tx.listed[slot as usize] = false;
         slot
     }
 
@@ -716,8 +734,8 @@ impl<M: SimMemory> Nic<M> {
         // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
         // still full) costs no poll and no wake-up.
         if s.qp.as_ref().is_some_and(QueuePair::may_transmit) {
-            if !s.ready {
-                s.ready = true;
+            if !self.tx.listed[slot as usize] {
+                self.tx.listed[slot as usize] = true;
                 self.tx.ready.push_back(slot);
             }
             self.kick(fx, now);
@@ -736,6 +754,7 @@ impl<M: SimMemory> Nic<M> {
             self.tx.dead_ready += 1;
         }
         self.tx.ctrl[slot as usize] = false;
+        self.tx.live[slot as usize] = false;
         s.gen = s.gen.wrapping_add(1);
         s.timer = None;
         self.free.push(slot);
@@ -868,7 +887,7 @@ impl<M: SimMemory> Nic<M> {
             "host {} slot {slot} timer {:?} ready {}: {:#?}\n",
             self.host,
             s.timer,
-            s.ready,
+            self.tx.listed[slot as usize],
             s.qp.as_ref()
                 .map(|q| (q.poll_timeout(), q.in_flight(), q.state()))
         );
