@@ -21,17 +21,8 @@ impl<M: SimMemory> Fabric<M> {
         hop: Hop,
         wake: bool,
     ) -> Time {
+        let done = self.occupy(now, node, out, u64::from(hop.wire), wake);
         let port = self.topo.nodes[node as usize].ports[out];
-        let done = now + port.transmission(u64::from(hop.wire));
-        if wake {
-            self.q.push(
-                done,
-                Ev::TxDone {
-                    node,
-                    port: out as u16,
-                },
-            );
-        }
         self.schedule(
             done + port.delay,
             port.peer,
@@ -45,9 +36,9 @@ impl<M: SimMemory> Fabric<M> {
         done
     }
 
-    /// Occupies `node`'s port `out` for a `wire`-byte frame that reaches nobody (a flooded
-    /// copy the next NIC discards): schedules the `TxDone` when `wake`. Returns when the link
-    /// is free.
+    /// Occupies `node`'s port `out` for the serialization of a `wire`-byte frame (alone: a
+    /// flooded copy the next NIC discards): schedules the `TxDone` when `wake`. Returns when
+    /// the link is free.
     pub(super) fn occupy(
         &mut self,
         now: Time,
