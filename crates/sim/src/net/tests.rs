@@ -322,3 +322,125 @@ fn a_nic_paused_by_its_switch_counts_the_pause_and_a_frame_for_no_queue_pair_is_
     let (again, _) = frame(&mut fx, &cfg, 0, 100);
     assert_eq!(again, pkt, "its slot in the packet table is free again");
 }
+
+#[test]
+fn the_monitor_samples_what_moved_and_the_fabric_wide_point() {
+    let cfg = config(true);
+    let fx = fabric(&cfg);
+    let ports: Vec<usize> = fx.topo.nodes.iter().map(|n| n.ports.len()).collect();
+    let mut mon = Monitor::new(true, Some(Dur::from_micros(100)), &ports, 2, 1);
+    mon.tx(LEFT, 2, 1, 1000);
+    mon.tx(LEFT, 2, 1, 500);
+    mon.pause_sent(0, 0, 1);
+    mon.ingress_drop(LEFT, 0, 0);
+    mon.delivered(125_000);
+    // Host 0's data class (1) has been paused for 60 of the 100 µs, without a resume.
+    let t = Time::ZERO + Dur::from_micros(100);
+    mon.sample(t, &fx.topo, &fx.classes, |node, _, c| {
+        let open = if node == 0 && c == 1 {
+            Dur::from_micros(60)
+        } else {
+            Dur::ZERO
+        };
+        (open, 0)
+    });
+    let rows: Vec<(u32, u16, u64, u64)> = mon
+        .rows
+        .iter()
+        .map(|r| (r.node, r.port, r.delta.tx_bytes, r.delta.pause_sent))
+        .collect();
+    assert_eq!(rows, [(0, 0, 0, 1), (LEFT, 0, 0, 0), (LEFT, 2, 1500, 0)]);
+    let p = mon.timeline[0];
+    // 125 kB in 100 µs is 10 Gb/s; one pause frame in 100 µs is 10 000 per second.
+    assert!((p.goodput_gbps - 10.0).abs() < 1e-9, "{p:?}");
+    assert!((p.pause_rate - 10_000.0).abs() < 1e-6, "{p:?}");
+    assert_eq!((p.paused_hosts, p.drops), (1, 1));
+    // The next sample shows only what moved since: nothing but the pause still open.
+    mon.sample(
+        t + Dur::from_micros(100),
+        &fx.topo,
+        &fx.classes,
+        |node, _, c| {
+            let open = if node == 0 && c == 1 {
+                Dur::from_micros(160)
+            } else {
+                Dur::ZERO
+            };
+            (open, 0)
+        },
+    );
+    let later: Vec<_> = mon.rows[3..]
+        .iter()
+        .map(|r| (r.node, r.delta.paused))
+        .collect();
+    assert_eq!(later, [(0, Dur::from_micros(100))]);
+    assert_eq!(mon.timeline[1].paused_hosts, 1);
+}
+
+#[test]
+fn the_packet_table_reuses_freed_slots_and_keeps_payloads_only_with_bytes() {
+    let cfg = config(false);
+    let mut fx = fabric(&cfg);
+    let (a, _) = frame(&mut fx, &cfg, 2, 100);
+    let (b, hop) = frame(&mut fx, &cfg, 2, 100);
+    assert_ne!(a, b);
+    fx.pool.free(a);
+    let c = fx.pool.copy(b, Meta { hop, next: NIL });
+    assert_eq!(c, a, "the freed slot first");
+    assert!(
+        fx.pool.payload(c).is_empty(),
+        "no bytes held by this memory model"
+    );
+    let mut bytes: packet::Pool<irn_transport::ByteMemory> = packet::Pool::new();
+    let p = fx.pool.packets[b as usize];
+    let m = Meta { hop, next: NIL };
+    let x = bytes.alloc(p, vec![1, 2, 3], m);
+    let y = bytes.copy(x, m);
+    assert_eq!(bytes.payload(y), [1, 2, 3]);
+    let (_, taken) = bytes.take(x);
+    assert_eq!(taken, [1, 2, 3]);
+    assert_eq!(
+        bytes.alloc(p, Vec::new(), m),
+        x,
+        "taking a packet frees its slot"
+    );
+}
+
+#[test]
+fn flow_ends_start_in_time_order_responder_first_and_only_where_owned() {
+    let cfg = config(false);
+    let at = |us| Time::ZERO + Dur::from_micros(us);
+    let flow = |src, dst, start| Flow {
+        src,
+        dst,
+        size: 1000,
+        start,
+        group: None,
+        probe: None,
+    };
+    let flows = vec![flow(0, 2, at(5)), flow(1, 3, at(5)), flow(3, 0, at(1))];
+    let mut q = Events {
+        q: EventQueue::new(),
+        origin: 0,
+        count: vec![0; 6],
+    };
+    // This partition owns hosts 0, 1 and 2, not 3.
+    let mut w = Workload::new(&cfg, flows, Dur::from_micros(2), |h| h != 3, &mut q);
+    let mut order = Vec::new();
+    while let Some((t, ev)) = q.q.pop() {
+        assert!(matches!(ev, Ev::FlowStart));
+        let (i, end) = w.next_start(&mut q).expect("a start per event");
+        order.push((t, i, end));
+    }
+    assert_eq!(
+        order,
+        [
+            (at(1), 2, RESP),
+            (at(5), 0, RESP),
+            (at(5), 0, REQ),
+            (at(5), 1, REQ)
+        ]
+    );
+    // Nothing is set up until a NIC does it.
+    assert_eq!(w.slot(0, REQ as u8), NIL);
+}
