@@ -310,8 +310,7 @@ fn build_switch(
 
 /// ToRs keep MAC tables that can miss: faults, or a MAC timeout shorter than the run.
 fn l2_modelled(cfg: &SimConfig, end: Time) -> bool {
-    let mac_timeout = Dur::from_picos((cfg.l2.mac_timeout_s * 1e12).min(u64::MAX as f64) as u64);
-    !cfg.fault.is_empty() || Time::ZERO + mac_timeout < end
+    !cfg.fault.is_empty() || Time::ZERO + L2Table::mac_timeout(cfg) < end
 }
 
 /// NICs buffer received frames in a pipeline: a rate, a stall fault, a translation cache.
@@ -396,9 +395,9 @@ impl<M: SimMemory> Part<M> {
             let f = work.flows[i];
             work.records[i].ideal = ideal_fct(&cfg, &fx.topo, f.src, f.dst, f.size);
         }
-        let mut safety = Safety::new(&cfg);
+        let mut safety = Safety::default();
         if cfg.needs_one_partition() {
-            safety.start(&mut fx);
+            safety.start(&cfg, &mut fx);
         }
         Part {
             loss: Loss::new(cfg.network.link_loss, cfg.seed, nodes),
@@ -595,7 +594,7 @@ impl<M: SimMemory> Part<M> {
                     work: &mut self.work,
                 };
                 self.safety
-                    .control(&mut n, now, c, |n| monitor_sample(n, now));
+                    .control(&self.cfg, &mut n, now, c, |n| monitor_sample(n, now));
             }
         }
     }
@@ -620,7 +619,7 @@ impl<M: SimMemory> Part<M> {
 
     /// Ends the run at `now` (the last event of any partition).
     pub(crate) fn finish(&mut self, now: Time) {
-        self.safety.finish(&self.fx, &self.switches, now);
+        self.safety.finish(&self.cfg, &self.fx, &self.switches, now);
         let probe = Probe {
             nics: &self.nics,
             switches: &self.switches,

@@ -542,7 +542,10 @@ impl<M: SimMemory> Nic<M> {
         hop: Hop,
         flows: &[Flow],
     ) {
-        let Some(rx) = self.rx.as_mut() else { return };
+        let Some(rx) = self.rx.as_mut() else {
+            debug_assert!(false, "only a NIC with a receive pipeline buffers frames");
+            return;
+        };
         let c = fx.classes.class(fx.classes.priority(&hop));
         // A NIC whose watchdog fired no longer pauses: every class is lossy to it.
         let (prio, lossless) = (

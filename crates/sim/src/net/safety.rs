@@ -60,10 +60,10 @@ pub struct Deadlock {
     pub cycle: Vec<String>,
 }
 
-/// The fabric-wide tasks of the safety model: their clocks and what they found.
-#[derive(Debug)]
+/// The fabric-wide tasks of the safety model: their clocks and what they found. Their
+/// settings are the run's configuration, which each call is handed.
+#[derive(Debug, Default)]
 pub(super) struct Safety {
-    cfg: SimConfig,
     /// Sequence of the safety events' keys.
     seq: u64,
     /// Periodic events in the event list (they run only while something else is pending).
@@ -84,20 +84,8 @@ pub(super) struct Nodes<'a, M> {
 }
 
 impl Safety {
-    pub(super) fn new(cfg: &SimConfig) -> Safety {
-        Safety {
-            cfg: cfg.clone(),
-            seq: 0,
-            periodic: 0,
-            deadlock: None,
-            deadlock_at_end: false,
-            nic_watchdogs: 0,
-        }
-    }
-
     /// Schedules the faults and the first round of the periodic tasks.
-    pub(super) fn start<M: SimMemory>(&mut self, fx: &mut Fabric<M>) {
-        let cfg = &self.cfg;
+    pub(super) fn start<M: SimMemory>(&mut self, cfg: &SimConfig, fx: &mut Fabric<M>) {
         let mut events: Vec<(Time, Ctl)> = Vec::new();
         for (i, f) in cfg.fault.iter().enumerate() {
             events.push((
@@ -118,7 +106,7 @@ impl Safety {
             }
         }
         if cfg.watchdog.nic {
-            events.push((Time::ZERO + self.nic_watchdog_period(), Ctl::NicWatchdog));
+            events.push((Time::ZERO + nic_watchdog_period(cfg), Ctl::NicWatchdog));
         }
         if cfg.watchdog.switch != SwitchWatchdog::Off {
             events.push((
@@ -144,14 +132,10 @@ impl Safety {
         fx.q.push_control(at, ctl, &mut self.seq);
     }
 
-    /// The NIC watchdog looks at its pipeline ten times per `nic_watchdog_ms`.
-    fn nic_watchdog_period(&self) -> Dur {
-        us(self.cfg.watchdog.nic_watchdog_ms * 100.0)
-    }
-
     /// Handles a safety event; `sample` takes the monitor's sample.
     pub(super) fn control<M: SimMemory>(
         &mut self,
+        cfg: &SimConfig,
         n: &mut Nodes<'_, M>,
         now: Time,
         ctl: Ctl,
@@ -159,43 +143,42 @@ impl Safety {
     ) {
         let period = match ctl {
             Ctl::Fault { i, end } => {
-                self.fault(n, now, i as usize, end);
+                self.fault(cfg, n, now, i as usize, end);
                 None
             }
             Ctl::Announce { host } => {
                 // The restarted server's gratuitous ARP: the ToR learns its MAC again.
-                let p = *n.fx.topo.host_port(host);
-                let si = (p.peer - n.fx.hosts()) as usize;
-                n.switches[si].announce(now, usize::from(p.peer_port));
+                let (tor, port) = tor_port(n.fx, host);
+                n.switches[tor].announce(now, port);
                 None
             }
             Ctl::NicWatchdog => {
-                let limit = us(self.cfg.watchdog.nic_watchdog_ms * 1e3);
+                let limit = us(cfg.watchdog.nic_watchdog_ms * 1e3);
                 for nic in n.nics.iter_mut() {
                     if nic.watchdog_poll(n.fx, now, limit) {
                         self.nic_watchdogs += 1;
                     }
                 }
-                Some(self.nic_watchdog_period())
+                Some(nic_watchdog_period(cfg))
             }
             Ctl::SwitchWatchdog => {
                 for sw in n.switches.iter_mut() {
                     sw.watchdog_poll(n.fx, now);
                 }
-                Some(us(self.cfg.watchdog.poll_ms * 1e3))
+                Some(us(cfg.watchdog.poll_ms * 1e3))
             }
             Ctl::DeadlockCheck => {
-                let age = us(self.cfg.deadlock.detect_ms * 1e3);
+                let age = us(cfg.deadlock.detect_ms * 1e3);
                 if self.deadlock.is_none() {
                     if let Some(cycle) = find_deadlock(n.fx, n.switches, now, age) {
                         self.deadlock = Some(Deadlock { at: now, cycle });
                     }
                 }
-                Some(us(self.cfg.deadlock.check_us))
+                Some(us(cfg.deadlock.check_us))
             }
             Ctl::Monitor => {
                 sample(n);
-                self.cfg.monitor_interval_us.map(us)
+                cfg.monitor_interval_us.map(us)
             }
         };
         if ctl.periodic() {
@@ -209,15 +192,18 @@ impl Safety {
         }
     }
 
-    fn fault<M: SimMemory>(&mut self, n: &mut Nodes<'_, M>, now: Time, i: usize, end: bool) {
-        let f = self.cfg.fault[i].clone();
+    fn fault<M: SimMemory>(
+        &mut self,
+        cfg: &SimConfig,
+        n: &mut Nodes<'_, M>,
+        now: Time,
+        i: usize,
+        end: bool,
+    ) {
+        let f = &cfg.fault[i];
         let h = f.host;
         let hu = h as usize;
-        let port = *n.fx.topo.host_port(h);
-        let (si, tp) = (
-            (port.peer - n.fx.hosts()) as usize,
-            usize::from(port.peer_port),
-        );
+        let (si, tp) = tor_port(n.fx, h);
         match (f.kind, end) {
             (FaultKind::HostDown, false) => {
                 // Host `h` dies: its queue pairs and buffered frames are gone, its link goes
@@ -232,7 +218,8 @@ impl Safety {
             }
             (FaultKind::HostDown, true) => {
                 n.switches[si].link_up(tp);
-                self.push(n.fx, now + port.delay, Ctl::Announce { host: h });
+                let delay = n.fx.topo.host_port(h).delay;
+                self.push(n.fx, now + delay, Ctl::Announce { host: h });
                 n.nics[hu].go_up(n.fx, now);
             }
             (FaultKind::NicRxStall, ended) => {
@@ -244,15 +231,21 @@ impl Safety {
     /// At the end of the run: whether a deadlock cycle still stands. With nothing left to
     /// happen, any cycle of paused egresses is permanent; otherwise it must be as old as the
     /// detection time.
-    pub(super) fn finish<M: SimMemory>(&mut self, fx: &Fabric<M>, switches: &[Switch], now: Time) {
-        if !(self.cfg.network.pfc && self.cfg.deadlock.detect_ms > 0.0) {
+    pub(super) fn finish<M: SimMemory>(
+        &mut self,
+        cfg: &SimConfig,
+        fx: &Fabric<M>,
+        switches: &[Switch],
+        now: Time,
+    ) {
+        if !(cfg.network.pfc && cfg.deadlock.detect_ms > 0.0) {
             return;
         }
         let frozen = fx.q.q.len() <= self.periodic;
         let age = if frozen {
             Dur::ZERO
         } else {
-            us(self.cfg.deadlock.detect_ms * 1e3)
+            us(cfg.deadlock.detect_ms * 1e3)
         };
         if let Some(cycle) = find_deadlock(fx, switches, now, age) {
             self.deadlock_at_end = true;
@@ -261,6 +254,17 @@ impl Safety {
             }
         }
     }
+}
+
+/// The NIC watchdog looks at its pipeline ten times per `nic_watchdog_ms`.
+fn nic_watchdog_period(cfg: &SimConfig) -> Dur {
+    us(cfg.watchdog.nic_watchdog_ms * 100.0)
+}
+
+/// Host `h`'s ToR (as an index among the switches) and the ToR's port to it.
+fn tor_port<M: SimMemory>(fx: &Fabric<M>, h: u32) -> (usize, usize) {
+    let p = fx.topo.host_port(h);
+    ((p.peer - fx.hosts()) as usize, usize::from(p.peer_port))
 }
 
 /// A cycle of paused egresses, each paused for at least `age`, holding packets, whose

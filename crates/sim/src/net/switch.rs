@@ -829,14 +829,13 @@ pub(super) struct L2Table {
 impl L2Table {
     /// The tables of a switch with `nports` ports, under the run's `[l2]` settings.
     pub(super) fn new(cfg: &SimConfig, nports: usize) -> L2Table {
-        let dur = |s: f64| Dur::from_picos((s * 1e12).min(u64::MAX as f64) as u64);
         L2Table {
             learned: vec![Time::ZERO; nports],
             flushed: vec![false; nports],
             arp_until: vec![Time::MAX; nports],
             down: vec![false; nports],
-            mac_timeout: dur(cfg.l2.mac_timeout_s),
-            arp_timeout: dur(cfg.l2.arp_timeout_s),
+            mac_timeout: L2Table::mac_timeout(cfg),
+            arp_timeout: seconds(cfg.l2.arp_timeout_s),
             policy: cfg.l2.unknown_unicast,
             flood_dscp: cfg.l2.flood_dscp,
             group_of: HashMap::new(),
@@ -844,6 +843,11 @@ impl L2Table {
             free_groups: Vec::new(),
             counts: L2Counts::default(),
         }
+    }
+
+    /// How long a MAC entry lives without a frame from its server (`l2.mac_timeout_s`).
+    pub(super) fn mac_timeout(cfg: &SimConfig) -> Dur {
+        seconds(cfg.l2.mac_timeout_s)
     }
 
     /// A frame from the server at `port` arrived: its MAC entry is fresh.
@@ -888,6 +892,11 @@ impl L2Table {
             false
         }
     }
+}
+
+/// `s` seconds, as long as a duration can be (the L2 timeouts run to hours).
+fn seconds(s: f64) -> Dur {
+    Dur::from_picos((s * 1e12).min(u64::MAX as f64) as u64)
 }
 
 /// The switch watchdog's state of one (server-facing port, lossless class).
