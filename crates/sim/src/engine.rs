@@ -8,52 +8,48 @@
 //! so the order, and the results, are too. [`EventQueue::push`] numbers events itself, for
 //! users with one list.
 //!
-//! # Structure: a timing wheel over a heap
+//! # Structure: a two-level timing wheel over a heap
 //!
 //! A datacenter simulation schedules almost every event a few microseconds ahead — a frame's
 //! serialization (≈ 200 ns for 1 KB at 40 Gb/s) and a link's propagation delay (1–2 µs) — and
-//! pops them about one per simulated nanosecond. So most events go into a *timing wheel*
-//! (Varghese & Lauck, "Hashed and hierarchical timing wheels", SOSP 1987): [`SLOTS`] slots of
-//! [`SLOT_PS`] picoseconds each, covering the next ≈ 8 µs. A slot is a singly linked list of
-//! chunks of `CHUNK` events in a slab, and a bitmap marks the non-empty slots, so a push is
-//! O(1); when the wheel reaches a slot, its events are sorted once and popped in order (a
-//! 1024-host network has dozens per slot). Chunks rather than single events, because walking a
-//! crowded slot's list is a chain of dependent cache misses in a large network; a slab reused
-//! from a LIFO free list rather than a vector per slot, because a small network (one or two
-//! events per slot) then keeps its whole event list in cache (docs/BENCHMARKS.md measures both).
-//! Events further ahead (retransmission timers, the next flow's start) wait in a binary heap and
-//! move into the wheel when it reaches them. Everything orders by (time, key), so ties resolve
-//! exactly as they would in one sorted list.
+//! pops them about one per simulated nanosecond. So most events go into a *hierarchical timing
+//! wheel* (Varghese & Lauck, "Hashed and hierarchical timing wheels", SOSP 1987):
+//! - the **near level** holds the current *span* of [`FINE`] slots of [`SLOT_PS`] picoseconds
+//!   (≈ 65 ns): one vector per slot and a one-word bitmap of the non-empty ones;
+//! - the **coarse level** holds the next [`BUCKETS`] − 1 spans (reaching ≈ 8.4 µs ahead), one
+//!   vector per span, to which an event is only appended;
+//! - events further ahead (retransmission timers, the next flow's start) wait in a binary heap
+//!   and move into the wheel when it reaches them.
 //!
-//! On `experiments/e0-websearch.toml` this is ≈ 2× faster per event than the binary heap and the
-//! radix heap it replaced (docs/BENCHMARKS.md).
+//! When the near level runs dry, the next non-empty span's bucket is read once, in order, and
+//! spread over the near slots; a near slot is sorted once when the wheel reaches it and popped
+//! in order. Pushes thus write to the tail of one of a few hundred vectors and pops read
+//! vectors front to back, so the memory the event list touches stays in the first-level cache
+//! even in a large network, where a single-level wheel of thousands of slots walks a cold list
+//! per event. Everything orders by (time, key), so ties resolve exactly as they would in one
+//! sorted list.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use irn_transport::Time;
 
-/// log2 of the wheel's slot width in picoseconds.
+/// log2 of a near slot's width in picoseconds.
 const SLOT_SHIFT: u32 = 10;
-/// A slot's width: 1.024 ns.
+/// A near slot's width: 1.024 ns.
 pub const SLOT_PS: u64 = 1 << SLOT_SHIFT;
-/// Slots in the wheel (a power of two): the wheel spans `SLOTS × SLOT_PS` ≈ 8.4 µs.
-pub const SLOTS: usize = 8192;
-const WORDS: usize = SLOTS / 64;
-const NIL: u32 = u32::MAX;
+/// log2 of the near slots in a span.
+const SPAN_SHIFT: u32 = 6;
+/// Near slots in a span (one bitmap word): a span is ≈ 65.5 ns.
+pub const FINE: usize = 1 << SPAN_SHIFT;
+/// Spans the wheel covers, the current one included (a power of two): ≈ 8.4 µs.
+pub const BUCKETS: usize = 128;
+/// Slots the wheel covers (its reach beyond the current span's start).
+pub const SLOTS: usize = FINE * BUCKETS;
+const BUCKET_WORDS: usize = BUCKETS / 64;
 
-/// Events per chunk of a slot's list.
-const CHUNK: usize = 4;
-
-/// A piece of a slot's list: up to [`CHUNK`] events side by side, so that walking a crowded
-/// slot costs one dependent load per chunk rather than per event.
-#[derive(Debug)]
-struct Chunk<E> {
-    /// The slot's chunk filled before this one (`NIL`: none); in the free list, the next free.
-    next: u32,
-    len: u32,
-    items: [Option<(u64, u64, E)>; CHUNK],
-}
+/// An event with its time (ps) and key.
+type Entry<E> = (u64, u64, E);
 
 /// An event beyond the wheel's reach, in the overflow heap.
 #[derive(Debug)]
@@ -83,19 +79,25 @@ impl<E> Ord for Far<E> {
 /// A time-ordered queue of events of type `E`.
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    /// Each slot's newest chunk (an index into `chunks`), `NIL` when empty.
-    heads: Box<[u32]>,
-    /// Bit `i % 64` of word `i / 64` set when slot `i` is non-empty.
-    bits: [u64; WORDS],
-    chunks: Vec<Chunk<E>>,
-    free: u32,
-    /// Events in the wheel (not counting `cur`).
-    in_wheel: usize,
+    /// The near slots of span `span`, by slot number modulo [`FINE`].
+    fine: Box<[Vec<Entry<E>>]>,
+    /// Bit `i` set when near slot `i` is non-empty.
+    fine_bits: u64,
+    /// Events in the near slots (not counting `cur`).
+    in_fine: usize,
+    /// The coarse buckets: bucket `s % BUCKETS` holds the events of span `s`, for the spans
+    /// after `span` within reach.
+    buckets: Box<[Vec<Entry<E>>]>,
+    /// Bit `i % 64` of word `i / 64` set when bucket `i` is non-empty.
+    bucket_bits: [u64; BUCKET_WORDS],
+    /// Events in the buckets.
+    in_buckets: usize,
+    /// The absolute number of the span the near slots hold. Every waiting event is in it or
+    /// later, and so is now, except while a `pop_before` has declined an event.
+    span: u64,
     /// The slot being consumed, sorted latest first so the earliest pops off the end; new
-    /// events for that slot are inserted in order. A slot's list becomes this when the wheel
-    /// reaches it, so a crowded slot (a large network has dozens of events per nanosecond) is
-    /// sorted once instead of scanned at every pop.
-    cur: Vec<(u64, u64, E)>,
+    /// events for that slot are inserted in order.
+    cur: Vec<Entry<E>>,
     /// The absolute slot number `cur` holds (meaningful while `cur` is non-empty).
     cur_slot: u64,
     far: BinaryHeap<Reverse<Far<E>>>,
@@ -107,11 +109,13 @@ pub struct EventQueue<E> {
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
-            heads: vec![NIL; SLOTS].into_boxed_slice(),
-            bits: [0; WORDS],
-            chunks: Vec::new(),
-            free: NIL,
-            in_wheel: 0,
+            fine: (0..FINE).map(|_| Vec::new()).collect(),
+            fine_bits: 0,
+            in_fine: 0,
+            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            bucket_bits: [0; BUCKET_WORDS],
+            in_buckets: 0,
+            span: 0,
             cur: Vec::new(),
             cur_slot: 0,
             far: BinaryHeap::new(),
@@ -133,12 +137,6 @@ impl<E> EventQueue<E> {
         Time::from_picos(self.now)
     }
 
-    /// The first slot number (absolute, not modulo) beyond the wheel's reach.
-    #[inline]
-    fn reach(&self) -> u64 {
-        (self.now >> SLOT_SHIFT) + SLOTS as u64
-    }
-
     /// Schedules `ev` at `at` (never before now: an earlier time is moved to now), after
     /// every event already scheduled for the same time: keyed by insertion order. Do not mix
     /// with [`EventQueue::push_keyed`] in one queue.
@@ -150,79 +148,94 @@ impl<E> EventQueue<E> {
 
     /// Schedules `ev` at `at` (never before now: an earlier time is moved to now); events of
     /// one time pop in the order of their keys. Keys must be unique.
+    #[inline]
     pub fn push_keyed(&mut self, at: Time, key: u64, ev: E) {
         let at = at.as_picos().max(self.now);
         let slot = at >> SLOT_SHIFT;
         if !self.cur.is_empty() && slot <= self.cur_slot {
-            if slot < self.cur_slot {
-                // Only after `pop_before` declined a loaded slot: that slot goes back to the
-                // wheel, behind this earlier one.
-                for (t, k, e) in std::mem::take(&mut self.cur) {
-                    self.link(t, k, e);
-                }
-                self.link(at, key, ev);
-            } else {
+            if slot == self.cur_slot {
                 // Latest first: the new event goes after every later one and before the
                 // earlier ones.
                 let i = self.cur.partition_point(|&(t, k, _)| (t, k) > (at, key));
                 self.cur.insert(i, (at, key, ev));
+                return;
             }
-        } else if slot < self.reach() {
-            self.link(at, key, ev);
+            // Only after `pop_before` declined a loaded slot: that slot goes back to the
+            // near level, behind this earlier one.
+            self.spill_cur();
+        }
+        self.place(at, key, ev);
+    }
+
+    /// Puts an event in the near slots, a bucket or the far heap, by its time.
+    #[inline]
+    fn place(&mut self, at: u64, key: u64, ev: E) {
+        let slot = at >> SLOT_SHIFT;
+        let span = slot >> SPAN_SHIFT;
+        if span <= self.span {
+            // A pushed event is never before now, and now is in the current span but while
+            // a `pop_before` has declined the span's first event: then it is before the span.
+            if span < self.span {
+                self.rewind(span);
+            }
+            let i = slot as usize & (FINE - 1);
+            self.fine[i].push((at, key, ev));
+            self.fine_bits |= 1 << i;
+            self.in_fine += 1;
+        } else if span < self.span + BUCKETS as u64 {
+            let b = span as usize & (BUCKETS - 1);
+            self.buckets[b].push((at, key, ev));
+            self.bucket_bits[b / 64] |= 1 << (b % 64);
+            self.in_buckets += 1;
         } else {
             self.far.push(Reverse(Far { at, seq: key, ev }));
         }
     }
 
-    #[inline]
-    fn link(&mut self, at: u64, seq: u64, ev: E) {
-        let slot = (at >> SLOT_SHIFT) as usize & (SLOTS - 1);
-        let head = self.heads[slot];
-        if head != NIL {
-            let c = &mut self.chunks[head as usize];
-            if (c.len as usize) < CHUNK {
-                c.items[c.len as usize] = Some((at, seq, ev));
-                c.len += 1;
-                self.in_wheel += 1;
-                return;
+    /// Puts the loaded slot back among the near slots.
+    fn spill_cur(&mut self) {
+        let i = self.cur_slot as usize & (FINE - 1);
+        self.in_fine += self.cur.len();
+        self.fine_bits |= 1 << i;
+        self.fine[i].append(&mut self.cur);
+    }
+
+    /// Makes the earlier span `span` the current one: the near slots go back to their bucket
+    /// (or, beyond the new reach, to the far heap, as do buckets now beyond it).
+    #[cold]
+    fn rewind(&mut self, span: u64) {
+        let mut moved = Vec::new();
+        for v in self.fine.iter_mut() {
+            moved.append(v);
+        }
+        self.fine_bits = 0;
+        self.in_fine = 0;
+        let reach = span + BUCKETS as u64;
+        for b in 0..BUCKETS {
+            if self.buckets[b]
+                .first()
+                .is_some_and(|&(at, _, _)| at >> (SLOT_SHIFT + SPAN_SHIFT) >= reach)
+            {
+                self.in_buckets -= self.buckets[b].len();
+                moved.append(&mut self.buckets[b]);
+                self.bucket_bits[b / 64] &= !(1 << (b % 64));
             }
         }
-        // A new chunk, the most recently freed one if any (it is likely still cached).
-        let i = if self.free == NIL {
-            self.chunks.push(Chunk {
-                next: NIL,
-                len: 0,
-                items: [const { None }; CHUNK],
-            });
-            (self.chunks.len() - 1) as u32
-        } else {
-            let i = self.free;
-            self.free = self.chunks[i as usize].next;
-            i
-        };
-        let c = &mut self.chunks[i as usize];
-        c.next = head;
-        c.len = 1;
-        c.items[0] = Some((at, seq, ev));
-        self.heads[slot] = i;
-        self.bits[slot / 64] |= 1 << (slot % 64);
-        self.in_wheel += 1;
+        self.span = span;
+        for (at, key, ev) in moved {
+            self.place(at, key, ev);
+        }
     }
 
     /// The earliest event, advancing now to its time.
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        if self.cur.is_empty() {
-            self.load_next_slot()?;
-        }
-        let (at, _, ev) = self.cur.pop()?;
-        self.now = at;
-        self.popped += 1;
-        Some((Time::from_picos(at), ev))
+        self.pop_before(Time::from_picos(u64::MAX))
     }
 
     /// The earliest event if it is due before `limit`, advancing now to its time; otherwise
     /// `None`, and now stays where it was, so that events can still be pushed for any time
     /// from now on (a partition's next window brings events from its neighbours).
+    #[inline]
     pub fn pop_before(&mut self, limit: Time) -> Option<(Time, E)> {
         let limit = limit.as_picos();
         if self.cur.is_empty() {
@@ -232,115 +245,121 @@ impl<E> EventQueue<E> {
         if at >= limit {
             return None;
         }
-        self.pop()
+        let (at, _, ev) = self.cur.pop()?;
+        self.now = at;
+        self.popped += 1;
+        Some((Time::from_picos(at), ev))
     }
 
-    /// Moves the earliest non-empty slot's events into `cur`, sorted; `None` when nothing
-    /// waits. Called only with `cur` empty.
-    fn load_next_slot(&mut self) -> Option<()> {
-        self.load_next_slot_before(u64::MAX)
-    }
-
-    /// [`EventQueue::load_next_slot`], unless the earliest non-empty slot begins at or after
-    /// `limit`: then nothing moves (an event pushed later for an earlier slot must not be
-    /// overtaken by a loaded one). A slot that begins before `limit` may hold events after
-    /// it; events pushed later for that slot join `cur` in order.
+    /// Moves the earliest non-empty slot's events into `cur`, sorted, unless that slot begins
+    /// at or after `limit`; `None` when nothing moved. Called only with `cur` empty.
     fn load_next_slot_before(&mut self, limit: u64) -> Option<()> {
-        if self.in_wheel == 0 {
-            // Jump to the earliest far event; the wheel then reaches it.
-            let at = self.far.peek()?.0.at;
-            if at >= limit {
-                return None;
-            }
-            self.now = at;
+        if self.fine_bits == 0 {
+            self.advance(limit)?;
         }
-        self.pull_far();
-        let slot = self.next_slot()?;
-        let here = self.now >> SLOT_SHIFT;
-        let ahead = (slot as u64).wrapping_sub(here) & (SLOTS as u64 - 1);
-        if (here + ahead) << SLOT_SHIFT >= limit {
+        let i = self.fine_bits.trailing_zeros() as usize;
+        let slot = (self.span << SPAN_SHIFT) | i as u64;
+        if slot << SLOT_SHIFT >= limit {
             return None;
         }
-        self.cur_slot = here + ahead;
-        let mut i = std::mem::replace(&mut self.heads[slot], NIL);
-        self.bits[slot / 64] &= !(1 << (slot % 64));
-        while i != NIL {
-            let c = &mut self.chunks[i as usize];
-            let next = c.next;
-            for item in &mut c.items[..c.len as usize] {
-                if let Some(e) = item.take() {
-                    self.cur.push(e);
-                }
-            }
-            self.in_wheel -= c.len as usize;
-            c.len = 0;
-            c.next = self.free;
-            self.free = i;
-            i = next;
+        self.cur_slot = slot;
+        self.fine_bits &= !(1 << i);
+        std::mem::swap(&mut self.cur, &mut self.fine[i]);
+        self.in_fine -= self.cur.len();
+        if self.cur.len() > 1 {
+            self.cur
+                .sort_unstable_by_key(|&(at, seq, _)| Reverse((at, seq)));
         }
-        self.cur
-            .sort_unstable_by_key(|&(at, seq, _)| std::cmp::Reverse((at, seq)));
         Some(())
     }
 
-    /// Moves the far events the wheel now reaches into it.
-    #[inline]
-    fn pull_far(&mut self) {
-        let reach = self.reach();
+    /// With the near slots empty: makes the next span with events the current one, unless
+    /// its earliest event is at or after `limit`; `None` when it did not.
+    #[cold]
+    fn advance(&mut self, limit: u64) -> Option<()> {
+        let next = if self.in_buckets > 0 {
+            let b = self.next_bucket();
+            let span = self.span + ((b as u64).wrapping_sub(self.span) & (BUCKETS as u64 - 1));
+            let first = self.buckets[b].iter().map(|&(at, _, _)| at).min()?;
+            (first < limit).then_some(())?;
+            Some(span)
+        } else {
+            None
+        };
+        let span = match next {
+            Some(span) => span,
+            None => {
+                // Nothing in the wheel: jump to the earliest far event.
+                let at = self.far.peek()?.0.at;
+                if at >= limit {
+                    return None;
+                }
+                at >> (SLOT_SHIFT + SPAN_SHIFT)
+            }
+        };
+        self.span = span;
+        let b = span as usize & (BUCKETS - 1);
+        if self.bucket_bits[b / 64] & (1 << (b % 64)) != 0 {
+            self.bucket_bits[b / 64] &= !(1 << (b % 64));
+            let mut events = std::mem::take(&mut self.buckets[b]);
+            self.in_buckets -= events.len();
+            for e in events.drain(..) {
+                let i = (e.0 >> SLOT_SHIFT) as usize & (FINE - 1);
+                self.fine[i].push(e);
+                self.fine_bits |= 1 << i;
+                self.in_fine += 1;
+            }
+            self.buckets[b] = events;
+        }
+        // The far events the wheel now reaches.
+        let reach = span + BUCKETS as u64;
         while self
             .far
             .peek()
-            .is_some_and(|f| (f.0.at >> SLOT_SHIFT) < reach)
+            .is_some_and(|f| f.0.at >> (SLOT_SHIFT + SPAN_SHIFT) < reach)
         {
             if let Some(Reverse(f)) = self.far.pop() {
-                self.link(f.at, f.seq, f.ev);
+                self.place(f.at, f.seq, f.ev);
             }
         }
+        Some(())
     }
 
-    /// The first non-empty slot at or after now's, going round the wheel once.
+    /// The first non-empty bucket after the current span's, going round once.
     #[inline]
-    fn next_slot(&self) -> Option<usize> {
-        let start = (self.now >> SLOT_SHIFT) as usize & (SLOTS - 1);
+    fn next_bucket(&self) -> usize {
+        let start = (self.span as usize + 1) & (BUCKETS - 1);
         let (w0, b0) = (start / 64, start % 64);
-        let first = self.bits[w0] & (!0u64 << b0);
+        let first = self.bucket_bits[w0] & (!0u64 << b0);
         if first != 0 {
-            return Some(w0 * 64 + first.trailing_zeros() as usize);
+            return w0 * 64 + first.trailing_zeros() as usize;
         }
-        for k in 1..=WORDS {
-            let w = (w0 + k) % WORDS;
-            let mut word = self.bits[w];
-            if k == WORDS {
-                // Back at the start word: only the bits before `start`.
+        for k in 1..=BUCKET_WORDS {
+            let w = (w0 + k) % BUCKET_WORDS;
+            let mut word = self.bucket_bits[w];
+            if k == BUCKET_WORDS {
                 word &= (1u64 << b0).wrapping_sub(1);
             }
             if word != 0 {
-                return Some(w * 64 + word.trailing_zeros() as usize);
+                return w * 64 + word.trailing_zeros() as usize;
             }
         }
-        None
+        unreachable!("next_bucket with no bucket in use")
     }
 
     /// The time of the earliest event.
     pub fn peek_time(&self) -> Option<Time> {
-        if let Some(&(at, _, _)) = self.cur.last() {
-            return Some(Time::from_picos(at));
-        }
-        // A far event may have come within reach since it was pushed (it moves into the wheel
-        // when the next slot loads), so both are looked at.
-        let far = self.far.peek().map(|f| f.0.at);
-        let mut best = far.unwrap_or(u64::MAX);
-        if let Some(slot) = self.next_slot() {
-            let mut i = self.heads[slot];
-            while i != NIL {
-                let c = &self.chunks[i as usize];
-                for (at, _, _) in c.items[..c.len as usize].iter().flatten() {
-                    best = best.min(*at);
-                }
-                i = c.next;
-            }
-        }
-        (best != u64::MAX || far.is_some()).then(|| Time::from_picos(best))
+        let min = |v: &[Entry<E>]| v.iter().map(|&(at, _, _)| at).min();
+        let at = if let Some(&(at, _, _)) = self.cur.last() {
+            Some(at)
+        } else if self.fine_bits != 0 {
+            min(&self.fine[self.fine_bits.trailing_zeros() as usize])
+        } else if self.in_buckets > 0 {
+            min(&self.buckets[self.next_bucket()])
+        } else {
+            self.far.peek().map(|f| f.0.at)
+        };
+        at.map(Time::from_picos)
     }
 
     /// Events popped so far.
@@ -350,7 +369,7 @@ impl<E> EventQueue<E> {
 
     /// Events waiting.
     pub fn len(&self) -> usize {
-        self.cur.len() + self.in_wheel + self.far.len()
+        self.cur.len() + self.in_fine + self.in_buckets + self.far.len()
     }
 
     /// No events waiting.
