@@ -7,48 +7,39 @@ use irn_transport::Time;
 use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::packet::{Ev, Hop, PFC_FRAME};
+use crate::topology::Port;
 
 impl<M: SimMemory> Fabric<M> {
-    /// Serializes `pkt` onto `node`'s port `out` from `now`: schedules its arrival at the peer
-    /// and, when `wake`, the node's `TxDone` for that port. Returns when the link is free.
+    /// Sends `pkt`, whose serialization on `link` ends at `done` ([`Fabric::occupy`]): it
+    /// arrives at the link's peer after the link's delay.
     #[inline]
-    pub(super) fn transmit(
-        &mut self,
-        now: Time,
-        node: u32,
-        out: usize,
-        pkt: u32,
-        hop: Hop,
-        wake: bool,
-    ) -> Time {
-        let done = self.occupy(now, node, out, u64::from(hop.wire), wake);
-        let port = self.topo.nodes[node as usize].ports[out];
+    pub(super) fn propagate(&mut self, done: Time, link: &Port, pkt: u32, hop: Hop) {
         self.schedule(
-            done + port.delay,
-            port.peer,
+            done + link.delay,
+            link.peer,
             Ev::Arrive {
-                node: port.peer,
-                port: port.peer_port,
+                node: link.peer,
+                port: link.peer_port,
                 pkt,
                 hop,
             },
         );
-        done
     }
 
-    /// Occupies `node`'s port `out` for the serialization of a `wire`-byte frame (alone: a
-    /// flooded copy the next NIC discards): schedules the `TxDone` when `wake`. Returns when
-    /// the link is free.
+    /// Occupies `node`'s port `out`, which sends on `link`, for the serialization of a
+    /// `wire`-byte frame (alone: a flooded copy the next NIC discards): schedules the `TxDone`
+    /// when `wake`. Returns when the link is free.
+    #[inline]
     pub(super) fn occupy(
         &mut self,
         now: Time,
         node: u32,
         out: usize,
+        link: &Port,
         wire: u64,
         wake: bool,
     ) -> Time {
-        let port = self.topo.nodes[node as usize].ports[out];
-        let done = now + port.transmission(wire);
+        let done = now + link.transmission(wire);
         if wake {
             self.q.push(
                 done,

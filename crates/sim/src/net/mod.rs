@@ -282,7 +282,7 @@ fn build_switch(
     };
     let mut s = Switch::new(
         node,
-        links.len(),
+        links,
         classes.len(),
         cfg.seed,
         buffer,
@@ -338,6 +338,7 @@ fn build_nic<M: SimMemory>(
     });
     Nic::new(
         host,
+        *topo.host_port(host),
         M::create(mix(cfg.seed ^ 0xA5A5 ^ u64::from(host))),
         tag,
         rx,

@@ -28,6 +28,7 @@ use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
 use super::pfc::Ingress;
 use crate::config::{us, Ecmp, SimConfig};
+use crate::topology::Port;
 use crate::workload::Flow;
 
 /// A queue pair's place in its NIC.
@@ -103,6 +104,8 @@ pub(super) struct Finished {
 #[derive(Debug)]
 pub(super) struct Nic<M> {
     host: u32,
+    /// The link it sends on (its copy of the topology's).
+    link: Port,
     pub(super) mem: M,
     slots: Vec<Slot>,
     free: Vec<u32>,
@@ -224,11 +227,18 @@ fn arm_timer(q: &mut Events, now: Time, s: &mut Slot, host: u32, slot: u32) {
 }
 
 impl<M: SimMemory> Nic<M> {
-    /// The NIC of `host`, with memory `mem`, marking its frames as `tag` says; `rx`: its
-    /// receive pipeline, if the run models one.
-    pub(super) fn new(host: u32, mem: M, tag: Tagging, rx: Option<RxPipeline>) -> Nic<M> {
+    /// The NIC of `host`, sending on `link`, with memory `mem`, marking its frames as `tag`
+    /// says; `rx`: its receive pipeline, if the run models one.
+    pub(super) fn new(
+        host: u32,
+        link: Port,
+        mem: M,
+        tag: Tagging,
+        rx: Option<RxPipeline>,
+    ) -> Nic<M> {
         Nic {
             host,
+            link,
             mem,
             slots: Vec::new(),
             free: Vec::new(),
@@ -457,7 +467,8 @@ impl<M: SimMemory> Nic<M> {
             // Look again when the link is free if some queue pair may have more; otherwise
             // the next one to become ready kicks the NIC.
             let more = !self.tx.ready.is_empty();
-            let done = fx.transmit(now, host, 0, pkt, hop, more);
+            let done = fx.occupy(now, host, 0, &self.link, u64::from(wire), more);
+            fx.propagate(done, &self.link, pkt, hop);
             self.tx.busy_until = done;
             self.tx.wake = more;
             return;

@@ -32,50 +32,80 @@ use super::packet::{Ev, Hop, Meta, NIL};
 use super::pfc::{shared_xoff, Ingress};
 use super::queues::Queues;
 use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
+use crate::topology::Port;
 
-/// What a packet passing through a switch port touches, as an input and as an output, in one
-/// record (three cache lines with eight classes): a hop reads and writes its input's and its
-/// output's records (and its queue).
+/// What a packet passing through a switch port touches, as an output and as an input, laid
+/// out so that a hop of class 0 reads one cache line of its output (transmitter, link, queue
+/// totals, pause state) and one of its input (what it holds, whether it paused its upstream).
 #[derive(Debug, Clone, Copy)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub(super) struct SwPort {
-    /// As an input: bytes buffered that arrived here, and pauses sent upstream.
-    pub(super) ingress: Ingress,
-    // --- As an output.
-    /// Per class, bytes queued for this output.
-    pub(super) egress: [u64; MAX_CLASSES],
-    /// Bytes queued for this output, all classes (the sum of `egress`).
-    pub(super) queued: u64,
+    // --- As an output (the first line).
     /// Serializing until then.
     pub(super) busy_until: Time,
-    /// Per class: paused by the downstream peer.
-    pub(super) paused: [bool; MAX_CLASSES],
+    /// Bytes queued for this output, all classes (the sum of `egress`).
+    pub(super) queued: u64,
+    /// The link this port sends on: the switch's own copy of the topology's, so that a frame
+    /// leaving reads it beside the port's state.
+    pub(super) link: Port,
     /// A `TxDone` event is pending (at most one).
     pub(super) wake: bool,
-    /// Per class: the switch watchdog found a storm here and acts on it (ignores the peer's
+    /// Bit `c`: class `c` is paused by the downstream peer.
+    paused: u8,
+    /// Bit `c`: the switch watchdog found a storm here and acts on it (ignores the peer's
     /// pauses; with `drop`, drops the class's packets both ways).
-    storm: [bool; MAX_CLASSES],
+    storm: u8,
+    /// Per class, bytes queued for this output.
+    pub(super) egress: [u64; MAX_CLASSES],
+    // --- As an input (a line of its own).
+    /// Bytes buffered that arrived here, and pauses sent upstream.
+    pub(super) ingress: Ingress,
 }
+
+const _: () = assert!(std::mem::offset_of!(SwPort, egress) + 8 <= 64);
+const _: () = assert!(std::mem::size_of::<SwPort>() <= 256);
 
 impl SwPort {
-    pub(super) const IDLE: SwPort = SwPort {
-        ingress: Ingress::EMPTY,
-        egress: [0; MAX_CLASSES],
-        queued: 0,
-        busy_until: Time::ZERO,
-        paused: [false; MAX_CLASSES],
-        wake: false,
-        storm: [false; MAX_CLASSES],
-    };
+    /// An idle port sending on `link`.
+    pub(super) const fn idle(link: Port) -> SwPort {
+        SwPort {
+            busy_until: Time::ZERO,
+            queued: 0,
+            link,
+            wake: false,
+            paused: 0,
+            storm: 0,
+            egress: [0; MAX_CLASSES],
+            ingress: Ingress::EMPTY,
+        }
+    }
 
-    /// Whether class `c` must wait: paused by the peer, and no watchdog overriding it.
+    /// Whether class `c` may not send: paused, and not overridden by the watchdog.
     #[inline]
     pub(super) fn held(&self, c: usize) -> bool {
-        self.paused[c] && !self.storm[c]
+        (self.paused & !self.storm) & (1 << c) != 0
+    }
+
+    /// Whether the downstream peer pauses class `c`.
+    #[inline]
+    pub(super) fn is_paused(&self, c: usize) -> bool {
+        self.paused & (1 << c) != 0
+    }
+
+    fn set_paused(&mut self, c: usize, on: bool) {
+        self.paused = (self.paused & !(1 << c)) | (u8::from(on) << c);
+    }
+
+    /// Whether the watchdog acts on a storm of class `c` here.
+    #[inline]
+    pub(super) fn stormed(&self, c: usize) -> bool {
+        self.storm & (1 << c) != 0
+    }
+
+    fn set_storm(&mut self, c: usize, on: bool) {
+        self.storm = (self.storm & !(1 << c)) | (u8::from(on) << c);
     }
 }
-
-const _: () = assert!(std::mem::size_of::<SwPort>() <= 192);
 
 /// A switch's buffer: its architecture, size and thresholds.
 #[derive(Debug, Clone)]
@@ -140,7 +170,7 @@ impl Switch {
     /// derive from the run's `seed`.
     pub(super) fn new(
         node: u32,
-        nports: usize,
+        links: &[Port],
         nclasses: usize,
         seed: u64,
         buffer: Buffer,
@@ -148,12 +178,12 @@ impl Switch {
     ) -> Switch {
         Switch {
             node,
-            ports: vec![SwPort::IDLE; nports],
-            queues: Queues::new(buffer.model, nports, nclasses),
+            ports: links.iter().map(|&l| SwPort::idle(l)).collect(),
+            queues: Queues::new(buffer.model, links.len(), nclasses),
             used: 0,
             salt: mix(seed ^ (u64::from(node) << 32)),
-            paused_since: vec![Time::ZERO; nports * MAX_CLASSES],
-            stats: vec![PortStats::default(); nports],
+            paused_since: vec![Time::ZERO; links.len() * MAX_CLASSES],
+            stats: vec![PortStats::default(); links.len()],
             buffer,
             marking,
             ecn_rng: Rng::stream(seed, (12 << 32) | u64::from(node)),
@@ -244,7 +274,7 @@ impl Switch {
             return;
         }
         if self.drops_stormed()
-            && (self.ports[out].storm[c] || self.ports[usize::from(inp)].storm[c])
+            && (self.ports[out].stormed(c) || self.ports[usize::from(inp)].stormed(c))
         {
             // The switch watchdog disabled lossless on this queue: its packets are dropped,
             // both ways.
@@ -426,7 +456,7 @@ impl Switch {
             let to_host = fx.topo.port_host(self.node, out);
             let mismatch = hop.flooded() && to_host != Some(hop.dst);
             let down = to_host.is_some() && self.l2.as_ref().is_some_and(|l2| l2.down[out]);
-            let discard = mismatch || down || (self.drops_stormed() && self.ports[out].storm[c]);
+            let discard = mismatch || down || (self.drops_stormed() && self.ports[out].stormed(c));
             if discard {
                 fx.mon.egress_drop(self.node, out as u16, c);
                 fx.pool.free(pkt);
@@ -443,9 +473,9 @@ impl Switch {
                 }
                 // A flooded copy for another server's port is sent, and dropped by that
                 // server's NIC (not its MAC): it takes the port's time.
-                let wake = self.ports[out].queued > 0;
-                let done = fx.occupy(now, self.node, out, wire, wake);
                 let p = &mut self.ports[out];
+                let wake = p.queued > 0;
+                let done = fx.occupy(now, self.node, out, &p.link, wire, wake);
                 p.busy_until = done;
                 p.wake = wake;
                 return true;
@@ -455,9 +485,10 @@ impl Switch {
         self.stats[out].tx_bytes += wire;
         fx.mon.tx(self.node, out as u16, c, wire);
         // Wake up when this frame is out only if something else waits for this output.
-        let wake = self.ports[out].queued > 0;
-        let done = fx.transmit(now, self.node, out, pkt, hop, wake);
         let port = &mut self.ports[out];
+        let wake = port.queued > 0;
+        let done = fx.occupy(now, self.node, out, &port.link, wire, wake);
+        fx.propagate(done, &port.link, pkt, hop);
         port.busy_until = done;
         port.wake = wake;
         true
@@ -525,11 +556,11 @@ impl Switch {
             return;
         };
         let oc = p * MAX_CLASSES + c;
-        if pause && !self.ports[p].paused[c] {
-            self.ports[p].paused[c] = true;
+        if pause && !self.ports[p].is_paused(c) {
+            self.ports[p].set_paused(c, true);
             self.paused_since[oc] = now;
-        } else if !pause && self.ports[p].paused[c] {
-            self.ports[p].paused[c] = false;
+        } else if !pause && self.ports[p].is_paused(c) {
+            self.ports[p].set_paused(c, false);
             let d = now - self.paused_since[oc];
             self.stats[p].paused = self.stats[p].paused + d;
             fx.mon.paused(self.node, port, Some(c), d);
@@ -540,7 +571,7 @@ impl Switch {
     /// How long output `port`'s class `c` has been paused without a resume.
     pub(super) fn open_pause(&self, now: Time, port: u16, c: usize) -> Dur {
         let p = usize::from(port);
-        if self.ports[p].paused[c] {
+        if self.ports[p].is_paused(c) {
             now - self.paused_since[p * MAX_CLASSES + c]
         } else {
             Dur::ZERO
@@ -551,10 +582,10 @@ impl Switch {
     pub(super) fn finish(&mut self, now: Time) {
         for (p, port) in self.ports.iter_mut().enumerate() {
             for c in 0..MAX_CLASSES {
-                if port.paused[c] {
+                if port.is_paused(c) {
                     let since = self.paused_since[p * MAX_CLASSES + c];
                     self.stats[p].paused = self.stats[p].paused + (now - since);
-                    port.paused[c] = false;
+                    port.set_paused(c, false);
                 }
             }
         }
@@ -648,7 +679,7 @@ impl Switch {
         }
         fx.q.origin = self.node;
         for c in 0..MAX_CLASSES {
-            if self.ports[port].paused[c] {
+            if self.ports[port].is_paused(c) {
                 let prio = fx.classes.class_priority(c.min(fx.classes.len() - 1));
                 self.pfc(fx, now, port as u16, prio, false);
             }
@@ -700,7 +731,8 @@ impl Switch {
             let c = usize::from(q.class);
             let pc = fx.mon.get(self.node, q.port, c);
             let port = &self.ports[usize::from(q.port)];
-            let (queued, paused, stormed) = (port.egress[c] > 0, port.paused[c], port.storm[c]);
+            let (queued, paused, stormed) =
+                (port.egress[c] > 0, port.is_paused(c), port.stormed(c));
             let now_counts = (pc.tx_packets, pc.pause_received);
             // What the poll decides, acted on once the queue's state is stored back.
             let mut act = None;
@@ -760,7 +792,7 @@ impl Switch {
         c: usize,
         on: bool,
     ) {
-        self.ports[port].storm[c] = on;
+        self.ports[port].set_storm(c, on);
         fx.q.origin = self.node;
         if on && action == SwitchWatchdog::Drop {
             // Disable lossless: what waits for the port is dropped, and the port's own ingress

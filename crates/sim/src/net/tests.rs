@@ -120,7 +120,9 @@ fn a_link_serializes_at_its_rate_and_delivers_after_its_delay() {
     let cfg = config(false);
     let mut fx = fabric(&cfg);
     let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
-    let free = fx.transmit(Time::ZERO, 0, 0, pkt, hop, true);
+    let link = *fx.topo.host_port(0);
+    let free = fx.occupy(Time::ZERO, 0, 0, &link, u64::from(hop.wire), true);
+    fx.propagate(free, &link, pkt, hop);
     // 1000 bytes at 40 Gb/s: 200 ns; then 2 µs of propagation.
     assert_eq!(free, Time::ZERO + Dur::from_nanos(200));
     let evs = drain(&mut fx, FAR);
