@@ -381,7 +381,9 @@ impl<M: SimMemory> Nic<M> {
                     _ => None,
                 }
             };
-            let Some(t) = t else {
+            // Borrowed, not moved out of the option: the headers are copied once, into the
+            // packet table.
+            let Some(t) = t.as_ref() else {
                 if data_paused || ctrl_paused {
                     // It may still have data once the pause ends.
                     tx.ready.push_back(slot);
@@ -455,12 +457,10 @@ impl<M: SimMemory> Nic<M> {
                 Vec::new()
             };
             let hop = Hop::new(peer_host, hash, wire, dscp, t.ecn, pcp);
-            let p = Packet {
-                ib: t.ib,
-                flow,
-                to: (1 - end) as u8,
-            };
-            let pkt = fx.pool.alloc(p, payload, Meta { hop, next: NIL });
+            let to = (1 - end) as u8;
+            let pkt = fx
+                .pool
+                .alloc_headers(&t.ib, flow, to, payload, Meta { hop, next: NIL });
             fx.mon.tx(host, 0, fx.classes.class(prio), u64::from(wire));
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += u64::from(wire);

@@ -291,14 +291,31 @@ impl<M: SimMemory> Pool<M> {
 
     /// Stores a new packet; `payload` is kept only when the memory model holds bytes.
     pub(super) fn alloc(&mut self, p: Packet, payload: Vec<u8>, m: Meta) -> u32 {
+        self.alloc_headers(&p.ib, p.flow, p.to, payload, m)
+    }
+
+    /// Stores a new packet with headers `ib` for end `to` of `flow`, copying the headers once,
+    /// straight into their slot (they are a few hundred bytes, and a NIC sends one per packet).
+    #[inline]
+    pub(super) fn alloc_headers(
+        &mut self,
+        ib: &IbRepr,
+        flow: u32,
+        to: u8,
+        payload: Vec<u8>,
+        m: Meta,
+    ) -> u32 {
         let i = match self.free.pop() {
             Some(i) => {
-                self.packets[i as usize] = p;
+                let p = &mut self.packets[i as usize];
+                p.ib = *ib;
+                p.flow = flow;
+                p.to = to;
                 self.meta[i as usize] = m;
                 i
             }
             None => {
-                self.packets.push(p);
+                self.packets.push(Packet { ib: *ib, flow, to });
                 self.meta.push(m);
                 if M::HOLDS_BYTES {
                     self.payloads.push(Vec::new());
