@@ -276,7 +276,7 @@ fn test_attr(mtu: u32, out_reads: u16) -> QpAttr {
         path_mtu: mtu,
         // Local ACK timeout: perftest's 14 (67 ms), with any peer. Towards perftest, rxe in a
         // slow VM may take that long to get through a window of go-back-N retransmissions;
-        // between irn ends on a loaded host (issue 21), 64 RoCE-mode queue pairs through 1 %
+        // between irn ends on a loaded host, 64 RoCE-mode queue pairs through 1 %
         // loss gave up with 4.2 or 16.8 ms (timeout 10 or 12) and finish with 67 ms. A silent
         // peer is declared dead after retry_cnt + 1 = 8 of them, ≈ 0.54 s; IRN mode resends on
         // its own adaptive timer meanwhile, and counts a retry only per expiry it saw. The

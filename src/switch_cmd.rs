@@ -1,7 +1,7 @@
 //! `irn switch`: an output-queued Ethernet switch in user space, with the simulator's ECN
 //! marking at each egress — a congested switch port for hosts whose kernel has no marking
 //! queue discipline (no `red`, `fq_codel`, …), so that congestion control can be tried on real
-//! packets through a real bottleneck (issue 21).
+//! packets through a real bottleneck.
 //!
 //! Each `--port` is an interface (a veth end, a NIC) opened as a packet socket
 //! ([`PacketSocket::open_port`]): every frame it receives is taken, whatever its destination.

@@ -1,4 +1,4 @@
-//! Congestion control through a real bottleneck (issue 21): two senders and one receiver, each
+//! Congestion control through a real bottleneck: two senders and one receiver, each
 //! in a network namespace of its own, joined by `irn switch` in a fourth — an Ethernet switch
 //! whose egress ports drain at a set rate from a small buffer and mark ECN-capable packets CE
 //! by RED, as the simulator's switches do. (The kernel here has no marking queue discipline —

@@ -634,7 +634,7 @@ fn transfers_finish_verified_while_every_core_is_busy() {
     }
 }
 
-/// Issue 21: many queue pairs streaming at once. 64 IRN queue pairs each writing 3 000 × 64 KiB
+/// Many queue pairs streaming at once. 64 IRN queue pairs each writing 3 000 × 64 KiB
 /// over loopback (UDP path, GSO, MTU 4096: up to 32 MB in flight) overflowed a 4 MB receive
 /// buffer until one of them went half a second without progress and ended in
 /// `IBV_WC_RETRY_EXC_ERR` (4 runs of 4); a device's receive buffer now grows with what its
@@ -657,7 +657,7 @@ fn sixty_four_queue_pairs_stream_without_giving_up() {
     }
 }
 
-/// Issue 21: 256 queue pairs streaming at once, each with a window of its own (IRN's 123
+/// 256 queue pairs streaming at once, each with a window of its own (IRN's 123
 /// packets of 4 KB, RoCE's 128 PSNs): together 128 MB that a sender handed the kernel at once,
 /// queued behind a software receiver for longer than timeout 14 — every RoCE queue pair timed
 /// out and resent its window by go-back-N into the same queue until one gave up

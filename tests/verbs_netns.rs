@@ -137,7 +137,7 @@ fn operations_bulk_loss_and_pingpong_across_namespaces() {
     }
 }
 
-/// Issue 21: UDP GSO batches cut into datagrams before the wire carry the ICRCs a standard
+/// UDP GSO batches cut into datagrams before the wire carry the ICRCs a standard
 /// receiver computes. With the client's veth made to segment in software (`ethtool -K
 /// tx-udp-segmentation off`, as a NIC without the offload or a router would), the kernel
 /// numbers the segments' IPv4 identifications 0, 1, 2, … — which the ICRC covers — and the

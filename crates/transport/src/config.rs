@@ -5,15 +5,21 @@
 //!
 //! | preset | retransmission | BDP-FC | timeouts | wire |
 //! |---|---|---|---|---|
-//! | [`RecoveryConfig::roce_go_back_0`] (early RoCE, T3) | go-back-0 | off | fixed RTO_high | standard |
+//! | [`RecoveryConfig::roce_go_back_0`] (early RoCE, T3) | go-back-0 | off | fixed RTO_high |
+//! standard |
 //! | [`RecoveryConfig::roce`] (T4) | go-back-N | off | fixed RTO_high | standard |
 //! | [`RecoveryConfig::roce_pfc`] (T4 over PFC) | go-back-N | off | disabled | standard |
-//! | [`RecoveryConfig::irn`] (T5, T6) | selective repeat with SACK | on | RTO_low / RTO_high | IRN |
+//! | [`RecoveryConfig::irn`] (T5, T6) | selective repeat with SACK | on | RTO_low / RTO_high | IRN
+//! |
 //! | [`RecoveryConfig::irn_go_back_n`] (E5) | go-back-N | on | RTO_low / RTO_high | IRN |
-//! | [`RecoveryConfig::irn_without_bdp_fc`] (E5) | selective repeat with SACK | off | RTO_low / RTO_high | IRN |
-//! | [`RecoveryConfig::irn_without_sack`] (E5) | selective repeat, no SACK bitmap | on | RTO_low / RTO_high | IRN |
-//! | [`RecoveryConfig::reorder_buffer`] (T8(a–b)) | go-back-N; the responder parks out-of-order packets; Read holes re-requested | off | fixed RTO_high | standard |
-//! | [`RecoveryConfig::ext_ib`] (T8(b–d)) | precise: a bitmap NAK names every lost PSN; go-back-N on timeout | off | fixed RTO_high | extended IB |
+//! | [`RecoveryConfig::irn_without_bdp_fc`] (E5) | selective repeat with SACK | off | RTO_low /
+//! RTO_high | IRN |
+//! | [`RecoveryConfig::irn_without_sack`] (E5) | selective repeat, no SACK bitmap | on | RTO_low /
+//! RTO_high | IRN |
+//! | [`RecoveryConfig::reorder_buffer`] (T8(a–b)) | go-back-N; the responder parks out-of-order
+//! packets; Read holes re-requested | off | fixed RTO_high | standard |
+//! | [`RecoveryConfig::ext_ib`] (T8(b–d)) | precise: a bitmap NAK names every lost PSN; go-back-N
+//! on timeout | off | fixed RTO_high | extended IB |
 //!
 //! The two designs of seed 002 (SPEC T8) share one loss-detection rule, [`HoleRule`]: a hole
 //! in a PSN sequence is declared lost when it stays open `delay`, or once `threshold` later
@@ -67,7 +73,8 @@ pub enum RtoPolicy {
     /// of never-retransmitted packets (Karn), `initial` before the first sample, within
     /// `[min, max]`, doubled at each expiry (§5.5) and back to the estimate only with a valid
     /// sample — an ACK of a packet never resent (§5, Karn) — RTTVAR decaying with its gain
-    /// divided by the ACKs a round trip brings (RFC 7323 Appendix G). The send window keeps the estimator; this policy
+    /// divided by the ACKs a round trip brings (RFC 7323 Appendix G). The send window keeps the
+    /// estimator; this policy
     /// only bounds it. Used by the TCP model of SPEC E10 ([`RecoveryConfig::tcp`]).
     Adaptive {
         /// The floor (RFC 6298 §2.4 says 1 s for the Internet; datacenter stacks use
@@ -196,7 +203,7 @@ pub struct RecoveryConfig {
     /// by the timer; with RTO_low / RTO_high of 100 / 320 µs that costs little, but a software
     /// end's timer is milliseconds (a scheduler's wake-ups are in its round trip), and at 1 %
     /// loss on both ends of a loopback stream the ~2 % of retransmissions lost again were
-    /// nearly all of its timeouts and a quarter of its goodput (issue 21). The rule is the
+    /// nearly all of its timeouts and a quarter of its goodput. The rule is the
     /// ordering half of RACK (RFC 8985 §6.2: a packet is lost once one sent after it is
     /// delivered), counted in transmissions so the simulator's simultaneous sends stay
     /// ordered; with `dup_threshold` above 1, a packet sent at least that many transmissions
@@ -209,7 +216,7 @@ pub struct RecoveryConfig {
     /// SACKs above them (a window's tail lost whole, or packets a receiver refused without a
     /// SACK for want of a receive WQE), IRN resends one PSN per timeout, each timer doubled
     /// while no ACK gives a valid sample: on loopback at 5 % loss a queue pair crawled one
-    /// packet per 200 ms (issue 21). The sweep waits for the first ACK after the timeout
+    /// packet per 200 ms. The sweep waits for the first ACK after the timeout
     /// (F-RTO, RFC 5682 §3): the cumulative-ACK PSN is resent first, and the rest only if
     /// that ACK answers the retransmission without acknowledging any original transmission
     /// not SACKed before; if it does, the timeout was spurious (late ACKs, not lost packets)
@@ -232,7 +239,7 @@ pub struct RecoveryConfig {
     /// sender resend the packet it would have SACKed, and (2) NACKs waiting in the control
     /// queue collapse into the newest, as plain ACKs do. IRN §3.1 NACKs every packet behind a
     /// hole with that one packet's PSN; on loopback at 1 % loss each way that was 63 000 NACKs
-    /// for 96 000 data packets and a spurious resend per NACK lost (issue 21). The requester's
+    /// for 96 000 data packets and a spurious resend per NACK lost. The requester's
     /// read NACKs for Read responses (IRN §5.4) do the same. Every IRN sender reads the bitmap
     /// when a NACK carries one.
     pub nack_bitmap: bool,
@@ -244,8 +251,8 @@ pub struct RecoveryConfig {
     /// prevents a flow that is recovering from a packet loss from sending additional new
     /// packets"). In a network that is the congestion a loss signals; on a host's loopback,
     /// where loss is not congestion and the round trip is the queue the window itself builds,
-    /// it was what held IRN at 0.74 of its lossless goodput through 1 % loss each way (issue 21,
-    /// docs/BENCHMARKS.md; with a span of 4, 0.99). Needs IRN's selective repeat with SACKs and
+    /// it was what held IRN at 0.74 of its lossless goodput through 1 % loss each way
+    /// (docs/BENCHMARKS.md; with a span of 4, 0.99). Needs IRN's selective repeat with SACKs and
     /// a cap.
     pub bdp_fc_span: Option<u32>,
     /// With a hole rule: re-request every run of missing Read chunks at once (seed 002's

@@ -26,7 +26,7 @@ impl RttEstimator {
     /// IRN acknowledges every packet: with RFC 6298's gains as they are, a window's worth of
     /// nearly equal samples shrank RTTVAR to microseconds within one round trip, the timer sat
     /// a few microseconds above a 42 ms queue-dominated SRTT, and any later round trip a
-    /// little longer timed out (issue 21, 256 IRN queue pairs on loopback: 13 000 spurious
+    /// little longer timed out (256 IRN queue pairs on loopback: 13 000 spurious
     /// timeouts in a run). Dividing every gain instead left the estimate a few round trips
     /// behind a round trip that grows with the window, and the timer fired under it.
     pub(crate) fn sample(&mut self, r: Dur, per_rtt: u32) {

@@ -779,7 +779,7 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
     assert_eq!((after_nack, timeouts), (vec![6, 7, 8], 1));
 }
 
-/// Issue 21: the runtime's IRN rules after a timeout whose answer cannot be judged. 0..=9 of a
+/// The runtime's IRN rules after a timeout whose answer cannot be judged. 0..=9 of a
 /// Write sent; 0's ACK comes 6 ms later (the smallest round trip, taken under a standing
 /// queue), and 1..=9 are lost. The timeout resends 1; its ACK comes 0.4 ms later — sooner than
 /// half that smallest sample, so it may answer a delayed original, and the sweep stays held.

@@ -1,4 +1,4 @@
-//! Scale of one device (issue 21): N connected queue pairs between two devices on loopback,
+//! Scale of one device: N connected queue pairs between two devices on loopback,
 //! each writing K small messages, all posted at once; prints the wall time and the aggregate
 //! message rate. Compare an engine that scans every queue pair per wake-up with one that keeps
 //! their deadlines in a heap by running both binaries on the same N.

@@ -477,7 +477,7 @@ impl std::str::FromStr for PerfOp {
     }
 }
 
-/// The most queue pairs an `irn perf` test connects: the 10 000 of issue 21 and some room.
+/// The most queue pairs an `irn perf` test connects: 10 000 and some room.
 pub const MAX_PERF_QPS: u32 = 16_384;
 
 /// The parameters an `irn perf` client proposes and the server adopts.

@@ -394,7 +394,7 @@ pub(crate) struct Rx {
     /// A segment of a coalesced datagram, left in place: its bytes are a UDP payload (BTH to
     /// ICRC) without IP and UDP headers, from this sender with this ECN field. Rebuilding
     /// headers in front of every segment meant copying every byte a GSO peer sent once more
-    /// (issue 21: a fifth of the receiver's cycles); they are built only where a packet's
+    /// (a fifth of the receiver's cycles); they are built only where a packet's
     /// headers are needed ([`with_headers`]). With its index in the datagram: a GSO sender's
     /// kernel numbered the IPv4 identifications of its segments 0, 1, 2, … ([`TxMsg`]), and an
     /// irn sender's ICRCs cover them.

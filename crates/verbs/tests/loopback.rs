@@ -516,7 +516,7 @@ fn malformed_datagrams_are_counted_and_dropped() {
     junk_is_counted_and_dropped(&p, "127.0.0.1:0", (3, 0, 2));
 }
 
-/// Issue 21: packets for a queue pair from its peer's address but another UDP port are counted
+/// Packets for a queue pair from its peer's address but another UDP port are counted
 /// (`rx_wrong_source`) and dropped before the queue pair sees them — it receives nothing and
 /// answers nothing, so no NAK reaches the peer to provoke a retransmission — and the pair
 /// still moves data: in IRN mode any port but the peer's, in RoCE mode any port but the one
@@ -1137,7 +1137,7 @@ fn the_cm_connects_through_lost_mads() {
     }
 }
 
-/// Issue 21: memory regions over application memory. A `Vec` handed to `reg_mr_vec` is placed
+/// Memory regions over application memory. A `Vec` handed to `reg_mr_vec` is placed
 /// into in place — the peer's Write lands in the very allocation, given back by `into_vec`
 /// with the same address — and a buffer registered by address (`reg_mr_raw`, `ibv_reg_mr`'s
 /// form) is written through its pointer: the application reads the peer's bytes in its own
@@ -1199,7 +1199,7 @@ fn application_memory_is_placed_into_without_a_copy() {
     );
 }
 
-/// Issue 21: with a peer that takes coalesced datagrams, a queue pair's packets leave in UDP
+/// With a peer that takes coalesced datagrams, a queue pair's packets leave in UDP
 /// GSO messages and the peer's UDP path splits them again — in both modes, IPv4 and IPv6, at
 /// 1024- and 4096-byte MTUs: multi-packet Writes whose last packet is shorter, Reads, Sends of
 /// mixed sizes (a shorter packet closes a message), every byte checked, exactly one completion
@@ -1334,7 +1334,7 @@ fn gso_round(addr: &str, path: ReceivePath, mode: QpMode, mtu: u32, gso: bool) {
     assert_eq!(ca.tx_errors + cb.tx_errors, 0, "{what}");
 }
 
-/// Issue 21: ECN on real sockets. Data leaves ECT(0); what the sender's `Impairment::ce` marks
+/// ECN on real sockets. Data leaves ECT(0); what the sender's `Impairment::ce` marks
 /// Congestion Experienced crosses the kernel with its IP header's ECN field, is read back on the
 /// receiver's path (the raw socket's header, `IP_RECVTOS` on the UDP path) and answered as the
 /// queue pair's controller expects: DCQCN's receiver sends CNPs that reach the sender; without
@@ -1466,7 +1466,7 @@ fn four_writes(a: &Side, src: &irn_verbs::Mr, dst: &irn_verbs::Mr, len: usize, w
     }
 }
 
-/// Issue 21: a queue pair's in-flight limits follow the path MTU it connects with. IRN's
+/// A queue pair's in-flight limits follow the path MTU it connects with. IRN's
 /// BDP-FC cap is ⌈BDP / MTU⌉ packets (IRN §3.2), so a 4 KB path has a quarter of a 1 KB
 /// path's packets in flight and the same bytes; a window controller (AIMD here, without
 /// marks) counts its window in segments of the same MTU, so the cap — not a window sized for
@@ -1542,7 +1542,7 @@ fn in_flight_limits_are_sized_for_the_path_mtu() {
     assert_eq!(cap(QpMode::Roce, none, 4096), 128);
 }
 
-/// Issue 21: loss alone is drawn before the transmit batch, so what survives still leaves in
+/// Loss alone is drawn before the transmit batch, so what survives still leaves in
 /// GSO messages (a lost packet simply does not join one; the next takes its place, and on IPv4
 /// the identification the ICRC covers follows) — lossy runs measure loss recovery, not the cost
 /// of sending datagram by datagram. Both modes, 2 % loss each way, every byte checked; over
@@ -1589,7 +1589,7 @@ fn loss_keeps_gso_and_the_data_intact() {
     }
 }
 
-/// Issue 21: every connection sends from a UDP source port of its own, the one Linux gives it
+/// Every connection sends from a UDP source port of its own, the one Linux gives it
 /// (`rdma_get_udp_sport`: the two QPNs folded into 0xC000–0xFFFF, the same both ways):
 /// RoCEv2's flow entropy, which ECMP and RSS hash on. Seen on the receiver's side of the
 /// kernel (its capture's source ports come from `recvmsg`) for three connections of one device
@@ -1723,7 +1723,7 @@ fn each_queue_pair_sends_from_its_own_source_port() {
     }
 }
 
-/// Issue 21: what all of a device's queue pairs have in flight together stays within the
+/// What all of a device's queue pairs have in flight together stays within the
 /// device's budget (`DeviceConfig::in_flight_budget`; one packet over at most, the one that
 /// spends it), the queue pairs held back by it wait their turn and every byte still arrives,
 /// in both modes, with nothing resent. 16 queue pairs each posting two 1 MiB Writes at once
@@ -1830,7 +1830,7 @@ fn a_device_keeps_its_queue_pairs_within_its_in_flight_budget() {
     ));
 }
 
-/// Issue 21: a queue pair waiting out RNR NAKs (its peer posts no receives, `rnr_retry` 7:
+/// A queue pair waiting out RNR NAKs (its peer posts no receives, `rnr_retry` 7:
 /// for ever) holds none of its device's in-flight budget — its peer refused what it sent — so
 /// the device's other queue pairs keep moving. It had a whole budget's worth in flight when
 /// the first NAK came back; counted against the budget, it would starve every other queue
@@ -1911,7 +1911,7 @@ fn a_queue_pair_in_rnr_waits_holds_no_budget() {
     }
 }
 
-/// Issue 21: busy polling (`DeviceConfig::busy_poll`). A thread polling a CQ receives and
+/// Busy polling (`DeviceConfig::busy_poll`). A thread polling a CQ receives and
 /// processes for its device — completions come to `Cq::poll` alone, spun on, with the engine
 /// leaving the socket to the poller — and a device nobody polls still receives through its
 /// engine thread. Both modes; Sends ping-pong with exact data and one completion each, then
@@ -2008,7 +2008,7 @@ fn busy_polling_threads_drive_their_devices() {
     }
 }
 
-/// Issue 21: a busy-polling thread sends its posts with its next poll and the engine is not
+/// A busy-polling thread sends its posts with its next poll and the engine is not
 /// woken for them — so when that thread stops polling, what it posted last still waits in the
 /// device's transmit batch. The engine must take over: one-packet Writes posted behind others
 /// in flight (deferred to the doorbell, which a poller does not ring) by a thread that then
@@ -2323,7 +2323,7 @@ fn captured_gso_segments_carry_their_icrcs() {
     assert_eq!(bad, 0, "{bad} of {checked} captured ICRCs do not match");
 }
 
-/// Issue 21: payloads leave from registered memory where they lie (`device::lent`), not
+/// Payloads leave from registered memory where they lie (`device::lent`), not
 /// copied behind the headers — a Write's gather list, a Send's, a Read response's source —
 /// except short pieces (copied) and packets spanning many pieces (copied whole). Every shape
 /// in both modes, with GSO, at MTU 1024 and 4096: every byte exact at the peer, one
@@ -2466,7 +2466,7 @@ fn lent_round(mode: QpMode, mtu: u32) {
     );
 }
 
-/// Issue 21: a region deregistered while packets built from its bytes where they lie still
+/// A region deregistered while packets built from its bytes where they lie still
 /// wait for the doorbell (posted behind another Write, so they do not leave at once), and its
 /// memory overwritten by the application the moment `Mr`'s drop returns — which the contract
 /// of memory registered by address allows: those packets left before the drop returned, so

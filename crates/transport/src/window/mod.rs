@@ -5,7 +5,8 @@
 //!   retransmission timer. It decides *which PSN* goes out next; the queue pair builds the
 //!   packet for that PSN from its work requests (a NIC retransmits by re-reading the WQE, so no
 //!   packet is ever stored).
-//! * [`RecvWindow`] (in `recv_window.rs`): the receiver's side — the expected PSN, and for IRN the out-of-order
+//! * [`RecvWindow`] (in `recv_window.rs`): the receiver's side — the expected PSN, and for IRN the
+//! out-of-order
 //!   bitmap with one optional deferred action per PSN (the *2-bitmap* of IRN §5.3.3).
 //!
 //! A queue pair runs one pair of these per PSN space: the requester's sPSN space (requests out,
@@ -257,7 +258,8 @@ impl SendWindow {
             .is_some_and(|b| std::mem::replace(&mut b.fast_pending, false))
     }
 
-    /// Selective repeat's reordering tolerance ([`RecoveryConfig::dup_threshold`](crate::RecoveryConfig::dup_threshold)).
+    /// Selective repeat's reordering tolerance
+    /// ([`RecoveryConfig::dup_threshold`](crate::RecoveryConfig::dup_threshold)).
     pub(crate) fn dup_threshold(mut self, n: u32) -> SendWindow {
         self.dup_threshold = n.max(1);
         self
@@ -546,7 +548,7 @@ impl SendWindow {
             // data is acknowledged; Karn's algorithm). Clearing it on any progress let a
             // queue pair whose every packet had been resent keep timing out at the first
             // RTO: it never took a sample, so its timer stayed at the initial 2 ms behind a
-            // receiver 10 ms away, and each expiry resent the window again (issue 21, 64
+            // receiver 10 ms away, and each expiry resent the window again (64
             // IRN queue pairs on loopback: 29 000 timeouts in a run).
             self.est.backoff = 0;
         }
@@ -683,8 +685,7 @@ impl SendWindow {
     /// until the next timeout — backed off, since Karn's rule takes no sample from an ACK of
     /// a resend: behind two DCTCP senders at a 300 Mb/s switch port (a 6 ms smallest sample
     /// taken under a standing queue, resends answered in 0.2–0.9 ms), a queue pair recovered
-    /// a lost window of 105 packets one PSN per 200 ms timeout (issue 21,
-    /// tests/switch_netns.rs).
+    /// a lost window of 105 packets one PSN per 200 ms timeout (tests/switch_netns.rs).
     pub(crate) fn probe_held_timeout(&mut self) {
         let last = self.next.sub(1);
         let i = self.una.distance(last);
@@ -983,7 +984,7 @@ impl SendWindow {
     /// pair gives up after `retry_cnt + 1` local ACK timeouts whatever its RTO — but never
     /// more than the expiries it has seen: a driver that could not run for a while (a busy
     /// host's scheduler) calls in once, late, and that one expiry is one retry, not every
-    /// period that passed while nothing ran (issue 21: 7 of 42 benchmark runs on a loaded host
+    /// period that passed while nothing ran (7 of 42 benchmark runs on a loaded host
     /// gave up with no packet lost).
     pub(crate) fn on_timeout(&mut self, now: Time, retry_every: Option<crate::time::Dur>) -> u32 {
         self.expiries = self.expiries.saturating_add(1);

@@ -686,7 +686,7 @@ fn resend_all(w: &mut SendWindow, at: u64) -> Vec<u32> {
     resent
 }
 
-/// Issue 21: a queue pair whose window is closed has nothing new to send after such an
+/// A queue pair whose window is closed has nothing new to send after such an
 /// answer, and waited for its next (backed-off) timeout for each PSN of a lost window. Its
 /// probe of the tail decides: past the holes, the probe's SACK shows the loss real and the
 /// held sweep resends every PSN not SACKed — all of them with a reordering tolerance too,

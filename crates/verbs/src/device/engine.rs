@@ -310,8 +310,8 @@ impl Core {
     }
 
     /// A post's packets wait in the transmit batch, as a NIC's work requests wait for the
-    /// doorbell: one `sendmmsg` per post was half a 64-byte Send stream's cycles (issue 21,
-    /// docs/BENCHMARKS.md), and posts that follow each other now leave together. They leave
+    /// doorbell: one `sendmmsg` per post was half a 64-byte Send stream's cycles
+    /// (docs/BENCHMARKS.md), and posts that follow each other now leave together. They leave
     /// with the next poll of or wait on one of the device's completion queues, when the batch
     /// is full, or with the engine's next wake-up: returns `true` for the first post of a
     /// batch, whose caller wakes the engine so that packets never wait for a poll that may
@@ -591,7 +591,7 @@ impl Core {
             return;
         };
         // Only the connected peer's packets reach the queue pair, and are dropped before the
-        // PSN logic can react to them otherwise (issue 21: ~4 000 forged Writes made a
+        // PSN logic can react to them otherwise (~4 000 forged Writes made a
         // RoCE-mode sender resend 229 042 packets). The address is always checked (as rxe
         // checks it), and the UDP source port: IRN modes talk only to irn devices, which send
         // from the port Linux gives the connection (`net::roce_source_port`, RoCEv2's
@@ -929,7 +929,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     // coalesce). One burst per
     // wake-up let a sender with many queue pairs hand the kernel thousands
     // of packets per 64 datagrams it read, and its ACKs waited in its socket until their
-    // queue pairs' timers fired (issue 21: 256 queue pairs).
+    // queue pairs' timers fired (256 queue pairs).
     let mut taken = 0;
     let raw = shared.socks.path() == ReceivePath::Raw;
     loop {

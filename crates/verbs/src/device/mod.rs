@@ -132,8 +132,8 @@ pub struct DeviceConfig {
 /// 256 × 128 × 4 KB = 128 MB in flight — queued in the receiver's socket, which a software
 /// receiver drains at about 2 GB/s: 60 ms and more, as long as timeout 14 (67 ms). Every RoCE
 /// queue pair timed out, resent its window by go-back-N into the same queue, and one of them
-/// ended in `IBV_WC_RETRY_EXC_ERR`; IRN queue pairs resent 20 % of what they sent (issue 21,
-/// docs/BENCHMARKS.md). The budget is the device's stand-in for a line rate: new packets
+/// ended in `IBV_WC_RETRY_EXC_ERR`; IRN queue pairs resent 20 % of what they sent
+/// (docs/BENCHMARKS.md). The budget is the device's stand-in for a line rate: new packets
 /// wait in the sender (where no timer runs for them) once it is spent, and go in turn — a
 /// FIFO of the waiting queue pairs, one transmit turn each — as acknowledgements free it.
 /// Retransmissions, responses and acknowledgements are never held
@@ -176,10 +176,11 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// timers in a datacenter whose round trip is known) by RFC 6298's adaptive timer: SRTT +
 /// 4·RTTVAR, at least 500 µs (a user-space engine is woken by the kernel's scheduler, tens of
 /// microseconds late), 10 ms before the first sample (2 ms timed out a debug build's first
-/// ACKs, which cut AIMD's window for the rest of a transfer), doubled per expiry up to 200 ms. A fixed
+/// ACKs, which cut AIMD's window for the rest of a transfer), doubled per expiry up to 200 ms. A
+/// fixed
 /// 0.5 / 2 ms fired before the late ACKs of a busy receiver: 64 queue pairs on loopback resent
-/// 96 % of what they sent and moved 19 MB/s; with the adaptive timer, 107 MB/s (issue 21,
-/// docs/BENCHMARKS.md). IRN's BDP-FC cap (where the mode has one) is the bandwidth-delay
+/// 96 % of what they sent and moved 19 MB/s; with the adaptive timer, 107 MB/s
+/// (docs/BENCHMARKS.md). IRN's BDP-FC cap (where the mode has one) is the bandwidth-delay
 /// product of `line_rate_bps` over a 400 µs software round trip in packets of `mtu` bytes
 /// (IRN §3.2); a queue pair is sized for its path MTU when it connects
 /// ([`QueuePair::size_for_path`](irn_transport::QueuePair::size_for_path)). Selective repeat
@@ -206,7 +207,7 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             // Selective repeat resends a lost retransmission once a later packet is
             // acknowledged instead of waiting for a timer that is milliseconds here: at 1 %
             // loss on both ends, the retransmissions lost again were nearly all of a loopback
-            // stream's timeouts (issue 21).
+            // stream's timeouts.
             resend_lost_retransmissions: preset.retransmission
                 == irn_transport::Retransmission::SelectiveRepeat,
             // And a timeout resends every PSN not SACKed, as TCP after an RTO, rather than
@@ -223,7 +224,7 @@ pub fn runtime_recovery(mode: QpMode, line_rate_bps: u64, mtu: u32) -> RecoveryC
             // ACK ([`bdp_fc_span`]): a hole no longer stops new data for the round trip its
             // repair takes, which on a host (loss is not congestion there, and the round trip
             // is the window's own queue) held one queue pair at 0.74 of its lossless goodput
-            // through 1 % loss each way; with the span, 0.99 (issue 21, docs/BENCHMARKS.md).
+            // through 1 % loss each way; with the span, 0.99 (docs/BENCHMARKS.md).
             // Both ends must agree: the receiver takes out-of-order packets that far ahead.
             bdp_fc_span: cap
                 .filter(|_| preset.retransmission == irn_transport::Retransmission::SelectiveRepeat)
@@ -426,7 +427,7 @@ fn runtime_timely(line_rate_bps: u64) -> irn_transport::TimelyConfig {
 /// messages over loopback (MTU 4096, `irn perf`, 2 cores) moved 0.77 GB/s with the cap a
 /// 100 µs round trip gives (125 KB in flight at 10 Gb/s), 1.05 GB/s at 200 µs, 2.5 GB/s at
 /// 400 µs and no more at 800 µs; at MTU 1024, 0.70 GB/s at 100 µs and 1.1–1.2 GB/s at 400 or
-/// 800 µs (issue 21, docs/BENCHMARKS.md).
+/// 800 µs (docs/BENCHMARKS.md).
 const RUNTIME_RTT: Dur = Dur::from_micros(400);
 
 /// How many BDP caps `next − una` may span in the runtime's IRN, BDP-FC counting only the PSNs
@@ -907,7 +908,7 @@ impl Shared {
     /// bursts of a port's flows; a software receiver's is its socket's. With 4 MB, 64 IRN
     /// queue pairs on loopback (123 packets of 4 KB each in flight: 32 MB) overflowed it
     /// until one of them went half a second without progress and ended in `RETRY_EXC_ERR`;
-    /// with 32 MB they moved 1.4 GB/s (issue 21, docs/BENCHMARKS.md). Best effort: without
+    /// with 32 MB they moved 1.4 GB/s (docs/BENCHMARKS.md). Best effort: without
     /// `CAP_NET_ADMIN` the kernel caps it at `net.core.rmem_max`.
     fn fit_receive_buffer(&self) {
         let mut core = self.lock();

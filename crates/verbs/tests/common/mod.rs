@@ -169,7 +169,11 @@ pub fn precondition_missing(test: &str, why: &str) {
         let line = format!("{test}: {why}\n");
         // One write of one line to a file opened for appending: lines of tests skipping at
         // once do not interleave.
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+        {
             let _ = f.write_all(line.as_bytes());
         }
     }
