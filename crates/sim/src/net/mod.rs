@@ -38,7 +38,7 @@
 //! |---|---|---|
 //! | `switch` | `Switch` | ports, queues, admission and PFC thresholds, ECN marking and its stream; optionally L2 tables and a PFC watchdog |
 //! | `nic` | `Nic` | queue pairs, transmit scheduling, pause state, memory; optionally a receive pipeline (buffer, translation cache, watchdog) |
-//! | `link` | `Loss`, `Fabric::transmit` | loss and its per-node streams; serialization and propagation |
+//! | `link` | `Loss`, `Fabric::occupy`, `Fabric::propagate` | loss and its per-node streams; serialization and propagation |
 //! | `flows` | `Workload` | flows, their records, where each end's queue pair lives |
 //! | `safety` | `Safety` | faults, the watchdogs' clocks, deadlock detection |
 //! | `fabric` | `Fabric` | the shared context and the border with other partitions |
