@@ -5,21 +5,15 @@
 //!
 //! | preset | retransmission | BDP-FC | timeouts | wire |
 //! |---|---|---|---|---|
-//! | [`RecoveryConfig::roce_go_back_0`] (early RoCE, T3) | go-back-0 | off | fixed RTO_high |
-//! standard |
+//! | [`RecoveryConfig::roce_go_back_0`] (early RoCE, T3) | go-back-0 | off | fixed RTO_high | standard |
 //! | [`RecoveryConfig::roce`] (T4) | go-back-N | off | fixed RTO_high | standard |
 //! | [`RecoveryConfig::roce_pfc`] (T4 over PFC) | go-back-N | off | disabled | standard |
-//! | [`RecoveryConfig::irn`] (T5, T6) | selective repeat with SACK | on | RTO_low / RTO_high | IRN
-//! |
+//! | [`RecoveryConfig::irn`] (T5, T6) | selective repeat with SACK | on | RTO_low / RTO_high | IRN |
 //! | [`RecoveryConfig::irn_go_back_n`] (E5) | go-back-N | on | RTO_low / RTO_high | IRN |
-//! | [`RecoveryConfig::irn_without_bdp_fc`] (E5) | selective repeat with SACK | off | RTO_low /
-//! RTO_high | IRN |
-//! | [`RecoveryConfig::irn_without_sack`] (E5) | selective repeat, no SACK bitmap | on | RTO_low /
-//! RTO_high | IRN |
-//! | [`RecoveryConfig::reorder_buffer`] (T8(a–b)) | go-back-N; the responder parks out-of-order
-//! packets; Read holes re-requested | off | fixed RTO_high | standard |
-//! | [`RecoveryConfig::ext_ib`] (T8(b–d)) | precise: a bitmap NAK names every lost PSN; go-back-N
-//! on timeout | off | fixed RTO_high | extended IB |
+//! | [`RecoveryConfig::irn_without_bdp_fc`] (E5) | selective repeat with SACK | off | RTO_low / RTO_high | IRN |
+//! | [`RecoveryConfig::irn_without_sack`] (E5) | selective repeat, no SACK bitmap | on | RTO_low / RTO_high | IRN |
+//! | [`RecoveryConfig::reorder_buffer`] (T8(a–b)) | go-back-N; the responder parks out-of-order packets; Read holes re-requested | off | fixed RTO_high | standard |
+//! | [`RecoveryConfig::ext_ib`] (T8(b–d)) | precise: a bitmap NAK names every lost PSN; go-back-N on timeout | off | fixed RTO_high | extended IB |
 //!
 //! The two designs of seed 002 (SPEC T8) share one loss-detection rule, [`HoleRule`]: a hole
 //! in a PSN sequence is declared lost when it stays open `delay`, or once `threshold` later
@@ -74,8 +68,7 @@ pub enum RtoPolicy {
     /// `[min, max]`, doubled at each expiry (§5.5) and back to the estimate only with a valid
     /// sample — an ACK of a packet never resent (§5, Karn) — RTTVAR decaying with its gain
     /// divided by the ACKs a round trip brings (RFC 7323 Appendix G). The send window keeps the
-    /// estimator; this policy
-    /// only bounds it. Used by the TCP model of SPEC E10 ([`RecoveryConfig::tcp`]).
+    /// estimator; this policy only bounds it. Used by the TCP model of SPEC E10 ([`RecoveryConfig::tcp`]).
     Adaptive {
         /// The floor (RFC 6298 §2.4 says 1 s for the Internet; datacenter stacks use
         /// hundreds of microseconds to milliseconds).

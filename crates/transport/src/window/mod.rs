@@ -5,9 +5,9 @@
 //!   retransmission timer. It decides *which PSN* goes out next; the queue pair builds the
 //!   packet for that PSN from its work requests (a NIC retransmits by re-reading the WQE, so no
 //!   packet is ever stored).
-//! * [`RecvWindow`] (in `recv_window.rs`): the receiver's side — the expected PSN, and for IRN the
-//! out-of-order
-//!   bitmap with one optional deferred action per PSN (the *2-bitmap* of IRN §5.3.3).
+//! * [`RecvWindow`] (in `recv_window.rs`): the receiver's side — the expected PSN, and for IRN
+//!   the out-of-order bitmap with one optional deferred action per PSN (the *2-bitmap* of IRN
+//!   §5.3.3).
 //!
 //! A queue pair runs one pair of these per PSN space: the requester's sPSN space (requests out,
 //! ACKs in) and, with IRN's split spaces (IRN §5.4), the rPSN space of Read and atomic
