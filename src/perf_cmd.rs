@@ -34,8 +34,8 @@ use anyhow::{bail, Context};
 use irn_verbs::cm::CmConfig;
 use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerfParams};
 use irn_verbs::{
-    Access, Congestion, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp,
-    SendOp, SendWr, WcStatus, ROCE_PORT,
+    Access, CcKind, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, RemoteQp, SendOp,
+    SendWr, WcStatus, ROCE_PORT,
 };
 
 use crate::linger;
@@ -129,8 +129,8 @@ pub struct PerfArgs {
     /// Congestion control of the test queue pairs: none, dcqcn, timely, dctcp or aimd (the
     /// client's choice; the server follows). The same controllers the simulator runs; data
     /// leaves ECN-capable, and CE marks on the way (a switch's, or `--ce-mark`) are answered.
-    #[arg(long, default_value_t = Congestion::None)]
-    cc: Congestion,
+    #[arg(long, default_value_t = CcKind::None)]
+    cc: CcKind,
     /// Device flags; in `irn perf` the UDP port is told to the peer, and 4791 taken falls back
     /// to any free port (not with `-R`).
     #[command(flatten)]

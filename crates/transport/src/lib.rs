@@ -74,8 +74,8 @@ mod window;
 pub mod wr;
 
 pub use cc::{
-    Controller, ControllerFactory, DcqcnConfig, DcqcnFactory, NoCc, NoCcFactory, TimelyConfig,
-    TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
+    CcKind, Controller, ControllerFactory, DcqcnConfig, DcqcnFactory, NoCc, NoCcFactory,
+    TimelyConfig, TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
 };
 pub use config::bdp_cap_packets;
 pub use config::{

@@ -504,7 +504,7 @@ pub struct PerfParams {
     pub gso: bool,
     /// Congestion control both ends' queue pairs run (the client's choice). Optional on the
     /// wire (absent: none).
-    pub cc: crate::Congestion,
+    pub cc: crate::CcKind,
 }
 
 impl PerfParams {
@@ -551,7 +551,7 @@ impl PerfParams {
             verify: false,
             udp_port: 0,
             gso: false,
-            cc: crate::Congestion::None,
+            cc: crate::CcKind::None,
         };
         let mut seen = 0u32;
         for kv in it {
@@ -697,7 +697,7 @@ mod tests {
             verify: true,
             udp_port: 4791,
             gso: false,
-            cc: crate::Congestion::None,
+            cc: crate::CcKind::None,
         }
         .to_line();
         let f: [u8; PerfParams::WIRE_LEN] = padded(&line);
@@ -738,7 +738,7 @@ mod tests {
             verify: false,
             udp_port: 4791,
             gso: true,
-            cc: crate::Congestion::Dcqcn,
+            cc: crate::CcKind::Dcqcn,
         };
         assert_eq!(PerfParams::parse(&p.to_line()).expect("parses"), p);
         // An older irn end's line, without the optional key: no GSO.
@@ -747,7 +747,7 @@ mod tests {
             PerfParams::parse(&old).expect("parses"),
             PerfParams {
                 gso: false,
-                cc: crate::Congestion::None,
+                cc: crate::CcKind::None,
                 ..p
             }
         );

@@ -83,7 +83,9 @@
 //! # }
 //! ```
 
-#![deny(unsafe_code)] // allowed in three places only: `net::sys`, `device::app_memory` and `device::lent`
+// `unsafe` is allowed in four places only: `net::sys`, `device::app_memory`, `device::lent` and
+// `Pd::reg_mr_raw` (`device::objects`).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod capture;
@@ -97,14 +99,14 @@ mod net;
 pub mod packet;
 
 pub use device::{
-    check_runtime_cc, check_runtime_mode, random_psn, runtime_recovery, Ah, Congestion, Cq, Device,
+    check_runtime_cc, check_runtime_mode, random_psn, runtime_recovery, Ah, Cq, Device,
     DeviceConfig, DeviceCounters, Error, Mr, Pd, PostListError, Qp, QpInit, QpMode, RemoteQp,
     Result, UdInit, UdQp, UdSend, Wc, DEFAULT_IN_FLIGHT_BUDGET, MAX_SOURCE_PORTS, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;
 pub use irn_transport::{
-    Access, AttrMask, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr, Sge, UdAttr,
-    UdCounters, WcOpcode, WcStatus, GRH_LEN,
+    Access, AttrMask, CcKind, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr, Sge,
+    UdAttr, UdCounters, WcOpcode, WcStatus, GRH_LEN,
 };
 pub use net::{active_mtu, roce_source_port, ReceivePath};

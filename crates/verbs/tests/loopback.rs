@@ -1347,7 +1347,7 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
         paths.push(ReceivePath::Raw);
     }
     for path in paths {
-        for cc in [irn_verbs::Congestion::Dcqcn, irn_verbs::Congestion::None] {
+        for cc in [irn_verbs::CcKind::Dcqcn, irn_verbs::CcKind::None] {
             let open = |seed| {
                 let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
                 cfg.port = 0;
@@ -1392,7 +1392,7 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
                 "{path} {cc}: {} marked",
                 cb.ecn_marked
             );
-            if cc == irn_verbs::Congestion::Dcqcn {
+            if cc == irn_verbs::CcKind::Dcqcn {
                 assert!(cb.cnps_sent > 0, "{path}: {cb:?}");
                 // Every CNP arrives (a late retransmission may still draw one after the last
                 // completion: wait for the counts to meet).
@@ -1425,7 +1425,7 @@ fn a_window_controller_over_go_back_0_is_refused() {
     let dev = irn_verbs::Device::open(cfg).expect("device");
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16).expect("cq");
-    use irn_verbs::Congestion as C;
+    use irn_verbs::CcKind as C;
     for (mode, cc, ok) in [
         (QpMode::RoceGoBack0, C::Dctcp, false),
         (QpMode::RoceGoBack0, C::Aimd, false),
@@ -1477,9 +1477,9 @@ fn four_writes(a: &Side, src: &irn_verbs::Mr, dst: &irn_verbs::Mr, len: usize, w
 fn in_flight_limits_are_sized_for_the_path_mtu() {
     let mut caps = Vec::new();
     for (mode, cc) in [
-        (QpMode::Irn, irn_verbs::Congestion::None),
-        (QpMode::Irn, irn_verbs::Congestion::Aimd),
-        (QpMode::Roce, irn_verbs::Congestion::None),
+        (QpMode::Irn, irn_verbs::CcKind::None),
+        (QpMode::Irn, irn_verbs::CcKind::Aimd),
+        (QpMode::Roce, irn_verbs::CcKind::None),
     ] {
         for mtu in [1024u32, 4096] {
             let what = format!("{mode:?} {cc} MTU {mtu}");
@@ -1532,7 +1532,7 @@ fn in_flight_limits_are_sized_for_the_path_mtu() {
             .map(|t| t.3)
             .expect("measured")
     };
-    let none = irn_verbs::Congestion::None;
+    let none = irn_verbs::CcKind::None;
     // ⌈BDP / MTU⌉ packets: a quarter of them at four times the MTU (to rounding).
     assert_eq!(
         cap(QpMode::Irn, none, 4096),

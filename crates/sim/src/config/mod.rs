@@ -397,35 +397,9 @@ pub enum FlowOp {
     Read,
 }
 
-/// Congestion control (SPEC T9), run by every queue pair; its parameters are in `[cc]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CcKind {
-    /// None: line rate (IRN's default).
-    None,
-    /// DCQCN: rate cut on CNPs from receivers of ECN-marked packets (needs `switch.ecn`).
-    Dcqcn,
-    /// TIMELY: rate from the RTT gradient.
-    Timely,
-    /// DCTCP: window cut by the fraction of ECN-echoed bytes (needs `switch.ecn`).
-    Dctcp,
-    /// TCP's AIMD window: halved on a loss or an ECN echo (once per round trip), one MSS and
-    /// slow start after a timeout.
-    Aimd,
-}
-
-impl CcKind {
-    /// Report name.
-    pub fn name(self) -> &'static str {
-        match self {
-            CcKind::None => "none",
-            CcKind::Dcqcn => "dcqcn",
-            CcKind::Timely => "timely",
-            CcKind::Dctcp => "dctcp",
-            CcKind::Aimd => "aimd",
-        }
-    }
-}
+/// Congestion control (SPEC T9), run by every queue pair (`transport.cc`); its parameters are
+/// in `[cc]`. The transport's list, shared with the runtime.
+pub use irn_transport::CcKind;
 
 /// `[cc]`: the congestion controllers' parameters (`transport.cc` chooses which one runs).
 /// Defaults are each algorithm's paper's, which the IRN paper uses (§4.1).

@@ -28,6 +28,81 @@ pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory};
 pub use timely::{Timely, TimelyConfig, TimelyFactory};
 pub use window::{WindowAlgorithm, WindowCc, WindowConfig, WindowFactory};
 
+/// Which congestion controller a queue pair runs: the one list of them, named as the
+/// simulator's `transport.cc` and the runtime's tools (`--cc`) spell them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
+pub enum CcKind {
+    /// None: line rate within the queue pair's own in-flight limits (IRN's BDP cap, RoCE's
+    /// window); IRN's default.
+    #[default]
+    None,
+    /// DCQCN (Zhu et al., SIGCOMM 2015): the rate cut on the CNPs that receivers of
+    /// ECN-marked packets send, and recovered by timer and byte counter ([`dcqcn`]).
+    Dcqcn,
+    /// TIMELY (Mittal et al., SIGCOMM 2015): the rate from the RTT gradient ([`timely`]).
+    Timely,
+    /// DCTCP (RFC 8257): the window cut by the fraction of ECN-echoed bytes ([`window`]).
+    Dctcp,
+    /// TCP's AIMD window: halved once per round trip with a loss or an ECN echo, one MSS more
+    /// per round trip otherwise, one MSS and slow start after a timeout (the IRN paper's AIMD,
+    /// §4.3; [`window`]).
+    Aimd,
+}
+
+impl CcKind {
+    /// Every controller, in the order the tools list them.
+    pub const ALL: [CcKind; 5] = [
+        CcKind::None,
+        CcKind::Dcqcn,
+        CcKind::Timely,
+        CcKind::Dctcp,
+        CcKind::Aimd,
+    ];
+
+    /// Its name in configurations, command lines and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CcKind::None => "none",
+            CcKind::Dcqcn => "dcqcn",
+            CcKind::Timely => "timely",
+            CcKind::Dctcp => "dctcp",
+            CcKind::Aimd => "aimd",
+        }
+    }
+
+    /// The window algorithm, for the controllers that keep a window.
+    pub fn window_algorithm(self) -> Option<WindowAlgorithm> {
+        match self {
+            CcKind::Dctcp => Some(WindowAlgorithm::Dctcp),
+            CcKind::Aimd => Some(WindowAlgorithm::Aimd),
+            CcKind::None | CcKind::Dcqcn | CcKind::Timely => None,
+        }
+    }
+}
+
+impl core::str::FromStr for CcKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CcKind, String> {
+        CcKind::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                format!("congestion control is none, dcqcn, timely, dctcp or aimd, not {s:?}")
+            })
+    }
+}
+
+impl core::fmt::Display for CcKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One queue pair's congestion controller.
 pub trait Controller: Debug + Send {
     /// The algorithm's name, for reports.
@@ -129,5 +204,27 @@ mod tests {
         assert_eq!(c.rate_bps(), None);
         assert_eq!(c.window(), None);
         assert_eq!(c.next_timer(), None);
+    }
+
+    #[test]
+    fn every_controller_is_named_once_and_read_back_from_its_name() {
+        for k in CcKind::ALL {
+            assert_eq!(k.name().parse::<CcKind>(), Ok(k));
+            assert_eq!(k.to_string(), k.name());
+        }
+        let names: std::collections::BTreeSet<_> = CcKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), CcKind::ALL.len());
+        assert_eq!(CcKind::default(), CcKind::None);
+        let e = "cubic".parse::<CcKind>().unwrap_err();
+        assert!(e.contains("cubic") && e.contains("dcqcn"), "{e}");
+        // The window controllers, and only they, name their window's algorithm.
+        assert_eq!(
+            CcKind::Dctcp.window_algorithm(),
+            Some(WindowAlgorithm::Dctcp)
+        );
+        assert_eq!(CcKind::Aimd.window_algorithm(), Some(WindowAlgorithm::Aimd));
+        for k in [CcKind::None, CcKind::Dcqcn, CcKind::Timely] {
+            assert_eq!(k.window_algorithm(), None);
+        }
     }
 }

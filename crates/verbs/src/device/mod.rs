@@ -30,9 +30,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use irn_transport::{
-    Access, AttrMask, ByteMemory, Completion, Counters, Dur, MemError, ModifyError, PostError,
-    QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time, Transmit,
-    WcOpcode,
+    Access, AttrMask, ByteMemory, CcKind, Completion, Counters, Dur, MemError, ModifyError,
+    PostError, QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr, SendWr, Sge, Time,
+    Transmit, WcOpcode,
 };
 use irn_wire::{Ecn, IbRepr, IpRepr, RoceRepr};
 
@@ -176,9 +176,8 @@ pub use irn_transport::RecoveryMode as QpMode;
 /// timers in a datacenter whose round trip is known) by RFC 6298's adaptive timer: SRTT +
 /// 4·RTTVAR, at least 500 µs (a user-space engine is woken by the kernel's scheduler, tens of
 /// microseconds late), 10 ms before the first sample (2 ms timed out a debug build's first
-/// ACKs, which cut AIMD's window for the rest of a transfer), doubled per expiry up to 200 ms. A
-/// fixed
-/// 0.5 / 2 ms fired before the late ACKs of a busy receiver: 64 queue pairs on loopback resent
+/// ACKs, which cut AIMD's window for the rest of a transfer), doubled per expiry up to 200 ms.
+/// A fixed 0.5 / 2 ms fired before the late ACKs of a busy receiver: 64 queue pairs on loopback resent
 /// 96 % of what they sent and moved 19 MB/s; with the adaptive timer, 107 MB/s
 /// (docs/BENCHMARKS.md). IRN's BDP-FC cap (where the mode has one) is the bandwidth-delay
 /// product of `line_rate_bps` over a 400 µs software round trip in packets of `mtu` bytes
@@ -269,8 +268,8 @@ pub fn check_runtime_mode(mode: QpMode) -> Result<()> {
 /// (DCTCP, AIMD) only where the mode [takes one](QpMode::takes_a_window) — over
 /// `roce-go-back-0`, `irn perf --mode roce-go-back-0 --cc aimd` through 1 % loss completed
 /// nothing in 30 s, one 67 ms timeout per two packets.
-pub fn check_runtime_cc(mode: QpMode, cc: Congestion) -> Result<()> {
-    if !mode.takes_a_window() && matches!(cc, Congestion::Dctcp | Congestion::Aimd) {
+pub fn check_runtime_cc(mode: QpMode, cc: CcKind) -> Result<()> {
+    if !mode.takes_a_window() && cc.window_algorithm().is_some() {
         return Err(Error::Config(
             "a window controller (dctcp, aimd) cannot run over roce-go-back-0: its responder \
              ACKs only at message ends, so a window smaller than a message would wait for a \
@@ -280,103 +279,48 @@ pub fn check_runtime_cc(mode: QpMode, cc: Congestion) -> Result<()> {
     Ok(())
 }
 
-/// A queue pair's congestion control (`QpInit::cc`): the controllers of `irn-transport`, the
-/// same the simulator runs (SPEC N5), on real packets. Data always leaves ECN-capable
-/// (ECT(0)); a CE mark a switch (or `Impairment::ce`) puts on it reaches the receiver through
-/// the kernel (the raw path's IP header, or `IP_RECVTOS` / `IPV6_RECVTCLASS` on the UDP path),
-/// and the receiver answers as the controller expects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Congestion {
-    /// None: the sender runs at line rate within its window (IRN's BDP cap, RoCE's 128 PSNs).
-    #[default]
-    None,
-    /// DCQCN (Zhu et al., SIGCOMM 2015): the receiver, as notification point, answers CE
-    /// marks with at most one CNP per software round trip (400 µs: the runtime's profile); the
-    /// sender cuts and recovers its rate.
-    Dcqcn,
-    /// TIMELY (Mittal et al., SIGCOMM 2015): rate from RTT gradients, no marks needed.
-    Timely,
-    /// DCTCP (RFC 8257): the receiver echoes CE in its ACKs; the window shrinks by the
-    /// fraction marked.
-    Dctcp,
-    /// A window halved once per round trip with a mark or loss, grown by one MSS per round
-    /// trip otherwise (the IRN paper's AIMD, §4.3).
-    Aimd,
-}
-
-impl Congestion {
-    /// The name the tools use for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Congestion::None => "none",
-            Congestion::Dcqcn => "dcqcn",
-            Congestion::Timely => "timely",
-            Congestion::Dctcp => "dctcp",
-            Congestion::Aimd => "aimd",
-        }
-    }
-
-    /// The controller factory and the receiver's CNP interval for a queue pair with an
-    /// in-flight cap of `cap` packets of `mtu` bytes (what a window starts at: IRN's flows
-    /// start at line rate; the rate controllers start at the queue pair's line rate).
-    pub(crate) fn build(
-        self,
-        cap: Option<u32>,
-        mtu: u64,
-        line_rate_bps: u64,
-    ) -> (Arc<dyn irn_transport::ControllerFactory>, Option<Dur>) {
-        use irn_transport::{
-            DcqcnFactory, NoCcFactory, TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
-        };
-        let window = |algorithm| {
-            let init = u64::from(cap.unwrap_or(128)) * mtu;
-            Arc::new(WindowFactory(WindowConfig {
-                algorithm,
-                mss: mtu,
-                init_window: init,
-                max_window: Some(init),
-                // A software round trip (RUNTIME_RTT), not a datacenter's.
-                initial_rtt: RUNTIME_RTT,
-                ..WindowConfig::default()
-            })) as Arc<dyn irn_transport::ControllerFactory>
-        };
-        match self {
-            Congestion::None => (Arc::new(NoCcFactory), None),
-            Congestion::Dcqcn => (
-                Arc::new(DcqcnFactory {
-                    config: runtime_dcqcn(line_rate_bps),
-                    seed: random_u64(),
-                }),
-                Some(RUNTIME_RTT),
-            ),
-            Congestion::Timely => (Arc::new(TimelyFactory(runtime_timely(line_rate_bps))), None),
-            Congestion::Dctcp => (window(WindowAlgorithm::Dctcp), None),
-            Congestion::Aimd => (window(WindowAlgorithm::Aimd), None),
-        }
-    }
-}
-
-impl std::str::FromStr for Congestion {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Congestion, String> {
-        [
-            Congestion::None,
-            Congestion::Dcqcn,
-            Congestion::Timely,
-            Congestion::Dctcp,
-            Congestion::Aimd,
-        ]
-        .into_iter()
-        .find(|c| c.name() == s)
-        .ok_or_else(|| {
-            format!("congestion control is none, dcqcn, timely, dctcp or aimd, not {s:?}")
-        })
-    }
-}
-
-impl std::fmt::Display for Congestion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+/// The controller factory and the receiver's CNP interval of a queue pair running `cc`
+/// (`QpInit::cc`: the controllers of `irn-transport`, the same the simulator runs, SPEC N5, on
+/// real packets), with an in-flight cap of `cap` packets of `mtu` bytes (what a window starts
+/// at: IRN's flows start at line rate; the rate controllers start at the queue pair's line
+/// rate). Data always leaves ECN-capable (ECT(0)); a CE mark a switch (or `Impairment::ce`)
+/// puts on it reaches the receiver through the kernel (the raw path's IP header, or
+/// `IP_RECVTOS` / `IPV6_RECVTCLASS` on the UDP path), and the receiver answers as the
+/// controller expects: under DCQCN it is the notification point, answering CE marks with at
+/// most one CNP per software round trip (400 µs: the runtime's profile).
+pub(crate) fn cc_factory(
+    cc: CcKind,
+    cap: Option<u32>,
+    mtu: u64,
+    line_rate_bps: u64,
+) -> (Arc<dyn irn_transport::ControllerFactory>, Option<Dur>) {
+    use irn_transport::{
+        DcqcnFactory, NoCcFactory, TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
+    };
+    let window = |algorithm: WindowAlgorithm| {
+        let init = u64::from(cap.unwrap_or(128)) * mtu;
+        Arc::new(WindowFactory(WindowConfig {
+            algorithm,
+            mss: mtu,
+            init_window: init,
+            max_window: Some(init),
+            // A software round trip (RUNTIME_RTT), not a datacenter's.
+            initial_rtt: RUNTIME_RTT,
+            ..WindowConfig::default()
+        })) as Arc<dyn irn_transport::ControllerFactory>
+    };
+    match cc {
+        CcKind::None => (Arc::new(NoCcFactory), None),
+        CcKind::Dcqcn => (
+            Arc::new(DcqcnFactory {
+                config: runtime_dcqcn(line_rate_bps),
+                seed: random_u64(),
+            }),
+            Some(RUNTIME_RTT),
+        ),
+        CcKind::Timely => (Arc::new(TimelyFactory(runtime_timely(line_rate_bps))), None),
+        CcKind::Dctcp => (window(WindowAlgorithm::Dctcp), None),
+        CcKind::Aimd => (window(WindowAlgorithm::Aimd), None),
     }
 }
 
@@ -1191,12 +1135,12 @@ pub struct QpInit {
     /// Link rate the congestion controller and BDP-FC assume, bits per second.
     pub line_rate_bps: u64,
     /// Congestion control.
-    pub cc: Congestion,
+    pub cc: CcKind,
 }
 
 impl QpInit {
     /// Its loss recovery and congestion control on a path of `mtu`-byte packets
-    /// ([`runtime_recovery`], [`Congestion`]), and the receiver's CNP interval.
+    /// ([`runtime_recovery`], [`cc_factory`]), and the receiver's CNP interval.
     fn for_path(
         &self,
         mtu: u32,
@@ -1206,9 +1150,12 @@ impl QpInit {
         Option<Dur>,
     ) {
         let recovery = runtime_recovery(self.mode, self.line_rate_bps, mtu);
-        let (cc, cnp_interval) =
-            self.cc
-                .build(recovery.bdp_cap, u64::from(mtu), self.line_rate_bps);
+        let (cc, cnp_interval) = cc_factory(
+            self.cc,
+            recovery.bdp_cap,
+            u64::from(mtu),
+            self.line_rate_bps,
+        );
         (recovery, cc, cnp_interval)
     }
 }
@@ -1220,7 +1167,7 @@ impl Default for QpInit {
             max_send_wr: 1024,
             max_recv_wr: 1024,
             line_rate_bps: 10_000_000_000,
-            cc: Congestion::None,
+            cc: CcKind::None,
         }
     }
 }
