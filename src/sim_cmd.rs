@@ -3,8 +3,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -262,34 +260,14 @@ fn run_all(runs: &[SimConfig], jobs: Option<usize>, quiet: bool) -> Result<Vec<R
             b
         })
         .collect();
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<RunOutput>>>> =
-        Mutex::new((0..runs.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(cfg) = runs.get(i) else { break };
-                let bar = &bars[i];
-                let r = irn_sim::run(cfg, |f| bar.set_position((f * 1000.0) as u64))
-                    .with_context(|| format!("run '{}'", cfg.name));
-                bar.finish();
-                if let Ok(mut v) = results.lock() {
-                    v[i] = Some(r);
-                }
-            });
-        }
+    let results = irn_sim::pool::map(runs, jobs, |i, cfg| {
+        let bar = &bars[i];
+        let r = irn_sim::run(cfg, |f| bar.set_position((f * 1000.0) as u64))
+            .with_context(|| format!("run '{}'", cfg.name));
+        bar.finish();
+        r
     });
-    let results = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("a run panicked"))?;
-    let mut out = Vec::new();
-    for r in results {
-        match r {
-            Some(r) => out.push(r?),
-            None => bail!("a run did not finish"),
-        }
-    }
+    let out = results.into_iter().collect::<Result<Vec<_>>>()?;
     Ok(out)
 }
 

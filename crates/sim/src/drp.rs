@@ -590,36 +590,18 @@ pub fn run_experiment(
                 .flat_map(move |m| (0..exp.runs).map(move |r| (p, m, r)))
         })
         .collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<RunOutcome>>> =
-        std::sync::Mutex::new(vec![None; jobs.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(p, mode, run)) = jobs.get(i) else {
-                    break;
-                };
-                let (_, _, frp, lfp, size) = points[p];
-                // The same streams for both methods of a point and run.
-                let seed = irn_transport::rng::mix(
-                    exp.seed ^ irn_transport::rng::mix((p as u64) << 32 | u64::from(run)),
-                );
-                let o = run_one(exp, mode, frp, lfp, size, seed);
-                if let Ok(mut r) = results.lock() {
-                    r[i] = Some(o);
-                    let done = r.iter().filter(|x| x.is_some()).count();
-                    progress(done as f64 / jobs.len() as f64);
-                }
-            });
-        }
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let results = crate::pool::map(&jobs, threads, |_, &(p, mode, run)| {
+        let (_, _, frp, lfp, size) = points[p];
+        // The same streams for both methods of a point and run.
+        let seed = irn_transport::rng::mix(
+            exp.seed ^ irn_transport::rng::mix((p as u64) << 32 | u64::from(run)),
+        );
+        let o = run_one(exp, mode, frp, lfp, size, seed);
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        progress(n as f64 / jobs.len() as f64);
+        o
     });
-    let results: Vec<RunOutcome> = results
-        .into_inner()
-        .unwrap_or_default()
-        .into_iter()
-        .map(Option::unwrap_or_default)
-        .collect();
     let mut series: Vec<DrpSeriesResult> = exp
         .series
         .iter()

@@ -46,6 +46,7 @@ pub mod engine;
 pub mod metrics;
 pub mod net;
 pub mod parallel;
+pub mod pool;
 pub mod topology;
 pub mod workload;
 

@@ -41,21 +41,7 @@ fn run_once(cfg: &SimConfig) -> RunSummary {
 
 /// Runs every configuration, two at a time (the CI machine's cores), in order.
 pub fn run_all(runs: &[SimConfig]) -> Vec<RunSummary> {
-    let out: Vec<std::sync::Mutex<Option<RunSummary>>> =
-        runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(cfg) = runs.get(i) else { break };
-                *out[i].lock().expect("not poisoned") = Some(run_once(cfg));
-            });
-        }
-    });
-    out.into_iter()
-        .map(|m| m.into_inner().expect("not poisoned").expect("ran"))
-        .collect()
+    irn_sim::pool::map(runs, 2, |_, cfg| run_once(cfg))
 }
 
 /// `experiment` (a whole experiment file's text) at each of `seeds`: per seed, the summaries
