@@ -30,7 +30,6 @@ mod perf_lat;
 mod perf_oob;
 mod pingmesh_cmd;
 mod pingpong_cmd;
-mod plot;
 mod rping_cmd;
 mod sim_cmd;
 mod switch_cmd;

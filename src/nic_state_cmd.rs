@@ -182,7 +182,11 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
     // One colour per line rate: the plots' palette, its darker shade of each pair.
-    let colors: Vec<RGBColor> = crate::plot::COLORS.iter().step_by(2).copied().collect();
+    let colors: Vec<RGBColor> = irn_report::plot::COLORS
+        .iter()
+        .step_by(2)
+        .copied()
+        .collect();
     for (di, d) in designs.iter().enumerate() {
         for (gi, g) in rates.iter().enumerate() {
             let Some(r) = rows.iter().find(|r| r.design == *d && r.gbps == *g) else {

@@ -88,16 +88,17 @@ impl Figures {
         if let Some(path) = &self.plot {
             // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
             if summaries.iter().all(|r| r.incast.is_some()) {
-                crate::plot::incast_plot(path, summaries)?;
+                irn_report::plot::incast_plot(path, summaries).with_context(|| figure(path))?;
             } else {
-                crate::plot::bars(path, summaries, self.baseline.as_deref())?;
+                irn_report::plot::bars(path, summaries, self.baseline.as_deref())
+                    .with_context(|| figure(path))?;
             }
         }
         if let Some(path) = &self.tail_cdf {
-            crate::plot::tail_cdf(path, summaries)?;
+            irn_report::plot::tail_cdf(path, summaries).with_context(|| figure(path))?;
         }
         if let Some(path) = &self.ratio_plot {
-            crate::plot::ratio_plot(path, summaries)?;
+            irn_report::plot::ratio_plot(path, summaries).with_context(|| figure(path))?;
         }
         Ok(())
     }
@@ -232,7 +233,7 @@ pub fn run(args: SimArgs) -> Result<bool> {
     }
     args.figures.show(&summaries)?;
     if let Some(path) = &args.timeline {
-        crate::plot::timeline(path, &summaries)?;
+        irn_report::plot::timeline(path, &summaries).with_context(|| figure(path))?;
     }
     // Success means every flow of every run completed intact.
     Ok(summaries
@@ -271,8 +272,13 @@ fn run_all(runs: &[SimConfig], jobs: Option<usize>, quiet: bool) -> Result<Vec<R
     Ok(out)
 }
 
+/// The context of a figure's error: which file.
+fn figure(path: &Path) -> String {
+    format!("drawing {}", path.display())
+}
+
 fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> Result<()> {
-    let label = crate::plot::baseline_label(runs, base);
+    let label = irn_report::plot::baseline_label(runs, base);
     writeln!(
         out,
         "{:<22} {:>8} {:>10} {:>12} {:>12} {:>9} {:>8} {:>8}   {}",
@@ -289,7 +295,7 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
         ))
     )?;
     for r in runs {
-        let ratio = crate::plot::baseline_of(runs, r, base).map_or(String::new(), |b| {
+        let ratio = irn_report::plot::baseline_of(runs, r, base).map_or(String::new(), |b| {
             let q = |a: f64, c: f64| {
                 if c > 0.0 {
                     format!("{:.2}", a / c)

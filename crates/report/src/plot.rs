@@ -5,18 +5,26 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use irn_sim::metrics::RunSummary;
+
+use crate::PlotError;
+
+type Result<T> = std::result::Result<T, PlotError>;
+
+/// A backend's error, as this crate's.
+fn draw(e: impl std::fmt::Display) -> PlotError {
+    PlotError::Draw(e.to_string())
+}
 
 /// A metric's name and how to read it off a run.
 type Metric = (&'static str, fn(&RunSummary) -> f64);
 
 /// Matplotlib's "tab20" pairs: each colour with its lighter shade, so that up to 16 runs
 /// (E4's four transports under four controllers) stay apart.
-pub(crate) const COLORS: [RGBColor; 16] = [
+pub const COLORS: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(174, 199, 232),
     RGBColor(255, 127, 14),
@@ -77,7 +85,7 @@ pub fn baseline_label(runs: &[RunSummary], name: Option<&str>) -> Option<String>
 /// eight runs (E4) gets one panel per controller.
 pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<()> {
     if runs.is_empty() {
-        return Err(anyhow!("nothing to plot"));
+        return Err(PlotError::Nothing("nothing to plot"));
     }
     let mut ccs: Vec<&str> = Vec::new();
     for r in runs {
@@ -100,11 +108,11 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
     let px_w = 120 + 3 * 34 * (widest as u32 + 1) + legend_w;
     let root =
         SVGBackend::new(path, (px_w.max(520), 360 * panels.len() as u32)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(draw)?;
     for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(&panels) {
         bar_panel(&root, area, runs, panel, baseline, legend_w)?;
     }
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(draw)?;
     Ok(())
 }
 
@@ -160,7 +168,7 @@ fn bar_panel(
         .x_label_area_size(30)
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..width, 0.0..ymax)
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
     ratio_mesh(&mut chart)?;
     for (ri, r) in panel.iter().enumerate() {
         let color = COLORS[(2 * ri) % COLORS.len()];
@@ -169,14 +177,14 @@ fn bar_panel(
             let x0 = (mi * group + ri) as f64 + 0.5;
             chart
                 .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
-                .map_err(|e| anyhow!("{e}"))?;
+                .map_err(draw)?;
             chart
                 .draw_series([Text::new(
                     format!("{v:.2}"),
                     (x0, v + ymax * 0.015),
                     ("sans-serif", 10).into_font(),
                 )])
-                .map_err(|e| anyhow!("{e}"))?;
+                .map_err(draw)?;
         }
         // The legend, right of the plotting area.
         let (right, top) = chart.backend_coord(&(width, ymax));
@@ -185,20 +193,20 @@ fn bar_panel(
             [(right + 14, y), (right + 26, y + 12)],
             color.filled(),
         ))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
         root.draw(&Text::new(
             r.name.clone(),
             (right + 32, y),
             ("sans-serif", 12).into_font().color(&BLACK),
         ))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
     }
     chart
         .draw_series(std::iter::once(PathElement::new(
             vec![(0.0, 1.0), (width, 1.0)],
             BLACK.stroke_width(1),
         )))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
     // Each metric's name centred under its group.
     for (mi, (name, _)) in metrics.iter().enumerate() {
         let centre = (mi * group) as f64 + 0.5 + n as f64 / 2.0;
@@ -209,7 +217,7 @@ fn bar_panel(
             (x - w, y + 8),
             ("sans-serif", 13).into_font().color(&BLACK),
         ))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
     }
     Ok(())
 }
@@ -223,7 +231,7 @@ fn ratio_mesh(chart: &mut Chart<'_>) -> Result<()> {
         .x_labels(0)
         .y_desc("ratio")
         .draw()
-        .map_err(|e| anyhow!("{e}"))
+        .map_err(draw)
 }
 
 /// A chart of the SVG backend over two `f64` axes.
@@ -237,7 +245,7 @@ fn legend(chart: &mut Chart<'_>) -> Result<()> {
         .border_style(BLACK)
         .position(SeriesLabelPosition::UpperRight)
         .draw()
-        .map_err(|e| anyhow!("{e}"))
+        .map_err(draw)
 }
 
 /// Three panels over simulated time, one line per run: the goodput of the flows completed in
@@ -245,7 +253,9 @@ fn legend(chart: &mut Chart<'_>) -> Result<()> {
 /// pause frames sent per second (runs must have been sampled: `monitor_interval_us`).
 pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
     if runs.iter().all(|r| r.timeline.is_empty()) {
-        return Err(anyhow!("no run has a timeline (set monitor_interval_us)"));
+        return Err(PlotError::Nothing(
+            "no run has a timeline (set monitor_interval_us)",
+        ));
     }
     type Series = (&'static str, fn(&irn_sim::net::TimelinePoint) -> f64);
     let panels: [Series; 3] = [
@@ -259,7 +269,7 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
         .fold(0.0f64, f64::max)
         .max(1e-3);
     let root = SVGBackend::new(path, (900, 3 * 260)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(draw)?;
     for (area, (label, f)) in root.split_evenly((3, 1)).iter().zip(panels) {
         let y_max = runs
             .iter()
@@ -272,13 +282,13 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .x_label_area_size(35)
             .y_label_area_size(70)
             .build_cartesian_2d(0.0..t_max, 0.0..y_max)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         chart
             .configure_mesh()
             .x_desc("simulated time (ms)")
             .y_desc(label)
             .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         for (ri, r) in runs.iter().enumerate() {
             let color = COLORS[(2 * ri) % COLORS.len()];
             chart
@@ -286,7 +296,7 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     r.timeline.iter().map(|p| (p.t_ms, f(p))),
                     color.stroke_width(2),
                 ))
-                .map_err(|e| anyhow!("{e}"))?
+                .map_err(draw)?
                 .label(r.name.clone())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
@@ -294,7 +304,7 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
         }
         legend(&mut chart)?;
     }
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(draw)?;
     Ok(())
 }
 
@@ -303,14 +313,14 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
 /// percentile (90 to 99.9) up — so that the lowest, leftmost line has the best tail.
 pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
     if runs.iter().all(|r| r.single_packet_tail.is_empty()) {
-        return Err(anyhow!("no run completed a single-packet flow"));
+        return Err(PlotError::Nothing("no run completed a single-packet flow"));
     }
     let mut ccs: Vec<&str> = Vec::new();
     for r in runs {
         note(&mut ccs, r.cc.as_str());
     }
     let root = SVGBackend::new(path, (420 * ccs.len() as u32, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(draw)?;
     for (area, cc) in root.split_evenly((1, ccs.len())).iter().zip(&ccs) {
         // Each controller's own scale: their tails differ by an order of magnitude.
         let x_max = runs
@@ -326,13 +336,13 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .x_label_area_size(40)
             .y_label_area_size(55)
             .build_cartesian_2d(0.0..x_max, 90.0..100.0)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         chart
             .configure_mesh()
             .x_desc("FCT of single-packet flows (µs)")
             .y_desc("percentile")
             .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         for (ri, r) in runs.iter().filter(|r| r.cc == *cc).enumerate() {
             let color = COLORS[(2 * ri) % COLORS.len()];
             chart
@@ -340,7 +350,7 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     r.single_packet_tail.iter().map(|p| (p.fct_us, p.pct)),
                     color.stroke_width(2),
                 ))
-                .map_err(|e| anyhow!("{e}"))?
+                .map_err(draw)?
                 .label(r.name.clone())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
@@ -352,9 +362,9 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .border_style(BLACK)
             .position(SeriesLabelPosition::LowerRight)
             .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
     }
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(draw)?;
     Ok(())
 }
 
@@ -404,8 +414,8 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
         .filter(|r| paper_ratios(runs, r).is_some())
         .collect();
     if others.is_empty() {
-        return Err(anyhow!(
-            "no run to compare with a RoCE+PFC run of its scenario"
+        return Err(PlotError::Nothing(
+            "no run to compare with a RoCE+PFC run of its scenario",
         ));
     }
     let mut points: Vec<String> = Vec::new();
@@ -436,7 +446,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     // Room under each panel for the longest scenario name, turned a quarter.
     let label_px = 20 + 7 * points.iter().map(|p| p.chars().count()).max().unwrap_or(10) as u32;
     let root = SVGBackend::new(path, (px_w, 3 * (235 + label_px.max(105)))).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(draw)?;
     for (m, area) in root.split_evenly((3, 1)).iter().enumerate() {
         let ymax = series
             .iter()
@@ -466,7 +476,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .margin_bottom(label_px.max(105))
             .y_label_area_size(50)
             .build_cartesian_2d(0.0..width, 0.0..ymax)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         ratio_mesh(&mut chart)?;
         for (si, s) in series.iter().enumerate() {
             let color = COLORS[(2 * si) % COLORS.len()];
@@ -480,7 +490,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                         [(x0, 0.0), (x0 + 0.9, mean)],
                         color.filled(),
                     )])
-                    .map_err(|e| anyhow!("{e}"))?;
+                    .map_err(draw)?;
                 if pi == 0 {
                     bar.label(s.clone()).legend(move |(x, y)| {
                         Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
@@ -492,14 +502,14 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                         vec![(xc, lo), (xc, hi)],
                         BLACK.stroke_width(1),
                     )])
-                    .map_err(|e| anyhow!("{e}"))?;
+                    .map_err(draw)?;
                 chart
                     .draw_series([Text::new(
                         format!("{mean:.2}"),
                         (x0, hi + ymax * 0.02),
                         ("sans-serif", 11).into_font(),
                     )])
-                    .map_err(|e| anyhow!("{e}"))?;
+                    .map_err(draw)?;
             }
         }
         chart
@@ -507,7 +517,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 vec![(0.0, 1.0), (width, 1.0)],
                 BLACK.stroke_width(1),
             )])
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         if series.len() > 1 {
             legend(&mut chart)?;
         }
@@ -520,10 +530,10 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 .transform(FontTransform::Rotate90)
                 .color(&BLACK);
             root.draw(&Text::new(p.clone(), (x + 6, y + 4), style))
-                .map_err(|e| anyhow!("{e}"))?;
+                .map_err(draw)?;
         }
     }
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(draw)?;
     Ok(())
 }
 
@@ -551,7 +561,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
         .filter(|r| r.incast.as_ref().is_some_and(|i| i.requests > 0))
         .collect();
     if runs.is_empty() {
-        return Err(anyhow!("no incast run with a completed request"));
+        return Err(PlotError::Nothing("no incast run with a completed request"));
     }
     let mut panels: Vec<String> = Vec::new();
     let mut series: Vec<String> = Vec::new();
@@ -581,7 +591,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     let panel_w = (110 + 40 * ms.len() * group) as u32;
     let root =
         SVGBackend::new(path, (panel_w * panels.len() as u32 + legend_w, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(draw)?;
     let (plots, key) = root.split_horizontally(panel_w * panels.len() as u32);
     for (area, p) in plots.split_evenly((1, panels.len())).iter().zip(&panels) {
         let ymax = runs
@@ -603,14 +613,14 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .x_label_area_size(40)
             .y_label_area_size(50)
             .build_cartesian_2d(0.0..width, 0.0..ymax)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(0)
             .y_desc("RCT (ms): average, whisker to the slowest")
             .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         for (mi, &m) in ms.iter().enumerate() {
             let base = series
                 .iter()
@@ -626,14 +636,14 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 let x0 = (mi * group + si) as f64 + 0.5;
                 chart
                     .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, avg)], color.filled())])
-                    .map_err(|e| anyhow!("{e}"))?;
+                    .map_err(draw)?;
                 let xc = x0 + 0.45;
                 chart
                     .draw_series([PathElement::new(
                         vec![(xc, avg), (xc, max)],
                         BLACK.stroke_width(1),
                     )])
-                    .map_err(|e| anyhow!("{e}"))?;
+                    .map_err(draw)?;
                 let text = match base {
                     Some(b) if b > 0.0 => format!("{:.2}", avg / b),
                     _ => format!("{avg:.1}"),
@@ -644,7 +654,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                         (x0, max + ymax * 0.015),
                         ("sans-serif", 10).into_font(),
                     )])
-                    .map_err(|e| anyhow!("{e}"))?;
+                    .map_err(draw)?;
             }
             let centre = (mi * group) as f64 + 0.5 + series.len() as f64 * 0.45;
             let (x, y) = chart.backend_coord(&(centre, 0.0));
@@ -654,7 +664,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 (x - 3 * label.len() as i32, y + 8),
                 ("sans-serif", 12).into_font().color(&BLACK),
             ))
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(draw)?;
         }
     }
     for (si, s) in series.iter().enumerate() {
@@ -663,20 +673,20 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             [(10, y), (22, y + 12)],
             COLORS[(2 * si) % COLORS.len()].filled(),
         ))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
         key.draw(&Text::new(
             s.clone(),
             (28, y),
             ("sans-serif", 12).into_font().color(&BLACK),
         ))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(draw)?;
     }
     key.draw(&Text::new(
         "above bars: ÷ RoCE+PFC",
         (10, 40 + 18 * series.len() as i32 + 8),
         ("sans-serif", 11).into_font().color(&BLACK),
     ))
-    .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    .map_err(draw)?;
+    root.present().map_err(draw)?;
     Ok(())
 }

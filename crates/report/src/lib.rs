@@ -1,0 +1,23 @@
+//! The figures of irn's experiments, drawn as SVG with `plotters` from the simulator's run
+//! summaries ([`irn_sim::metrics::RunSummary`]): the IRN paper's three metrics of every run as
+//! ratios to a baseline run ([`plot::bars`], the form of the paper's Figures 1–3), ratios over a
+//! sweep ([`plot::ratio_plot`]), incast completion times ([`plot::incast_plot`]), single-packet
+//! tails ([`plot::tail_cdf`]) and the fabric's timeline of a run ([`plot::timeline`]). The
+//! `irn sim` command calls them; they are a library so that they can be tested, and used by
+//! whatever else reports on runs.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod plot;
+
+/// A figure could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// The runs hold nothing this figure shows (no timeline, no single-packet flow, …).
+    #[error("nothing to plot: {0}")]
+    Nothing(&'static str),
+    /// The drawing backend failed (writing the file, laying out the chart): what it said.
+    #[error("drawing failed: {0}")]
+    Draw(String),
+}

@@ -1,0 +1,114 @@
+//! Each figure drawn from real runs of a small network: the file is an SVG that names the runs
+//! it shows, and runs that lack what a figure needs give `PlotError::Nothing`, never a file.
+
+use std::path::{Path, PathBuf};
+
+use irn_report::{plot, PlotError};
+use irn_sim::config::load_experiment;
+use irn_sim::metrics::RunSummary;
+
+/// A k = 4 fat-tree at 50 % load for 300 µs, IRN and RoCE+PFC, the monitor sampling every
+/// 50 µs (what the timeline draws).
+const EXPERIMENT: &str = r#"
+name = "figures"
+seed = 3
+monitor_interval_us = 50
+
+[topology]
+kind = "fat-tree"
+k = 4
+link_gbps = 40
+link_delay_ns = 2000
+
+[workload]
+kind = "poisson"
+load = 0.5
+sizes = "irn"
+duration_us = 300
+
+[[run]]
+name = "IRN"
+transport.recovery = "irn"
+
+[[run]]
+name = "RoCE+PFC"
+transport.recovery = "roce"
+network.pfc = true
+"#;
+
+/// The experiment's summaries, run once for the whole test binary.
+fn summaries() -> Vec<RunSummary> {
+    static RUNS: std::sync::OnceLock<Vec<RunSummary>> = std::sync::OnceLock::new();
+    RUNS.get_or_init(|| {
+        load_experiment(EXPERIMENT, "figures", Path::new("."), &[], None)
+            .expect("valid experiment")
+            .runs
+            .iter()
+            .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
+            .collect()
+    })
+    .clone()
+}
+
+fn out(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("irn-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// The SVG at `path`, checked to be one.
+fn svg(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).expect("written");
+    assert!(
+        text.starts_with("<svg") && text.trim_end().ends_with("</svg>"),
+        "{text:.200}"
+    );
+    text
+}
+
+#[test]
+fn bars_and_timeline_name_every_run_and_the_ratios_baseline() {
+    let runs = summaries();
+    assert_eq!(runs.len(), 2);
+
+    let bars = out("bars.svg");
+    plot::bars(&bars, &runs, None).expect("drawn");
+    let text = svg(&bars);
+    for r in &runs {
+        assert!(text.contains(&r.name), "{} missing from the bars", r.name);
+    }
+    // The ratios divide by the RoCE+PFC run of the scenario.
+    assert_eq!(
+        plot::baseline_label(&runs, None).as_deref(),
+        Some("RoCE+PFC")
+    );
+    let irn = &runs[0];
+    let base = plot::baseline_of(&runs, irn, None).expect("a baseline");
+    assert_eq!(base.name, "RoCE+PFC");
+
+    let timeline = out("timeline.svg");
+    plot::timeline(&timeline, &runs).expect("drawn");
+    let text = svg(&timeline);
+    assert!(text.contains("IRN") && text.contains("RoCE+PFC"));
+}
+
+#[test]
+fn figures_without_their_data_say_so_and_write_nothing() {
+    // Runs without the monitor's samples: no timeline.
+    let mut runs = summaries();
+    assert!(runs.iter().all(|r| !r.timeline.is_empty()));
+    for r in &mut runs {
+        r.timeline.clear();
+    }
+    let path = out("no-timeline.svg");
+    let e = plot::timeline(&path, &runs).expect_err("nothing to draw");
+    assert!(matches!(e, PlotError::Nothing(_)), "{e}");
+    assert!(!path.exists());
+    // No runs: no bars.
+    let path = out("no-bars.svg");
+    assert!(matches!(
+        plot::bars(&path, &[], None),
+        Err(PlotError::Nothing(_))
+    ));
+    assert!(!path.exists());
+}
