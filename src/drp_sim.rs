@@ -6,15 +6,30 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
 
 use irn_sim::drp::{all_intact, run_experiment, DrpExperiment, DrpReport, DrpSeriesResult};
 
-use crate::sim_cmd::SimArgs;
+/// What `irn sim` asks of a dynamic-RDMA experiment: its command line's options that apply.
+pub struct Options<'a> {
+    /// `--set KEY=VALUE`s.
+    pub sets: &'a [String],
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--jobs` (default: every core).
+    pub jobs: Option<usize>,
+    /// `-q`: no progress bar.
+    pub quiet: bool,
+    /// `--json FILE`.
+    pub json: Option<&'a std::path::Path>,
+    /// `--plot FILE`.
+    pub plot: Option<&'a std::path::Path>,
+    /// `--csv` was given (there are no per-flow records to write).
+    pub csv: bool,
+}
 
 /// Runs the experiment; `Ok(false)` if a transfer failed or arrived corrupted.
-pub fn run(args: &SimArgs, text: &str, origin: &str) -> Result<bool> {
-    let exp = DrpExperiment::load(text, origin, &args.sets, args.seed)?;
+pub fn run(args: &Options<'_>, text: &str, origin: &str) -> Result<bool> {
+    let exp = DrpExperiment::load(text, origin, args.sets, args.seed)?;
     let threads = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -33,16 +48,17 @@ pub fn run(args: &SimArgs, text: &str, origin: &str) -> Result<bool> {
     bar.finish_and_clear();
     let stdout = std::io::stdout();
     print_table(&mut stdout.lock(), &report)?;
-    if let Some(path) = &args.json {
+    if let Some(path) = args.json {
         let mut f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(&mut f, &report)?;
         writeln!(f)?;
     }
-    if let Some(path) = &args.figures.plot {
-        plot(path, &report)?;
+    if let Some(path) = args.plot {
+        irn_report::drp::figure(path, &report)
+            .with_context(|| format!("drawing {}", path.display()))?;
     }
-    if args.csv.is_some() {
+    if args.csv {
         eprintln!("note: --csv has no per-flow records for a dynamic-rdma experiment");
     }
     let ok = all_intact(&report);
@@ -106,121 +122,5 @@ fn print_table(out: &mut dyn Write, r: &DrpReport) -> Result<()> {
             )?;
         }
     }
-    Ok(())
-}
-
-/// One panel per series: mean transfer time of both methods against the swept value.
-fn plot(path: &std::path::Path, r: &DrpReport) -> Result<()> {
-    let n = r.series.len().max(1);
-    let root = SVGBackend::new(path, (420 * n as u32, 380)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, n));
-    for (s, area) in r.series.iter().zip(panels.iter()) {
-        if s.x == "size" {
-            size_panel(area, s)?;
-            continue;
-        }
-        let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
-        let (x0, x1) = xs
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-        let (x0, x1) = if x1 > x0 {
-            (x0, x1)
-        } else {
-            (x0 - 1.0, x0 + 1.0)
-        };
-        let scale = 100.0;
-        let ymax = s
-            .points
-            .iter()
-            .map(|p| p.traditional.mean_us.max(p.dynamic.mean_us))
-            .fold(0.0, f64::max)
-            * 1.1;
-        let ymin = s
-            .points
-            .iter()
-            .map(|p| p.traditional.mean_us.min(p.dynamic.mean_us))
-            .fold(f64::MAX, f64::min)
-            * 0.9;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&s.name, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(55)
-            .build_cartesian_2d(x0 * scale..x1 * scale, ymin..ymax.max(ymin + 1.0))?;
-        chart
-            .configure_mesh()
-            .x_desc(match s.x.as_str() {
-                "frp" => "FRP (%)",
-                "lfp" => "LFP (%)",
-                _ => "FRP = LFP (%)",
-            })
-            .y_desc("mean transfer time (µs)")
-            .draw()?;
-        let series = [
-            ("traditional", RGBColor(214, 39, 40), false),
-            ("dynamic", RGBColor(31, 119, 180), true),
-        ];
-        for (name, color, dynamic) in series {
-            let pts: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .map(|p| {
-                    let m = if dynamic { &p.dynamic } else { &p.traditional };
-                    (p.x * scale, m.mean_us)
-                })
-                .collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
-}
-
-/// A size sweep: what matters is the relative gain, against the transfer size on a log scale.
-fn size_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    s: &DrpSeriesResult,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let pts: Vec<(f64, f64)> = s
-        .points
-        .iter()
-        .map(|p| (p.x.max(1.0) / 1024.0, p.change_pct))
-        .collect();
-    let (x0, x1) = pts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &(x, _)| (a.min(x), b.max(x)));
-    let ymin = pts.iter().map(|p| p.1).fold(0.0, f64::min) * 1.2 - 0.5;
-    let mut chart = ChartBuilder::on(area)
-        .caption(&s.name, ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), ymin..1.0)?;
-    chart
-        .configure_mesh()
-        .x_desc("transfer size (KiB, log scale)")
-        .y_desc("dynamic vs traditional (%)")
-        .draw()?;
-    let color = RGBColor(31, 119, 180);
-    chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
-    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-    chart.draw_series(LineSeries::new(
-        [(x0 / 1.5, 0.0), (x1 * 1.5, 0.0)],
-        BLACK.mix(0.5),
-    ))?;
     Ok(())
 }

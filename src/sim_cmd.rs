@@ -157,7 +157,16 @@ pub fn run(args: SimArgs) -> Result<bool> {
         if args.shard.is_some() {
             bail!("--shard: a dynamic-RDMA experiment ({origin}) runs as one piece");
         }
-        return crate::drp_sim::run(&args, &text, &origin);
+        let opts = crate::drp_sim::Options {
+            sets: &args.sets,
+            seed: args.seed,
+            jobs: args.jobs,
+            quiet: args.quiet,
+            json: args.json.as_deref(),
+            plot: args.figures.plot.as_deref(),
+            csv: args.csv.is_some(),
+        };
+        return crate::drp_sim::run(&opts, &text, &origin);
     }
     let mut sets = args.sets.clone();
     if let Some(t) = args.threads {

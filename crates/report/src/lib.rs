@@ -2,13 +2,15 @@
 //! summaries ([`irn_sim::metrics::RunSummary`]): the IRN paper's three metrics of every run as
 //! ratios to a baseline run ([`plot::bars`], the form of the paper's Figures 1–3), ratios over a
 //! sweep ([`plot::ratio_plot`]), incast completion times ([`plot::incast_plot`]), single-packet
-//! tails ([`plot::tail_cdf`]) and the fabric's timeline of a run ([`plot::timeline`]). The
+//! tails ([`plot::tail_cdf`]), the fabric's timeline of a run ([`plot::timeline`]), and E12's
+//! transfer times of dynamic against traditional RDMA ([`drp::figure`]). The
 //! `irn sim` command calls them; they are a library so that they can be tested, and used by
 //! whatever else reports on runs.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod drp;
 pub mod plot;
 
 /// A figure could not be drawn.

@@ -1,0 +1,147 @@
+//! The figure of a dynamic-RDMA experiment (E12, seed 003; [`irn_sim::drp`]): one panel per
+//! series, the mean transfer time of traditional and dynamic RDMA against the swept failure
+//! probability, or the relative gain against the transfer size.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use irn_sim::drp::{DrpReport, DrpSeriesResult};
+
+use crate::PlotError;
+
+type Result<T> = std::result::Result<T, PlotError>;
+
+fn draw(e: impl std::fmt::Display) -> PlotError {
+    PlotError::Draw(e.to_string())
+}
+
+/// One panel per series: mean transfer time of both methods against the swept value.
+pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
+    let n = r.series.len().max(1);
+    let root = SVGBackend::new(path, (420 * n as u32, 380)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw)?;
+    let panels = root.split_evenly((1, n));
+    for (s, area) in r.series.iter().zip(panels.iter()) {
+        if s.x == "size" {
+            size_panel(area, s)?;
+            continue;
+        }
+        let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
+        let (x0, x1) = xs
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        let (x0, x1) = if x1 > x0 {
+            (x0, x1)
+        } else {
+            (x0 - 1.0, x0 + 1.0)
+        };
+        let scale = 100.0;
+        let ymax = s
+            .points
+            .iter()
+            .map(|p| p.traditional.mean_us.max(p.dynamic.mean_us))
+            .fold(0.0, f64::max)
+            * 1.1;
+        let ymin = s
+            .points
+            .iter()
+            .map(|p| p.traditional.mean_us.min(p.dynamic.mean_us))
+            .fold(f64::MAX, f64::min)
+            * 0.9;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&s.name, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(55)
+            .build_cartesian_2d(x0 * scale..x1 * scale, ymin..ymax.max(ymin + 1.0))
+            .map_err(draw)?;
+        chart
+            .configure_mesh()
+            .x_desc(match s.x.as_str() {
+                "frp" => "FRP (%)",
+                "lfp" => "LFP (%)",
+                _ => "FRP = LFP (%)",
+            })
+            .y_desc("mean transfer time (µs)")
+            .draw()
+            .map_err(draw)?;
+        let series = [
+            ("traditional", RGBColor(214, 39, 40), false),
+            ("dynamic", RGBColor(31, 119, 180), true),
+        ];
+        for (name, color, dynamic) in series {
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|p| {
+                    let m = if dynamic { &p.dynamic } else { &p.traditional };
+                    (p.x * scale, m.mean_us)
+                })
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(draw)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(draw)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(draw)?;
+    }
+    root.present().map_err(draw)?;
+    Ok(())
+}
+
+/// A size sweep: what matters is the relative gain, against the transfer size on a log scale.
+fn size_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    s: &DrpSeriesResult,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let pts: Vec<(f64, f64)> = s
+        .points
+        .iter()
+        .map(|p| (p.x.max(1.0) / 1024.0, p.change_pct))
+        .collect();
+    let (x0, x1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &(x, _)| (a.min(x), b.max(x)));
+    let ymin = pts.iter().map(|p| p.1).fold(0.0, f64::min) * 1.2 - 0.5;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&s.name, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), ymin..1.0)
+        .map_err(draw)?;
+    chart
+        .configure_mesh()
+        .x_desc("transfer size (KiB, log scale)")
+        .y_desc("dynamic vs traditional (%)")
+        .draw()
+        .map_err(draw)?;
+    let color = RGBColor(31, 119, 180);
+    chart
+        .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+        .map_err(draw)?;
+    chart
+        .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+        .map_err(draw)?;
+    chart
+        .draw_series(LineSeries::new(
+            [(x0 / 1.5, 0.0), (x1 * 1.5, 0.0)],
+            BLACK.mix(0.5),
+        ))
+        .map_err(draw)?;
+    Ok(())
+}
