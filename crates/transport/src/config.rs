@@ -160,6 +160,31 @@ pub struct TcpModel {
     pub delayed_ack: Option<Dur>,
 }
 
+/// What a queue pair's packets carry beyond the base transport header: the wire format both
+/// ends must speak, named by BTH's TVer ([`Wire::tver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wire {
+    /// Standard RoCEv2 (TVer 0), what Linux rxe and RoCE NICs speak.
+    Standard,
+    /// The extended-IB headers (TVer 2, SPEC T8(c–d)): SSN, PSN offset and receive WQE number
+    /// on Sends, the RETH and PSN offset on every Write packet, the local buffer in Read
+    /// requests echoed by their responses, a loss bitmap in NAKs.
+    ExtIb,
+    /// IRN's extensions (TVer 1): IRNETH, per-packet ACKs, read (N)ACKs, split sPSN/rPSN.
+    Irn,
+}
+
+impl Wire {
+    /// The BTH transport version that names it on the wire.
+    pub const fn tver(self) -> u8 {
+        match self {
+            Wire::Standard => irn_wire::TVER_STANDARD,
+            Wire::ExtIb => irn_wire::TVER_EXT_IB,
+            Wire::Irn => irn_wire::TVER_IRN,
+        }
+    }
+}
+
 /// How a queue pair recovers from loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RecoveryConfig {
@@ -169,13 +194,8 @@ pub struct RecoveryConfig {
     pub bdp_cap: Option<u32>,
     /// Timeouts.
     pub rto: RtoPolicy,
-    /// Whether packets carry IRN's extensions (BTH TVer 1, IRNETH, per-packet ACKs, read
-    /// (N)ACKs, split sPSN/rPSN). Off: standard RoCEv2 that Linux rxe understands.
-    pub irn_wire: bool,
-    /// Whether packets carry the extended-IB headers (BTH TVer 2, SPEC T8(c–d)): SSN, PSN
-    /// offset and receive WQE number on Sends, the RETH and PSN offset on every Write packet,
-    /// the local buffer in Read requests echoed by their responses, a loss bitmap in NAKs.
-    pub ext_ib: bool,
+    /// The wire format: standard RoCEv2 (what Linux rxe understands), extended IB or IRN's.
+    pub wire: Wire,
     /// The responder's reorder buffer, in packets (T8(a)): out-of-order request packets are
     /// parked whole in host memory and drained in PSN order. `None`: none (standard RoCE
     /// discards them).
@@ -313,8 +333,7 @@ impl RecoveryConfig {
             retransmission: Retransmission::GoBack0,
             bdp_cap: None,
             rto: RtoPolicy::Fixed(IRN_RTO_HIGH),
-            irn_wire: false,
-            ext_ib: false,
+            wire: Wire::Standard,
             reorder_buffer: None,
             hole_rule: None,
             dup_threshold: 1,
@@ -333,8 +352,7 @@ impl RecoveryConfig {
             retransmission: Retransmission::GoBackN,
             bdp_cap: None,
             rto: RtoPolicy::Fixed(IRN_RTO_HIGH),
-            irn_wire: false,
-            ext_ib: false,
+            wire: Wire::Standard,
             reorder_buffer: None,
             hole_rule: None,
             dup_threshold: 1,
@@ -365,8 +383,7 @@ impl RecoveryConfig {
                 high: IRN_RTO_HIGH,
                 n: IRN_RTO_N,
             },
-            irn_wire: true,
-            ext_ib: false,
+            wire: Wire::Irn,
             reorder_buffer: None,
             hole_rule: None,
             dup_threshold: 1,
@@ -421,7 +438,7 @@ impl RecoveryConfig {
     pub const fn ext_ib() -> Self {
         RecoveryConfig {
             retransmission: Retransmission::Precise,
-            ext_ib: true,
+            wire: Wire::ExtIb,
             hole_rule: Some(HoleRule::DEFAULT),
             ..Self::roce()
         }
@@ -450,7 +467,7 @@ impl RecoveryConfig {
     /// Checks the combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.tcp.is_some()
-            && (self.retransmission != Retransmission::SelectiveRepeat || !self.irn_wire)
+            && (self.retransmission != Retransmission::SelectiveRepeat || self.wire != Wire::Irn)
         {
             return Err(ConfigError::TcpNeedsSelectiveRepeat);
         }
@@ -462,14 +479,11 @@ impl RecoveryConfig {
         if self.tcp.is_some_and(|t| t.delayed_ack == Some(Dur::ZERO)) {
             return Err(ConfigError::ZeroTimeout);
         }
-        if (self.retransmission == Retransmission::Precise) != self.ext_ib
-            || (self.ext_ib && self.irn_wire)
-        {
+        if (self.retransmission == Retransmission::Precise) != (self.wire == Wire::ExtIb) {
             return Err(ConfigError::PreciseNeedsExtIb);
         }
         if self.reorder_buffer.is_some()
-            && (self.irn_wire
-                || self.ext_ib
+            && (self.wire != Wire::Standard
                 || self.retransmission != Retransmission::GoBackN
                 || self.hole_rule.is_none())
         {
@@ -503,7 +517,7 @@ impl RecoveryConfig {
         if matches!(
             self.retransmission,
             Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack
-        ) && !self.irn_wire
+        ) && self.wire != Wire::Irn
         {
             return Err(ConfigError::SelectiveRepeatNeedsIrnWire);
         }
@@ -569,7 +583,7 @@ impl RecoveryConfig {
             Retransmission::SelectiveRepeat | Retransmission::Precise => 1,
             _ => 0,
         };
-        if self.irn_wire {
+        if self.wire == Wire::Irn {
             // Every bitmap spans what may be outstanding: the BDP cap, or with
             // `bdp_fc_span` that many caps of unSACKed PSNs beyond the cumulative ACK (the
             // sender's SACK map and the receivers' out-of-order windows grow with it).
@@ -594,7 +608,7 @@ impl RecoveryConfig {
             st.bitmap_bits += u64::from(rb);
             st.descriptor_bits += 64 * u64::from(rb);
         }
-        if self.ext_ib {
+        if self.wire == Wire::ExtIb {
             // Arrival and deferred-action bits of the receive window; the sender's SACK map;
             // recovery sequence, cursor, highest SACK.
             st.bitmap_bits += 2 * w + w;
@@ -784,12 +798,12 @@ mod tests {
         };
         assert_eq!(c.validate(), Err(ConfigError::ZeroTimeout));
         let c = RecoveryConfig {
-            ext_ib: false,
+            wire: Wire::Standard,
             ..RecoveryConfig::ext_ib()
         };
         assert_eq!(c.validate(), Err(ConfigError::PreciseNeedsExtIb));
         let c = RecoveryConfig {
-            irn_wire: true,
+            wire: Wire::Irn,
             ..RecoveryConfig::ext_ib()
         };
         assert_eq!(c.validate(), Err(ConfigError::PreciseNeedsExtIb));
@@ -898,12 +912,8 @@ mod tests {
             assert_eq!(m.name().parse::<RecoveryMode>(), Ok(m));
             assert_eq!(m.to_string(), m.name());
             assert_eq!(m.preset().validate(), Ok(()));
-            assert_eq!(m.is_irn(), m.preset().irn_wire, "{m}");
-            assert_eq!(
-                m.standard_wire(),
-                !m.preset().irn_wire && !m.preset().ext_ib,
-                "{m}"
-            );
+            assert_eq!(m.is_irn(), m.preset().wire == Wire::Irn, "{m}");
+            assert_eq!(m.standard_wire(), m.preset().wire == Wire::Standard, "{m}");
         }
         let e = "go-back-7".parse::<RecoveryMode>().expect_err("not a mode");
         assert!(e.contains("irn-no-sack") && e.contains("go-back-7"), "{e}");

@@ -80,7 +80,7 @@ pub use cc::{
 pub use config::bdp_cap_packets;
 pub use config::{
     ConfigError, HoleRule, NicState, RecoveryConfig, RecoveryMode, Retransmission, RtoPolicy,
-    TcpModel, DEFAULT_REORDER_BUFFER,
+    TcpModel, Wire, DEFAULT_REORDER_BUFFER,
 };
 pub use memory::{
     Access, AppBuffer, AtomicOp, ByteMemory, CheckedMemory, Key, MemError, Memory, MrKeys,

@@ -264,7 +264,7 @@ fn every_marked_request_is_echoed_once() {
             echoed.load(Ordering::Relaxed),
         );
         assert!(m > 100, "{m}");
-        if cnp.is_some() && !rec.irn_wire {
+        if cnp.is_some() && rec.wire != irn_transport::Wire::Irn {
             // CNPs report the marks; ACKs come when asked (every 64 packets, and after the
             // retransmissions of timeouts DCQCN's low rates cause), far fewer than the marks.
             assert!(p.b.counters().cnps_sent > 0);

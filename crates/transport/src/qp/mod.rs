@@ -25,11 +25,11 @@ use std::sync::Arc;
 
 use irn_wire::{
     AethRepr, BthRepr, Ecn, IbRepr, IrnEthRepr, LossBitmap, Opcode, Psn, Syndrome, Transport,
-    ROCEV2_IPV4_ENCAP_LEN, TVER_EXT_IB, TVER_IRN, TVER_STANDARD,
+    ROCEV2_IPV4_ENCAP_LEN, TVER_STANDARD,
 };
 
 use crate::cc::{Controller, ControllerFactory};
-use crate::config::{Retransmission, RtoPolicy};
+use crate::config::{Retransmission, RtoPolicy, Wire};
 use crate::memory::Memory;
 use crate::state::{
     check_transition, ib_timeout, post_recv_rule, post_send_rule, AttrMask, ModifyError, PostRule,
@@ -298,13 +298,14 @@ impl QueuePair {
     pub fn outstanding_recvs(&self) -> usize {
         self.rsp.rq.len()
     }
+    /// IRN's wire format (T5–T7).
     fn irn_wire(&self) -> bool {
-        self.cfg.recovery.irn_wire
+        self.cfg.recovery.wire == Wire::Irn
     }
 
     /// Extended-IB headers (T8(c–d)).
     fn ext_ib(&self) -> bool {
-        self.cfg.recovery.ext_ib
+        self.cfg.recovery.wire == Wire::ExtIb
     }
 
     fn mode(&self) -> Retransmission {
@@ -325,13 +326,7 @@ impl QueuePair {
     }
 
     fn tver(&self) -> u8 {
-        if self.irn_wire() {
-            TVER_IRN
-        } else if self.ext_ib() {
-            TVER_EXT_IB
-        } else {
-            TVER_STANDARD
-        }
+        self.cfg.recovery.wire.tver()
     }
 
     fn retry_limit(&self) -> u32 {

@@ -602,7 +602,7 @@ impl Core {
         let wrong = match e.remote {
             None => false,
             Some(r) if r.ip() != from.ip() => true,
-            Some(_) if !e.qp.config().recovery.irn_wire => {
+            Some(_) if e.qp.config().recovery.wire != irn_transport::Wire::Irn => {
                 *e.peer_sport.get_or_insert(from.port()) != from.port()
             }
             Some(r) => r.port() != from.port() && from.port() != e.peer_port,

@@ -34,7 +34,7 @@ use irn_wire::{
 
 use super::sg::place_local;
 use super::{packets, Ctrl, QueuePair, Transmit, MAX_MESSAGE};
-use crate::config::{RecoveryConfig, Retransmission};
+use crate::config::{RecoveryConfig, Retransmission, Wire};
 use crate::memory::{Access, AtomicOp, Key, MemError, Memory};
 use crate::state::QpState;
 use crate::time::Time;
@@ -168,10 +168,12 @@ impl Responder {
             rq_next_sn: 0,
             rwin: RecvWindow::new(Psn::new(0), false, 1),
             msn: 0,
-            wire: if recovery.irn_wire {
-                ResponderWire::Irn(IrnResponder::new(recovery.retransmission, Psn::new(0)))
-            } else {
-                ResponderWire::Standard(StandardResponder::new(recovery.ext_ib))
+            wire: match recovery.wire {
+                Wire::Irn => {
+                    ResponderWire::Irn(IrnResponder::new(recovery.retransmission, Psn::new(0)))
+                }
+                Wire::Standard => ResponderWire::Standard(StandardResponder::new(false)),
+                Wire::ExtIb => ResponderWire::Standard(StandardResponder::new(true)),
             },
             reorder: recovery.reorder_buffer.map(ReorderBuffer::new),
             hole_since: None,
