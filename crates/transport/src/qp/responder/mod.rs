@@ -172,8 +172,8 @@ impl Responder {
                 Wire::Irn => {
                     ResponderWire::Irn(IrnResponder::new(recovery.retransmission, Psn::new(0)))
                 }
-                Wire::Standard => ResponderWire::Standard(StandardResponder::new(false)),
-                Wire::ExtIb => ResponderWire::Standard(StandardResponder::new(true)),
+                Wire::Standard => ResponderWire::Standard(StandardResponder::default()),
+                Wire::ExtIb => ResponderWire::ExtIb(StandardResponder::default()),
             },
             reorder: recovery.reorder_buffer.map(ReorderBuffer::new),
             hole_since: None,
@@ -182,15 +182,20 @@ impl Responder {
     }
 }
 
-/// The two responders: standard RoCE (what rxe and RoCE NICs run) and IRN's.
+/// The responders of the three wire formats: standard RoCE (what rxe and RoCE NICs run),
+/// extended IB (the standard responder's answers and saved state, with packets placed from
+/// their own headers in any order) and IRN's.
 // A queue pair holds one responder for its whole life, chosen when it is created, inside a
 // `QueuePair` that is larger still: boxing IRN's (its rPSN send window) would save nothing
 // and add an indirection to every packet.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum ResponderWire {
-    /// Standard RoCEv2 (IBTA).
+    /// Standard RoCEv2 (IBTA): packets placed in order, one message at a time.
     Standard(StandardResponder),
+    /// Extended IB (T8(c–d)): the standard responder, placing every packet from its own
+    /// headers as IRN's does, so its message-in-progress state is not used.
+    ExtIb(StandardResponder),
     /// IRN's extensions (IRN §5.3–5.4).
     Irn(IrnResponder),
 }
@@ -200,7 +205,7 @@ impl ResponderWire {
     /// (IBTA §9.7.4.1.4); IRN's takes packets in any order.
     fn in_sequence(&self, op: Opcode) -> bool {
         match self {
-            ResponderWire::Standard(s) if !s.ext => s.in_sequence(op),
+            ResponderWire::Standard(s) => s.in_sequence(op),
             _ => true,
         }
     }
@@ -208,15 +213,15 @@ impl ResponderWire {
     /// Whether packets are placed from their own headers, in any order (IRN, extended IB).
     fn places_any(&self) -> bool {
         match self {
-            ResponderWire::Standard(s) => s.ext,
-            ResponderWire::Irn(_) => true,
+            ResponderWire::Standard(_) => false,
+            ResponderWire::ExtIb(_) | ResponderWire::Irn(_) => true,
         }
     }
 
     /// The receive WQE a Send packet belongs to and its packet offset in the message.
     fn send_position(&self, ib: &IbRepr) -> Option<(u32, u32)> {
         match self {
-            ResponderWire::Standard(s) if !s.ext => Some(s.send_position(ib.bth.psn)),
+            ResponderWire::Standard(s) => Some(s.send_position(ib.bth.psn)),
             _ => IrnResponder::send_position(ib),
         }
     }
@@ -224,7 +229,7 @@ impl ResponderWire {
     /// The RETH of the Write a packet belongs to and its packet offset in the message.
     fn write_position(&self, ib: &IbRepr) -> Option<(RethRepr, u32)> {
         match self {
-            ResponderWire::Standard(s) if !s.ext => s.write_position(ib),
+            ResponderWire::Standard(s) => s.write_position(ib),
             _ => IrnResponder::write_position(ib),
         }
     }
@@ -232,7 +237,7 @@ impl ResponderWire {
     /// The receive WQE the last packet of a Write with immediate consumes.
     fn write_imm_recv(&self, ib: &IbRepr) -> Option<u32> {
         match self {
-            ResponderWire::Standard(s) if !s.ext => Some(s.rq_claim_sn),
+            ResponderWire::Standard(s) => Some(s.rq_claim_sn),
             _ => ib.irn.as_ref().and_then(|i| i.wqe_sn),
         }
     }
@@ -240,9 +245,6 @@ impl ResponderWire {
     /// A receive WQE was claimed by a Write with immediate.
     fn claimed_recv(&mut self, sn: u32) {
         if let ResponderWire::Standard(s) = self {
-            if s.ext {
-                return;
-            }
             s.rq_claim_sn = sn.wrapping_add(1);
         }
     }
@@ -250,9 +252,6 @@ impl ResponderWire {
     /// A Send packet was placed.
     fn placed_send(&mut self, psn: Psn, op: Opcode, sn: u32) {
         if let ResponderWire::Standard(s) = self {
-            if s.ext {
-                return;
-            }
             s.placed_send(psn, op, sn);
         }
     }
@@ -260,9 +259,6 @@ impl ResponderWire {
     /// A Write packet was placed.
     fn placed_write(&mut self, psn: Psn, op: Opcode, reth: RethRepr) {
         if let ResponderWire::Standard(s) = self {
-            if s.ext {
-                return;
-            }
             s.placed_write(psn, op, reth);
         }
     }
@@ -272,7 +268,7 @@ impl ResponderWire {
     /// space.
     fn max_read_packets(&self) -> u32 {
         match self {
-            ResponderWire::Standard(_) => Psn::HALF / 2 - 1,
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => Psn::HALF / 2 - 1,
             ResponderWire::Irn(_) => u32::MAX,
         }
     }
@@ -280,7 +276,7 @@ impl ResponderWire {
     /// Reads and atomics the responder still owes or keeps for retransmission.
     fn pending_reads(&self) -> usize {
         match self {
-            ResponderWire::Standard(s) => s.pending_reads(),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => s.pending_reads(),
             ResponderWire::Irn(r) => r.q.len(),
         }
     }
@@ -289,7 +285,7 @@ impl ResponderWire {
     /// responder saves for duplicates).
     fn respond(&mut self, saved: Saved, keep: usize) {
         match self {
-            ResponderWire::Standard(s) => s.respond(saved, keep),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => s.respond(saved, keep),
             ResponderWire::Irn(r) => r.respond(saved),
         }
     }
@@ -297,7 +293,7 @@ impl ResponderWire {
     /// Whether a Read response, atomic response or queued ACK waits to be sent.
     pub(crate) fn has_data(&self) -> bool {
         match self {
-            ResponderWire::Standard(s) => !s.jobs.is_empty(),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => !s.jobs.is_empty(),
             ResponderWire::Irn(r) => r.tx_idx < r.q.len() || r.win.in_recovery(),
         }
     }
@@ -306,7 +302,7 @@ impl ResponderWire {
     /// out; no response does.
     pub(crate) fn on_error(&mut self) {
         match self {
-            ResponderWire::Standard(s) => s.jobs.retain(|j| j.is_ack()),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => s.jobs.retain(|j| j.is_ack()),
             ResponderWire::Irn(r) => r.q.clear(),
         }
     }
@@ -315,7 +311,9 @@ impl ResponderWire {
     /// unpaced). IRN's go on the control queue instead.
     pub(crate) fn ack_first(&self) -> bool {
         match self {
-            ResponderWire::Standard(s) => s.jobs.front().is_some_and(RespJob::is_ack),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => {
+                s.jobs.front().is_some_and(RespJob::is_ack)
+            }
             ResponderWire::Irn(_) => false,
         }
     }
@@ -323,7 +321,9 @@ impl ResponderWire {
     /// Takes the ACK or NAK heading the standard responder's queue.
     pub(crate) fn pop_queued_ack(&mut self) -> Option<QueuedAck> {
         match self {
-            ResponderWire::Standard(s) if s.jobs.front().is_some_and(RespJob::is_ack) => {
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s)
+                if s.jobs.front().is_some_and(RespJob::is_ack) =>
+            {
                 s.jobs.pop_front().and_then(RespJob::into_ack)
             }
             _ => None,
@@ -333,7 +333,7 @@ impl ResponderWire {
     /// In the error state: the next ACK or NAK decided before the error, dropping any
     /// response queued ahead of it.
     pub(crate) fn pop_decided_ack(&mut self) -> Option<QueuedAck> {
-        let ResponderWire::Standard(s) = self else {
+        let (ResponderWire::Standard(s) | ResponderWire::ExtIb(s)) = self else {
             return None;
         };
         while let Some(j) = s.jobs.pop_front() {
@@ -347,7 +347,7 @@ impl ResponderWire {
     /// Whether the standard responder's queue holds anything (ACKs, NAKs or responses).
     pub(crate) fn has_queued(&self) -> bool {
         match self {
-            ResponderWire::Standard(s) => !s.jobs.is_empty(),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => !s.jobs.is_empty(),
             ResponderWire::Irn(_) => false,
         }
     }
@@ -356,7 +356,7 @@ impl ResponderWire {
     /// window admits (T7; in RTR as well).
     pub(crate) fn may_send_responses(&self, bdp_cap: Option<u32>) -> bool {
         match self {
-            ResponderWire::Standard(_) => false,
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => false,
             ResponderWire::Irn(r) => r.win.in_recovery() || r.may_send_new(bdp_cap),
         }
     }
@@ -364,14 +364,14 @@ impl ResponderWire {
     /// The response window of IRN's Read responder (`None` for the standard responder).
     pub(crate) fn response_window(&self) -> Option<&SendWindow> {
         match self {
-            ResponderWire::Standard(_) => None,
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => None,
             ResponderWire::Irn(r) => Some(&r.win),
         }
     }
 
     pub(crate) fn response_window_mut(&mut self) -> Option<&mut SendWindow> {
         match self {
-            ResponderWire::Standard(_) => None,
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => None,
             ResponderWire::Irn(r) => Some(&mut r.win),
         }
     }
@@ -416,7 +416,9 @@ impl QueuePair {
                     ResponderWire::Irn(_) => {
                         self.queue_ack(Syndrome::Ack(CreditCode::INVALID), Some(psn), ce)
                     }
-                    ResponderWire::Standard(_) => self.duplicate_standard(ib),
+                    ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => {
+                        self.duplicate_standard(ib)
+                    }
                 }
             }
             Arrival::OutOfOrder => {
@@ -442,7 +444,8 @@ impl QueuePair {
                 if self.mode() == Retransmission::GoBack0 {
                     // Go-back-0 (T3): the partial message is discarded; the requester must
                     // start it again from its first packet.
-                    if let ResponderWire::Standard(s) = &mut self.rsp.wire {
+                    if let ResponderWire::Standard(s) | ResponderWire::ExtIb(s) = &mut self.rsp.wire
+                    {
                         if let Some(first_psn) = s.discard_message() {
                             self.rsp.rwin.set_epsn(first_psn);
                         }
@@ -479,7 +482,7 @@ impl QueuePair {
                                 lost: None,
                                 becn: ce,
                             }),
-                            ResponderWire::Standard(_) => {
+                            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => {
                                 self.push_resp_ack(psn, Syndrome::RnrNak(timer), ce)
                             }
                         }
@@ -487,7 +490,10 @@ impl QueuePair {
                     }
                     Err(Refused::Fatal(nak, recv)) => Some(ReqAction::Fatal { nak, recv }),
                 };
-                let standard = matches!(self.rsp.wire, ResponderWire::Standard(_));
+                let standard = matches!(
+                    self.rsp.wire,
+                    ResponderWire::Standard(_) | ResponderWire::ExtIb(_)
+                );
                 let mut covers = 1;
                 if let Some(a @ ReqAction::Read { npsn, .. }) = action {
                     if standard && npsn > 1 {
@@ -550,7 +556,7 @@ impl QueuePair {
                             }
                         }
                     }
-                    ResponderWire::Standard(_) => {
+                    ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => {
                         if ib.bth.ack_req && !ib.bth.opcode.is_read_or_atomic_request() {
                             // The ACK echoes this packet's mark (BECN): a controller that reads
                             // echoes asks for an ACK on every packet
@@ -599,7 +605,10 @@ impl QueuePair {
     /// When the open hole meets the rule's delay (the responder's hole timer, T8(a), T8(d)).
     pub(super) fn responder_hole_deadline(&self) -> Option<Time> {
         let rule = self.cfg.recovery.hole_rule?;
-        if !matches!(self.rsp.wire, ResponderWire::Standard(_)) {
+        if !matches!(
+            self.rsp.wire,
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_)
+        ) {
             return None;
         }
         self.hole_open_since().map(|(t, _)| t + rule.delay)
@@ -613,7 +622,10 @@ impl QueuePair {
         let Some(rule) = self.cfg.recovery.hole_rule else {
             return;
         };
-        if !matches!(self.rsp.wire, ResponderWire::Standard(_)) {
+        if !matches!(
+            self.rsp.wire,
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_)
+        ) {
             return;
         }
         let Some((since, behind)) = self.hole_open_since() else {
@@ -629,7 +641,7 @@ impl QueuePair {
             let e = self.rsp.rwin.epsn();
             let lost = self.rsp.rwin.loss_bitmap();
             let msn = self.rsp.msn;
-            if let ResponderWire::Standard(s) = &mut self.rsp.wire {
+            if let ResponderWire::Standard(s) | ResponderWire::ExtIb(s) = &mut self.rsp.wire {
                 s.push_loss_nak(e, msn, lost);
             }
         } else {
@@ -651,7 +663,7 @@ impl QueuePair {
                 lost: None,
                 becn: ce,
             }),
-            ResponderWire::Standard(_) => {
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => {
                 self.push_resp_ack(e, Syndrome::Nak(NakCode::PsnSequenceError), ce)
             }
         }
@@ -940,7 +952,7 @@ impl QueuePair {
                 lost: None,
                 becn: false,
             }),
-            ResponderWire::Standard(ref mut s) => {
+            ResponderWire::Standard(ref mut s) | ResponderWire::ExtIb(ref mut s) => {
                 s.push_ack(psn, Syndrome::Nak(nak), self.rsp.msn, false)
             }
         }
@@ -986,7 +998,9 @@ impl QueuePair {
     ) -> Option<Transmit> {
         match self.rsp.wire {
             ResponderWire::Irn(_) => self.next_response_irn(now, mem, payload),
-            ResponderWire::Standard(_) => self.next_response_standard(mem, payload),
+            ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => {
+                self.next_response_standard(mem, payload)
+            }
         }
     }
 

@@ -96,9 +96,6 @@ impl RespJob {
 /// The standard responder's own state.
 #[derive(Debug, Default)]
 pub(crate) struct StandardResponder {
-    /// Extended IB (T8(c–d)): packets are placed from their own headers in any order, so
-    /// the message-in-progress state below is not used.
-    pub(crate) ext: bool,
     /// Next receive WQE a new message claims.
     pub(crate) rq_claim_sn: u32,
     /// The message in progress.
@@ -111,13 +108,6 @@ pub(crate) struct StandardResponder {
 }
 
 impl StandardResponder {
-    pub(crate) fn new(ext: bool) -> StandardResponder {
-        StandardResponder {
-            ext,
-            ..StandardResponder::default()
-        }
-    }
-
     /// The opcode sequence check (IBTA §9.7.4.1.4): a message in progress continues with
     /// MIDDLE/LAST of its kind, and nothing else continues one.
     pub(super) fn in_sequence(&self, op: Opcode) -> bool {
@@ -268,7 +258,7 @@ impl StandardResponder {
 impl QueuePair {
     fn standard_mut(&mut self) -> Option<&mut StandardResponder> {
         match &mut self.rsp.wire {
-            ResponderWire::Standard(s) => Some(s),
+            ResponderWire::Standard(s) | ResponderWire::ExtIb(s) => Some(s),
             ResponderWire::Irn(_) => None,
         }
     }
@@ -279,7 +269,7 @@ impl QueuePair {
         let psn = ib.bth.psn;
         let op = ib.bth.opcode;
         let mtu = self.mtu();
-        let ResponderWire::Standard(s) = &mut self.rsp.wire else {
+        let (ResponderWire::Standard(s) | ResponderWire::ExtIb(s)) = &mut self.rsp.wire else {
             return;
         };
         if op == Opcode::RC_RDMA_READ_REQUEST {
@@ -407,7 +397,7 @@ impl QueuePair {
         payload: &mut P,
     ) -> Option<Transmit> {
         let mtu = u64::from(self.mtu());
-        let ResponderWire::Standard(s) = &mut self.rsp.wire else {
+        let (ResponderWire::Standard(s) | ResponderWire::ExtIb(s)) = &mut self.rsp.wire else {
             return None;
         };
         let job = s.jobs.front_mut()?;
