@@ -610,30 +610,16 @@ impl QueuePair {
     }
 
     pub(super) fn recover_requests_after_timeout(&mut self) {
-        let una = self.req.swin.una();
-        match self.mode() {
-            Retransmission::GoBackN => self.req.swin.go_back(una),
-            Retransmission::GoBack0 => {
-                let start = self.message_start(una);
-                self.req.swin.go_back(start);
-            }
-            Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
-                self.req.swin.enter_recovery(true)
-            }
-            Retransmission::Precise => self.req.swin.timeout_go_back(),
-        }
+        let sq = &self.req.sq;
+        let message_start = |psn: Psn| {
+            sq.iter()
+                .find(|w| w.contains(psn))
+                .map_or(psn, |w| w.first_psn)
+        };
+        self.req.swin.recover_after_timeout(message_start);
         self.cmp.read_gap = None;
         if self.rereads() {
             self.reset_rereads();
         }
-    }
-
-    /// The first PSN of the message holding `psn` (go-back-0 restarts there, T3).
-    fn message_start(&self, psn: Psn) -> Psn {
-        self.req
-            .sq
-            .iter()
-            .find(|w| w.contains(psn))
-            .map_or(psn, |w| w.first_psn)
     }
 }

@@ -8,7 +8,6 @@
 //! state it times.
 
 use super::QueuePair;
-use crate::config::Retransmission;
 use crate::state::QpState;
 use crate::time::Time;
 
@@ -166,7 +165,7 @@ impl QueuePair {
     /// IRN's Read responder timed out in the rPSN space: resend, or give the connection up
     /// when the requester stopped acknowledging responses.
     fn response_timeout(&mut self, now: Time) {
-        let (every, limit, mode) = (self.retry_every(), self.retry_limit(), self.mode());
+        let (every, limit) = (self.retry_every(), self.retry_limit());
         let Some(win) = self.rsp.wire.response_window_mut() else {
             return;
         };
@@ -176,13 +175,8 @@ impl QueuePair {
             self.enter_error();
             return;
         }
-        match mode {
-            Retransmission::GoBackN | Retransmission::GoBack0 => {
-                let una = win.una();
-                win.go_back(una);
-            }
-            _ => win.enter_recovery(true),
-        }
+        // Responses are resent from the oldest unacknowledged one whatever message it ends.
+        win.recover_after_timeout(|una| una);
     }
 }
 

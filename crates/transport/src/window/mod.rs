@@ -922,9 +922,29 @@ impl SendWindow {
         }
     }
 
+    /// The retransmission timer expired and the connection goes on: start the retransmission
+    /// this window's mode calls for. Go-back-N resends from the oldest unacknowledged PSN;
+    /// go-back-0 from the first PSN of the message holding it, which `message_start` (the
+    /// queue pair's work requests) says (T3); selective repeat enters recovery after a timeout
+    /// (T5); precise retransmission forgets its selective acknowledgements and goes back
+    /// (T8(d)).
+    pub(crate) fn recover_after_timeout(&mut self, message_start: impl FnOnce(Psn) -> Psn) {
+        match self.mode {
+            Retransmission::GoBackN => self.go_back(self.una),
+            Retransmission::GoBack0 => {
+                let start = message_start(self.una);
+                self.go_back(start);
+            }
+            Retransmission::SelectiveRepeat | Retransmission::SelectiveRepeatNoSack => {
+                self.enter_recovery(true)
+            }
+            Retransmission::Precise => self.timeout_go_back(),
+        }
+    }
+
     /// Precise retransmission's timeout (T8(d)): forget every selective acknowledgement and
     /// resend everything from the oldest unacknowledged PSN.
-    pub(crate) fn timeout_go_back(&mut self) {
+    fn timeout_go_back(&mut self) {
         self.recovery = None;
         if let Some(r) = self.relost.as_mut() {
             r.resent.clear();
