@@ -342,7 +342,7 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
         if r.watchdog_triggers > 0 {
             unfinished += &format!(
                 " watchdogs: {} NIC, {} switch",
-                r.safety.nic_watchdog, r.safety.switch_watchdog
+                r.safety.counts.nic_watchdog, r.safety.counts.switch_watchdog
             );
         }
         writeln!(

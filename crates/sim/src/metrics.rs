@@ -183,20 +183,10 @@ pub struct PortPrioReport {
 /// What the safety model (seed 001) counted.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct SafetyReport {
-    /// Packets flooded by a ToR for an incomplete ARP entry.
-    pub floods: u64,
-    /// Flooded copies discarded at egresses that did not lead to the destination.
-    pub flood_discards: u64,
-    /// Lossless packets dropped for an incomplete ARP entry (the paper's fix).
-    pub l2_drops: u64,
-    /// Packets dropped without an ARP entry.
-    pub arp_drops: u64,
-    /// NIC watchdogs that fired.
-    pub nic_watchdog: u64,
-    /// Storms the switch watchdog detected.
-    pub switch_watchdog: u64,
-    /// Queues the switch watchdog restored.
-    pub restorations: u64,
+    /// The safety model's counters: floods, ARP and L2 drops, watchdog firings and
+    /// restorations (their keys sit at this level of the JSON).
+    #[serde(flatten)]
+    pub counts: crate::net::SafetyStats,
     /// Translation-cache misses at NICs (slow receiver, SPEC N6).
     pub mtt_misses: u64,
     /// When the deadlock was first seen, ms.

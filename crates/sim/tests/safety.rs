@@ -61,7 +61,7 @@ fn flooding_deadlocks_roce_with_pfc_and_the_fix_prevents_it() {
         for member in ["T0.p2/3", "La.p1/3", "T1.p4/3", "Lb.p0/3"] {
             assert!(cycle.contains(member), "seed {seed}: {cycle}");
         }
-        assert!(s.safety.floods > 0);
+        assert!(s.safety.counts.floods > 0);
         // Nothing completes: the collateral flows are stuck behind the cycle too.
         assert_eq!(s.flows_completed, 0, "seed {seed}");
         for r in &pfc.records {
@@ -89,12 +89,12 @@ fn flooding_deadlocks_roce_with_pfc_and_the_fix_prevents_it() {
         }
         let fix = &named(&runs, "RoCE+PFC, fix").summary;
         assert!(
-            fix.safety.l2_drops > 0 && fix.safety.floods == 0,
+            fix.safety.counts.l2_drops > 0 && fix.safety.counts.floods == 0,
             "{:?}",
             fix.safety
         );
         let lossy = &named(&runs, "RoCE+PFC, lossy flood").summary;
-        assert!(lossy.safety.floods > 0);
+        assert!(lossy.safety.counts.floods > 0);
         let irn = &named(&runs, "IRN").summary;
         assert_eq!(irn.pause_frames, 0);
     }
@@ -213,27 +213,27 @@ fn a_pause_storm_spreads_without_watchdogs_and_either_watchdog_stops_it() {
                 "seed {seed} {name}: {g} vs IRN {healthy}"
             );
         }
-        assert_eq!(common::by(runs, "nic").safety.nic_watchdog, 1);
-        assert_eq!(common::by(runs, "nic").safety.switch_watchdog, 0);
-        assert_eq!(common::by(runs, "switch").safety.nic_watchdog, 0);
-        assert_eq!(common::by(runs, "both").safety.nic_watchdog, 1);
+        assert_eq!(common::by(runs, "nic").safety.counts.nic_watchdog, 1);
+        assert_eq!(common::by(runs, "nic").safety.counts.switch_watchdog, 0);
+        assert_eq!(common::by(runs, "switch").safety.counts.nic_watchdog, 0);
+        assert_eq!(common::by(runs, "both").safety.counts.nic_watchdog, 1);
         // SONiC's other actions: `forward` ignores the stalled NIC's pauses (the NIC then
         // drops what it cannot hold) and contains the storm too; `alert` only counts it.
         let forward = common::by(runs, "forward");
-        assert!(forward.safety.switch_watchdog >= 1, "seed {seed}");
+        assert!(forward.safety.counts.switch_watchdog >= 1, "seed {seed}");
         assert!(
             paused_late(forward) < 4.0,
             "seed {seed}: {}",
             paused_late(forward)
         );
         let alert = common::by(runs, "alert");
-        assert!(alert.safety.switch_watchdog >= 1, "seed {seed}");
+        assert!(alert.safety.counts.switch_watchdog >= 1, "seed {seed}");
         assert!(
             paused_late(alert) >= 12.0,
             "seed {seed}: {}",
             paused_late(alert)
         );
-        assert!(common::by(runs, "switch").safety.switch_watchdog >= 1);
+        assert!(common::by(runs, "switch").safety.counts.switch_watchdog >= 1);
     }
 }
 

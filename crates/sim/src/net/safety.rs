@@ -32,8 +32,9 @@ use super::packet::Ctl;
 use super::switch::Switch;
 use crate::config::{us, FaultKind, SimConfig, SwitchWatchdog};
 
-/// What the safety model counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the safety model counted (reported as they are, inside the run's
+/// [`SafetyReport`](crate::metrics::SafetyReport)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SafetyStats {
     /// Packets a ToR flooded (an incomplete ARP entry).
     pub floods: u64,
