@@ -201,15 +201,7 @@ fn run_with<M: SimMemory>(
             name: topo_ref.node_name(node),
             port,
             prio,
-            tx_packets: c.tx_packets,
-            tx_bytes: c.tx_bytes,
-            rx_packets: c.rx_packets,
-            rx_bytes: c.rx_bytes,
-            pause_sent: c.pause_sent,
-            pause_received: c.pause_received,
-            paused_us: c.paused.as_micros_f64(),
-            ingress_drops: c.ingress_drops,
-            egress_drops: c.egress_drops,
+            counts: c,
         })
         .collect();
     // Pause frames the NICs sent, per server and second (seed 001 §4.4's "thousands").

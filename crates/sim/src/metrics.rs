@@ -160,24 +160,11 @@ pub struct PortPrioReport {
     pub port: u16,
     /// Priority.
     pub prio: u8,
-    /// Frames and bytes sent and received.
-    pub tx_packets: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Frames received.
-    pub rx_packets: u64,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// PFC frames sent for this priority.
-    pub pause_sent: u64,
-    /// PFC frames received for this priority.
-    pub pause_received: u64,
-    /// Time this egress was paused, µs.
-    pub paused_us: f64,
-    /// Frames dropped on arrival.
-    pub ingress_drops: u64,
-    /// Frames dropped at the egress.
-    pub egress_drops: u64,
+    /// Its counters over the run: frames and bytes sent and received, pause frames sent and
+    /// received, time paused (µs), drops on arrival and at the egress (their keys sit at this
+    /// level of the JSON).
+    #[serde(flatten)]
+    pub counts: crate::net::PrioCounters,
 }
 
 /// What the safety model (seed 001) counted.

@@ -476,12 +476,12 @@ network.pfc = true
         assert!(pfc
             .port_prio
             .iter()
-            .any(|p| p.prio == 6 && p.tx_packets > 0));
+            .any(|p| p.prio == 6 && p.counts.tx_packets > 0));
         assert!(pfc
             .port_prio
             .iter()
             .filter(|p| p.prio == 6)
-            .all(|p| p.pause_sent == 0 && p.pause_received == 0));
+            .all(|p| p.counts.pause_sent == 0 && p.counts.pause_received == 0));
     }
     let e = load_experiment(
         "[network]\npfc = true\npause = true\n",

@@ -34,8 +34,9 @@ pub struct PortStats {
     pub ecn_marked: u64,
 }
 
-/// The counters of one (node, port, priority class).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The counters of one (node, port, priority class); reported as they are, inside the run's
+/// [`PortPrioReport`](crate::metrics::PortPrioReport) (`paused` as `paused_us`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PrioCounters {
     /// Frames sent.
     pub tx_packets: u64,
@@ -49,7 +50,9 @@ pub struct PrioCounters {
     pub pause_sent: u64,
     /// PFC frames received for this priority.
     pub pause_received: u64,
-    /// Time this egress was paused, closed intervals (an open one is added when read).
+    /// Time this egress was paused, closed intervals (an open one is added when read);
+    /// `paused_us` in reports.
+    #[serde(rename = "paused_us", with = "micros")]
     pub paused: Dur,
     /// Frames dropped on arrival (buffer full, watchdog, unknown MAC, link loss).
     pub ingress_drops: u64,
@@ -319,5 +322,56 @@ impl Monitor {
             drops,
         });
         self.last_t = now;
+    }
+}
+
+/// A duration as a number of microseconds (`f64`), the unit of the reports.
+mod micros {
+    use irn_transport::Dur;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Dur, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_micros_f64())
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        let us: f64 = serde::Deserialize::deserialize(d)?;
+        if !(us.is_finite() && us >= 0.0) {
+            return Err(serde::de::Error::custom(format!(
+                "a duration in µs, not {us}"
+            )));
+        }
+        Ok(Dur::from_picos((us * 1e6).round() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_read_back_from_their_report_with_the_pause_in_microseconds() {
+        let c = PrioCounters {
+            tx_packets: 3,
+            pause_sent: 2,
+            paused: Dur::from_picos(1_500_000),
+            egress_drops: 1,
+            ..PrioCounters::default()
+        };
+        let json = serde_json::to_value(c).expect("serializes");
+        assert_eq!(json["paused_us"], 1.5);
+        assert!(json.get("paused").is_none());
+        let back: PrioCounters = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, c);
+        // A pause cannot be negative or not a number.
+        for bad in ["-1.0", "null", "\"x\""] {
+            let text = format!(
+                r#"{{"tx_packets":0,"tx_bytes":0,"rx_packets":0,"rx_bytes":0,"pause_sent":0,
+                "pause_received":0,"paused_us":{bad},"ingress_drops":0,"egress_drops":0}}"#
+            );
+            assert!(
+                serde_json::from_str::<PrioCounters>(&text).is_err(),
+                "{bad}"
+            );
+        }
     }
 }
