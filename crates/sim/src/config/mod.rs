@@ -401,6 +401,10 @@ pub enum FlowOp {
 /// in `[cc]`. The transport's list, shared with the runtime.
 pub use irn_transport::CcKind;
 
+/// The controllers' parameter tables, as irn-transport defines them (in the configuration's
+/// units, µs and Mb/s; [`DcqcnParams::config`] and [`TimelyParams::config`] convert).
+pub use irn_transport::cc::{DcqcnParams, TimelyParams, WindowParams};
+
 /// `[cc]`: the congestion controllers' parameters (`transport.cc` chooses which one runs).
 /// Defaults are each algorithm's paper's, which the IRN paper uses (§4.1).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -412,123 +416,6 @@ pub struct CcConfig {
     pub timely: TimelyParams,
     /// `[cc.window]`: AIMD and DCTCP.
     pub window: WindowParams,
-}
-
-/// `[cc.dcqcn]`: DCQCN (Zhu et al., SIGCOMM 2015).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DcqcnParams {
-    /// α's EWMA gain g. Default 1/256.
-    pub g: f64,
-    /// α's decay period K, µs. Default 55.
-    pub alpha_period_us: f64,
-    /// Rate-increase timer T, µs. Default 55.
-    pub increase_period_us: f64,
-    /// Byte counter B: one rate-increase event per this many bytes sent. Default 10 MB.
-    pub byte_counter_bytes: u64,
-    /// Fast-recovery events F after a cut. Default 5.
-    pub fast_recovery_steps: u32,
-    /// Additive increase R_AI, Mb/s. Default 40.
-    pub ai_mbps: f64,
-    /// Hyper increase R_HAI, Mb/s. Default 400.
-    pub hai_mbps: f64,
-    /// Lowest rate, Mb/s. Default 100.
-    pub min_rate_mbps: f64,
-    /// α of a new queue pair. Default 1.
-    pub initial_alpha: f64,
-    /// Timer periods drawn within ± this fraction. Default 0.1.
-    pub timer_jitter: f64,
-    /// The notification point sends at most one CNP per this interval, µs. Default 50.
-    pub cnp_interval_us: f64,
-}
-
-impl Default for DcqcnParams {
-    fn default() -> Self {
-        let d = irn_transport::DcqcnConfig::default();
-        DcqcnParams {
-            g: d.g,
-            alpha_period_us: d.alpha_period.as_micros_f64(),
-            increase_period_us: d.increase_period.as_micros_f64(),
-            byte_counter_bytes: d.byte_counter,
-            fast_recovery_steps: d.fast_recovery_steps,
-            ai_mbps: d.ai_bps as f64 / 1e6,
-            hai_mbps: d.hai_bps as f64 / 1e6,
-            min_rate_mbps: d.min_rate_bps as f64 / 1e6,
-            initial_alpha: d.initial_alpha,
-            timer_jitter: d.timer_jitter,
-            cnp_interval_us: irn_transport::QpConfig::default()
-                .cnp_interval
-                .map_or(50.0, irn_transport::Dur::as_micros_f64),
-        }
-    }
-}
-
-/// `[cc.timely]`: TIMELY (Mittal et al., SIGCOMM 2015).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TimelyParams {
-    /// EWMA weight of the newest RTT difference. Default 0.875.
-    pub alpha: f64,
-    /// Multiplicative decrease β. Default 0.8.
-    pub beta: f64,
-    /// Additive increment δ, Mb/s. Default 10.
-    pub delta_mbps: f64,
-    /// T_low, µs. Default 50.
-    pub t_low_us: f64,
-    /// T_high, µs. Default 500.
-    pub t_high_us: f64,
-    /// The RTT that normalizes the gradient, µs. Default 20.
-    pub min_rtt_us: f64,
-    /// Non-positive gradients in a row before hyperactive increase. Default 5.
-    pub hai_threshold: u32,
-    /// Bytes acknowledged per rate update (completion event). Default 16384.
-    pub segment_bytes: u64,
-    /// Lowest rate, Mb/s. Default 100.
-    pub min_rate_mbps: f64,
-}
-
-impl Default for TimelyParams {
-    fn default() -> Self {
-        let d = irn_transport::TimelyConfig::default();
-        TimelyParams {
-            alpha: d.alpha,
-            beta: d.beta,
-            delta_mbps: d.delta_bps as f64 / 1e6,
-            t_low_us: d.t_low.as_micros_f64(),
-            t_high_us: d.t_high.as_micros_f64(),
-            min_rtt_us: d.min_rtt.as_micros_f64(),
-            hai_threshold: d.hai_threshold,
-            segment_bytes: d.segment_bytes,
-            min_rate_mbps: d.min_rate_bps as f64 / 1e6,
-        }
-    }
-}
-
-/// `[cc.window]`: AIMD and DCTCP.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WindowParams {
-    /// A new queue pair's window, bytes. Default: the BDP cap × the MTU (flows start at line
-    /// rate, as the IRN paper's).
-    pub init_window_bytes: Option<u64>,
-    /// Smallest window, bytes. Default: one MTU.
-    pub min_window_bytes: Option<u64>,
-    /// Largest window, bytes. Default: the initial window (a window beyond IRN's BDP cap sends
-    /// nothing more, and only dulls the cuts).
-    pub max_window_bytes: Option<u64>,
-    /// DCTCP's EWMA gain g. Default 1/16.
-    pub g: f64,
-}
-
-impl Default for WindowParams {
-    fn default() -> Self {
-        WindowParams {
-            init_window_bytes: None,
-            min_window_bytes: None,
-            max_window_bytes: None,
-            g: irn_transport::WindowConfig::default().g,
-        }
-    }
 }
 
 /// `[transport]`.

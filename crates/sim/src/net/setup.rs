@@ -6,50 +6,22 @@ use super::packet::{FRAME_OVERHEAD, VLAN_TAG_LEN};
 use crate::config::{us, CcKind, Recovery, SimConfig};
 use crate::topology::Topology;
 use irn_transport::{
-    bdp_cap_packets, ControllerFactory, DcqcnConfig, DcqcnFactory, Dur, HoleRule, NoCcFactory,
-    QpAttr, QpConfig, RecoveryConfig, RtoPolicy, TcpModel, TimelyConfig, TimelyFactory,
-    WindowAlgorithm, WindowConfig, WindowFactory,
+    bdp_cap_packets, ControllerFactory, DcqcnFactory, Dur, HoleRule, NoCcFactory, QpAttr, QpConfig,
+    RecoveryConfig, RtoPolicy, TcpModel, TimelyFactory, WindowAlgorithm, WindowConfig,
+    WindowFactory,
 };
 use std::sync::Arc;
 
 /// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
 pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
-    let bps = |mbps: f64| (mbps * 1e6).round() as u64;
     let tcp = cfg.transport.recovery == Recovery::Tcp;
     match cfg.transport.cc {
         CcKind::None if !tcp => Arc::new(NoCcFactory),
-        CcKind::Dcqcn => {
-            let d = &cfg.cc.dcqcn;
-            Arc::new(DcqcnFactory {
-                config: DcqcnConfig {
-                    g: d.g,
-                    alpha_period: us(d.alpha_period_us),
-                    increase_period: us(d.increase_period_us),
-                    byte_counter: d.byte_counter_bytes,
-                    fast_recovery_steps: d.fast_recovery_steps,
-                    ai_bps: bps(d.ai_mbps),
-                    hai_bps: bps(d.hai_mbps),
-                    min_rate_bps: bps(d.min_rate_mbps),
-                    initial_alpha: d.initial_alpha,
-                    timer_jitter: d.timer_jitter,
-                },
-                seed: cfg.seed,
-            })
-        }
-        CcKind::Timely => {
-            let t = &cfg.cc.timely;
-            Arc::new(TimelyFactory(TimelyConfig {
-                alpha: t.alpha,
-                beta: t.beta,
-                delta_bps: bps(t.delta_mbps),
-                t_low: us(t.t_low_us),
-                t_high: us(t.t_high_us),
-                min_rtt: us(t.min_rtt_us),
-                hai_threshold: t.hai_threshold,
-                segment_bytes: t.segment_bytes,
-                min_rate_bps: bps(t.min_rate_mbps),
-            }))
-        }
+        CcKind::Dcqcn => Arc::new(DcqcnFactory {
+            config: cfg.cc.dcqcn.config(),
+            seed: cfg.seed,
+        }),
+        CcKind::Timely => Arc::new(TimelyFactory(cfg.cc.timely.config())),
         // `recovery = "tcp"` with dcqcn or timely is refused by the configuration's checks.
         CcKind::None | CcKind::Dctcp | CcKind::Aimd => window_factory(cfg, bdp_cap, rtt, tcp),
     }
@@ -189,7 +161,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         recovery,
         cc: cc_factory(cfg, bdp_cap, topo.max_rtt()),
         // Only DCQCN reads CNPs: under any other controller they would be wasted bytes.
-        cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| us(cfg.cc.dcqcn.cnp_interval_us)),
+        cnp_interval: (tr.cc == CcKind::Dcqcn).then(|| cfg.cc.dcqcn.cnp_interval()),
         line_rate_bps: host_rate,
         retry_limit: if tr.retry_cnt.is_some() {
             None

@@ -81,6 +81,92 @@ impl Default for DcqcnConfig {
     }
 }
 
+/// `[cc.dcqcn]`: DCQCN (Zhu et al., SIGCOMM 2015).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
+pub struct DcqcnParams {
+    /// α's EWMA gain g. Default 1/256.
+    pub g: f64,
+    /// α's decay period K, µs. Default 55.
+    pub alpha_period_us: f64,
+    /// Rate-increase timer T, µs. Default 55.
+    pub increase_period_us: f64,
+    /// Byte counter B: one rate-increase event per this many bytes sent. Default 10 MB.
+    pub byte_counter_bytes: u64,
+    /// Fast-recovery events F after a cut. Default 5.
+    pub fast_recovery_steps: u32,
+    /// Additive increase R_AI, Mb/s. Default 40.
+    pub ai_mbps: f64,
+    /// Hyper increase R_HAI, Mb/s. Default 400.
+    pub hai_mbps: f64,
+    /// Lowest rate, Mb/s. Default 100.
+    pub min_rate_mbps: f64,
+    /// α of a new queue pair. Default 1.
+    pub initial_alpha: f64,
+    /// Timer periods drawn within ± this fraction. Default 0.1.
+    pub timer_jitter: f64,
+    /// The notification point sends at most one CNP per this interval, µs. Default 50.
+    pub cnp_interval_us: f64,
+}
+
+impl Default for DcqcnParams {
+    fn default() -> Self {
+        let d = DcqcnConfig::default();
+        DcqcnParams {
+            g: d.g,
+            alpha_period_us: d.alpha_period.as_micros_f64(),
+            increase_period_us: d.increase_period.as_micros_f64(),
+            byte_counter_bytes: d.byte_counter,
+            fast_recovery_steps: d.fast_recovery_steps,
+            ai_mbps: d.ai_bps as f64 / 1e6,
+            hai_mbps: d.hai_bps as f64 / 1e6,
+            min_rate_mbps: d.min_rate_bps as f64 / 1e6,
+            initial_alpha: d.initial_alpha,
+            timer_jitter: d.timer_jitter,
+            cnp_interval_us: crate::QpConfig::default()
+                .cnp_interval
+                .map_or(50.0, Dur::as_micros_f64),
+        }
+    }
+}
+
+impl DcqcnParams {
+    /// The controller's parameters, in its own units.
+    pub fn config(&self) -> DcqcnConfig {
+        DcqcnConfig {
+            g: self.g,
+            alpha_period: micros(self.alpha_period_us),
+            increase_period: micros(self.increase_period_us),
+            byte_counter: self.byte_counter_bytes,
+            fast_recovery_steps: self.fast_recovery_steps,
+            ai_bps: mbps(self.ai_mbps),
+            hai_bps: mbps(self.hai_mbps),
+            min_rate_bps: mbps(self.min_rate_mbps),
+            initial_alpha: self.initial_alpha,
+            timer_jitter: self.timer_jitter,
+        }
+    }
+
+    /// The notification point's CNP interval (`QpConfig::cnp_interval`).
+    pub fn cnp_interval(&self) -> Dur {
+        micros(self.cnp_interval_us)
+    }
+}
+
+/// Microseconds as a duration, to the picosecond.
+pub(crate) fn micros(us: f64) -> Dur {
+    Dur::from_picos((us * 1e6).round() as u64)
+}
+
+/// Megabits per second as bits per second.
+pub(crate) fn mbps(v: f64) -> u64 {
+    (v * 1e6).round() as u64
+}
+
 /// One queue pair's DCQCN reaction point.
 #[derive(Debug, Clone)]
 pub struct Dcqcn {
@@ -256,6 +342,20 @@ impl ControllerFactory for DcqcnFactory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_parameter_table_defaults_to_the_papers_set_and_converts_its_units() {
+        let p = DcqcnParams::default();
+        assert_eq!(p.config(), DcqcnConfig::default());
+        assert_eq!(p.cnp_interval(), Dur::from_micros(50));
+        let q = DcqcnParams {
+            alpha_period_us: 27.5,
+            ai_mbps: 0.5,
+            ..p
+        };
+        assert_eq!(q.config().alpha_period, Dur::from_nanos(27_500));
+        assert_eq!(q.config().ai_bps, 500_000);
+    }
 
     const LINE: u64 = 40_000_000_000;
 

@@ -24,9 +24,9 @@ pub mod dcqcn;
 pub mod timely;
 pub mod window;
 
-pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory};
-pub use timely::{Timely, TimelyConfig, TimelyFactory};
-pub use window::{WindowAlgorithm, WindowCc, WindowConfig, WindowFactory};
+pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory, DcqcnParams};
+pub use timely::{Timely, TimelyConfig, TimelyFactory, TimelyParams};
+pub use window::{WindowAlgorithm, WindowCc, WindowConfig, WindowFactory, WindowParams};
 
 /// Which congestion controller a queue pair runs: the one list of them, named as the
 /// simulator's `transport.cc` and the runtime's tools (`--cc`) spell them.

@@ -176,9 +176,84 @@ impl ControllerFactory for TimelyFactory {
     }
 }
 
+/// `[cc.timely]`: TIMELY (Mittal et al., SIGCOMM 2015).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
+pub struct TimelyParams {
+    /// EWMA weight of the newest RTT difference. Default 0.875.
+    pub alpha: f64,
+    /// Multiplicative decrease β. Default 0.8.
+    pub beta: f64,
+    /// Additive increment δ, Mb/s. Default 10.
+    pub delta_mbps: f64,
+    /// T_low, µs. Default 50.
+    pub t_low_us: f64,
+    /// T_high, µs. Default 500.
+    pub t_high_us: f64,
+    /// The RTT that normalizes the gradient, µs. Default 20.
+    pub min_rtt_us: f64,
+    /// Non-positive gradients in a row before hyperactive increase. Default 5.
+    pub hai_threshold: u32,
+    /// Bytes acknowledged per rate update (completion event). Default 16384.
+    pub segment_bytes: u64,
+    /// Lowest rate, Mb/s. Default 100.
+    pub min_rate_mbps: f64,
+}
+
+impl Default for TimelyParams {
+    fn default() -> Self {
+        let d = TimelyConfig::default();
+        TimelyParams {
+            alpha: d.alpha,
+            beta: d.beta,
+            delta_mbps: d.delta_bps as f64 / 1e6,
+            t_low_us: d.t_low.as_micros_f64(),
+            t_high_us: d.t_high.as_micros_f64(),
+            min_rtt_us: d.min_rtt.as_micros_f64(),
+            hai_threshold: d.hai_threshold,
+            segment_bytes: d.segment_bytes,
+            min_rate_mbps: d.min_rate_bps as f64 / 1e6,
+        }
+    }
+}
+
+impl TimelyParams {
+    /// The controller's parameters, in its own units.
+    pub fn config(&self) -> TimelyConfig {
+        use super::dcqcn::{mbps, micros};
+        TimelyConfig {
+            alpha: self.alpha,
+            beta: self.beta,
+            delta_bps: mbps(self.delta_mbps),
+            t_low: micros(self.t_low_us),
+            t_high: micros(self.t_high_us),
+            min_rtt: micros(self.min_rtt_us),
+            hai_threshold: self.hai_threshold,
+            segment_bytes: self.segment_bytes,
+            min_rate_bps: mbps(self.min_rate_mbps),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_parameter_table_defaults_to_the_papers_set_and_converts_its_units() {
+        assert_eq!(TimelyParams::default().config(), TimelyConfig::default());
+        let p = TimelyParams {
+            t_low_us: 12.5,
+            delta_mbps: 2.5,
+            ..TimelyParams::default()
+        };
+        assert_eq!(p.config().t_low, Dur::from_nanos(12_500));
+        assert_eq!(p.config().delta_bps, 2_500_000);
+    }
 
     const LINE: u64 = 40_000_000_000;
 

@@ -254,6 +254,37 @@ impl ControllerFactory for WindowFactory {
     }
 }
 
+/// `[cc.window]`: AIMD and DCTCP.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
+pub struct WindowParams {
+    /// A new queue pair's window, bytes. Default: the BDP cap × the MTU (flows start at line
+    /// rate, as the IRN paper's).
+    pub init_window_bytes: Option<u64>,
+    /// Smallest window, bytes. Default: one MTU.
+    pub min_window_bytes: Option<u64>,
+    /// Largest window, bytes. Default: the initial window (a window beyond IRN's BDP cap sends
+    /// nothing more, and only dulls the cuts).
+    pub max_window_bytes: Option<u64>,
+    /// DCTCP's EWMA gain g. Default 1/16.
+    pub g: f64,
+}
+
+impl Default for WindowParams {
+    fn default() -> Self {
+        WindowParams {
+            init_window_bytes: None,
+            min_window_bytes: None,
+            max_window_bytes: None,
+            g: WindowConfig::default().g,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
