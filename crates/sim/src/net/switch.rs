@@ -363,6 +363,18 @@ impl Switch {
         // and serving the queue would do, without touching queue or packet metadata).
         let port = &self.ports[out];
         let through = port.queued == 0 && !port.held(c) && !port.wake && now >= port.busy_until;
+        if through
+            && charge
+            && !fx.classes.class_lossless(c)
+            && self.l2.is_none()
+            && !self.drops_stormed()
+        {
+            // A lossy packet through an idle output with nothing queued: it would enter the
+            // books and leave them at once (no pause for a lossy class, no copies sharing its
+            // buffer, no watchdog to drop it), so it only goes on the link.
+            self.put_on_link(fx, now, out, c, pkt, hop);
+            return;
+        }
         if charge {
             self.ports[i].ingress.add(c, wire);
             self.used += wire;
@@ -481,6 +493,22 @@ impl Switch {
                 return true;
             }
         }
+        self.put_on_link(fx, now, out, c, pkt, hop);
+        true
+    }
+
+    /// Serializes `pkt` (class `c`, out of the switch's books) onto the free link of `out`.
+    #[inline]
+    fn put_on_link<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        out: usize,
+        c: usize,
+        pkt: u32,
+        hop: Hop,
+    ) {
+        let wire = u64::from(hop.wire);
         self.stats[out].tx_packets += 1;
         self.stats[out].tx_bytes += wire;
         fx.mon.tx(self.node, out as u16, c, wire);
@@ -491,7 +519,6 @@ impl Switch {
         fx.propagate(done, &port.link, pkt, hop);
         port.busy_until = done;
         port.wake = wake;
-        true
     }
 
     /// PFC: pauses the upstream of ingress (`inp`, class `c`) once a lossless class holds more
