@@ -93,7 +93,7 @@ pub struct EventQueue<E> {
     /// Events in the buckets.
     in_buckets: usize,
     /// The absolute number of the span the near slots hold. Every waiting event is in it or
-    /// later, and so is now, except while a `pop_before` has declined an event.
+    /// later; now is in it or earlier (the span moves on only when its first event pops).
     span: u64,
     /// The slot being consumed, sorted latest first so the earliest pops off the end; new
     /// events for that slot are inserted in order.
@@ -172,12 +172,10 @@ impl<E> EventQueue<E> {
     fn place(&mut self, at: u64, key: u64, ev: E) {
         let slot = at >> SLOT_SHIFT;
         let span = slot >> SPAN_SHIFT;
+        // A pushed event is never before now, and now never before the current span: the
+        // span moves only when its first event is popped at once (`advance`).
+        debug_assert!(span >= self.span, "an event before the current span");
         if span <= self.span {
-            // A pushed event is never before now, and now is in the current span but while
-            // a `pop_before` has declined the span's first event: then it is before the span.
-            if span < self.span {
-                self.rewind(span);
-            }
             let i = slot as usize & (FINE - 1);
             self.fine[i].push((at, key, ev));
             self.fine_bits |= 1 << i;
@@ -198,33 +196,6 @@ impl<E> EventQueue<E> {
         self.in_fine += self.cur.len();
         self.fine_bits |= 1 << i;
         self.fine[i].append(&mut self.cur);
-    }
-
-    /// Makes the earlier span `span` the current one: the near slots go back to their bucket
-    /// (or, beyond the new reach, to the far heap, as do buckets now beyond it).
-    #[cold]
-    fn rewind(&mut self, span: u64) {
-        let mut moved = Vec::new();
-        for v in self.fine.iter_mut() {
-            moved.append(v);
-        }
-        self.fine_bits = 0;
-        self.in_fine = 0;
-        let reach = span + BUCKETS as u64;
-        for b in 0..BUCKETS {
-            if self.buckets[b]
-                .first()
-                .is_some_and(|&(at, _, _)| at >> (SLOT_SHIFT + SPAN_SHIFT) >= reach)
-            {
-                self.in_buckets -= self.buckets[b].len();
-                moved.append(&mut self.buckets[b]);
-                self.bucket_bits[b / 64] &= !(1 << (b % 64));
-            }
-        }
-        self.span = span;
-        for (at, key, ev) in moved {
-            self.place(at, key, ev);
-        }
     }
 
     /// The earliest event, advancing now to its time.
