@@ -72,6 +72,11 @@ impl Dur {
     pub fn as_micros_f64(self) -> f64 {
         self.0 as f64 / 1e6
     }
+    /// A duration given in microseconds as a float (configurations, reports), to the nearest
+    /// picosecond; negative and NaN give zero (callers check their inputs first).
+    pub fn from_micros_f64(us: f64) -> Dur {
+        Dur((us * 1e6).round() as u64)
+    }
 
     /// The time `bytes` take on a link of `bits_per_second`, rounded up to a picosecond.
     pub const fn transmission(bytes: u64, bits_per_second: u64) -> Dur {

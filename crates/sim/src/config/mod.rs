@@ -674,7 +674,7 @@ impl Default for SimConfig {
 
 /// A configuration's microseconds, to the picosecond.
 pub(crate) fn us(v: f64) -> irn_transport::Dur {
-    irn_transport::Dur::from_picos((v * 1e6).round() as u64)
+    irn_transport::Dur::from_micros_f64(v)
 }
 
 impl SimConfig {

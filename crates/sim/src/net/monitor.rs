@@ -340,7 +340,7 @@ mod micros {
                 "a duration in µs, not {us}"
             )));
         }
-        Ok(Dur::from_picos((us * 1e6).round() as u64))
+        Ok(Dur::from_micros_f64(us))
     }
 }
 

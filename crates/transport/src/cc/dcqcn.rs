@@ -139,13 +139,13 @@ impl DcqcnParams {
     pub fn config(&self) -> DcqcnConfig {
         DcqcnConfig {
             g: self.g,
-            alpha_period: micros(self.alpha_period_us),
-            increase_period: micros(self.increase_period_us),
+            alpha_period: Dur::from_micros_f64(self.alpha_period_us),
+            increase_period: Dur::from_micros_f64(self.increase_period_us),
             byte_counter: self.byte_counter_bytes,
             fast_recovery_steps: self.fast_recovery_steps,
-            ai_bps: mbps(self.ai_mbps),
-            hai_bps: mbps(self.hai_mbps),
-            min_rate_bps: mbps(self.min_rate_mbps),
+            ai_bps: super::mbps(self.ai_mbps),
+            hai_bps: super::mbps(self.hai_mbps),
+            min_rate_bps: super::mbps(self.min_rate_mbps),
             initial_alpha: self.initial_alpha,
             timer_jitter: self.timer_jitter,
         }
@@ -153,18 +153,8 @@ impl DcqcnParams {
 
     /// The notification point's CNP interval (`QpConfig::cnp_interval`).
     pub fn cnp_interval(&self) -> Dur {
-        micros(self.cnp_interval_us)
+        Dur::from_micros_f64(self.cnp_interval_us)
     }
-}
-
-/// Microseconds as a duration, to the picosecond.
-pub(crate) fn micros(us: f64) -> Dur {
-    Dur::from_picos((us * 1e6).round() as u64)
-}
-
-/// Megabits per second as bits per second.
-pub(crate) fn mbps(v: f64) -> u64 {
-    (v * 1e6).round() as u64
 }
 
 /// One queue pair's DCQCN reaction point.

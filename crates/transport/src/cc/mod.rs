@@ -103,6 +103,11 @@ impl core::fmt::Display for CcKind {
     }
 }
 
+/// Megabits per second (the configuration's unit) as bits per second.
+fn mbps(v: f64) -> u64 {
+    (v * 1e6).round() as u64
+}
+
 /// One queue pair's congestion controller.
 pub trait Controller: Debug + Send {
     /// The algorithm's name, for reports.

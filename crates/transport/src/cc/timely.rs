@@ -224,17 +224,16 @@ impl Default for TimelyParams {
 impl TimelyParams {
     /// The controller's parameters, in its own units.
     pub fn config(&self) -> TimelyConfig {
-        use super::dcqcn::{mbps, micros};
         TimelyConfig {
             alpha: self.alpha,
             beta: self.beta,
-            delta_bps: mbps(self.delta_mbps),
-            t_low: micros(self.t_low_us),
-            t_high: micros(self.t_high_us),
-            min_rtt: micros(self.min_rtt_us),
+            delta_bps: super::mbps(self.delta_mbps),
+            t_low: Dur::from_micros_f64(self.t_low_us),
+            t_high: Dur::from_micros_f64(self.t_high_us),
+            min_rtt: Dur::from_micros_f64(self.min_rtt_us),
             hai_threshold: self.hai_threshold,
             segment_bytes: self.segment_bytes,
-            min_rate_bps: mbps(self.min_rate_mbps),
+            min_rate_bps: super::mbps(self.min_rate_mbps),
         }
     }
 }
