@@ -8,13 +8,7 @@ use plotters::prelude::*;
 
 use irn_sim::drp::{DrpReport, DrpSeriesResult};
 
-use crate::PlotError;
-
-type Result<T> = std::result::Result<T, PlotError>;
-
-fn draw(e: impl std::fmt::Display) -> PlotError {
-    PlotError::Draw(e.to_string())
-}
+use crate::{draw, Result};
 
 /// One panel per series: mean transfer time of both methods against the swept value.
 pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {

@@ -23,3 +23,11 @@ pub enum PlotError {
     #[error("drawing failed: {0}")]
     Draw(String),
 }
+
+/// What a figure's drawing returns.
+type Result<T> = std::result::Result<T, PlotError>;
+
+/// A drawing backend's error, as this crate's.
+fn draw(e: impl std::fmt::Display) -> PlotError {
+    PlotError::Draw(e.to_string())
+}

@@ -10,14 +10,7 @@ use plotters::prelude::*;
 
 use irn_sim::metrics::RunSummary;
 
-use crate::PlotError;
-
-type Result<T> = std::result::Result<T, PlotError>;
-
-/// A backend's error, as this crate's.
-fn draw(e: impl std::fmt::Display) -> PlotError {
-    PlotError::Draw(e.to_string())
-}
+use crate::{draw, PlotError, Result};
 
 /// A metric's name and how to read it off a run.
 type Metric = (&'static str, fn(&RunSummary) -> f64);
