@@ -289,6 +289,13 @@ impl Switch {
         }
     }
 
+    /// Whether a packet leaving may be discarded at the head of its queue instead: a flooded
+    /// copy or a link down (with L2 tables), a stormed queue (with a dropping watchdog).
+    #[inline]
+    fn may_discard(&self) -> bool {
+        self.l2.is_some() || self.drops_stormed()
+    }
+
     /// Whether the watchdog drops the packets of the queues it found in a storm.
     #[inline]
     fn drops_stormed(&self) -> bool {
@@ -363,12 +370,7 @@ impl Switch {
         // and serving the queue would do, without touching queue or packet metadata).
         let port = &self.ports[out];
         let through = port.queued == 0 && !port.held(c) && !port.wake && now >= port.busy_until;
-        if through
-            && charge
-            && !fx.classes.class_lossless(c)
-            && self.l2.is_none()
-            && !self.drops_stormed()
-        {
+        if through && charge && !fx.classes.class_lossless(c) && !self.may_discard() {
             // A lossy packet through an idle output with nothing queued: it would enter the
             // books and leave them at once (no pause for a lossy class, no copies sharing its
             // buffer, no watchdog to drop it), so it only goes on the link.
@@ -464,7 +466,7 @@ impl Switch {
         let (out, c) = (at.out, at.c);
         let wire = u64::from(hop.wire);
         self.release(fx, now, at, pkt, wire);
-        if self.l2.is_some() || self.drops_stormed() {
+        if self.may_discard() {
             let to_host = fx.topo.port_host(self.node, out);
             let mismatch = hop.flooded() && to_host != Some(hop.dst);
             let down = to_host.is_some() && self.l2.as_ref().is_some_and(|l2| l2.down[out]);
