@@ -95,6 +95,18 @@ impl Dur {
     pub const fn saturating_mul(self, n: u64) -> Dur {
         Dur(self.0.saturating_mul(n))
     }
+
+    /// `self` doubled `times` times, saturating: a timer backed off once per expiry
+    /// (RFC 6298 §5.5).
+    pub const fn doubled(self, times: u32) -> Dur {
+        if times >= 64 {
+            return if self.0 == 0 { Dur(0) } else { Dur::MAX };
+        }
+        match self.0.checked_mul(1u64 << times) {
+            Some(ps) => Dur(ps),
+            None => Dur::MAX,
+        }
+    }
 }
 
 impl Add<Dur> for Time {
@@ -148,6 +160,17 @@ impl fmt::Display for Time {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doubling_saturates() {
+        let d = Dur::from_micros(100);
+        assert_eq!(d.doubled(0), d);
+        assert_eq!(d.doubled(3), Dur::from_micros(800));
+        assert_eq!(d.doubled(40), Dur::MAX);
+        assert_eq!(d.doubled(200), Dur::MAX);
+        assert_eq!(Dur::ZERO.doubled(200), Dur::ZERO);
+        assert_eq!(Dur::from_picos(1).doubled(63), Dur::from_picos(1 << 63));
+    }
 
     #[test]
     fn transmission_time_is_exact_in_picoseconds() {

@@ -1329,9 +1329,14 @@ fn rnr_retry_exceeded_and_transport_retry_exceeded_complete_with_their_status() 
         loss: 1.0,
         ..LinkConfig::default()
     };
-    // IRN retransmits at its own RTO (100 µs here) but gives up, as the verbs attributes say,
-    // after retry_cnt + 1 local ACK timeouts without progress: 4 × 4.096 µs × 2^10 = 16.8 ms.
-    let mut cfg = PairConfig::new(RecoveryConfig::irn(), dead, 5);
+    // IRN with its timer fixed (IRN §3.1) retransmits at its own RTO (100 µs here) but gives
+    // up, as the verbs attributes say, after retry_cnt + 1 local ACK timeouts without
+    // progress: 4 × 4.096 µs × 2^10 = 16.8 ms.
+    let fixed = RecoveryConfig {
+        rto_backoff_after: None,
+        ..RecoveryConfig::irn()
+    };
+    let mut cfg = PairConfig::new(fixed, dead, 5);
     cfg.attr.retry_cnt = 3;
     cfg.attr.timeout = 10;
     let mut p = Pair::new(cfg);
@@ -2173,4 +2178,92 @@ fn a_reused_payload_buffer_never_leaks_into_the_next_packet() {
         buf.resize(9000, 0x5a);
     }
     assert!(kinds.contains(&Opcode::CNP), "{kinds:?}");
+}
+
+/// The times at which `p`'s requester timed out, driving it until its first completion or
+/// `until`.
+fn expiries_until_done(p: &mut Pair, until: Time) -> Vec<Time> {
+    let mut at = Vec::new();
+    let mut seen = p.a.counters().timeouts;
+    while p.done_a.is_empty() && p.now() <= until && p.step() {
+        let n = p.a.counters().timeouts;
+        if n > seen {
+            seen = n;
+            at.push(p.now());
+        }
+    }
+    at
+}
+
+/// A dead peer (everything lost both ways): IRN's fixed timer (IRN §3.1) resends every
+/// RTO_low until the retry budget is spent; with the back-off, three expiries re-arm it
+/// unchanged and each further one doubles it, up to the local ACK timeout, so it resends a
+/// dozen times instead of ~170 — and either way the Write fails with `RetryExcErr` after
+/// `retry_cnt + 1` local ACK timeouts (IBTA §9.7.6.1.3) and the Send behind it is flushed.
+#[test]
+fn a_dead_peer_draws_backed_off_resends_and_the_same_retry_error() {
+    let dead = LinkConfig {
+        loss: 1.0,
+        ..LinkConfig::default()
+    };
+    let low = Dur::from_micros(100);
+    // timeout 10: 4.096 µs × 2^10.
+    let ack_timeout = Dur::from_picos(4_194_304_000);
+    let mut gave_up = Vec::new();
+    for backoff in [None, Some(3)] {
+        let recovery = RecoveryConfig {
+            rto_backoff_after: backoff,
+            ..RecoveryConfig::irn()
+        };
+        let mut cfg = PairConfig::new(recovery, dead, 5);
+        cfg.attr.retry_cnt = 3;
+        cfg.attr.timeout = 10;
+        let mut p = Pair::new(cfg);
+        let (mem, sge, remote, _) = memory(64);
+        p.mem_a = mem;
+        for (id, op, sg) in [
+            (77, SendOp::Write(remote), vec![sge]),
+            (78, SendOp::Send, vec![]),
+        ] {
+            p.a.post_send(SendWr {
+                wr_id: id,
+                op,
+                sg_list: sg,
+                signaled: true,
+                fence: false,
+                solicited: false,
+            })
+            .expect("post");
+        }
+        let at = expiries_until_done(&mut p, T0 + Dur::from_millis(100));
+        p.drive_until(T0 + Dur::from_millis(100), 100_000);
+        let st: Vec<_> = p.done_a.iter().map(|c| c.status).collect();
+        assert_eq!(
+            st,
+            vec![WcStatus::RetryExcErr, WcStatus::WrFlushErr],
+            "{backoff:?}"
+        );
+        let last = *at.last().expect("timeouts");
+        assert!(
+            last.since(T0) >= ack_timeout.saturating_mul(4),
+            "{backoff:?}: gave up at {last:?}, before 4 local ACK timeouts"
+        );
+        gave_up.push(last.since(T0));
+        let mut gaps: Vec<Dur> = vec![at[0].since(T0)];
+        gaps.extend(at.windows(2).map(|w| w[1].since(w[0])));
+        let expected: Vec<Dur> = (0..gaps.len() as u32)
+            .map(|i| match backoff {
+                Some(after) if i > after => low.doubled(i - after).min(ack_timeout),
+                _ => low,
+            })
+            .collect();
+        assert_eq!(gaps, expected, "{backoff:?}: the timer's intervals");
+        let resent = p.a.counters().retransmitted;
+        match backoff {
+            None => assert!(resent > 150, "fixed: {resent} resends"),
+            Some(_) => assert!(resent < 15, "backed off: {resent} resends"),
+        }
+    }
+    // Both give up within one local ACK timeout of each other.
+    assert!(gave_up[1].as_picos() - gave_up[0].as_picos() < ack_timeout.as_picos());
 }

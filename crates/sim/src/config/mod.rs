@@ -473,6 +473,18 @@ pub struct TransportConfig {
     /// NACKs queued together collapse into one (an option beyond the paper, whose NACK SACKs
     /// the one packet that triggered it). Default false; the UDP runtime turns it on.
     pub nack_bitmap: bool,
+    /// A fixed retransmission timer (IRN's RTO_low / RTO_high, RoCE's RTO) backs off when
+    /// its peer goes silent: after `rto_backoff_after` expiries with no answer it doubles at
+    /// each further one, up to the local ACK timeout (`ack_timeout`), and is back at its
+    /// value from the peer's first answer (RFC 6298 §5.5; the transport's
+    /// `RecoveryConfig::rto_backoff_after`). Absent (default): the recovery mode's preset —
+    /// on for IRN's designs, off for RoCE's and seed 002's, whose fixed RTO is the paper's
+    /// baseline. `false` is IRN §3.1 as published: a dead peer draws a resend every RTO
+    /// until `retry_cnt` gives up.
+    pub rto_backoff: Option<bool>,
+    /// With `rto_backoff`: the unanswered expiries before the timer doubles. Default 3
+    /// (Linux's `tcp_retries1`, the retransmissions after which TCP presumes a path broken).
+    pub rto_backoff_after: u32,
     /// Retries after a timeout or sequence NAK before the work request completes with
     /// `IBV_WC_RETRY_EXC_ERR` (the verbs `retry_cnt`, 0–7, IBTA §11.2.4.2 / C9-140). Absent
     /// (default): never give up, as the papers' simulations assume; set it when hosts die
@@ -517,6 +529,8 @@ impl Default for TransportConfig {
             resend_lost_retransmissions: false,
             timeout_resends_unsacked: false,
             nack_bitmap: false,
+            rto_backoff: None,
+            rto_backoff_after: irn_transport::RTO_BACKOFF_AFTER,
             retry_cnt: None,
             ack_timeout: 14,
             tcp_initial_window: 10,

@@ -138,6 +138,10 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         } else {
             roce_rto
         },
+        rto_backoff_after: match tr.rto_backoff {
+            None => recovery.rto_backoff_after.map(|_| tr.rto_backoff_after),
+            Some(on) => on.then_some(tr.rto_backoff_after),
+        },
         tcp: tcp.then(|| TcpModel {
             delayed_ack: tr.tcp_delayed_ack_us.map(us),
         }),

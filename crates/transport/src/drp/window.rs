@@ -25,8 +25,7 @@ pub const MAX_BACKOFF: u32 = 64;
 
 /// `rto` doubled per consecutive expiry, up to [`MAX_BACKOFF`] times (RFC 6298 §5.5).
 pub(crate) fn backed_off(rto: Dur, expiries: u32) -> Dur {
-    let factor = 1u64 << expiries.min(MAX_BACKOFF.trailing_zeros());
-    Dur::from_picos(rto.as_picos().saturating_mul(factor))
+    rto.doubled(expiries.min(MAX_BACKOFF.trailing_zeros()))
 }
 
 /// Sends `frames` numbered frames with at most `window` outstanding.

@@ -349,6 +349,17 @@ impl QueuePair {
         Some(ib_timeout(self.attr.timeout).unwrap_or(Dur::MAX))
     }
 
+    /// When and how far a fixed timer backs off, `None` when it does not
+    /// ([`RecoveryConfig::rto_backoff_after`](crate::RecoveryConfig::rto_backoff_after)): after
+    /// that many unanswered expiries, up to the local ACK timeout, or RFC 6298 §2.5's least
+    /// ceiling of 60 s when the `timeout` attribute is 0 (infinite).
+    pub(super) fn backoff(&self) -> Option<(u32, Dur)> {
+        /// RFC 6298 §2.5: a maximum "MAY be placed on RTO provided it is at least 60 seconds".
+        const LEAST_CEILING: Dur = Dur::from_millis(60_000);
+        let after = self.cfg.recovery.rto_backoff_after?;
+        self.retry_every().map(|t| (after, t.min(LEAST_CEILING)))
+    }
+
     /// A send window starting at `start`, with this configuration's loss rule.
     fn new_send_window(&self, start: Psn) -> SendWindow {
         let w = SendWindow::new(self.mode(), start)

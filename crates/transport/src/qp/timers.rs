@@ -83,17 +83,21 @@ impl QueuePair {
             }
         };
         slot(Timer::Controller, self.cc.next_timer());
+        let backoff = self.backoff();
         if matches!(self.state, QpState::Rts | QpState::Sqd) {
             match self.cmp.rnr_until {
                 Some(until) => slot(Timer::RnrWait, Some(until)),
-                None => slot(Timer::Retransmit, self.req.swin.deadline(&self.rto)),
+                None => slot(
+                    Timer::Retransmit,
+                    self.req.swin.deadline(&self.rto, backoff),
+                ),
             }
         }
         if matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             let responses = self.rsp.wire.response_window();
             slot(
                 Timer::ResponseRetransmit,
-                responses.and_then(|w| w.deadline(&self.rto)),
+                responses.and_then(|w| w.deadline(&self.rto, backoff)),
             );
             if self.req.pacing_until > Time::ZERO && self.has_data_to_send() {
                 slot(Timer::Pacing, Some(self.req.pacing_until));

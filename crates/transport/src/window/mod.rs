@@ -979,7 +979,11 @@ impl SendWindow {
 
     /// The retransmission deadline under `rto`, if the timer runs. IRN picks RTO_low or
     /// RTO_high from the packets in flight *now* (T5), so the deadline follows the window.
-    pub(crate) fn deadline(&self, rto: &RtoPolicy) -> Option<Time> {
+    /// With a `backoff` of `(after, cap)`, a fixed timer that has expired more than `after`
+    /// times since the peer last answered is doubled per further expiry, up to `cap`
+    /// ([`RecoveryConfig::rto_backoff_after`](crate::RecoveryConfig::rto_backoff_after)); an
+    /// adaptive one backs off by its estimator whatever `backoff` says.
+    pub(crate) fn deadline(&self, rto: &RtoPolicy, backoff: Option<(u32, Dur)>) -> Option<Time> {
         let base = self.timer_base?;
         if self.in_flight() == 0 {
             return None;
@@ -987,7 +991,14 @@ impl SendWindow {
         if let RtoPolicy::Adaptive { min, max, initial } = *rto {
             return Some(base + self.est.rto(min, max, initial));
         }
-        rto.timeout(self.in_flight()).map(|d| base + d)
+        let d = rto.timeout(self.in_flight())?;
+        let d = match backoff {
+            Some((after, cap)) if self.expiries > after => {
+                d.doubled(self.expiries - after).min(cap.max(d))
+            }
+            _ => d,
+        };
+        Some(base + d)
     }
 
     /// Restarts the timer at `now` (after a timeout, or an RNR wait).

@@ -216,37 +216,53 @@ fn adaptive_rto_follows_rfc_6298() {
     };
     let mut w = tcp_window(0);
     sent(&mut w, 1);
-    assert_eq!(w.deadline(&rto), Some(us(300)), "initial before a sample");
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(us(300)),
+        "initial before a sample"
+    );
     w.ack(us(100), p(1)); // R = 100 µs
     assert_eq!(w.srtt(), Some(Dur::from_micros(100)));
     w.on_sent_new(us(100), 1);
     // SRTT 100 + 4 × 50.
-    assert_eq!(w.deadline(&rto), Some(us(100) + Dur::from_micros(300)));
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(us(100) + Dur::from_micros(300))
+    );
     w.ack(us(120), p(2)); // R = 20: RTTVAR = 3/4·50 + 1/4·80 = 57.5; SRTT = 90
     assert_eq!(w.srtt(), Some(Dur::from_micros(90)));
     w.on_sent_new(us(120), 1);
-    assert_eq!(w.deadline(&rto), Some(us(120) + Dur::from_micros(320)));
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(us(120) + Dur::from_micros(320))
+    );
     w.on_timeout(us(440), None);
     assert_eq!(
-        w.deadline(&rto),
+        w.deadline(&rto, None),
         Some(us(440) + Dur::from_micros(640)),
         "backed off"
     );
     w.on_timeout(us(1080), None);
-    assert_eq!(w.deadline(&rto), Some(us(1080) + Dur::from_micros(1280)));
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(us(1080) + Dur::from_micros(1280))
+    );
     // Floors and ceilings.
     let tight = RtoPolicy::Adaptive {
         min: Dur::from_micros(500),
         max: Dur::from_micros(1000),
         initial: Dur::from_micros(500),
     };
-    assert_eq!(w.deadline(&tight), Some(us(1080) + Dur::from_micros(1000)));
+    assert_eq!(
+        w.deadline(&tight, None),
+        Some(us(1080) + Dur::from_micros(1000))
+    );
     // An ACK of new data ends the backoff; its 980 µs sample (PSN 2 was never resent)
     // moves the estimate: RTTVAR 265.625, SRTT 201.25, RTO 1 263.75 µs — not 4× that.
     w.ack(us(1100), p(3));
     w.on_sent_new(us(1100), 1);
     assert_eq!(
-        w.deadline(&rto),
+        w.deadline(&rto, None),
         Some(us(1100) + Dur::from_picos(1_263_750_000))
     );
 }
@@ -262,7 +278,11 @@ fn adaptive_rto_stays_backed_off_until_a_valid_sample() {
     };
     let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
     sent(&mut w, 4); // 0..=3 at 0
-    assert_eq!(w.deadline(&rto), Some(us(2_000)), "initial, no sample yet");
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(us(2_000)),
+        "initial, no sample yet"
+    );
     w.on_timeout(us(2_000), None);
     w.enter_recovery(true);
     for psn in 0..4 {
@@ -272,7 +292,10 @@ fn adaptive_rto_stays_backed_off_until_a_valid_sample() {
     // was resent; the timer restarts at 4 ms, still doubled.
     w.ack(us(10_000), p(2));
     assert_eq!(w.srtt(), None);
-    assert_eq!(w.deadline(&rto), Some(us(10_000) + Dur::from_micros(4_000)));
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(us(10_000) + Dur::from_micros(4_000))
+    );
     // New data, acknowledged: a sample (R = 10 ms) and the timer collapses to
     // SRTT + 4·RTTVAR = 10 + 4 × 5 = 30 ms.
     w.ack(us(10_000), p(4));
@@ -281,7 +304,7 @@ fn adaptive_rto_stays_backed_off_until_a_valid_sample() {
     assert_eq!(w.srtt(), Some(Dur::from_micros(10_000)));
     w.on_sent_new(us(20_000), 1);
     assert_eq!(
-        w.deadline(&rto),
+        w.deadline(&rto, None),
         Some(us(20_000) + Dur::from_micros(30_000))
     );
 }
@@ -326,7 +349,7 @@ fn per_packet_samples_neither_collapse_rttvar_nor_lag_a_growing_round_trip() {
     let srtt = w.srtt().expect("srtt").as_picos();
     assert!(srtt > 15_000_000_000, "SRTT {srtt} ps");
     let base = us(209 * 100 + 10_000);
-    let deadline = w.deadline(&rto).expect("armed");
+    let deadline = w.deadline(&rto, None).expect("armed");
     assert!(
         deadline.since(base) > Dur::from_micros(20_000),
         "RTO {:?}",
@@ -885,12 +908,18 @@ fn irn_timer_uses_rto_low_with_few_packets_in_flight() {
         n: 3,
     };
     let mut w = SendWindow::new(Retransmission::SelectiveRepeat, p(0));
-    assert_eq!(w.deadline(&rto), None);
+    assert_eq!(w.deadline(&rto, None), None);
     sent(&mut w, 3);
-    assert_eq!(w.deadline(&rto), Some(Time::ZERO + Dur::from_micros(100)));
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(Time::ZERO + Dur::from_micros(100))
+    );
     sent(&mut w, 1);
-    assert_eq!(w.deadline(&rto), Some(Time::ZERO + Dur::from_micros(320)));
+    assert_eq!(
+        w.deadline(&rto, None),
+        Some(Time::ZERO + Dur::from_micros(320))
+    );
     let t = Time::ZERO + Dur::from_micros(7);
     w.ack(t, p(2));
-    assert_eq!(w.deadline(&rto), Some(t + Dur::from_micros(100)));
+    assert_eq!(w.deadline(&rto, None), Some(t + Dur::from_micros(100)));
 }
