@@ -243,7 +243,9 @@ fn legend(chart: &mut Chart<'_>) -> Result<()> {
 
 /// Three panels over simulated time, one line per run: the goodput of the flows completed in
 /// each sampling interval, the hosts whose data priority was paused for most of it, and the
-/// pause frames sent per second (runs must have been sampled: `monitor_interval_us`).
+/// pause frames sent per second (runs must have been sampled: `monitor_interval_us`). When a
+/// run sent packets to a failed host (`[[fault]]`), a fourth panel counts them as they add
+/// up, on a log scale: what a dead peer costs the fabric under each run's retry rules.
 pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
     if runs.iter().all(|r| r.timeline.is_empty()) {
         return Err(PlotError::Nothing(
@@ -261,9 +263,14 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
         .flat_map(|r| r.timeline.iter().map(|p| p.t_ms))
         .fold(0.0f64, f64::max)
         .max(1e-3);
-    let root = SVGBackend::new(path, (900, 3 * 260)).into_drawing_area();
+    let dead = runs
+        .iter()
+        .any(|r| !r.safety.sent_to_failed_per_ms.is_empty());
+    let rows = if dead { 4 } else { 3 };
+    let root = SVGBackend::new(path, (900, rows * 260)).into_drawing_area();
     root.fill(&WHITE).map_err(draw)?;
-    for (area, (label, f)) in root.split_evenly((3, 1)).iter().zip(panels) {
+    let areas = root.split_evenly((rows as usize, 1));
+    for (area, (label, f)) in areas.iter().zip(panels) {
         let y_max = runs
             .iter()
             .flat_map(|r| r.timeline.iter().map(f))
@@ -297,8 +304,73 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
         }
         legend(&mut chart)?;
     }
+    if dead {
+        sent_to_failed(&areas[3], runs, t_max)?;
+    }
     root.present().map_err(draw)?;
     Ok(())
+}
+
+/// The timeline's panel of packets sent to failed hosts, cumulative per millisecond, log scale.
+fn sent_to_failed<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    runs: &[RunSummary],
+    t_max: f64,
+) -> Result<()> {
+    let cumulative = |r: &RunSummary| -> Vec<(f64, f64)> {
+        let mut sum = 0u64;
+        r.safety
+            .sent_to_failed_per_ms
+            .iter()
+            .enumerate()
+            .map(|(ms, &n)| {
+                sum += n;
+                ((ms + 1) as f64, sum as f64)
+            })
+            .collect()
+    };
+    let y_max = runs
+        .iter()
+        .map(|r| r.safety.counts.sent_to_failed_packets as f64)
+        .fold(10.0f64, f64::max)
+        * 2.0;
+    let mut chart = ChartBuilder::on(area)
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max, (1.0..y_max).log_scale())
+        .map_err(draw)?;
+    chart
+        .configure_mesh()
+        .x_desc("simulated time (ms)")
+        .y_desc("packets sent to failed hosts")
+        .y_label_formatter(&|v| format!("{v:.0e}"))
+        .draw()
+        .map_err(draw)?;
+    for (ri, r) in runs.iter().enumerate() {
+        let color = COLORS[(2 * ri) % COLORS.len()];
+        let points: Vec<(f64, f64)> = cumulative(r).into_iter().filter(|p| p.1 >= 1.0).collect();
+        if points.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(draw)?
+            .label(format!(
+                "{}: {} packets",
+                r.name, r.safety.counts.sent_to_failed_packets
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(draw)
 }
 
 /// The tail of single-packet flows' FCTs (IRN §4.3's figure, SPEC E7): one panel per

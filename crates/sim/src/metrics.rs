@@ -187,6 +187,11 @@ pub struct SafetyReport {
     pub nic_pauses_per_server_s: f64,
     /// The same for the server that sent the most.
     pub nic_pauses_max_server_s: f64,
+    /// Packets NICs sent to failed hosts in each millisecond from the start of the run, up
+    /// to the last one that saw any (runs with `[[fault]]`s; the total is
+    /// `sent_to_failed_packets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent_to_failed_per_ms: Vec<u64>,
 }
 
 /// One Pingmesh level's probes (seed 001 §5.3): how many, how many failed, and the RTT

@@ -195,6 +195,7 @@ impl<M: SimMemory> Simulation<M> {
                 all.prio = s.prio;
                 all.rows = s.rows;
                 all.timeline = s.timeline;
+                all.sent_to_failed_per_ms = s.sent_to_failed_per_ms;
             }
         }
         all.ports.sort_by_key(|&(node, port, _)| (node, port));

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use irn_sim::config::{load_experiment, SimConfig};
 use irn_sim::metrics::RunSummary;
 use irn_sim::RunOutput;
-use irn_transport::WcStatus;
+use irn_transport::{Dur, Time, WcStatus};
 
 const SEEDS: [u64; 3] = [1, 2, 3];
 
@@ -492,4 +492,95 @@ network.pfc = true
     )
     .expect_err("both");
     assert!(e.to_string().contains("network.pause"), "{e}");
+}
+
+/// A dead peer under IRN (experiments/e11-dead-peer.toml at reduced scale: a k = 4 fat-tree,
+/// server 0 down at 2 ms, a 16.8 ms local ACK timeout and 3 retries): with its timers fixed
+/// as IRN §3.1 has them, every queue pair sending to the dead server resends every
+/// RTO_low / RTO_high until its budget is spent; backing off after three unanswered
+/// expiries, it sends the dead server several times fewer packets (its first transmissions
+/// are the same) after ten times fewer timeouts. Either way exactly the flows that
+/// involve the dead server fail with retry-exceeded (or never end, when it was their
+/// source), at the same time within a local ACK timeout, and every other flow completes.
+#[test]
+fn a_dead_peer_draws_a_backed_off_trickle_not_a_flood() {
+    const DEAD_PEER: &str = r#"
+name = "dead-peer"
+[topology]
+kind = "fat-tree"
+k = 4
+link_gbps = 40
+link_delay_ns = 2000
+[switch]
+model = "input-queued"
+buffer_bytes = 240000
+[workload]
+kind = "poisson"
+load = 0.3
+sizes = "irn"
+duration_us = 10000
+drain_us = 100000
+[transport]
+recovery = "irn"
+retry_cnt = 3
+ack_timeout = 12
+[[fault]]
+kind = "host-down"
+host = 0
+at_ms = 2
+[[run]]
+name = "fixed"
+transport.rto_backoff = false
+[[run]]
+name = "backed off"
+"#;
+    for seed in SEEDS {
+        let cfgs = configs(DEAD_PEER, Path::new("."), &[], seed);
+        let fixed = run_full(&cfgs[0]);
+        let backed = run_full(&cfgs[1]);
+        let (f, b) = (&fixed.summary, &backed.summary);
+        let (sf, sb) = (
+            f.safety.counts.sent_to_failed_packets,
+            b.safety.counts.sent_to_failed_packets,
+        );
+        // 12–14× fewer packets and 33–36× fewer timeouts over seeds 1–3.
+        assert!(sb > 0 && sb * 6 < sf, "seed {seed}: {sb} vs {sf} packets");
+        assert_eq!(
+            f.safety.sent_to_failed_per_ms.iter().sum::<u64>(),
+            sf,
+            "seed {seed}: the series adds up to the total"
+        );
+        assert!(b.timeouts * 10 < f.timeouts, "seed {seed}");
+        for out in [&fixed, &backed] {
+            let name = &out.summary.name;
+            for r in &out.records {
+                let involved = r.flow.src == 0 || r.flow.dst == 0;
+                let late = r.flow.start.since(Time::ZERO) >= Dur::from_millis(2);
+                match r.status {
+                    Some(WcStatus::Success) => {
+                        assert!(r.intact, "seed {seed} {name}: {:?}", r.flow);
+                        assert!(!(involved && late), "seed {seed} {name}: {:?}", r.flow);
+                    }
+                    Some(WcStatus::RetryExcErr) => {
+                        assert!(r.flow.dst == 0, "seed {seed} {name}: {:?}", r.flow);
+                    }
+                    None => assert!(r.flow.src == 0, "seed {seed} {name}: {:?}", r.flow),
+                    other => panic!("seed {seed} {name}: {other:?} for {:?}", r.flow),
+                }
+            }
+        }
+        assert_eq!(f.flows_failed, b.flows_failed, "seed {seed}");
+        assert!(f.flows_failed > 0, "seed {seed}");
+        // Each failed flow gives up within a local ACK timeout (4.2 ms) of its twin.
+        for (x, y) in fixed.records.iter().zip(&backed.records) {
+            if let (Some(WcStatus::RetryExcErr), Some(a), Some(b)) = (x.status, x.end, y.end) {
+                let d = a.as_picos().abs_diff(b.as_picos());
+                assert!(
+                    d < 16_777_216_000,
+                    "seed {seed}: {:?} {a:?} vs {b:?}",
+                    x.flow
+                );
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use irn_transport::Time;
 
 use super::classes::Classes;
+use super::failed::FailedHosts;
 use super::memory::SimMemory;
 use super::monitor::Monitor;
 use super::packet::{Ev, Events, Meta, Msg, Pool, NIL};
@@ -30,6 +31,8 @@ pub(super) struct Fabric<M> {
     cross: Crossing,
     /// Where a NIC's queue pair builds the payload of the packet it sends.
     pub(super) scratch: Vec<u8>,
+    /// The hosts faults hold now, and what was sent to them.
+    pub(super) failed: FailedHosts,
 }
 
 /// The border with the other partitions.
@@ -64,6 +67,7 @@ impl<M: SimMemory> Fabric<M> {
                 outbox: Vec::new(),
             },
             scratch: Vec::new(),
+            failed: FailedHosts::default(),
         }
     }
 

@@ -68,6 +68,7 @@ use irn_transport::rng::mix;
 mod classes;
 mod ecn;
 mod fabric;
+mod failed;
 mod flows;
 mod link;
 mod memory;
@@ -136,6 +137,8 @@ pub struct NetStats {
     pub rows: Vec<MonitorRow>,
     /// The fabric-wide time series (with `monitor_interval_us`).
     pub timeline: Vec<TimelinePoint>,
+    /// Packets sent to failed hosts per millisecond from the start (with faults).
+    pub sent_to_failed_per_ms: Vec<u64>,
 }
 
 /// The nodes of one partition of the network and their event list (with one partition: the
@@ -708,6 +711,8 @@ impl<M: SimMemory> Part<M> {
         s.host_packets = self.nics.iter().map(|n| n.stats.tx_packets).sum();
         let mut safety = SafetyStats {
             nic_watchdog: self.safety.nic_watchdogs,
+            sent_to_failed_packets: self.fx.failed.packets,
+            sent_to_failed_bytes: self.fx.failed.bytes,
             ..SafetyStats::default()
         };
         for sw in &self.switches {
@@ -741,6 +746,7 @@ impl<M: SimMemory> Part<M> {
         }
         s.rows = mon.rows.clone();
         s.timeline = mon.timeline.clone();
+        s.sent_to_failed_per_ms = self.fx.failed.per_ms.clone();
         s
     }
 

@@ -462,6 +462,7 @@ impl<M: SimMemory> Nic<M> {
                 .pool
                 .alloc_headers(&t.ib, flow, to, payload, Meta { hop, next: NIL });
             fx.mon.tx(host, 0, fx.classes.class(prio), u64::from(wire));
+            fx.failed.sent(now, peer_host, wire);
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += u64::from(wire);
             // Look again when the link is free if some queue pair may have more; otherwise

@@ -50,6 +50,11 @@ pub struct SafetyStats {
     pub switch_watchdog: u64,
     /// Switch watchdog restorations.
     pub restorations: u64,
+    /// Packets NICs sent to a host while a fault held it (down, or its NIC's receive
+    /// pipeline stopped): what a dead peer costs the fabric under the run's retry rules.
+    pub sent_to_failed_packets: u64,
+    /// Their wire bytes.
+    pub sent_to_failed_bytes: u64,
 }
 
 /// A deadlock found: when, and the cycle.
@@ -205,6 +210,8 @@ impl Safety {
         let h = f.host;
         let hu = h as usize;
         let (si, tp) = tor_port(n.fx, h);
+        let hosts = n.fx.hosts();
+        n.fx.failed.set(hosts, h, !end);
         match (f.kind, end) {
             (FaultKind::HostDown, false) => {
                 // Host `h` dies: its queue pairs and buffered frames are gone, its link goes
