@@ -232,6 +232,31 @@ impl Queues {
         }
     }
 
+    /// Each output, in ascending order, with a packet of class `c` queued for it that came
+    /// in through `inp` (what a paused ingress waits on: the deadlock check's edges). The
+    /// input-queued model answers from its VOQs' heads without walking a packet.
+    pub(super) fn outputs_holding(&self, inp: u16, c: usize, mut f: impl FnMut(usize)) {
+        match self {
+            Queues::InputQueued(v) => {
+                let n = v.nports;
+                let base = (c * n + usize::from(inp)) * n;
+                for (out, q) in v.voq[base..base + n].iter().enumerate() {
+                    if !q.is_empty() {
+                        f(out);
+                    }
+                }
+            }
+            Queues::SharedBuffer(q) => {
+                let n = q.nports;
+                for (out, fifo) in q.fifo[c * n..(c + 1) * n].iter().enumerate() {
+                    if fifo.iter().any(|&(_, i)| i == inp) {
+                        f(out);
+                    }
+                }
+            }
+        }
+    }
+
     /// Every queued packet as (packet, input, output, class), for audits.
     pub(super) fn for_each(&self, meta: &[Meta], mut f: impl FnMut(u32, u16, usize, usize)) {
         match self {
@@ -298,6 +323,40 @@ mod tests {
             q.push(&mut meta, 1, 0, inp, pkt);
         }
         assert_eq!(drain(&mut q, &meta, 1, 0), [(0, 2), (1, 2), (2, 0), (3, 1)]);
+    }
+
+    #[test]
+    fn outputs_holding_names_the_outputs_an_input_has_packets_queued_for() {
+        for model in [SwitchModel::InputQueued, SwitchModel::SharedBuffer] {
+            let mut meta = metas(8);
+            let mut q = Queues::new(model, 3, 2);
+            // (output, class, input, packet)
+            for (out, c, inp, pkt) in [(1, 0, 0, 0), (0, 1, 2, 1), (0, 0, 1, 2), (2, 0, 1, 4)] {
+                q.push(&mut meta, out, c, inp, pkt);
+            }
+            let held = |q: &Queues, inp: u16, c: usize| {
+                let mut v = Vec::new();
+                q.outputs_holding(inp, c, |o| v.push(o));
+                v
+            };
+            assert_eq!(held(&q, 1, 0), [0, 2], "{model:?}");
+            assert_eq!(held(&q, 0, 0), [1], "{model:?}");
+            assert_eq!(held(&q, 0, 1), Vec::<usize>::new(), "{model:?}");
+            assert_eq!(held(&q, 2, 1), [0], "{model:?}");
+            // The same answer as walking every packet.
+            for inp in 0..3u16 {
+                for c in 0..2 {
+                    let mut walked = std::collections::BTreeSet::new();
+                    q.for_each(&meta, |_, i, o, cl| {
+                        if i == inp && cl == c {
+                            walked.insert(o);
+                        }
+                    });
+                    let walked: Vec<usize> = walked.into_iter().collect();
+                    assert_eq!(held(&q, inp, c), walked, "{model:?} {inp} {c}");
+                }
+            }
+        }
     }
 
     #[test]

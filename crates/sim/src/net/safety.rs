@@ -309,30 +309,17 @@ fn find_deadlock<M>(
     // Edges: egress (n, o, c) waits on the peer's ingress, whose packets sit in the peer's
     // candidate egresses.
     let mut edges: Vec<Vec<usize>> = vec![Vec::new(); list.len()];
-    let mut held: std::collections::BTreeMap<u32, std::collections::BTreeSet<(u16, usize, usize)>> =
-        Default::default();
     for (k, &(node, out, c)) in list.iter().enumerate() {
         let p = fx.topo.nodes[node as usize].ports[out];
         if p.peer < h {
             continue;
         }
-        let sets = held.entry(p.peer).or_insert_with(|| {
-            let mut s = std::collections::BTreeSet::new();
-            let si = (p.peer - h) as usize;
-            switches[si]
-                .queues
-                .for_each(&fx.pool.meta, |_, inp, o, cl| {
-                    s.insert((inp, o, cl));
-                });
-            s
-        });
-        for &(inp, o, cl) in sets.iter() {
-            if inp == p.peer_port && cl == c {
-                if let Some(&j) = cand.get(&(p.peer, o, cl)) {
-                    edges[k].push(j);
-                }
+        let peer = &switches[(p.peer - h) as usize];
+        peer.queues.outputs_holding(p.peer_port, c, |o| {
+            if let Some(&j) = cand.get(&(p.peer, o, c)) {
+                edges[k].push(j);
             }
-        }
+        });
     }
     // A cycle by depth-first search (colours: 0 new, 1 on the stack, 2 done).
     let mut colour = vec![0u8; list.len()];
