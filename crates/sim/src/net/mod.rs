@@ -78,6 +78,7 @@ mod nic;
 mod packet;
 mod pfc;
 mod queues;
+mod ready;
 mod safety;
 mod setup;
 mod switch;

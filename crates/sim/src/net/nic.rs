@@ -27,6 +27,7 @@ use super::monitor::PortStats;
 use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
 use super::pfc::Ingress;
+use super::ready::ReadyList;
 use crate::config::{us, Ecmp, SimConfig};
 use crate::topology::Port;
 use crate::workload::Flow;
@@ -71,7 +72,7 @@ pub(super) struct Tagging {
 #[derive(Debug)]
 struct Tx {
     /// Queue pairs that may have something to send, in round-robin order.
-    ready: VecDeque<u32>,
+    ready: ReadyList,
     busy_until: Time,
     /// A `TxDone` event is pending.
     wake: bool,
@@ -243,7 +244,7 @@ impl<M: SimMemory> Nic<M> {
             slots: Vec::new(),
             free: Vec::new(),
             tx: Tx {
-                ready: VecDeque::new(),
+                ready: ReadyList::default(),
                 busy_until: Time::ZERO,
                 wake: false,
                 ctrl_idle: false,
@@ -341,8 +342,7 @@ impl<M: SimMemory> Nic<M> {
             // Only a control packet can go, and the loop below would pass every queue pair
             // before the first that has one to the back of the list, in order: rotate there
             // at once (the flags say where, without touching a queue pair).
-            let ctrl = &tx.ctrl;
-            match tx.ready.iter().position(|&slot| ctrl[slot as usize]) {
+            match tx.ready.first_flagged(&tx.ctrl) {
                 Some(pos) => {
                     tx.ready.rotate_left(pos);
                     tries -= pos;
@@ -396,7 +396,12 @@ impl<M: SimMemory> Nic<M> {
             let Some(qp) = s.qp.as_mut() else {
                 continue;
             };
-            tx.ctrl[i] = qp.control_ready();
+            let ctrl = qp.control_ready();
+            if ctrl && !tx.ctrl[i] && tx.dead_ready > 0 {
+                // An entry a destroyed queue pair left behind may name this slot.
+                tx.ready.forget_clean();
+            }
+            tx.ctrl[i] = ctrl;
             // Round-robin: back of the list if it may have more; otherwise out of it (a
             // receiver that just sent its ACK usually has nothing more) until an input
             // gives it something, so that the NIC does not wake up for it.
@@ -743,7 +748,14 @@ impl<M: SimMemory> Nic<M> {
         if finished.is_some() {
             return finished;
         }
-        self.tx.ctrl[slot as usize] = qp.control_ready();
+        let ctrl = qp.control_ready();
+        let tx = &mut self.tx;
+        if ctrl && !tx.ctrl[slot as usize] && (tx.listed[slot as usize] || tx.dead_ready > 0) {
+            // Its entry (or one a destroyed queue pair left behind) may lie in the run the
+            // list knows to have no control packet.
+            tx.ready.forget_clean();
+        }
+        tx.ctrl[slot as usize] = ctrl;
         arm_timer(&mut fx.q, now, s, self.host, slot);
         // Only a queue pair that may have something to send joins the NIC's list and wakes
         // it: an ACK that leaves the requester nothing new to send (all sent, or the BDP cap
