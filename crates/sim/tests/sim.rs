@@ -188,6 +188,41 @@ fn pfc_never_drops_and_its_headroom_suffices() {
     }
 }
 
+/// A pause lasts its quanta and a congested ingress refreshes it before it runs out
+/// (802.1Qbb): with short pauses (100 quanta, 1.28 µs at 40 Gb/s) refreshed at half their
+/// time, PFC still loses nothing — at the cost of many more pause frames than 65 535-quanta
+/// pauses need; refreshed only after they lapse (`pause_refresh` 3), the upstream sends into
+/// a full buffer between refreshes and lossless frames overrun the headroom.
+#[test]
+fn a_pause_refreshed_before_it_runs_out_holds_and_one_that_lapses_overruns_the_buffer() {
+    for seed in [1, 2, 3] {
+        let mut c = small(Recovery::Roce, true);
+        c.seed = seed;
+        c.workload.load = 0.9;
+        c.workload.duration_us = 400.0;
+        let long = go(&c);
+        all_done(&long);
+        c.network.pause_quanta = 100;
+        let short = go(&c);
+        all_done(&short);
+        c.network.pause_refresh = 3.0;
+        let lapsing = go(&c);
+        let (l, s, x) = (&long.summary, &short.summary, &lapsing.summary);
+        assert_eq!((l.drops, l.headroom_overflow), (0, 0), "seed {seed}");
+        assert_eq!((s.drops, s.headroom_overflow), (0, 0), "seed {seed}");
+        assert!(
+            s.pause_frames > 3 * l.pause_frames,
+            "seed {seed}: {} vs {} pause frames",
+            s.pause_frames,
+            l.pause_frames
+        );
+        assert!(
+            x.headroom_overflow > 0,
+            "seed {seed}: a lapsing pause must overrun the buffer"
+        );
+    }
+}
+
 #[test]
 fn a_buffer_below_its_pfc_headroom_is_refused() {
     // 40 Gb/s × 2 µs each way is 20 000 B of round trip, plus two 1 118-byte frames: a 20 KB

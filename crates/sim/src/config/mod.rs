@@ -210,6 +210,16 @@ pub struct NetworkConfig {
     /// must not run both (IEEE 802.1Qbb), so `pfc` and `pause` together are an error.
     /// Default false.
     pub pause: bool,
+    /// The pause time an XOFF frame carries, in quanta of 512 bit times at its link's rate
+    /// (IEEE 802.1Qbb §36.1.3.1; 802.3 Annex 31B for PAUSE): the receiver holds that priority
+    /// (or, under PAUSE, the link) until the time runs out or a frame with quanta 0 (XON)
+    /// arrives. Default 65 535, the largest (839 µs at 40 Gb/s).
+    pub pause_quanta: u16,
+    /// While its buffer stays above the threshold, an ingress sends XOFF again after this
+    /// fraction of the pause time it asked for, so that the pause does not lapse (a switch's
+    /// XOFF refresh timer). Default 0.5. Above 1 the pause lapses between refreshes and
+    /// traffic resumes into a full buffer: what a mis-set refresh timer does.
+    pub pause_refresh: f64,
     /// Priorities that are lossless when `pfc` is on. Default `[3]`.
     pub lossless_priorities: Vec<u8>,
     /// Path MTU in bytes (256–4096). Default 1024 (IRN's E0).
@@ -264,6 +274,8 @@ impl Default for NetworkConfig {
         NetworkConfig {
             pfc: false,
             pause: false,
+            pause_quanta: u16::MAX,
+            pause_refresh: 0.5,
             lossless_priorities: vec![3],
             mtu: 1024,
             data_dscp: 26,

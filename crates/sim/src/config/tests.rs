@@ -105,6 +105,10 @@ fn bad_values_name_the_key() {
     assert!(e.to_string().contains("topology.k"), "{e}");
     let e = load("[network]\nmtu = 1500\n", &[]).expect_err("mtu");
     assert!(e.to_string().contains("network.mtu"), "{e}");
+    let e = load("[network]\npause_quanta = 0\n", &[]).expect_err("quanta");
+    assert!(e.to_string().contains("network.pause_quanta"), "{e}");
+    let e = load("[network]\npause_refresh = 0\n", &[]).expect_err("refresh");
+    assert!(e.to_string().contains("network.pause_refresh"), "{e}");
 }
 
 /// Resending lost retransmissions, every unSACKed PSN on a timeout, and NACKs with a loss

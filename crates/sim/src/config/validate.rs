@@ -263,6 +263,16 @@ impl SimConfig {
             "network.link_loss",
             "must be in [0, 1)",
         )?;
+        check(
+            n.pause_quanta >= 1,
+            "network.pause_quanta",
+            "must be at least 1 (a pause of 0 quanta is a resume)",
+        )?;
+        check(
+            n.pause_refresh > 0.0 && n.pause_refresh.is_finite(),
+            "network.pause_refresh",
+            "must be a positive fraction of the pause time",
+        )?;
         Ok(())
     }
 

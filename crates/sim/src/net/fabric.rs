@@ -13,6 +13,7 @@ use super::failed::FailedHosts;
 use super::memory::SimMemory;
 use super::monitor::Monitor;
 use super::packet::{Ev, Events, Meta, Msg, Pool, NIL};
+use super::pfc::PauseTiming;
 use crate::topology::Topology;
 
 /// What the components of one partition share.
@@ -33,6 +34,13 @@ pub(super) struct Fabric<M> {
     pub(super) scratch: Vec<u8>,
     /// The hosts faults hold now, and what was sent to them.
     pub(super) failed: FailedHosts,
+    /// What pause frames carry and how often a congested ingress refreshes them.
+    pub(super) pause: PauseTiming,
+    /// Pause timers and refreshed pause frames in the event list. They are bookkeeping, not
+    /// work: like the periodic tasks they neither keep the monitor sampling nor move the
+    /// run's end — a deadlocked fabric refreshes its pauses for ever, and is still frozen (a
+    /// pause that runs out with packets queued sends them, and those events are work).
+    pub(super) bookkeeping: usize,
 }
 
 /// The border with the other partitions.
@@ -68,6 +76,8 @@ impl<M: SimMemory> Fabric<M> {
             },
             scratch: Vec::new(),
             failed: FailedHosts::default(),
+            pause: PauseTiming::DEFAULT,
+            bookkeeping: 0,
         }
     }
 
@@ -127,7 +137,12 @@ impl<M: SimMemory> Fabric<M> {
                     hop,
                 }
             }
-            (ev, _) => ev,
+            (ev, _) => {
+                if matches!(ev, Ev::Pfc { refresh: true, .. }) {
+                    self.bookkeeping += 1;
+                }
+                ev
+            }
         };
         self.q.q.push_keyed(m.at, m.key, ev);
     }

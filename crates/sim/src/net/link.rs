@@ -2,11 +2,12 @@
 //! (store-and-forward), pause frames overtaking queued data, and random loss on arrival.
 
 use irn_transport::rng::Rng;
-use irn_transport::Time;
+use irn_transport::{Dur, Time};
 
 use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::packet::{Ev, Hop, PFC_FRAME};
+use super::pfc::{pause_time, Pause};
 use crate::topology::Port;
 
 impl<M: SimMemory> Fabric<M> {
@@ -52,14 +53,32 @@ impl<M: SimMemory> Fabric<M> {
         done
     }
 
-    /// Sends a PFC frame (802.1Qbb) for `prio` out of `node`'s `port` (`pause`: XOFF, else
-    /// XON): it reaches the peer after its 64-byte serialization and the link's delay,
-    /// overtaking queued data. The sender counts it in its own port statistics.
-    pub(super) fn send_pfc(&mut self, now: Time, node: u32, port: u16, prio: u8, pause: bool) {
+    /// Sends a PFC frame (802.1Qbb) for `prio` out of `node`'s `port`: an XOFF (or its
+    /// refresh) with the run's quanta, or an XON. It reaches the peer after its 64-byte
+    /// serialization and the link's delay, overtaking queued data; the sender counts it in its
+    /// own port statistics. An XOFF starts the refresh timer of the sender's ingress (the
+    /// priority's class): returns when it fires.
+    pub(super) fn send_pfc(
+        &mut self,
+        now: Time,
+        node: u32,
+        port: u16,
+        prio: u8,
+        what: Pause,
+    ) -> Option<Time> {
         let p = self.topo.nodes[node as usize].ports[port as usize];
         let c = self.classes.class(prio);
         self.mon.pause_sent(node, port, c);
         let at = now + p.transmission(PFC_FRAME) + p.delay;
+        let (quanta, refresh) = match what {
+            Pause::Xoff => (self.pause.quanta, false),
+            Pause::Refresh => (self.pause.quanta, true),
+            Pause::Xon => (0, false),
+        };
+        if refresh && self.owns(p.peer) {
+            // Counted where it is handled (another partition counts it on delivery).
+            self.bookkeeping += 1;
+        }
         self.schedule(
             at,
             p.peer,
@@ -67,7 +86,43 @@ impl<M: SimMemory> Fabric<M> {
                 node: p.peer,
                 port: p.peer_port,
                 prio,
-                pause,
+                quanta,
+                refresh,
+            },
+        );
+        (quanta > 0).then(|| {
+            let refresh = now + self.pause.refresh_after(p.rate_bps);
+            self.bookkeeping += 1;
+            self.q.push(
+                refresh,
+                Ev::PauseTimer {
+                    node,
+                    port,
+                    class: c as u8,
+                    refresh: true,
+                },
+            );
+            refresh
+        })
+    }
+
+    /// The time a pause of `quanta` lasts on `node`'s `port`: 512 bit times each at its
+    /// link's rate.
+    pub(super) fn pause_time(&self, node: u32, port: u16, quanta: u16) -> Dur {
+        let p = self.topo.nodes[node as usize].ports[port as usize];
+        pause_time(quanta, p.rate_bps)
+    }
+
+    /// Wakes `node`'s `port` at `at` to see whether the pause of `class` it received ran out.
+    pub(super) fn pause_expiry(&mut self, at: Time, node: u32, port: u16, class: usize) {
+        self.bookkeeping += 1;
+        self.q.push(
+            at,
+            Ev::PauseTimer {
+                node,
+                port,
+                class: class as u8,
+                refresh: false,
             },
         );
     }

@@ -98,6 +98,7 @@ use nic::{Nic, RxPipeline};
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
 use packet::{Ev, Events, Hop, CONTROL, REQ, RESP, WORKLOAD};
+use pfc::PauseTiming;
 use pfc::{default_headroom, xoff_threshold};
 pub use safety::{Deadlock, SafetyStats};
 use safety::{Nodes, Safety};
@@ -396,6 +397,10 @@ impl<M: SimMemory> Part<M> {
         };
         let mut work = Workload::new(&cfg, flows, topo.max_delay(), mine, &mut q);
         let mut fx = Fabric::new(q, topo, classes, mon, part_of, me);
+        fx.pause = PauseTiming {
+            quanta: cfg.network.pause_quanta,
+            refresh: cfg.network.pause_refresh,
+        };
         for i in 0..work.records.len() {
             let f = work.flows[i];
             work.records[i].ideal = ideal_fct(&cfg, &fx.topo, f.src, f.dst, f.size);
@@ -507,7 +512,10 @@ impl<M: SimMemory> Part<M> {
     /// Routes event `ev` to the component it is for.
     fn dispatch(&mut self, now: Time, ev: Ev) {
         self.fx.q.origin = match ev {
-            Ev::Arrive { node, .. } | Ev::TxDone { node, .. } | Ev::Pfc { node, .. } => node,
+            Ev::Arrive { node, .. }
+            | Ev::TxDone { node, .. }
+            | Ev::Pfc { node, .. }
+            | Ev::PauseTimer { node, .. } => node,
             Ev::RxDone { host } | Ev::QpTimer { host, .. } | Ev::FlowEnd { host, .. } => host,
             // Set below, once the flow end (and so its host) is known.
             Ev::FlowStart => WORKLOAD,
@@ -516,6 +524,7 @@ impl<M: SimMemory> Part<M> {
         };
         match ev {
             Ev::Control(c) if c.periodic() => {}
+            Ev::PauseTimer { .. } | Ev::Pfc { refresh: true, .. } => self.fx.bookkeeping -= 1,
             _ => self.last_real = now,
         }
         let hosts = self.fx.hosts();
@@ -563,12 +572,26 @@ impl<M: SimMemory> Part<M> {
                 node,
                 port,
                 prio,
-                pause,
+                quanta,
+                ..
             } => {
                 if node < hosts {
-                    self.nics[node as usize].pfc(fx, now, port, prio, pause);
+                    self.nics[node as usize].pfc(fx, now, port, prio, quanta);
                 } else {
-                    self.switches[(node - hosts) as usize].pfc(fx, now, port, prio, pause);
+                    self.switches[(node - hosts) as usize].pfc(fx, now, port, prio, quanta);
+                }
+            }
+            Ev::PauseTimer {
+                node,
+                port,
+                class,
+                refresh,
+            } => {
+                let k = usize::from(class);
+                if node < hosts {
+                    self.nics[node as usize].pause_timer(fx, now, k, refresh);
+                } else {
+                    self.switches[(node - hosts) as usize].pause_timer(fx, now, port, k, refresh);
                 }
             }
             Ev::QpTimer { host, slot, gen } => {

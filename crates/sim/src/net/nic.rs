@@ -26,7 +26,7 @@ use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
-use super::pfc::Ingress;
+use super::pfc::{Ingress, Pause, PauseClock};
 use super::ready::ReadyList;
 use crate::config::{us, Ecmp, SimConfig};
 use crate::topology::Port;
@@ -113,6 +113,9 @@ pub(super) struct Nic<M> {
     tx: Tx,
     paused: [bool; 8],
     paused_since: [Time; 8],
+    /// When the pause received for each priority runs out, and when the receive buffer
+    /// refreshes the pause it sent for each class.
+    clock: PauseClock,
     pub(super) stats: PortStats,
     /// The receive pipeline, when the run models one (a rate, a stall fault, a translation
     /// cache); without it a frame reaches its queue pair on arrival.
@@ -255,6 +258,7 @@ impl<M: SimMemory> Nic<M> {
             },
             paused: [false; 8],
             paused_since: [Time::ZERO; 8],
+            clock: PauseClock::default(),
             stats: PortStats::default(),
             rx: rx.map(Box::new),
             up: true,
@@ -598,7 +602,7 @@ impl<M: SimMemory> Nic<M> {
         }
         let rx = self.rx.as_mut().expect("a pipeline");
         if lossless && rx.held.pause_above(c, rx.xoff) {
-            self.send_pfc(fx, now, prio, true);
+            self.send_pfc(fx, now, prio, Pause::Xoff);
         }
     }
 
@@ -638,33 +642,67 @@ impl<M: SimMemory> Nic<M> {
         rx.progress = now;
         if rx.held.resume_below(c, rx.xoff, rx.resume_gap) {
             let prio = fx.classes.class_priority(c);
-            self.send_pfc(fx, now, prio, false);
+            self.send_pfc(fx, now, prio, Pause::Xon);
         }
         self.rx_start(fx, now, flows);
         Some(f)
     }
 
-    fn send_pfc(&mut self, fx: &mut Fabric<M>, now: Time, prio: u8, pause: bool) {
+    fn send_pfc(&mut self, fx: &mut Fabric<M>, now: Time, prio: u8, what: Pause) {
         self.stats.pause_sent += 1;
-        fx.send_pfc(now, self.host, 0, prio, pause);
+        let c = fx.classes.class(prio);
+        match fx.send_pfc(now, self.host, 0, prio, what) {
+            Some(refresh) => self.clock.sent(c, refresh),
+            None => self.clock.resumed(c),
+        }
     }
 
-    /// A PFC frame for `prio` arrived from the switch.
-    pub(super) fn pfc(&mut self, fx: &mut Fabric<M>, now: Time, port: u16, prio: u8, pause: bool) {
+    /// A PFC frame for `prio` arrived from the switch: pauses that priority for `quanta`
+    /// (from now: a later frame replaces an earlier one's time), or resumes it (0).
+    pub(super) fn pfc(&mut self, fx: &mut Fabric<M>, now: Time, port: u16, prio: u8, quanta: u16) {
         let c = fx.classes.paused_class(prio);
         fx.mon.pause_received(self.host, port, c);
         self.stats.pause_received += 1;
         let p = prio as usize & 7;
-        if pause && !self.paused[p] {
-            self.paused[p] = true;
-            self.paused_since[p] = now;
-        } else if !pause && self.paused[p] {
-            self.paused[p] = false;
-            let d = now - self.paused_since[p];
-            self.stats.paused = self.stats.paused + d;
-            fx.mon.paused(self.host, 0, c, d);
-            // Queue pairs with data were kept in the ready list while paused.
-            self.kick(fx, now);
+        if quanta > 0 {
+            let time = fx.pause_time(self.host, port, quanta);
+            let until = self.clock.received(p, now, time);
+            fx.pause_expiry(until, self.host, port, p);
+            if !self.paused[p] {
+                self.paused[p] = true;
+                self.paused_since[p] = now;
+            }
+        } else if self.paused[p] {
+            self.resume(fx, now, p);
+        }
+    }
+
+    /// Priority `p` may send again.
+    fn resume(&mut self, fx: &mut Fabric<M>, now: Time, p: usize) {
+        self.paused[p] = false;
+        let d = now - self.paused_since[p];
+        self.stats.paused = self.stats.paused + d;
+        fx.mon
+            .paused(self.host, 0, fx.classes.paused_class(p as u8), d);
+        // Queue pairs with data were kept in the ready list while paused.
+        self.kick(fx, now);
+    }
+
+    /// A pause timer: the receive buffer, still above the threshold for class `k`, sends
+    /// the pause again (`refresh`); or the pause received for priority `k` has run out, and
+    /// the NIC sends again unless a later frame moved the end.
+    pub(super) fn pause_timer(&mut self, fx: &mut Fabric<M>, now: Time, k: usize, refresh: bool) {
+        if refresh {
+            let xoff = self
+                .rx
+                .as_ref()
+                .is_some_and(|rx| rx.held.xoff[k] && !rx.pfc_off);
+            if self.clock.refresh_due(k, now) && xoff {
+                let prio = fx.classes.class_priority(k);
+                self.send_pfc(fx, now, prio, Pause::Refresh);
+            }
+        } else if self.paused[k] && self.clock.expired(k, now) {
+            self.resume(fx, now, k);
         }
     }
 
@@ -855,7 +893,7 @@ impl<M: SimMemory> Nic<M> {
             if rx.held.xoff[c] {
                 rx.held.xoff[c] = false;
                 let prio = fx.classes.class_priority(c);
-                self.send_pfc(fx, now, prio, false);
+                self.send_pfc(fx, now, prio, Pause::Xon);
             }
         }
         true

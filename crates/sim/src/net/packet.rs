@@ -158,12 +158,23 @@ pub(super) enum Ev {
     TxDone { node: u32, port: u16 },
     /// `host`'s receive pipeline finished the first frame of its receive buffer.
     RxDone { host: u32 },
-    /// A PFC frame for `prio` arrived at `node` through `port`.
+    /// A PFC frame for `prio` arrived at `node` through `port`, pausing it for `quanta`
+    /// (0: a resume, XON); `refresh`: the sender repeats a pause it sent before.
     Pfc {
         node: u32,
         port: u16,
         prio: u8,
-        pause: bool,
+        quanta: u16,
+        refresh: bool,
+    },
+    /// A pause timer of `node`'s `port` for `class` (of a NIC: for that priority when
+    /// `refresh` is false): its ingress refreshes the pause it sent (`refresh`), or the pause
+    /// it received may have run out.
+    PauseTimer {
+        node: u32,
+        port: u16,
+        class: u8,
+        refresh: bool,
     },
     /// A queue pair's timer.
     QpTimer { host: u32, slot: u32, gen: u32 },

@@ -9,12 +9,105 @@
 //! buffer ([`xoff_threshold`]). A shared-buffer switch's threshold is dynamic: a fraction α of
 //! what is left of the shared part ([`shared_xoff`]).
 //!
-//! A pause holds until the resume: real switches refresh the pause before its quanta expire,
-//! and those refreshes are neither modelled nor counted. A pause frame reaches the peer after
-//! its 64-byte serialization and the link's delay, overtaking queued data.
+//! A pause frame carries its pause time in quanta of 512 bit times at the link's rate
+//! (IEEE 802.1Qbb §36.1.3.1, as 802.3 Annex 31B's PAUSE does): the receiver holds the class
+//! until that time runs out or a frame of 0 quanta (XON) arrives, whichever is first
+//! ([`PauseClock::received`]). An ingress that is still above its threshold sends the pause
+//! again after a fraction of that time (`network.pause_refresh`, its refresh timer), so a
+//! pause lasts as long as the congestion; every refresh is a frame on the wire and in the
+//! counters. A pause frame reaches the peer after its 64-byte serialization and the link's
+//! delay, overtaking queued data.
 
 use super::classes::MAX_CLASSES;
-use irn_transport::Dur;
+use irn_transport::{Dur, Time};
+
+/// The pause time of `quanta` on a link of `rate_bps`: 512 bit times each (the codec's
+/// conversion, which `irn decode` prints too).
+pub(super) fn pause_time(quanta: u16, rate_bps: u64) -> Dur {
+    Dur::from_picos(irn_wire::mac_control::quanta_to_picos(quanta, rate_bps))
+}
+
+/// What a pause frame an ingress sends says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pause {
+    /// XOFF: the ingress crossed its threshold.
+    Xoff,
+    /// XOFF again, from the refresh timer of an ingress still above its threshold: it
+    /// changes nothing the receiver does, so the run's bookkeeping treats it as a timer.
+    Refresh,
+    /// XON (0 quanta): the ingress drained.
+    Xon,
+}
+
+/// The pause frames' timing of a run (`network.pause_quanta`, `network.pause_refresh`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct PauseTiming {
+    /// What an XOFF frame carries.
+    pub(super) quanta: u16,
+    /// The fraction of its pause time after which a still-congested ingress sends it again.
+    pub(super) refresh: f64,
+}
+
+impl PauseTiming {
+    /// IEEE 802.1Qbb's largest pause, refreshed at half its time.
+    pub(super) const DEFAULT: PauseTiming = PauseTiming {
+        quanta: u16::MAX,
+        refresh: 0.5,
+    };
+
+    /// When an ingress that sent XOFF at `now` on a link of `rate_bps` sends it again.
+    pub(super) fn refresh_after(&self, rate_bps: u64) -> Dur {
+        let t = pause_time(self.quanta, rate_bps).as_picos() as f64;
+        Dur::from_picos((t * self.refresh).round().max(1.0) as u64)
+    }
+}
+
+/// One port's pause timers, per class: until when the pause it received holds, and when its
+/// own ingress refreshes the pause it sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PauseClock {
+    until: [Time; MAX_CLASSES],
+    refresh_at: [Time; MAX_CLASSES],
+}
+
+impl Default for PauseClock {
+    fn default() -> Self {
+        PauseClock {
+            until: [Time::ZERO; MAX_CLASSES],
+            refresh_at: [Time::MAX; MAX_CLASSES],
+        }
+    }
+}
+
+impl PauseClock {
+    /// A pause of `time` for class `c` arrived at `now` (a later frame replaces the time of
+    /// an earlier one, 802.1Qbb §36.1.3.1): returns when it runs out.
+    pub(super) fn received(&mut self, c: usize, now: Time, time: Dur) -> Time {
+        self.until[c] = now + time;
+        self.until[c]
+    }
+
+    /// Whether class `c`'s pause has run out by `now` (its last frame's time is over).
+    pub(super) fn expired(&self, c: usize, now: Time) -> bool {
+        self.until[c] <= now
+    }
+
+    /// The ingress sent XOFF for class `c`; it refreshes it at `at`.
+    pub(super) fn sent(&mut self, c: usize, at: Time) {
+        self.refresh_at[c] = at;
+    }
+
+    /// The ingress resumed class `c`: no refresh is due.
+    pub(super) fn resumed(&mut self, c: usize) {
+        self.refresh_at[c] = Time::MAX;
+    }
+
+    /// Whether the refresh of class `c` scheduled for `now` is the one due (not one a resume
+    /// cancelled, or a later pause replaced).
+    pub(super) fn refresh_due(&self, c: usize, now: Time) -> bool {
+        self.refresh_at[c] == now
+    }
+}
 
 /// A buffer that pauses its upstream per class with PFC (SPEC N1): a switch input port, a
 /// NIC's receive buffer. The pause and resume rules are these two methods, for both.
@@ -99,6 +192,37 @@ pub(super) fn shared_xoff(buffer: u64, reserved: u64, used: u64, alpha: f64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_lasts_its_quanta_and_a_later_frame_replaces_the_time() {
+        // 65 535 × 512 bits at 40 Gb/s: 838.8 µs; one quantum at 100 Gb/s: 5.12 ns.
+        assert_eq!(
+            pause_time(u16::MAX, 40_000_000_000),
+            Dur::from_picos(838_848_000)
+        );
+        assert_eq!(pause_time(1, 100_000_000_000), Dur::from_picos(5_120));
+        let t = PauseTiming::DEFAULT;
+        assert_eq!(
+            t.refresh_after(40_000_000_000),
+            Dur::from_picos(419_424_000)
+        );
+        let mut clock = PauseClock::default();
+        let t0 = Time::from_picos(1_000);
+        let end = clock.received(2, t0, Dur::from_micros(10));
+        assert!(!clock.expired(2, Time::from_picos(end.as_picos() - 1)));
+        assert!(clock.expired(2, end));
+        // A refresh before the end moves it; a shorter one (fewer quanta) shortens it.
+        let later = clock.received(2, t0 + Dur::from_micros(5), Dur::from_micros(10));
+        assert!(!clock.expired(2, end));
+        assert!(clock.expired(2, later));
+        clock.received(2, t0 + Dur::from_micros(6), Dur::from_micros(1));
+        assert!(clock.expired(2, Time::from_picos(later.as_picos() - 1_000_000)));
+        // The sender's side: a refresh is due only at its time, and not after a resume.
+        clock.sent(1, end);
+        assert!(clock.refresh_due(1, end) && !clock.refresh_due(1, t0));
+        clock.resumed(1);
+        assert!(!clock.refresh_due(1, end));
+    }
 
     #[test]
     fn a_class_pauses_above_its_threshold_once_and_resumes_a_gap_below() {

@@ -124,7 +124,10 @@ impl ReadyList {
                         len: head,
                     })
                 } else {
-                    Some(Run { start: 0, len: tail })
+                    Some(Run {
+                        start: 0,
+                        len: tail,
+                    })
                 }
             };
         }

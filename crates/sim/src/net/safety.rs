@@ -191,7 +191,7 @@ impl Safety {
             self.periodic -= 1;
             // Periodic tasks go on while anything else is pending, and never extend the run.
             if let Some(p) = period {
-                if n.fx.q.q.len() > self.periodic {
+                if n.fx.q.q.len() > self.periodic + n.fx.bookkeeping {
                     self.push(n.fx, now + p, ctl);
                 }
             }
@@ -249,7 +249,7 @@ impl Safety {
         if !(cfg.network.pfc && cfg.deadlock.detect_ms > 0.0) {
             return;
         }
-        let frozen = fx.q.q.len() <= self.periodic;
+        let frozen = fx.q.q.len() <= self.periodic + fx.bookkeeping;
         let age = if frozen {
             Dur::ZERO
         } else {

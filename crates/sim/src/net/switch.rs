@@ -29,7 +29,7 @@ use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::packet::{Ev, Hop, Meta, NIL};
-use super::pfc::{shared_xoff, Ingress};
+use super::pfc::{shared_xoff, Ingress, Pause, PauseClock};
 use super::queues::Queues;
 use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
 use crate::topology::Port;
@@ -137,6 +137,9 @@ pub(super) struct Switch {
     salt: u64,
     /// Per (output, class): when the pause in force began.
     pub(super) paused_since: Vec<Time>,
+    /// Per port: when the pause its output received runs out, and when its ingress
+    /// refreshes the pause it sent.
+    clocks: Vec<PauseClock>,
     pub(super) stats: Vec<PortStats>,
     buffer: Buffer,
     marking: Marking,
@@ -183,6 +186,7 @@ impl Switch {
             used: 0,
             salt: mix(seed ^ (u64::from(node) << 32)),
             paused_since: vec![Time::ZERO; links.len() * MAX_CLASSES],
+            clocks: vec![PauseClock::default(); links.len()],
             stats: vec![PortStats::default(); links.len()],
             buffer,
             marking,
@@ -446,7 +450,7 @@ impl Switch {
             let gap = self.buffer.resume_gap;
             if self.ports[i].ingress.resume_below(c, t, gap) {
                 let prio = fx.classes.class_priority(c);
-                self.send_pfc(fx, now, inp, prio, false);
+                self.send_pfc(fx, now, inp, prio, Pause::Xon);
             }
         }
     }
@@ -533,7 +537,7 @@ impl Switch {
                 .pause_above(c, threshold)
             {
                 let prio = fx.classes.class_priority(c);
-                self.send_pfc(fx, now, inp, prio, true);
+                self.send_pfc(fx, now, inp, prio, Pause::Xoff);
             }
         }
     }
@@ -562,20 +566,26 @@ impl Switch {
         now: Time,
         port: u16,
         prio: u8,
-        pause: bool,
+        what: Pause,
     ) {
-        self.stats[usize::from(port)].pause_sent += 1;
-        fx.send_pfc(now, self.node, port, prio, pause);
+        let p = usize::from(port);
+        self.stats[p].pause_sent += 1;
+        let c = fx.classes.class(prio);
+        match fx.send_pfc(now, self.node, port, prio, what) {
+            Some(refresh) => self.clocks[p].sent(c, refresh),
+            None => self.clocks[p].resumed(c),
+        }
     }
 
-    /// A PFC frame for `prio` arrived through `port`: pauses or resumes that output's class.
+    /// A PFC frame for `prio` arrived through `port`: pauses that output's class for
+    /// `quanta` (from now: a later frame replaces an earlier one's time), or resumes it (0).
     pub(super) fn pfc<M: SimMemory>(
         &mut self,
         fx: &mut Fabric<M>,
         now: Time,
         port: u16,
         prio: u8,
-        pause: bool,
+        quanta: u16,
     ) {
         let c = fx.classes.paused_class(prio);
         fx.mon.pause_received(self.node, port, c);
@@ -584,16 +594,47 @@ impl Switch {
         let Some(c) = c else {
             return;
         };
-        let oc = p * MAX_CLASSES + c;
-        if pause && !self.ports[p].is_paused(c) {
-            self.ports[p].set_paused(c, true);
-            self.paused_since[oc] = now;
-        } else if !pause && self.ports[p].is_paused(c) {
-            self.ports[p].set_paused(c, false);
-            let d = now - self.paused_since[oc];
-            self.stats[p].paused = self.stats[p].paused + d;
-            fx.mon.paused(self.node, port, Some(c), d);
-            self.kick(fx, now, p);
+        if quanta > 0 {
+            let time = fx.pause_time(self.node, port, quanta);
+            let until = self.clocks[p].received(c, now, time);
+            fx.pause_expiry(until, self.node, port, c);
+            if !self.ports[p].is_paused(c) {
+                self.ports[p].set_paused(c, true);
+                self.paused_since[p * MAX_CLASSES + c] = now;
+            }
+        } else if self.ports[p].is_paused(c) {
+            self.resume(fx, now, p, c);
+        }
+    }
+
+    /// Output `p`'s class `c` may send again.
+    fn resume<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, p: usize, c: usize) {
+        self.ports[p].set_paused(c, false);
+        let d = now - self.paused_since[p * MAX_CLASSES + c];
+        self.stats[p].paused = self.stats[p].paused + d;
+        fx.mon.paused(self.node, p as u16, Some(c), d);
+        self.kick(fx, now, p);
+    }
+
+    /// A pause timer of `port`'s class `c`: its ingress, still above the threshold, sends
+    /// the pause again (`refresh`); or the pause its output received has run out, and it
+    /// sends again unless a later frame moved the end.
+    pub(super) fn pause_timer<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        port: u16,
+        c: usize,
+        refresh: bool,
+    ) {
+        let p = usize::from(port);
+        if refresh {
+            if self.clocks[p].refresh_due(c, now) && self.ports[p].ingress.xoff[c] {
+                let prio = fx.classes.class_priority(c);
+                self.send_pfc(fx, now, port, prio, Pause::Refresh);
+            }
+        } else if self.ports[p].is_paused(c) && self.clocks[p].expired(c, now) {
+            self.resume(fx, now, p, c);
         }
     }
 
@@ -710,7 +751,7 @@ impl Switch {
         for c in 0..MAX_CLASSES {
             if self.ports[port].is_paused(c) {
                 let prio = fx.classes.class_priority(c.min(fx.classes.len() - 1));
-                self.pfc(fx, now, port as u16, prio, false);
+                self.pfc(fx, now, port as u16, prio, 0);
             }
         }
         self.flush_egress(fx, now, port);
@@ -830,7 +871,7 @@ impl Switch {
             if self.ports[port].ingress.xoff[c] {
                 self.ports[port].ingress.xoff[c] = false;
                 let prio = fx.classes.class_priority(c);
-                self.send_pfc(fx, now, port as u16, prio, false);
+                self.send_pfc(fx, now, port as u16, prio, Pause::Xon);
             }
         }
         self.kick(fx, now, port);
@@ -974,9 +1015,8 @@ struct WdQueue {
 /// A switch's PFC watchdog (seed 001 §4.3, after SONiC's `pfcwd`): polled every `poll_ms`, a
 /// server-facing queue with packets, nothing transmitted and pauses received since the last
 /// poll for `detection_ms` is stormed, and the action (`drop`, `forward`, `alert`) holds until
-/// `restoration_ms` pass without pauses. A pause in force counts as pauses received: a real
-/// link refreshes a pause before its quanta run out, and the model does not send the
-/// refreshes. It reads the monitor's counters, as pfcwd reads the switch's.
+/// `restoration_ms` pass without pauses (frames received, a pause in force counting too). It
+/// reads the monitor's counters, as pfcwd reads the switch's.
 #[derive(Debug)]
 pub(super) struct PfcWatchdog {
     queues: Vec<WdQueue>,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use irn_transport::{Dur, Time};
 use irn_wire::{BthRepr, Ecn, IbRepr, Opcode, Psn};
 
+use super::pfc::pause_time;
 use super::*;
 use crate::config::{TopologyConfig, TopologyKind};
 use packet::{Meta, Packet, NIL};
@@ -97,7 +98,7 @@ fn arrivals(evs: &[(Time, Ev)]) -> Vec<(Time, u32, u16)> {
 fn pauses(evs: &[(Time, Ev)]) -> Vec<(u32, bool)> {
     evs.iter()
         .filter_map(|&(_, e)| match e {
-            Ev::Pfc { node, pause, .. } => Some((node, pause)),
+            Ev::Pfc { node, quanta, .. } => Some((node, quanta > 0)),
             _ => None,
         })
         .collect()
@@ -162,7 +163,7 @@ fn a_lossless_ingress_pauses_its_upstream_above_xoff_and_resumes_after_draining(
     let mut sw = switch(&cfg, &fx, LEFT);
     let prio = fx.classes.of_dscp(cfg.network.data_dscp);
     // The next switch pauses the output: everything from host 0 stays in port 0's buffer.
-    sw.pfc(&mut fx, Time::ZERO, 2, prio, true);
+    sw.pfc(&mut fx, Time::ZERO, 2, prio, u16::MAX);
     let xoff = sw.pause_threshold(0);
     let mut sent = 0;
     while sw.ports[0].ingress.total() <= xoff {
@@ -181,13 +182,123 @@ fn a_lossless_ingress_pauses_its_upstream_above_xoff_and_resumes_after_draining(
     }
     assert_eq!(sw.stats[0].drops, 0);
     // Resumed: the queue drains, and host 0 is resumed once, after the pause.
-    sw.pfc(&mut fx, Time::ZERO + Dur::from_micros(1), 2, prio, false);
+    sw.pfc(&mut fx, Time::ZERO + Dur::from_micros(1), 2, prio, 0);
     let evs = run_switch(&mut sw, &mut fx);
     assert_eq!(arrivals(&evs).len(), sent);
     assert_eq!(pauses(&evs), [(0, false)]);
     assert_eq!(sw.stats[0].pause_sent, 2);
     assert_eq!(sw.stats[2].pause_received, 2);
     assert_eq!(sw.used, 0);
+}
+
+/// The pause timers of events `evs`: (node, port, class, refresh) at their times.
+fn pause_timers(evs: &[(Time, Ev)]) -> Vec<(Time, u32, u16, u8, bool)> {
+    evs.iter()
+        .filter_map(|&(t, e)| match e {
+            Ev::PauseTimer {
+                node,
+                port,
+                class,
+                refresh,
+            } => Some((t, node, port, class, refresh)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A pause lasts its quanta (512 bit times each at the link's rate, IEEE 802.1Qbb): a switch
+/// output paused for 1 000 quanta at 40 Gb/s sends again 12.8 µs later by itself; a second
+/// frame before then replaces the time, and the first frame's timer then changes nothing.
+#[test]
+fn a_pause_runs_out_after_its_quanta_unless_a_later_frame_moves_the_end() {
+    let cfg = config(true);
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let prio = fx.classes.of_dscp(cfg.network.data_dscp);
+    let c = fx.classes.class(prio);
+    let quantum = Dur::from_picos(12_800);
+    sw.pfc(&mut fx, Time::ZERO, 2, prio, 1_000);
+    let first = Time::ZERO + quantum.saturating_mul(1_000);
+    assert_eq!(
+        pause_timers(&drain(&mut fx, FAR)),
+        [(first, LEFT, 2, c as u8, false)]
+    );
+    assert!(sw.ports[2].is_paused(c));
+    // Refreshed 5 µs in: the end moves to 5 µs + 12.8 µs.
+    let t5 = Time::ZERO + Dur::from_micros(5);
+    sw.pfc(&mut fx, t5, 2, prio, 1_000);
+    let second = t5 + quantum.saturating_mul(1_000);
+    drain(&mut fx, FAR);
+    sw.pause_timer(&mut fx, first, 2, c, false);
+    assert!(
+        sw.ports[2].is_paused(c),
+        "the first frame's time no longer holds"
+    );
+    sw.pause_timer(&mut fx, second, 2, c, false);
+    assert!(!sw.ports[2].is_paused(c), "ran out");
+    assert_eq!(sw.stats[2].paused, second.since(Time::ZERO));
+    assert_eq!(sw.stats[2].pause_received, 2);
+}
+
+/// An ingress above its threshold sends XOFF and, while it stays above, sends it again every
+/// half pause time (its refresh timer), so that the pause holds as long as the congestion;
+/// the XON cancels the refresh that was due. (The event list is only drained up to the next
+/// step's time: it cannot take events for a time it has passed.)
+#[test]
+fn a_congested_ingress_refreshes_its_pause_until_it_resumes() {
+    let cfg = config(true);
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let prio = fx.classes.of_dscp(cfg.network.data_dscp);
+    let c = fx.classes.class(prio);
+    // The output is held by a pause that the test refreshes itself.
+    sw.pfc(&mut fx, Time::ZERO, 2, prio, u16::MAX);
+    let xoff = sw.pause_threshold(0);
+    while sw.ports[0].ingress.total() <= xoff {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    // 65 535 quanta at the link's rate; refreshed at half of that.
+    let rate = fx.topo.nodes[LEFT as usize].ports[0].rate_bps;
+    let half = Dur::from_picos(pause_time(u16::MAX, rate).as_picos() / 2);
+    let at = |k: u64| Time::ZERO + half.saturating_mul(k);
+    let ingress = |evs: &[(Time, Ev)]| -> Vec<(Time, bool)> {
+        pause_timers(evs)
+            .into_iter()
+            .filter(|&(_, node, port, class, _)| (node, port, class) == (LEFT, 0, c as u8))
+            .map(|(t, _, _, _, refresh)| (t, refresh))
+            .collect()
+    };
+    let just_after = |t: Time| Time::from_picos(t.as_picos() + 1);
+    let evs = drain(&mut fx, at(1));
+    assert_eq!(pauses(&evs), [(0, true)]);
+    for k in 1..=3u64 {
+        sw.pfc(&mut fx, at(k), 2, prio, u16::MAX);
+        // The refresh timer is due now: handled, XOFF again and the next one.
+        let evs = drain(&mut fx, just_after(at(k)));
+        assert_eq!(ingress(&evs), [(at(k), true)], "refresh {k} due");
+        sw.pause_timer(&mut fx, at(k), 0, c, true);
+        let evs = drain(&mut fx, at(k + 1));
+        assert_eq!(pauses(&evs), [(0, true)], "refresh {k}");
+    }
+    assert_eq!(sw.stats[0].pause_sent, 4);
+    // The output resumes and the ingress drains: XON, and the refresh due is void.
+    let t = at(3) + Dur::from_micros(1);
+    sw.pfc(&mut fx, t, 2, prio, 0);
+    let mut evs = Vec::new();
+    while let Some((t, e)) = fx.q.q.pop_before(at(4)) {
+        match e {
+            Ev::TxDone { node, port } if node == LEFT => sw.tx_done(&mut fx, t, usize::from(port)),
+            _ => evs.push((t, e)),
+        }
+    }
+    assert_eq!(pauses(&evs), [(0, false)]);
+    sw.pause_timer(&mut fx, at(4), 0, c, true);
+    assert!(
+        pauses(&drain(&mut fx, FAR)).is_empty(),
+        "no refresh after XON"
+    );
+    assert_eq!(sw.stats[0].pause_sent, 5);
 }
 
 #[test]
@@ -310,12 +421,12 @@ fn a_nic_paused_by_its_switch_counts_the_pause_and_a_frame_for_no_queue_pair_is_
     let mut fx = fabric(&cfg);
     let mut n = nic(&cfg, &fx, 0);
     let prio = fx.classes.of_dscp(cfg.network.data_dscp);
-    n.pfc(&mut fx, Time::ZERO, 0, prio, true);
+    n.pfc(&mut fx, Time::ZERO, 0, prio, u16::MAX);
     assert_eq!(
         n.open_pause(Time::ZERO + Dur::from_micros(3), prio),
         Dur::from_micros(3)
     );
-    n.pfc(&mut fx, Time::ZERO + Dur::from_micros(5), 0, prio, false);
+    n.pfc(&mut fx, Time::ZERO + Dur::from_micros(5), 0, prio, 0);
     assert_eq!(n.stats.paused, Dur::from_micros(5));
     assert_eq!(n.stats.pause_received, 2);
     // A straggler for a queue pair that is gone: freed, no completion.
