@@ -5,7 +5,7 @@ use std::path::Path;
 
 use irn_sim::config::{
     load_experiment, CcKind, EcnMode, FlowOp, Recovery, SimConfig, SwitchModel, TopologyKind,
-    WorkloadKind,
+    Trust, WorkloadKind,
 };
 use irn_sim::{run, RunOutput};
 
@@ -220,6 +220,38 @@ fn a_pause_refreshed_before_it_runs_out_holds_and_one_that_lapses_overruns_the_b
             x.headroom_overflow > 0,
             "seed {seed}: a lapsing pause must overrun the buffer"
         );
+    }
+}
+
+/// Seed 001 §3 (experiments/n2-routed-pcp.toml at k = 4): with every switch routing, a frame
+/// loses its VLAN tag past the first hop, so PFC that classifies by PCP sees the RDMA traffic as
+/// priority 0 — lossy — and the fabric drops it; PCP-based PFC on a bridged fabric, and
+/// DSCP-based PFC on a routed one, lose nothing.
+#[test]
+fn pcp_based_pfc_breaks_across_routed_hops_and_dscp_based_pfc_does_not() {
+    for seed in [1, 2, 3] {
+        let mut c = small(Recovery::Roce, true);
+        c.seed = seed;
+        c.workload.load = 0.9;
+        c.workload.duration_us = 400.0;
+        c.network.vlan = true;
+        c.transport.roce_timeout_with_pfc = true;
+        c.transport.roce_rto_us = 1000.0;
+        let mut run_as = |trust: Trust, routed: bool| {
+            c.network.trust = trust;
+            c.network.routed_tiers = if routed { vec![1, 2, 3] } else { Vec::new() };
+            go(&c).summary
+        };
+        let dscp_routed = run_as(Trust::Dscp, true);
+        let pcp_bridged = run_as(Trust::Pcp, false);
+        let pcp_routed = run_as(Trust::Pcp, true);
+        for s in [&dscp_routed, &pcp_bridged] {
+            assert_eq!((s.drops, s.headroom_overflow), (0, 0), "seed {seed}");
+            assert_eq!(s.flows_completed, s.flows, "seed {seed}");
+            assert!(s.pause_frames > 0, "seed {seed}: this load must pause");
+        }
+        assert!(pcp_routed.drops > 0, "seed {seed}: lossy past the ToR");
+        assert!(pcp_routed.retransmissions > 0, "seed {seed}");
     }
 }
 

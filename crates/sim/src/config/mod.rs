@@ -246,6 +246,12 @@ pub struct NetworkConfig {
     /// What switches classify a frame by: `dscp` (default; through `dscp_to_priority`) or
     /// `pcp` (the VLAN tag's; needs `vlan`).
     pub trust: Trust,
+    /// The switch tiers that route (1: ToRs and leaves, 2: aggregation and spines, 3: cores;
+    /// a topology file's own tiers): a routed hop sends a frame on in a new Ethernet header,
+    /// without the 802.1Q tag and so without its PCP, which has no standard way across a
+    /// subnet boundary (seed 001 §3) — the next hop classifies it as priority 0 when it trusts
+    /// the PCP; the DSCP travels on. Default none (every switch bridges, tags intact).
+    pub routed_tiers: Vec<u8>,
     /// Probability that a link loses a packet (random loss, for fault experiments). Default 0.
     pub link_loss: f64,
     /// How switches spread packets over equal-cost paths: `flow` (default: by the 5-tuple
@@ -285,6 +291,7 @@ impl Default for NetworkConfig {
             dscp_to_priority: None,
             vlan: false,
             trust: Trust::Dscp,
+            routed_tiers: Vec::new(),
             link_loss: 0.0,
             ecmp: Ecmp::Flow,
             flowlet_gap_us: 50.0,

@@ -264,6 +264,11 @@ impl SimConfig {
             "must be in [0, 1)",
         )?;
         check(
+            !n.routed_tiers.contains(&0),
+            "network.routed_tiers",
+            "names switch tiers (1 and up); hosts (tier 0) do not route",
+        )?;
+        check(
             n.pause_quanta >= 1,
             "network.pause_quanta",
             "must be at least 1 (a pause of 0 quanta is a resume)",

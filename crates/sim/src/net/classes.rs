@@ -5,8 +5,10 @@
 //! the 8 priorities may be lossless (PFC pauses them per (port, priority)).
 //!
 //! Classes are the priorities in use — those of the DSCPs the NICs send — highest first, so a
-//! port holds only the queues that can fill; a frame of any other priority (a PCP-trusting
-//! switch's untagged frame, priority 0) shares the lowest class.
+//! port holds only the queues that can fill; a frame of any other priority shares the lowest
+//! class. Where PCP-trusting switches can see untagged frames — behind a routed hop, which
+//! drops the tag (`network.routed_tiers`) — priority 0, an untagged frame's (IEEE 802.1Q), is
+//! a class of its own, lossless only if configured so.
 
 use super::packet::Hop;
 use crate::config::{NetworkConfig, Trust};
@@ -41,6 +43,9 @@ impl Classes {
             .iter()
             .map(|&d| dscp_map[usize::from(d & 63)])
             .collect();
+        if net.trust == Trust::Pcp && !net.routed_tiers.is_empty() {
+            priorities.push(0);
+        }
         priorities.sort_unstable_by(|a, b| b.cmp(a));
         priorities.dedup();
         let mut class_of = [NONE; 8];
@@ -149,6 +154,31 @@ mod tests {
         assert_eq!(c.class_lossless(c.class(0)), c.lossless(3));
         assert_eq!(c.paused_class(0), None);
         assert_eq!(c.paused_class(6), Some(0));
+    }
+
+    #[test]
+    fn behind_routed_hops_a_pcp_trusting_switch_has_a_lossy_class_for_untagged_frames() {
+        let mut net = NetworkConfig {
+            pfc: true,
+            vlan: true,
+            trust: Trust::Pcp,
+            ..NetworkConfig::default()
+        };
+        let bridged = Classes::new(&net, &[26, 48]);
+        assert_eq!(bridged.len(), 2);
+        net.routed_tiers = vec![1, 2, 3];
+        let c = Classes::new(&net, &[26, 48]);
+        assert_eq!(c.len(), 3);
+        // An untagged frame (a routed hop dropped its tag) is priority 0: lossy, lowest.
+        let untagged = c.priority(&hop(26, None));
+        assert_eq!(untagged, 0);
+        assert_eq!(c.class(untagged), 2);
+        assert!(!c.class_lossless(c.class(untagged)));
+        assert!(c.class_lossless(c.class(c.priority(&hop(26, Some(3))))));
+        // DSCP-trusting switches read the DSCP, tag or no tag.
+        net.trust = Trust::Dscp;
+        let d = Classes::new(&net, &[26, 48]);
+        assert_eq!((d.len(), d.priority(&hop(26, None))), (2, 3));
     }
 
     #[test]

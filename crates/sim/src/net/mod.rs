@@ -296,6 +296,13 @@ fn build_switch(
     if l2_modelled(cfg, end) {
         s = s.with_l2(L2Table::new(cfg, links.len()));
     }
+    if cfg
+        .network
+        .routed_tiers
+        .contains(&topo.nodes[node as usize].tier)
+    {
+        s = s.routing();
+    }
     if cfg.watchdog.switch != SwitchWatchdog::Off && mine {
         // One watchdog queue per lossless class of each server-facing port.
         let ports: Vec<u16> = (0..links.len())

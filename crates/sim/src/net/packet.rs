@@ -108,6 +108,19 @@ impl Hop {
         self.vlan |= FLOODED;
     }
 
+    /// The frame as a routed hop sends it on: in a new Ethernet header without the 802.1Q
+    /// tag, so its PCP is gone — there is no standard way to carry it across a subnet
+    /// boundary (seed 001 §3, the reason for DSCP-based PFC) — while the DSCP travels on in
+    /// the IP header.
+    #[inline]
+    pub(super) fn routed(mut self) -> Hop {
+        if self.vlan & TAGGED != 0 {
+            self.vlan &= FLOODED;
+            self.wire -= VLAN_TAG_LEN as u16;
+        }
+        self
+    }
+
     /// Moves the frame to DSCP `dscp` (a flooded copy demoted to a lossy class); a tag's PCP
     /// follows as `pcp`.
     pub(super) fn set_dscp(&mut self, dscp: u8, pcp: u8) {

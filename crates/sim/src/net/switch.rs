@@ -150,6 +150,8 @@ pub(super) struct Switch {
     l2: Option<Box<L2Table>>,
     /// The PFC watchdog of the server-facing ports, when configured.
     watchdog: Option<Box<PfcWatchdog>>,
+    /// It routes (L3): what it sends has lost its 802.1Q tag (`network.routed_tiers`).
+    routes: bool,
 }
 
 /// ECMP: which of `n` equal-cost ports a packet whose mixed hash is `h` takes, `h mod n`.
@@ -193,10 +195,17 @@ impl Switch {
             ecn_rng: Rng::stream(seed, (12 << 32) | u64::from(node)),
             l2: None,
             watchdog: None,
+            routes: false,
         }
     }
 
     /// Gives the switch L2 tables (a ToR's ARP and MAC tables and flooding).
+    /// The switch routes (L3): frames leave it without their 802.1Q tag.
+    pub(super) fn routing(mut self) -> Switch {
+        self.routes = true;
+        self
+    }
+
     pub(super) fn with_l2(mut self, l2: L2Table) -> Switch {
         self.l2 = Some(Box::new(l2));
         self
@@ -514,6 +523,16 @@ impl Switch {
         pkt: u32,
         hop: Hop,
     ) {
+        // A routed hop's frame leaves untagged; the packet's record follows, since the next
+        // hop accounts for it by what it received. A flooded copy is bridged within the
+        // ToR's VLAN, tag and all (and its copies share one record).
+        let hop = if self.routes && !hop.flooded() {
+            let routed = hop.routed();
+            fx.pool.meta[pkt as usize].hop = routed;
+            routed
+        } else {
+            hop
+        };
         let wire = u64::from(hop.wire);
         self.stats[out].tx_packets += 1;
         self.stats[out].tx_bytes += wire;

@@ -301,6 +301,39 @@ fn a_congested_ingress_refreshes_its_pause_until_it_resumes() {
     assert_eq!(sw.stats[0].pause_sent, 5);
 }
 
+/// A routing switch (`network.routed_tiers`) sends a tagged frame on untagged, 4 bytes
+/// shorter, its PCP gone and its DSCP kept; a bridging one forwards the tag as it came.
+#[test]
+fn a_routed_hop_sends_frames_on_without_their_vlan_tag() {
+    let mut cfg = config(false);
+    cfg.network.vlan = true;
+    for routed in [false, true] {
+        cfg.network.routed_tiers = if routed { vec![1] } else { Vec::new() };
+        let mut fx = fabric(&cfg);
+        let mut sw = switch(&cfg, &fx, LEFT);
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1004);
+        let hop = Hop::new(hop.dst, hop.hash, hop.wire, hop.dscp(), hop.ecn(), Some(3));
+        fx.pool.meta[pkt as usize].hop = hop;
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+        let sent: Vec<Hop> = run_switch(&mut sw, &mut fx)
+            .into_iter()
+            .filter_map(|(_, e)| match e {
+                Ev::Arrive { hop, .. } => Some(hop),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent.len(), 1);
+        let out = sent[0];
+        assert_eq!(out.dscp(), cfg.network.data_dscp, "the DSCP travels on");
+        if routed {
+            assert_eq!((out.pcp(), out.wire), (None, 1000), "untagged");
+            assert_eq!(sw.stats[2].tx_bytes, 1000);
+        } else {
+            assert_eq!((out.pcp(), out.wire), (Some(3), 1004), "tag intact");
+        }
+    }
+}
+
 #[test]
 fn a_lossy_input_drops_what_its_buffer_cannot_hold() {
     let cfg = config(false);
