@@ -232,11 +232,23 @@ type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, Ra
 
 /// The runs' legend, upper right.
 fn legend(chart: &mut Chart<'_>) -> Result<()> {
+    legend_at(chart, SeriesLabelPosition::UpperRight)
+}
+
+/// The runs' legend at `pos`, on a chart of any coordinates.
+fn legend_at<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
+        .position(pos)
         .draw()
         .map_err(draw)
 }
@@ -364,13 +376,7 @@ fn sent_to_failed<DB: DrawingBackend>(
                 PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(draw)
+    legend_at(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// The tail of single-packet flows' FCTs (IRN §4.3's figure, SPEC E7): one panel per
@@ -421,13 +427,7 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(draw)?;
+        legend_at(&mut chart, SeriesLabelPosition::LowerRight)?;
     }
     root.present().map_err(draw)?;
     Ok(())

@@ -90,6 +90,41 @@ fn bars_and_timeline_name_every_run_and_the_ratios_baseline() {
     plot::timeline(&timeline, &runs).expect("drawn");
     let text = svg(&timeline);
     assert!(text.contains("IRN") && text.contains("RoCE+PFC"));
+    assert!(
+        !text.contains("packets sent to failed hosts"),
+        "no fault, no fourth panel"
+    );
+}
+
+/// A run with a dead server gets the timeline's fourth panel: the packets sent to it, with
+/// each run's total in its legend.
+#[test]
+fn the_timeline_adds_up_what_was_sent_to_a_dead_server() {
+    let text = format!(
+        "{EXPERIMENT}\n[transport]\nretry_cnt = 3\nack_timeout = 8\n\n[[fault]]\nkind = \"host-down\"\nhost = 0\nat_ms = 0.1\n"
+    );
+    let runs: Vec<RunSummary> = load_experiment(&text, "figures", Path::new("."), &[], None)
+        .expect("valid experiment")
+        .runs
+        .iter()
+        .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
+        .collect();
+    let sent: Vec<u64> = runs
+        .iter()
+        .map(|r| r.safety.counts.sent_to_failed_packets)
+        .collect();
+    assert!(sent.iter().all(|&n| n > 0), "{sent:?}");
+    let path = out("dead-timeline.svg");
+    plot::timeline(&path, &runs).expect("drawn");
+    let text = svg(&path);
+    assert!(text.contains("packets sent to failed hosts"));
+    for (r, n) in runs.iter().zip(&sent) {
+        assert!(
+            text.contains(&format!("{}: {n} packets", r.name)),
+            "{} missing",
+            r.name
+        );
+    }
 }
 
 #[test]

@@ -1332,30 +1332,10 @@ fn rnr_retry_exceeded_and_transport_retry_exceeded_complete_with_their_status() 
     // IRN with its timer fixed (IRN §3.1) retransmits at its own RTO (100 µs here) but gives
     // up, as the verbs attributes say, after retry_cnt + 1 local ACK timeouts without
     // progress: 4 × 4.096 µs × 2^10 = 16.8 ms.
-    let fixed = RecoveryConfig {
+    let mut p = to_a_dead_peer(RecoveryConfig {
         rto_backoff_after: None,
         ..RecoveryConfig::irn()
-    };
-    let mut cfg = PairConfig::new(fixed, dead, 5);
-    cfg.attr.retry_cnt = 3;
-    cfg.attr.timeout = 10;
-    let mut p = Pair::new(cfg);
-    let (mem, sge, remote, _) = memory(64);
-    p.mem_a = mem;
-    for (id, op, sg) in [
-        (77, SendOp::Write(remote), vec![sge]),
-        (78, SendOp::Send, vec![]),
-    ] {
-        p.a.post_send(SendWr {
-            wr_id: id,
-            op,
-            sg_list: sg,
-            signaled: true,
-            fence: false,
-            solicited: false,
-        })
-        .expect("post");
-    }
+    });
     p.drive_until(T0 + Dur::from_micros(16_700), 100_000);
     assert!(p.done_a.is_empty(), "gave up before 4 local ACK timeouts");
     let irn_timeouts = p.a.counters().timeouts;
@@ -2180,6 +2160,36 @@ fn a_reused_payload_buffer_never_leaks_into_the_next_packet() {
     assert!(kinds.contains(&Opcode::CNP), "{kinds:?}");
 }
 
+/// A pair whose links lose everything, A's queue pair (`recovery`, `retry_cnt` 3, `timeout`
+/// 10: 4.2 ms) with a 64-byte Write (wr_id 77) and a Send (78) posted.
+fn to_a_dead_peer(recovery: RecoveryConfig) -> Pair {
+    let dead = LinkConfig {
+        loss: 1.0,
+        ..LinkConfig::default()
+    };
+    let mut cfg = PairConfig::new(recovery, dead, 5);
+    cfg.attr.retry_cnt = 3;
+    cfg.attr.timeout = 10;
+    let mut p = Pair::new(cfg);
+    let (mem, sge, remote, _) = memory(64);
+    p.mem_a = mem;
+    for (id, op, sg) in [
+        (77, SendOp::Write(remote), vec![sge]),
+        (78, SendOp::Send, vec![]),
+    ] {
+        p.a.post_send(SendWr {
+            wr_id: id,
+            op,
+            sg_list: sg,
+            signaled: true,
+            fence: false,
+            solicited: false,
+        })
+        .expect("post");
+    }
+    p
+}
+
 /// The times at which `p`'s requester timed out, driving it until its first completion or
 /// `until`.
 fn expiries_until_done(p: &mut Pair, until: Time) -> Vec<Time> {
@@ -2202,39 +2212,15 @@ fn expiries_until_done(p: &mut Pair, until: Time) -> Vec<Time> {
 /// `retry_cnt + 1` local ACK timeouts (IBTA §9.7.6.1.3) and the Send behind it is flushed.
 #[test]
 fn a_dead_peer_draws_backed_off_resends_and_the_same_retry_error() {
-    let dead = LinkConfig {
-        loss: 1.0,
-        ..LinkConfig::default()
-    };
     let low = Dur::from_micros(100);
     // timeout 10: 4.096 µs × 2^10.
     let ack_timeout = Dur::from_picos(4_194_304_000);
     let mut gave_up = Vec::new();
     for backoff in [None, Some(3)] {
-        let recovery = RecoveryConfig {
+        let mut p = to_a_dead_peer(RecoveryConfig {
             rto_backoff_after: backoff,
             ..RecoveryConfig::irn()
-        };
-        let mut cfg = PairConfig::new(recovery, dead, 5);
-        cfg.attr.retry_cnt = 3;
-        cfg.attr.timeout = 10;
-        let mut p = Pair::new(cfg);
-        let (mem, sge, remote, _) = memory(64);
-        p.mem_a = mem;
-        for (id, op, sg) in [
-            (77, SendOp::Write(remote), vec![sge]),
-            (78, SendOp::Send, vec![]),
-        ] {
-            p.a.post_send(SendWr {
-                wr_id: id,
-                op,
-                sg_list: sg,
-                signaled: true,
-                fence: false,
-                solicited: false,
-            })
-            .expect("post");
-        }
+        });
         let at = expiries_until_done(&mut p, T0 + Dur::from_millis(100));
         p.drive_until(T0 + Dur::from_millis(100), 100_000);
         let st: Vec<_> = p.done_a.iter().map(|c| c.status).collect();
