@@ -401,9 +401,8 @@ impl<M: SimMemory> Nic<M> {
                 continue;
             };
             let ctrl = qp.control_ready();
-            if ctrl && !tx.ctrl[i] && tx.dead_ready > 0 {
-                // An entry a destroyed queue pair left behind may name this slot.
-                tx.ready.forget_clean();
+            if ctrl && !tx.ctrl[i] {
+                tx.ready.flag_raised(slot);
             }
             tx.ctrl[i] = ctrl;
             // Round-robin: back of the list if it may have more; otherwise out of it (a
@@ -788,10 +787,8 @@ impl<M: SimMemory> Nic<M> {
         }
         let ctrl = qp.control_ready();
         let tx = &mut self.tx;
-        if ctrl && !tx.ctrl[slot as usize] && (tx.listed[slot as usize] || tx.dead_ready > 0) {
-            // Its entry (or one a destroyed queue pair left behind) may lie in the run the
-            // list knows to have no control packet.
-            tx.ready.forget_clean();
+        if ctrl && !tx.ctrl[slot as usize] {
+            tx.ready.flag_raised(slot);
         }
         tx.ctrl[slot as usize] = ctrl;
         arm_timer(&mut fx.q, now, s, self.host, slot);

@@ -7,8 +7,10 @@
 //! storm) a NIC holds thousands of queue pairs with data and a few with ACKs to send; looking
 //! from the front each time walked the whole list for every ACK. The list therefore remembers
 //! one run of entries it has seen without a control packet ([`ReadyList::first_flagged`]
-//! skips it) until a flag that could lie in it turns on ([`ReadyList::forget_clean`]). What
-//! it answers is what a walk from the front would, always; only the walking is saved.
+//! skips it) until the flag of a slot with an entry on the list turns on
+//! ([`ReadyList::flag_raised`]; it counts each slot's entries, since a destroyed queue pair's
+//! entry can outlive it into its slot's next life). What it answers is what a walk from the
+//! front would, always; only the walking is saved.
 
 use std::collections::VecDeque;
 
@@ -24,6 +26,9 @@ struct Run {
 pub(super) struct ReadyList {
     q: VecDeque<u32>,
     clean: Option<Run>,
+    /// Per slot, its entries on the list: a slot can have two (a destroyed queue pair's entry
+    /// stays until a look drops it, and its slot may be reused and listed again meanwhile).
+    entries: Vec<u16>,
 }
 
 impl ReadyList {
@@ -37,11 +42,17 @@ impl ReadyList {
 
     /// Appends `slot` (outside the clean run: it has not been looked at).
     pub(super) fn push_back(&mut self, slot: u32) {
+        let i = slot as usize;
+        if self.entries.len() <= i {
+            self.entries.resize(i + 1, 0);
+        }
+        self.entries[i] += 1;
         self.q.push_back(slot);
     }
 
     pub(super) fn pop_front(&mut self) -> Option<u32> {
         let slot = self.q.pop_front()?;
+        self.entries[slot as usize] -= 1;
         if let Some(r) = self.clean.as_mut() {
             if r.start > 0 {
                 r.start -= 1;
@@ -57,18 +68,29 @@ impl ReadyList {
 
     pub(super) fn clear(&mut self) {
         self.q.clear();
+        self.entries.iter_mut().for_each(|n| *n = 0);
         self.clean = None;
     }
 
     /// Keeps the slots `keep` accepts, in order.
-    pub(super) fn retain(&mut self, keep: impl FnMut(&u32) -> bool) {
-        self.q.retain(keep);
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&u32) -> bool) {
+        let entries = &mut self.entries;
+        self.q.retain(|s| {
+            let k = keep(s);
+            if !k {
+                entries[*s as usize] -= 1;
+            }
+            k
+        });
         self.clean = None;
     }
 
-    /// A flag turned on for a slot that may be on the list: the clean run is forgotten.
-    pub(super) fn forget_clean(&mut self) {
-        self.clean = None;
+    /// `slot`'s flag turned on: if it has an entry on the list, that entry may lie in the
+    /// clean run, which is forgotten.
+    pub(super) fn flag_raised(&mut self, slot: u32) {
+        if self.entries.get(slot as usize).is_some_and(|&n| n > 0) {
+            self.clean = None;
+        }
     }
 
     /// The position of the first slot from the front whose `flags` entry is set, if any; the
@@ -158,6 +180,7 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             (0u32..24).prop_map(Op::Push),
+            (0u32..24).prop_map(Op::Push),
             Just(Op::Pop),
             Just(Op::Serve),
             Just(Op::Serve),
@@ -197,7 +220,7 @@ mod tests {
                     }
                     Op::Flag(s, f) => {
                         if f && !flags[s as usize] {
-                            list.forget_clean();
+                            list.flag_raised(s);
                         }
                         flags[s as usize] = f;
                     }
