@@ -17,6 +17,7 @@ pub(crate) use crate::recv_window::{Arrival, RecvWindow};
 use crate::rtt::RttEstimator;
 use crate::scoreboard::{Scoreboard, Seg};
 use std::collections::VecDeque;
+use timer::RetryTimer;
 
 use irn_wire::{LossBitmap, Psn};
 
@@ -99,15 +100,8 @@ pub(crate) struct SendWindow {
     /// Highest selectively acknowledged PSN, if any above `una`.
     highest_sack: Option<Psn>,
     recovery: Option<Recovery>,
-    /// When the retransmission timer was (re)started; `None` = not running.
-    timer_base: Option<Time>,
-    /// When the current stretch without progress began: the timer's start from idle, or the
-    /// last progress. `None` while nothing is in flight.
-    stall_base: Option<Time>,
-    /// Retries counted in the current stretch without progress.
-    retries: u32,
-    /// Retransmission timeouts in the current stretch without progress.
-    expiries: u32,
+    /// The retransmission timer and the retry count.
+    timer: RetryTimer,
     /// When each outstanding PSN was first sent; `Time::MAX` once retransmitted (Karn: no RTT
     /// sample from a retransmitted packet).
     sent_at: VecDeque<Time>,
@@ -187,10 +181,7 @@ impl SendWindow {
             span: None,
             highest_sack: None,
             recovery: None,
-            timer_base: None,
-            stall_base: None,
-            retries: 0,
-            expiries: 0,
+            timer: RetryTimer::default(),
             sent_at: VecDeque::new(),
             min_rtt: None,
             last_retx: None,
@@ -348,10 +339,7 @@ impl SendWindow {
                 b.pipe += 1;
             }
         }
-        if self.timer_base.is_none() {
-            self.timer_base = Some(now);
-            self.stall_base.get_or_insert(now);
-        }
+        self.timer.sent(now);
     }
 
     /// The PSN to retransmit next, if any.
@@ -493,10 +481,7 @@ impl SendWindow {
                 rec.force = false;
             }
         }
-        if self.timer_base.is_none() {
-            self.timer_base = Some(now);
-            self.stall_base.get_or_insert(now);
-        }
+        self.timer.sent(now);
     }
 
     /// A cumulative acknowledgement: every PSN before `cum` has arrived. Returns how many PSNs
@@ -704,20 +689,15 @@ impl SendWindow {
     /// Progress — an ACK of this space, or Read responses arriving in order: restarts the timer
     /// and resets the retry count.
     pub(crate) fn progress(&mut self, now: Time) {
-        self.retries = 0;
-        self.expiries = 0;
-        self.timer_base = (self.in_flight() > 0).then_some(now);
-        self.stall_base = self.timer_base;
+        let in_flight = self.in_flight() > 0;
+        self.timer.progress(now, in_flight);
     }
 
     /// The peer answered without acknowledging anything new (an RNR NAK, a NACK): it is alive,
     /// so the stretch without progress that the retry budget measures starts again.
     pub(crate) fn peer_alive(&mut self, now: Time) {
-        self.retries = 0;
-        self.expiries = 0;
-        if self.in_flight() > 0 {
-            self.stall_base = Some(now);
-        }
+        let in_flight = self.in_flight() > 0;
+        self.timer.peer_alive(now, in_flight);
     }
 
     /// `psn` was selectively acknowledged (the PSN that triggered a NACK) at `now`. The peer
@@ -984,7 +964,7 @@ impl SendWindow {
     /// ([`RecoveryConfig::rto_backoff_after`](crate::RecoveryConfig::rto_backoff_after)); an
     /// adaptive one backs off by its estimator whatever `backoff` says.
     pub(crate) fn deadline(&self, rto: &RtoPolicy, backoff: Option<(u32, Dur)>) -> Option<Time> {
-        let base = self.timer_base?;
+        let base = self.timer.base()?;
         if self.in_flight() == 0 {
             return None;
         }
@@ -992,18 +972,13 @@ impl SendWindow {
             return Some(base + self.est.rto(min, max, initial));
         }
         let d = rto.timeout(self.in_flight())?;
-        let d = match backoff {
-            Some((after, cap)) if self.expiries > after => {
-                d.doubled(self.expiries - after).min(cap.max(d))
-            }
-            _ => d,
-        };
-        Some(base + d)
+        Some(base + self.timer.backed_off(d, backoff))
     }
 
     /// Restarts the timer at `now` (after a timeout, or an RNR wait).
     pub(crate) fn restart_timer(&mut self, now: Time) {
-        self.timer_base = (self.in_flight() > 0).then_some(now);
+        let in_flight = self.in_flight() > 0;
+        self.timer.restart(now, in_flight);
     }
 
     /// The retransmission timer expired: restarts it and returns the retries counted so far
@@ -1017,22 +992,13 @@ impl SendWindow {
     /// host's scheduler) calls in once, late, and that one expiry is one retry, not every
     /// period that passed while nothing ran (7 of 42 benchmark runs on a loaded host
     /// gave up with no packet lost).
-    pub(crate) fn on_timeout(&mut self, now: Time, retry_every: Option<crate::time::Dur>) -> u32 {
-        self.expiries = self.expiries.saturating_add(1);
-        match retry_every {
-            None => self.retries += 1,
-            Some(t) => {
-                let base = *self.stall_base.get_or_insert(now);
-                let stalled = now.since(base).as_picos() / t.as_picos().max(1);
-                let stalled = u32::try_from(stalled).unwrap_or(u32::MAX);
-                self.retries = self.retries.max(stalled.min(self.expiries));
-            }
-        }
+    pub(crate) fn on_timeout(&mut self, now: Time, retry_every: Option<Dur>) -> u32 {
         self.est.backoff = self.est.backoff.saturating_add(1);
-        self.timer_base = Some(now);
-        self.retries
+        self.timer.expired(now, retry_every)
     }
 }
+
+mod timer;
 
 #[cfg(test)]
 mod tests;
