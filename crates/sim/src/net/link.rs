@@ -2,12 +2,12 @@
 //! (store-and-forward), pause frames overtaking queued data, and random loss on arrival.
 
 use irn_transport::rng::Rng;
-use irn_transport::{Dur, Time};
+use irn_transport::Time;
 
 use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::packet::{Ev, Hop, PFC_FRAME};
-use super::pfc::{pause_time, Pause};
+use super::pfc::Pause;
 use crate::topology::Port;
 
 impl<M: SimMemory> Fabric<M> {
@@ -104,13 +104,6 @@ impl<M: SimMemory> Fabric<M> {
             );
             refresh
         })
-    }
-
-    /// The time a pause of `quanta` lasts on `node`'s `port`: 512 bit times each at its
-    /// link's rate.
-    pub(super) fn pause_time(&self, node: u32, port: u16, quanta: u16) -> Dur {
-        let p = self.topo.nodes[node as usize].ports[port as usize];
-        pause_time(quanta, p.rate_bps)
     }
 
     /// Wakes `node`'s `port` at `at` to see whether the pause of `class` it received ran out.

@@ -26,7 +26,7 @@ use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
-use super::pfc::{Ingress, Pause, PauseClock};
+use super::pfc::{pause_time, Ingress, Pause, PauseClock};
 use super::ready::ReadyList;
 use crate::config::{us, Ecmp, SimConfig};
 use crate::topology::Port;
@@ -664,7 +664,7 @@ impl<M: SimMemory> Nic<M> {
         self.stats.pause_received += 1;
         let p = prio as usize & 7;
         if quanta > 0 {
-            let time = fx.pause_time(self.host, port, quanta);
+            let time = pause_time(quanta, self.link.rate_bps);
             let until = self.clock.received(p, now, time);
             fx.pause_expiry(until, self.host, port, p);
             if !self.paused[p] {

@@ -29,7 +29,7 @@ use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::packet::{Ev, Hop, Meta, NIL};
-use super::pfc::{shared_xoff, Ingress, Pause, PauseClock};
+use super::pfc::{pause_time, shared_xoff, Ingress, Pause, PauseClock};
 use super::queues::Queues;
 use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
 use crate::topology::Port;
@@ -614,7 +614,7 @@ impl Switch {
             return;
         };
         if quanta > 0 {
-            let time = fx.pause_time(self.node, port, quanta);
+            let time = pause_time(quanta, self.ports[p].link.rate_bps);
             let until = self.clocks[p].received(c, now, time);
             fx.pause_expiry(until, self.node, port, c);
             if !self.ports[p].is_paused(c) {
