@@ -45,6 +45,9 @@ pub(super) struct Slot {
     /// The host of the queue pair at the other end (kept here: the slot is read for every
     /// packet sent, the flow's state is not).
     peer: u32,
+    /// The ECMP hash of the queue pair's 5-tuple: its host, the peer's, and both QPNs (the
+    /// UDP source port a RoCE NIC derives from them), computed once per queue pair.
+    flow_hash: u64,
     /// Packets sent (packet spraying salts each packet's ECMP hash with it).
     sent: u32,
     /// Flowlet number (`ecmp = "flowlet"`) and when the queue pair last sent.
@@ -419,7 +422,7 @@ impl<M: SimMemory> Nic<M> {
                 .max(qp.responses_in_flight());
             // Sending may have started the retransmission timer.
             arm_timer(&mut fx.q, now, s, host, slot);
-            let dest_qpn = t.ib.bth.dest_qpn;
+            debug_assert_eq!(t.ib.bth.dest_qpn, qpn(s.flow, 1 - usize::from(s.end)));
             let peer_host = s.peer;
             let (flow, end) = (s.flow, usize::from(s.end));
             let control = t.ib.bth.opcode.is_control();
@@ -435,10 +438,7 @@ impl<M: SimMemory> Nic<M> {
             let extra = tag.extra_headers[usize::from(control)];
             let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + vlan + extra)
                 .unwrap_or(u16::MAX);
-            let flow_hash = mix((u64::from(host) << 40)
-                ^ (u64::from(peer_host) << 20)
-                ^ u64::from(dest_qpn)
-                ^ (u64::from(qpn(flow, end)) << 48));
+            let flow_hash = s.flow_hash;
             // ECMP granularity: the flow's hash, or salted per packet (spraying) or per
             // flowlet, so each switch's pick changes with it.
             let salt = match tag.ecmp {
@@ -741,6 +741,7 @@ impl<M: SimMemory> Nic<M> {
                     flow,
                     end: end as u8,
                     peer,
+                    flow_hash: 0,
                     sent: 0,
                     flowlet: 0,
                     last_tx: Time::ZERO,
@@ -756,6 +757,11 @@ impl<M: SimMemory> Nic<M> {
         s.flow = flow;
         s.end = end as u8;
         s.peer = peer;
+        // The queue pair is connected to the other end's, `qpn(flow, 1 - end)` (flows.rs).
+        s.flow_hash = mix((u64::from(self.host) << 40)
+            ^ (u64::from(peer) << 20)
+            ^ u64::from(qpn(flow, 1 - end))
+            ^ (u64::from(qpn(flow, end)) << 48));
         s.timer = None;
         s.sent = 0;
         s.flowlet = 0;
