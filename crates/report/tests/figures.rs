@@ -36,18 +36,20 @@ transport.recovery = "roce"
 network.pfc = true
 "#;
 
+/// The summaries of every run of an experiment's `text`.
+fn run_all(text: &str) -> Vec<RunSummary> {
+    load_experiment(text, "figures", Path::new("."), &[], None)
+        .expect("valid experiment")
+        .runs
+        .iter()
+        .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
+        .collect()
+}
+
 /// The experiment's summaries, run once for the whole test binary.
 fn summaries() -> Vec<RunSummary> {
     static RUNS: std::sync::OnceLock<Vec<RunSummary>> = std::sync::OnceLock::new();
-    RUNS.get_or_init(|| {
-        load_experiment(EXPERIMENT, "figures", Path::new("."), &[], None)
-            .expect("valid experiment")
-            .runs
-            .iter()
-            .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
-            .collect()
-    })
-    .clone()
+    RUNS.get_or_init(|| run_all(EXPERIMENT)).clone()
 }
 
 fn out(name: &str) -> PathBuf {
@@ -103,12 +105,7 @@ fn the_timeline_adds_up_what_was_sent_to_a_dead_server() {
     let text = format!(
         "{EXPERIMENT}\n[transport]\nretry_cnt = 3\nack_timeout = 8\n\n[[fault]]\nkind = \"host-down\"\nhost = 0\nat_ms = 0.1\n"
     );
-    let runs: Vec<RunSummary> = load_experiment(&text, "figures", Path::new("."), &[], None)
-        .expect("valid experiment")
-        .runs
-        .iter()
-        .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
-        .collect();
+    let runs = run_all(&text);
     let sent: Vec<u64> = runs
         .iter()
         .map(|r| r.safety.counts.sent_to_failed_packets)
