@@ -89,6 +89,9 @@ impl Figures {
             // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
             if summaries.iter().all(|r| r.incast.is_some()) {
                 irn_report::plot::incast_plot(path, summaries).with_context(|| figure(path))?;
+            } else if summaries.iter().all(|r| !r.classes.is_empty()) {
+                // Traffic classes side by side: each class's own figures.
+                irn_report::plot::class_bars(path, summaries).with_context(|| figure(path))?;
             } else {
                 irn_report::plot::bars(path, summaries, self.baseline.as_deref())
                     .with_context(|| figure(path))?;
@@ -360,9 +363,62 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
             unfinished
         )?;
     }
+    if runs.iter().any(|r| !r.classes.is_empty()) {
+        class_table(out, runs)?;
+    }
     for r in runs {
         if let Some(pm) = &r.pingmesh {
             pingmesh_table(out, &r.name, pm)?;
+        }
+    }
+    Ok(())
+}
+
+/// Per traffic class of each run with `[[traffic]]`: its transport and priority, its flows'
+/// slowdown and FCTs, its goodput, and the pause time its senders saw.
+fn class_table(out: &mut dyn Write, runs: &[RunSummary]) -> Result<()> {
+    writeln!(
+        out,
+        "\n{:<22} {:<20} {:<10} {:>4} {:>7} {:>10} {:>12} {:>12} {:>9} {:>9} {:>11}",
+        "run",
+        "class",
+        "transport",
+        "prio",
+        "flows",
+        "avg slowdn",
+        "avg FCT µs",
+        "p99 FCT µs",
+        "Gb/s",
+        "resent",
+        "paused µs"
+    )?;
+    for r in runs {
+        for c in &r.classes {
+            let unfinished = if c.flows_unfinished + c.flows_failed > 0 {
+                format!(
+                    " ({} unfinished, {} failed)",
+                    c.flows_unfinished, c.flows_failed
+                )
+            } else {
+                String::new()
+            };
+            writeln!(
+                out,
+                "{:<22} {:<20} {:<10} {:>3}{} {:>7} {:>10.3} {:>12.1} {:>12.1} {:>9.2} {:>9} {:>11.1}{}",
+                r.name,
+                c.name,
+                c.transport,
+                c.priority,
+                if c.lossless { "L" } else { " " },
+                c.flows_completed,
+                c.stats.avg_slowdown,
+                c.stats.avg_fct_us,
+                c.stats.p99_fct_us,
+                c.goodput_gbps,
+                c.retransmissions,
+                c.paused_us,
+                unfinished
+            )?;
         }
     }
     Ok(())

@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use irn_sim::metrics::RunSummary;
+use irn_sim::metrics::{ClassReport, RunSummary};
 
 use crate::{draw, PlotError, Result};
 
@@ -212,6 +212,112 @@ fn bar_panel(
         ))
         .map_err(draw)?;
     }
+    Ok(())
+}
+
+/// A class's metric: its name, its unit's caption, and how to read it off a class.
+type ClassMetric = (&'static str, fn(&ClassReport) -> f64);
+
+/// Traffic classes side by side (`[[traffic]]`): one panel per metric — average slowdown,
+/// 99th-percentile FCT, and how long the class's senders were paused — with a group of bars
+/// per run, one bar per class in the class's own colour, its value written above it, and the
+/// classes' legend under the panels.
+pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in runs {
+        for c in &r.classes {
+            note(&mut names, c.name.as_str());
+        }
+    }
+    if names.is_empty() {
+        return Err(PlotError::Nothing("no run has traffic classes"));
+    }
+    let metrics: [ClassMetric; 3] = [
+        ("average slowdown", |c| c.stats.avg_slowdown),
+        ("p99 FCT (ms)", |c| c.stats.p99_fct_us / 1e3),
+        ("its senders paused (ms, summed)", |c| c.paused_us / 1e3),
+    ];
+    let per_group = names.len() + 1;
+    let px_w = (90 + 30 * per_group * runs.len()).max(480) as u32;
+    let legend_h = 22 * names.len() as u32 + 16;
+    let root =
+        SVGBackend::new(path, (px_w, 250 * metrics.len() as u32 + legend_h)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw)?;
+    let (panels, legend_area) = root.split_vertically(250 * metrics.len() as u32);
+    for (area, (title, f)) in panels.split_evenly((metrics.len(), 1)).iter().zip(metrics) {
+        let ymax = runs
+            .iter()
+            .flat_map(|r| r.classes.iter().map(f))
+            .fold(0.0f64, f64::max)
+            .max(1e-9)
+            * 1.2;
+        let width = (per_group * runs.len()) as f64;
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 15))
+            .margin(10)
+            .x_label_area_size(46)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..width, 0.0..ymax)
+            .map_err(draw)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .draw()
+            .map_err(draw)?;
+        for (ri, r) in runs.iter().enumerate() {
+            for c in &r.classes {
+                let ci = names.iter().position(|n| *n == c.name).unwrap_or(0);
+                let v = f(c);
+                let x0 = (ri * per_group + ci) as f64 + 0.5;
+                let color = COLORS[(2 * ci) % COLORS.len()];
+                chart
+                    .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
+                    .map_err(draw)?;
+                let label = if v >= 100.0 {
+                    format!("{v:.0}")
+                } else if v >= 10.0 {
+                    format!("{v:.1}")
+                } else {
+                    format!("{v:.2}")
+                };
+                chart
+                    .draw_series([Text::new(
+                        label,
+                        (x0 - 0.1, v + ymax * 0.02),
+                        ("sans-serif", 9).into_font(),
+                    )])
+                    .map_err(draw)?;
+            }
+            // The run's name under its group, wrapped at its comma.
+            let centre = (ri * per_group) as f64 + per_group as f64 / 2.0;
+            let (x, y) = chart.backend_coord(&(centre, 0.0));
+            for (li, line) in r.name.split(", ").enumerate() {
+                let w = 3 * line.chars().count() as i32;
+                root.draw(&Text::new(
+                    line.to_string(),
+                    (x - w, y + 6 + 13 * li as i32),
+                    ("sans-serif", 11).into_font().color(&BLACK),
+                ))
+                .map_err(draw)?;
+            }
+        }
+    }
+    for (ci, name) in names.iter().enumerate() {
+        let y = 8 + 22 * ci as i32;
+        let color = COLORS[(2 * ci) % COLORS.len()];
+        legend_area
+            .draw(&Rectangle::new([(60, y), (74, y + 14)], color.filled()))
+            .map_err(draw)?;
+        legend_area
+            .draw(&Text::new(
+                name.to_string(),
+                (82, y),
+                ("sans-serif", 13).into_font().color(&BLACK),
+            ))
+            .map_err(draw)?;
+    }
+    root.present().map_err(draw)?;
     Ok(())
 }
 

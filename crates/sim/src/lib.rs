@@ -126,6 +126,64 @@ fn describe(cfg: &SimConfig, topo: &Topology) -> String {
     )
 }
 
+/// Per traffic class (with `[[traffic]]`): its flows' counts and statistics (of the
+/// `measured` ones), goodput, retransmissions, and the pause time its senders saw.
+fn class_reports(
+    cfg: &SimConfig,
+    records: &[FlowRecord],
+    measured: &[FlowRecord],
+    net: &net::NetStats,
+    sim_s: f64,
+) -> Vec<metrics::ClassReport> {
+    if cfg.class_count() == 1 {
+        return Vec::new();
+    }
+    let run = cfg.network.as_run();
+    (0..cfg.class_count())
+        .map(|t| {
+            let c = cfg.class_config(t);
+            let class = |r: &&FlowRecord| usize::from(r.flow.class) == t;
+            let mine: Vec<&FlowRecord> = records.iter().filter(class).collect();
+            let completed: Vec<&&FlowRecord> = mine
+                .iter()
+                .filter(|r| r.status == Some(irn_transport::WcStatus::Success))
+                .collect();
+            let finished = mine.iter().filter(|r| r.end.is_some()).count();
+            let delivered: u64 = completed.iter().map(|r| r.flow.size).sum();
+            let prio = run.priority(c.network.data_dscp) & 7;
+            let mut senders: Vec<u32> = mine.iter().map(|r| r.flow.src).collect();
+            senders.sort_unstable();
+            senders.dedup();
+            let qp = net.class_qp.get(t).copied().unwrap_or_default();
+            metrics::ClassReport {
+                name: cfg.class_name(t),
+                transport: c.transport.recovery.name().into(),
+                cc: c.transport.cc.name().into(),
+                dscp: c.network.data_dscp,
+                priority: prio,
+                lossless: run.pfc && run.lossless_priorities.contains(&prio),
+                flows: mine.len(),
+                flows_completed: completed.len(),
+                flows_failed: finished - completed.len(),
+                flows_unfinished: mine.len() - finished,
+                stats: metrics::FlowStats::of(measured.iter().filter(class)),
+                goodput_gbps: if sim_s > 0.0 {
+                    delivered as f64 * 8.0 / sim_s / 1e9
+                } else {
+                    0.0
+                },
+                retransmissions: qp.retransmitted,
+                timeouts: qp.timeouts,
+                paused_us: senders
+                    .iter()
+                    .filter_map(|&h| net.host_paused_us.get(h as usize))
+                    .map(|p| p[usize::from(prio)])
+                    .sum(),
+            }
+        })
+        .collect()
+}
+
 fn run_with<M: SimMemory>(
     cfg: &SimConfig,
     progress: &mut dyn FnMut(f64),
@@ -230,6 +288,7 @@ fn run_with<M: SimMemory>(
             .max()
             .unwrap_or(0),
     };
+    let classes = class_reports(cfg, &records, measured, &net, sim_s);
     let summary = RunSummary {
         name: cfg.name.clone(),
         scenario: cfg.scenario.clone(),
@@ -303,6 +362,7 @@ fn run_with<M: SimMemory>(
         },
         safety,
         port_prio,
+        classes,
         timeline: net.timeline,
     };
     let monitor = net.rows;

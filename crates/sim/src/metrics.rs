@@ -637,6 +637,46 @@ pub struct RunSummary {
     /// The fabric-wide time series (with `monitor_interval_us`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<crate::net::TimelinePoint>,
+    /// Per traffic class, with `[[traffic]]`: `[workload]`'s first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassReport>,
+}
+
+/// One traffic class of a run with `[[traffic]]` (class 0 is `[workload]`'s).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassReport {
+    /// Its name (`name`, else its transport's).
+    pub name: String,
+    /// Its transport (`recovery`).
+    pub transport: String,
+    /// Its congestion control.
+    pub cc: String,
+    /// The DSCP of its data packets.
+    pub dscp: u8,
+    /// The priority the switches give them.
+    pub priority: u8,
+    /// Whether that priority is lossless (PFC or PAUSE).
+    pub lossless: bool,
+    /// Its flows.
+    pub flows: usize,
+    /// ...completed successfully.
+    pub flows_completed: usize,
+    /// ...completed with an error.
+    pub flows_failed: usize,
+    /// ...not finished when the run ended.
+    pub flows_unfinished: usize,
+    /// Statistics of its measured flows.
+    #[serde(flatten)]
+    pub stats: FlowStats,
+    /// Payload of its flows that completed successfully ÷ simulated time, Gb/s.
+    pub goodput_gbps: f64,
+    /// Packets its queue pairs sent again.
+    pub retransmissions: u64,
+    /// Its queue pairs' retransmission timeouts.
+    pub timeouts: u64,
+    /// How long the NICs that send its flows had its priority paused, summed over them, µs
+    /// (congestion spreading reaching its senders, SPEC N3).
+    pub paused_us: f64,
 }
 
 /// One point of a tail CDF: the `pct`-th percentile of the flows' completion times.
@@ -823,6 +863,7 @@ mod tests {
                 start: Time::ZERO,
                 group: None,
                 probe: None,
+                class: 0,
             },
             end: status.map(|_| Time::ZERO + Dur::from_micros(fct_us)),
             status,

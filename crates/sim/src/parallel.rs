@@ -182,6 +182,20 @@ impl<M: SimMemory> Simulation<M> {
             all.drops += s.drops;
             all.pause_frames += s.pause_frames;
             all.qp += s.qp;
+            if all.class_qp.is_empty() {
+                all.class_qp = s.class_qp;
+                all.host_paused_us = s.host_paused_us;
+            } else {
+                for (a, b) in all.class_qp.iter_mut().zip(&s.class_qp) {
+                    *a += *b;
+                }
+                // A host's NIC lives in one partition; the others' are zero.
+                for (a, b) in all.host_paused_us.iter_mut().zip(&s.host_paused_us) {
+                    for (x, y) in a.iter_mut().zip(b) {
+                        *x += y;
+                    }
+                }
+            }
             all.ports.extend(s.ports);
             all.headroom_overflow += s.headroom_overflow;
             all.max_in_flight = all.max_in_flight.max(s.max_in_flight);

@@ -152,10 +152,43 @@ pub struct Flow {
     pub group: Option<u32>,
     /// A Pingmesh probe, at this level (not part of the workload's statistics).
     pub probe: Option<PingLevel>,
+    /// Its traffic class: 0 for `[workload]`'s flows, `i` for the `i`-th `[[traffic]]`'s.
+    pub class: u8,
 }
 
-/// The flows of a run, sorted by start time (ties: generation order).
+/// The flows of a run, sorted by start time (ties: generation order): `[workload]`'s, and
+/// each `[[traffic]]` class's from a random stream of its own ([`SimConfig::class_config`]),
+/// so that `[workload]`'s flows are the same with or without other classes and keep their
+/// numbers when no other class has flows.
 pub fn generate(
+    cfg: &SimConfig,
+    hosts: u32,
+    host_rate_bps: u64,
+) -> Result<Vec<Flow>, WorkloadError> {
+    let mut flows = generate_class(cfg, hosts, host_rate_bps)?;
+    for t in 1..cfg.class_count() {
+        let class = u8::try_from(t).expect("at most 15 classes (validated)");
+        let more = generate_class(&cfg.class_config(t), hosts, host_rate_bps)?;
+        // Incast requests are numbered across the classes.
+        let groups = flows
+            .iter()
+            .filter_map(|f| f.group)
+            .max()
+            .map_or(0, |g| g + 1);
+        flows.extend(more.into_iter().map(|f| Flow {
+            class,
+            group: f.group.map(|g| g + groups),
+            ..f
+        }));
+    }
+    if cfg.class_count() > 1 {
+        flows.sort_by_key(|f| f.start);
+    }
+    Ok(flows)
+}
+
+/// The flows of one traffic class's workload (`cfg.workload`), sorted by start time.
+fn generate_class(
     cfg: &SimConfig,
     hosts: u32,
     host_rate_bps: u64,
@@ -207,6 +240,7 @@ pub fn generate(
                         start,
                         group: Some(r),
                         probe: None,
+                        class: 0,
                     });
                 }
             }
@@ -247,6 +281,7 @@ pub fn generate(
                     start: Time::from_picos((start * 1e6) as u64),
                     group: None,
                     probe: None,
+                    class: 0,
                 });
             }
         }
@@ -308,6 +343,7 @@ pub fn pingmesh_probes(cfg: &SimConfig, topo: &Topology) -> Vec<Flow> {
                         start: Time::from_picos(t as u64),
                         group: None,
                         probe: Some(*level),
+                        class: 0,
                     });
                 }
             }
@@ -347,6 +383,7 @@ fn poisson(
                 start: Time::from_picos(t as u64),
                 group: None,
                 probe: None,
+                class: 0,
             });
             n += 1;
             t += rng.exponential(mean_gap_ps);
@@ -434,5 +471,35 @@ mod tests {
             srcs.dedup();
             assert_eq!(srcs.len(), 7);
         }
+    }
+
+    #[test]
+    fn another_class_leaves_the_workloads_flows_as_they_were() {
+        let mut cfg = SimConfig::default();
+        cfg.workload.load = 0.5;
+        let alone = generate(&cfg, 16, 40_000_000_000).expect("valid");
+        cfg.traffic.push(crate::config::TrafficConfig {
+            dscp: 10,
+            load: 0.3,
+            sizes: "websearch".into(),
+            ..Default::default()
+        });
+        cfg.traffic.push(crate::config::TrafficConfig {
+            kind: WorkloadKind::Incast,
+            load: 0.0,
+            incast_senders: 3,
+            incast_bytes: 3000,
+            incast_repetitions: 2,
+            ..Default::default()
+        });
+        let all = generate(&cfg, 16, 40_000_000_000).expect("valid");
+        let mine: Vec<Flow> = all.iter().filter(|f| f.class == 0).copied().collect();
+        assert_eq!(mine, alone);
+        assert!(all.windows(2).all(|w| w[0].start <= w[1].start));
+        let tcp = all.iter().filter(|f| f.class == 1).count();
+        assert!(tcp > 10, "{tcp}");
+        let incast: Vec<&Flow> = all.iter().filter(|f| f.class == 2).collect();
+        assert_eq!(incast.len(), 6);
+        assert!(incast.iter().all(|f| f.group.is_some()));
     }
 }

@@ -261,6 +261,13 @@ pub struct NetworkConfig {
     pub ecmp: Ecmp,
     /// The silence that starts a new flowlet, in µs (`ecmp = "flowlet"`). Default 50.
     pub flowlet_gap_us: f64,
+    /// How switch outputs and NICs share a link between classes: `strict` (default: strict
+    /// priority, the highest class first) or `dwrr` (weighted by `dwrr_weights`).
+    pub scheduler: Scheduler,
+    /// `dwrr`: the weight of each priority 0–7 (8 entries); a priority of weight 0 is strict,
+    /// served before the weighted ones. Absent: every priority weight 1, except the control
+    /// priority (`control_dscp`'s, when `control_priority` is on), which is strict.
+    pub dwrr_weights: Option<Vec<u32>>,
 }
 
 /// ECMP granularity (`network.ecmp`).
@@ -295,6 +302,8 @@ impl Default for NetworkConfig {
             link_loss: 0.0,
             ecmp: Ecmp::Flow,
             flowlet_gap_us: 50.0,
+            scheduler: Scheduler::Strict,
+            dwrr_weights: None,
         }
     }
 }
@@ -372,6 +381,15 @@ impl NetworkConfig {
             dscp_to_priority: Some(vec![0; 64]),
             trust: Trust::Dscp,
             ..self.clone()
+        }
+    }
+
+    /// The DWRR weight of priority `prio` (`dwrr_weights`; 0: strict).
+    pub fn dwrr_weight(&self, prio: u8) -> u32 {
+        match &self.dwrr_weights {
+            Some(w) => w.get(usize::from(prio & 7)).copied().unwrap_or(1),
+            None if self.control_priority && prio == self.priority(self.control_dscp) => 0,
+            None => 1,
         }
     }
 
@@ -580,6 +598,9 @@ pub enum WorkloadKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkloadConfig {
+    /// The workload's name in per-class reports (with `[[traffic]]`). Default: empty, which
+    /// reports it by its transport's name.
+    pub name: String,
     /// `poisson` (default), `incast` or `flows`.
     pub kind: WorkloadKind,
     /// Offered load as a fraction of each host's link rate. Default 0.7 (IRN's E0). For
@@ -617,6 +638,7 @@ pub struct WorkloadConfig {
 impl Default for WorkloadConfig {
     fn default() -> Self {
         WorkloadConfig {
+            name: String::new(),
             kind: WorkloadKind::Poisson,
             load: 0.7,
             sizes: "irn".into(),
@@ -631,6 +653,103 @@ impl Default for WorkloadConfig {
             measure_until_us: None,
         }
     }
+}
+
+/// `[[traffic]]`: a traffic class beside `[workload]`'s — its own flows, sent in a DSCP of its
+/// own by a transport of its own (SPEC N8; seed 004's fabrics carry RDMA next to other
+/// traffic): TCP (`recovery = "tcp"`, E10's model) beside RDMA, a second RDMA class in a
+/// second lossless priority, or one flow list (`kind = "flows"`) whose fate is watched, such
+/// as a victim of congestion spreading (SPEC N3). Its flows are drawn from a random stream of
+/// their own over `[workload]`'s `duration_us`, so adding a class leaves the others' flows
+/// as they were. Every key of `[transport]` it does not set is `[transport]`'s; switches
+/// classify its frames by its DSCP like any other (`network.dscp_to_priority`, and
+/// `network.lossless_priorities` for PFC), and `network.scheduler` shares links between the
+/// classes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrafficConfig {
+    /// Its name in per-class reports. Default: `traffic<i>`, i counting from 1.
+    pub name: String,
+    /// DSCP of its data packets. Default 0 (best effort, priority 0).
+    pub dscp: u8,
+    /// DSCP of its ACKs, NAKs and CNPs. Default: its own `dscp` for `recovery = "tcp"` (a TCP
+    /// socket marks its ACKs as its data); for RDMA, `network.control_dscp` when
+    /// `network.control_priority` is on, else its `dscp`.
+    pub control_dscp: Option<u8>,
+    /// Loss recovery, by `transport.recovery`'s names. Default: `transport.recovery`.
+    #[serde(with = "opt_recovery_name")]
+    pub recovery: Option<Recovery>,
+    /// Congestion control. Default: `transport.cc`.
+    pub cc: Option<CcKind>,
+    /// `poisson` (default), `incast` or `flows`, as `workload.kind`.
+    pub kind: WorkloadKind,
+    /// Offered load as a fraction of each host's link rate (Poisson arrivals; the background
+    /// of an incast). Default 0.7.
+    pub load: f64,
+    /// Flow sizes, as `workload.sizes`. Default `irn`.
+    pub sizes: String,
+    /// `flows`: the CSV file (`start_us,src,dst,bytes`, relative to the configuration file).
+    pub flows_file: Option<PathBuf>,
+    /// Incast: senders per request. Default 30.
+    pub incast_senders: u32,
+    /// Incast: bytes per request, striped evenly. Default 150 000 000.
+    pub incast_bytes: u64,
+    /// Incast: requests, one after the other. Default 1.
+    pub incast_repetitions: u32,
+}
+
+impl Default for TrafficConfig {
+    fn default() -> Self {
+        let w = WorkloadConfig::default();
+        TrafficConfig {
+            name: String::new(),
+            dscp: 0,
+            control_dscp: None,
+            recovery: None,
+            cc: None,
+            kind: w.kind,
+            load: w.load,
+            sizes: w.sizes,
+            flows_file: None,
+            incast_senders: w.incast_senders,
+            incast_bytes: w.incast_bytes,
+            incast_repetitions: w.incast_repetitions,
+        }
+    }
+}
+
+/// `[[traffic]]`'s `recovery`, by its name, when given.
+mod opt_recovery_name {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    use super::Recovery;
+
+    pub fn serialize<S: Serializer>(m: &Option<Recovery>, s: S) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => s.serialize_str(m.name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Recovery>, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map(Some)
+            .map_err(D::Error::custom)
+    }
+}
+
+/// How a switch output and a NIC share their link between the priority classes queued for
+/// it (`network.scheduler`; IEEE 802.1Qaz ETS, seed 004's "weighted round robin").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduler {
+    /// Strict priority: the highest class with a frame to send goes first.
+    Strict,
+    /// Deficit weighted round robin: the classes of weighted priorities share the link in
+    /// proportion to their `network.dwrr_weights` (in bytes, over time); priorities of weight
+    /// 0 are strict, served before every weighted one (ETS's strict and ETS traffic classes).
+    Dwrr,
 }
 
 /// One simulation run's configuration.
@@ -670,6 +789,8 @@ pub struct SimConfig {
     pub deadlock: DeadlockConfig,
     /// `[[fault]]`: fault events.
     pub fault: Vec<FaultConfig>,
+    /// `[[traffic]]`: traffic classes beside `[workload]`'s.
+    pub traffic: Vec<TrafficConfig>,
     /// `[pingmesh]`: RDMA Pingmesh probes beside the workload.
     pub pingmesh: PingmeshConfig,
     /// Sample per (node, port, priority) counters every this many µs (SPEC N9; `irn sim
@@ -698,6 +819,7 @@ impl Default for SimConfig {
             watchdog: WatchdogConfig::default(),
             deadlock: DeadlockConfig::default(),
             fault: Vec::new(),
+            traffic: Vec::new(),
             pingmesh: PingmeshConfig::default(),
             monitor_interval_us: None,
             base_dir: PathBuf::from("."),
@@ -720,6 +842,67 @@ impl SimConfig {
             || (self.network.pfc && self.deadlock.detect_ms > 0.0)
             || self.monitor_interval_us.is_some()
             || self.nic.mtt_miss_ns > 0.0
+    }
+
+    /// Traffic classes of the run: `[workload]`'s (class 0) and each `[[traffic]]`'s.
+    pub fn class_count(&self) -> usize {
+        1 + self.traffic.len()
+    }
+
+    /// The name of traffic class `t` in reports.
+    pub fn class_name(&self, t: usize) -> String {
+        let (name, recovery) = match t {
+            0 => (&self.workload.name, self.transport.recovery),
+            _ => {
+                let tc = &self.traffic[t - 1];
+                if tc.name.is_empty() {
+                    return format!("traffic{t}");
+                }
+                (&tc.name, tc.recovery.unwrap_or(self.transport.recovery))
+            }
+        };
+        if name.is_empty() {
+            recovery.name().to_string()
+        } else {
+            name.clone()
+        }
+    }
+
+    /// The run as traffic class `t` sees it: for a `[[traffic]]` class, its transport, DSCPs
+    /// and workload in place of `[transport]`'s, `[network]`'s and `[workload]`'s own (class
+    /// 0 is the run itself). Its queue pairs, packets and flows are set up from it.
+    pub fn class_config(&self, t: usize) -> SimConfig {
+        let mut c = self.clone();
+        let Some(tc) = t.checked_sub(1).map(|i| &self.traffic[i]) else {
+            return c;
+        };
+        let recovery = tc.recovery.unwrap_or(self.transport.recovery);
+        c.transport.recovery = recovery;
+        c.transport.cc = tc.cc.unwrap_or(self.transport.cc);
+        let ctrl = tc.control_dscp.unwrap_or(
+            if recovery == Recovery::Tcp || !self.network.control_priority {
+                tc.dscp
+            } else {
+                self.network.control_dscp
+            },
+        );
+        c.network.data_dscp = tc.dscp;
+        c.network.control_dscp = ctrl;
+        c.network.control_priority = true;
+        let w = &mut c.workload;
+        w.name = tc.name.clone();
+        w.kind = tc.kind;
+        w.load = tc.load;
+        w.sizes = tc.sizes.clone();
+        w.flows_file = tc.flows_file.clone();
+        w.incast_senders = tc.incast_senders;
+        w.incast_bytes = tc.incast_bytes;
+        w.incast_repetitions = tc.incast_repetitions;
+        w.max_flows = None;
+        // Its flows from a random stream of their own.
+        c.seed = irn_transport::rng::mix(self.seed ^ (0x7ca1_0000 + t as u64));
+        c.traffic.clear();
+        c
     }
 
     /// A path from the configuration, resolved against its file's directory.

@@ -212,3 +212,92 @@ fn per_tier_values() {
         (10.0, 40.0, 40.0)
     );
 }
+
+#[test]
+fn a_traffic_class_is_the_run_with_its_own_transport_dscps_and_flows() {
+    let text = r#"
+[switch]
+ecn = "red"
+[transport]
+recovery = "irn"
+cc = "dcqcn"
+[network]
+control_dscp = 48
+[[traffic]]
+name = "tcp"
+recovery = "tcp"
+cc = "dctcp"
+dscp = 10
+load = 0.3
+sizes = "websearch"
+[[traffic]]
+dscp = 34
+kind = "incast"
+incast_senders = 4
+"#;
+    let cfg = load(text, &[]).expect("valid").runs.remove(0);
+    assert_eq!(cfg.class_count(), 3);
+    assert_eq!(cfg.class_config(0), cfg);
+    let tcp = cfg.class_config(1);
+    assert_eq!(tcp.transport.recovery, Recovery::Tcp);
+    assert_eq!(tcp.transport.cc, CcKind::Dctcp);
+    // A TCP socket marks its ACKs as its data.
+    assert_eq!((tcp.network.data_dscp, tcp.network.control_dscp), (10, 10));
+    assert_eq!(
+        (tcp.workload.load, tcp.workload.sizes.as_str()),
+        (0.3, "websearch")
+    );
+    assert!(tcp.traffic.is_empty());
+    assert_ne!(tcp.seed, cfg.seed, "its flows from a stream of their own");
+    // An RDMA class takes [transport]'s keys and the control DSCP.
+    let rdma = cfg.class_config(2);
+    assert_eq!(rdma.transport.recovery, Recovery::Irn);
+    assert_eq!(rdma.transport.cc, CcKind::Dcqcn);
+    assert_eq!(
+        (rdma.network.data_dscp, rdma.network.control_dscp),
+        (34, 48)
+    );
+    assert_eq!(rdma.workload.kind, WorkloadKind::Incast);
+    assert_eq!(
+        (cfg.class_name(0), cfg.class_name(1), cfg.class_name(2)),
+        ("irn".to_string(), "tcp".to_string(), "traffic2".to_string())
+    );
+}
+
+#[test]
+fn a_traffic_class_that_cannot_mean_anything_is_refused_by_its_key() {
+    for (text, key) in [
+        ("[[traffic]]\ndscp = 64\n", "traffic[0].dscp"),
+        (
+            "[[traffic]]\ncontrol_dscp = 70\n",
+            "traffic[0].control_dscp",
+        ),
+        (
+            "[[traffic]]\nrecovery = \"tcp\"\ncc = \"dcqcn\"\n",
+            "traffic[0] (its transport",
+        ),
+        ("[[traffic]]\nload = 0\n", "traffic[0].load"),
+        ("[[traffic]]\nkind = \"flows\"\n", "traffic[0].flows_file"),
+        ("[network]\ndwrr_weights = [1, 2]\n", "network.dwrr_weights"),
+        ("[[traffic]]\nrecovery = \"tcpp\"\n", "tcpp"),
+        ("[[traffic]]\ncc = \"dctcp\"\n", "traffic[0] (its transport"),
+    ] {
+        let e = load(text, &[]).expect_err(text).to_string();
+        assert!(e.contains(key) && e.contains("test.toml"), "{text}: {e}");
+    }
+}
+
+#[test]
+fn dwrr_weights_default_to_equal_shares_with_the_control_priority_strict() {
+    let mut n = NetworkConfig::default();
+    assert_eq!(n.dwrr_weight(3), 1);
+    assert_eq!(n.dwrr_weight(0), 1);
+    assert_eq!(n.dwrr_weight(6), 0, "control_dscp 48 is priority 6");
+    n.control_priority = false;
+    assert_eq!(n.dwrr_weight(6), 1);
+    n.dwrr_weights = Some(vec![2, 0, 0, 5, 0, 0, 0, 0]);
+    assert_eq!(
+        (n.dwrr_weight(0), n.dwrr_weight(3), n.dwrr_weight(6)),
+        (2, 5, 0)
+    );
+}

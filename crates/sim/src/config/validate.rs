@@ -446,58 +446,106 @@ impl SimConfig {
 
     /// `[workload]`: load, durations, the measured window, incast and flow files.
     fn validate_workload(&self) -> Result<(), String> {
+        self.validate_shape("workload")
+    }
+
+    /// The workload's shape (`[workload]`'s, or a `[[traffic]]` class's as
+    /// [`SimConfig::class_config`] makes it), its keys named under `section`.
+    fn validate_shape(&self, section: &str) -> Result<(), String> {
         let w = &self.workload;
+        let key = |k: &str| format!("{section}.{k}");
+        let check = |ok: bool, k: &str, what: &str| check(ok, &key(k), what);
         check(
             (0.0..=1.0).contains(&w.load),
-            "workload.load",
+            "load",
             "must be in [0, 1]: a fraction of each host's link rate (above 1 a host offers more \
              than its link carries, and no run reaches a steady state)",
         )?;
         check(
             w.kind != WorkloadKind::Poisson || w.load > 0.0,
-            "workload.load",
+            "load",
             "must be positive for Poisson arrivals",
         )?;
         check(
             w.duration_us > 0.0 && w.duration_us.is_finite(),
-            "workload.duration_us",
+            "duration_us",
             "must be positive",
         )?;
         check(
             w.drain_us >= 0.0 && w.drain_us.is_finite(),
-            "workload.drain_us",
+            "drain_us",
             "must be ≥ 0",
         )?;
         check(
             w.measure_from_us >= 0.0 && w.measure_from_us.is_finite(),
-            "workload.measure_from_us",
+            "measure_from_us",
             "must be ≥ 0",
         )?;
         check(
             w.measure_until_us
                 .is_none_or(|u| u.is_finite() && u > w.measure_from_us),
-            "workload.measure_until_us",
+            "measure_until_us",
             "must be after workload.measure_from_us",
         )?;
         if w.kind == WorkloadKind::Incast {
             check(
                 w.incast_senders >= 1,
-                "workload.incast_senders",
+                "incast_senders",
                 "must be at least 1",
             )?;
             check(
                 w.incast_bytes >= u64::from(w.incast_senders),
-                "workload.incast_bytes",
+                "incast_bytes",
                 "must be at least one byte per sender",
             )?;
             check(
                 w.incast_repetitions >= 1,
-                "workload.incast_repetitions",
+                "incast_repetitions",
                 "must be at least 1",
             )?;
         }
         if w.kind == WorkloadKind::Flows {
-            check(w.flows_file.is_some(), "workload.flows_file", "is required")?;
+            check(w.flows_file.is_some(), "flows_file", "is required")?;
+        }
+        Ok(())
+    }
+
+    /// `[[traffic]]` and `network.scheduler`: each class's DSCPs, and its transport and
+    /// workload as the class runs them ([`SimConfig::class_config`]).
+    fn validate_traffic(&self) -> Result<(), String> {
+        check(
+            self.traffic.len() <= 15,
+            "traffic",
+            "at most 15 classes beside [workload]",
+        )?;
+        for (i, tc) in self.traffic.iter().enumerate() {
+            let at = format!("traffic[{i}]");
+            check(tc.dscp < 64, &format!("{at}.dscp"), "must be below 64")?;
+            check(
+                tc.control_dscp.is_none_or(|d| d < 64),
+                &format!("{at}.control_dscp"),
+                "must be below 64",
+            )?;
+            let c = self.class_config(i + 1);
+            c.validate_transport()
+                .and_then(|()| c.validate_cc())
+                .map_err(|e| {
+                    format!("{at} (its transport, `[transport]` with its own keys): {e}")
+                })?;
+            c.validate_shape(&at)?;
+        }
+        let n = &self.network;
+        if let Some(w) = &n.dwrr_weights {
+            check(
+                w.len() == 8,
+                "network.dwrr_weights",
+                "must have 8 entries, one per priority",
+            )?;
+            check(
+                w.iter().all(|&x| x <= 1000),
+                "network.dwrr_weights",
+                "entries must be 0 (strict) to 1000",
+            )?;
         }
         Ok(())
     }
@@ -516,6 +564,7 @@ impl SimConfig {
         self.validate_transport()?;
         self.validate_nic()?;
         self.validate_workload()?;
+        self.validate_traffic()?;
         let n = &self.network;
         if let Some(m) = self.monitor_interval_us {
             check(

@@ -205,7 +205,7 @@ impl Workload {
         &mut self,
         fx: &mut Fabric<M>,
         nics: &mut [Nic<M>],
-        qps: &QpSetup,
+        qps: &[QpSetup],
         now: Time,
         (i, end): (usize, usize),
     ) {
@@ -215,11 +215,12 @@ impl Workload {
         let holds_source = host == f.src;
         let fill = (M::HOLDS_BYTES && holds_source).then(|| self.fill_seed(i));
         let buf = nics[host as usize].mem.flow_buffer(f.size, fill);
+        let qps = &qps[usize::from(f.class)];
         let cfg = QpConfig {
             qpn: qpn(i as u32, end),
             ..qps.cfg.clone()
         };
-        let slot = nics[host as usize].new_qp(now, cfg, i as u32, end, peer);
+        let slot = nics[host as usize].new_qp(now, cfg, (i as u32, f.class), end, peer);
         self.states[i].slot[end] = slot;
         self.states[i].buf[end] = buf;
         let attr = qps.attr;

@@ -59,7 +59,7 @@ use std::sync::Arc;
 
 use irn_transport::{Counters, Dur, Time};
 
-use crate::config::{FaultKind, SimConfig, SwitchWatchdog, UnknownUnicast};
+use crate::config::{FaultKind, Scheduler, SimConfig, SwitchWatchdog, UnknownUnicast};
 use crate::engine::EventQueue;
 use crate::topology::Topology;
 use crate::workload::Flow;
@@ -80,6 +80,7 @@ mod pfc;
 mod queues;
 mod ready;
 mod safety;
+mod sched;
 mod setup;
 mod switch;
 #[cfg(test)]
@@ -102,6 +103,7 @@ use pfc::PauseTiming;
 use pfc::{default_headroom, xoff_threshold};
 pub use safety::{Deadlock, SafetyStats};
 use safety::{Nodes, Safety};
+use sched::Weights;
 use setup::{mtu_wire, queue_pair_config};
 use switch::{Buffer, L2Table, PfcWatchdog, Switch};
 
@@ -116,6 +118,11 @@ pub struct NetStats {
     pub pause_frames: u64,
     /// Summed queue-pair counters of destroyed queue pairs.
     pub qp: Counters,
+    /// The same per traffic class, when the run has more than one (`[[traffic]]`).
+    pub class_qp: Vec<Counters>,
+    /// Per host and priority: how long the host's NIC was paused, in µs (with more than one
+    /// traffic class).
+    pub host_paused_us: Vec<[f64; 8]>,
     /// Per (node, port), for ports with pause or drop activity.
     pub ports: Vec<(u32, u16, PortStats)>,
     /// Lossless packets admitted beyond the buffer.
@@ -156,7 +163,8 @@ pub(crate) struct Part<M: SimMemory> {
     /// Loss on the links.
     loss: Loss,
     work: Workload,
-    qps: QpSetup,
+    /// Per traffic class: what its queue pairs share.
+    qps: Vec<QpSetup>,
     /// The safety model's fabric-wide tasks (seed 001): faults, watchdog clocks, deadlocks.
     safety: Safety,
     cfg: SimConfig,
@@ -226,21 +234,47 @@ pub(crate) fn ideal_fct(cfg: &SimConfig, topo: &Topology, src: u32, dst: u32, si
         + delay.saturating_mul(links)
 }
 
-/// The DSCPs the NICs send (data, control) and, with flooding in a lossy class, the flood
-/// DSCP, which needs its class at every port; and the classes they make.
-fn classes_of(cfg: &SimConfig) -> (Classes, u8, u8) {
-    let net = &cfg.network;
-    let data_dscp = net.data_dscp;
-    let ctrl_dscp = if net.control_priority {
+/// The (data, control) DSCPs a traffic class's NICs send ([`SimConfig::class_config`]).
+fn class_dscps(c: &SimConfig) -> (u8, u8) {
+    let net = &c.network;
+    let ctrl = if net.control_priority {
         net.control_dscp
     } else {
-        data_dscp
+        net.data_dscp
     };
+    (net.data_dscp, ctrl)
+}
+
+/// The DSCPs the NICs send — every traffic class's data and control DSCPs — and, with
+/// flooding in a lossy class, the flood DSCP, which needs its class at every port; the
+/// classes they make, and `[workload]`'s data and control DSCPs.
+fn classes_of(cfg: &SimConfig) -> (Classes, u8, u8) {
+    let (data_dscp, ctrl_dscp) = class_dscps(cfg);
     let mut dscps = vec![data_dscp, ctrl_dscp];
+    for t in 1..cfg.class_count() {
+        let (d, c) = class_dscps(&cfg.class_config(t));
+        dscps.extend([d, c]);
+    }
     if cfg.l2.unknown_unicast == UnknownUnicast::FloodLossy {
         dscps.push(cfg.l2.flood_dscp);
     }
-    (Classes::new(net, &dscps), data_dscp, ctrl_dscp)
+    (Classes::new(&cfg.network, &dscps), data_dscp, ctrl_dscp)
+}
+
+/// How the run's NICs mark and schedule each traffic class ([`nic::tagging`]).
+fn nic_tagging(cfg: &SimConfig) -> nic::Tagging {
+    let classes: Vec<SimConfig> = (0..cfg.class_count())
+        .map(|t| cfg.class_config(t))
+        .collect();
+    let dscps: Vec<(u8, u8)> = classes.iter().map(class_dscps).collect();
+    let extra: Vec<[u32; 2]> = classes.iter().map(setup::extra_headers).collect();
+    nic::tagging(
+        cfg,
+        &dscps,
+        |d| cfg.network.priority(d) & 7,
+        &extra,
+        mtu_wire(cfg),
+    )
 }
 
 /// The XOFF threshold of a lossless class at an ingress of `buffer` bytes fed by `link`: the
@@ -296,6 +330,13 @@ fn build_switch(
     if l2_modelled(cfg, end) {
         s = s.with_l2(L2Table::new(cfg, links.len()));
     }
+    if cfg.network.scheduler == Scheduler::Dwrr {
+        let unit = mtu_wire(cfg);
+        let w: Vec<u32> = (0..classes.len())
+            .map(|c| cfg.network.dwrr_weight(classes.class_priority(c)))
+            .collect();
+        s = s.with_dwrr(Weights::new(&w, unit));
+    }
     if cfg
         .network
         .routed_tiers
@@ -337,7 +378,7 @@ fn build_nic<M: SimMemory>(
     cfg: &SimConfig,
     topo: &Topology,
     host: u32,
-    tag: nic::Tagging,
+    tag: &nic::Tagging,
 ) -> Nic<M> {
     let rx = pipeline_modelled(cfg).then(|| {
         let x = xoff(
@@ -367,25 +408,31 @@ impl<M: SimMemory> Part<M> {
         part_of: Arc<[u16]>,
         me: u16,
     ) -> Part<M> {
-        let (classes, data_dscp, ctrl_dscp) = classes_of(&cfg);
-        let (data_prio, ctrl_prio) = (classes.of_dscp(data_dscp), classes.of_dscp(ctrl_dscp));
+        let (classes, data_dscp, _) = classes_of(&cfg);
+        let data_prio = classes.of_dscp(data_dscp);
         let mine = |n: u32| part_of[n as usize] == me;
         let last = flows.last().map_or(Time::ZERO, |f| f.start);
         let end_time = last + Dur::from_picos((cfg.workload.drain_us * 1e6) as u64);
         let switches = (topo.hosts..topo.nodes.len() as u32)
             .map(|n| build_switch(&cfg, &topo, &classes, n, mine(n), end_time))
             .collect();
-        let tag = nic::tagging(
-            &cfg,
-            data_prio,
-            ctrl_prio,
-            ctrl_dscp,
-            setup::extra_headers(&cfg),
-        );
+        let tag = nic_tagging(&cfg);
         let nics = (0..topo.hosts)
-            .map(|h| build_nic(&cfg, &topo, h, tag))
+            .map(|h| build_nic(&cfg, &topo, h, &tag))
             .collect();
-        let (qp_cfg, qp_attr, state_window) = queue_pair_config(&cfg, &topo);
+        let qps = (0..cfg.class_count())
+            .map(|t| {
+                // Each class's BDP cap in its own largest frames.
+                let mut class = cfg.class_config(t);
+                class.traffic.clear();
+                let (cfg, attr, state_window) = queue_pair_config(&class, &topo);
+                QpSetup {
+                    cfg,
+                    attr,
+                    state_window,
+                }
+            })
+            .collect();
         let nodes = topo.nodes.len();
         let keep_counters =
             cfg.monitor_interval_us.is_some() || cfg.watchdog.any() || !cfg.fault.is_empty();
@@ -422,11 +469,7 @@ impl<M: SimMemory> Part<M> {
             switches,
             nics,
             work,
-            qps: QpSetup {
-                cfg: qp_cfg,
-                attr: qp_attr,
-                state_window,
-            },
+            qps,
             safety,
             cfg,
             end_time,
@@ -436,15 +479,15 @@ impl<M: SimMemory> Part<M> {
 
     /// The BDP cap the queue pairs use (packets), if BDP-FC is on.
     pub(crate) fn bdp_cap(&self) -> Option<u32> {
-        self.qps.cfg.recovery.bdp_cap
+        self.qps[0].cfg.recovery.bdp_cap
     }
 
     /// Per-QP NIC state the transport adds to standard RoCE, in bits (SPEC E13).
     pub(crate) fn qp_state_bits(&self) -> u64 {
-        self.qps
+        self.qps[0]
             .cfg
             .recovery
-            .nic_state(self.qps.state_window)
+            .nic_state(self.qps[0].state_window)
             .total_bits()
     }
 
@@ -723,6 +766,19 @@ impl<M: SimMemory> Part<M> {
             max_in_flight: self.nics.iter().map(|n| n.max_in_flight).max().unwrap_or(0),
             ..NetStats::default()
         };
+        if self.cfg.class_count() > 1 {
+            s.class_qp = vec![Counters::default(); self.cfg.class_count()];
+            for n in &self.nics {
+                for (t, c) in n.retired_by_class.iter().enumerate() {
+                    s.class_qp[t] += *c;
+                }
+            }
+            s.host_paused_us = self
+                .nics
+                .iter()
+                .map(|n| n.paused_by_prio.map(|d| d.as_picos() as f64 / 1e6))
+                .collect();
+        }
         let mut port = |node: u32, p: u16, st: &PortStats| {
             s.drops += st.drops;
             s.pause_frames += st.pause_sent;

@@ -4,9 +4,12 @@
 //! buffer, translation cache and watchdog.
 //!
 //! Sending: a NIC pulls packets from its queue pairs when its link is free (so it never
-//! queues), serving the queue pairs with something to send round-robin, one packet each;
-//! ACK/NAK/CNP travel at the control priority when configured and still leave while the data
-//! priority is paused by PFC. Receiving: a frame reaches its queue pair on arrival, unless the
+//! queues). Its queue pairs are listed in transmit lanes, one per (data, control) pair of
+//! priorities its traffic classes send at (`[[traffic]]`; one lane without them); the lanes
+//! share the link in strict priority or by DWRR (`network.scheduler`, `sched.rs`), and within
+//! a lane the queue pairs with something to send take turns, one packet each. ACK/NAK/CNP
+//! travel at the control priority when configured and still leave while the data priority is
+//! paused by PFC. Receiving: a frame reaches its queue pair on arrival, unless the
 //! receive pipeline has a rate (`[nic] rx_gbps`, SPEC N6's slow receiver): then frames wait in
 //! a receive buffer drained at that rate, which pauses the switch (lossless) or drops (lossy)
 //! as a switch ingress does.
@@ -28,7 +31,8 @@ use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
 use super::pfc::{pause_time, Ingress, Pause, PauseClock};
 use super::ready::ReadyList;
-use crate::config::{us, Ecmp, SimConfig};
+use super::sched::{Dwrr, Weights};
+use crate::config::{us, Ecmp, Scheduler, SimConfig};
 use crate::topology::Port;
 use crate::workload::Flow;
 
@@ -53,38 +57,71 @@ pub(super) struct Slot {
     /// Flowlet number (`ecmp = "flowlet"`) and when the queue pair last sent.
     flowlet: u32,
     last_tx: Time,
+    /// Its flow's traffic class (`Flow::class`), which marks its packets.
+    class: u8,
+    /// The transmit lane it is listed in (its class's).
+    lane: u8,
 }
 
-/// How a NIC marks and spreads what it sends: the DSCPs and priorities of data and control
-/// packets, the 802.1Q tag, the headers a transport model adds, the ECMP granularity.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Tagging {
+/// How one traffic class's packets leave a NIC: the DSCPs and priorities of its data and
+/// control packets, the headers its transport model adds, and the transmit lane it joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Marks {
     pub(super) data_dscp: u8,
     pub(super) ctrl_dscp: u8,
     pub(super) data_prio: u8,
     pub(super) ctrl_prio: u8,
-    /// Frames carry an 802.1Q tag with the priority as PCP.
-    pub(super) vlan: bool,
     /// Header bytes the TCP model adds to (data, control) packets (zero otherwise).
     pub(super) extra_headers: [u32; 2],
+    /// Its lane ([`Tagging::lanes`]).
+    pub(super) lane: u8,
+}
+
+/// How a NIC marks, schedules and spreads what it sends: each traffic class's [`Marks`], the
+/// transmit lanes and how they share the link, the 802.1Q tag, the ECMP granularity.
+#[derive(Debug, Clone)]
+pub(super) struct Tagging {
+    /// Per traffic class.
+    pub(super) marks: Vec<Marks>,
+    /// The lanes, as their (data, control) priorities, highest data priority first: one per
+    /// pair of priorities the classes send at, each a round-robin list of queue pairs paused
+    /// and resumed by its priorities (a NIC's per-traffic-class transmit queues).
+    pub(super) lanes: Vec<(u8, u8)>,
+    /// How the lanes share the link (`network.scheduler`): their weights, in lane order.
+    pub(super) weights: Weights,
+    /// Frames carry an 802.1Q tag with the priority as PCP.
+    pub(super) vlan: bool,
     pub(super) ecmp: Ecmp,
     pub(super) flowlet_gap: Dur,
 }
 
-/// The transmit side's scheduling state.
+/// A transmit lane: the queue pairs of the classes that send at one (data, control) pair of
+/// priorities.
 #[derive(Debug)]
-struct Tx {
+struct Lane {
+    data_prio: u8,
+    ctrl_prio: u8,
     /// Queue pairs that may have something to send, in round-robin order.
     ready: ReadyList,
-    busy_until: Time,
-    /// A `TxDone` event is pending.
-    wake: bool,
     /// No queue pair on `ready` has a control packet: the last look found none, and none has
     /// had an input (a packet or a timeout — the only things that make control packets)
     /// since. While the data priority is paused, looking again would only rotate the list.
     ctrl_idle: bool,
     /// At most this many entries of `ready` name a destroyed queue pair (0: none).
     dead_ready: u32,
+}
+
+/// The transmit side's scheduling state.
+#[derive(Debug)]
+struct Tx {
+    /// Its lanes, in [`Tagging::lanes`]' order.
+    lanes: Vec<Lane>,
+    /// How the lanes share the link.
+    weights: Weights,
+    dwrr: Dwrr,
+    busy_until: Time,
+    /// A `TxDone` event is pending.
+    wake: bool,
     /// Per slot: its queue pair's [`QueuePair::control_ready`], as of its last input or
     /// poll. This and the two flags below are kept apart from the slots, which hold whole
     /// queue pairs (1.6 KB each), so that a NIC walking its list scans bytes, not queue pairs:
@@ -93,8 +130,15 @@ struct Tx {
     ctrl: Vec<bool>,
     /// Per slot: it holds a queue pair.
     live: Vec<bool>,
-    /// Per slot: it is on `ready`.
+    /// Per slot: it is on its lane's `ready`.
     listed: Vec<bool>,
+}
+
+impl Tx {
+    /// Whether some lane lists a queue pair.
+    fn any_ready(&self) -> bool {
+        self.lanes.iter().any(|l| !l.ready.is_empty())
+    }
 }
 
 /// A requester's work request completed: the flow is done.
@@ -114,6 +158,7 @@ pub(super) struct Nic<M> {
     slots: Vec<Slot>,
     free: Vec<u32>,
     tx: Tx,
+    /// Per priority: paused by the switch.
     paused: [bool; 8],
     paused_since: [Time; 8],
     /// When the pause received for each priority runs out, and when the receive buffer
@@ -128,6 +173,10 @@ pub(super) struct Nic<M> {
     tag: Tagging,
     /// Summed counters of its destroyed queue pairs.
     pub(super) retired: Counters,
+    /// The same per traffic class, when the run has more than one.
+    pub(super) retired_by_class: Vec<Counters>,
+    /// Per priority: how long it was paused.
+    pub(super) paused_by_prio: [Dur; 8],
     /// The most packets any of its queue pairs had in flight (requests or responses).
     pub(super) max_in_flight: u32,
 }
@@ -240,7 +289,7 @@ impl<M: SimMemory> Nic<M> {
         host: u32,
         link: Port,
         mem: M,
-        tag: Tagging,
+        tag: &Tagging,
         rx: Option<RxPipeline>,
     ) -> Nic<M> {
         Nic {
@@ -250,11 +299,21 @@ impl<M: SimMemory> Nic<M> {
             slots: Vec::new(),
             free: Vec::new(),
             tx: Tx {
-                ready: ReadyList::default(),
+                lanes: tag
+                    .lanes
+                    .iter()
+                    .map(|&(data_prio, ctrl_prio)| Lane {
+                        data_prio,
+                        ctrl_prio,
+                        ready: ReadyList::default(),
+                        ctrl_idle: false,
+                        dead_ready: 0,
+                    })
+                    .collect(),
+                weights: tag.weights,
+                dwrr: Dwrr::default(),
                 busy_until: Time::ZERO,
                 wake: false,
-                ctrl_idle: false,
-                dead_ready: 0,
                 ctrl: Vec::new(),
                 live: Vec::new(),
                 listed: Vec::new(),
@@ -265,8 +324,14 @@ impl<M: SimMemory> Nic<M> {
             stats: PortStats::default(),
             rx: rx.map(Box::new),
             up: true,
-            tag,
+            tag: tag.clone(),
             retired: Counters::default(),
+            retired_by_class: if tag.marks.len() > 1 {
+                vec![Counters::default(); tag.marks.len()]
+            } else {
+                Vec::new()
+            },
+            paused_by_prio: [Dur::ZERO; 8],
             max_in_flight: 0,
         }
     }
@@ -314,60 +379,102 @@ impl<M: SimMemory> Nic<M> {
         self.send(fx, now);
     }
 
+    /// Its link is free: sends the next frame, from the lane the scheduler picks among those
+    /// that may send (strict priority, or DWRR by `network.dwrr_weights`).
     fn send(&mut self, fx: &mut Fabric<M>, now: Time) {
-        let tag = self.tag;
-        let data_paused = self.paused[tag.data_prio as usize];
-        let ctrl_paused = self.paused[tag.ctrl_prio as usize];
-        let separate = tag.ctrl_prio != tag.data_prio;
-        let host = self.host;
-        let tx = &mut self.tx;
-        if now < tx.busy_until {
+        if now < self.tx.busy_until {
             return;
         }
+        if self.tx.lanes.len() == 1 {
+            self.send_lane(fx, now, 0);
+            return;
+        }
+        // Lanes asked this time that had nothing they could send.
+        let mut tried = 0u8;
+        loop {
+            let mut ready = 0u8;
+            for (l, lane) in self.tx.lanes.iter().enumerate() {
+                let data_paused = self.paused[usize::from(lane.data_prio)];
+                let ctrl_paused = self.paused[usize::from(lane.ctrl_prio)];
+                let separate = lane.ctrl_prio != lane.data_prio;
+                let blocked = data_paused
+                    && (!separate || ctrl_paused || lane.ctrl_idle)
+                    && lane.dead_ready == 0;
+                if tried & (1 << l) == 0 && !lane.ready.is_empty() && !blocked {
+                    ready |= 1 << l;
+                }
+            }
+            let Some(l) = self.tx.dwrr.pick(&self.tx.weights, ready) else {
+                return;
+            };
+            match self.send_lane(fx, now, l) {
+                Some(wire) => {
+                    self.tx.dwrr.charge(l, wire);
+                    return;
+                }
+                None => tried |= 1 << l,
+            }
+        }
+    }
+
+    /// Sends the next frame of lane `l`'s queue pairs, round-robin; returns its wire bytes.
+    fn send_lane(&mut self, fx: &mut Fabric<M>, now: Time, l: usize) -> Option<u32> {
+        let (vlan, ecmp, flowlet_gap) = (self.tag.vlan, self.tag.ecmp, self.tag.flowlet_gap);
+        let Tx {
+            lanes,
+            ctrl: ctrl_flags,
+            live,
+            listed,
+            ..
+        } = &mut self.tx;
+        let lane = &mut lanes[l];
+        let data_paused = self.paused[usize::from(lane.data_prio)];
+        let ctrl_paused = self.paused[usize::from(lane.ctrl_prio)];
+        let separate = lane.ctrl_prio != lane.data_prio;
+        let host = self.host;
         // With the data priority paused, a look at the list sends a control packet or does
         // nothing but rotate it once round (the same order again) and drop the destroyed queue
         // pairs from it. When it can send nothing — control paused too, or sharing the data
         // priority, or no queue pair with a control packet — do only the dropping, and only if
         // there is any: a NIC paused for long with thousands of queue pairs on its list would
         // otherwise spend its time asking each of them, every time it may send.
-        if data_paused && (!separate || ctrl_paused || tx.ctrl_idle) {
-            if tx.dead_ready > 0 {
-                let (live, listed) = (&tx.live, &mut tx.listed);
-                tx.ready.retain(|&slot| {
+        if data_paused && (!separate || ctrl_paused || lane.ctrl_idle) {
+            if lane.dead_ready > 0 {
+                lane.ready.retain(|&slot| {
                     let l = live[slot as usize];
                     if !l {
                         listed[slot as usize] = false;
                     }
                     l
                 });
-                tx.dead_ready = 0;
+                lane.dead_ready = 0;
             }
-            return;
+            return None;
         }
-        let mut tries = tx.ready.len();
-        if data_paused && tx.dead_ready == 0 {
+        let mut tries = lane.ready.len();
+        if data_paused && lane.dead_ready == 0 {
             // Only a control packet can go, and the loop below would pass every queue pair
             // before the first that has one to the back of the list, in order: rotate there
             // at once (the flags say where, without touching a queue pair).
-            match tx.ready.first_flagged(&tx.ctrl) {
+            match lane.ready.first_flagged(ctrl_flags) {
                 Some(pos) => {
-                    tx.ready.rotate_left(pos);
+                    lane.ready.rotate_left(pos);
                     tries -= pos;
                 }
                 None => {
-                    tx.ctrl_idle = true;
-                    return;
+                    lane.ctrl_idle = true;
+                    return None;
                 }
             }
         }
         while tries > 0 {
             tries -= 1;
-            let Some(slot) = tx.ready.pop_front() else {
+            let Some(slot) = lane.ready.pop_front() else {
                 break;
             };
             let i = slot as usize;
-            if !tx.live[i] {
-                tx.listed[i] = false;
+            if !live[i] {
+                listed[i] = false;
                 continue;
             }
             // With the data priority paused only a control packet can go, and only a queue
@@ -375,7 +482,7 @@ impl<M: SimMemory> Nic<M> {
             // others are passed over without touching them.
             let t = if data_paused {
                 match self.slots[i].qp.as_mut() {
-                    Some(qp) if separate && !ctrl_paused && tx.ctrl[i] => {
+                    Some(qp) if separate && !ctrl_paused && ctrl_flags[i] => {
                         qp.poll_control(&self.mem, &mut fx.scratch)
                     }
                     _ => None,
@@ -393,9 +500,9 @@ impl<M: SimMemory> Nic<M> {
             let Some(t) = t.as_ref() else {
                 if data_paused || ctrl_paused {
                     // It may still have data once the pause ends.
-                    tx.ready.push_back(slot);
+                    lane.ready.push_back(slot);
                 } else {
-                    tx.listed[i] = false;
+                    listed[i] = false;
                 }
                 continue;
             };
@@ -404,17 +511,17 @@ impl<M: SimMemory> Nic<M> {
                 continue;
             };
             let ctrl = qp.control_ready();
-            if ctrl && !tx.ctrl[i] {
-                tx.ready.flag_raised(slot);
+            if ctrl && !ctrl_flags[i] {
+                lane.ready.flag_raised(slot);
             }
-            tx.ctrl[i] = ctrl;
+            ctrl_flags[i] = ctrl;
             // Round-robin: back of the list if it may have more; otherwise out of it (a
             // receiver that just sent its ACK usually has nothing more) until an input
             // gives it something, so that the NIC does not wake up for it.
             if qp.may_transmit() {
-                tx.ready.push_back(slot);
+                lane.ready.push_back(slot);
             } else {
-                tx.listed[i] = false;
+                listed[i] = false;
             }
             self.max_in_flight = self
                 .max_in_flight
@@ -426,26 +533,27 @@ impl<M: SimMemory> Nic<M> {
             let peer_host = s.peer;
             let (flow, end) = (s.flow, usize::from(s.end));
             let control = t.ib.bth.opcode.is_control();
+            let marks = &self.tag.marks[usize::from(s.class)];
             let (dscp, prio) = if control {
-                (tag.ctrl_dscp, tag.ctrl_prio)
+                (marks.ctrl_dscp, marks.ctrl_prio)
             } else {
-                (tag.data_dscp, tag.data_prio)
+                (marks.data_dscp, marks.data_prio)
             };
             // A tagged frame carries the priority of its DSCP as its PCP (IEEE 802.1Q).
-            let pcp = tag.vlan.then_some(prio);
-            let vlan = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
+            let pcp = vlan.then_some(prio);
+            let tag_len = if pcp.is_some() { VLAN_TAG_LEN } else { 0 };
             // At most a 4096-byte MTU (validated) plus headers: it fits.
-            let extra = tag.extra_headers[usize::from(control)];
-            let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + vlan + extra)
+            let extra = marks.extra_headers[usize::from(control)];
+            let wire = u16::try_from(t.ib.buffer_len() as u32 + FRAME_OVERHEAD + tag_len + extra)
                 .unwrap_or(u16::MAX);
             let flow_hash = s.flow_hash;
             // ECMP granularity: the flow's hash, or salted per packet (spraying) or per
             // flowlet, so each switch's pick changes with it.
-            let salt = match tag.ecmp {
+            let salt = match ecmp {
                 Ecmp::Flow => None,
                 Ecmp::Packet => Some(s.sent),
                 Ecmp::Flowlet => {
-                    if s.sent > 0 && now.since(s.last_tx) > tag.flowlet_gap {
+                    if s.sent > 0 && now.since(s.last_tx) > flowlet_gap {
                         s.flowlet += 1;
                     }
                     Some(s.flowlet)
@@ -475,19 +583,20 @@ impl<M: SimMemory> Nic<M> {
             self.stats.tx_bytes += u64::from(wire);
             // Look again when the link is free if some queue pair may have more; otherwise
             // the next one to become ready kicks the NIC.
-            let more = !self.tx.ready.is_empty();
+            let more = self.tx.any_ready();
             let done = fx.occupy(now, host, 0, &self.link, u64::from(wire), more);
             fx.propagate(done, &self.link, pkt, hop);
             self.tx.busy_until = done;
             self.tx.wake = more;
-            return;
+            return Some(u32::from(wire));
         }
         // A whole round without a packet: every destroyed queue pair has left the list, and
         // while data is paused, none has a control packet either.
-        tx.dead_ready = 0;
+        lane.dead_ready = 0;
         if data_paused {
-            tx.ctrl_idle = true;
+            lane.ctrl_idle = true;
         }
+        None
     }
 
     /// A frame reaches the queue pair in `slot` ([`NIL`]: the end is gone, or not set up
@@ -508,13 +617,13 @@ impl<M: SimMemory> Nic<M> {
         let live = self
             .slots
             .get_mut(slot as usize)
-            .and_then(|s| s.qp.as_mut());
-        let Some(qp) = live else {
+            .and_then(|s| Some((usize::from(s.lane), s.qp.as_mut()?)));
+        let Some((lane, qp)) = live else {
             // A straggler for a queue pair already destroyed.
             fx.pool.free(pkt);
             return None;
         };
-        self.tx.ctrl_idle = false;
+        self.tx.lanes[lane].ctrl_idle = false;
         let parked = qp.counters().reorder_bytes;
         qp.handle_packet(now, &p.ib, payload, ecn, &mut self.mem);
         let parked = qp.counters().reorder_bytes - parked;
@@ -544,7 +653,7 @@ impl<M: SimMemory> Nic<M> {
         if let Some(qp) = s.qp.as_mut() {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 qp.handle_timeout(now);
-                self.tx.ctrl_idle = false;
+                self.tx.lanes[usize::from(s.lane)].ctrl_idle = false;
             }
         }
         self.touch(fx, now, slot)
@@ -681,6 +790,7 @@ impl<M: SimMemory> Nic<M> {
         self.paused[p] = false;
         let d = now - self.paused_since[p];
         self.stats.paused = self.stats.paused + d;
+        self.paused_by_prio[p] = self.paused_by_prio[p] + d;
         fx.mon
             .paused(self.host, 0, fx.classes.paused_class(p as u8), d);
         // Queue pairs with data were kept in the ready list while paused.
@@ -720,14 +830,14 @@ impl<M: SimMemory> Nic<M> {
         self.rx.as_ref().map_or(0, |rx| rx.held.bytes[c])
     }
 
-    /// A new queue pair for end `end` of `flow`, whose other end is at `peer`, configured as
-    /// `cfg` (its QPN already set). Returns its slot; a configuration the queue pair refuses
-    /// leaves the slot empty.
+    /// A new queue pair for end `end` of `flow`, of traffic class `class`, whose other end is
+    /// at `peer`, configured as `cfg` (its QPN already set). Returns its slot; a configuration
+    /// the queue pair refuses leaves the slot empty.
     pub(super) fn new_qp(
         &mut self,
         now: Time,
         cfg: QpConfig,
-        flow: u32,
+        (flow, class): (u32, u8),
         end: usize,
         peer: u32,
     ) -> u32 {
@@ -745,6 +855,8 @@ impl<M: SimMemory> Nic<M> {
                     sent: 0,
                     flowlet: 0,
                     last_tx: Time::ZERO,
+                    class: 0,
+                    lane: 0,
                 });
                 self.tx.ctrl.push(false);
                 self.tx.live.push(false);
@@ -766,6 +878,8 @@ impl<M: SimMemory> Nic<M> {
         s.sent = 0;
         s.flowlet = 0;
         s.last_tx = Time::ZERO;
+        s.class = class;
+        s.lane = self.tag.marks[usize::from(class)].lane;
         self.tx.ctrl[slot as usize] = false;
         self.tx.live[slot as usize] = s.qp.is_some();
         self.tx.listed[slot as usize] = false;
@@ -793,8 +907,9 @@ impl<M: SimMemory> Nic<M> {
         }
         let ctrl = qp.control_ready();
         let tx = &mut self.tx;
+        let lane = &mut tx.lanes[usize::from(s.lane)];
         if ctrl && !tx.ctrl[slot as usize] {
-            tx.ready.flag_raised(slot);
+            lane.ready.flag_raised(slot);
         }
         tx.ctrl[slot as usize] = ctrl;
         arm_timer(&mut fx.q, now, s, self.host, slot);
@@ -804,7 +919,7 @@ impl<M: SimMemory> Nic<M> {
         if s.qp.as_ref().is_some_and(QueuePair::may_transmit) {
             if !self.tx.listed[slot as usize] {
                 self.tx.listed[slot as usize] = true;
-                self.tx.ready.push_back(slot);
+                self.tx.lanes[usize::from(s.lane)].ready.push_back(slot);
             }
             self.kick(fx, now);
         }
@@ -817,9 +932,12 @@ impl<M: SimMemory> Nic<M> {
         let s = &mut self.slots[slot as usize];
         if let Some(qp) = s.qp.take() {
             self.retired += *qp.counters();
+            if let Some(c) = self.retired_by_class.get_mut(usize::from(s.class)) {
+                *c += *qp.counters();
+            }
             // Its entries stay on the NIC's list until a look drops them. (Counted whether or
             // not the slot says it is listed: a reused slot can leave an entry behind.)
-            self.tx.dead_ready += 1;
+            self.tx.lanes[usize::from(s.lane)].dead_ready += 1;
         }
         self.tx.ctrl[slot as usize] = false;
         self.tx.live[slot as usize] = false;
@@ -843,7 +961,9 @@ impl<M: SimMemory> Nic<M> {
     /// lists and buffer held is gone.
     pub(super) fn go_down(&mut self, fx: &mut Fabric<M>) {
         self.up = false;
-        self.tx.ready.clear();
+        for lane in &mut self.tx.lanes {
+            lane.ready.clear();
+        }
         if let Some(rx) = self.rx.as_mut() {
             for f in rx.frames.drain(..) {
                 fx.pool.free(f.pkt);
@@ -907,13 +1027,18 @@ impl<M: SimMemory> Nic<M> {
     pub(super) fn finish(&mut self, now: Time) {
         for p in 0..8 {
             if self.paused[p] {
-                self.stats.paused = self.stats.paused + (now - self.paused_since[p]);
+                let d = now - self.paused_since[p];
+                self.stats.paused = self.stats.paused + d;
+                self.paused_by_prio[p] = self.paused_by_prio[p] + d;
                 self.paused[p] = false;
             }
         }
         for s in &self.slots {
             if let Some(qp) = &s.qp {
                 self.retired += *qp.counters();
+                if let Some(c) = self.retired_by_class.get_mut(usize::from(s.class)) {
+                    *c += *qp.counters();
+                }
             }
         }
     }
@@ -949,7 +1074,11 @@ impl<M: SimMemory> Nic<M> {
         };
         let mut out = format!(
             "host {} NIC: wake {} busy until {:?} ready {:?} paused {:?}\n",
-            self.host, self.tx.wake, self.tx.busy_until, self.tx.ready, self.paused
+            self.host,
+            self.tx.wake,
+            self.tx.busy_until,
+            self.tx.lanes.iter().map(|l| &l.ready).collect::<Vec<_>>(),
+            self.paused
         );
         out += &format!(
             "host {} slot {slot} timer {:?} ready {}: {:#?}\n",
@@ -987,21 +1116,53 @@ impl MttModel {
     }
 }
 
-/// The per-run part of [`Tagging`], from the configuration and the classes.
+/// How the NICs of a run mark, schedule and spread what they send: each traffic class's
+/// DSCPs and priorities ([`SimConfig::class_config`]), its transport's extra headers, the
+/// lanes their priorities make, and the run's scheduler, VLAN tagging and ECMP granularity.
+/// `dscps`: each class's (data, control) DSCPs; `priority`: the network's DSCP map;
+/// `extra_headers`: each class's; `unit`: the largest frame, a DWRR weight's quantum.
 pub(super) fn tagging(
     cfg: &SimConfig,
-    data_prio: u8,
-    ctrl_prio: u8,
-    ctrl_dscp: u8,
-    extra_headers: [u32; 2],
+    dscps: &[(u8, u8)],
+    priority: impl Fn(u8) -> u8,
+    extra_headers: &[[u32; 2]],
+    unit: u32,
 ) -> Tagging {
+    let prios: Vec<(u8, u8)> = dscps
+        .iter()
+        .map(|&(d, c)| (priority(d), priority(c)))
+        .collect();
+    let mut lanes = prios.clone();
+    lanes.sort_unstable_by(|a, b| b.cmp(a));
+    lanes.dedup();
+    let marks = dscps
+        .iter()
+        .zip(&prios)
+        .zip(extra_headers)
+        .map(|((&(data_dscp, ctrl_dscp), &p), &extra_headers)| Marks {
+            data_dscp,
+            ctrl_dscp,
+            data_prio: p.0,
+            ctrl_prio: p.1,
+            extra_headers,
+            lane: lanes.iter().position(|&x| x == p).expect("listed") as u8,
+        })
+        .collect();
+    let weights = match cfg.network.scheduler {
+        Scheduler::Strict => Weights::strict(lanes.len()),
+        Scheduler::Dwrr => {
+            let w: Vec<u32> = lanes
+                .iter()
+                .map(|&(d, _)| cfg.network.dwrr_weight(d))
+                .collect();
+            Weights::new(&w, unit)
+        }
+    };
     Tagging {
-        data_dscp: cfg.network.data_dscp,
-        ctrl_dscp,
-        data_prio,
-        ctrl_prio,
+        marks,
+        lanes,
+        weights,
         vlan: cfg.network.vlan,
-        extra_headers,
         ecmp: cfg.network.ecmp,
         flowlet_gap: us(cfg.network.flowlet_gap_us),
     }

@@ -95,7 +95,14 @@ pub(super) fn extra_headers(cfg: &SimConfig) -> [u32; 2] {
 pub(super) fn mtu_wire(cfg: &SimConfig) -> u32 {
     let net = &cfg.network;
     let tag = if net.vlan { VLAN_TAG_LEN } else { 0 };
-    net.mtu + FRAME_OVERHEAD + tag + LARGEST_HEADERS + extra_headers(cfg)[0]
+    // The TCP model's larger headers, if any class runs it.
+    let tcp = cfg.transport.recovery == Recovery::Tcp
+        || cfg
+            .traffic
+            .iter()
+            .any(|t| t.recovery == Some(Recovery::Tcp));
+    let extra = if tcp { TCP_EXTRA_HEADERS[0] } else { 0 };
+    net.mtu + FRAME_OVERHEAD + tag + LARGEST_HEADERS + extra
 }
 
 /// The creation-time configuration every queue pair of the run shares (its QPN set per queue

@@ -9,8 +9,9 @@
 //! is always admitted and counted as a headroom overflow when it does not fit), may be ECN
 //! marked (`ecn.rs`), and joins the queue of its (output, class) (`queues.rs`) — or, at an
 //! idle output with nothing queued, leaves at once. Its input's ingress may then pause the
-//! upstream (`pfc.rs`). An output serves its classes in strict priority, skipping a paused
-//! class, one frame at a time.
+//! upstream (`pfc.rs`). An output serves its classes in strict priority, or by DWRR when the
+//! run weights them (`network.scheduler`, `sched.rs`), skipping a paused class, one frame at
+//! a time.
 //!
 //! A switch is driven alone with a [`Fabric`]: [`Switch::receive`] (a frame arrived),
 //! [`Switch::tx_done`] (an output finished a frame), [`Switch::pfc`] (a pause frame arrived),
@@ -31,6 +32,7 @@ use super::monitor::PortStats;
 use super::packet::{Ev, Hop, Meta, NIL};
 use super::pfc::{pause_time, shared_xoff, Ingress, Pause, PauseClock};
 use super::queues::Queues;
+use super::sched::{Dwrr, Weights};
 use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
 use crate::topology::Port;
 
@@ -152,6 +154,16 @@ pub(super) struct Switch {
     watchdog: Option<Box<PfcWatchdog>>,
     /// It routes (L3): what it sends has lost its 802.1Q tag (`network.routed_tiers`).
     routes: bool,
+    /// Weighted scheduling between its classes (`network.scheduler = "dwrr"`); without it,
+    /// strict priority.
+    dwrr: Option<Box<PortSchedulers>>,
+}
+
+/// A switch's DWRR: its classes' weights and each output's round.
+#[derive(Debug)]
+struct PortSchedulers {
+    weights: Weights,
+    ports: Vec<Dwrr>,
 }
 
 /// ECMP: which of `n` equal-cost ports a packet whose mixed hash is `h` takes, `h mod n`.
@@ -196,16 +208,27 @@ impl Switch {
             l2: None,
             watchdog: None,
             routes: false,
+            dwrr: None,
         }
     }
 
-    /// Gives the switch L2 tables (a ToR's ARP and MAC tables and flooding).
     /// The switch routes (L3): frames leave it without their 802.1Q tag.
     pub(super) fn routing(mut self) -> Switch {
         self.routes = true;
         self
     }
 
+    /// The switch's outputs share their links between classes by DWRR with `weights` (its
+    /// classes', highest priority first) instead of strict priority.
+    pub(super) fn with_dwrr(mut self, weights: Weights) -> Switch {
+        self.dwrr = Some(Box::new(PortSchedulers {
+            weights,
+            ports: vec![Dwrr::default(); self.ports.len()],
+        }));
+        self
+    }
+
+    /// Gives the switch L2 tables (a ToR's ARP and MAC tables and flooding).
     pub(super) fn with_l2(mut self, l2: L2Table) -> Switch {
         self.l2 = Some(Box::new(l2));
         self
@@ -413,6 +436,10 @@ impl Switch {
         if now < self.ports[out].busy_until {
             return;
         }
+        if self.dwrr.is_some() {
+            self.send_weighted(fx, now, out);
+            return;
+        }
         let mut c = 0;
         while c < nc {
             if self.ports[out].held(c) {
@@ -430,6 +457,36 @@ impl Switch {
             // Discarded without using the link: serve the next packet (from the highest
             // class again).
             c = 0;
+        }
+    }
+
+    /// [`Switch::send`] under DWRR: the class the output's round picks among those with a
+    /// frame queued and not paused.
+    fn send_weighted<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, out: usize) {
+        let nc = fx.classes.len();
+        loop {
+            let p = &self.ports[out];
+            let ready = (0..nc)
+                .filter(|&c| p.egress[c] > 0 && !p.held(c))
+                .fold(0u8, |m, c| m | 1 << c);
+            let d = self.dwrr.as_deref_mut().expect("a DWRR switch");
+            let Some(c) = d.ports[out].pick(&d.weights, ready) else {
+                return;
+            };
+            let Some((pkt, inp)) = self.queues.pop(&fx.pool.meta, out, c) else {
+                debug_assert!(
+                    false,
+                    "class {c} of output {out} counts bytes but holds no packet"
+                );
+                return;
+            };
+            let hop = fx.pool.meta[pkt as usize].hop;
+            if self.depart(fx, now, Placement { inp, out, c }, pkt, hop) {
+                let d = self.dwrr.as_deref_mut().expect("a DWRR switch");
+                d.ports[out].charge(c, u32::from(hop.wire));
+                return;
+            }
+            // Discarded without using the link: it costs the class nothing.
         }
     }
 

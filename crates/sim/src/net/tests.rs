@@ -379,10 +379,7 @@ fn a_tor_floods_a_frame_for_a_dead_server_and_a_copy_towards_a_switch_is_discard
 }
 
 fn nic(cfg: &SimConfig, fx: &Fabric<Mem>, host: u32) -> Nic<Mem> {
-    let (_, data_dscp, ctrl_dscp) = classes_of(cfg);
-    let prio = fx.classes.of_dscp(data_dscp);
-    let tag = nic::tagging(cfg, prio, fx.classes.of_dscp(ctrl_dscp), ctrl_dscp, [0, 0]);
-    build_nic(cfg, &fx.topo, host, tag)
+    build_nic(cfg, &fx.topo, host, &nic_tagging(cfg))
 }
 
 #[test]
@@ -596,6 +593,7 @@ fn write(src: u32, dst: u32, size: u64, start: Time) -> Flow {
         start,
         group: None,
         probe: None,
+        class: 0,
     }
 }
 
@@ -618,7 +616,13 @@ fn two_nics(cfg: &SimConfig, flows: Vec<Flow>, lose: &[usize]) -> (Workload, Vec
             Ev::FlowStart => {
                 let (i, end) = w.next_start(&mut fx.q).expect("a start");
                 fx.q.origin = w.end_host(&w.flows[i], end);
-                w.start_end(&mut fx, &mut nics, &qps, now, (i, end));
+                w.start_end(
+                    &mut fx,
+                    &mut nics,
+                    std::slice::from_ref(&qps),
+                    now,
+                    (i, end),
+                );
             }
             Ev::TxDone { node, .. } => nics[node as usize].tx_done(&mut fx, now),
             // A frame reaches the first switch: the wire hands it to its destination.
@@ -691,4 +695,52 @@ fn a_nic_recovers_lost_packets_selectively_under_irn_and_from_the_hole_under_go_
         let data = nics[0].retired.tx_packets;
         assert_eq!(data, 10 + resent, "{recovery:?}: {data} packets sent");
     }
+}
+
+/// The DSCPs of the frames `evs` delivers, in arrival order.
+fn arriving_dscps(evs: &[(Time, Ev)]) -> Vec<u8> {
+    evs.iter()
+        .filter_map(|&(_, e)| match e {
+            Ev::Arrive { hop, .. } => Some(hop.dscp()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A switch fed 40 frames of priority 3 (DSCP 26) through one input and 40 of priority 4
+/// (DSCP 34) through another, all for one output: strict priority sends every priority-4
+/// frame first; DWRR weighted 3 : 1 for priority 3 sends three of its frames for each of the
+/// other's while both are backlogged.
+#[test]
+fn a_switch_output_serves_its_classes_in_strict_priority_or_by_weight() {
+    let mut cfg = config(false);
+    cfg.traffic.push(crate::config::TrafficConfig {
+        dscp: 34,
+        ..Default::default()
+    });
+    let run = |cfg: &SimConfig| {
+        let mut fx = fabric(cfg);
+        let mut sw = switch(cfg, &fx, LEFT);
+        // The output is busy with a first frame while the others queue behind it.
+        for _ in 0..40 {
+            for (inp, dscp) in [(0u16, 26u8), (1, 34)] {
+                let (pkt, mut hop) = frame(&mut fx, cfg, 2, 1000);
+                hop = Hop::new(2, 7, hop.wire, dscp, Ecn::Ect0, None);
+                fx.pool.meta[pkt as usize].hop = hop;
+                sw.receive(&mut fx, Time::ZERO, inp, pkt, hop);
+            }
+        }
+        arriving_dscps(&run_switch(&mut sw, &mut fx))
+    };
+    let strict = run(&cfg);
+    assert_eq!(strict.len(), 80);
+    // The first frame found the output idle; then priority 4 drains before priority 3.
+    assert!(strict[1..41].iter().all(|&d| d == 34), "{strict:?}");
+    cfg.network.scheduler = crate::config::Scheduler::Dwrr;
+    cfg.network.dwrr_weights = Some(vec![1, 1, 1, 3, 1, 1, 0, 0]);
+    let dwrr = run(&cfg);
+    assert_eq!(dwrr.len(), 80);
+    let first = &dwrr[1..41];
+    let p3 = first.iter().filter(|&&d| d == 26).count();
+    assert!((29..=31).contains(&p3), "{p3} of 40: {dwrr:?}");
 }
