@@ -24,7 +24,12 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn configs(text: &str, dir: &Path, seed: u64) -> Vec<SimConfig> {
-    load_experiment(text, "classes.toml", dir, &[], Some(seed))
+    configs_with(text, dir, &[], seed)
+}
+
+fn configs_with(text: &str, dir: &Path, sets: &[&str], seed: u64) -> Vec<SimConfig> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    load_experiment(text, "classes.toml", dir, &sets, Some(seed))
         .expect("valid")
         .runs
 }
@@ -195,8 +200,10 @@ network.dwrr_weights = [1, 1, 1, 1, 3, 1, 0, 0]
 /// experiments/n3-victim.toml: PFC pauses a flow that crosses no congested link (the victim,
 /// in the incast's class), for most of its transfer, and not one in a lossless class of its
 /// own; 802.3x PAUSE pauses both; without PFC neither is paused and both finish near their
-/// time alone (IRN's 1.14: its BDP cap, a propagation-only round trip, at 25 Gb/s); DCQCN,
-/// slowing the incast before buffers fill, spares the victim most of it.
+/// time alone (IRN's 1.14: its BDP cap, a propagation-only round trip, at 25 Gb/s) — but
+/// without BDP-FC the incast overflows the input buffer the victims' packets share, and they
+/// are lost with it; DCQCN, slowing the incast before buffers fill, spares the victim most of
+/// PFC's pausing.
 #[test]
 fn pfc_makes_a_victim_of_a_flow_that_crosses_no_congested_link() {
     let text = std::fs::read_to_string(experiments().join("n3-victim.toml")).expect("read");
@@ -242,6 +249,16 @@ fn pfc_makes_a_victim_of_a_flow_that_crosses_no_congested_link() {
                 ctx(lossy)
             );
         }
+        // Without BDP-FC the lossy incast overflows the input buffer the victims share.
+        let no_cap = run("lossy, IRN without BDP-FC");
+        for c in ["victim", "victim, own class"] {
+            assert!(
+                slow(no_cap, c) > 3.0 && paused(no_cap, c) == 0.0,
+                "{}",
+                ctx(no_cap)
+            );
+            assert!(class(no_cap, c).retransmissions > 0, "{}", ctx(no_cap));
+        }
         // DCQCN spares the victim at least half of PFC's slowdown beyond 1.
         assert!(
             slow(dcqcn, "victim") - 1.0 < 0.5 * (slow(pfc, "victim") - 1.0),
@@ -249,5 +266,40 @@ fn pfc_makes_a_victim_of_a_flow_that_crosses_no_congested_link() {
             ctx(dcqcn),
             ctx(pfc)
         );
+    }
+}
+
+/// experiments/n8-classes.toml at 3 ms of arrivals: TCP beside RDMA. Sharing one queue with
+/// RDMA costs TCP over 5 % of its slowdown against a class of its own (QoS), under RoCE and
+/// under IRN; IRN needs no PFC (its RDMA within 5 % with or without it); and on the lossy
+/// fabric with QoS, IRN's RDMA beats RoCE's by over 10 %.
+#[test]
+fn tcp_beside_rdma_gains_from_a_class_of_its_own_and_irn_needs_no_pfc() {
+    let text = std::fs::read_to_string(experiments().join("n8-classes.toml")).expect("read");
+    for seed in SEEDS {
+        let cfgs = configs_with(&text, &experiments(), &["workload.duration_us=3000"], seed);
+        let runs = common::run_all(&cfgs);
+        for r in &runs {
+            // Every flow finishes (lossy RoCE with go-back-N included), once.
+            all_delivered(r);
+        }
+        let slow = |r: &str, c: &str| class(common::by(&runs, r), c).stats.avg_slowdown;
+        for t in ["RoCE", "IRN"] {
+            let (one, qos) = (
+                slow(&format!("{t}, one queue"), "TCP"),
+                slow(&format!("{t}, QoS"), "TCP"),
+            );
+            assert!(
+                one > 1.05 * qos,
+                "seed {seed} {t}: TCP {one} in one queue, {qos} with QoS"
+            );
+        }
+        let (pfc, qos) = (slow("IRN, PFC + QoS", "RDMA"), slow("IRN, QoS", "RDMA"));
+        assert!(
+            (pfc / qos - 1.0).abs() < 0.05,
+            "seed {seed}: IRN {pfc} with PFC, {qos} without"
+        );
+        let roce = slow("RoCE, QoS", "RDMA");
+        assert!(qos < 0.9 * roce, "seed {seed}: IRN {qos}, RoCE {roce}");
     }
 }
