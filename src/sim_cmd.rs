@@ -366,6 +366,20 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
     if runs.iter().any(|r| !r.classes.is_empty()) {
         class_table(out, runs)?;
     }
+    for r in runs.iter().filter(|r| !r.safety.config_findings.is_empty()) {
+        writeln!(out, "\n{}: the configuration monitor found", r.name)?;
+        for f in &r.safety.config_findings {
+            let port = f.port.map_or(String::new(), |p| format!(" port {p}"));
+            let cleared = f.cleared_ms.map_or("still at the end".to_string(), |c| {
+                format!("set right by {c:.2} ms")
+            });
+            writeln!(
+                out,
+                "  {}{port} {}: runs {}, intended {}; found at {:.2} ms, {cleared}",
+                f.node, f.key, f.running, f.intended, f.found_ms
+            )?;
+        }
+    }
     for r in runs {
         if let Some(pm) = &r.pingmesh {
             pingmesh_table(out, &r.name, pm)?;

@@ -278,6 +278,7 @@ fn run_with<M: SimMemory>(
         nic_pauses_max_server_s: per_s(nic_pauses.iter().copied().max().unwrap_or(0)),
         counts: net.safety,
         sent_to_failed_per_ms: net.sent_to_failed_per_ms.clone(),
+        config_findings: net.config_findings.clone(),
         mtt_misses: net.mtt_misses,
         deadlock_at_ms: net.deadlock.as_ref().map(|d| d.at.as_picos() as f64 / 1e9),
         deadlock_at_end: net.deadlock_at_end,

@@ -192,6 +192,10 @@ pub struct SafetyReport {
     /// `sent_to_failed_packets`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sent_to_failed_per_ms: Vec<u64>,
+    /// What the configuration monitor found (`config_check_ms`): each difference between a
+    /// switch's or NIC's running configuration and the intended one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_findings: Vec<crate::net::ConfigFinding>,
 }
 
 /// One Pingmesh level's probes (seed 001 §5.3): how many, how many failed, and the RTT

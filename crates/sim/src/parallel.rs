@@ -204,6 +204,7 @@ impl<M: SimMemory> Simulation<M> {
                 // The safety model and the monitor run in one partition only.
                 all.safety = s.safety;
                 all.deadlock = s.deadlock;
+                all.config_findings = s.config_findings;
                 all.deadlock_at_end = s.deadlock_at_end;
                 all.mtt_misses = s.mtt_misses;
                 all.prio = s.prio;

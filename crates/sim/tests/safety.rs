@@ -584,3 +584,62 @@ name = "backed off"
         }
     }
 }
+
+/// experiments/n9-config-drift.toml: the configuration monitor finds each drift at its first
+/// check after it (every 0.5 ms) and sees it set right at the first check after the repair;
+/// nothing in the run as intended. A NIC that sends its RDMA data in a lossy priority has its
+/// packets dropped and its flows slowed over 2× against the same flows as intended, which
+/// lose nothing.
+#[test]
+fn the_configuration_monitor_finds_each_drift_and_its_repair() {
+    let text = std::fs::read_to_string(experiments().join("n9-config-drift.toml")).expect("read");
+    for seed in SEEDS {
+        let cfgs = configs(&text, &experiments(), &[], seed);
+        let runs: Vec<(String, RunOutput)> = common::run_all_full(&cfgs)
+            .into_iter()
+            .zip(&cfgs)
+            .map(|(o, c)| (c.name.clone(), o))
+            .collect();
+        let intended = named(&runs, "as intended");
+        let drifted = named(&runs, "drifted");
+        assert!(intended.summary.safety.config_findings.is_empty());
+        assert_eq!(intended.summary.drops, 0, "seed {seed}: PFC loses nothing");
+        let f = &drifted.summary.safety.config_findings;
+        let find = |key: &str| {
+            f.iter()
+                .find(|x| x.key == key)
+                .unwrap_or_else(|| panic!("seed {seed}: no {key} finding in {f:#?}"))
+        };
+        assert_eq!(f.len(), 3, "seed {seed}: {f:#?}");
+        let pfc = find("pfc");
+        assert_eq!((pfc.port, pfc.running.as_str()), (Some(0), "off"));
+        assert_eq!((pfc.found_ms, pfc.cleared_ms), (2.5, Some(6.5)), "{pfc:?}");
+        let ecn = find("ecn");
+        assert_eq!(
+            (ecn.running.as_str(), ecn.found_ms, ecn.cleared_ms),
+            ("off", 2.5, None)
+        );
+        let dscp = find("dscp");
+        assert_eq!((dscp.node.as_str(), dscp.running.as_str()), ("h10", "[0]"));
+        assert_eq!(dscp.cleared_ms, Some(6.5));
+        // Host 10's flows while its NIC sent DSCP 0, in both runs.
+        let slowdown = |o: &RunOutput| {
+            let v: Vec<f64> = o
+                .records
+                .iter()
+                .filter(|r| r.flow.src == 10)
+                .filter(|r| (2.2..6.2).contains(&(r.flow.start.as_picos() as f64 / 1e9)))
+                .filter_map(|r| r.slowdown())
+                .collect();
+            assert!(v.len() > 20, "seed {seed}: {} flows", v.len());
+            v.iter().sum::<f64>() / v.len() as f64
+        };
+        let (before, after) = (slowdown(intended), slowdown(drifted));
+        assert!(
+            after > 2.0 * before,
+            "seed {seed}: {before} as intended, {after} drifted"
+        );
+        assert!(drifted.summary.drops > 0, "seed {seed}");
+        assert_eq!(drifted.summary.flows_completed, drifted.summary.flows);
+    }
+}

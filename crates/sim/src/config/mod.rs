@@ -796,6 +796,13 @@ pub struct SimConfig {
     /// Sample per (node, port, priority) counters every this many µs (SPEC N9; `irn sim
     /// --monitor FILE` writes them). Default: absent = no time series.
     pub monitor_interval_us: Option<f64>,
+    /// Configuration monitoring (seed 001 §5.1; SPEC N9): every this many ms, each switch's
+    /// and NIC's running configuration — PFC per port, ECN marking, the DSCPs a NIC sends —
+    /// is checked against the intended one (this file's), and every difference is reported
+    /// with when it was found and when it was set right (`safety.config_findings`). Drift is
+    /// injected with `[[fault]]`s `tor-pfc-off`, `tor-ecn-off` and `nic-dscp`. Default:
+    /// absent = no checks.
+    pub config_check_ms: Option<f64>,
     /// Directory that relative paths are resolved against (the configuration file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -822,6 +829,7 @@ impl Default for SimConfig {
             traffic: Vec::new(),
             pingmesh: PingmeshConfig::default(),
             monitor_interval_us: None,
+            config_check_ms: None,
             base_dir: PathBuf::from("."),
         }
     }
@@ -841,6 +849,7 @@ impl SimConfig {
             || self.watchdog.any()
             || (self.network.pfc && self.deadlock.detect_ms > 0.0)
             || self.monitor_interval_us.is_some()
+            || self.config_check_ms.is_some()
             || self.nic.mtt_miss_ns > 0.0
     }
 

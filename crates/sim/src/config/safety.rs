@@ -140,13 +140,23 @@ pub enum FaultKind {
     /// The NIC's receive pipeline stops (seed 001 §4.3's NIC bug): frames pile up in its
     /// receive buffer, which pauses the ToR once full. At `until_ms` it runs again.
     NicRxStall,
+    /// Configuration drift at the switch (seed 001 §5.1: PFC's per-port part): the ToR's
+    /// port to the host runs with PFC off — its ingress never pauses the host and drops when
+    /// full, and pauses the host sends it are ignored. At `until_ms` it is set right again.
+    TorPfcOff,
+    /// Configuration drift at the switch: the host's ToR stops ECN marking.
+    TorEcnOff,
+    /// Configuration drift at the server (its traffic configuration): the host's NIC sends
+    /// its data packets with DSCP `dscp` instead of its classes' own.
+    NicDscp,
 }
 
 /// `[[fault]]`: one fault event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultConfig {
-    /// `host-down` or `nic-rx-stall`.
+    /// `host-down`, `nic-rx-stall`, or a configuration drift: `tor-pfc-off`, `tor-ecn-off`,
+    /// `nic-dscp`.
     pub kind: FaultKind,
     /// The host.
     pub host: u32,
@@ -155,6 +165,9 @@ pub struct FaultConfig {
     /// When it ends (absent: never), ms.
     #[serde(default)]
     pub until_ms: Option<f64>,
+    /// `nic-dscp`: the DSCP the NIC sends its data with.
+    #[serde(default)]
+    pub dscp: Option<u8>,
 }
 
 /// Which pairs a Pingmesh level probes.
@@ -251,6 +264,16 @@ pub(super) fn validate(
                 &format!("fault[{i}].until_ms"),
                 "must be after at_ms",
             )?;
+        }
+        let dscp_key = format!("fault[{i}].dscp");
+        if f.kind == FaultKind::NicDscp {
+            check(
+                f.dscp.is_some_and(|d| d < 64),
+                &dscp_key,
+                "is required for nic-dscp, and must be below 64",
+            )?;
+        } else {
+            check(f.dscp.is_none(), &dscp_key, "is only for nic-dscp")?;
         }
     }
     if pm.enabled {

@@ -566,6 +566,13 @@ impl SimConfig {
         self.validate_workload()?;
         self.validate_traffic()?;
         let n = &self.network;
+        if let Some(c) = self.config_check_ms {
+            check(
+                c.is_finite() && c > 0.0,
+                "config_check_ms",
+                "must be positive",
+            )?;
+        }
         if let Some(m) = self.monitor_interval_us {
             check(
                 m.is_finite() && m >= 1.0,

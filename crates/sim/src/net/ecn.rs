@@ -34,6 +34,28 @@ impl Marking {
         }
     }
 
+    /// No marking.
+    pub fn off() -> Marking {
+        Marking {
+            mode: EcnMode::Off,
+            kmin: 0,
+            kmax: 0,
+            pmax: 0.0,
+        }
+    }
+
+    /// The rule as an operator reads it in a switch's configuration.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            EcnMode::Off => "off".into(),
+            EcnMode::Threshold => format!("threshold K = {} B", self.kmin),
+            EcnMode::Red => format!(
+                "red Kmin {} B, Kmax {} B, Pmax {}",
+                self.kmin, self.kmax, self.pmax
+            ),
+        }
+    }
+
     /// Whether switches mark at all.
     #[inline]
     pub fn is_on(&self) -> bool {

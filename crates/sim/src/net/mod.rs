@@ -66,6 +66,7 @@ use crate::workload::Flow;
 use irn_transport::rng::mix;
 
 mod classes;
+mod conformance;
 mod ecn;
 mod fabric;
 mod failed;
@@ -87,6 +88,7 @@ mod switch;
 mod tests;
 
 use classes::{Classes, MAX_CLASSES};
+pub use conformance::ConfigFinding;
 pub use ecn::Marking;
 use fabric::Fabric;
 pub use flows::FlowRecord;
@@ -118,6 +120,8 @@ pub struct NetStats {
     pub pause_frames: u64,
     /// Summed queue-pair counters of destroyed queue pairs.
     pub qp: Counters,
+    /// What the configuration monitor found (with `config_check_ms`).
+    pub config_findings: Vec<ConfigFinding>,
     /// The same per traffic class, when the run has more than one (`[[traffic]]`).
     pub class_qp: Vec<Counters>,
     /// Per host and priority: how long the host's NIC was paused, in µs (with more than one
@@ -245,9 +249,9 @@ fn class_dscps(c: &SimConfig) -> (u8, u8) {
     (net.data_dscp, ctrl)
 }
 
-/// The DSCPs the NICs send — every traffic class's data and control DSCPs — and, with
-/// flooding in a lossy class, the flood DSCP, which needs its class at every port; the
-/// classes they make, and `[workload]`'s data and control DSCPs.
+/// The DSCPs the NICs send — every traffic class's data and control DSCPs, and those of
+/// `nic-dscp` drifts — and, with flooding in a lossy class, the flood DSCP, which needs its
+/// class at every port; the classes they make, and `[workload]`'s data and control DSCPs.
 fn classes_of(cfg: &SimConfig) -> (Classes, u8, u8) {
     let (data_dscp, ctrl_dscp) = class_dscps(cfg);
     let mut dscps = vec![data_dscp, ctrl_dscp];
@@ -258,6 +262,9 @@ fn classes_of(cfg: &SimConfig) -> (Classes, u8, u8) {
     if cfg.l2.unknown_unicast == UnknownUnicast::FloodLossy {
         dscps.push(cfg.l2.flood_dscp);
     }
+    // A NIC whose traffic configuration drifts sends a DSCP of its own: the switches
+    // classify it as they would any frame of that DSCP.
+    dscps.extend(cfg.fault.iter().filter_map(|f| f.dscp));
     (Classes::new(&cfg.network, &dscps), data_dscp, ctrl_dscp)
 }
 
@@ -813,6 +820,7 @@ impl<M: SimMemory> Part<M> {
         }
         s.safety = safety;
         s.deadlock = self.safety.deadlock.clone();
+        s.config_findings = self.safety.config.findings.clone();
         s.deadlock_at_end = self.safety.deadlock_at_end;
         s.delivered_bytes = self.work.delivered;
         s.mtt_misses = self.nics.iter().map(Nic::mtt_misses).sum();

@@ -215,6 +215,8 @@ pub(super) enum Ctl {
     DeadlockCheck,
     /// The monitor samples every counter.
     Monitor,
+    /// The configuration monitor checks every switch and NIC.
+    ConfigCheck,
 }
 
 impl Ctl {

@@ -24,6 +24,8 @@
 use irn_transport::{Dur, Time};
 
 use super::classes::MAX_CLASSES;
+use super::conformance::ConfigMonitor;
+use super::ecn::Marking;
 use super::fabric::Fabric;
 use super::flows::Workload;
 use super::memory::SimMemory;
@@ -79,6 +81,8 @@ pub(super) struct Safety {
     pub(super) deadlock_at_end: bool,
     /// NIC watchdogs that fired.
     pub(super) nic_watchdogs: u64,
+    /// The configuration monitor (with `config_check_ms`).
+    pub(super) config: ConfigMonitor,
 }
 
 /// The parts of the network the safety model acts on.
@@ -125,6 +129,9 @@ impl Safety {
         }
         if let Some(m) = cfg.monitor_interval_us {
             events.push((Time::ZERO + us(m), Ctl::Monitor));
+        }
+        if let Some(c) = cfg.config_check_ms {
+            events.push((Time::ZERO + us(c * 1e3), Ctl::ConfigCheck));
         }
         for (at, ctl) in events {
             self.push(fx, at, ctl);
@@ -186,6 +193,10 @@ impl Safety {
                 sample(n);
                 cfg.monitor_interval_us.map(us)
             }
+            Ctl::ConfigCheck => {
+                self.config.check(cfg, n.fx, n.switches, n.nics, now);
+                cfg.config_check_ms.map(|c| us(c * 1e3))
+            }
         };
         if ctl.periodic() {
             self.periodic -= 1;
@@ -211,7 +222,9 @@ impl Safety {
         let hu = h as usize;
         let (si, tp) = tor_port(n.fx, h);
         let hosts = n.fx.hosts();
-        n.fx.failed.set(hosts, h, !end);
+        if matches!(f.kind, FaultKind::HostDown | FaultKind::NicRxStall) {
+            n.fx.failed.set(hosts, h, !end);
+        }
         match (f.kind, end) {
             (FaultKind::HostDown, false) => {
                 // Host `h` dies: its queue pairs and buffered frames are gone, its link goes
@@ -232,6 +245,19 @@ impl Safety {
             }
             (FaultKind::NicRxStall, ended) => {
                 n.nics[hu].stall_rx(n.fx, now, !ended, &n.work.flows);
+            }
+            (FaultKind::TorPfcOff, ended) => {
+                n.switches[si].set_pfc(n.fx, now, tp, ended);
+            }
+            (FaultKind::TorEcnOff, ended) => {
+                n.switches[si].set_marking(if ended {
+                    Marking::new(&cfg.switch)
+                } else {
+                    Marking::off()
+                });
+            }
+            (FaultKind::NicDscp, ended) => {
+                n.nics[hu].set_dscp_drift(if ended { None } else { f.dscp });
             }
         }
     }

@@ -57,6 +57,9 @@ pub(super) struct SwPort {
     /// Bit `c`: the switch watchdog found a storm here and acts on it (ignores the peer's
     /// pauses; with `drop`, drops the class's packets both ways).
     storm: u8,
+    /// PFC is off on this port, against the configuration (a `tor-pfc-off` drift): its
+    /// ingress never pauses and drops when full, and pauses received are ignored.
+    pfc_off: bool,
     /// Per class, bytes queued for this output.
     pub(super) egress: [u64; MAX_CLASSES],
     // --- As an input (a line of its own).
@@ -77,6 +80,7 @@ impl SwPort {
             wake: false,
             paused: 0,
             storm: 0,
+            pfc_off: false,
             egress: [0; MAX_CLASSES],
             ingress: Ingress::EMPTY,
         }
@@ -228,6 +232,41 @@ impl Switch {
         self
     }
 
+    /// Whether PFC runs on `port` (the configuration's; a `tor-pfc-off` drift turns it off).
+    pub(super) fn pfc_on(&self, port: usize) -> bool {
+        !self.ports[port].pfc_off
+    }
+
+    /// Turns PFC on `port` off (a configuration drift) or back on. Off, its ingress forgets
+    /// the pauses it sent (it sends no resume) and its output any pause in force.
+    pub(super) fn set_pfc<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        port: usize,
+        on: bool,
+    ) {
+        self.ports[port].pfc_off = !on;
+        if !on {
+            self.ports[port].ingress.xoff = [false; MAX_CLASSES];
+            for c in 0..fx.classes.len() {
+                if self.ports[port].is_paused(c) {
+                    self.resume(fx, now, port, c);
+                }
+            }
+        }
+    }
+
+    /// The ECN marking it runs.
+    pub(super) fn marking(&self) -> Marking {
+        self.marking
+    }
+
+    /// Runs `marking` instead (a configuration drift, or its repair).
+    pub(super) fn set_marking(&mut self, marking: Marking) {
+        self.marking = marking;
+    }
+
     /// Gives the switch L2 tables (a ToR's ARP and MAC tables and flooding).
     pub(super) fn with_l2(mut self, l2: L2Table) -> Switch {
         self.l2 = Some(Box::new(l2));
@@ -318,7 +357,8 @@ impl Switch {
             return;
         }
         let at = Placement { inp, out, c };
-        if self.admit(at, u64::from(hop.wire), fx.classes.class_lossless(c)) {
+        let lossless = fx.classes.class_lossless(c) && !self.ports[usize::from(inp)].pfc_off;
+        if self.admit(at, u64::from(hop.wire), lossless) {
             self.place(fx, now, at, pkt, hop, true);
         } else {
             self.ingress_drop(fx, inp, c, pkt);
@@ -606,7 +646,7 @@ impl Switch {
     /// PFC: pauses the upstream of ingress (`inp`, class `c`) once a lossless class holds more
     /// than its threshold; the pause names the class's priority.
     fn pause_if_full<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, inp: u16, c: usize) {
-        if fx.classes.class_lossless(c) {
+        if fx.classes.class_lossless(c) && !self.ports[usize::from(inp)].pfc_off {
             let threshold = self.pause_threshold(inp);
             if self.ports[usize::from(inp)]
                 .ingress
@@ -667,7 +707,7 @@ impl Switch {
         fx.mon.pause_received(self.node, port, c);
         let p = usize::from(port);
         self.stats[p].pause_received += 1;
-        let Some(c) = c else {
+        let Some(c) = c.filter(|_| !self.ports[p].pfc_off) else {
             return;
         };
         if quanta > 0 {

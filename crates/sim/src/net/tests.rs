@@ -359,6 +359,7 @@ fn a_tor_floods_a_frame_for_a_dead_server_and_a_copy_towards_a_switch_is_discard
         host: 1,
         at_ms: 0.0,
         until_ms: None,
+        dscp: None,
     });
     let mut fx = fabric(&cfg);
     let mut sw = switch(&cfg, &fx, LEFT);
@@ -743,4 +744,41 @@ fn a_switch_output_serves_its_classes_in_strict_priority_or_by_weight() {
     let first = &dwrr[1..41];
     let p3 = first.iter().filter(|&&d| d == 26).count();
     assert!((29..=31).contains(&p3), "{p3} of 40: {dwrr:?}");
+}
+
+/// A port whose PFC setting drifted off (seed 001 §5.1's per-port part): its ingress never
+/// pauses the host and drops lossless frames once its buffer is full; a pause the host sends
+/// it is ignored; set right, it pauses again.
+#[test]
+fn a_port_with_pfc_off_drops_instead_of_pausing_and_ignores_pauses() {
+    let cfg = config(true);
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let prio = fx.classes.of_dscp(cfg.network.data_dscp);
+    assert!(sw.pfc_on(0));
+    sw.set_pfc(&mut fx, Time::ZERO, 0, false);
+    assert!(!sw.pfc_on(0) && sw.pfc_on(1));
+    // The output towards host 2 is paused: host 0's frames stay in port 0's buffer.
+    sw.pfc(&mut fx, Time::ZERO, 2, prio, u16::MAX);
+    let buffer = cfg.switch.buffer_bytes;
+    for _ in 0..(buffer / 1000 + 20) {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    let evs = drain(&mut fx, FAR);
+    assert!(pauses(&evs).is_empty(), "no pause from a port with PFC off");
+    assert_eq!(
+        sw.stats[0].drops, 20,
+        "what the buffer cannot hold is dropped"
+    );
+    assert_eq!(sw.stats[0].headroom_overflow, 0);
+    // Host 0 pauses the port's output: ignored, the pause is counted.
+    sw.pfc(&mut fx, Time::ZERO, 0, prio, u16::MAX);
+    assert!(!sw.ports[0].is_paused(fx.classes.class(prio)));
+    assert_eq!(sw.stats[0].pause_received, 1);
+    // Set right: the next frame over the threshold pauses host 0.
+    sw.set_pfc(&mut fx, Time::ZERO, 0, true);
+    let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+    sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    assert_eq!(pauses(&drain(&mut fx, FAR)), [(0, true)]);
 }

@@ -44,6 +44,13 @@ pub fn run_all(runs: &[SimConfig]) -> Vec<RunSummary> {
     irn_sim::pool::map(runs, 2, |_, cfg| run_once(cfg))
 }
 
+/// Runs every configuration, two at a time, in order, keeping each run's flow records.
+pub fn run_all_full(runs: &[SimConfig]) -> Vec<irn_sim::RunOutput> {
+    irn_sim::pool::map(runs, 2, |_, cfg| {
+        irn_sim::run(cfg, |_| {}).expect("valid configuration")
+    })
+}
+
 /// `experiment` (a whole experiment file's text) at each of `seeds`: per seed, the summaries
 /// by run.
 pub fn per_seed(experiment: &str, seeds: &[u64]) -> Vec<Vec<RunSummary>> {
