@@ -201,6 +201,12 @@ fn run_with<M: SimMemory>(
             f.host, topo.hosts
         )));
     }
+    if let Some(&h) = cfg.network.pause_hosts.iter().find(|&&h| h >= topo.hosts) {
+        return Err(SimError::Config(format!(
+            "network.pause_hosts: host {h} does not exist (the topology has hosts 0..{})",
+            topo.hosts
+        )));
+    }
     net::check_headroom(cfg, &topo).map_err(SimError::Config)?;
     let mut flows = workload::generate(cfg, topo.hosts, topo.host_port(0).rate_bps)?;
     // Pingmesh's probes run beside the workload: after its flows, in start order (a stable

@@ -649,7 +649,7 @@ pub struct RunSummary {
 /// One traffic class of a run with `[[traffic]]` (class 0 is `[workload]`'s).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClassReport {
-    /// Its name (`name`, else its transport's).
+    /// Its name ([`SimConfig::class_name`](crate::config::SimConfig::class_name)): `[workload]`'s `name` or its transport's, a `[[traffic]]`'s `name` or `traffic<i>`.
     pub name: String,
     /// Its transport (`recovery`).
     pub transport: String,

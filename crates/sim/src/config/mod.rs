@@ -210,6 +210,13 @@ pub struct NetworkConfig {
     /// must not run both (IEEE 802.1Qbb), so `pfc` and `pause` together are an error.
     /// Default false.
     pub pause: bool,
+    /// Servers whose link runs 802.3x PAUSE in a fabric that runs PFC everywhere else (a NIC
+    /// that knows only global pause, on a ToR port set to match): their NIC's receive
+    /// buffer and their ToR's port to them pause the whole link — every priority, lossless
+    /// and lossy, data and control — and every frame on that link is lossless. PAUSE and PFC
+    /// are never both on one port (IEEE 802.1Qbb); they coexist in the fabric, as seed 004
+    /// says they can. Needs `pfc`. Default none.
+    pub pause_hosts: Vec<u32>,
     /// The pause time an XOFF frame carries, in quanta of 512 bit times at its link's rate
     /// (IEEE 802.1Qbb §36.1.3.1; 802.3 Annex 31B for PAUSE): the receiver holds that priority
     /// (or, under PAUSE, the link) until the time runs out or a frame with quanta 0 (XON)
@@ -287,6 +294,7 @@ impl Default for NetworkConfig {
         NetworkConfig {
             pfc: false,
             pause: false,
+            pause_hosts: Vec::new(),
             pause_quanta: u16::MAX,
             pause_refresh: 0.5,
             lossless_priorities: vec![3],

@@ -278,7 +278,24 @@ fn a_traffic_class_that_cannot_mean_anything_is_refused_by_its_key() {
         ),
         ("[[traffic]]\nload = 0\n", "traffic[0].load"),
         ("[[traffic]]\nkind = \"flows\"\n", "traffic[0].flows_file"),
-        ("[network]\ndwrr_weights = [1, 2]\n", "network.dwrr_weights"),
+        (
+            "[network]\nscheduler = \"dwrr\"\ndwrr_weights = [1, 2]\n",
+            "network.dwrr_weights",
+        ),
+        (
+            "[network]\ndwrr_weights = [1, 1, 1, 1, 1, 1, 1, 1]\n",
+            "network.dwrr_weights",
+        ),
+        ("config_check_ms = 0\n", "config_check_ms"),
+        ("[network]\npause_hosts = [1]\n", "network.pause_hosts"),
+        (
+            "[[fault]]\nkind = \"nic-dscp\"\nhost = 1\nat_ms = 1\n",
+            "fault[0].dscp",
+        ),
+        (
+            "[[fault]]\nkind = \"host-down\"\nhost = 1\nat_ms = 1\ndscp = 3\n",
+            "fault[0].dscp",
+        ),
         ("[[traffic]]\nrecovery = \"tcpp\"\n", "tcpp"),
         ("[[traffic]]\ncc = \"dctcp\"\n", "traffic[0] (its transport"),
     ] {

@@ -242,6 +242,12 @@ impl SimConfig {
             "802.3x PAUSE and PFC must not both be enabled on a port (IEEE 802.1Qbb); choose one",
         )?;
         check(
+            n.pause_hosts.is_empty() || (n.pfc && !n.pause),
+            "network.pause_hosts",
+            "needs network.pfc (PAUSE on these servers' links, PFC on the others); with \
+             network.pause every link runs PAUSE already",
+        )?;
+        check(
             n.trust != Trust::Pcp || n.vlan,
             "network.trust",
             "\"pcp\" needs network.vlan = true (untagged frames carry no PCP)",
@@ -535,6 +541,31 @@ impl SimConfig {
             c.validate_shape(&at)?;
         }
         let n = &self.network;
+        // A NIC's transmit lanes: one per (data, control) pair of priorities, at most 8.
+        let mut lanes: Vec<(u8, u8)> = (0..self.class_count())
+            .map(|t| {
+                let c = self.class_config(t).network;
+                let ctrl = if c.control_priority {
+                    c.control_dscp
+                } else {
+                    c.data_dscp
+                };
+                (n.priority(c.data_dscp) & 7, n.priority(ctrl) & 7)
+            })
+            .collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        check(
+            lanes.len() <= 8,
+            "traffic",
+            "the classes send at more than 8 pairs of (data, control) priorities; a NIC has \
+             8 transmit queues",
+        )?;
+        check(
+            n.dwrr_weights.is_none() || n.scheduler == Scheduler::Dwrr,
+            "network.dwrr_weights",
+            "weighs classes only with network.scheduler = \"dwrr\"",
+        )?;
         if let Some(w) = &n.dwrr_weights {
             check(
                 w.len() == 8,
@@ -568,9 +599,9 @@ impl SimConfig {
         let n = &self.network;
         if let Some(c) = self.config_check_ms {
             check(
-                c.is_finite() && c > 0.0,
+                c.is_finite() && c >= 0.001,
                 "config_check_ms",
-                "must be positive",
+                "must be at least 0.001 (1 µs)",
             )?;
         }
         if let Some(m) = self.monitor_interval_us {

@@ -7,7 +7,7 @@ use irn_transport::Time;
 use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::packet::{Ev, Hop, PFC_FRAME};
-use super::pfc::Pause;
+use super::pfc::{Pause, ALL_PRIORITIES};
 use crate::topology::Port;
 
 impl<M: SimMemory> Fabric<M> {
@@ -67,7 +67,12 @@ impl<M: SimMemory> Fabric<M> {
         what: Pause,
     ) -> Option<Time> {
         let p = self.topo.nodes[node as usize].ports[port as usize];
-        let c = self.classes.class(prio);
+        // An 802.3x PAUSE is counted, and timed, as the highest class's.
+        let c = if prio == ALL_PRIORITIES {
+            0
+        } else {
+            self.classes.class(prio)
+        };
         self.mon.pause_sent(node, port, c);
         let at = now + p.transmission(PFC_FRAME) + p.delay;
         let (quanta, refresh) = match what {

@@ -337,6 +337,16 @@ fn build_switch(
     if l2_modelled(cfg, end) {
         s = s.with_l2(L2Table::new(cfg, links.len()));
     }
+    // Its ports to servers whose link runs 802.3x PAUSE.
+    let pause_ports: Vec<usize> = (0..links.len())
+        .filter(|&p| {
+            topo.port_host(node, p)
+                .is_some_and(|h| cfg.network.pause_hosts.contains(&h))
+        })
+        .collect();
+    if !pause_ports.is_empty() {
+        s = s.with_pause_ports(&pause_ports);
+    }
     if cfg.network.scheduler == Scheduler::Dwrr {
         let unit = mtu_wire(cfg);
         let w: Vec<u32> = (0..classes.len())
@@ -394,7 +404,12 @@ fn build_nic<M: SimMemory>(
             cfg.nic.rx_pfc_headroom_bytes,
             topo.host_port(host),
         );
-        RxPipeline::new(cfg, x)
+        let rx = RxPipeline::new(cfg, x);
+        if cfg.network.pause_hosts.contains(&host) {
+            rx.pause_link()
+        } else {
+            rx
+        }
     });
     Nic::new(
         host,

@@ -29,7 +29,7 @@ use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::mtt::Mtt;
 use super::packet::{qpn, Ev, Events, Hop, Meta, Packet, FRAME_OVERHEAD, NIL, REQ, VLAN_TAG_LEN};
-use super::pfc::{pause_time, Ingress, Pause, PauseClock};
+use super::pfc::{pause_time, Ingress, Pause, PauseClock, ALL_PRIORITIES};
 use super::ready::ReadyList;
 use super::sched::{Dwrr, Weights};
 use crate::config::{us, Ecmp, Scheduler, SimConfig};
@@ -156,7 +156,10 @@ pub(super) struct Nic<M> {
     link: Port,
     pub(super) mem: M,
     slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// Per lane, its free slots: a slot keeps its lane for life, because a destroyed queue
+    /// pair's entry may linger on its lane's list until a look drops it, and must not then
+    /// name a queue pair of another lane.
+    free: Vec<Vec<u32>>,
     tx: Tx,
     /// Per priority: paused by the switch.
     paused: [bool; 8],
@@ -234,6 +237,22 @@ struct MttModel {
 }
 
 impl RxPipeline {
+    /// The priority the pause frames of class `c` name: the class's, or every priority when
+    /// the NIC's link runs 802.3x PAUSE.
+    fn pause_prio<M: SimMemory>(&self, fx: &Fabric<M>, c: usize) -> u8 {
+        if self.held.link_wide() {
+            ALL_PRIORITIES
+        } else {
+            fx.classes.class_priority(c)
+        }
+    }
+
+    /// The pipeline's buffer pauses the whole link: 802.3x PAUSE (`network.pause_hosts`).
+    pub(super) fn pause_link(mut self) -> RxPipeline {
+        self.held = Ingress::PAUSE;
+        self
+    }
+
     /// The pipeline a run's `[nic]` settings describe, with XOFF threshold `xoff`.
     pub(super) fn new(cfg: &SimConfig, xoff: u64) -> RxPipeline {
         RxPipeline {
@@ -300,7 +319,7 @@ impl<M: SimMemory> Nic<M> {
             link,
             mem,
             slots: Vec::new(),
-            free: Vec::new(),
+            free: vec![Vec::new(); tag.lanes.len()],
             tx: Tx {
                 lanes: tag
                     .lanes
@@ -695,10 +714,11 @@ impl<M: SimMemory> Nic<M> {
             return;
         };
         let c = fx.classes.class(fx.classes.priority(&hop));
-        // A NIC whose watchdog fired no longer pauses: every class is lossy to it.
+        // A NIC whose watchdog fired no longer pauses: every class is lossy to it. On a link
+        // that runs 802.3x PAUSE every class is lossless, and a pause stops the link.
         let (prio, lossless) = (
-            fx.classes.class_priority(c),
-            fx.classes.class_lossless(c) && !rx.pfc_off,
+            rx.pause_prio(fx, c),
+            (fx.classes.class_lossless(c) || rx.held.link_wide()) && !rx.pfc_off,
         );
         let wire = u64::from(hop.wire);
         if rx.held.total() + wire > rx.buffer {
@@ -768,7 +788,7 @@ impl<M: SimMemory> Nic<M> {
         rx.held.remove(c, u64::from(f.hop.wire));
         rx.progress = now;
         if rx.held.resume_below(c, rx.xoff, rx.resume_gap) {
-            let prio = fx.classes.class_priority(c);
+            let prio = rx.pause_prio(fx, c);
             self.send_pfc(fx, now, prio, Pause::Xon);
         }
         self.rx_start(fx, now, flows);
@@ -777,7 +797,12 @@ impl<M: SimMemory> Nic<M> {
 
     fn send_pfc(&mut self, fx: &mut Fabric<M>, now: Time, prio: u8, what: Pause) {
         self.stats.pause_sent += 1;
-        let c = fx.classes.class(prio);
+        // An 802.3x PAUSE is timed as the highest class's pause.
+        let c = if prio == ALL_PRIORITIES {
+            0
+        } else {
+            fx.classes.class(prio)
+        };
         match fx.send_pfc(now, self.host, 0, prio, what) {
             Some(refresh) => self.clock.sent(c, refresh),
             None => self.clock.resumed(c),
@@ -787,10 +812,26 @@ impl<M: SimMemory> Nic<M> {
     /// A PFC frame for `prio` arrived from the switch: pauses that priority for `quanta`
     /// (from now: a later frame replaces an earlier one's time), or resumes it (0).
     pub(super) fn pfc(&mut self, fx: &mut Fabric<M>, now: Time, port: u16, prio: u8, quanta: u16) {
-        let c = fx.classes.paused_class(prio);
+        let all = prio == ALL_PRIORITIES;
+        let c = if all {
+            Some(0)
+        } else {
+            fx.classes.paused_class(prio)
+        };
         fx.mon.pause_received(self.host, port, c);
         self.stats.pause_received += 1;
-        let p = prio as usize & 7;
+        if all {
+            // 802.3x PAUSE: every priority.
+            for p in 0..8 {
+                self.pause_priority(fx, now, port, p, quanta);
+            }
+        } else {
+            self.pause_priority(fx, now, port, usize::from(prio & 7), quanta);
+        }
+    }
+
+    /// Priority `p` paused for `quanta`, or resumed (0).
+    fn pause_priority(&mut self, fx: &mut Fabric<M>, now: Time, port: u16, p: usize, quanta: u16) {
         if quanta > 0 {
             let time = pause_time(quanta, self.link.rate_bps);
             let until = self.clock.received(p, now, time);
@@ -826,7 +867,7 @@ impl<M: SimMemory> Nic<M> {
                 .as_ref()
                 .is_some_and(|rx| rx.held.xoff[k] && !rx.pfc_off);
             if self.clock.refresh_due(k, now) && xoff {
-                let prio = fx.classes.class_priority(k);
+                let prio = self.rx.as_ref().map_or(0, |rx| rx.pause_prio(fx, k));
                 self.send_pfc(fx, now, prio, Pause::Refresh);
             }
         } else if self.paused[k] && self.clock.expired(k, now) {
@@ -860,7 +901,8 @@ impl<M: SimMemory> Nic<M> {
         end: usize,
         peer: u32,
     ) -> u32 {
-        let slot = match self.free.pop() {
+        let lane = self.tag.marks[usize::from(class)].lane;
+        let slot = match self.free[usize::from(lane)].pop() {
             Some(s) => s,
             None => {
                 self.slots.push(Slot {
@@ -874,8 +916,8 @@ impl<M: SimMemory> Nic<M> {
                     sent: 0,
                     flowlet: 0,
                     last_tx: Time::ZERO,
-                    class: 0,
-                    lane: 0,
+                    class,
+                    lane,
                 });
                 self.tx.ctrl.push(false);
                 self.tx.live.push(false);
@@ -898,7 +940,7 @@ impl<M: SimMemory> Nic<M> {
         s.flowlet = 0;
         s.last_tx = Time::ZERO;
         s.class = class;
-        s.lane = self.tag.marks[usize::from(class)].lane;
+        debug_assert_eq!(s.lane, lane, "a slot keeps its lane");
         self.tx.ctrl[slot as usize] = false;
         self.tx.live[slot as usize] = s.qp.is_some();
         self.tx.listed[slot as usize] = false;
@@ -962,7 +1004,7 @@ impl<M: SimMemory> Nic<M> {
         self.tx.live[slot as usize] = false;
         s.gen = s.gen.wrapping_add(1);
         s.timer = None;
-        self.free.push(slot);
+        self.free[usize::from(s.lane)].push(slot);
         self.mem.release(buf.0, buf.1);
     }
 
@@ -987,7 +1029,7 @@ impl<M: SimMemory> Nic<M> {
             for f in rx.frames.drain(..) {
                 fx.pool.free(f.pkt);
             }
-            rx.held = Ingress::EMPTY;
+            rx.held = rx.held.cleared();
         }
     }
 
@@ -1034,7 +1076,7 @@ impl<M: SimMemory> Nic<M> {
             let rx = self.rx.as_mut().expect("a pipeline");
             if rx.held.xoff[c] {
                 rx.held.xoff[c] = false;
-                let prio = fx.classes.class_priority(c);
+                let prio = rx.pause_prio(fx, c);
                 self.send_pfc(fx, now, prio, Pause::Xon);
             }
         }

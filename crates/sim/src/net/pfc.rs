@@ -27,6 +27,11 @@ pub(super) fn pause_time(quanta: u16, rate_bps: u64) -> Dur {
     Dur::from_picos(irn_wire::mac_control::quanta_to_picos(quanta, rate_bps))
 }
 
+/// The priority a pause frame names to mean every priority: an 802.3x PAUSE (Annex 31B), which
+/// stops the whole link, on a link that runs PAUSE in a fabric that runs PFC elsewhere
+/// (`network.pause_hosts`).
+pub(super) const ALL_PRIORITIES: u8 = 8;
+
 /// What a pause frame an ingress sends says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Pause {
@@ -119,6 +124,10 @@ pub(super) struct Ingress {
     pub(super) xoff: [bool; MAX_CLASSES],
     /// Bytes held, all classes (the sum of `bytes`, kept so that admission reads one word).
     held: u64,
+    /// The ingress of a link that runs 802.3x PAUSE: every frame is lossless, and one pause
+    /// (flagged in `xoff[0]`) stops the whole link once all classes together hold more
+    /// than the threshold.
+    link_wide: bool,
 }
 
 impl Ingress {
@@ -126,7 +135,34 @@ impl Ingress {
         bytes: [0; MAX_CLASSES],
         xoff: [false; MAX_CLASSES],
         held: 0,
+        link_wide: false,
     };
+
+    /// An empty ingress of a link that runs 802.3x PAUSE.
+    pub(super) const PAUSE: Ingress = Ingress {
+        link_wide: true,
+        ..Ingress::EMPTY
+    };
+
+    /// Empty, of the same kind.
+    pub(super) fn cleared(&self) -> Ingress {
+        Ingress {
+            link_wide: self.link_wide,
+            ..Ingress::EMPTY
+        }
+    }
+
+    /// Whether its link runs 802.3x PAUSE.
+    #[inline]
+    pub(super) fn link_wide(&self) -> bool {
+        self.link_wide
+    }
+
+    /// Whether a pause for class `c` (under PAUSE: for the link) is in force upstream.
+    #[inline]
+    pub(super) fn pausing(&self, c: usize) -> bool {
+        self.xoff[if self.link_wide { 0 } else { c }]
+    }
 
     /// Bytes held, all classes.
     #[inline]
@@ -149,19 +185,32 @@ impl Ingress {
     }
 
     /// Whether class `c` must pause its upstream now: not paused, and holding more than
-    /// `threshold`. Marks it paused.
+    /// `threshold` (under PAUSE: the link, with every class together). Marks it paused.
     pub(super) fn pause_above(&mut self, c: usize, threshold: u64) -> bool {
-        let pause = !self.xoff[c] && self.bytes[c] > threshold;
-        self.xoff[c] |= pause;
+        let (k, held) = self.counted(c);
+        let pause = !self.xoff[k] && held > threshold;
+        self.xoff[k] |= pause;
         pause
     }
 
     /// Whether class `c` must resume its upstream now: paused, and `gap` bytes below
-    /// `threshold` (or empty). Marks it resumed.
+    /// `threshold` (or empty) — under PAUSE, the link with every class together. Marks it
+    /// resumed.
     pub(super) fn resume_below(&mut self, c: usize, threshold: u64, gap: u64) -> bool {
-        let resume = self.xoff[c] && (self.bytes[c] + gap <= threshold || self.bytes[c] == 0);
-        self.xoff[c] &= !resume;
+        let (k, held) = self.counted(c);
+        let resume = self.xoff[k] && (held + gap <= threshold || held == 0);
+        self.xoff[k] &= !resume;
         resume
+    }
+
+    /// The pause flag class `c` answers to, and the bytes that count against its threshold.
+    #[inline]
+    fn counted(&self, c: usize) -> (usize, u64) {
+        if self.link_wide {
+            (0, self.held)
+        } else {
+            (c, self.bytes[c])
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use super::fabric::Fabric;
 use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::packet::{Ev, Hop, Meta, NIL};
-use super::pfc::{pause_time, shared_xoff, Ingress, Pause, PauseClock};
+use super::pfc::{pause_time, shared_xoff, Ingress, Pause, PauseClock, ALL_PRIORITIES};
 use super::queues::Queues;
 use super::sched::{Dwrr, Weights};
 use crate::config::{SimConfig, SwitchModel, SwitchWatchdog, UnknownUnicast};
@@ -246,9 +246,13 @@ impl Switch {
         port: usize,
         on: bool,
     ) {
+        fx.q.origin = self.node;
         self.ports[port].pfc_off = !on;
         if !on {
             self.ports[port].ingress.xoff = [false; MAX_CLASSES];
+            for c in 0..MAX_CLASSES {
+                self.clocks[port].resumed(c);
+            }
             for c in 0..fx.classes.len() {
                 if self.ports[port].is_paused(c) {
                     self.resume(fx, now, port, c);
@@ -265,6 +269,15 @@ impl Switch {
     /// Runs `marking` instead (a configuration drift, or its repair).
     pub(super) fn set_marking(&mut self, marking: Marking) {
         self.marking = marking;
+    }
+
+    /// The links of `ports` run 802.3x PAUSE instead of PFC (`network.pause_hosts`): their
+    /// ingress pauses the whole link, and a pause received there stops every class.
+    pub(super) fn with_pause_ports(mut self, ports: &[usize]) -> Switch {
+        for &p in ports {
+            self.ports[p].ingress = Ingress::PAUSE;
+        }
+        self
     }
 
     /// Gives the switch L2 tables (a ToR's ARP and MAC tables and flooding).
@@ -357,7 +370,7 @@ impl Switch {
             return;
         }
         let at = Placement { inp, out, c };
-        let lossless = fx.classes.class_lossless(c) && !self.ports[usize::from(inp)].pfc_off;
+        let lossless = self.lossless_from(fx, usize::from(inp), c);
         if self.admit(at, u64::from(hop.wire), lossless) {
             self.place(fx, now, at, pkt, hop, true);
         } else {
@@ -551,11 +564,11 @@ impl Switch {
         }
         self.ports[i].ingress.remove(c, wire);
         self.used -= wire;
-        if self.ports[i].ingress.xoff[c] {
+        if self.ports[i].ingress.pausing(c) {
             let t = self.pause_threshold(inp);
             let gap = self.buffer.resume_gap;
             if self.ports[i].ingress.resume_below(c, t, gap) {
-                let prio = fx.classes.class_priority(c);
+                let prio = self.pause_prio(fx, i, c);
                 self.send_pfc(fx, now, inp, prio, Pause::Xon);
             }
         }
@@ -646,15 +659,32 @@ impl Switch {
     /// PFC: pauses the upstream of ingress (`inp`, class `c`) once a lossless class holds more
     /// than its threshold; the pause names the class's priority.
     fn pause_if_full<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, inp: u16, c: usize) {
-        if fx.classes.class_lossless(c) && !self.ports[usize::from(inp)].pfc_off {
+        let i = usize::from(inp);
+        if self.lossless_from(fx, i, c) {
             let threshold = self.pause_threshold(inp);
-            if self.ports[usize::from(inp)]
-                .ingress
-                .pause_above(c, threshold)
-            {
-                let prio = fx.classes.class_priority(c);
+            if self.ports[i].ingress.pause_above(c, threshold) {
+                let prio = self.pause_prio(fx, i, c);
                 self.send_pfc(fx, now, inp, prio, Pause::Xoff);
             }
+        }
+    }
+
+    /// Whether a frame of class `c` arriving through `inp` is lossless there: its class is
+    /// and the port runs PFC; every frame, when the port's link runs 802.3x PAUSE.
+    #[inline]
+    fn lossless_from<M: SimMemory>(&self, fx: &Fabric<M>, inp: usize, c: usize) -> bool {
+        let port = &self.ports[inp];
+        port.ingress.link_wide() || (fx.classes.class_lossless(c) && !port.pfc_off)
+    }
+
+    /// The priority the pause frames of ingress `port`'s class `c` name: the class's, or
+    /// every priority when the port's link runs 802.3x PAUSE.
+    #[inline]
+    fn pause_prio<M: SimMemory>(&self, fx: &Fabric<M>, port: usize, c: usize) -> u8 {
+        if self.ports[port].ingress.link_wide() {
+            ALL_PRIORITIES
+        } else {
+            fx.classes.class_priority(c)
         }
     }
 
@@ -686,7 +716,12 @@ impl Switch {
     ) {
         let p = usize::from(port);
         self.stats[p].pause_sent += 1;
-        let c = fx.classes.class(prio);
+        // An 802.3x PAUSE is timed as the highest class's pause.
+        let c = if prio == ALL_PRIORITIES {
+            0
+        } else {
+            fx.classes.class(prio)
+        };
         match fx.send_pfc(now, self.node, port, prio, what) {
             Some(refresh) => self.clocks[p].sent(c, refresh),
             None => self.clocks[p].resumed(c),
@@ -703,13 +738,38 @@ impl Switch {
         prio: u8,
         quanta: u16,
     ) {
-        let c = fx.classes.paused_class(prio);
+        let all = prio == ALL_PRIORITIES;
+        let c = if all {
+            Some(0)
+        } else {
+            fx.classes.paused_class(prio)
+        };
         fx.mon.pause_received(self.node, port, c);
         let p = usize::from(port);
         self.stats[p].pause_received += 1;
         let Some(c) = c.filter(|_| !self.ports[p].pfc_off) else {
             return;
         };
+        if all {
+            // 802.3x PAUSE: the whole output, every class.
+            for c in 0..fx.classes.len() {
+                self.pause_class(fx, now, p, c, quanta);
+            }
+        } else {
+            self.pause_class(fx, now, p, c, quanta);
+        }
+    }
+
+    /// Output `p`'s class `c` paused for `quanta`, or resumed (0).
+    fn pause_class<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        now: Time,
+        p: usize,
+        c: usize,
+        quanta: u16,
+    ) {
+        let port = p as u16;
         if quanta > 0 {
             let time = pause_time(quanta, self.ports[p].link.rate_bps);
             let until = self.clocks[p].received(c, now, time);
@@ -746,7 +806,7 @@ impl Switch {
         let p = usize::from(port);
         if refresh {
             if self.clocks[p].refresh_due(c, now) && self.ports[p].ingress.xoff[c] {
-                let prio = fx.classes.class_priority(c);
+                let prio = self.pause_prio(fx, p, c);
                 self.send_pfc(fx, now, port, prio, Pause::Refresh);
             }
         } else if self.ports[p].is_paused(c) && self.clocks[p].expired(c, now) {
