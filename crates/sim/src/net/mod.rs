@@ -337,6 +337,15 @@ fn build_switch(
     if l2_modelled(cfg, end) {
         s = s.with_l2(L2Table::new(cfg, links.len()));
     }
+    // Input-queued, lossy classes beside lossless ones share each input's buffer below the
+    // pause threshold (set before the PAUSE ports, whose every class is lossless).
+    let lossless_any = (0..classes.len()).any(|c| classes.class_lossless(c));
+    let lossy_mask = (0..classes.len())
+        .filter(|&c| !classes.class_lossless(c))
+        .fold(0u8, |m, c| m | 1 << c);
+    if sw.model == crate::config::SwitchModel::InputQueued && lossless_any && lossy_mask != 0 {
+        s = s.with_lossy_classes(lossy_mask);
+    }
     // Its ports to servers whose link runs 802.3x PAUSE.
     let pause_ports: Vec<usize> = (0..links.len())
         .filter(|&p| {

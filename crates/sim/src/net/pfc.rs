@@ -128,6 +128,13 @@ pub(super) struct Ingress {
     /// (flagged in `xoff[0]`) stops the whole link once all classes together hold more
     /// than the threshold.
     link_wide: bool,
+    /// Bit `c`: class `c` is lossy here. Lossy classes share the buffer below the threshold
+    /// with the lossless ones (a switch's priority groups share one pool, the headroom kept
+    /// apart for the lossless ones): a lossy frame may not take the headroom, and a lossless
+    /// class pauses once the whole input holds more than the threshold, so that what its
+    /// headroom must absorb still fits the buffer. Without lossy classes (0), a lossless
+    /// class pauses on its own bytes, as in the IRN paper's switch.
+    lossy_mask: u8,
 }
 
 impl Ingress {
@@ -136,6 +143,7 @@ impl Ingress {
         xoff: [false; MAX_CLASSES],
         held: 0,
         link_wide: false,
+        lossy_mask: 0,
     };
 
     /// An empty ingress of a link that runs 802.3x PAUSE.
@@ -148,8 +156,30 @@ impl Ingress {
     pub(super) fn cleared(&self) -> Ingress {
         Ingress {
             link_wide: self.link_wide,
+            lossy_mask: self.lossy_mask,
             ..Ingress::EMPTY
         }
+    }
+
+    /// An empty ingress (of a PFC link) whose classes of `mask` are lossy.
+    pub(super) fn with_lossy(mask: u8) -> Ingress {
+        Ingress {
+            lossy_mask: mask,
+            ..Ingress::EMPTY
+        }
+    }
+
+    /// Whether its lossless classes pause on the whole input (lossy classes beside them, a PFC
+    /// link): a frame of any class leaving may resume any of them.
+    #[inline]
+    pub(super) fn shares_threshold(&self) -> bool {
+        self.lossy_mask != 0 && !self.link_wide
+    }
+
+    /// The classes lossy here, as a bit mask.
+    #[inline]
+    pub(super) fn lossy_mask(&self) -> u8 {
+        self.lossy_mask
     }
 
     /// Whether its link runs 802.3x PAUSE.
@@ -208,6 +238,8 @@ impl Ingress {
     fn counted(&self, c: usize) -> (usize, u64) {
         if self.link_wide {
             (0, self.held)
+        } else if self.lossy_mask != 0 {
+            (c, self.held)
         } else {
             (c, self.bytes[c])
         }
@@ -294,6 +326,37 @@ mod tests {
         assert!(!i.xoff[0]);
         // Not paused: nothing to resume.
         assert!(!i.resume_below(0, 1000, 200));
+    }
+
+    #[test]
+    fn beside_lossy_classes_a_lossless_one_pauses_on_the_whole_input() {
+        // Class 1 lossy: class 0 pauses once both together pass the threshold.
+        let mut i = Ingress::with_lossy(0b10);
+        i.add(1, 800);
+        i.add(0, 200);
+        assert!(!i.pause_above(0, 1000));
+        i.add(0, 1);
+        assert!(i.pause_above(0, 1000));
+        // The lossy bytes leaving resume it as well.
+        i.remove(1, 800);
+        assert!(i.resume_below(0, 1000, 200));
+        assert_eq!(i.cleared().lossy_mask(), 0b10);
+    }
+
+    #[test]
+    fn a_pause_link_counts_every_class_and_flags_the_link() {
+        let mut i = Ingress::PAUSE;
+        assert!(i.link_wide());
+        i.add(2, 600);
+        i.add(5, 401);
+        // Class 5 alone is far below; the link is above.
+        assert!(i.pause_above(5, 1000));
+        assert!(i.pausing(0) && i.pausing(2) && i.pausing(5));
+        assert!(!i.pause_above(2, 1000), "one pause for the link");
+        i.remove(2, 600);
+        assert!(i.resume_below(2, 1000, 200));
+        assert!(!i.pausing(5));
+        assert!(i.cleared().link_wide());
     }
 
     #[test]

@@ -271,6 +271,16 @@ impl Switch {
         self.marking = marking;
     }
 
+    /// Its input buffers hold the lossy classes of `mask` beside lossless ones (input-queued):
+    /// lossy bytes count against a lossless class's pause threshold, and never take the
+    /// headroom ([`Ingress::with_lossy`]).
+    pub(super) fn with_lossy_classes(mut self, mask: u8) -> Switch {
+        for p in &mut self.ports {
+            p.ingress = Ingress::with_lossy(mask);
+        }
+        self
+    }
+
     /// The links of `ports` run 802.3x PAUSE instead of PFC (`network.pause_hosts`): their
     /// ingress pauses the whole link, and a pause received there stops every class.
     pub(super) fn with_pause_ports(mut self, ports: &[usize]) -> Switch {
@@ -405,7 +415,14 @@ impl Switch {
         let buffer = self.buffer.bytes;
         match self.buffer.model {
             SwitchModel::InputQueued => {
-                if self.ports[i].ingress.total() + wire > buffer {
+                let ingress = &self.ports[i].ingress;
+                // Beside a lossless class, a lossy frame may not take the headroom.
+                let limit = if lossless || ingress.lossy_mask() == 0 {
+                    buffer
+                } else {
+                    self.buffer.xoff[i]
+                };
+                if ingress.total() + wire > limit {
                     if lossless {
                         self.stats[i].headroom_overflow += 1;
                     }
@@ -564,7 +581,18 @@ impl Switch {
         }
         self.ports[i].ingress.remove(c, wire);
         self.used -= wire;
-        if self.ports[i].ingress.pausing(c) {
+        if self.ports[i].ingress.shares_threshold() {
+            // Every lossless class pauses on the whole input: any frame leaving may resume
+            // any of them.
+            let t = self.pause_threshold(inp);
+            let gap = self.buffer.resume_gap;
+            for k in 0..fx.classes.len() {
+                if self.ports[i].ingress.xoff[k] && self.ports[i].ingress.resume_below(k, t, gap) {
+                    let prio = self.pause_prio(fx, i, k);
+                    self.send_pfc(fx, now, inp, prio, Pause::Xon);
+                }
+            }
+        } else if self.ports[i].ingress.pausing(c) {
             let t = self.pause_threshold(inp);
             let gap = self.buffer.resume_gap;
             if self.ports[i].ingress.resume_below(c, t, gap) {

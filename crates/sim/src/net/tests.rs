@@ -782,3 +782,86 @@ fn a_port_with_pfc_off_drops_instead_of_pausing_and_ignores_pauses() {
     sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
     assert_eq!(pauses(&drain(&mut fx, FAR)), [(0, true)]);
 }
+
+/// A server's link on 802.3x PAUSE in a PFC fabric (`network.pause_hosts`): its ToR port
+/// pauses the server once every class together passes the threshold, with one frame naming
+/// every priority; a PAUSE from the server stops every class of the port's output, where a
+/// PFC frame stops one.
+#[test]
+fn a_pause_link_pauses_and_is_paused_as_a_whole() {
+    let mut cfg = config(true);
+    cfg.network.pause_hosts = vec![0];
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let data = fx.classes.of_dscp(cfg.network.data_dscp);
+    let ctrl = fx.classes.of_dscp(cfg.network.control_dscp);
+    let (cd, cc) = (fx.classes.class(data), fx.classes.class(ctrl));
+    // The output towards host 2 is paused: frames from host 0 stay in port 0's buffer.
+    sw.pfc(&mut fx, Time::ZERO, 2, data, u16::MAX);
+    let xoff = sw.pause_threshold(0);
+    while sw.ports[0].ingress.total() <= xoff {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    let evs = drain(&mut fx, FAR);
+    let frames: Vec<(u32, u8, u16)> = evs
+        .iter()
+        .filter_map(|&(_, e)| match e {
+            Ev::Pfc {
+                node, prio, quanta, ..
+            } => Some((node, prio, quanta)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        frames,
+        [(0, pfc::ALL_PRIORITIES, u16::MAX)],
+        "one PAUSE for host 0"
+    );
+    // Host 0 sends a PAUSE: both classes of the port's output stop; a PFC frame on port 1
+    // (a PFC link) stops only its class.
+    sw.pfc(&mut fx, Time::ZERO, 0, pfc::ALL_PRIORITIES, u16::MAX);
+    assert!(sw.ports[0].is_paused(cd) && sw.ports[0].is_paused(cc));
+    sw.pfc(&mut fx, Time::ZERO, 1, data, u16::MAX);
+    assert!(sw.ports[1].is_paused(cd) && !sw.ports[1].is_paused(cc));
+    // XON for every priority resumes both.
+    sw.pfc(&mut fx, Time::ZERO, 0, pfc::ALL_PRIORITIES, 0);
+    assert!(!sw.ports[0].is_paused(cd) && !sw.ports[0].is_paused(cc));
+}
+
+/// Beside a lossless class, a lossy frame may not take the headroom: it is dropped once the
+/// input holds the pause threshold, where a lossless one is still admitted.
+#[test]
+fn a_lossy_frame_beside_a_lossless_class_leaves_the_headroom_free() {
+    let mut cfg = config(true);
+    cfg.traffic.push(crate::config::TrafficConfig {
+        dscp: 0,
+        ..Default::default()
+    });
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    let data = fx.classes.of_dscp(cfg.network.data_dscp);
+    sw.pfc(&mut fx, Time::ZERO, 2, data, u16::MAX);
+    sw.pfc(&mut fx, Time::ZERO, 2, 0, u16::MAX);
+    let xoff = sw.pause_threshold(0);
+    let lossy = |fx: &mut Fabric<Mem>| {
+        let (pkt, hop) = frame(fx, &cfg, 2, 1000);
+        let hop = Hop::new(2, 7, hop.wire, 0, Ecn::Ect0, None);
+        fx.pool.meta[pkt as usize].hop = hop;
+        (pkt, hop)
+    };
+    while sw.ports[0].ingress.total() + 1000 <= xoff {
+        let (pkt, hop) = lossy(&mut fx);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    assert_eq!(sw.stats[0].drops, 0);
+    let (pkt, hop) = lossy(&mut fx);
+    sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    assert_eq!(sw.stats[0].drops, 1, "a lossy frame stops at the threshold");
+    // A lossless frame still gets in, and pauses host 0 at once: the input is full.
+    let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+    sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    assert_eq!(sw.stats[0].drops, 1);
+    assert_eq!(pauses(&drain(&mut fx, FAR)), [(0, true)]);
+    assert_eq!(sw.stats[0].headroom_overflow, 0);
+}
