@@ -271,8 +271,9 @@ fn pfc_makes_a_victim_of_a_flow_that_crosses_no_congested_link() {
 
 /// experiments/n8-classes.toml at 3 ms of arrivals: TCP beside RDMA. Sharing one queue with
 /// RDMA costs TCP over 5 % of its slowdown against a class of its own (QoS), under RoCE and
-/// under IRN; IRN needs no PFC (its RDMA within 5 % with or without it); and on the lossy
-/// fabric with QoS, IRN's RDMA beats RoCE's by over 10 %.
+/// under IRN; IRN needs no PFC (its RDMA within 5 % with or without it); on the lossy fabric
+/// with QoS, IRN's RDMA beats RoCE's by over 10 %; and PFC on RoCE's class costs TCP over
+/// 10 %.
 #[test]
 fn tcp_beside_rdma_gains_from_a_class_of_its_own_and_irn_needs_no_pfc() {
     let text = std::fs::read_to_string(experiments().join("n8-classes.toml")).expect("read");
@@ -301,5 +302,11 @@ fn tcp_beside_rdma_gains_from_a_class_of_its_own_and_irn_needs_no_pfc() {
         );
         let roce = slow("RoCE, QoS", "RDMA");
         assert!(qos < 0.9 * roce, "seed {seed}: IRN {qos}, RoCE {roce}");
+        // PFC on RoCE's class costs TCP beside it: paused RDMA fills the inputs' shared pool.
+        let (pfc_tcp, qos_tcp) = (slow("RoCE, PFC + QoS", "TCP"), slow("RoCE, QoS", "TCP"));
+        assert!(
+            pfc_tcp > 1.1 * qos_tcp,
+            "seed {seed}: TCP {pfc_tcp} beside RoCE with PFC, {qos_tcp} without"
+        );
     }
 }
