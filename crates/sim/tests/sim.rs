@@ -301,9 +301,9 @@ fn pfc_headroom_is_each_ports_own_links() {
 
 /// With PFC the control class is lossless too (`network.control_lossless`, the default: a
 /// RoCE NIC's ACKs travel in the queue pair's lossless class): on E0's network with 120 KB
-/// buffers (seed 1) a lossy control class loses 7 ACKs, and RoCE, which keeps no timer under
-/// PFC, leaves 4 flows unfinished — reported as such; lossless, nothing is dropped and every
-/// flow finishes, with the same pauses.
+/// buffers (seed 1) a lossy control class loses ACKs, and RoCE, which keeps no timer under
+/// PFC, leaves flows unfinished — reported as such; lossless, nothing is dropped and every
+/// flow finishes, with about the same pauses.
 #[test]
 fn a_lossless_fabric_drops_no_ack() {
     let mut c = SimConfig::default();
@@ -324,7 +324,10 @@ fn a_lossless_fabric_drops_no_ack() {
         lossy.flows_unfinished
     );
     assert_eq!(lossy.flows_failed, 0);
-    assert_eq!(lossy.pause_frames, lossless.summary.pause_frames);
+    // The data still pauses about as often: lossy ACKs share the inputs' pool below the
+    // threshold, but their bytes are few.
+    let ratio = lossy.pause_frames as f64 / lossless.summary.pause_frames as f64;
+    assert!((ratio - 1.0).abs() < 0.05, "{ratio}");
 }
 
 /// Priority classes are what the switches read from each frame (SPEC N2): the DSCP through a
