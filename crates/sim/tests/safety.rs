@@ -643,3 +643,21 @@ fn the_configuration_monitor_finds_each_drift_and_its_repair() {
         assert_eq!(drifted.summary.flows_completed, drifted.summary.flows);
     }
 }
+
+/// experiments/e11-deadlock-trigger.toml: Figure 4 with the seed's own trigger, an incast at
+/// S5 (1–4 senders, three buffer sizes): the cycle's pauses come and go as S5's port drains,
+/// no deadlock forms, the incast completes and only the flows to the dead servers fail.
+#[test]
+fn the_seeds_own_trigger_makes_no_deadlock_in_this_model() {
+    let text =
+        std::fs::read_to_string(experiments().join("e11-deadlock-trigger.toml")).expect("read");
+    let cfgs = configs(&text, &experiments(), &[], 1);
+    assert_eq!(cfgs.len(), 12);
+    for s in common::run_all(&cfgs) {
+        assert!(!s.deadlocked, "{}: {:?}", s.name, s.deadlock_cycle);
+        assert!(s.pause_frames > 1000, "{}: the cycle's ports pause", s.name);
+        // The purple and blue flows address dead servers; every incast flow completes.
+        assert_eq!((s.flows_failed, s.flows_unfinished), (2, 0), "{}", s.name);
+        assert_eq!(s.flows_completed, s.flows - 2, "{}", s.name);
+    }
+}
