@@ -44,6 +44,22 @@ pub struct SwitchArgs {
     /// and every queue is empty.
     #[arg(long)]
     pub idle: Option<f64>,
+    /// Priorities made lossless by PFC (IEEE 802.1Qbb), e.g. `3` or `3,4`; a frame's priority
+    /// is its DSCP ÷ 8. Their frames are never dropped for a full queue, and a port pauses
+    /// that priority of its upstream once what it brought in passes `--xoff`.
+    #[arg(long, value_delimiter = ',', value_name = "PRIOS")]
+    pub pfc: Vec<u8>,
+    /// 802.3x PAUSE on every port instead of PFC: every frame lossless, a pause stops the
+    /// whole link.
+    #[arg(long)]
+    pub pause: bool,
+    /// The pause threshold of a (port, priority), bytes; the rest of `--buffer` is headroom.
+    /// Default: three quarters of `--buffer`.
+    #[arg(long, value_name = "BYTES")]
+    pub xoff: Option<u64>,
+    /// The pause time a pause frame carries, in quanta of 512 bit times.
+    #[arg(long, default_value_t = u16::MAX)]
+    pub pause_quanta: u16,
     /// Write the counters here at exit (JSON) instead of to standard output.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -62,6 +78,10 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         seed: args.seed,
         duration: args.duration,
         idle: args.idle,
+        pfc: args.pfc,
+        pause: args.pause,
+        xoff: args.xoff,
+        pause_quanta: args.pause_quanta,
     })?;
     let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.json {

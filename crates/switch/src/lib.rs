@@ -11,10 +11,11 @@
 //!
 //! Every egress drains at `--rate` bits per second (a frame occupies the wire for its length
 //! plus the 4-byte FCS; preamble and inter-frame gap are not counted, as in the simulator)
-//! from two FIFOs of at most `--buffer` bytes each: one for UDP (RoCEv2, to port 4791 or to
-//! wherever an irn device listens) and one, served first, for everything else — ARP and the
-//! TCP of `irn perf`'s set-up exchange, kept apart from the RDMA class as production networks
-//! keep them ([`Class`]). A frame that would queue past its class's buffer is dropped. An
+//! from FIFOs of at most `--buffer` bytes each: one, served first, for everything that is not
+//! UDP — ARP and the TCP of `irn perf`'s set-up exchange, kept apart from the RDMA class as
+//! production networks keep them ([`Class`]) — and one per priority for UDP (RoCEv2, to port
+//! 4791 or wherever an irn device listens), served highest priority first. A frame that
+//! would queue past its queue's buffer is dropped, unless it is lossless. An
 //! ECN-capable IPv4 or IPv6 packet (ECT(0) or ECT(1)) joining a queue of `q` bytes is marked
 //! CE by the rule the simulator's switches use ([`irn_sim::net::Marking`]): RED
 //! between `--kmin` and `--kmax` with probability up to `--pmax` (DCQCN's marking, Zhu et al.,
@@ -23,6 +24,16 @@
 //! A17.8.1) and the UDP checksum does not cover them, so a marked RoCEv2 packet stays valid.
 //! Packets that are not ECN-capable are never marked, and dropped only when the buffer is
 //! full.
+//!
+//! With `--pfc PRIOS` the UDP frames of those priorities (a frame's priority is its DSCP ÷ 8:
+//! DSCP-based PFC, seed 001 §3) are lossless: never dropped for a full queue, and each port
+//! counts what it brought in of each lossless priority and sends its upstream an 802.1Qbb
+//! pause for that priority once it passes `--xoff`, again every half pause time while it
+//! stays above, and a resume (0 quanta) once it drains two frames below ([`lossless`]).
+//! `--pause` does the same with 802.3x PAUSE for the whole link (every frame lossless). A
+//! PFC or PAUSE frame that arrives on a port pauses that port's egress for its quanta — the
+//! priorities it names, or everything — and is not forwarded. Pause frames leave at once,
+//! ahead of queued data, from a locally administered MAC of the port ([`port_mac`]).
 //!
 //! Once every port's socket is open the switch says so on standard error (`irn switch:
 //! forwarding between N ports (…)`); what reaches a port before then is lost. It stops after
@@ -40,6 +51,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod lossless;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -50,7 +63,9 @@ use irn_sim::net::Marking;
 use irn_transport::rng::Rng;
 use irn_verbs::packet::{wait_any, PacketSocket};
 use irn_wire::ethernet::EtherType;
-use irn_wire::{Ecn, Ipv4Packet, Ipv6Packet};
+use irn_wire::mac_control::{MacControl, MacControlRepr};
+use irn_wire::{Ecn, Ipv4Packet, Ipv6Packet, MacAddr};
+use lossless::{priority_of_dscp, Lossless, Mode, PausedUntil};
 
 /// Options of `irn switch`.
 /// A rate as `--rate` takes it — `500m`, `10g`, `1000000` — in bits per second.
@@ -118,6 +133,13 @@ pub struct PortCounters {
     pub tx_errors: u64,
     /// Receive errors the socket reported (a link going down): counted, not fatal.
     pub rx_errors: u64,
+    /// PFC or PAUSE frames the switch sent out of this port (pauses, their refreshes and
+    /// resumes) for what it received here.
+    pub pause_sent: u64,
+    /// PFC or PAUSE frames that arrived on this port (they pause its egress).
+    pub pause_received: u64,
+    /// Lossless frames queued at this egress beyond its buffer: the headroom was too small.
+    pub headroom_overflow: u64,
     /// When the port sent its first and its last frame, seconds since the switch started
     /// (what a goodput over the port's busy time divides by); `null` if it sent none.
     pub first_tx_at: Option<f64>,
@@ -168,13 +190,40 @@ impl Class {
     }
 }
 
+/// Queues of an egress: the frames that are not UDP first, then UDP by priority, highest
+/// first (strict priority).
+const QUEUES: usize = 9;
+
+/// The queue of a frame of class `class` and priority `prio`.
+fn queue_of(class: Class, prio: Option<u8>) -> usize {
+    match class {
+        Class::Other => 0,
+        Class::Rdma => 1 + usize::from(7 - prio.unwrap_or(0) & 7),
+    }
+}
+
+/// A frame waiting at an egress, and where it came from (for its ingress's lossless count).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// The frame.
+    pub frame: Vec<u8>,
+    /// The port it arrived on.
+    pub from: usize,
+    /// Its priority (its DSCP's), for UDP; `None` for the rest.
+    pub prio: Option<u8>,
+}
+
 /// One output port's queues and pacer, without I/O: time is nanoseconds since the switch
-/// started. Each class has a FIFO of `buffer` bytes; the other class's queue is served
-/// first; the port's rate is shared.
+/// started. Each queue holds at most `buffer` bytes — frames that are not UDP in one, served
+/// first, and UDP in one per priority (its DSCP's), served highest first; a lossless frame
+/// (`--pfc`, `--pause`) is queued past it (counted as a headroom overflow) rather than
+/// dropped. A queue whose priority the peer paused waits; the port's rate is shared.
 #[derive(Debug)]
 pub struct Egress {
-    queues: [VecDeque<Vec<u8>>; 2],
-    bytes: [u64; 2],
+    queues: [VecDeque<Queued>; QUEUES],
+    bytes: [u64; QUEUES],
+    /// The pauses this port received.
+    paused: PausedUntil,
     buffer: u64,
     /// Largest frame the port sends (its MTU plus the Ethernet header).
     max_frame: usize,
@@ -190,8 +239,9 @@ impl Egress {
     /// `max_frame` bytes.
     pub fn new(port: &str, buffer: u64, rate_bps: u64, max_frame: usize) -> Egress {
         Egress {
-            queues: [VecDeque::new(), VecDeque::new()],
-            bytes: [0; 2],
+            queues: Default::default(),
+            bytes: [0; QUEUES],
+            paused: PausedUntil::default(),
             buffer,
             max_frame,
             rate_bps,
@@ -203,28 +253,39 @@ impl Egress {
         }
     }
 
-    /// Offers `frame` at `now`: dropped if its class's buffer cannot take it, else marked by
-    /// `marking` from the queue it joins (if it is ECN-capable) and queued. A frame that finds
-    /// the egress empty starts its wire time no earlier than `now`.
+    /// Offers `frame`, which arrived on port `from`, at `now`: dropped if its queue cannot
+    /// take it and it is not lossless under `mode`, else marked by `marking` from the queue it
+    /// joins (if it is ECN-capable) and queued. A frame that finds the egress empty starts its
+    /// wire time no earlier than `now`. Returns the verdict and the frame's priority.
     pub fn offer(
         &mut self,
         now: u64,
         mut frame: Vec<u8>,
+        from: usize,
+        mode: Mode,
         marking: &Marking,
         rng: &mut Rng,
-    ) -> Verdict {
+    ) -> (Verdict, Option<u8>) {
         let len = frame.len() as u64;
         if frame.len() > self.max_frame {
             self.counters.oversize += 1;
-            return Verdict::Oversize;
+            return (Verdict::Oversize, None);
         }
-        // The IP header is read once: for the class, and for the mark.
+        // The IP header is read once: for the class and priority, and for the mark.
         let ip = ip_info(&frame);
-        let c = Class::of_ip(ip) as usize;
+        let class = Class::of_ip(ip);
+        let prio = match class {
+            Class::Rdma => ip.map(|ip| priority_of_dscp(ip.dscp)),
+            Class::Other => None,
+        };
+        let c = queue_of(class, prio);
         let q = self.bytes[c];
         if q + len > self.buffer {
-            self.counters.dropped += 1;
-            return Verdict::Dropped;
+            if !mode.lossless(prio) {
+                self.counters.dropped += 1;
+                return (Verdict::Dropped, prio);
+            }
+            self.counters.headroom_overflow += 1;
         }
         let ect = ip.filter(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1));
         let verdict = if let Some(ip) = ect.filter(|_| marking.is_on() && marking.mark(q, rng)) {
@@ -241,32 +302,49 @@ impl Egress {
         self.bytes[c] += len;
         let peak = &mut self.counters.peak_queue_bytes;
         *peak = (*peak).max(self.bytes[c]);
-        self.queues[c].push_back(frame);
-        verdict
+        self.queues[c].push_back(Queued { frame, from, prio });
+        (verdict, prio)
     }
 
-    /// The next frame if the wire is free for it at `now` (the other class's first). A late
-    /// wake-up may send what fell due in the last [`MAX_LAG`] back to back.
-    pub fn take(&mut self, now: u64) -> Option<Vec<u8>> {
+    /// A PFC or PAUSE frame arrived on this port at `now`: the queues it names wait for its
+    /// time (a later frame replaces an earlier one's; 0 quanta resumes).
+    pub fn pause(&mut self, frame: &MacControlRepr, now: u64) {
+        self.counters.pause_received += 1;
+        self.paused.apply(frame, now, self.rate_bps);
+    }
+
+    /// The priority the frames of queue `c` have (`None`: not UDP).
+    fn queue_prio(c: usize) -> Option<u8> {
+        (c > 0).then(|| 7 - (c - 1) as u8)
+    }
+
+    /// The next frame if the wire is free for it at `now` (frames that are not UDP first,
+    /// then UDP by priority), skipping the queues the peer paused. A late wake-up may send
+    /// what fell due in the last [`MAX_LAG`] back to back.
+    pub fn take(&mut self, now: u64) -> Option<Queued> {
         if self.free_at > now {
             return None;
         }
-        let c = [Class::Other as usize, Class::Rdma as usize]
-            .into_iter()
-            .find(|&c| !self.queues[c].is_empty())?;
-        let frame = self.queues[c].pop_front()?;
-        let len = frame.len() as u64;
+        let c = (0..QUEUES).find(|&c| {
+            !self.queues[c].is_empty() && self.paused.may_send(Egress::queue_prio(c), now)
+        })?;
+        let queued = self.queues[c].pop_front()?;
+        let len = queued.frame.len() as u64;
         self.bytes[c] -= len;
         let lag = MAX_LAG.as_nanos() as u64;
         let start = self.free_at.max(now.saturating_sub(lag));
         let wire_ns = ((len + FCS) * 8).saturating_mul(1_000_000_000) / self.rate_bps;
         self.free_at = start + wire_ns.max(1);
-        Some(frame)
+        Some(queued)
     }
 
-    /// When the next queued frame may leave, if one is queued.
+    /// When the next queued frame may leave, if one is queued: when the wire is free, or
+    /// later, when the pause of every queue with frames runs out.
     pub fn next_departure(&self) -> Option<u64> {
-        (self.queued_bytes() > 0).then_some(self.free_at)
+        (0..QUEUES)
+            .filter(|&c| !self.queues[c].is_empty())
+            .map(|c| self.free_at.max(self.paused.until(Egress::queue_prio(c))))
+            .min()
     }
 
     /// Bytes queued, both classes.
@@ -282,6 +360,7 @@ struct IpInfo {
     /// It carries UDP.
     udp: bool,
     ecn: Ecn,
+    dscp: u8,
 }
 
 /// The IP header of a frame, if it is an untagged IPv4 or IPv6 one whose header is whole.
@@ -295,6 +374,7 @@ fn ip_info(frame: &[u8]) -> Option<IpInfo> {
             v4: true,
             udp: p.protocol() == UDP,
             ecn: p.ecn(),
+            dscp: p.dscp(),
         })
     } else if t == u16::from(EtherType::Ipv6) {
         let p = Ipv6Packet::new_checked(ip).ok()?;
@@ -302,9 +382,39 @@ fn ip_info(frame: &[u8]) -> Option<IpInfo> {
             v4: false,
             udp: p.next_header() == UDP,
             ecn: p.ecn(),
+            dscp: p.dscp(),
         })
     } else {
         None
+    }
+}
+
+/// The MAC control frame (PFC or PAUSE) a frame is, if it is one.
+fn mac_control(frame: &[u8]) -> Option<MacControlRepr> {
+    let t = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    if t != u16::from(EtherType::MacControl) {
+        return None;
+    }
+    let v = MacControl::new_checked(frame.get(14..)?).ok()?;
+    MacControlRepr::parse(&v).ok()
+}
+
+/// Sends each (port, PFC or PAUSE frame) out of its port at once, ahead of queued data (a
+/// MAC control frame is not queued behind the traffic it controls), and counts it.
+fn send_controls(
+    socks: &[PacketSocket],
+    egress: &mut [Egress],
+    controls: &mut Vec<(usize, MacControlRepr)>,
+) {
+    for (port, f) in controls.drain(..) {
+        let mut buf = [0u8; 64];
+        let Ok(n) = f.emit_frame(port_mac(port), &mut buf) else {
+            continue;
+        };
+        match socks[port].send(&buf[..n]) {
+            Ok(()) => egress[port].counters.pause_sent += 1,
+            Err(_) => egress[port].counters.tx_errors += 1,
+        }
     }
 }
 
@@ -366,6 +476,12 @@ pub struct Report {
     pub kmax_bytes: u64,
     /// RED's P_max.
     pub pmax: f64,
+    /// The priorities PFC makes lossless (empty: none).
+    pub pfc: Vec<u8>,
+    /// 802.3x PAUSE on every port instead.
+    pub pause: bool,
+    /// The ingress occupancy of a lossless priority above which a port pauses, bytes.
+    pub xoff_bytes: u64,
     /// How long the switch ran.
     pub seconds: f64,
     /// Per port, in the order given.
@@ -396,6 +512,41 @@ pub struct Options {
     /// Stop once no frame has arrived for this many seconds and every queue is empty
     /// (`--idle`).
     pub idle: Option<f64>,
+    /// Priorities PFC makes lossless (`--pfc`, e.g. `3` or `3,4`): their frames are never
+    /// dropped for a full queue, and each port pauses that priority of its upstream when
+    /// what it brought in passes `xoff`.
+    pub pfc: Vec<u8>,
+    /// 802.3x PAUSE instead (`--pause`): every frame lossless, a pause stops the whole link.
+    pub pause: bool,
+    /// The pause threshold per (port, priority), bytes (`--xoff`); absent: three quarters
+    /// of `buffer`, the rest kept as headroom.
+    pub xoff: Option<u64>,
+    /// The pause time a pause frame carries, quanta of 512 bit times (`--pause-quanta`).
+    pub pause_quanta: u16,
+}
+
+impl Options {
+    /// The flow-control mode the options ask for.
+    pub fn mode(&self) -> Mode {
+        if self.pause {
+            Mode::Pause
+        } else if self.pfc.is_empty() {
+            Mode::Off
+        } else {
+            Mode::Pfc(self.pfc.iter().fold(0u8, |m, &p| m | 1 << (p & 7)))
+        }
+    }
+
+    /// The pause threshold per (port, priority), bytes.
+    pub fn xoff(&self) -> u64 {
+        self.xoff.unwrap_or(self.buffer / 4 * 3)
+    }
+}
+
+/// The MAC address the switch sends its pause frames from on port `i`: locally administered,
+/// "IRN" and the port's number.
+pub fn port_mac(i: usize) -> MacAddr {
+    MacAddr([0x02, b'I', b'R', b'N', (i >> 8) as u8, i as u8])
 }
 
 /// Why the switch could not run.
@@ -444,6 +595,25 @@ impl Options {
                 self.kmin, self.kmax
             ));
         }
+        if self.pause && !self.pfc.is_empty() {
+            return bad(
+                "--pause and --pfc: 802.3x PAUSE and PFC must not both be enabled on a port \
+                 (IEEE 802.1Qbb); choose one"
+                    .into(),
+            );
+        }
+        if let Some(p) = self.pfc.iter().find(|&&p| p > 7) {
+            return bad(format!("--pfc: priorities are 0 to 7, not {p}"));
+        }
+        if self.xoff.is_some_and(|x| x == 0 || x >= self.buffer) {
+            return bad(format!(
+                "--xoff: must be above 0 and below --buffer ({}), leaving headroom",
+                self.buffer
+            ));
+        }
+        if self.pause_quanta == 0 {
+            return bad("--pause-quanta: a pause of 0 quanta is a resume; at least 1".into());
+        }
         for (flag, v) in [("--duration", self.duration), ("--idle", self.idle)] {
             if v.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
                 return bad(format!("{flag}: a positive number of seconds"));
@@ -487,27 +657,45 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         .map(|(s, p)| Egress::new(p, args.buffer, args.rate_bps, s.mtu() + 14))
         .collect();
     let mut bridge = Bridge::default();
+    let mode = args.mode();
+    let gap = 2 * egress
+        .iter()
+        .map(|e| e.max_frame as u64)
+        .max()
+        .unwrap_or(1514);
+    let mut lossless = Lossless::new(
+        mode,
+        &vec![args.rate_bps; socks.len()],
+        args.xoff(),
+        gap,
+        args.pause_quanta,
+    );
     let start = Instant::now();
     let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
     let mut last_rx: Option<u64> = None;
     let mut buf = vec![0u8; 65_536];
     loop {
         let now = ns(Instant::now());
+        let mut controls: Vec<(usize, MacControlRepr)> = lossless.due(now);
         for (e, s) in egress.iter_mut().zip(&socks) {
-            while let Some(frame) = e.take(now) {
-                match s.send(&frame) {
+            while let Some(q) = e.take(now) {
+                match s.send(&q.frame) {
                     Ok(()) => {
                         let c = &mut e.counters;
                         c.tx_frames += 1;
-                        c.tx_bytes += frame.len() as u64;
+                        c.tx_bytes += q.frame.len() as u64;
                         let at = now as f64 / 1e9;
                         c.first_tx_at.get_or_insert(at);
                         c.last_tx_at = Some(at);
                     }
                     Err(_) => e.counters.tx_errors += 1,
                 }
+                if let Some(f) = lossless.released(q.from, q.prio, q.frame.len() as u64) {
+                    controls.push((q.from, f));
+                }
             }
         }
+        send_controls(&socks, &mut egress, &mut controls);
         if args.duration.is_some_and(|d| now as f64 >= d * 1e9) {
             break;
         }
@@ -520,6 +708,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         let wait_ns = egress
             .iter()
             .filter_map(Egress::next_departure)
+            .chain(lossless.next_refresh())
             .min()
             .map_or(50_000_000, |t| t.saturating_sub(now))
             .min(50_000_000);
@@ -542,8 +731,21 @@ pub fn run(args: &Options) -> Result<Report, Error> {
                 egress[from].counters.rx_frames += 1;
                 egress[from].counters.rx_bytes += n as u64;
                 let frame = &buf[..n];
+                if let Some(control) = mac_control(frame) {
+                    // A pause for what this port sends: never forwarded (802.1Qbb, 802.3
+                    // Annex 31B: MAC control frames end at the link).
+                    egress[from].pause(&control, at);
+                    continue;
+                }
                 for to in bridge.route(frame, from, socks.len()) {
-                    egress[to].offer(at, frame.to_vec(), &marking, &mut rng);
+                    let (verdict, prio) =
+                        egress[to].offer(at, frame.to_vec(), from, mode, &marking, &mut rng);
+                    if matches!(verdict, Verdict::Queued | Verdict::Marked) {
+                        if let Some(f) = lossless.queued(from, prio, n as u64, at) {
+                            let mut one = vec![(from, f)];
+                            send_controls(&socks, &mut egress, &mut one);
+                        }
+                    }
                 }
             }
         }
@@ -558,6 +760,9 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         kmin_bytes: args.kmin,
         kmax_bytes: args.kmax,
         pmax: args.pmax,
+        pfc: args.pfc.clone(),
+        pause: args.pause,
+        xoff_bytes: args.xoff(),
         seconds: start.elapsed().as_secs_f64(),
         ports: egress.into_iter().map(|e| e.counters).collect(),
     })
@@ -568,6 +773,10 @@ mod tests {
     use super::*;
 
     fn frame(dst: u8, src: u8, ecn: Ecn, len: usize) -> Vec<u8> {
+        frame_dscp(dst, src, ecn, len, 0)
+    }
+
+    fn frame_dscp(dst: u8, src: u8, ecn: Ecn, len: usize, dscp: u8) -> Vec<u8> {
         let mut f = vec![0u8; len];
         f[..6].copy_from_slice(&[2, 0, 0, 0, 0, dst]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, src]);
@@ -576,7 +785,7 @@ mod tests {
             src: "10.0.0.1".parse().expect("addr"),
             dst: "10.0.0.2".parse().expect("addr"),
             protocol: 17,
-            dscp: 0,
+            dscp,
             ecn,
             ident: 7,
             dont_frag: true,
@@ -607,7 +816,8 @@ mod tests {
         let verdicts: Vec<Verdict> = (0..6)
             .map(|i| {
                 let ecn = if i == 3 { Ecn::NotEct } else { Ecn::Ect0 };
-                e.offer(0, frame(1, 2, ecn, 1000), &m, &mut rng)
+                e.offer(0, frame(1, 2, ecn, 1000), 0, Mode::Off, &m, &mut rng)
+                    .0
             })
             .collect();
         use Verdict::*;
@@ -615,9 +825,13 @@ mod tests {
         assert_eq!(verdicts, [Queued, Queued, Queued, Queued, Marked, Dropped]);
         assert_eq!((e.counters.marked, e.counters.dropped), (1, 1));
         assert_eq!(e.counters.peak_queue_bytes, 5_000);
-        assert_eq!(e.offer(0, vec![0u8; 1515], &m, &mut rng), Oversize);
+        assert_eq!(
+            e.offer(0, vec![0u8; 1515], 0, Mode::Off, &m, &mut rng).0,
+            Oversize
+        );
         // The marked frame is CE with a valid header checksum; the others are as they came.
-        let out: Vec<Vec<u8>> = std::iter::from_fn(|| e.take(u64::MAX / 2)).collect();
+        let out: Vec<Vec<u8>> =
+            std::iter::from_fn(|| e.take(u64::MAX / 2).map(|q| q.frame)).collect();
         assert_eq!(out.len(), 5);
         let ecns: Vec<Ecn> = out
             .iter()
@@ -640,7 +854,8 @@ mod tests {
         // 1000-byte frames at 8.032 Mb/s: one per millisecond (FCS included).
         let mut e = Egress::new("p", 1 << 20, 8_032_000, 1514);
         for _ in 0..100 {
-            e.offer(0, frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
+            e.offer(0, frame(1, 2, Ecn::Ect0, 1000), 0, Mode::Off, &m, &mut rng)
+                .0;
         }
         let ms = 1_000_000u64;
         assert!(e.take(0).is_some());
@@ -665,8 +880,24 @@ mod tests {
             assert!(e.take(t).is_some());
         }
         let later = 2_000 * ms;
-        e.offer(later, frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
-        e.offer(later, frame(1, 2, Ecn::Ect0, 1000), &m, &mut rng);
+        e.offer(
+            later,
+            frame(1, 2, Ecn::Ect0, 1000),
+            0,
+            Mode::Off,
+            &m,
+            &mut rng,
+        )
+        .0;
+        e.offer(
+            later,
+            frame(1, 2, Ecn::Ect0, 1000),
+            0,
+            Mode::Off,
+            &m,
+            &mut rng,
+        )
+        .0;
         assert!(e.take(later).is_some());
         assert!(e.take(later).is_none(), "one frame's time before the next");
         assert_eq!(e.next_departure(), Some(later + ms));
@@ -691,13 +922,22 @@ mod tests {
         assert_eq!(Class::of(&[0u8; 20]), Class::Other);
         // The RoCE queue is full; a TCP segment still finds room, and leaves first.
         for _ in 0..2 {
-            assert_eq!(e.offer(0, roce.clone(), &m, &mut rng), Verdict::Queued);
+            assert_eq!(
+                e.offer(0, roce.clone(), 0, Mode::Off, &m, &mut rng).0,
+                Verdict::Queued
+            );
         }
-        assert_eq!(e.offer(0, roce.clone(), &m, &mut rng), Verdict::Dropped);
-        assert_eq!(e.offer(0, tcp.clone(), &m, &mut rng), Verdict::Queued);
+        assert_eq!(
+            e.offer(0, roce.clone(), 0, Mode::Off, &m, &mut rng).0,
+            Verdict::Dropped
+        );
+        assert_eq!(
+            e.offer(0, tcp.clone(), 0, Mode::Off, &m, &mut rng).0,
+            Verdict::Queued
+        );
         assert_eq!(e.queued_bytes(), 3_000);
-        assert_eq!(e.take(0), Some(tcp));
-        assert_eq!(e.take(u64::MAX / 2), Some(roce));
+        assert_eq!(e.take(0).map(|q| q.frame), Some(tcp));
+        assert_eq!(e.take(u64::MAX / 2).map(|q| q.frame), Some(roce));
     }
 
     #[test]
@@ -736,11 +976,122 @@ mod tests {
             seed: 1,
             duration: None,
             idle: None,
+            pfc: Vec::new(),
+            pause: false,
+            xoff: None,
+            pause_quanta: u16::MAX,
         };
         let err = |a: Options| a.check().expect_err("refused").to_string();
         assert!(err(args(&["a"], 0.1)).contains("--port"));
         assert!(err(args(&["a", "a"], 0.1)).contains("named twice"));
         assert!(err(args(&["a", "b"], 1.5)).contains("--pmax"));
         assert!(args(&["a", "b"], 0.1).check().is_ok());
+    }
+
+    /// A UDP frame with DSCP `dscp`.
+    fn with_dscp(dscp: u8, len: usize) -> Vec<u8> {
+        frame_dscp(1, 2, Ecn::NotEct, len, dscp)
+    }
+
+    #[test]
+    fn udp_queues_by_priority_a_paused_one_waits_and_lossless_frames_are_not_dropped() {
+        let m = marking(EcnMode::Off, 0, 0, 0.0);
+        let mut rng = Rng::new(1);
+        let mut e = Egress::new("p", 2_000, 1_000_000_000, 1514);
+        let pfc = Mode::Pfc(1 << 3);
+        // Priority 0 (DSCP 0): dropped when its queue is full.
+        for want in [Verdict::Queued, Verdict::Queued, Verdict::Dropped] {
+            assert_eq!(
+                e.offer(0, with_dscp(0, 1000), 0, pfc, &m, &mut rng),
+                (want, Some(0))
+            );
+        }
+        // Priority 3 (DSCP 26) is lossless: past its buffer it is queued, and counted.
+        for _ in 0..3 {
+            let (v, prio) = e.offer(0, with_dscp(26, 1000), 1, pfc, &m, &mut rng);
+            assert_eq!((v, prio), (Verdict::Queued, Some(3)));
+        }
+        assert_eq!((e.counters.dropped, e.counters.headroom_overflow), (1, 1));
+        // Priority 3 goes first; paused, priority 0 goes instead.
+        let first = e.take(0).expect("a frame");
+        assert_eq!((first.prio, first.from), (Some(3), 1));
+        e.pause(
+            &MacControlRepr::Pfc(irn_wire::mac_control::PfcRepr::single(3, 100)),
+            0,
+        );
+        let t = e.next_departure().expect("queued");
+        let next = e.take(t).expect("a frame");
+        assert_eq!(next.prio, Some(0));
+        // Once priority 0 is empty, the next departure waits for priority 3's pause: 100
+        // quanta at 1 Gb/s, 51.2 µs.
+        let t = e.next_departure().expect("queued");
+        assert!(e.take(t).is_some());
+        assert_eq!(e.next_departure(), Some(51_200));
+        assert!(e.take(51_199).is_none());
+        assert_eq!(e.take(51_200).map(|q| q.prio), Some(Some(3)));
+        // A PAUSE stops everything, frames that are not UDP too.
+        e.pause(&MacControlRepr::Pause { quanta: 100 }, 60_000);
+        let mut tcp = frame(1, 2, Ecn::NotEct, 100);
+        tcp[14 + 9] = 6;
+        e.offer(60_000, tcp, 0, pfc, &m, &mut rng);
+        assert!(e.take(60_000).is_none());
+        assert_eq!(e.counters.pause_received, 2);
+    }
+
+    #[test]
+    fn pfc_and_pause_together_and_bad_thresholds_are_refused() {
+        let base = Options {
+            ports: vec!["a".into(), "b".into()],
+            rate_bps: 1_000_000,
+            buffer: 1000,
+            ecn: EcnMode::Off,
+            kmin: 10,
+            kmax: 20,
+            pmax: 0.1,
+            seed: 1,
+            duration: None,
+            idle: None,
+            pfc: vec![3],
+            pause: false,
+            xoff: None,
+            pause_quanta: u16::MAX,
+        };
+        assert!(base.check().is_ok());
+        assert_eq!(base.mode(), Mode::Pfc(0b1000));
+        assert_eq!(base.xoff(), 750);
+        let err = |o: Options| o.check().expect_err("refused").to_string();
+        assert!(err(Options {
+            pause: true,
+            ..base.clone()
+        })
+        .contains("--pause and --pfc"));
+        assert!(err(Options {
+            pfc: vec![9],
+            ..base.clone()
+        })
+        .contains("--pfc"));
+        assert!(err(Options {
+            xoff: Some(1000),
+            ..base.clone()
+        })
+        .contains("--xoff"));
+        assert!(err(Options {
+            pause_quanta: 0,
+            ..base.clone()
+        })
+        .contains("--pause-quanta"));
+        let pause = Options {
+            pause: true,
+            pfc: Vec::new(),
+            ..base
+        };
+        assert_eq!(pause.mode(), Mode::Pause);
+        assert_eq!(port_mac(3).0, [0x02, b'I', b'R', b'N', 0, 3]);
+        // A PFC frame is recognised as MAC control, not forwarded.
+        let mut buf = [0u8; 64];
+        let repr = MacControlRepr::Pfc(irn_wire::mac_control::PfcRepr::single(3, 7));
+        let n = repr.emit_frame(port_mac(0), &mut buf).expect("emit");
+        assert_eq!(mac_control(&buf[..n]), Some(repr));
+        assert_eq!(mac_control(&frame(1, 2, Ecn::NotEct, 60)), None);
     }
 }
