@@ -198,7 +198,7 @@ const QUEUES: usize = 9;
 fn queue_of(class: Class, prio: Option<u8>) -> usize {
     match class {
         Class::Other => 0,
-        Class::Rdma => 1 + usize::from(7 - prio.unwrap_or(0) & 7),
+        Class::Rdma => 1 + usize::from((7 - prio.unwrap_or(0)) & 7),
     }
 }
 
