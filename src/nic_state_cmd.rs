@@ -81,7 +81,9 @@ pub fn run(args: NicStateArgs) -> Result<bool> {
             let mut cfg = mode.preset();
             // The paper sizes IRN's bitmaps by the BDP cap of the network (§3.2, §5.3).
             cfg.bdp_cap = cfg.bdp_cap.map(|_| bdp);
-            let st = cfg.nic_state(bdp);
+            // Without a cap, IRN's bitmaps span its out-of-order window instead.
+            let window = cfg.state_window(bdp, irn_transport::QpConfig::default().ooo_window);
+            let st = cfg.nic_state(window);
             let total = st.total_bits();
             rows.push(Row {
                 design: mode.name(),

@@ -600,9 +600,21 @@ impl RecoveryConfig {
             .map(|c| u64::from(c) * u64::from(self.bdp_fc_span.unwrap_or(1)))
     }
 
+    /// The window that sizes this design's per-QP state on a path of `bdp` packets: the
+    /// path's BDP — except for IRN's selective repeat without BDP-FC, whose bitmaps must span
+    /// every PSN that may be outstanding, the receiver's out-of-order window (`ooo_window`,
+    /// [`QpConfig::ooo_window`](crate::QpConfig::ooo_window)), since no cap bounds them.
+    pub fn state_window(&self, bdp: u32, ooo_window: u32) -> u32 {
+        if self.wire == Wire::Irn && self.bdp_fc_reach().is_none() {
+            ooo_window
+        } else {
+            bdp
+        }
+    }
+
     /// The per-QP state this configuration adds to standard RoCE (SPEC E13). `window` sizes
     /// what a design bounds by the path rather than by a setting: IRN's bitmaps span its BDP
-    /// cap (this `window` when the cap is off; `bdp_fc_span` caps with a span), extended IB's
+    /// cap (`bdp_fc_span` caps with a span), or `window` without one ([`RecoveryConfig::state_window`]: the out-of-order window), extended IB's
     /// receive window and both seed-002 designs' Read-response maps span `window` packets (a
     /// hardware NIC would size them by the BDP, as IRN does; this implementation grows them
     /// on demand).
@@ -972,6 +984,14 @@ mod tests {
         let ext = RecoveryConfig::ext_ib().nic_state(110);
         assert_eq!(ext.bitmap_bits, 5 * 110);
         assert_eq!(ext.descriptor_bits, 0);
+        // Without BDP-FC nothing bounds IRN's outstanding PSNs but the out-of-order window:
+        // its bitmaps span that, not the path's BDP.
+        let no_cap = RecoveryConfig::irn_without_bdp_fc();
+        let w = no_cap.state_window(110, 4096);
+        assert_eq!(w, 4096);
+        assert_eq!(no_cap.nic_state(w).bitmap_bits, 5 * 4096);
+        assert_eq!(RecoveryConfig::irn().state_window(110, 4096), 110);
+        assert_eq!(RecoveryConfig::ext_ib().state_window(110, 4096), 110);
     }
 
     #[test]

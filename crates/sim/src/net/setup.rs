@@ -189,5 +189,6 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         timeout: tr.ack_timeout,
         ..QpAttr::default()
     };
-    (qp_cfg, qp_attr, bdp_cap)
+    let state_window = qp_cfg.recovery.state_window(bdp_cap, qp_cfg.ooo_window);
+    (qp_cfg, qp_attr, state_window)
 }
