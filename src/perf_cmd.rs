@@ -131,6 +131,11 @@ pub struct PerfArgs {
     /// leaves ECN-capable, and CE marks on the way (a switch's, or `--ce-mark`) are answered.
     #[arg(long, default_value_t = CcKind::None)]
     cc: CcKind,
+    /// Traffic class of this end's test queue pairs (perftest's `--tclass`, the GRH traffic
+    /// class): its top six bits are the DSCP every packet carries, which switches classify
+    /// by (`irn switch --pfc`: priority = DSCP ÷ 8; 104 is DSCP 26, priority 3). Default 0.
+    #[arg(long, default_value_t = 0)]
+    tclass: u8,
     /// Device flags; in `irn perf` the UDP port is told to the peer, and 4791 taken falls back
     /// to any free port (not with `-R`).
     #[command(flatten)]
@@ -217,6 +222,9 @@ fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> anyhow::Result<Side> {
                 ..QpInit::default()
             },
         )?);
+        if let Some(qp) = qps.last() {
+            qp.set_traffic_class(args.tclass)?;
+        }
         mrs.push(pd.reg_mr(region_len(p, slots) as usize, Access::ALL)?);
     }
     Ok(Side {

@@ -545,7 +545,7 @@ fn prepend_headers(
     ecn: Ecn,
     ident: u16,
 ) -> Option<usize> {
-    let (mut ip, udp) = headers(from, local, ecn)?;
+    let (mut ip, udp) = headers(from, local, 0, ecn)?;
     if let IpRepr::V4(v4) = &mut ip {
         v4.ident = ident;
     }
@@ -557,16 +557,36 @@ fn prepend_headers(
     Some(start)
 }
 
+/// The traffic-class byte (IPv4 TOS, IPv6 traffic class) of a whole IP packet's header.
+pub(crate) fn tos_of(ip_packet: &[u8]) -> u8 {
+    match (ip_packet.first(), ip_packet.get(1)) {
+        (Some(&a), Some(&b)) if a >> 4 == 4 => b,
+        (Some(&a), Some(&b)) if a >> 4 == 6 => (a << 4) | (b >> 4),
+        _ => 0,
+    }
+}
+
+/// The IP header's traffic-class byte (IPv4 TOS, IPv6 traffic class) of `dscp` and `ecn`.
+pub(crate) fn tos(dscp: u8, ecn: Ecn) -> u8 {
+    ((dscp & 0x3f) << 2) | ecn.bits()
+}
+
 /// The IP and UDP headers of a datagram from `src` to `dst` as Linux sends it from an
 /// unconnected UDP socket with `IP_PMTUDISC_DO`: IPv4 ID 0 and DF (hence a predictable ICRC),
-/// TTL / hop limit 64, ECN field `ecn`, no UDP checksum. Lengths are set on emission.
-pub(crate) fn headers(src: SocketAddr, dst: SocketAddr, ecn: Ecn) -> Option<(IpRepr, UdpRepr)> {
+/// TTL / hop limit 64, DSCP `dscp` and ECN field `ecn` (the ICRC masks both), no UDP
+/// checksum. Lengths are set on emission.
+pub(crate) fn headers(
+    src: SocketAddr,
+    dst: SocketAddr,
+    dscp: u8,
+    ecn: Ecn,
+) -> Option<(IpRepr, UdpRepr)> {
     let ip = match (src.ip(), dst.ip()) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
             src,
             dst,
             protocol: PROTO_UDP,
-            dscp: 0,
+            dscp,
             ecn,
             ident: 0,
             dont_frag: true,
@@ -577,7 +597,7 @@ pub(crate) fn headers(src: SocketAddr, dst: SocketAddr, ecn: Ecn) -> Option<(IpR
             src,
             dst,
             next_header: PROTO_UDP,
-            dscp: 0,
+            dscp,
             ecn,
             flow_label: 0,
             hop_limit: 64,
@@ -608,7 +628,7 @@ pub(crate) struct SegmentHeaders {
 impl SegmentHeaders {
     /// The headers of a datagram from `from` to `local` with ECN field `ecn`.
     pub(crate) fn new(from: SocketAddr, local: SocketAddr, ecn: Ecn) -> Option<SegmentHeaders> {
-        let (mut ip, udp) = headers(from, local, ecn)?;
+        let (mut ip, udp) = headers(from, local, 0, ecn)?;
         ip.set_payload_len(UDP_LEN);
         let mut buf = [0u8; HEADROOM];
         let ip_len = ip.emit(&mut buf).ok()?;
@@ -699,8 +719,9 @@ pub(crate) struct TxMsg {
     pub(crate) count: usize,
     /// Length of each packet but the last (which may be shorter).
     pub(crate) seg_len: u16,
-    /// The ECN field of every packet (`IP_TOS` / `IPV6_TCLASS` control message).
-    pub(crate) ecn: Ecn,
+    /// The traffic-class byte of every packet, DSCP and ECN field (`IP_TOS` / `IPV6_TCLASS`
+    /// control message, [`tos`]).
+    pub(crate) tos: u8,
     /// Its queue pair's peer takes GSO messages, so it may take more packets; sent with a UDP
     /// checksum, which GSO needs (the caller has the socket's `SO_NO_CHECK` cleared).
     pub(crate) coalesce: bool,

@@ -2562,3 +2562,90 @@ fn captured_icrcs(pcap: &std::path::Path) -> (u32, u32) {
     let _ = std::fs::remove_file(pcap);
     (checked, bad)
 }
+
+/// A queue pair's traffic class (`Qp::set_traffic_class`, the GRH traffic class of
+/// `ibv_qp_attr.ah_attr`) is the DSCP its packets carry on the wire: 104 → DSCP 26, which a
+/// DSCP-trusting switch puts in priority 3; the peer's queue pair, left at 0, answers with
+/// DSCP 0. Seen in the receiver's capture of what the kernel delivered on the raw path (the
+/// real IP headers; root), or else in the sender's capture of the headers it built.
+#[test]
+fn a_queue_pairs_traffic_class_is_the_dscp_on_the_wire() {
+    let raw = raw_permitted();
+    let pcap = std::env::temp_dir().join(format!("irn-tclass-{}.pcap", std::process::id()));
+    let open = |path: ReceivePath, capture: bool| {
+        let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+        cfg.port = 0;
+        cfg.receive = path;
+        cfg.pcap = capture.then(|| pcap.clone());
+        irn_verbs::Device::open(cfg).expect("dev")
+    };
+    // The raw receiver captures what arrived; without it, the sender captures what it built.
+    let a = open(ReceivePath::Udp, !raw);
+    let b = open(
+        if raw {
+            ReceivePath::Raw
+        } else {
+            ReceivePath::Udp
+        },
+        raw,
+    );
+    let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+    let (ca, cb) = (a.create_cq(64).expect("cq"), b.create_cq(64).expect("cq"));
+    let init = QpInit {
+        mode: QpMode::Irn,
+        ..QpInit::default()
+    };
+    let qa = pa.create_qp(&ca, &ca, init).expect("qp");
+    let qb = pb.create_qp(&cb, &cb, init).expect("qp");
+    qa.set_traffic_class(104).expect("tclass");
+    let remote = |dev: &irn_verbs::Device, qp: &irn_verbs::Qp, psn| irn_verbs::RemoteQp {
+        gid: dev.gid(),
+        port: dev.local_addr().port(),
+        qpn: qp.qpn(),
+        psn,
+    };
+    qa.connect(&QpAttr::default(), &remote(&b, &qb, 9), 5)
+        .expect("connect");
+    qb.connect(&QpAttr::default(), &remote(&a, &qa, 5), 9)
+        .expect("connect");
+    let src = pa.reg_mr(65_536, all()).expect("mr");
+    let dst = pb.reg_mr(65_536, all()).expect("mr");
+    qa.post_send(wr(
+        1,
+        SendOp::Write(remote_of(&dst, 0)),
+        vec![src.sge(0, 65_536)],
+    ))
+    .expect("post");
+    assert_eq!(wait(&ca, 10).status, WcStatus::Success);
+    drop((qa, qb, pa, pb, ca, cb, src, dst));
+    drop((a, b));
+    let file = std::fs::File::open(&pcap).expect("capture");
+    let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
+    let (mut data, mut acks) = (0, 0);
+    while let Some(p) = r.next_packet() {
+        let p = p.expect("packet");
+        let Ok(ip) = irn_wire::Ipv4Packet::new_checked(&p.data[..]) else {
+            continue;
+        };
+        let d = ip.payload();
+        if d.len() < 8 + 12 {
+            continue;
+        }
+        // BTH opcode: 0x11 is RC Acknowledge; the rest are the Write's packets.
+        if d[8] == 0x11 {
+            acks += 1;
+            assert_eq!(ip.dscp(), 0, "an ACK of a queue pair at traffic class 0");
+        } else {
+            data += 1;
+            assert_eq!(
+                ip.dscp(),
+                26,
+                "raw {raw}: a data packet at traffic class 104"
+            );
+        }
+    }
+    let _ = std::fs::remove_file(&pcap);
+    // 64 KiB in 1 KiB packets (and any resent), and the receiver's ACKs, both captured.
+    assert!(data >= 64, "raw {raw}: {data} data packets");
+    assert!(acks > 0, "raw {raw}: no ACK captured");
+}

@@ -69,6 +69,7 @@ impl Core {
                 break;
             };
             let sport = e.sport;
+            let dscp = e.dscp;
             let op = t.ib.bth.opcode;
             if !hold && op.is_request() {
                 self.recharge(qpn);
@@ -81,7 +82,7 @@ impl Core {
                     t.ib.bth.ack_req = true;
                 }
             }
-            self.queue_tx(sock, now, peer, sport, &t, &mut payload);
+            self.queue_tx(sock, now, (peer, sport, dscp), &t, &mut payload);
         }
         // A packet may have ended the connection (a fault found while building it).
         self.recharge(qpn);
@@ -205,8 +206,7 @@ impl Core {
         &mut self,
         sock: &UdpSocket,
         now: Time,
-        peer: SocketAddr,
-        sport: u16,
+        (peer, sport, dscp): (SocketAddr, u16, u8),
         t: &Transmit,
         payload: &mut Gathered,
     ) {
@@ -219,7 +219,7 @@ impl Core {
         }
         let slot = self.tx.cur.batch.len();
         let src = SocketAddr::new(self.local.ip(), sport);
-        let Some((ip, udp)) = net::headers(src, peer, t.ecn) else {
+        let Some((ip, udp)) = net::headers(src, peer, dscp, t.ecn) else {
             return;
         };
         let mut repr = RoceRepr { ip, udp, ib: t.ib };
@@ -243,7 +243,7 @@ impl Core {
                 && last_len == Some(usize::from(m.seg_len))
                 && m.dest == peer
                 && m.sport == sport
-                && m.ecn == t.ecn
+                && m.tos == net::tos(dscp, t.ecn)
                 && m.count < net::GSO_MAX_SEGMENTS
                 && (m.count + 1) * usize::from(m.seg_len) <= net::GSO_MAX_BYTES
                 && datagram <= usize::from(m.seg_len)
@@ -298,7 +298,7 @@ impl Core {
                 first: slot,
                 count: 1,
                 seg_len: datagram as u16,
-                ecn: t.ecn,
+                tos: net::tos(dscp, t.ecn),
                 coalesce,
             }),
         }
@@ -740,7 +740,7 @@ pub(super) fn send_now(
         first: 0,
         count: 1,
         seg_len: datagram.len() as u16,
-        ecn: net::split(ip_packet, false).map_or(Ecn::NotEct, |r| r.ecn),
+        tos: net::tos_of(ip_packet),
         coalesce: false,
     };
     let parts = [net::IoPart::of(datagram)];

@@ -575,6 +575,8 @@ struct QpEntry {
     peer_sport: Option<u16>,
     /// The peer takes coalesced datagrams ([`Qp::set_peer_gso`]).
     gso: bool,
+    /// The DSCP its packets carry ([`Qp::set_traffic_class`]).
+    dscp: u8,
     /// The UDP source port its packets leave from ([`Core::source_port`]), set as it
     /// connects.
     sport: u16,

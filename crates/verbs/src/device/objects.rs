@@ -126,6 +126,7 @@ impl Pd {
                 armed: None,
                 peer_sport: None,
                 gso: false,
+                dscp: 0,
                 sport: port,
                 peer_port: port,
                 init,
@@ -563,6 +564,20 @@ impl Qp {
         self.with(|core, _| {
             if let Some(e) = core.qps.get_mut(&self.qpn) {
                 e.gso = on;
+            }
+            Ok(())
+        })
+    }
+
+    /// Sets the traffic class its packets carry: the GRH traffic class of its address vector
+    /// (`ibv_qp_attr.ah_attr.grh.traffic_class`), which RoCEv2 carries in the IP header's
+    /// DSCP and ECN field (IBTA RoCEv2 annex A17.4.5.2); the device keeps the ECN bits for
+    /// congestion control and sends `traffic_class >> 2` as the DSCP, which switches classify
+    /// by (DSCP-based PFC, seed 001 §3). Default 0.
+    pub fn set_traffic_class(&self, traffic_class: u8) -> Result<()> {
+        self.with(|core, _| {
+            if let Some(e) = core.qps.get_mut(&self.qpn) {
+                e.dscp = traffic_class >> 2;
             }
             Ok(())
         })

@@ -334,7 +334,7 @@ impl Core {
                 ecn: Ecn::NotEct,
             };
             let sport = self.local.port();
-            self.queue_tx(sock, now, peer, sport, &t, &mut payload);
+            self.queue_tx(sock, now, (peer, sport, 0), &t, &mut payload);
         }
         // No lent piece outlives the turn (`lent`).
         irn_transport::TxPayload::clear(&mut payload);

@@ -6,7 +6,6 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::Insn;
-use irn_wire::Ecn;
 
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {
@@ -224,7 +223,7 @@ pub(super) fn sendmmsg(
         h.msg_hdr.msg_iovlen = n as _;
         iov_at += n;
         let segment = (m.count > 1).then_some(m.seg_len);
-        let tos = (m.ecn != Ecn::NotEct).then_some(libc::c_int::from(m.ecn.bits()));
+        let tos = (m.tos != 0).then_some(libc::c_int::from(m.tos));
         if segment.is_some() || tos.is_some() {
             let ctrl = &mut ctrls[i];
             h.msg_hdr.msg_control = ctrl.as_mut_ptr().cast();
