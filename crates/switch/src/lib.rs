@@ -880,24 +880,16 @@ mod tests {
             assert!(e.take(t).is_some());
         }
         let later = 2_000 * ms;
-        e.offer(
-            later,
-            frame(1, 2, Ecn::Ect0, 1000),
-            0,
-            Mode::Off,
-            &m,
-            &mut rng,
-        )
-        .0;
-        e.offer(
-            later,
-            frame(1, 2, Ecn::Ect0, 1000),
-            0,
-            Mode::Off,
-            &m,
-            &mut rng,
-        )
-        .0;
+        for _ in 0..2 {
+            e.offer(
+                later,
+                frame(1, 2, Ecn::Ect0, 1000),
+                0,
+                Mode::Off,
+                &m,
+                &mut rng,
+            );
+        }
         assert!(e.take(later).is_some());
         assert!(e.take(later).is_none(), "one frame's time before the next");
         assert_eq!(e.next_departure(), Some(later + ms));
