@@ -120,6 +120,19 @@ pub(crate) struct LinkArgs {
     /// a core kept busy).
     #[arg(long)]
     pub(crate) busy_poll: bool,
+    /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (a
+    /// packet socket: needs CAP_NET_RAW): queue pairs of a paused priority (their DSCP ÷ 8,
+    /// `--tclass`) send nothing until the pause runs out or a resume comes.
+    #[arg(long, value_name = "IFACE")]
+    pub(crate) pause_iface: Option<String>,
+    /// The link rate pause quanta are counted at (512 bit times each), e.g. `1g`; default
+    /// the interface's speed, or 1 Gb/s when it reports none (a veth).
+    #[arg(long, value_parser = irn_switch::parse_rate)]
+    pub(crate) pause_rate: Option<u64>,
+    /// NIC-side PFC watchdog: a priority paused without a break this long, ms, stops this
+    /// side honouring pauses, for good.
+    #[arg(long, value_name = "MS")]
+    pub(crate) pause_watchdog_ms: Option<f64>,
 }
 
 /// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
@@ -268,6 +281,14 @@ pub(crate) fn device_config(
     cfg.pcap = link.pcap.clone();
     cfg.receive = link.rx;
     cfg.busy_poll = link.busy_poll;
+    cfg.pause_iface = link.pause_iface.clone();
+    cfg.pause_link_bps = link.pause_rate.unwrap_or(0);
+    if let Some(ms) = link.pause_watchdog_ms {
+        if !(ms.is_finite() && ms > 0.0) {
+            bail!("--pause-watchdog-ms: a positive number of milliseconds, not {ms}");
+        }
+        cfg.pause_watchdog = Some(std::time::Duration::from_secs_f64(ms / 1e3));
+    }
     Ok(cfg)
 }
 

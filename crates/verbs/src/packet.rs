@@ -114,6 +114,36 @@ impl PacketSocket {
         })
     }
 
+    /// Opens `iface` for the MAC control frames (802.1Qbb PFC, 802.3x PAUSE: EtherType
+    /// 0x8808) that arrive on it, whatever their destination (01:80:C2:00:00:01, a link-local
+    /// group no stack joins): what a NIC's flow control reads.
+    pub fn open_mac_control(iface: &str) -> io::Result<PacketSocket> {
+        let (ifindex, mtu, mac) = interface(iface)?;
+        let fd = rustix::net::socket_with(
+            AddressFamily::PACKET,
+            SocketType::RAW,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )?;
+        crate::net::sys::bind_packet(
+            fd.as_fd(),
+            ifindex,
+            u16::from(irn_wire::ethernet::EtherType::MacControl),
+        )?;
+        Ok(PacketSocket {
+            fd,
+            mac,
+            ifindex,
+            mtu,
+            iface: iface.to_string(),
+        })
+    }
+
+    /// The socket, for a poll.
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Takes one frame if one is waiting, whatever its destination; never blocks.
     pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match rustix::net::recv(&self.fd, &mut *buf, RecvFlags::DONTWAIT) {

@@ -2649,3 +2649,122 @@ fn a_queue_pairs_traffic_class_is_the_dscp_on_the_wire() {
     assert!(data >= 64, "raw {raw}: {data} data packets");
     assert!(acks > 0, "raw {raw}: no ACK captured");
 }
+
+/// Link-level flow control on real frames (SPEC N1): a device listening on `lo` for MAC
+/// control frames holds its queue pairs of a paused priority (their DSCP ÷ 8) while PFC
+/// frames for that priority keep coming — refreshed every 10 ms for 150 ms, each 65 535
+/// quanta (33.6 ms at the 1 Gb/s it counts them at) — and lets them go at the resume; a queue
+/// pair of another priority is not held. With a 50 ms NIC watchdog the same stream of pauses
+/// is honoured for 50 ms, then no more.
+#[test]
+fn pfc_frames_hold_a_queue_pair_of_that_priority_until_the_resume_or_the_watchdog() {
+    const TEST: &str =
+        "pfc_frames_hold_a_queue_pair_of_that_priority_until_the_resume_or_the_watchdog";
+    if !raw_permitted() {
+        precondition_missing(TEST, "needs CAP_NET_RAW for a packet socket on lo");
+        return;
+    }
+    for watchdog in [None, Some(Duration::from_millis(50))] {
+        let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+        cfg.port = 0;
+        cfg.pause_iface = Some("lo".into());
+        cfg.pause_link_bps = 1_000_000_000;
+        cfg.pause_watchdog = watchdog;
+        let a = irn_verbs::Device::open(cfg).expect("dev");
+        let b = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 3).expect("dev");
+        let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+        let (ca, cb) = (a.create_cq(64).expect("cq"), b.create_cq(64).expect("cq"));
+        let init = QpInit {
+            mode: QpMode::Irn,
+            ..QpInit::default()
+        };
+        let remote = |dev: &irn_verbs::Device, qp: &irn_verbs::Qp| irn_verbs::RemoteQp {
+            gid: dev.gid(),
+            port: dev.local_addr().port(),
+            qpn: qp.qpn(),
+            psn: 7,
+        };
+        // Priority 3 (traffic class 104: DSCP 26) and priority 0.
+        let mut qps = Vec::new();
+        for tclass in [104u8, 0] {
+            let qa = pa.create_qp(&ca, &ca, init).expect("qp");
+            let qb = pb.create_qp(&cb, &cb, init).expect("qp");
+            qa.set_traffic_class(tclass).expect("tclass");
+            qa.connect(&QpAttr::default(), &remote(&b, &qb), 7)
+                .expect("connect");
+            qb.connect(&QpAttr::default(), &remote(&a, &qa), 7)
+                .expect("connect");
+            qps.push((qa, qb));
+        }
+        let src = pa.reg_mr(1 << 20, all()).expect("mr");
+        let dst = pb.reg_mr(1 << 20, all()).expect("mr");
+        let pauser = irn_verbs::packet::PacketSocket::open_mac_control("lo").expect("lo");
+        let frame = |quanta: u16| {
+            let mut buf = [0u8; 64];
+            let repr = irn_wire::mac_control::MacControlRepr::Pfc(
+                irn_wire::mac_control::PfcRepr::single(3, quanta),
+            );
+            let n = repr
+                .emit_frame(irn_wire::MacAddr([2, 0, 0, 0, 0, 9]), &mut buf)
+                .expect("emit");
+            buf[..n].to_vec()
+        };
+        let start = Instant::now();
+        pauser.send(&frame(u16::MAX)).expect("pause");
+        std::thread::sleep(Duration::from_millis(2));
+        for (i, (qa, _)) in qps.iter().enumerate() {
+            qa.post_send(wr(
+                i as u64,
+                SendOp::Write(remote_of(&dst, 0)),
+                vec![src.sge(0, 1 << 20)],
+            ))
+            .expect("post");
+        }
+        let mut done = [None; 2];
+        while start.elapsed() < Duration::from_millis(150) {
+            pauser.send(&frame(u16::MAX)).expect("pause");
+            for wc in ca.poll(4).expect("poll") {
+                assert_eq!(wc.status, WcStatus::Success);
+                done[wc.wr_id as usize] = Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pauser.send(&frame(0)).expect("resume");
+        while done.iter().any(Option::is_none) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{watchdog:?}: {done:?}"
+            );
+            for wc in ca.poll(4).expect("poll") {
+                assert_eq!(wc.status, WcStatus::Success);
+                done[wc.wr_id as usize] = Some(start.elapsed());
+            }
+        }
+        let (held, free) = (done[0].expect("done"), done[1].expect("done"));
+        let c = a.counters();
+        assert!(c.pause_frames_received >= 10, "{c:?}");
+        assert!(
+            free < Duration::from_millis(100),
+            "priority 0 is not paused: {free:?}"
+        );
+        match watchdog {
+            None => {
+                assert!(
+                    held >= Duration::from_millis(150),
+                    "held until the resume: {held:?}"
+                );
+                assert!(
+                    c.pause_held_turns > 0 && c.pause_watchdog_fired == 0,
+                    "{c:?}"
+                );
+            }
+            Some(_) => {
+                assert!(
+                    held >= Duration::from_millis(50) && held < Duration::from_millis(140),
+                    "released by the watchdog: {held:?}"
+                );
+                assert_eq!(c.pause_watchdog_fired, 1, "{c:?}");
+            }
+        }
+    }
+}

@@ -49,6 +49,9 @@ impl Core {
         if !self.qps.contains_key(&qpn) {
             return self.transmit_ud(sock, now, qpn);
         }
+        if self.held_by_pause(now, qpn) {
+            return false;
+        }
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
@@ -114,6 +117,58 @@ impl Core {
 
     /// Whether a queue pair may start new packets now: the in-flight budget has room, and no
     /// queue pair waits for it ahead of this one.
+    /// Whether a link-level pause of queue pair `qpn`'s priority holds its turn back: it then
+    /// waits, out of `tx_pending`, for the pause to end ([`Core::release_paused`]).
+    fn held_by_pause(&mut self, now: Time, qpn: u32) -> bool {
+        let Some(p) = self.pause.as_deref_mut() else {
+            return false;
+        };
+        let prio = self.qps.get(&qpn).map_or(0, |e| e.dscp >> 3);
+        if !p.paused(prio, now) {
+            return false;
+        }
+        p.waiting.insert(qpn);
+        self.tx_pending.remove(&qpn);
+        self.counters.pause_held_turns += 1;
+        true
+    }
+
+    /// Reads the pause frames that arrived (`sock`), and gives the queue pairs a pause held
+    /// their turns back again once it no longer holds them.
+    pub(super) fn release_paused(&mut self, sock: Option<&crate::packet::PacketSocket>, now: Time) {
+        let Some(p) = self.pause.as_deref_mut() else {
+            return;
+        };
+        if let Some(sock) = sock {
+            let mut buf = [0u8; 128];
+            while let Ok(Some(n)) = sock.try_recv(&mut buf) {
+                let frame = buf
+                    .get(14..n)
+                    .and_then(|b| irn_wire::mac_control::MacControl::new_checked(b).ok())
+                    .and_then(|v| irn_wire::mac_control::MacControlRepr::parse(&v).ok());
+                if let Some(f) = frame {
+                    p.frame(&f, now);
+                }
+            }
+        }
+        let waiting: Vec<u32> = p.waiting.iter().copied().collect();
+        for qpn in waiting {
+            let prio = self.qps.get(&qpn).map_or(0, |e| e.dscp >> 3);
+            let p = self.pause.as_deref_mut().expect("pause state");
+            if !p.paused(prio, now) {
+                p.waiting.remove(&qpn);
+                if self.qps.contains_key(&qpn) {
+                    self.tx_pending.insert(qpn);
+                }
+            }
+        }
+    }
+
+    /// When a pause holding queue pairs back next runs out, if one does.
+    pub(super) fn next_pause_release(&self, now: Time) -> Option<Time> {
+        self.pause.as_deref().and_then(|p| p.next_release(now))
+    }
+
     fn may_start_new(&self, granted: bool) -> bool {
         self.in_flight_bytes < self.in_flight_budget && (granted || self.budget_queue.is_empty())
     }
@@ -875,6 +930,9 @@ pub(super) fn engine(shared: &Shared) {
             if let Some(d) = core.next_deadline() {
                 sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
             }
+            if let Some(d) = core.next_pause_release(now) {
+                sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+            }
             let soonest = core
                 .delayed
                 .iter()
@@ -907,12 +965,19 @@ fn park(shared: &Shared, socket: bool, sleep: Duration) {
         tv_nsec: i64::from(sleep.subsec_nanos()),
     };
     let rx_fd = shared.socks.rx_fd();
-    let mut fds = [
-        PollFd::new(&shared.wake, PollFlags::IN),
-        PollFd::new(&rx_fd, PollFlags::IN),
-    ];
-    let n = if socket { 2 } else { 1 };
-    let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
+    let mut fds = vec![PollFd::new(&shared.wake, PollFlags::IN)];
+    if socket {
+        fds.push(PollFd::new(&rx_fd, PollFlags::IN));
+    }
+    // A pause frame (a resume above all) wakes the engine too.
+    let pause_fd = shared
+        .pause_sock
+        .as_ref()
+        .map(crate::packet::PacketSocket::as_fd);
+    if let Some(fd) = &pause_fd {
+        fds.push(PollFd::new(fd, PollFlags::IN));
+    }
+    let _ = rustix::event::poll(&mut fds, Some(&ts));
     let mut drain = [0u8; 8];
     let _ = rustix::io::read(&shared.wake, &mut drain);
 }
@@ -974,6 +1039,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     let mut core = shared.lock();
     let now = shared.now();
     let sock = &shared.socks.udp;
+    core.release_paused(shared.pause_sock.as_ref(), now);
     // Impaired packets whose time has come.
     let t = Instant::now();
     // Delayed packets leave in the order they were held (a slow link keeps its order; taking

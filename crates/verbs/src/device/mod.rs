@@ -44,6 +44,7 @@ mod app_memory;
 mod engine;
 mod lent;
 mod objects;
+mod pause;
 mod tx;
 mod ud;
 
@@ -121,6 +122,18 @@ pub struct DeviceConfig {
     /// millisecond; otherwise it works as without busy polling. Threads that wait all the time
     /// for rare events should not poll (the connection manager's agent sleeps).
     pub busy_poll: bool,
+    /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (the
+    /// one the device's address is on; a packet socket: needs `CAP_NET_RAW`): a queue pair of
+    /// a paused priority — its DSCP ÷ 8 — sends nothing until the pause runs out
+    /// (`device/pause.rs`). Default none: pauses are ignored, as by any host stack.
+    pub pause_iface: Option<String>,
+    /// The link rate pause quanta are counted at (512 bit times each), bits per second.
+    /// Default 0: the interface's own speed (`/sys/class/net/IFACE/speed`), or 1 Gb/s when it
+    /// reports none (a veth).
+    pub pause_link_bps: u64,
+    /// The NIC-side PFC watchdog (seed 001 §4.3): a priority paused without a break for this
+    /// long stops the device honouring pauses, for good. Default none.
+    pub pause_watchdog: Option<Duration>,
 }
 
 /// What all of a device's queue pairs may have in flight together by default: 4 MiB.
@@ -161,6 +174,9 @@ impl DeviceConfig {
             receive: ReceivePath::Auto,
             in_flight_budget: DEFAULT_IN_FLIGHT_BUDGET,
             busy_poll: false,
+            pause_iface: None,
+            pause_link_bps: 0,
+            pause_watchdog: None,
         }
     }
 }
@@ -531,6 +547,12 @@ pub struct DeviceCounters {
     /// datagrams by the kernel (their packets are in `tx_packets`). Only towards peers that
     /// take them ([`Qp::set_peer_gso`]).
     pub tx_gso_messages: u64,
+    /// PFC and PAUSE frames received on [`DeviceConfig::pause_iface`].
+    pub pause_frames_received: u64,
+    /// Transmit turns a pause held back.
+    pub pause_held_turns: u64,
+    /// The NIC-side PFC watchdog fired: pauses are no longer honoured (0 or 1).
+    pub pause_watchdog_fired: u64,
     /// Packets built with their payload left where it lies in registered memory, the kernel
     /// gathering it from there (no copy behind the headers; a payload whose first piece is
     /// under 512 bytes, or in more than four pieces, is copied).
@@ -707,6 +729,8 @@ pub(crate) struct Core {
     seg_headers: Option<net::SegmentHeaders>,
     /// The payload of the packet being built, reused.
     payload: lent::Gathered,
+    /// Link-level pauses honoured ([`DeviceConfig::pause_iface`]).
+    pause: Option<Box<pause::PauseIn>>,
 }
 
 /// A send-only socket on one queue-pair source port (shared with the transmit batches sealed
@@ -793,6 +817,8 @@ pub(crate) struct Shared {
     busy_poll: bool,
     /// When a thread last busy-polled, nanoseconds after `epoch`.
     last_poll: AtomicU64,
+    /// The packet socket pause frames arrive on ([`DeviceConfig::pause_iface`]).
+    pause_sock: Option<crate::packet::PacketSocket>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -915,6 +941,11 @@ impl Device {
         let rx = RxBatch::new(RX_BURST, 1 << 16);
         let local = socks.local();
         let capture = cfg.pcap.as_deref().map(Capture::create).transpose()?;
+        let pause_sock = cfg
+            .pause_iface
+            .as_deref()
+            .map(crate::packet::PacketSocket::open_mac_control)
+            .transpose()?;
         let core = Core {
             local,
             pds: BTreeMap::new(),
@@ -947,6 +978,17 @@ impl Device {
             rx_buffer: cfg.socket_buffer,
             rx_wanted: cfg.socket_buffer,
             payload: lent::Gathered::with_capacity(MAX_DATAGRAM),
+            pause: pause_sock.as_ref().map(|s| {
+                let rate = match cfg.pause_link_bps {
+                    0 => link_speed(s.iface()).unwrap_or(1_000_000_000),
+                    r => r,
+                };
+                Box::new(pause::PauseIn::new(
+                    rate,
+                    cfg.pause_watchdog
+                        .map(|d| Dur::from_nanos(d.as_nanos() as u64)),
+                ))
+            }),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
@@ -962,6 +1004,7 @@ impl Device {
             rx: Mutex::new(rx),
             busy_poll: cfg.busy_poll,
             last_poll: AtomicU64::new(0),
+            pause_sock,
         });
         let s = shared.clone();
         let engine = std::thread::Builder::new()
@@ -1007,6 +1050,10 @@ impl Device {
         let core = self.shared.lock();
         let mut c = core.counters;
         c.captured = core.capture.as_ref().map_or(0, |cap| cap.written);
+        if let Some(p) = &core.pause {
+            c.pause_frames_received = p.frames;
+            c.pause_watchdog_fired = p.watchdog_fired;
+        }
         c
     }
 
@@ -1192,4 +1239,12 @@ pub struct RemoteQp {
     pub qpn: u32,
     /// The first PSN it sends.
     pub psn: u32,
+}
+
+/// An interface's speed from `/sys/class/net/IFACE/speed` (Mb/s there), in bits per second;
+/// `None` when it reports none (a veth, a link down).
+fn link_speed(iface: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
+    let mbps: i64 = text.trim().parse().ok()?;
+    (mbps > 0).then(|| mbps as u64 * 1_000_000)
 }
