@@ -11,7 +11,7 @@
 //! priority 0) is dropped at the receiver's port. Every run verifies every byte. Needs root,
 //! iproute2, ethtool, tcpdump and tshark; in CI a missing one fails.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -34,39 +34,24 @@ struct Run {
 fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
     let json = std::env::temp_dir().join(format!("irn-pfc-{}-{lossless}.json", std::process::id()));
     let json_s = json.to_string_lossy().to_string();
-    let p = &star.ports;
-    let mut sw = star.spawn(
-        &star.switch,
-        &[
-            "switch",
-            "--port",
-            &p[0],
-            "--port",
-            &p[1],
-            "--port",
-            &p[2],
-            "--rate",
-            "300m",
-            "--buffer",
-            "100000",
-            "--ecn",
-            "off",
-            "--pfc",
-            "3",
-            "--xoff",
-            "30000",
-            "--idle",
-            "1",
-            "--duration",
-            "120",
-            "--json",
-            &json_s,
-        ],
-    );
-    let mut sw_err = BufReader::new(sw.stderr.take().expect("the switch's stderr"));
-    let mut ready = String::new();
-    let _ = sw_err.read_line(&mut ready);
-    assert!(ready.contains("forwarding"), "switch: {ready}");
+    let (sw, mut sw_err) = star.start_switch(&[
+        "--rate",
+        "300m",
+        "--buffer",
+        "100000",
+        "--ecn",
+        "off",
+        "--pfc",
+        "3",
+        "--xoff",
+        "30000",
+        "--idle",
+        "1",
+        "--duration",
+        "120",
+        "--json",
+        &json_s,
+    ]);
     // A capture of the MAC control frames on the first sender's link.
     let mut dump = capture.map(|path| {
         let child = Command::new("ip")
@@ -116,15 +101,7 @@ fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
             "--pause-iface",
             "e0",
         ];
-        for _ in 0..100 {
-            let out = finish(star.spawn(ns, &args), 120);
-            if String::from_utf8_lossy(&out.stderr).contains("Connection refused") {
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-            return out;
-        }
-        panic!("the server in {r} never listened");
+        star.client(ns, &args, r, 120)
     };
     let (c1, c2) = std::thread::scope(|s| {
         let a = s.spawn(|| client(&star.hosts[0], "5001"));

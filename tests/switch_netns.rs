@@ -13,9 +13,8 @@
 //! (medians of three rounds). Every run verifies every byte. Needs root,
 //! iproute2 and ethtool; without them it says why, and in CI fails.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::Output;
-use std::time::Duration;
 
 mod common;
 use common::netns::Star;
@@ -66,47 +65,29 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
         std::process::id()
     ));
     let json_s = json.to_string_lossy().to_string();
-    let p = &star.ports;
     let seed = (round + 1).to_string();
-    let mut sw = star.spawn(
-        &star.switch,
-        &[
-            "switch",
-            "--port",
-            &p[0],
-            "--port",
-            &p[1],
-            "--port",
-            &p[2],
-            "--rate",
-            "300m",
-            "--buffer",
-            "100000",
-            "--ecn",
-            "red",
-            "--kmin",
-            "10000",
-            "--kmax",
-            "50000",
-            "--pmax",
-            "0.2",
-            "--seed",
-            &seed,
-            "--idle",
-            "1",
-            "--duration",
-            "120",
-            "--json",
-            &json_s,
-        ],
-    );
-    // Nothing starts before the switch forwards: a client's TCP SYN lost to a switch still
-    // opening its ports is resent a second later, and that sender then ran after the other
-    // instead of beside it (about one round in six).
-    let mut sw_err = BufReader::new(sw.stderr.take().expect("the switch's stderr"));
-    let mut ready = String::new();
-    let _ = sw_err.read_line(&mut ready);
-    assert!(ready.contains("forwarding"), "switch: {ready}");
+    let (sw, mut sw_err) = star.start_switch(&[
+        "--rate",
+        "300m",
+        "--buffer",
+        "100000",
+        "--ecn",
+        "red",
+        "--kmin",
+        "10000",
+        "--kmax",
+        "50000",
+        "--pmax",
+        "0.2",
+        "--seed",
+        &seed,
+        "--idle",
+        "1",
+        "--duration",
+        "120",
+        "--json",
+        &json_s,
+    ]);
     let (r, s1, s2) = (&star.hosts[2], &star.hosts[0], &star.hosts[1]);
     let servers: Vec<_> = ["5001", "5002"]
         .iter()
@@ -131,16 +112,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
             "65536",
             "--counters",
         ];
-        // Retried while the server starts.
-        for _ in 0..100 {
-            let out = finish(star.spawn(ns, &args), 120);
-            if String::from_utf8_lossy(&out.stderr).contains("Connection refused") {
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-            return out;
-        }
-        panic!("the server in {r} never listened");
+        star.client(ns, &args, r, 120)
     };
     let (c1, c2) = std::thread::scope(|s| {
         let a = s.spawn(|| client(s1, "5001"));
@@ -181,7 +153,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
             .expect("JSON");
     let _ = std::fs::remove_file(&json);
     let port = &report["ports"][2];
-    assert_eq!(port["port"], p[2].as_str());
+    assert_eq!(port["port"], star.ports[2].as_str());
     let n = |k: &str| port[k].as_u64().expect(k);
     assert!(n("tx_frames") > 0 && n("tx_errors") == 0, "{report}");
     // Both senders' bytes over the time the receiver's port was busy, from its first frame to

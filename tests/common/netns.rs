@@ -3,7 +3,7 @@
 //! (CAP_NET_ADMIN) and iproute2; [`Netns::setup`] says why it cannot run otherwise.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use super::precondition_missing;
 
@@ -238,6 +238,44 @@ impl Star {
             .stderr(Stdio::piped())
             .spawn()
             .expect("ip netns exec")
+    }
+}
+
+impl Star {
+    /// Starts `irn switch` over every port with `flags` besides the ports, and waits until it
+    /// says it forwards: nothing starts before, or a client's TCP SYN lost to a switch still
+    /// opening its ports is resent a second later. Returns it and what is left of its
+    /// standard error.
+    pub fn start_switch(
+        &self,
+        flags: &[&str],
+    ) -> (Child, std::io::BufReader<std::process::ChildStderr>) {
+        use std::io::BufRead;
+        let mut args = vec!["switch"];
+        for p in &self.ports {
+            args.extend(["--port", p.as_str()]);
+        }
+        args.extend(flags);
+        let mut sw = self.spawn(&self.switch, &args);
+        let mut err = std::io::BufReader::new(sw.stderr.take().expect("the switch's stderr"));
+        let mut ready = String::new();
+        let _ = err.read_line(&mut ready);
+        assert!(ready.contains("forwarding"), "switch: {ready}");
+        (sw, err)
+    }
+
+    /// Runs `irn ARGS` in namespace `ns` to completion (at most `secs`), again while its
+    /// server (in `server_ns`) has not started listening.
+    pub fn client(&self, ns: &str, args: &[&str], server_ns: &str, secs: u64) -> Output {
+        for _ in 0..100 {
+            let out = super::finish(self.spawn(ns, args), secs);
+            if String::from_utf8_lossy(&out.stderr).contains("Connection refused") {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            return out;
+        }
+        panic!("the server in {server_ns} never listened");
     }
 }
 
