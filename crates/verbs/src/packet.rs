@@ -75,6 +75,17 @@ fn socket_all() -> io::Result<OwnedFd> {
     )?)
 }
 
+/// A packet socket of protocol 0: it takes no frame until `bind` names the interface and the
+/// protocol, so none from another interface is queued in between.
+fn socket_unbound() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        AddressFamily::PACKET,
+        SocketType::RAW,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
 /// ETH_P_ALL, in host order (packet(7) wants it in network order).
 const ETH_P_ALL: u16 = 0x0003;
 
@@ -93,14 +104,7 @@ impl PacketSocket {
     /// super-frames, which a switch cannot forward as they are.
     pub fn open_port(iface: &str) -> io::Result<PacketSocket> {
         let (ifindex, mtu, mac) = interface(iface)?;
-        // Protocol 0 takes no frame until `bind` names the interface and the protocol: none
-        // from another interface is queued in between.
-        let fd = rustix::net::socket_with(
-            AddressFamily::PACKET,
-            SocketType::RAW,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let fd = socket_unbound()?;
         crate::net::sys::packet_port(fd.as_fd(), ifindex)?;
         // 8 MB to absorb bursts while the switch paces.
         crate::net::set_receive_buffer(fd.as_fd(), 8 << 20);
@@ -119,12 +123,7 @@ impl PacketSocket {
     /// group no stack joins): what a NIC's flow control reads.
     pub fn open_mac_control(iface: &str) -> io::Result<PacketSocket> {
         let (ifindex, mtu, mac) = interface(iface)?;
-        let fd = rustix::net::socket_with(
-            AddressFamily::PACKET,
-            SocketType::RAW,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let fd = socket_unbound()?;
         crate::net::sys::bind_packet(
             fd.as_fd(),
             ifindex,
@@ -137,11 +136,6 @@ impl PacketSocket {
             mtu,
             iface: iface.to_string(),
         })
-    }
-
-    /// The socket, for a poll.
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 
     /// Takes one frame if one is waiting, whatever its destination; never blocks.

@@ -970,10 +970,7 @@ fn park(shared: &Shared, socket: bool, sleep: Duration) {
         fds.push(PollFd::new(&rx_fd, PollFlags::IN));
     }
     // A pause frame (a resume above all) wakes the engine too.
-    let pause_fd = shared
-        .pause_sock
-        .as_ref()
-        .map(crate::packet::PacketSocket::as_fd);
+    let pause_fd = shared.pause_sock.as_ref().map(std::os::fd::AsFd::as_fd);
     if let Some(fd) = &pause_fd {
         fds.push(PollFd::new(fd, PollFlags::IN));
     }
