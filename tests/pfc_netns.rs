@@ -216,3 +216,147 @@ fn pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_dro
     );
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// Sends PFC frames pausing priority 3 for their longest time out of interface `iface` of
+/// namespace `ns`, every 10 ms until `stop`: a peer stuck pausing (a thread of this test,
+/// moved into the namespace).
+fn pauser(
+    ns: &str,
+    iface: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    use std::os::fd::AsFd;
+    let path = format!("/var/run/netns/{ns}");
+    let iface = iface.to_string();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).expect("the namespace");
+        rustix::thread::move_into_link_name_space(
+            f.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .expect("setns");
+        let sock = irn_verbs::packet::PacketSocket::open_mac_control(&iface).expect("socket");
+        let mut buf = [0u8; 64];
+        let n = irn_wire::mac_control::MacControlRepr::Pfc(irn_wire::mac_control::PfcRepr::single(
+            3,
+            u16::MAX,
+        ))
+        .emit_frame(irn_wire::MacAddr([2, 0, 0, 0, 0, 0x2a]), &mut buf)
+        .expect("emit");
+        let mut sent = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            sock.send(&buf[..n]).expect("send");
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        sent
+    })
+}
+
+/// A sender paused for good: the receiver's link is held by a peer that never stops pausing
+/// priority 3, so the switch's queue for it never drains and the switch pauses the sender
+/// without end. Without a watchdog the sender stays silent until its retries run out
+/// (`IBV_WC_RETRY_EXC_ERR`); with a 150 ms NIC-side watchdog it stops honouring the pauses
+/// and sends again — its retransmissions reach the switch — before the same error.
+#[test]
+fn a_nic_watchdog_releases_a_sender_paused_for_good() {
+    const TEST: &str = "a_nic_watchdog_releases_a_sender_paused_for_good";
+    let Some(star) = Star::setup(TEST, "w", 235, 3) else {
+        return;
+    };
+    let run = |watchdog: Option<&str>| {
+        let json = std::env::temp_dir().join(format!(
+            "irn-pfc-wd-{}-{}.json",
+            std::process::id(),
+            watchdog.is_some()
+        ));
+        let json_s = json.to_string_lossy().to_string();
+        let (sw, mut sw_err) = star.start_switch(&[
+            "--rate",
+            "300m",
+            "--buffer",
+            "100000",
+            "--ecn",
+            "off",
+            "--pfc",
+            "3",
+            "--xoff",
+            "30000",
+            "--duration",
+            "4",
+            "--json",
+            &json_s,
+        ]);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pausing = pauser(&star.hosts[2], "e0", stop.clone());
+        std::thread::sleep(Duration::from_millis(100));
+        let r = &star.hosts[2];
+        let server = star.spawn(r, &["perf", "write", "-p", "5001"]);
+        let mut args = vec![
+            "perf",
+            "write",
+            "10.235.0.3",
+            "-p",
+            "5001",
+            "--mode",
+            "roce",
+            "-n",
+            "50",
+            "-s",
+            "65536",
+            "--counters",
+            "--tclass",
+            "104",
+            "--pause-iface",
+            "e0",
+            "--pause-rate",
+            "300m",
+        ];
+        if let Some(ms) = watchdog {
+            args.extend(["--pause-watchdog-ms", ms]);
+        }
+        let client = star.client(&star.hosts[0], &args, r, 60);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let pauses = pausing.join().expect("pauser");
+        let mut server = server;
+        let _ = server.kill();
+        let _ = server.wait();
+        let sw = finish(sw, 30);
+        let mut rest = String::new();
+        let _ = sw_err.read_to_string(&mut rest);
+        assert!(sw.status.success(), "switch: {}{rest}", text(&sw));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("the switch's JSON"))
+                .expect("JSON");
+        let _ = std::fs::remove_file(&json);
+        (client, report, pauses)
+    };
+    let (held, held_report, _) = run(None);
+    let (released, released_report, pauses) = run(Some("150"));
+    let rx = |r: &serde_json::Value| r["ports"][0]["rx_frames"].as_u64().expect("rx_frames");
+    let what = format!(
+        "held: {}\n{held_report}\nreleased: {}\n{released_report}",
+        text(&held),
+        text(&released)
+    );
+    assert!(pauses > 10, "{what}");
+    for c in [&held, &released] {
+        // Nothing reaches the receiver: both give up.
+        assert!(!c.status.success(), "{what}");
+        assert!(counter(c, "pause_held_turns") > 0, "{what}");
+    }
+    assert_eq!(counter(&held, "pause_watchdog_fired"), 0, "{what}");
+    assert_eq!(counter(&released, "pause_watchdog_fired"), 1, "{what}");
+    // Released, the sender's retransmissions reach the switch.
+    assert!(
+        rx(&released_report) > rx(&held_report) + 100,
+        "{} frames held, {} released\n{what}",
+        rx(&held_report),
+        rx(&released_report)
+    );
+    eprintln!(
+        "switch received from the sender: {} frames held, {} with the watchdog",
+        rx(&held_report),
+        rx(&released_report)
+    );
+}

@@ -122,8 +122,15 @@ impl PacketSocket {
     /// 0x8808) that arrive on it, whatever their destination (01:80:C2:00:00:01, a link-local
     /// group no stack joins): what a NIC's flow control reads.
     pub fn open_mac_control(iface: &str) -> io::Result<PacketSocket> {
-        let (ifindex, mtu, mac) = interface(iface)?;
         let fd = socket_unbound()?;
+        // The index from the socket's own network namespace (an ioctl): /sys shows the
+        // namespace it was mounted in, which a thread that entered another one does not see.
+        let ifindex = i32::try_from(rustix::net::netdevice::name_to_index(&fd, iface)?)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
+        let (mtu, mac) = interface(iface)
+            .ok()
+            .filter(|&(i, ..)| i == ifindex)
+            .map_or((1500, MacAddr([0; 6])), |(_, mtu, mac)| (mtu, mac));
         crate::net::sys::bind_packet(
             fd.as_fd(),
             ifindex,
