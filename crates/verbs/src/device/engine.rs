@@ -50,6 +50,8 @@ impl Core {
             return self.transmit_ud(sock, now, qpn);
         }
         if self.held_by_pause(now, qpn) {
+            // Its timers still run (a timeout just fired may have set a new deadline).
+            self.rearm(qpn);
             return false;
         }
         let mut payload = std::mem::take(&mut self.payload);
