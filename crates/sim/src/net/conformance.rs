@@ -51,6 +51,8 @@ pub(super) struct ConfigMonitor {
     open: BTreeMap<(u32, u16, &'static str), usize>,
     /// Checks made.
     pub(super) checks: u64,
+    /// The data DSCP of each traffic class, as configured (read off the configuration once).
+    intended_dscps: Vec<u8>,
 }
 
 /// No port: a switch-wide or NIC setting.
@@ -94,12 +96,15 @@ impl ConfigMonitor {
                 ));
             }
         }
-        let intended: Vec<u8> = (0..cfg.class_count())
-            .map(|t| cfg.class_config(t).network.data_dscp)
-            .collect();
+        if self.intended_dscps.is_empty() {
+            self.intended_dscps = (0..cfg.class_count())
+                .map(|t| cfg.class_config(t).network.data_dscp)
+                .collect();
+        }
+        let intended = &self.intended_dscps;
         for (h, nic) in nics.iter().enumerate() {
             let running = nic.data_dscps();
-            if running != intended {
+            if running != *intended {
                 now_wrong.push((
                     (h as u32, NO_PORT, "dscp"),
                     format!("{intended:?}"),

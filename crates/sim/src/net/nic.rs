@@ -174,9 +174,9 @@ pub(super) struct Nic<M> {
     /// Its link is up (a host-down fault takes it down).
     up: bool,
     tag: Tagging,
-    /// The DSCP it sends its data with instead of its classes' own (a `nic-dscp` drift of
-    /// its traffic configuration; it still schedules each class in its lane).
-    dscp_drift: Option<u8>,
+    /// Its classes' marks as configured, kept while a `nic-dscp` drift of its traffic
+    /// configuration has replaced their data DSCP in `tag` (each class stays in its lane).
+    configured: Option<Box<[Marks]>>,
     /// Summed counters of its destroyed queue pairs.
     pub(super) retired: Counters,
     /// The same per traffic class, when the run has more than one.
@@ -347,7 +347,7 @@ impl<M: SimMemory> Nic<M> {
             rx: rx.map(Box::new),
             up: true,
             tag: tag.clone(),
-            dscp_drift: None,
+            configured: None,
             retired: Counters::default(),
             retired_by_class: if tag.marks.len() > 1 {
                 vec![Counters::default(); tag.marks.len()]
@@ -364,19 +364,24 @@ impl<M: SimMemory> Nic<M> {
         self.up
     }
 
-    /// Sends its data with DSCP `dscp` instead of its classes' own (a configuration drift),
-    /// or with their own again (`None`).
-    pub(super) fn set_dscp_drift(&mut self, dscp: Option<u8>) {
-        self.dscp_drift = dscp;
+    /// Sends its data with DSCP `dscp` — of priority `prio` — instead of its classes' own (a
+    /// configuration drift), or with their own again (`None`).
+    pub(super) fn set_dscp_drift(&mut self, drift: Option<(u8, u8)>) {
+        if let Some(marks) = self.configured.take() {
+            self.tag.marks = marks.into_vec();
+        }
+        if let Some((dscp, prio)) = drift {
+            self.configured = Some(self.tag.marks.clone().into_boxed_slice());
+            for m in &mut self.tag.marks {
+                m.data_dscp = dscp;
+                m.data_prio = prio;
+            }
+        }
     }
 
     /// The DSCP each traffic class's data leaves with.
     pub(super) fn data_dscps(&self) -> Vec<u8> {
-        self.tag
-            .marks
-            .iter()
-            .map(|m| self.dscp_drift.unwrap_or(m.data_dscp))
-            .collect()
+        self.tag.marks.iter().map(|m| m.data_dscp).collect()
     }
 
     /// Whether it buffers received frames in a pipeline.
@@ -572,10 +577,10 @@ impl<M: SimMemory> Nic<M> {
             let (flow, end) = (s.flow, usize::from(s.end));
             let control = t.ib.bth.opcode.is_control();
             let marks = &self.tag.marks[usize::from(s.class)];
-            let (dscp, prio) = match (control, self.dscp_drift) {
-                (true, _) => (marks.ctrl_dscp, marks.ctrl_prio),
-                (false, None) => (marks.data_dscp, marks.data_prio),
-                (false, Some(d)) => (d, fx.classes.of_dscp(d)),
+            let (dscp, prio) = if control {
+                (marks.ctrl_dscp, marks.ctrl_prio)
+            } else {
+                (marks.data_dscp, marks.data_prio)
             };
             // A tagged frame carries the priority of its DSCP as its PCP (IEEE 802.1Q).
             let pcp = vlan.then_some(prio);

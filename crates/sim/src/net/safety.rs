@@ -257,7 +257,8 @@ impl Safety {
                 });
             }
             (FaultKind::NicDscp, ended) => {
-                n.nics[hu].set_dscp_drift(if ended { None } else { f.dscp });
+                let drift = f.dscp.filter(|_| !ended);
+                n.nics[hu].set_dscp_drift(drift.map(|d| (d, n.fx.classes.of_dscp(d))));
             }
         }
     }
