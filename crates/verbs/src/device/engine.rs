@@ -130,8 +130,8 @@ impl Core {
             return false;
         }
         p.waiting.insert(qpn);
+        p.held_turns += 1;
         self.tx_pending.remove(&qpn);
-        self.counters.pause_held_turns += 1;
         true
     }
 

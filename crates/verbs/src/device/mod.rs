@@ -1052,6 +1052,7 @@ impl Device {
         c.captured = core.capture.as_ref().map_or(0, |cap| cap.written);
         if let Some(p) = &core.pause {
             c.pause_frames_received = p.frames;
+            c.pause_held_turns = p.held_turns;
             c.pause_watchdog_fired = p.watchdog_fired;
         }
         c

@@ -33,6 +33,8 @@ pub(crate) struct PauseIn {
     pub(crate) waiting: BTreeSet<u32>,
     /// MAC control frames received.
     pub(crate) frames: u64,
+    /// Transmit turns a pause held back.
+    pub(crate) held_turns: u64,
     /// The watchdog fired (0 or 1).
     pub(crate) watchdog_fired: u64,
 }
@@ -48,6 +50,7 @@ impl PauseIn {
             off: false,
             waiting: BTreeSet::new(),
             frames: 0,
+            held_turns: 0,
             watchdog_fired: 0,
         }
     }
