@@ -11,13 +11,12 @@
 //! priority 0) is dropped at the receiver's port. Every run verifies every byte. Needs root,
 //! iproute2, ethtool, tcpdump and tshark; in CI a missing one fails.
 
-use std::io::Read;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
 use common::netns::Star;
-use common::{finish, text};
+use common::{counter, finish, text};
 
 const TEST: &str =
     "pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_drops";
@@ -32,26 +31,25 @@ struct Run {
 }
 
 fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
-    let json = std::env::temp_dir().join(format!("irn-pfc-{}-{lossless}.json", std::process::id()));
-    let json_s = json.to_string_lossy().to_string();
-    let (sw, mut sw_err) = star.start_switch(&[
-        "--rate",
-        "300m",
-        "--buffer",
-        "100000",
-        "--ecn",
-        "off",
-        "--pfc",
-        "3",
-        "--xoff",
-        "30000",
-        "--idle",
-        "1",
-        "--duration",
-        "120",
-        "--json",
-        &json_s,
-    ]);
+    let sw = star.start_switch(
+        &format!("pfc-{lossless}"),
+        &[
+            "--rate",
+            "300m",
+            "--buffer",
+            "100000",
+            "--ecn",
+            "off",
+            "--pfc",
+            "3",
+            "--xoff",
+            "30000",
+            "--idle",
+            "1",
+            "--duration",
+            "120",
+        ],
+    );
     // A capture of the MAC control frames on the first sender's link.
     let mut dump = capture.map(|path| {
         let child = Command::new("ip")
@@ -112,34 +110,17 @@ fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
         let srv = finish(srv, 60);
         assert!(srv.status.success(), "lossless {lossless}: {}", text(&srv));
     }
-    let sw = finish(sw, 130);
-    let mut rest = String::new();
-    let _ = sw_err.read_to_string(&mut rest);
-    assert!(sw.status.success(), "switch: {}{rest}", text(&sw));
+    let report = sw.report(130);
     if let Some(mut d) = dump.take() {
         let _ = Command::new("kill")
             .args(["-INT", &d.id().to_string()])
             .status();
         let _ = d.wait();
     }
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the switch's JSON"))
-            .expect("JSON");
-    let _ = std::fs::remove_file(&json);
     Run {
         report,
         senders: vec![c1, c2],
     }
-}
-
-/// The number after `key: ` in a sender's printed device counters.
-fn counter(o: &Output, key: &str) -> u64 {
-    let out = String::from_utf8_lossy(&o.stdout);
-    out.split(&format!("{key}: "))
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 #[test]
@@ -265,28 +246,23 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
         return;
     };
     let run = |watchdog: Option<&str>| {
-        let json = std::env::temp_dir().join(format!(
-            "irn-pfc-wd-{}-{}.json",
-            std::process::id(),
-            watchdog.is_some()
-        ));
-        let json_s = json.to_string_lossy().to_string();
-        let (sw, mut sw_err) = star.start_switch(&[
-            "--rate",
-            "300m",
-            "--buffer",
-            "100000",
-            "--ecn",
-            "off",
-            "--pfc",
-            "3",
-            "--xoff",
-            "30000",
-            "--duration",
-            "4",
-            "--json",
-            &json_s,
-        ]);
+        let sw = star.start_switch(
+            &format!("pfc-wd-{}", watchdog.is_some()),
+            &[
+                "--rate",
+                "300m",
+                "--buffer",
+                "100000",
+                "--ecn",
+                "off",
+                "--pfc",
+                "3",
+                "--xoff",
+                "30000",
+                "--duration",
+                "4",
+            ],
+        );
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let pausing = pauser(&star.hosts[2], "e0", stop.clone());
         std::thread::sleep(Duration::from_millis(100));
@@ -321,14 +297,7 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
         let mut server = server;
         let _ = server.kill();
         let _ = server.wait();
-        let sw = finish(sw, 30);
-        let mut rest = String::new();
-        let _ = sw_err.read_to_string(&mut rest);
-        assert!(sw.status.success(), "switch: {}{rest}", text(&sw));
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).expect("the switch's JSON"))
-                .expect("JSON");
-        let _ = std::fs::remove_file(&json);
+        let report = sw.report(30);
         (client, report, pauses)
     };
     let (held, held_report, _) = run(None);

@@ -13,12 +13,11 @@
 //! (medians of three rounds). Every run verifies every byte. Needs root,
 //! iproute2 and ethtool; without them it says why, and in CI fails.
 
-use std::io::Read;
 use std::process::Output;
 
 mod common;
 use common::netns::Star;
-use common::{finish, text};
+use common::{counter, finish, text};
 
 /// 64 KiB Writes per sender.
 const MESSAGES: u32 = 300;
@@ -38,17 +37,6 @@ struct Run {
     marked: u64,
 }
 
-/// The queue pair's `timeouts` counter from `--counters` (0 when it printed none: a run that
-/// gave up).
-fn timeouts(o: &Output) -> u64 {
-    let out = String::from_utf8_lossy(&o.stdout);
-    out.split("timeouts: ")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn bw_average(o: &Output) -> f64 {
     let out = String::from_utf8_lossy(&o.stdout);
     let mut lines = out.lines().skip_while(|l| !l.contains("BW average"));
@@ -60,34 +48,30 @@ fn bw_average(o: &Output) -> f64 {
 }
 
 fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
-    let json = std::env::temp_dir().join(format!(
-        "irn-switch-{}-{mode}-{cc}-{round}.json",
-        std::process::id()
-    ));
-    let json_s = json.to_string_lossy().to_string();
     let seed = (round + 1).to_string();
-    let (sw, mut sw_err) = star.start_switch(&[
-        "--rate",
-        "300m",
-        "--buffer",
-        "100000",
-        "--ecn",
-        "red",
-        "--kmin",
-        "10000",
-        "--kmax",
-        "50000",
-        "--pmax",
-        "0.2",
-        "--seed",
-        &seed,
-        "--idle",
-        "1",
-        "--duration",
-        "120",
-        "--json",
-        &json_s,
-    ]);
+    let sw = star.start_switch(
+        &format!("switch-{mode}-{cc}-{round}"),
+        &[
+            "--rate",
+            "300m",
+            "--buffer",
+            "100000",
+            "--ecn",
+            "red",
+            "--kmin",
+            "10000",
+            "--kmax",
+            "50000",
+            "--pmax",
+            "0.2",
+            "--seed",
+            &seed,
+            "--idle",
+            "1",
+            "--duration",
+            "120",
+        ],
+    );
     let (r, s1, s2) = (&star.hosts[2], &star.hosts[0], &star.hosts[1]);
     let servers: Vec<_> = ["5001", "5002"]
         .iter()
@@ -144,14 +128,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
             text(c)
         );
     }
-    let sw = finish(sw, 130);
-    let mut rest = String::new();
-    let _ = sw_err.read_to_string(&mut rest);
-    assert!(sw.status.success(), "switch: {}{rest}", text(&sw));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the switch's JSON"))
-            .expect("JSON");
-    let _ = std::fs::remove_file(&json);
+    let report = sw.report(130);
     let port = &report["ports"][2];
     assert_eq!(port["port"], star.ports[2].as_str());
     let n = |k: &str| port[k].as_u64().expect(k);
@@ -165,7 +142,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
         return Run {
             goodput: 0.0,
             each: (0.0, 0.0),
-            timeouts: (timeouts(&c1), timeouts(&c2)),
+            timeouts: (counter(&c1, "timeouts"), counter(&c2, "timeouts")),
             dropped: n("dropped"),
             marked: n("marked"),
         };
@@ -173,7 +150,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
     Run {
         goodput: 2.0 * f64::from(MESSAGES) * 65_536.0 / busy / 1e6,
         each: (bw_average(&c1), bw_average(&c2)),
-        timeouts: (timeouts(&c1), timeouts(&c2)),
+        timeouts: (counter(&c1, "timeouts"), counter(&c2, "timeouts")),
         dropped: n("dropped"),
         marked: n("marked"),
     }

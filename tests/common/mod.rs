@@ -157,6 +157,17 @@ pub fn finish(mut c: std::process::Child, secs: u64) -> std::process::Output {
 }
 
 /// A process's stdout and stderr, for failure messages.
+/// The number after `key: ` in a tool's printed counters (`--counters`; 0 when it printed
+/// none: a run that gave up).
+pub fn counter(o: &std::process::Output, key: &str) -> u64 {
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.split(&format!("{key}: "))
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn text(o: &std::process::Output) -> String {
     format!(
         "{}\n{}",

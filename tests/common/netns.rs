@@ -242,26 +242,25 @@ impl Star {
 }
 
 impl Star {
-    /// Starts `irn switch` over every port with `flags` besides the ports, and waits until it
-    /// says it forwards: nothing starts before, or a client's TCP SYN lost to a switch still
-    /// opening its ports is resent a second later. Returns it and what is left of its
-    /// standard error.
-    pub fn start_switch(
-        &self,
-        flags: &[&str],
-    ) -> (Child, std::io::BufReader<std::process::ChildStderr>) {
+    /// Starts `irn switch` over every port with `flags` besides the ports (and its report's
+    /// file, named `name`), and waits until it says it forwards: nothing starts before, or a
+    /// client's TCP SYN lost to a switch still opening its ports is resent a second later.
+    pub fn start_switch(&self, name: &str, flags: &[&str]) -> RunningSwitch {
         use std::io::BufRead;
+        let json = std::env::temp_dir().join(format!("irn-{name}-{}.json", std::process::id()));
+        let json_s = json.to_string_lossy().to_string();
         let mut args = vec!["switch"];
         for p in &self.ports {
             args.extend(["--port", p.as_str()]);
         }
         args.extend(flags);
-        let mut sw = self.spawn(&self.switch, &args);
-        let mut err = std::io::BufReader::new(sw.stderr.take().expect("the switch's stderr"));
+        args.extend(["--json", &json_s]);
+        let mut child = self.spawn(&self.switch, &args);
+        let mut err = std::io::BufReader::new(child.stderr.take().expect("the switch's stderr"));
         let mut ready = String::new();
         let _ = err.read_line(&mut ready);
         assert!(ready.contains("forwarding"), "switch: {ready}");
-        (sw, err)
+        RunningSwitch { child, err, json }
     }
 
     /// Runs `irn ARGS` in namespace `ns` to completion (at most `secs`), again while its
@@ -276,6 +275,30 @@ impl Star {
             return out;
         }
         panic!("the server in {server_ns} never listened");
+    }
+}
+
+/// An `irn switch` started by [`Star::start_switch`].
+pub struct RunningSwitch {
+    child: Child,
+    err: std::io::BufReader<std::process::ChildStderr>,
+    json: std::path::PathBuf,
+}
+
+impl RunningSwitch {
+    /// Waits for the switch to stop by itself (at most `secs`), checks that it ended well,
+    /// and returns its report.
+    pub fn report(mut self, secs: u64) -> serde_json::Value {
+        use std::io::Read;
+        let sw = super::finish(self.child, secs);
+        let mut rest = String::new();
+        let _ = self.err.read_to_string(&mut rest);
+        assert!(sw.status.success(), "switch: {}{rest}", super::text(&sw));
+        let report =
+            serde_json::from_str(&std::fs::read_to_string(&self.json).expect("the switch's JSON"))
+                .expect("JSON");
+        let _ = std::fs::remove_file(&self.json);
+        report
     }
 }
 
