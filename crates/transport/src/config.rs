@@ -305,7 +305,19 @@ pub struct RecoveryConfig {
     /// The TCP model's rules (SPEC E10), over selective repeat and IRN's wire; `None` for
     /// every RDMA design.
     pub tcp: Option<TcpModel>,
+    /// Standard and extended-IB wires: the requester sets AckReq (IBTA §9.2: the responder
+    /// must acknowledge that packet) on the last packet of each message and at least every
+    /// this many packets of a longer one; the responder coalesces the rest (§9.7.5.1.1).
+    /// [`STANDARD_ACK_EVERY`] in every preset (Linux rxe asks every 128; a smaller value keeps
+    /// the sender's state short). 1 asks on every packet, as the ns-3 RDMA simulators' NICs
+    /// acknowledge (HPCC's and ConWeave's `L2_ACK_INTERVAL 1`). IRN's wire acknowledges every
+    /// packet regardless (SPEC T7).
+    pub ack_every: u32,
 }
+
+/// Standard RoCE: the requester asks for an ACK at least every this many packets of a long
+/// message ([`RecoveryConfig::ack_every`]'s preset).
+pub const STANDARD_ACK_EVERY: u32 = 64;
 
 /// Why a recovery configuration was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -352,6 +364,9 @@ pub enum ConfigError {
     /// An adaptive timer's floor above its ceiling, or its initial value outside them.
     #[error("adaptive RTO needs min <= initial <= max")]
     RtoBounds,
+    /// Asking for an ACK every 0 packets means nothing.
+    #[error("ack_every must be at least 1 packet")]
+    ZeroAckEvery,
 }
 
 impl RecoveryConfig {
@@ -372,6 +387,7 @@ impl RecoveryConfig {
             bdp_fc_span: None,
             reread_all: true,
             tcp: None,
+            ack_every: STANDARD_ACK_EVERY,
         }
     }
 
@@ -392,6 +408,7 @@ impl RecoveryConfig {
             bdp_fc_span: None,
             reread_all: true,
             tcp: None,
+            ack_every: STANDARD_ACK_EVERY,
         }
     }
 
@@ -424,6 +441,7 @@ impl RecoveryConfig {
             bdp_fc_span: None,
             reread_all: true,
             tcp: None,
+            ack_every: STANDARD_ACK_EVERY,
         }
     }
 
@@ -497,6 +515,9 @@ impl RecoveryConfig {
 
     /// Checks the combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ack_every == 0 {
+            return Err(ConfigError::ZeroAckEvery);
+        }
         if self.tcp.is_some()
             && (self.retransmission != Retransmission::SelectiveRepeat || self.wire != Wire::Irn)
         {

@@ -77,7 +77,7 @@ pub use cc::{
     CcKind, Controller, ControllerFactory, DcqcnConfig, DcqcnFactory, NoCc, NoCcFactory,
     TimelyConfig, TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
 };
-pub use config::{bdp_cap_packets, RTO_BACKOFF_AFTER};
+pub use config::{bdp_cap_packets, RTO_BACKOFF_AFTER, STANDARD_ACK_EVERY};
 pub use config::{
     ConfigError, HoleRule, NicState, RecoveryConfig, RecoveryMode, Retransmission, RtoPolicy,
     TcpModel, Wire, DEFAULT_REORDER_BUFFER,

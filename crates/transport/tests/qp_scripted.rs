@@ -941,6 +941,40 @@ fn roce_receiver_discards_out_of_order_and_naks_once_per_gap_like_rxe() {
     assert_eq!(q.counters().duplicates, 1);
 }
 
+/// Standard RoCE asks for an ACK on a message's last packet and every `ack_every`-th before
+/// it (IBTA §9.2's AckReq); 1 asks on every packet, as the ns-3 RDMA simulators' NICs answer.
+#[test]
+fn roce_asks_for_an_ack_every_ack_every_packets_and_on_the_last() {
+    for (every, asked) in [
+        (64, vec![9]),
+        (4, vec![3, 7, 9]),
+        (1, (0..10).collect::<Vec<u32>>()),
+    ] {
+        let mut q = qp(RecoveryConfig {
+            ack_every: every,
+            ..RecoveryConfig::roce()
+        });
+        let (mem, sge, remote, _) = memory(10 * 1024);
+        q.post_send(write_wr(sge, remote)).expect("post");
+        let sent = drain(&mut q, T0, &mem);
+        assert_eq!(psns(&sent), (0..10).collect::<Vec<u32>>());
+        let with: Vec<u32> = sent
+            .iter()
+            .filter(|p| p.bth.ack_req)
+            .map(|p| p.bth.psn.value() - SQ_PSN)
+            .collect();
+        assert_eq!(with, asked, "ack_every = {every}");
+    }
+    let zero = RecoveryConfig {
+        ack_every: 0,
+        ..RecoveryConfig::roce()
+    };
+    assert_eq!(
+        zero.validate(),
+        Err(irn_transport::ConfigError::ZeroAckEvery)
+    );
+}
+
 #[test]
 fn roce_sender_goes_back_n_on_a_nak() {
     let mut q = qp(RecoveryConfig::roce());

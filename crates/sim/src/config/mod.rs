@@ -171,8 +171,14 @@ pub struct SwitchConfig {
     /// PFC resume (XON) hysteresis in bytes: resume once the queue is this far below the pause
     /// threshold. Default 2048.
     pub pfc_resume_gap_bytes: u64,
-    /// Shared-buffer dynamic threshold α. Default 1.0.
+    /// Shared-buffer dynamic threshold α (Choudhury & Hahne): a lossy packet is admitted while
+    /// its egress queue holds less than α × the free buffer. Default 1.0.
     pub dt_alpha: f64,
+    /// Shared buffer: the α of PFC's ingress dynamic threshold — a lossless (port, priority)
+    /// pauses its upstream once it holds α × the free shared buffer. Absent (default): `dt_alpha`.
+    /// Broadcom's MMU, as the ns-3 RDMA simulators model it, pauses at 1/16 while admitting
+    /// lossy egress queues at 1 (experiments/crossval).
+    pub pfc_alpha: Option<f64>,
     /// ECN marking: `off` (default), `red` or `threshold`.
     pub ecn: EcnMode,
     /// ECN Kmin in bytes. Default 5000.
@@ -191,6 +197,7 @@ impl Default for SwitchConfig {
             pfc_headroom_bytes: None,
             pfc_resume_gap_bytes: 2048,
             dt_alpha: 1.0,
+            pfc_alpha: None,
             ecn: EcnMode::Off,
             ecn_kmin_bytes: 5_000,
             ecn_kmax_bytes: 200_000,
@@ -552,6 +559,11 @@ pub struct TransportConfig {
     /// `tcp`: delayed ACKs — every second segment, or this many µs after the first unacknowledged
     /// one (RFC 1122 §4.2.3.2). Absent (default): every segment is acknowledged.
     pub tcp_delayed_ack_us: Option<f64>,
+    /// Standard RoCE (and extended IB): the requester asks for an ACK (AckReq) at least every
+    /// this many packets of a message, and on its last. Default 64. 1: an ACK per packet, as
+    /// the ns-3 RDMA simulators' NICs send (experiments/crossval). IRN acknowledges every
+    /// packet whatever this says (SPEC T7).
+    pub ack_every: u32,
 }
 
 impl Default for TransportConfig {
@@ -583,6 +595,7 @@ impl Default for TransportConfig {
             tcp_max_rto_us: 100_000.0,
             tcp_dup_thresh: 3,
             tcp_delayed_ack_us: None,
+            ack_every: irn_transport::STANDARD_ACK_EVERY,
         }
     }
 }

@@ -200,6 +200,11 @@ impl SimConfig {
             "must be positive",
         )?;
         check(
+            s.pfc_alpha.is_none_or(|a| a > 0.0 && a.is_finite()),
+            "switch.pfc_alpha",
+            "must be positive",
+        )?;
+        check(
             s.ecn_kmin_bytes <= s.ecn_kmax_bytes,
             "switch.ecn_kmin_bytes",
             "must be ≤ ecn_kmax_bytes",
@@ -351,6 +356,11 @@ impl SimConfig {
             t.tcp_dup_thresh >= 1,
             "transport.tcp_dup_thresh",
             "must be at least 1 segment",
+        )?;
+        check(
+            t.ack_every >= 1,
+            "transport.ack_every",
+            "must be at least 1 packet",
         )?;
         check(
             t.tcp_delayed_ack_us

@@ -322,6 +322,7 @@ fn build_switch(
         model: sw.model,
         bytes: sw.buffer_bytes,
         dt_alpha: sw.dt_alpha,
+        pfc_alpha: sw.pfc_alpha.unwrap_or(sw.dt_alpha),
         resume_gap: sw.pfc_resume_gap_bytes,
         xoff,
         reserved,

@@ -163,6 +163,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
             tr.dup_threshold
         },
         resend_lost_retransmissions: tr.resend_lost_retransmissions,
+        ack_every: tr.ack_every,
         timeout_resends_unsacked: tr.timeout_resends_unsacked,
         nack_bitmap: tr.nack_bitmap,
         ..recovery

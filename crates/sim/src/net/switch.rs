@@ -119,8 +119,10 @@ pub(super) struct Buffer {
     pub(super) model: SwitchModel,
     /// Bytes: per input port (input-queued), or shared by all.
     pub(super) bytes: u64,
-    /// The dynamic threshold's α (shared buffer).
+    /// The dynamic threshold's α for lossy egress queues (shared buffer).
     pub(super) dt_alpha: f64,
+    /// The dynamic threshold's α at which a lossless ingress pauses (shared buffer).
+    pub(super) pfc_alpha: f64,
     /// PFC resumes this far below the threshold.
     pub(super) resume_gap: u64,
     /// Per input port: the occupancy of a lossless class above which the port pauses its
@@ -724,7 +726,7 @@ impl Switch {
                 self.buffer.bytes,
                 self.buffer.reserved,
                 self.used,
-                self.buffer.dt_alpha,
+                self.buffer.pfc_alpha,
             ),
         }
     }

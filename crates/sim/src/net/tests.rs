@@ -865,3 +865,46 @@ fn a_lossy_frame_beside_a_lossless_class_leaves_the_headroom_free() {
     assert_eq!(pauses(&drain(&mut fx, FAR)), [(0, true)]);
     assert_eq!(sw.stats[0].headroom_overflow, 0);
 }
+
+/// A shared-buffer switch pauses a lossless ingress once it holds `pfc_alpha` × the free
+/// shared buffer (the buffer less the ports' headroom, less what is queued): ingress bytes x
+/// pause at x > α (S − x), that is at α S ÷ (1 + α) — S ÷ 17 at Broadcom's 1/16, S ÷ 2 at
+/// the default (`dt_alpha`, 1).
+#[test]
+fn a_shared_buffer_pauses_an_ingress_at_pfc_alpha_of_the_free_buffer() {
+    let frames_to_xoff = |pfc_alpha: Option<f64>| {
+        let mut cfg = config(true);
+        cfg.switch.model = crate::config::SwitchModel::SharedBuffer;
+        cfg.switch.buffer_bytes = 600_000;
+        cfg.switch.pfc_alpha = pfc_alpha;
+        let mut fx = fabric(&cfg);
+        let mut sw = switch(&cfg, &fx, LEFT);
+        let prio = fx.classes.of_dscp(cfg.network.data_dscp);
+        // The output is paused: every frame stays in the buffer.
+        sw.pfc(&mut fx, Time::ZERO, 2, prio, u16::MAX);
+        // The ports' headroom is kept out of the shared pool.
+        let b = cfg.switch.buffer_bytes;
+        let reserved: u64 = (0..3).map(|i| b - sw.port_xoff(i).expect("a port")).sum();
+        let shared = b - reserved;
+        let mut n = 0u64;
+        while sw.ports[0].ingress.total() <= sw.pause_threshold(0) {
+            let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+            sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+            n += 1;
+        }
+        let evs = drain(&mut fx, FAR);
+        assert_eq!(pauses(&evs), [(0, true)], "one XOFF upstream");
+        (n, shared)
+    };
+    let (n16, shared) = frames_to_xoff(Some(1.0 / 16.0));
+    assert!(
+        n16.abs_diff(shared / 17 / 1000) <= 1,
+        "{n16} frames of {shared} B"
+    );
+    let (n1, _) = frames_to_xoff(Some(1.0));
+    assert!(
+        n1.abs_diff(shared / 2 / 1000) <= 1,
+        "{n1} frames of {shared} B"
+    );
+    assert_eq!(frames_to_xoff(None).0, n1, "absent: dt_alpha's");
+}

@@ -21,10 +21,6 @@ use crate::time::{Dur, Time};
 use crate::window::SendWindow;
 use crate::wr::{SendOp, SendWr, WcStatus};
 
-/// Standard RoCE: the requester asks for an ACK at least every this many packets of a long
-/// message (Linux rxe asks every 128; a smaller value keeps the sender's state short).
-const STANDARD_ACK_EVERY: u32 = 64;
-
 /// T8(b): a response packet not received.
 pub(crate) const RESP_MISSING: u8 = 0;
 /// T8(b): a response packet received (out of order).
@@ -560,10 +556,9 @@ impl QueuePair {
             }
         }
         let last_of_msg = last || !data;
-        ib.bth.ack_req = irn
-            || last_of_msg
-            || (mode != Retransmission::GoBack0
-                && k % STANDARD_ACK_EVERY == STANDARD_ACK_EVERY - 1);
+        let every = self.cfg.recovery.ack_every;
+        ib.bth.ack_req =
+            irn || last_of_msg || (mode != Retransmission::GoBack0 && k % every == every - 1);
         ib.bth.solicited = last_of_msg && w.wr.solicited && data;
         if data {
             ib.payload_len = chunk as usize;
