@@ -41,6 +41,7 @@ const NS3_KEYS: &[&str] = &[
     "CC_MODE",
     "LB_MODE",
     "ENABLE_PFC",
+    "PAUSE_TIME",
     "ENABLE_IRN",
     "IRN_BDP",
     "IRN_RTO_HIGH_US",
@@ -292,6 +293,8 @@ fn the_files_for_ns3_parse_as_ns3_reads_them_and_carry_irns_input() {
             if tag == "RoCE" { "500" } else { "320" }
         );
         assert_eq!(get("L2_ACK_INTERVAL"), "1");
+        // 65 535 quanta of 512 bit times at 40 Gb/s, in whole µs.
+        assert_eq!(get("PAUSE_TIME"), "838");
         assert_eq!(get("CC_MODE"), "0", "no congestion control");
         assert_eq!(get("LB_MODE"), "0", "per-flow ECMP");
         assert!(Path::new(get("TOPOLOGY_FILE")).exists());
@@ -318,6 +321,7 @@ fn the_translation_assumes_irns_defaults() {
     let cfg = irn_sim::config::SimConfig::default();
     let f = |k: &str| d[k].as_f64().unwrap_or_else(|| panic!("{k}"));
     assert_eq!(f("mtu"), f64::from(cfg.network.mtu));
+    assert_eq!(f("pause_quanta"), f64::from(cfg.network.pause_quanta));
     assert_eq!(f("buffer_bytes"), cfg.switch.buffer_bytes as f64);
     assert_eq!(d["model"], "input-queued");
     assert_eq!(cfg.switch.model, irn_sim::config::SwitchModel::InputQueued);
