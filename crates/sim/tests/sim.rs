@@ -779,3 +779,30 @@ fn a_measurement_window_covers_exactly_the_flows_starting_in_it() {
         whole.summary.all.avg_fct_us
     );
 }
+
+/// `network.ecmp_seed` moves the same flows onto other equal-cost paths: the workload is the
+/// run's seed's, the FCTs are not; absent, it is the run's seed.
+#[test]
+fn the_ecmp_seed_moves_flows_to_other_paths_and_keeps_the_workload() {
+    let base = small(Recovery::Roce, true);
+    let a = without_wall(go(&base));
+    let mut same = base.clone();
+    same.network.ecmp_seed = Some(base.seed);
+    assert_eq!(
+        format!("{:?}", without_wall(go(&same)).records),
+        format!("{:?}", a.records)
+    );
+    let mut other = base.clone();
+    other.network.ecmp_seed = Some(base.seed + 100);
+    let b = without_wall(go(&other));
+    let flows = |o: &RunOutput| -> Vec<_> {
+        o.records
+            .iter()
+            .map(|r| (r.flow.src, r.flow.dst, r.flow.size, r.flow.start))
+            .collect()
+    };
+    assert_eq!(flows(&a), flows(&b), "one workload");
+    let fcts = |o: &RunOutput| -> Vec<_> { o.records.iter().map(|r| r.fct()).collect() };
+    assert_ne!(fcts(&a), fcts(&b), "other paths, other completion times");
+    all_done(&b);
+}

@@ -275,6 +275,11 @@ pub struct NetworkConfig {
     pub ecmp: Ecmp,
     /// The silence that starts a new flowlet, in µs (`ecmp = "flowlet"`). Default 50.
     pub flowlet_gap_us: f64,
+    /// Seed of the switches' ECMP hash salts. Absent (default): the run's `seed`. Another value
+    /// puts the same flows on other equal-cost paths: the spread over it is what per-flow
+    /// hashing alone does to a result (another simulator's hash function is one such draw;
+    /// experiments/crossval).
+    pub ecmp_seed: Option<u64>,
     /// How switch outputs and NICs share a link between classes: `strict` (default: strict
     /// priority, the highest class first) or `dwrr` (weighted by `dwrr_weights`).
     pub scheduler: Scheduler,
@@ -316,6 +321,7 @@ impl Default for NetworkConfig {
             routed_tiers: Vec::new(),
             link_loss: 0.0,
             ecmp: Ecmp::Flow,
+            ecmp_seed: None,
             flowlet_gap_us: 50.0,
             scheduler: Scheduler::Strict,
             dwrr_weights: None,

@@ -338,6 +338,9 @@ fn build_switch(
     if l2_modelled(cfg, end) {
         s = s.with_l2(L2Table::new(cfg, links.len()));
     }
+    if let Some(seed) = cfg.network.ecmp_seed {
+        s = s.with_ecmp_seed(seed);
+    }
     // Input-queued, lossy classes beside lossless ones share each input's buffer below the
     // pause threshold (set before the PAUSE ports, whose every class is lossless).
     let lossless_any = (0..classes.len()).any(|c| classes.class_lossless(c));

@@ -224,6 +224,12 @@ impl Switch {
         self
     }
 
+    /// Its ECMP salt from `seed` instead of the run's seed (`network.ecmp_seed`).
+    pub(super) fn with_ecmp_seed(mut self, seed: u64) -> Switch {
+        self.salt = mix(seed ^ (u64::from(self.node) << 32));
+        self
+    }
+
     /// The switch's outputs share their links between classes by DWRR with `weights` (its
     /// classes', highest priority first) instead of strict priority.
     pub(super) fn with_dwrr(mut self, weights: Weights) -> Switch {
