@@ -313,6 +313,13 @@ pub struct RecoveryConfig {
     /// acknowledge (HPCC's and ConWeave's `L2_ACK_INTERVAL 1`). IRN's wire acknowledges every
     /// packet regardless (SPEC T7).
     pub ack_every: u32,
+    /// Standard responder: NAK a sequence error again once this long has passed since its last
+    /// NAK, while out-of-order packets keep arriving. `None` in every preset: one NAK per error,
+    /// as IBTA §9.7.5.1.3 has it and Linux rxe does (a lost retransmission then waits for the
+    /// requester's timer). The ns-3 RDMA simulators' receivers NAK every out-of-order packet,
+    /// at most one per 4 µs (HPCC's and ConWeave's `NACKGenerationInterval`): what makes their
+    /// lossy go-back-N recover sooner (experiments/crossval).
+    pub renak_after: Option<Dur>,
 }
 
 /// Standard RoCE: the requester asks for an ACK at least every this many packets of a long
@@ -388,6 +395,7 @@ impl RecoveryConfig {
             reread_all: true,
             tcp: None,
             ack_every: STANDARD_ACK_EVERY,
+            renak_after: None,
         }
     }
 
@@ -409,6 +417,7 @@ impl RecoveryConfig {
             reread_all: true,
             tcp: None,
             ack_every: STANDARD_ACK_EVERY,
+            renak_after: None,
         }
     }
 
@@ -442,6 +451,7 @@ impl RecoveryConfig {
             reread_all: true,
             tcp: None,
             ack_every: STANDARD_ACK_EVERY,
+            renak_after: None,
         }
     }
 
@@ -517,6 +527,9 @@ impl RecoveryConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.ack_every == 0 {
             return Err(ConfigError::ZeroAckEvery);
+        }
+        if self.renak_after == Some(Dur::ZERO) {
+            return Err(ConfigError::ZeroTimeout);
         }
         if self.tcp.is_some()
             && (self.retransmission != Retransmission::SelectiveRepeat || self.wire != Wire::Irn)

@@ -906,6 +906,38 @@ fn irn_read_responder_decides_an_undecided_timeout_with_a_probe_of_the_tail() {
     assert_eq!(q.counters().timeouts, 1);
 }
 
+/// With `renak_after`, the receiver NAKs the same gap again once that long has passed since
+/// its last NAK and another out-of-order packet arrives (the ns-3 RDMA simulators' receiver).
+#[test]
+fn roce_receiver_with_renak_naks_a_gap_again_after_the_interval() {
+    let mut q = qp(RecoveryConfig {
+        renak_after: Some(Dur::from_micros(4)),
+        ..RecoveryConfig::roce()
+    });
+    let (mut mem, _, remote, _) = memory(8192);
+    let data = vec![7u8; 1024];
+    let mut naks = Vec::new();
+    // Packet 0, then 1 is lost; 2..=6 arrive 1 µs apart.
+    for (i, us) in [(0u32, 0u64), (2, 1), (3, 2), (4, 3), (5, 5), (6, 6)] {
+        let t = T0 + Dur::from_micros(us);
+        let p = write_pkt(i, 1024, remote, 8192, false);
+        q.handle_packet(t, &p, &data, Ecn::NotEct, &mut mem);
+        for a in drain(&mut q, t, &mem).iter().map(summary) {
+            naks.push((us, a));
+        }
+    }
+    let nak = (Opcode::RC_ACKNOWLEDGE, 1, Some(NAK_SEQ), None);
+    assert_eq!(naks, vec![(1, nak), (5, nak)], "at the gap, and 4 µs later");
+    let once = RecoveryConfig {
+        renak_after: Some(Dur::ZERO),
+        ..RecoveryConfig::roce()
+    };
+    assert_eq!(
+        once.validate(),
+        Err(irn_transport::ConfigError::ZeroTimeout)
+    );
+}
+
 #[test]
 fn roce_receiver_discards_out_of_order_and_naks_once_per_gap_like_rxe() {
     let mut q = qp(RecoveryConfig::roce());

@@ -570,6 +570,10 @@ pub struct TransportConfig {
     /// the ns-3 RDMA simulators' NICs send (experiments/crossval). IRN acknowledges every
     /// packet whatever this says (SPEC T7).
     pub ack_every: u32,
+    /// Standard RoCE's responder NAKs a sequence error again every this many µs while
+    /// out-of-order packets keep arriving. Absent (default): once per error (IBTA §9.7.5.1.3,
+    /// Linux rxe). 4 is the ns-3 RDMA simulators' receiver (experiments/crossval).
+    pub renak_us: Option<f64>,
 }
 
 impl Default for TransportConfig {
@@ -602,6 +606,7 @@ impl Default for TransportConfig {
             tcp_dup_thresh: 3,
             tcp_delayed_ack_us: None,
             ack_every: irn_transport::STANDARD_ACK_EVERY,
+            renak_us: None,
         }
     }
 }

@@ -363,6 +363,11 @@ impl SimConfig {
             "must be at least 1 packet",
         )?;
         check(
+            t.renak_us.is_none_or(|d| d.is_finite() && d > 0.0),
+            "transport.renak_us",
+            "must be positive",
+        )?;
+        check(
             t.tcp_delayed_ack_us
                 .is_none_or(|d| d.is_finite() && d > 0.0),
             "transport.tcp_delayed_ack_us",

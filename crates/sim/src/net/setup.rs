@@ -164,6 +164,7 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
         },
         resend_lost_retransmissions: tr.resend_lost_retransmissions,
         ack_every: tr.ack_every,
+        renak_after: tr.renak_us.map(us),
         timeout_resends_unsacked: tr.timeout_resends_unsacked,
         nack_bitmap: tr.nack_bitmap,
         ..recovery

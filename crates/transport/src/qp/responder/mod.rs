@@ -159,6 +159,8 @@ pub(crate) struct Responder {
     /// The TCP model's delayed ACK: when the oldest in-order segment not yet acknowledged
     /// arrived, and whether any such segment was CE-marked.
     pub(crate) delack: Option<(Time, bool)>,
+    /// When the last sequence-error NAK was queued ([`RecoveryConfig::renak_after`]).
+    last_seq_nak: Option<Time>,
 }
 
 impl Responder {
@@ -178,6 +180,7 @@ impl Responder {
             reorder: recovery.reorder_buffer.map(ReorderBuffer::new),
             hole_since: None,
             delack: None,
+            last_seq_nak: None,
         }
     }
 }
@@ -451,8 +454,15 @@ impl QueuePair {
                         }
                     }
                 }
-                if !self.rsp.rwin.nak_sent {
+                // One NAK per sequence error (IBTA §9.7.5.1.3, Linux rxe), or again every
+                // `renak_after` while out-of-order packets keep coming.
+                let again = match (self.cfg.recovery.renak_after, self.rsp.last_seq_nak) {
+                    (Some(d), Some(t)) => now.since(t) >= d,
+                    _ => false,
+                };
+                if !self.rsp.rwin.nak_sent || again {
                     self.rsp.rwin.nak_sent = true;
+                    self.rsp.last_seq_nak = Some(now);
                     self.queue_nak_seq(ce);
                 }
             }
