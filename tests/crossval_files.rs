@@ -343,3 +343,16 @@ fn the_translation_assumes_irns_defaults() {
     assert_eq!(g("hai_mbps"), p.hai_mbps);
     assert_eq!(g("min_rate_mbps"), p.min_rate_mbps);
 }
+
+/// The committed comparison is what its JSON renders, and every ratio with its range that the
+/// experiment's README and docs/RESULTS.md quote is in it: no number in the docs can go stale
+/// without this failing.
+#[test]
+fn the_committed_crossval_table_and_the_numbers_quoted_from_it_are_the_results() {
+    let o = Command::new(root().join("scripts/crossval-ns3"))
+        .arg("--check")
+        .arg(root().join("experiments/crossval"))
+        .output()
+        .expect("scripts/crossval-ns3 runs");
+    assert!(o.status.success(), "{}", text(&o));
+}
