@@ -806,3 +806,16 @@ fn the_ecmp_seed_moves_flows_to_other_paths_and_keeps_the_workload() {
     assert_ne!(fcts(&a), fcts(&b), "other paths, other completion times");
     all_done(&b);
 }
+
+/// `transport.renak_us` reaches RoCE's responders: through a lossy fabric they NAK a gap again
+/// while out-of-order packets keep coming, so more NAKs leave than with one per error.
+#[test]
+fn renak_us_makes_roce_responders_nak_a_gap_again() {
+    let mut once = small(Recovery::Roce, false);
+    once.network.link_loss = 0.01;
+    let mut again = once.clone();
+    again.transport.renak_us = Some(4.0);
+    let (a, b) = (go(&once).summary, go(&again).summary);
+    assert!(a.nacks > 0, "losses draw NAKs: {a:?}");
+    assert!(b.nacks > a.nacks, "{} NAKs against {}", b.nacks, a.nacks);
+}

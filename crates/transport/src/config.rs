@@ -374,6 +374,12 @@ pub enum ConfigError {
     /// Asking for an ACK every 0 packets means nothing.
     #[error("ack_every must be at least 1 packet")]
     ZeroAckEvery,
+    /// Re-NAKing a sequence error is the standard go-back-N responder's, without a hole rule
+    /// (whose early NAKs have their own timing).
+    #[error(
+        "renak_after needs the standard wire and go-back-N, without a reorder buffer or hole rule"
+    )]
+    RenakNeedsGoBackN,
 }
 
 impl RecoveryConfig {
@@ -530,6 +536,14 @@ impl RecoveryConfig {
         }
         if self.renak_after == Some(Dur::ZERO) {
             return Err(ConfigError::ZeroTimeout);
+        }
+        if self.renak_after.is_some()
+            && (self.wire != Wire::Standard
+                || self.retransmission != Retransmission::GoBackN
+                || self.hole_rule.is_some()
+                || self.reorder_buffer.is_some())
+        {
+            return Err(ConfigError::RenakNeedsGoBackN);
         }
         if self.tcp.is_some()
             && (self.retransmission != Retransmission::SelectiveRepeat || self.wire != Wire::Irn)

@@ -928,6 +928,27 @@ fn roce_receiver_with_renak_naks_a_gap_again_after_the_interval() {
     }
     let nak = (Opcode::RC_ACKNOWLEDGE, 1, Some(NAK_SEQ), None);
     assert_eq!(naks, vec![(1, nak), (5, nak)], "at the gap, and 4 µs later");
+    // The requester goes back to 1 and the message completes; a new gap 1 µs later (PSN 8
+    // missing) is NAKed at once, not 4 µs after the last NAK.
+    let t7 = T0 + Dur::from_micros(7);
+    for i in 1u32..8 {
+        let p = write_pkt(i, 1024, remote, 8192, false);
+        q.handle_packet(t7, &p, &data, Ecn::NotEct, &mut mem);
+    }
+    drain(&mut q, t7, &mem);
+    let t = T0 + Dur::from_micros(8);
+    q.handle_packet(
+        t,
+        &write_pkt(9, 1024, remote, 16384, false),
+        &data,
+        Ecn::NotEct,
+        &mut mem,
+    );
+    let out: Vec<_> = drain(&mut q, t, &mem).iter().map(summary).collect();
+    assert!(
+        out.contains(&(Opcode::RC_ACKNOWLEDGE, 8, Some(NAK_SEQ), None)),
+        "{out:?}"
+    );
     let once = RecoveryConfig {
         renak_after: Some(Dur::ZERO),
         ..RecoveryConfig::roce()
@@ -935,6 +956,14 @@ fn roce_receiver_with_renak_naks_a_gap_again_after_the_interval() {
     assert_eq!(
         once.validate(),
         Err(irn_transport::ConfigError::ZeroTimeout)
+    );
+    let irn = RecoveryConfig {
+        renak_after: Some(Dur::from_micros(4)),
+        ..RecoveryConfig::irn()
+    };
+    assert_eq!(
+        irn.validate(),
+        Err(irn_transport::ConfigError::RenakNeedsGoBackN)
     );
 }
 

@@ -287,6 +287,13 @@ fn a_traffic_class_that_cannot_mean_anything_is_refused_by_its_key() {
             "network.dwrr_weights",
         ),
         ("config_check_ms = 0\n", "config_check_ms"),
+        ("[transport]\nack_every = 0\n", "transport.ack_every"),
+        (
+            "[transport]\nrecovery = \"roce\"\nrenak_us = 0\n",
+            "transport.renak_us",
+        ),
+        ("[transport]\nrenak_us = 4\n", "transport.renak_us"),
+        ("[switch]\npfc_alpha = -1\n", "switch.pfc_alpha"),
         ("[network]\npause_hosts = [1]\n", "network.pause_hosts"),
         (
             "[[fault]]\nkind = \"nic-dscp\"\nhost = 1\nat_ms = 1\n",

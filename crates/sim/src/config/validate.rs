@@ -39,11 +39,6 @@ impl SimConfig {
             "must be ≥ 0",
         )?;
         check(
-            d.byte_counter_bytes > 0,
-            "cc.dcqcn.byte_counter_bytes",
-            "must be positive",
-        )?;
-        check(
             (0.0..=1.0).contains(&d.initial_alpha),
             "cc.dcqcn.initial_alpha",
             "must be in [0, 1]",
@@ -366,6 +361,11 @@ impl SimConfig {
             t.renak_us.is_none_or(|d| d.is_finite() && d > 0.0),
             "transport.renak_us",
             "must be positive",
+        )?;
+        check(
+            t.renak_us.is_none() || t.recovery == Recovery::Roce,
+            "transport.renak_us",
+            "is standard RoCE's responder's (recovery = \"roce\")",
         )?;
         check(
             t.tcp_delayed_ack_us

@@ -46,6 +46,9 @@ pub struct DcqcnConfig {
     /// The rate-increase timer `T`. Default 55 µs.
     pub increase_period: Dur,
     /// The byte counter `B`: one increase event per this many bytes sent. Default 10 MB.
+    /// 0: none — the timer's stages alone decide fast recovery, additive and hyper increase,
+    /// as Mellanox's NICs do in the ns-3 RDMA simulators (HPCC's and ConWeave's `mlx` DCQCN);
+    /// with the paper's 10 MB a flow rarely sends enough for hyper increase.
     pub byte_counter: u64,
     /// Fast-recovery stages `F`: the first `F` increase events after a cut only average the
     /// current rate with the target. Default 5.
@@ -95,7 +98,8 @@ pub struct DcqcnParams {
     pub alpha_period_us: f64,
     /// Rate-increase timer T, µs. Default 55.
     pub increase_period_us: f64,
-    /// Byte counter B: one rate-increase event per this many bytes sent. Default 10 MB.
+    /// Byte counter B: one rate-increase event per this many bytes sent. Default 10 MB. 0: no
+    /// byte counter, the timer's stages alone (the ns-3 RDMA simulators' DCQCN).
     pub byte_counter_bytes: u64,
     /// Fast-recovery events F after a cut. Default 5.
     pub fast_recovery_steps: u32,
@@ -230,10 +234,14 @@ impl Dcqcn {
     /// advanced).
     fn increase(&mut self) {
         let f = self.cfg.fast_recovery_steps;
-        let (lo, hi) = (
-            self.t_stage.min(self.b_stage),
-            self.t_stage.max(self.b_stage),
-        );
+        let (lo, hi) = if self.cfg.byte_counter == 0 {
+            (self.t_stage, self.t_stage)
+        } else {
+            (
+                self.t_stage.min(self.b_stage),
+                self.t_stage.max(self.b_stage),
+            )
+        };
         if hi <= f {
             // Fast recovery: towards the rate before the cut.
         } else if lo > f {
@@ -260,11 +268,11 @@ impl Controller for Dcqcn {
     }
 
     fn on_send(&mut self, _now: Time, bytes: u64) {
-        if self.at_line_rate() {
+        if self.at_line_rate() || self.cfg.byte_counter == 0 {
             return;
         }
         self.bytes += bytes;
-        let b = self.cfg.byte_counter.max(1);
+        let b = self.cfg.byte_counter;
         while self.bytes >= b && !self.at_line_rate() {
             self.bytes -= b;
             self.b_stage = self.b_stage.saturating_add(1);
@@ -444,6 +452,32 @@ mod tests {
         let rt5 = c.target_bps();
         c.on_timer(us(330));
         assert_eq!(c.target_bps(), rt5 + cfg.hai_bps);
+    }
+
+    /// Without a byte counter the timer's stages alone decide: bytes sent raise nothing, five
+    /// stages recover fast, the sixth is hyper (both "counters" past F at once).
+    #[test]
+    fn without_a_byte_counter_the_timer_alone_reaches_hyper_increase() {
+        let cfg = DcqcnConfig {
+            byte_counter: 0,
+            ..exact()
+        };
+        let mut c = Dcqcn::new(cfg, Time::ZERO, LINE, 1);
+        c.on_cnp(Time::ZERO);
+        c.on_cnp(Time::ZERO);
+        let rt0 = c.target_bps();
+        c.on_send(Time::ZERO, 1_000_000_000);
+        assert_eq!(c.target_bps(), rt0, "no byte stages");
+        for i in 1..=5 {
+            c.on_timer(us(55 * i));
+        }
+        assert_eq!(c.target_bps(), rt0, "five stages of fast recovery");
+        c.on_timer(us(330));
+        assert_eq!(
+            c.target_bps(),
+            rt0 + cfg.hai_bps,
+            "t = 6 > F: hyper at once"
+        );
     }
 
     #[test]
