@@ -188,6 +188,12 @@ fn ecmp_pick(h: u64, n: usize) -> usize {
     }) as usize
 }
 
+/// Switch `node`'s ECMP salt from `seed`: each switch hashes differently, so a flow's choices at
+/// successive hops are independent.
+fn ecmp_salt(seed: u64, node: u32) -> u64 {
+    mix(seed ^ (u64::from(node) << 32))
+}
+
 impl Switch {
     /// Switch `node` with `nports` ports and `nclasses` classes; its ECMP salt and RED stream
     /// derive from the run's `seed`.
@@ -204,7 +210,7 @@ impl Switch {
             ports: links.iter().map(|&l| SwPort::idle(l)).collect(),
             queues: Queues::new(buffer.model, links.len(), nclasses),
             used: 0,
-            salt: mix(seed ^ (u64::from(node) << 32)),
+            salt: ecmp_salt(seed, node),
             paused_since: vec![Time::ZERO; links.len() * MAX_CLASSES],
             clocks: vec![PauseClock::default(); links.len()],
             stats: vec![PortStats::default(); links.len()],
@@ -226,7 +232,7 @@ impl Switch {
 
     /// Its ECMP salt from `seed` instead of the run's seed (`network.ecmp_seed`).
     pub(super) fn with_ecmp_seed(mut self, seed: u64) -> Switch {
-        self.salt = mix(seed ^ (u64::from(self.node) << 32));
+        self.salt = ecmp_salt(seed, self.node);
         self
     }
 
