@@ -30,25 +30,16 @@ struct Run {
     senders: Vec<Output>,
 }
 
+/// The switch both tests run: a 300 Mb/s bottleneck with 100 KB of buffer and no marking,
+/// priority 3 lossless from 30 KB; each test adds how long it runs.
+const PFC_SWITCH: [&str; 10] = [
+    "--rate", "300m", "--buffer", "100000", "--ecn", "off", "--pfc", "3", "--xoff", "30000",
+];
+
 fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
     let sw = star.start_switch(
         &format!("pfc-{lossless}"),
-        &[
-            "--rate",
-            "300m",
-            "--buffer",
-            "100000",
-            "--ecn",
-            "off",
-            "--pfc",
-            "3",
-            "--xoff",
-            "30000",
-            "--idle",
-            "1",
-            "--duration",
-            "120",
-        ],
+        &[&PFC_SWITCH[..], &["--idle", "1", "--duration", "120"]].concat(),
     );
     // A capture of the MAC control frames on the first sender's link.
     let mut dump = capture.map(|path| {
@@ -248,20 +239,7 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
     let run = |watchdog: Option<&str>| {
         let sw = star.start_switch(
             &format!("pfc-wd-{}", watchdog.is_some()),
-            &[
-                "--rate",
-                "300m",
-                "--buffer",
-                "100000",
-                "--ecn",
-                "off",
-                "--pfc",
-                "3",
-                "--xoff",
-                "30000",
-                "--duration",
-                "4",
-            ],
+            &[&PFC_SWITCH[..], &["--duration", "4"]].concat(),
         );
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let pausing = pauser(&star.hosts[2], "e0", stop.clone());

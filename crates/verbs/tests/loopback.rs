@@ -1678,21 +1678,11 @@ fn each_queue_pair_sends_from_its_own_source_port() {
         let a_port = a.local_addr().port();
         // Everything of b's is gone with it: its capture is complete.
         drop(b);
-        let file = std::fs::File::open(&pcap).expect("capture");
-        let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
         let mut seen: std::collections::BTreeMap<u32, std::collections::BTreeSet<u16>> =
             std::collections::BTreeMap::new();
-        while let Some(p) = r.next_packet() {
-            let p = p.expect("packet");
-            // IPv4 / UDP / BTH (its destination QP in bytes 5–7); RoceRepr::parse wants port
-            // 4791, and b listens elsewhere.
-            let Ok(ip) = irn_wire::Ipv4Packet::new_checked(&p.data[..]) else {
-                continue;
-            };
-            let d = ip.payload();
-            if d.len() < 8 + 12 {
-                continue;
-            }
+        // IPv4 / UDP / BTH (its destination QP in bytes 5–7); RoceRepr::parse wants port 4791,
+        // and b listens elsewhere.
+        for (_, d) in captured_udp_bth(&pcap) {
             let sport = u16::from_be_bytes([d[0], d[1]]);
             let qpn = u32::from_be_bytes([0, d[8 + 5], d[8 + 6], d[8 + 7]]);
             // Received packets only: those to b's queue pairs.
@@ -1700,7 +1690,6 @@ fn each_queue_pair_sends_from_its_own_source_port() {
                 seen.entry(qpn).or_default().insert(sport);
             }
         }
-        let _ = std::fs::remove_file(&pcap);
         let mut fell_back = 0;
         for &(qa, qb) in &pairs {
             let own = irn_verbs::roce_source_port(qa, qb);
@@ -2547,6 +2536,25 @@ fn a_region_dropped_under_its_packets_never_sends_what_came_after() {
     }
 }
 
+/// Reads a capture (and removes it): each IPv4 packet long enough to carry a UDP header and a
+/// BTH, as its DSCP and its IP payload (UDP onward).
+fn captured_udp_bth(pcap: &std::path::Path) -> Vec<(u8, Vec<u8>)> {
+    let file = std::fs::File::open(pcap).expect("capture");
+    let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        let p = p.expect("packet");
+        let Ok(ip) = irn_wire::Ipv4Packet::new_checked(&p.data[..]) else {
+            continue;
+        };
+        if ip.payload().len() >= 8 + 12 {
+            out.push((ip.dscp(), ip.payload().to_vec()));
+        }
+    }
+    let _ = std::fs::remove_file(pcap);
+    out
+}
+
 /// Reads a capture (and removes it): how many RoCEv2 packets it holds, and how many of their
 /// ICRCs do not match.
 fn captured_icrcs(pcap: &std::path::Path) -> (u32, u32) {
@@ -2619,32 +2627,17 @@ fn a_queue_pairs_traffic_class_is_the_dscp_on_the_wire() {
     assert_eq!(wait(&ca, 10).status, WcStatus::Success);
     drop((qa, qb, pa, pb, ca, cb, src, dst));
     drop((a, b));
-    let file = std::fs::File::open(&pcap).expect("capture");
-    let mut r = pcap_file::pcap::PcapReader::new(file).expect("pcap");
     let (mut data, mut acks) = (0, 0);
-    while let Some(p) = r.next_packet() {
-        let p = p.expect("packet");
-        let Ok(ip) = irn_wire::Ipv4Packet::new_checked(&p.data[..]) else {
-            continue;
-        };
-        let d = ip.payload();
-        if d.len() < 8 + 12 {
-            continue;
-        }
+    for (dscp, d) in captured_udp_bth(&pcap) {
         // BTH opcode: 0x11 is RC Acknowledge; the rest are the Write's packets.
         if d[8] == 0x11 {
             acks += 1;
-            assert_eq!(ip.dscp(), 0, "an ACK of a queue pair at traffic class 0");
+            assert_eq!(dscp, 0, "an ACK of a queue pair at traffic class 0");
         } else {
             data += 1;
-            assert_eq!(
-                ip.dscp(),
-                26,
-                "raw {raw}: a data packet at traffic class 104"
-            );
+            assert_eq!(dscp, 26, "raw {raw}: a data packet at traffic class 104");
         }
     }
-    let _ = std::fs::remove_file(&pcap);
     // 64 KiB in 1 KiB packets (and any resent), and the receiver's ACKs, both captured.
     assert!(data >= 64, "raw {raw}: {data} data packets");
     assert!(acks > 0, "raw {raw}: no ACK captured");
