@@ -18,9 +18,14 @@ pub const DEFAULT_EXPERIMENT: &str = include_str!("../experiments/default.toml")
 pub struct SimArgs {
     /// Experiment file (TOML; see docs/SIMULATOR.md). Absent: the built-in default.
     pub file: Option<PathBuf>,
-    /// Seed of every run (overrides the file's).
-    #[arg(long)]
+    /// Seed of every run: replays that one seed (overrides the file's `seed` and `seeds`).
+    #[arg(long, conflicts_with = "seeds")]
     pub seed: Option<u64>,
+    /// Run every configuration once per seed: a count N (seeds 1 to N) or a list (`1,4,9`);
+    /// overrides the file's `seeds`. The table and the JSON (`over_seeds`) then give each
+    /// configuration's mean and range over its seeds, and the figures draw the range.
+    #[arg(long, value_name = "N|LIST", value_parser = parse_seeds)]
+    pub seeds: Option<String>,
     /// Write `{"runs": [...]}` with one summary object per run.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -81,10 +86,18 @@ pub struct Figures {
 }
 
 impl Figures {
-    /// Prints the table and draws the figures asked for.
-    fn show(&self, summaries: &[RunSummary]) -> Result<()> {
+    /// Prints the table (all of it, or only the one over seeds) and draws the figures asked
+    /// for.
+    fn show(&self, summaries: &[RunSummary], over_seeds_only: bool) -> Result<()> {
         let stdout = std::io::stdout();
-        print_table(&mut stdout.lock(), summaries, self.baseline.as_deref())?;
+        if over_seeds_only {
+            if !irn_report::seeds::has_seeds(summaries) {
+                bail!("--over-seeds: no configuration of these runs was run over several seeds");
+            }
+            seeds_table(&mut stdout.lock(), summaries, self.baseline.as_deref())?;
+        } else {
+            print_table(&mut stdout.lock(), summaries, self.baseline.as_deref())?;
+        }
         if let Some(path) = &self.plot {
             // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
             if summaries.iter().all(|r| r.incast.is_some()) {
@@ -114,6 +127,26 @@ pub struct Shard {
     pub index: usize,
     /// How many slices.
     pub count: usize,
+}
+
+/// `--seeds N` or `--seeds a,b,c` as the TOML value of the experiment's `seeds` key.
+fn parse_seeds(s: &str) -> std::result::Result<String, String> {
+    let bad = || format!("--seeds takes a count (3) or a list of seeds (1,4,9), not `{s}`");
+    let parts: Vec<u64> = s
+        .split(',')
+        .map(|p| p.trim().parse::<u64>().map_err(|_| bad()))
+        .collect::<std::result::Result<_, _>>()?;
+    match &parts[..] {
+        [n] if *n == 0 => Err(bad()),
+        [n] if !s.contains(',') => Ok(n.to_string()),
+        list => Ok(format!(
+            "[{}]",
+            list.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 fn parse_shard(s: &str) -> std::result::Result<Shard, String> {
@@ -175,6 +208,9 @@ pub fn run(args: SimArgs) -> Result<bool> {
     if let Some(t) = args.threads {
         sets.push(format!("threads={t}"));
     }
+    if let Some(s) = &args.seeds {
+        sets.push(format!("seeds={s}"));
+    }
     let mut exp = load_experiment(&text, &origin, &dir, &sets, args.seed)?;
     if args.monitor.is_some() || args.timeline.is_some() {
         for r in &mut exp.runs {
@@ -195,10 +231,13 @@ pub fn run(args: SimArgs) -> Result<bool> {
     let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
     let summaries: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
     if let Some(path) = &args.json {
-        let doc = match &shard {
+        let mut doc = match &shard {
             Some(info) => serde_json::json!({ "runs": summaries, "shard": info }),
-            None => serde_json::json!({ "runs": summaries }),
+            None => seeds_doc(&summaries, args.figures.baseline.as_deref()),
         };
+        if shard.is_some() {
+            doc["runs"] = serde_json::to_value(&summaries)?;
+        }
         let mut f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(&mut f, &doc)?;
@@ -243,7 +282,7 @@ pub fn run(args: SimArgs) -> Result<bool> {
         }
         f.flush()?;
     }
-    args.figures.show(&summaries)?;
+    args.figures.show(&summaries, false)?;
     if let Some(path) = &args.timeline {
         irn_report::plot::timeline(path, &summaries).with_context(|| figure(path))?;
     }
@@ -363,6 +402,10 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
             unfinished
         )?;
     }
+    if irn_report::seeds::has_seeds(runs) {
+        writeln!(out)?;
+        seeds_table(out, runs, base)?;
+    }
     if runs.iter().any(|r| !r.classes.is_empty()) {
         class_table(out, runs)?;
     }
@@ -384,6 +427,81 @@ fn print_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
         if let Some(pm) = &r.pingmesh {
             pingmesh_table(out, &r.name, pm)?;
         }
+    }
+    Ok(())
+}
+
+/// Every configuration over its seeds: the mean and, in brackets, the range of its flows,
+/// the paper's three metrics, its drop rate and pause frames, and of its ratios to its
+/// baseline (each taken within one seed).
+fn seeds_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> Result<()> {
+    let groups = irn_report::seeds::over_seeds(runs, base);
+    let width = groups
+        .iter()
+        .map(|g| g.name.chars().count())
+        .fold(22, usize::max);
+    writeln!(
+        out,
+        "over seeds: mean (least–greatest)\n{:<width$} {:>7} {:>24} {:>26} {:>26} {:>22} {:>8}   {}",
+        "run",
+        "seeds",
+        "avg slowdown",
+        "avg FCT µs",
+        "p99 FCT µs",
+        "drop rate %",
+        "pauses",
+        irn_report::plot::baseline_label(runs, base)
+            .map_or(String::new(), |l| format!("÷ {l}: slowdown / avg FCT / p99 FCT"))
+    )?;
+    let show = |g: &irn_report::seeds::SeedGroup, key: &str, digits: usize, scale: f64| {
+        g.metric(key).map_or("-".to_string(), |s| {
+            irn_report::seeds::Spread {
+                mean: s.mean * scale,
+                min: s.min * scale,
+                max: s.max * scale,
+            }
+            .show(digits)
+        })
+    };
+    for g in &groups {
+        let ratio = |k: &str| g.ratios.get(k).map_or("-".to_string(), |s| s.show(2));
+        let ratios = if g.ratios.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{} / {} / {}",
+                ratio("avg_slowdown"),
+                ratio("avg_fct_us"),
+                ratio("p99_fct_us")
+            )
+        };
+        let mut left = Vec::new();
+        for (key, what) in [
+            ("flows_unfinished", "unfinished"),
+            ("flows_failed", "failed"),
+        ] {
+            if let Some(u) = g.metric(key).filter(|u| u.max > 0.0) {
+                left.push(format!("{what} {}", u.show(1)));
+            }
+        }
+        let unfinished = if left.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", left.join(", "))
+        };
+        let line = format!(
+            "{:<width$} {:>7} {:>24} {:>26} {:>26} {:>22} {:>8}   {}{}",
+            g.name,
+            g.seeds.len(),
+            show(g, "avg_slowdown", 3, 1.0),
+            show(g, "avg_fct_us", 1, 1.0),
+            show(g, "p99_fct_us", 1, 1.0),
+            show(g, "drop_rate", 3, 100.0),
+            show(g, "pause_frames", 0, 1.0),
+            ratios,
+            unfinished
+        );
+        writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
 }
@@ -485,6 +603,10 @@ pub struct MergeArgs {
     /// The ratio columns' baseline and the figures, as `irn sim` draws them.
     #[command(flatten)]
     pub figures: Figures,
+    /// Print only the table over seeds (each configuration's mean and range), the form the
+    /// experiments' READMEs quote (tests/readme_tables.rs keeps them equal to their JSON).
+    #[arg(long)]
+    pub over_seeds: bool,
 }
 
 /// `irn merge`: puts the slices of a sharded experiment back together, in the experiment's
@@ -569,6 +691,18 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
     write_merged(&args, slots.into_iter().flatten().collect())
 }
 
+/// An experiment's JSON: `{"runs": [...]}`, and when some run was run over several seeds,
+/// `"over_seeds"`: each configuration's mean and range over its seeds
+/// ([`irn_report::seeds::SeedGroup`]).
+fn seeds_doc(summaries: &[RunSummary], baseline: Option<&str>) -> serde_json::Value {
+    if irn_report::seeds::has_seeds(summaries) {
+        let groups = irn_report::seeds::over_seeds(summaries, baseline);
+        serde_json::json!({ "runs": summaries, "over_seeds": groups })
+    } else {
+        serde_json::json!({ "runs": summaries })
+    }
+}
+
 /// Writes the whole experiment's JSON of `runs`, prints its table and draws its figures.
 fn write_merged(args: &MergeArgs, runs: Vec<serde_json::Value>) -> Result<bool> {
     let summaries: Vec<RunSummary> = runs
@@ -576,12 +710,14 @@ fn write_merged(args: &MergeArgs, runs: Vec<serde_json::Value>) -> Result<bool> 
         .map(|r| serde_json::from_value(r.clone()))
         .collect::<std::result::Result<_, _>>()
         .context("a run summary that irn cannot read back (written by another version?)")?;
-    let doc = serde_json::json!({ "runs": runs });
+    let mut doc = seeds_doc(&summaries, args.figures.baseline.as_deref());
+    // The runs as they were read, byte for byte (a field this version does not know stays).
+    doc["runs"] = serde_json::Value::Array(runs);
     let mut f = std::fs::File::create(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     serde_json::to_writer_pretty(&mut f, &doc)?;
     writeln!(f)?;
-    args.figures.show(&summaries)?;
+    args.figures.show(&summaries, args.over_seeds)?;
     Ok(summaries
         .iter()
         .all(|s| s.flows_failed == 0 && s.flows_corrupted == 0))

@@ -320,3 +320,90 @@ fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("RoCE+PFC"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
+    let dir = scratch("sim-seeds");
+    let cfg = dir.join("tiny.toml");
+    std::fs::write(
+        &cfg,
+        "seeds = 3\n[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n",
+    )
+    .expect("write");
+    let json = dir.join("out.json");
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let out = irn()
+            .args(["sim", "-q", "--json"])
+            .arg(&json)
+            .args(extra)
+            .arg(&cfg)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses")
+    };
+    let names = |doc: &serde_json::Value| -> Vec<String> {
+        doc["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .map(|r| r["name"].as_str().expect("name").to_string())
+            .collect()
+    };
+    // The file's three seeds.
+    let doc = run(&[]);
+    assert_eq!(names(&doc).len(), 6);
+    assert_eq!(names(&doc)[0], "IRN seed=1");
+    let groups = doc["over_seeds"].as_array().expect("over_seeds");
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["name"], "IRN");
+    assert_eq!(groups[0]["seeds"], serde_json::json!([1, 2, 3]));
+    assert_eq!(groups[0]["baseline"], "RoCE+PFC");
+    for key in ["avg_slowdown", "p99_fct_us", "flows_completed", "drop_rate"] {
+        let m = &groups[0]["metrics"][key];
+        let (mean, min, max) = (m["mean"].as_f64(), m["min"].as_f64(), m["max"].as_f64());
+        let (mean, min, max) = (mean.expect(key), min.expect(key), max.expect(key));
+        assert!(min <= mean && mean <= max, "{key}: {m}");
+    }
+    assert!(groups[0]["ratios"]["avg_slowdown"]["mean"].as_f64().is_some());
+    // `--seeds` replaces them: a count, or a list.
+    assert_eq!(names(&run(&["--seeds", "2"])).len(), 4);
+    let doc = run(&["--seeds", "4,9"]);
+    assert_eq!(doc["over_seeds"][1]["seeds"], serde_json::json!([4, 9]));
+    // `--seed` replays one: no seed in the names, no pooling.
+    let doc = run(&["--seed", "2"]);
+    assert_eq!(names(&doc), ["IRN", "RoCE+PFC"]);
+    assert!(doc.get("over_seeds").is_none());
+    assert_eq!(doc["runs"][0]["seed"], 2);
+    // `irn merge --over-seeds` prints the pooled table alone, and refuses one seed.
+    run(&[]);
+    let out = irn()
+        .arg("merge")
+        .arg(dir.join("merged.json"))
+        .arg(&json)
+        .arg("--over-seeds")
+        .output()
+        .expect("runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("over seeds"), "{table}");
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.lines().nth(2).is_some_and(|l| l.starts_with("IRN ")), "{table}");
+    run(&["--seed", "1"]);
+    let out = irn()
+        .arg("merge")
+        .arg(dir.join("merged.json"))
+        .arg(&json)
+        .arg("--over-seeds")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--over-seeds"));
+    // A bad `--seeds` is the flag's error.
+    let out = irn()
+        .args(["sim", "-q", "--seeds", "0"])
+        .arg(&cfg)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seeds"));
+}

@@ -3,7 +3,9 @@
 //! ratios to a baseline run ([`plot::bars`], the form of the paper's Figures 1–3), ratios over a
 //! sweep ([`plot::ratio_plot`]), incast completion times ([`plot::incast_plot`]), single-packet
 //! tails ([`plot::tail_cdf`]), the fabric's timeline of a run ([`plot::timeline`]), and E12's
-//! transfer times of dynamic against traditional RDMA ([`drp::figure`]). The
+//! transfer times of dynamic against traditional RDMA ([`drp::figure`]); and the runs of an
+//! experiment pooled over its seeds ([`seeds::over_seeds`]: mean and range), which the tables
+//! print and the figures draw as whiskers. The
 //! `irn sim` command calls them; they are a library so that they can be tested, and used by
 //! whatever else reports on runs.
 
@@ -12,6 +14,7 @@
 
 pub mod drp;
 pub mod plot;
+pub mod seeds;
 
 /// A figure could not be drawn.
 #[derive(Debug, thiserror::Error)]

@@ -36,11 +36,13 @@ pub const COLORS: [RGBColor; 16] = [
     RGBColor(199, 199, 199),
 ];
 
-/// The run that `run`'s ratios divide by: the run named `name` if given; otherwise the first
-/// RoCE run with PFC of the same scenario (`[[variant]]` and `[sweep]` point) under the same
-/// congestion control (so that an experiment comparing controllers, such as E4, compares
-/// transports within each, and a sweep compares them at each point), else under the same
-/// controller, else the first RoCE run with PFC.
+/// The run that `run`'s ratios divide by: the run named `name` if given — or, when no run has
+/// that whole name, the run of that name without its scenario (`IRN` of `IRN seed=2`) in
+/// `run`'s own scenario, else of `run`'s seed; otherwise the first RoCE run with PFC of the
+/// same scenario (`[[variant]]`, `[sweep]` point and seed) under the same congestion control
+/// (so that an experiment comparing controllers, such as E4, compares transports within each,
+/// and a sweep compares them at each point), else under the same controller, else the first
+/// RoCE run with PFC.
 pub fn baseline_of<'a>(
     runs: &'a [RunSummary],
     run: &RunSummary,
@@ -48,7 +50,18 @@ pub fn baseline_of<'a>(
 ) -> Option<&'a RunSummary> {
     let roce_pfc = |r: &&RunSummary| r.transport == "roce" && r.pfc;
     match name {
-        Some(n) => runs.iter().find(|r| r.name == n),
+        Some(n) => runs
+            .iter()
+            .find(|r| r.name == n)
+            .or_else(|| {
+                runs.iter()
+                    .find(|r| label_of(r) == n && r.scenario == run.scenario)
+            })
+            .or_else(|| {
+                runs.iter().find(|r| {
+                    label_of(r) == n && crate::seeds::seed_token(r) == crate::seeds::seed_token(run)
+                })
+            }),
         None => runs
             .iter()
             .filter(roce_pfc)
@@ -61,11 +74,12 @@ pub fn baseline_of<'a>(
 /// What the ratios divide by, for a caption or a column header.
 pub fn baseline_label(runs: &[RunSummary], name: Option<&str>) -> Option<String> {
     let first = baseline_of(runs, runs.first()?, name)?;
+    let key = |b: &RunSummary| crate::seeds::without_seed(&b.name);
     if runs
         .iter()
-        .all(|r| baseline_of(runs, r, name).is_some_and(|b| b.name == first.name))
+        .all(|r| baseline_of(runs, r, name).is_some_and(|b| key(b) == key(first)))
     {
-        Some(first.name.clone())
+        Some(key(first))
     } else {
         Some("RoCE+PFC of the same scenario and congestion control".into())
     }
@@ -74,28 +88,37 @@ pub fn baseline_label(runs: &[RunSummary], name: Option<&str>) -> Option<String>
 /// Grouped bars: for each metric (average slowdown, average FCT, 99th-percentile FCT), one
 /// bar per run, divided by its baseline run's value ([`baseline_of`]; the first run when there
 /// is none), the ratio written on it, the metric's name under its group and the legend beside
-/// the chart, outside the data. An experiment of several congestion controllers with more than
-/// eight runs (E4) gets one panel per controller.
+/// the chart, outside the data. Runs that differ only by their seed are one bar: the mean of
+/// their ratios (each taken within its seed), with the seeds' range as a whisker. An
+/// experiment of several congestion controllers with more than eight bars (E4) gets one panel
+/// per controller.
 pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<()> {
     if runs.is_empty() {
         return Err(PlotError::Nothing("nothing to plot"));
     }
+    let groups = crate::seeds::groups_of(runs);
     let mut ccs: Vec<&str> = Vec::new();
-    for r in runs {
-        note(&mut ccs, r.cc.as_str());
+    for g in &groups {
+        note(&mut ccs, g[0].cc.as_str());
     }
-    let panels: Vec<Vec<&RunSummary>> = if ccs.len() > 1 && runs.len() > 8 {
+    let panels: Vec<Vec<&[&RunSummary]>> = if ccs.len() > 1 && groups.len() > 8 {
         ccs.iter()
-            .map(|cc| runs.iter().filter(|r| r.cc == *cc).collect())
+            .map(|cc| {
+                groups
+                    .iter()
+                    .filter(|g| g[0].cc == *cc)
+                    .map(Vec::as_slice)
+                    .collect()
+            })
             .collect()
     } else {
-        vec![runs.iter().collect()]
+        vec![groups.iter().map(Vec::as_slice).collect()]
     };
     let widest = panels.iter().map(Vec::len).max().unwrap_or(1);
     let legend_w = 40
-        + 8 * runs
+        + 8 * groups
             .iter()
-            .map(|r| r.name.chars().count())
+            .map(|g| crate::seeds::without_seed(&g[0].name).chars().count())
             .max()
             .unwrap_or(8) as u32;
     let px_w = 120 + 3 * 34 * (widest as u32 + 1) + legend_w;
@@ -111,12 +134,13 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
-/// One panel of [`bars`]: `panel`'s runs, their ratios to their baselines among `runs`.
+/// One panel of [`bars`]: `panel`'s runs (each a group of seeds), their ratios to their
+/// baselines among `runs`.
 fn bar_panel(
     root: &Area<'_>,
     area: &Area<'_>,
     runs: &[RunSummary],
-    panel: &[&RunSummary],
+    panel: &[&[&RunSummary]],
     baseline: Option<&str>,
     legend_w: u32,
 ) -> Result<()> {
@@ -134,8 +158,16 @@ fn bar_panel(
             0.0
         }
     };
+    // A group's ratio on a metric over its seeds: (mean, least, greatest).
+    let spread = |g: &[&RunSummary], f: fn(&RunSummary) -> f64| {
+        let v: Vec<f64> = g.iter().map(|r| ratio(r, f)).collect();
+        crate::seeds::Spread::of(&v).map_or((0.0, 0.0, 0.0), |s| (s.mean, s.min, s.max))
+    };
     let label = {
-        let owned: Vec<RunSummary> = panel.iter().map(|r| (*r).clone()).collect();
+        let owned: Vec<RunSummary> = panel
+            .iter()
+            .flat_map(|g| g.iter().map(|r| (*r).clone()))
+            .collect();
         match baseline {
             Some(n) => n.to_string(),
             None => baseline_label(&owned, None)
@@ -143,19 +175,22 @@ fn bar_panel(
                 .unwrap_or_else(|| runs[0].name.clone()),
         }
     };
+    let seeded = panel.iter().any(|g| g.len() > 1);
     let ymax = panel
         .iter()
-        .flat_map(|r| metrics.iter().map(move |(_, f)| ratio(r, *f)))
+        .flat_map(|g| metrics.iter().map(move |(_, f)| spread(g, *f).2))
         .fold(1.0f64, f64::max)
         * 1.15;
     let n = panel.len();
     let group = n + 1;
     let width = (3 * group) as f64;
+    let caption = if seeded {
+        format!("each run ÷ {label} (below 1: better than it); seeds' mean and range")
+    } else {
+        format!("each run ÷ {label} (below 1: better than it)")
+    };
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("each run ÷ {label} (below 1: better than it)"),
-            ("sans-serif", 16),
-        )
+        .caption(caption, ("sans-serif", 16))
         .margin(12)
         .margin_right(legend_w + 12)
         .x_label_area_size(30)
@@ -163,18 +198,27 @@ fn bar_panel(
         .build_cartesian_2d(0.0..width, 0.0..ymax)
         .map_err(draw)?;
     ratio_mesh(&mut chart)?;
-    for (ri, r) in panel.iter().enumerate() {
+    for (ri, g) in panel.iter().enumerate() {
         let color = COLORS[(2 * ri) % COLORS.len()];
         for (mi, (_, f)) in metrics.iter().enumerate() {
-            let v = ratio(r, *f);
+            let (v, lo, hi) = spread(g, *f);
             let x0 = (mi * group + ri) as f64 + 0.5;
             chart
                 .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
                 .map_err(draw)?;
+            if hi > lo {
+                let xc = x0 + 0.45;
+                chart
+                    .draw_series([PathElement::new(
+                        vec![(xc, lo), (xc, hi)],
+                        BLACK.stroke_width(1),
+                    )])
+                    .map_err(draw)?;
+            }
             chart
                 .draw_series([Text::new(
                     format!("{v:.2}"),
-                    (x0, v + ymax * 0.015),
+                    (x0, hi.max(v) + ymax * 0.015),
                     ("sans-serif", 10).into_font(),
                 )])
                 .map_err(draw)?;
@@ -188,7 +232,7 @@ fn bar_panel(
         ))
         .map_err(draw)?;
         root.draw(&Text::new(
-            r.name.clone(),
+            crate::seeds::without_seed(&g[0].name),
             (right + 32, y),
             ("sans-serif", 12).into_font().color(&BLACK),
         ))
@@ -237,8 +281,11 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
         ("p99 FCT (ms)", |c| c.stats.p99_fct_us / 1e3),
         ("its senders paused (ms, summed)", |c| c.paused_us / 1e3),
     ];
+    // Runs that differ only by their seed are one group of bars: the seeds' mean, their range
+    // as a whisker.
+    let groups = crate::seeds::groups_of(runs);
     let per_group = names.len() + 1;
-    let px_w = (90 + 30 * per_group * runs.len()).max(480) as u32;
+    let px_w = (90 + 30 * per_group * groups.len()).max(480) as u32;
     let legend_h = 22 * names.len() as u32 + 16;
     let root =
         SVGBackend::new(path, (px_w, 250 * metrics.len() as u32 + legend_h)).into_drawing_area();
@@ -251,7 +298,7 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .fold(0.0f64, f64::max)
             .max(1e-9)
             * 1.2;
-        let width = (per_group * runs.len()) as f64;
+        let width = (per_group * groups.len()) as f64;
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 15))
             .margin(10)
@@ -265,15 +312,30 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .x_labels(0)
             .draw()
             .map_err(draw)?;
-        for (ri, r) in runs.iter().enumerate() {
-            for c in &r.classes {
-                let ci = names.iter().position(|n| *n == c.name).unwrap_or(0);
-                let v = f(c);
+        for (ri, g) in groups.iter().enumerate() {
+            for (ci, name) in names.iter().enumerate() {
+                let vals: Vec<f64> = g
+                    .iter()
+                    .flat_map(|r| r.classes.iter().filter(|c| c.name == *name).map(f))
+                    .collect();
+                let Some(sp) = crate::seeds::Spread::of(&vals) else {
+                    continue;
+                };
+                let v = sp.mean;
                 let x0 = (ri * per_group + ci) as f64 + 0.5;
                 let color = COLORS[(2 * ci) % COLORS.len()];
                 chart
                     .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
                     .map_err(draw)?;
+                if sp.max > sp.min {
+                    let xc = x0 + 0.45;
+                    chart
+                        .draw_series([PathElement::new(
+                            vec![(xc, sp.min), (xc, sp.max)],
+                            BLACK.stroke_width(1),
+                        )])
+                        .map_err(draw)?;
+                }
                 let label = if v >= 100.0 {
                     format!("{v:.0}")
                 } else if v >= 10.0 {
@@ -284,7 +346,7 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 chart
                     .draw_series([Text::new(
                         label,
-                        (x0 - 0.1, v + ymax * 0.02),
+                        (x0 - 0.1, sp.max + ymax * 0.02),
                         ("sans-serif", 9).into_font(),
                     )])
                     .map_err(draw)?;
@@ -292,7 +354,10 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
             // The run's name under its group, wrapped at its comma.
             let centre = (ri * per_group) as f64 + per_group as f64 / 2.0;
             let (x, y) = chart.backend_coord(&(centre, 0.0));
-            for (li, line) in r.name.split(", ").enumerate() {
+            for (li, line) in crate::seeds::without_seed(&g[0].name)
+                .split(", ")
+                .enumerate()
+            {
                 let w = 3 * line.chars().count() as i32;
                 root.draw(&Text::new(
                     line.to_string(),
@@ -363,8 +428,21 @@ where
 /// each sampling interval, the hosts whose data priority was paused for most of it, and the
 /// pause frames sent per second (runs must have been sampled: `monitor_interval_us`). When a
 /// run sent packets to a failed host (`[[fault]]`), a fourth panel counts them as they add
-/// up, on a log scale: what a dead peer costs the fabric under each run's retry rules.
+/// up, on a log scale: what a dead peer costs the fabric under each run's retry rules. Over
+/// seeds, each run's first seed is drawn.
 pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
+    // Over seeds, each run's first seed (a timeline is one run's story; lines of several
+    // seeds over each other would hide each other).
+    let firsts: Vec<RunSummary>;
+    let runs = if crate::seeds::has_seeds(runs) {
+        firsts = crate::seeds::groups_of(runs)
+            .iter()
+            .map(|g| g[0].clone())
+            .collect();
+        &firsts[..]
+    } else {
+        runs
+    };
     if runs.iter().all(|r| r.timeline.is_empty()) {
         return Err(PlotError::Nothing(
             "no run has a timeline (set monitor_interval_us)",
@@ -520,18 +598,25 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .y_desc("percentile")
             .draw()
             .map_err(draw)?;
-        for (ri, r) in runs.iter().filter(|r| r.cc == *cc).enumerate() {
+        // One colour per run; a run over seeds draws a line per seed, its spread.
+        let mut names: Vec<String> = Vec::new();
+        for r in runs.iter().filter(|r| r.cc == *cc) {
+            let name = crate::seeds::without_seed(&r.name);
+            let first = !names.contains(&name);
+            note(&mut names, name.clone());
+            let ri = names.iter().position(|n| *n == name).unwrap_or(0);
             let color = COLORS[(2 * ri) % COLORS.len()];
-            chart
+            let line = chart
                 .draw_series(LineSeries::new(
                     r.single_packet_tail.iter().map(|p| (p.fct_us, p.pct)),
                     color.stroke_width(2),
                 ))
-                .map_err(draw)?
-                .label(r.name.clone())
-                .legend(move |(x, y)| {
+                .map_err(draw)?;
+            if first {
+                line.label(name).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
                 });
+            }
         }
         legend_at(&mut chart, SeriesLabelPosition::LowerRight)?;
     }
@@ -743,14 +828,28 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
         note(&mut ms, senders(r).unwrap_or(0));
     }
     ms.sort_unstable();
-    let find = |p: &str, s: &str, m: u32| {
+    // The runs of a bar: one per seed.
+    let find = |p: &str, s: &str, m: u32| -> Vec<&RunSummary> {
         runs.iter()
-            .find(|r| panel_of(r) == p && label_of(r) == s && senders(r).unwrap_or(0) == m)
+            .filter(|r| panel_of(r) == p && label_of(r) == s && senders(r).unwrap_or(0) == m)
             .copied()
+            .collect()
     };
-    let ms_of = |r: &RunSummary| {
-        let i = r.incast.as_ref().expect("incast run");
-        (i.avg_rct_us / 1000.0, i.max_rct_us / 1000.0)
+    let seeded = crate::seeds::has_seeds(&runs.iter().map(|r| (*r).clone()).collect::<Vec<_>>());
+    let rct = |r: &RunSummary| r.incast.as_ref().map_or(0.0, |i| i.avg_rct_us / 1000.0);
+    // A bar's height and whisker (ms): one run's average and slowest request; over seeds,
+    // the mean of the averages and their range.
+    let ms_of = |g: &[&RunSummary]| -> (f64, f64, f64) {
+        if let [r] = g {
+            let i = r.incast.as_ref().expect("incast run");
+            return (
+                i.avg_rct_us / 1000.0,
+                i.avg_rct_us / 1000.0,
+                i.max_rct_us / 1000.0,
+            );
+        }
+        let v: Vec<f64> = g.iter().map(|r| rct(r)).collect();
+        crate::seeds::Spread::of(&v).map_or((0.0, 0.0, 0.0), |s| (s.mean, s.min, s.max))
     };
     let group = series.len() + 1;
     let width = (ms.len() * group) as f64;
@@ -768,7 +867,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
         let ymax = runs
             .iter()
             .filter(|r| panel_of(r) == *p)
-            .map(|r| ms_of(r).1)
+            .map(|r| ms_of(&find(p, &label_of(r), senders(r).unwrap_or(0))).2)
             .fold(1.0f64, f64::max)
             * 1.15;
         let mut chart = ChartBuilder::on(area)
@@ -789,20 +888,36 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(0)
-            .y_desc("RCT (ms): average, whisker to the slowest")
+            .y_desc(if seeded {
+                "RCT (ms): seeds' mean of the average, whisker their range"
+            } else {
+                "RCT (ms): average, whisker to the slowest"
+            })
             .draw()
             .map_err(draw)?;
         for (mi, &m) in ms.iter().enumerate() {
-            let base = series
-                .iter()
-                .filter_map(|s| find(p, s, m))
-                .find(|r| r.transport == "roce" && r.pfc)
-                .map(|r| ms_of(r).0);
+            // Each run's RCT ÷ the RoCE+PFC run's of its own seed, averaged over seeds.
+            let base_of = |r: &RunSummary| {
+                series
+                    .iter()
+                    .flat_map(|s| find(p, s, m))
+                    .find(|b| {
+                        b.transport == "roce"
+                            && b.pfc
+                            && crate::seeds::seed_token(b) == crate::seeds::seed_token(r)
+                    })
+                    .map(rct)
+            };
             for (si, s) in series.iter().enumerate() {
-                let Some(r) = find(p, s, m) else {
+                let g = find(p, s, m);
+                if g.is_empty() {
                     continue;
-                };
-                let (avg, max) = ms_of(r);
+                }
+                let (avg, lo, max) = ms_of(&g);
+                let ratios: Vec<f64> = g
+                    .iter()
+                    .filter_map(|r| base_of(r).filter(|b| *b > 0.0).map(|b| rct(r) / b))
+                    .collect();
                 let color = COLORS[(2 * si) % COLORS.len()];
                 let x0 = (mi * group + si) as f64 + 0.5;
                 chart
@@ -811,13 +926,13 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 let xc = x0 + 0.45;
                 chart
                     .draw_series([PathElement::new(
-                        vec![(xc, avg), (xc, max)],
+                        vec![(xc, lo), (xc, max)],
                         BLACK.stroke_width(1),
                     )])
                     .map_err(draw)?;
-                let text = match base {
-                    Some(b) if b > 0.0 => format!("{:.2}", avg / b),
-                    _ => format!("{avg:.1}"),
+                let text = match crate::seeds::Spread::of(&ratios) {
+                    Some(q) => format!("{:.2}", q.mean),
+                    None => format!("{avg:.1}"),
                 };
                 chart
                     .draw_series([Text::new(

@@ -94,8 +94,9 @@ fn build(table: &toml::Table, origin: &str, base_dir: &Path) -> Result<SimConfig
 }
 
 /// Loads an experiment from TOML text. `origin` names the file in errors; `sets` are
-/// `key=value` overrides applied to the base before the runs' own; `seed` overrides every
-/// run's seed.
+/// `key=value` overrides applied to the base before the runs' own (`seeds=…` replaces the
+/// file's seeds); `seed` overrides every run's seed, and replaces the file's seeds (a sweep
+/// of `seed` included) by that one.
 pub fn load_experiment(
     text: &str,
     origin: &str,
@@ -155,11 +156,32 @@ pub fn load_experiment(
             ))
         }
     };
+    // `--set seeds=…` replaces the file's seeds (the key is the experiment's, not a run's).
+    let mut run_sets = Vec::with_capacity(sets.len());
+    for s in sets {
+        match s.split_once('=') {
+            Some((k, v)) if k.trim() == "seeds" => {
+                table.insert("seeds".into(), parse_value(v.trim()));
+            }
+            _ => run_sets.push(s.clone()),
+        }
+    }
+    let sets = &run_sets[..];
+    let seeds = take_seeds(&mut table, &sweep, origin)?;
     let base_text = toml::to_string(&table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
-    if let Err(e) = toml::from_str::<SimConfig>(text_for_schema(text, &base_text)) {
+    let checked = if seeds.is_empty() {
+        text_for_schema(text, &base_text)
+    } else {
+        &base_text
+    };
+    if let Err(e) = toml::from_str::<SimConfig>(checked) {
         return Err(ConfigError::new(origin, e.to_string()));
     }
     apply_sets(&mut table, sets, seed)?;
+    if let (None, [only]) = (seed, &seeds[..]) {
+        // One seed: the base's, which a run may still override; names stay as they are.
+        table.insert("seed".into(), toml::Value::Integer(*only as i64));
+    }
     // Stage 2: every run (and sweep point), merged and validated.
     let mut variants: Vec<(String, toml::Table)> = Vec::new();
     if runs.is_empty() {
@@ -193,7 +215,15 @@ pub fn load_experiment(
         variants.push((label, t));
     }
     let mut out = Vec::new();
-    let points = sweep_points(&sweep).map_err(|m| ConfigError::new(origin, m))?;
+    let mut sweep = sweep;
+    if seed.is_some() {
+        // `--seed N` replays one seed: the file's seeds give way to it.
+        sweep.remove("seed");
+    }
+    let mut points = sweep_points(&sweep).map_err(|m| ConfigError::new(origin, m))?;
+    if seed.is_none() && seeds.len() > 1 {
+        points = with_seeds(points, &seeds);
+    }
     if scenarios.is_empty() {
         scenarios.push((String::new(), toml::Table::new()));
     }
@@ -235,6 +265,79 @@ pub fn load_experiment(
         }
     }
     Ok(Experiment { runs: out })
+}
+
+/// The experiment's `seeds` (every run and sweep point is run once per seed; see
+/// docs/SIMULATOR.md): a list of seeds, or a count N meaning seeds 1 to N. Taken out of the
+/// top-level table before the schema check; empty when the file has none.
+fn take_seeds(
+    table: &mut toml::Table,
+    sweep: &toml::Table,
+    origin: &str,
+) -> Result<Vec<u64>, ConfigError> {
+    let Some(v) = table.remove("seeds") else {
+        return Ok(Vec::new());
+    };
+    let bad = |m: String| ConfigError::new(origin, format!("`seeds`: {m}"));
+    if sweep.contains_key("seed") {
+        return Err(bad(
+            "the file also sweeps `seed`; give the seeds in one place".into(),
+        ));
+    }
+    let seeds: Vec<u64> = match v {
+        toml::Value::Integer(n) if (1..=10_000).contains(&n) => (1..=n as u64).collect(),
+        toml::Value::Integer(n) => {
+            return Err(bad(format!(
+                "{n} seeds cannot mean anything (a count from 1 to 10000, or a list)"
+            )))
+        }
+        toml::Value::Array(a) => a
+            .iter()
+            .map(|x| {
+                x.as_integer()
+                    .filter(|n| *n >= 0)
+                    .map(|n| n as u64)
+                    .ok_or_else(|| bad(format!("`{x}` is not a seed (a non-negative integer)")))
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(bad(format!(
+                "`{other}` is neither a count nor a list of seeds"
+            )))
+        }
+    };
+    if seeds.is_empty() {
+        return Err(bad("the list is empty".into()));
+    }
+    let mut sorted = seeds.clone();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(bad(format!("seed {} is given twice", w[0])));
+    }
+    Ok(seeds)
+}
+
+/// Every sweep point once per seed, the seed last in its label (`load=0.5 seed=2`), so that
+/// a run's name ends in its seed and the runs of one seed stay together under each point.
+#[allow(clippy::type_complexity)]
+fn with_seeds(
+    points: Vec<(String, Vec<(String, toml::Value)>)>,
+    seeds: &[u64],
+) -> Vec<(String, Vec<(String, toml::Value)>)> {
+    let mut out = Vec::with_capacity(points.len() * seeds.len());
+    for (label, sets) in points {
+        for &s in seeds {
+            let mut sets = sets.clone();
+            sets.push(("seed".into(), toml::Value::Integer(s as i64)));
+            let l = if label.is_empty() {
+                format!("seed={s}")
+            } else {
+                format!("{label} seed={s}")
+            };
+            out.push((l, sets));
+        }
+    }
+    out
 }
 
 /// The text to check in stage 1: the original (for its line numbers) when it parses without

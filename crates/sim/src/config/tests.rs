@@ -325,3 +325,60 @@ fn dwrr_weights_default_to_equal_shares_with_the_control_priority_strict() {
         (2, 5, 0)
     );
 }
+
+#[test]
+fn seeds_run_every_configuration_once_per_seed_with_the_seed_last_in_its_name() {
+    let text = "seeds = 3\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE\"\n\
+                transport.recovery = \"roce\"\n[sweep]\n\"workload.load\" = [0.3, 0.5]\n";
+    let e = load(text, &[]).expect("valid");
+    let names: Vec<(&str, u64)> = e.runs.iter().map(|r| (r.name.as_str(), r.seed)).collect();
+    assert_eq!(names.len(), 12);
+    assert_eq!(names[0], ("IRN load=0.3 seed=1", 1));
+    assert_eq!(names[2], ("IRN load=0.3 seed=3", 3));
+    assert_eq!(names[3], ("IRN load=0.5 seed=1", 1));
+    assert_eq!(names[11], ("RoCE load=0.5 seed=3", 3));
+    assert_eq!(e.runs[4].scenario, "load=0.5 seed=2");
+    // A list, in its own order; `--set seeds=…` replaces the file's.
+    let e = load("seeds = [7, 2]\n", &[]).expect("valid");
+    let seeds: Vec<u64> = e.runs.iter().map(|r| r.seed).collect();
+    assert_eq!(seeds, [7, 2]);
+    assert_eq!(e.runs[0].name, "run seed=7");
+    let e = load("seeds = [7, 2]\n", &["seeds=[4, 5, 6]"]).expect("valid");
+    assert_eq!(e.runs.iter().map(|r| r.seed).collect::<Vec<_>>(), [4, 5, 6]);
+    // One seed: the base's seed, names unchanged, a run's own seed still its own.
+    let e = load(
+        "seeds = [9]\n[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nseed = 2\n",
+        &[],
+    )
+    .expect("valid");
+    assert_eq!((e.runs[0].name.as_str(), e.runs[0].seed), ("a", 9));
+    assert_eq!((e.runs[1].name.as_str(), e.runs[1].seed), ("b", 2));
+}
+
+#[test]
+fn a_seed_given_replays_that_one_seed_instead_of_the_files_seeds() {
+    for text in ["seeds = 5\n", "[sweep]\nseed = [1, 2, 3]\n"] {
+        let e = load_experiment(text, "t.toml", Path::new("."), &[], Some(4)).expect("valid");
+        assert_eq!(e.runs.len(), 1, "{text}");
+        assert_eq!(e.runs[0].seed, 4);
+        assert_eq!(e.runs[0].name, "run");
+    }
+}
+
+#[test]
+fn seeds_that_cannot_mean_anything_are_errors_naming_the_key() {
+    for (text, what) in [
+        ("seeds = 0\n", "0 seeds"),
+        ("seeds = []\n", "empty"),
+        ("seeds = [1, 2, 1]\n", "twice"),
+        ("seeds = [-1]\n", "not a seed"),
+        ("seeds = \"three\"\n", "neither"),
+        ("seeds = 3\n[sweep]\nseed = [1, 2]\n", "one place"),
+    ] {
+        let s = load(text, &[]).expect_err(text).to_string();
+        assert!(
+            s.contains("test.toml") && s.contains("`seeds`") && s.contains(what),
+            "{text}: {s}"
+        );
+    }
+}
