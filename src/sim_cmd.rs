@@ -231,17 +231,11 @@ pub fn run(args: SimArgs) -> Result<bool> {
     let outputs = run_all(&exp.runs, args.jobs, args.quiet)?;
     let summaries: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
     if let Some(path) = &args.json {
-        let mut doc = match &shard {
+        let doc = match &shard {
             Some(info) => serde_json::json!({ "runs": summaries, "shard": info }),
             None => seeds_doc(&summaries, args.figures.baseline.as_deref()),
         };
-        if shard.is_some() {
-            doc["runs"] = serde_json::to_value(&summaries)?;
-        }
-        let mut f =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        serde_json::to_writer_pretty(&mut f, &doc)?;
-        writeln!(f)?;
+        write_doc(path, &doc)?;
     }
     if let Some(dir) = &args.csv {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -484,6 +478,10 @@ fn seeds_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
                 left.push(format!("{what} {}", u.show(1)));
             }
         }
+        if let Some(d) = g.metric("deadlocked").filter(|d| d.max > 0.0) {
+            let n = (d.mean * g.seeds.len() as f64).round();
+            left.push(format!("deadlocked in {n} of {}", g.seeds.len()));
+        }
         let unfinished = if left.is_empty() {
             String::new()
         } else {
@@ -691,6 +689,43 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
     write_merged(&args, slots.into_iter().flatten().collect())
 }
 
+/// Writes an experiment's JSON with one line per run (and per entry of every other list of
+/// objects): a run's per-port counters make it hundreds of lines when indented, and an
+/// experiment over seeds holds dozens of runs. Any JSON reader reads it alike.
+fn write_doc(path: &Path, doc: &serde_json::Value) -> Result<()> {
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    let serde_json::Value::Object(map) = doc else {
+        serde_json::to_writer(&mut f, doc)?;
+        writeln!(f)?;
+        return Ok(());
+    };
+    write!(f, "{{")?;
+    for (i, (key, value)) in map.iter().enumerate() {
+        write!(
+            f,
+            "{}\n{}: ",
+            if i == 0 { "" } else { "," },
+            serde_json::Value::from(key.as_str())
+        )?;
+        match value {
+            serde_json::Value::Array(items) if items.iter().all(|v| v.is_object()) => {
+                write!(f, "[")?;
+                for (j, item) in items.iter().enumerate() {
+                    write!(f, "{}\n", if j == 0 { "" } else { "," })?;
+                    serde_json::to_writer(&mut f, item)?;
+                }
+                write!(f, "\n]")?;
+            }
+            other => serde_json::to_writer(&mut f, other)?,
+        }
+    }
+    writeln!(f, "\n}}")?;
+    f.flush()?;
+    Ok(())
+}
+
 /// An experiment's JSON: `{"runs": [...]}`, and when some run was run over several seeds,
 /// `"over_seeds"`: each configuration's mean and range over its seeds
 /// ([`irn_report::seeds::SeedGroup`]).
@@ -713,10 +748,7 @@ fn write_merged(args: &MergeArgs, runs: Vec<serde_json::Value>) -> Result<bool> 
     let mut doc = seeds_doc(&summaries, args.figures.baseline.as_deref());
     // The runs as they were read, byte for byte (a field this version does not know stays).
     doc["runs"] = serde_json::Value::Array(runs);
-    let mut f = std::fs::File::create(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    serde_json::to_writer_pretty(&mut f, &doc)?;
-    writeln!(f)?;
+    write_doc(&args.out, &doc)?;
     args.figures.show(&summaries, args.over_seeds)?;
     Ok(summaries
         .iter()

@@ -180,13 +180,22 @@ pub fn text(o: &std::process::Output) -> String {
 mod skip;
 pub use skip::precondition_missing;
 
-/// The text of an `irn sim --json` file without its `wall_s` lines (wall times differ between
-/// any two runs of the same experiment).
+/// An `irn sim --json` file without its `wall_s` fields (wall times differ between any two
+/// runs of the same experiment), as indented JSON text.
 pub fn without_wall_times(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("\"wall_s\""))
-        .collect::<Vec<_>>()
-        .join("\n")
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("wall_s");
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+    strip(&mut doc);
+    serde_json::to_string_pretty(&doc).expect("serializes")
 }

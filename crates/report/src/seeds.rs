@@ -6,8 +6,8 @@
 //!
 //! This is what a table or a figure over seeds reports: the mean, and the range as the spread
 //! (with three to five seeds, a range says more than a standard deviation would). The numbers
-//! are found generically — every numeric field of a [`RunSummary`], and of the objects inside
-//! it (`avg_slowdown`, `incast.avg_rct_us`, `safety.counts.nic_watchdog`…), by its JSON
+//! are found generically — every numeric field (and flag, as 0 or 1) of a [`RunSummary`], and
+//! of the objects inside it (`avg_slowdown`, `incast.avg_rct_us`, `safety.counts.nic_watchdog`…), by its JSON
 //! key — so that a field added to the summary is aggregated without a change here.
 
 use std::collections::BTreeMap;
@@ -119,8 +119,9 @@ pub fn groups_of(runs: &[RunSummary]) -> Vec<Vec<&RunSummary>> {
     groups
 }
 
-/// Every numeric field of `v`, by dotted key, into `out` (arrays are per-run detail — size
-/// buckets, tails, timelines — and are left out; so are the seed and wall-clock figures).
+/// Every numeric field of `v`, by dotted key, into `out`, a flag as 0 or 1 (arrays are
+/// per-run detail — size buckets, tails, timelines — and are left out; so are the seed and
+/// wall-clock figures).
 fn numbers(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, f64>) {
     let serde_json::Value::Object(map) = v else {
         return;
@@ -136,6 +137,10 @@ fn numbers(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, f64>)
                 if let Some(f) = n.as_f64() {
                     out.insert(key, f);
                 }
+            }
+            // A flag (`deadlocked`) counts as 0 or 1: its mean is the share of seeds.
+            serde_json::Value::Bool(b) => {
+                out.insert(key, f64::from(u8::from(*b)));
             }
             serde_json::Value::Object(_) => numbers(&key, x, out),
             _ => {}
