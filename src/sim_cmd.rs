@@ -478,6 +478,19 @@ fn seeds_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
                 left.push(format!("{what} {}", u.show(1)));
             }
         }
+        if g.ratios.contains_key("with_unfinished.avg_slowdown") {
+            let r = |k: &str| {
+                g.ratios
+                    .get(&format!("with_unfinished.{k}"))
+                    .map_or("-".to_string(), |s| s.show(2))
+            };
+            left.push(format!(
+                "counting them: {} / {} / {}",
+                r("avg_slowdown"),
+                r("avg_fct_us"),
+                r("p99_fct_us")
+            ));
+        }
         if let Some(d) = g.metric("deadlocked").filter(|d| d.max > 0.0) {
             let n = (d.mean * g.seeds.len() as f64).round();
             left.push(format!("deadlocked in {n} of {}", g.seeds.len()));
@@ -713,7 +726,7 @@ fn write_doc(path: &Path, doc: &serde_json::Value) -> Result<()> {
             serde_json::Value::Array(items) if items.iter().all(|v| v.is_object()) => {
                 write!(f, "[")?;
                 for (j, item) in items.iter().enumerate() {
-                    write!(f, "{}\n", if j == 0 { "" } else { "," })?;
+                    writeln!(f, "{}", if j == 0 { "" } else { "," })?;
                     serde_json::to_writer(&mut f, item)?;
                 }
                 write!(f, "\n]")?;

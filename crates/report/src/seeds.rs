@@ -72,7 +72,9 @@ pub struct SeedGroup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
     /// Run ÷ baseline within each seed, pooled: `avg_slowdown`, `avg_fct_us`, `p99_fct_us`
-    /// (below 1, the run is better than its baseline).
+    /// (below 1, the run is better than its baseline); and where either left flows
+    /// unfinished in some seed, `with_unfinished.avg_slowdown` … over those seeds, with the
+    /// unfinished flows counted ([`irn_sim::metrics::FlowStats::with_unfinished`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ratios: BTreeMap<String, Spread>,
 }
@@ -187,6 +189,25 @@ pub fn over_seeds(runs: &[RunSummary], baseline: Option<&str>) -> Vec<SeedGroup>
                 for (k, x, y) in pairs {
                     if y > 0.0 {
                         ratios.entry(k.to_string()).or_default().push(x / y);
+                    }
+                }
+                // Where either left flows unfinished, the same ratios with them counted at
+                // the time they had run (a lower bound of their FCTs).
+                if r.with_unfinished.is_some() || b.with_unfinished.is_some() {
+                    let (x, y) = (
+                        r.with_unfinished.as_ref().unwrap_or(&r.all),
+                        b.with_unfinished.as_ref().unwrap_or(&b.all),
+                    );
+                    let pairs = [
+                        ("avg_slowdown", x.avg_slowdown, y.avg_slowdown),
+                        ("avg_fct_us", x.avg_fct_us, y.avg_fct_us),
+                        ("p99_fct_us", x.p99_fct_us, y.p99_fct_us),
+                    ];
+                    for (k, x, y) in pairs {
+                        if y > 0.0 {
+                            let key = format!("with_unfinished.{k}");
+                            ratios.entry(key).or_default().push(x / y);
+                        }
                     }
                 }
             }

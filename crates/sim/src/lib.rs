@@ -250,6 +250,10 @@ fn run_with<M: SimMemory>(
         .collect();
     let measured = &measured[..];
     let (all, by_size, incast) = summarize(measured);
+    let with_unfinished = measured
+        .iter()
+        .any(|r| r.status.is_none())
+        .then(|| metrics::FlowStats::with_unfinished(measured.iter(), sim.now()));
     let completed = records
         .iter()
         .filter(|r| r.status == Some(irn_transport::WcStatus::Success))
@@ -317,6 +321,7 @@ fn run_with<M: SimMemory>(
         flows_corrupted: records.iter().filter(|r| !r.intact).count(),
         all,
         by_size,
+        with_unfinished,
         single_packet_tail: metrics::single_packet_tail(measured, cfg.network.mtu),
         drop_rate: if net.host_packets == 0 {
             0.0

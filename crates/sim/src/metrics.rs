@@ -101,6 +101,33 @@ impl FlowStats {
     }
 }
 
+impl FlowStats {
+    /// Statistics of every successful or unfinished flow among `records`, an unfinished flow
+    /// counted with the time it had run when the run stopped at `end` — a lower bound of its
+    /// FCT. Leaving unfinished flows out (as [`FlowStats::of`] must) flatters a transport
+    /// that leaves many, and by an amount that moves with how long the run drains after the
+    /// last arrival; counted this way, they can only raise its figures, the more the longer
+    /// the drain. Flows that failed (the transport gave up with an error) are left out as in
+    /// [`FlowStats::of`].
+    pub fn with_unfinished<'a>(
+        records: impl Iterator<Item = &'a FlowRecord>,
+        end: irn_transport::Time,
+    ) -> FlowStats {
+        let censored: Vec<FlowRecord> = records
+            .filter(|r| r.status.is_none() || r.status == Some(irn_transport::WcStatus::Success))
+            .map(|r| {
+                let mut r = *r;
+                if r.status.is_none() {
+                    r.end = Some(end.max(r.flow.start));
+                    r.status = Some(irn_transport::WcStatus::Success);
+                }
+                r
+            })
+            .collect();
+        FlowStats::of(censored.iter())
+    }
+}
+
 /// A size bucket's statistics.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Bucket {
@@ -566,6 +593,11 @@ pub struct RunSummary {
     pub all: FlowStats,
     /// By flow size.
     pub by_size: Vec<Bucket>,
+    /// The flows' statistics with the unfinished ones counted at the time they had run when
+    /// the run stopped ([`FlowStats::with_unfinished`]): present only when some flow was
+    /// unfinished, a lower bound of what they would have been.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_unfinished: Option<FlowStats>,
     /// Packets dropped ÷ packets sent by hosts.
     pub drop_rate: f64,
     /// Packets dropped.
@@ -897,6 +929,47 @@ mod tests {
             .windows(2)
             .all(|w| w[0].pct < w[1].pct && w[0].fct_us <= w[1].fct_us));
         assert!(single_packet_tail(&v[1000..], 1024).is_empty());
+    }
+
+    #[test]
+    fn unfinished_flows_count_at_the_time_they_had_run_and_failed_ones_not_at_all() {
+        use crate::workload::Flow;
+        use irn_transport::time::{Dur, Time};
+        use irn_transport::WcStatus;
+        let rec = |start_us: u64, fct_us: u64, status: Option<WcStatus>| FlowRecord {
+            flow: Flow {
+                src: 0,
+                dst: 1,
+                size: 1000,
+                start: Time::ZERO + Dur::from_micros(start_us),
+                group: None,
+                probe: None,
+                class: 0,
+            },
+            end: status.map(|_| Time::ZERO + Dur::from_micros(start_us + fct_us)),
+            status,
+            ideal: Dur::from_micros(10),
+            intact: true,
+        };
+        let v = [
+            rec(0, 20, Some(WcStatus::Success)),
+            rec(0, 40, Some(WcStatus::Success)),
+            rec(0, 500, Some(WcStatus::RetryExcErr)),
+            // Unfinished, started at 100 µs: 900 µs run when the run stops at 1 ms.
+            rec(100, 0, None),
+        ];
+        let done = FlowStats::of(v.iter());
+        assert_eq!((done.flows, done.avg_fct_us), (2, 30.0));
+        let all = FlowStats::with_unfinished(v.iter(), Time::ZERO + Dur::from_micros(1000));
+        assert_eq!(all.flows, 3);
+        assert!((all.avg_fct_us - (20.0 + 40.0 + 900.0) / 3.0).abs() < 1e-9);
+        assert!((all.avg_slowdown - (2.0 + 4.0 + 90.0) / 3.0).abs() < 1e-9);
+        assert_eq!(all.p99_fct_us, 900.0);
+        // With nothing unfinished, the two agree.
+        assert_eq!(
+            FlowStats::with_unfinished(v[..3].iter(), Time::ZERO + Dur::from_micros(1000)),
+            FlowStats::of(v[..3].iter())
+        );
     }
 
     #[test]
