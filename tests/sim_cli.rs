@@ -339,7 +339,11 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
             .arg(&cfg)
             .output()
             .expect("runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses")
     };
     let names = |doc: &serde_json::Value| -> Vec<String> {
@@ -365,7 +369,9 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
         let (mean, min, max) = (mean.expect(key), min.expect(key), max.expect(key));
         assert!(min <= mean && mean <= max, "{key}: {m}");
     }
-    assert!(groups[0]["ratios"]["avg_slowdown"]["mean"].as_f64().is_some());
+    assert!(groups[0]["ratios"]["avg_slowdown"]["mean"]
+        .as_f64()
+        .is_some());
     // `--seeds` replaces them: a count, or a list.
     assert_eq!(names(&run(&["--seeds", "2"])).len(), 4);
     let doc = run(&["--seeds", "4,9"]);
@@ -387,7 +393,10 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with("over seeds"), "{table}");
     assert_eq!(table.lines().count(), 4, "{table}");
-    assert!(table.lines().nth(2).is_some_and(|l| l.starts_with("IRN ")), "{table}");
+    assert!(
+        table.lines().nth(2).is_some_and(|l| l.starts_with("IRN ")),
+        "{table}"
+    );
     run(&["--seed", "1"]);
     let out = irn()
         .arg("merge")
