@@ -10,7 +10,8 @@ use irn_sim::drp::{DrpReport, DrpSeriesResult};
 
 use crate::{draw, Result};
 
-/// One panel per series: mean transfer time of both methods against the swept value.
+/// One panel per series: mean transfer time of both methods against the swept value, each
+/// point with a whisker over its runs' means (the seeds the point averages).
 pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
     let n = r.series.len().max(1);
     let root = SVGBackend::new(path, (420 * n as u32, 380)).into_drawing_area();
@@ -31,16 +32,24 @@ pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
             (x0 - 1.0, x0 + 1.0)
         };
         let scale = 100.0;
+        // Each point's runs (its seeds): their means set the whiskers, and the axis holds them.
+        let spread = |m: &irn_sim::drp::MethodResult| {
+            m.run_means_us
+                .iter()
+                .fold((m.mean_us, m.mean_us), |(lo, hi), &x| {
+                    (lo.min(x), hi.max(x))
+                })
+        };
         let ymax = s
             .points
             .iter()
-            .map(|p| p.traditional.mean_us.max(p.dynamic.mean_us))
+            .map(|p| spread(&p.traditional).1.max(spread(&p.dynamic).1))
             .fold(0.0, f64::max)
             * 1.1;
         let ymin = s
             .points
             .iter()
-            .map(|p| p.traditional.mean_us.min(p.dynamic.mean_us))
+            .map(|p| spread(&p.traditional).0.min(spread(&p.dynamic).0))
             .fold(f64::MAX, f64::min)
             * 0.9;
         let mut chart = ChartBuilder::on(area)
@@ -80,6 +89,14 @@ pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(draw)?;
+            // The runs' range at each point: the spread the mean hides.
+            chart
+                .draw_series(s.points.iter().map(|p| {
+                    let m = if dynamic { &p.dynamic } else { &p.traditional };
+                    let (lo, hi) = spread(m);
+                    PathElement::new(vec![(p.x * scale, lo), (p.x * scale, hi)], color)
+                }))
                 .map_err(draw)?;
         }
         chart
