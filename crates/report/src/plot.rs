@@ -207,13 +207,7 @@ fn bar_panel(
                 .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
                 .map_err(draw)?;
             if hi > lo {
-                let xc = x0 + 0.45;
-                chart
-                    .draw_series([PathElement::new(
-                        vec![(xc, lo), (xc, hi)],
-                        BLACK.stroke_width(1),
-                    )])
-                    .map_err(draw)?;
+                whisker(&mut chart, x0 + 0.45, lo, hi)?;
             }
             chart
                 .draw_series([Text::new(
@@ -328,13 +322,7 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, v)], color.filled())])
                     .map_err(draw)?;
                 if sp.max > sp.min {
-                    let xc = x0 + 0.45;
-                    chart
-                        .draw_series([PathElement::new(
-                            vec![(xc, sp.min), (xc, sp.max)],
-                            BLACK.stroke_width(1),
-                        )])
-                        .map_err(draw)?;
+                    whisker(&mut chart, x0 + 0.45, sp.min, sp.max)?;
                 }
                 let label = if v >= 100.0 {
                     format!("{v:.0}")
@@ -400,6 +388,17 @@ fn ratio_mesh(chart: &mut Chart<'_>) -> Result<()> {
 
 /// A chart of the SVG backend over two `f64` axes.
 type Chart<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A vertical line at `x` from `lo` to `hi`: a spread over seeds, or a slowest request.
+fn whisker(chart: &mut Chart<'_>, x: f64, lo: f64, hi: f64) -> Result<()> {
+    chart
+        .draw_series([PathElement::new(
+            vec![(x, lo), (x, hi)],
+            BLACK.stroke_width(1),
+        )])
+        .map_err(draw)?;
+    Ok(())
+}
 
 /// The runs' legend, upper right.
 fn legend(chart: &mut Chart<'_>) -> Result<()> {
@@ -752,13 +751,7 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                         Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
                     });
                 }
-                let xc = x0 + 0.45;
-                chart
-                    .draw_series([PathElement::new(
-                        vec![(xc, lo), (xc, hi)],
-                        BLACK.stroke_width(1),
-                    )])
-                    .map_err(draw)?;
+                whisker(&mut chart, x0 + 0.45, lo, hi)?;
                 chart
                     .draw_series([Text::new(
                         format!("{mean:.2}"),
@@ -923,13 +916,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 chart
                     .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, avg)], color.filled())])
                     .map_err(draw)?;
-                let xc = x0 + 0.45;
-                chart
-                    .draw_series([PathElement::new(
-                        vec![(xc, lo), (xc, max)],
-                        BLACK.stroke_width(1),
-                    )])
-                    .map_err(draw)?;
+                whisker(&mut chart, x0 + 0.45, lo, max)?;
                 let text = match crate::seeds::Spread::of(&ratios) {
                     Some(q) => format!("{:.2}", q.mean),
                     None => format!("{avg:.1}"),

@@ -4,52 +4,20 @@
 use std::path::{Path, PathBuf};
 
 use irn_report::{plot, PlotError};
-use irn_sim::config::load_experiment;
 use irn_sim::metrics::RunSummary;
 
-/// A k = 4 fat-tree at 50 % load for 300 µs, IRN and RoCE+PFC, the monitor sampling every
-/// 50 µs (what the timeline draws).
-const EXPERIMENT: &str = r#"
-name = "figures"
-seed = 3
-monitor_interval_us = 50
+mod common;
+use common::{run_all, NETWORK};
 
-[topology]
-kind = "fat-tree"
-k = 4
-link_gbps = 40
-link_delay_ns = 2000
-
-[workload]
-kind = "poisson"
-load = 0.5
-sizes = "irn"
-duration_us = 300
-
-[[run]]
-name = "IRN"
-transport.recovery = "irn"
-
-[[run]]
-name = "RoCE+PFC"
-transport.recovery = "roce"
-network.pfc = true
-"#;
-
-/// The summaries of every run of an experiment's `text`.
-fn run_all(text: &str) -> Vec<RunSummary> {
-    load_experiment(text, "figures", Path::new("."), &[], None)
-        .expect("valid experiment")
-        .runs
-        .iter()
-        .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
-        .collect()
+/// [`NETWORK`] at seed 3, the monitor sampling every 50 µs (what the timeline draws).
+fn experiment() -> String {
+    format!("name = \"figures\"\nseed = 3\nmonitor_interval_us = 50\n{NETWORK}")
 }
 
 /// The experiment's summaries, run once for the whole test binary.
 fn summaries() -> Vec<RunSummary> {
     static RUNS: std::sync::OnceLock<Vec<RunSummary>> = std::sync::OnceLock::new();
-    RUNS.get_or_init(|| run_all(EXPERIMENT)).clone()
+    RUNS.get_or_init(|| run_all(&experiment())).clone()
 }
 
 fn out(name: &str) -> PathBuf {
@@ -103,7 +71,8 @@ fn bars_and_timeline_name_every_run_and_the_ratios_baseline() {
 #[test]
 fn the_timeline_adds_up_what_was_sent_to_a_dead_server() {
     let text = format!(
-        "{EXPERIMENT}\n[transport]\nretry_cnt = 3\nack_timeout = 8\n\n[[fault]]\nkind = \"host-down\"\nhost = 0\nat_ms = 0.1\n"
+        "{}\n[transport]\nretry_cnt = 3\nack_timeout = 8\n\n[[fault]]\nkind = \"host-down\"\nhost = 0\nat_ms = 0.1\n",
+        experiment()
     );
     let runs = run_all(&text);
     let sent: Vec<u64> = runs

@@ -1,51 +1,18 @@
 //! An experiment over seeds: its runs pooled per configuration (mean and range of every
 //! number, ratios taken within each seed) and drawn with the seeds' range.
 
-use std::path::Path;
-
 use irn_report::plot;
 use irn_report::seeds::{has_seeds, over_seeds, Spread};
-use irn_sim::config::load_experiment;
 use irn_sim::metrics::RunSummary;
 
-/// A k = 4 fat-tree at 50 % load for 300 µs, IRN and RoCE+PFC, over seeds 1–3.
-const EXPERIMENT: &str = r#"
-name = "seeds"
-seeds = 3
+mod common;
+use common::{run_all, NETWORK};
 
-[topology]
-kind = "fat-tree"
-k = 4
-link_gbps = 40
-link_delay_ns = 2000
-
-[workload]
-kind = "poisson"
-load = 0.5
-sizes = "irn"
-duration_us = 300
-
-[[run]]
-name = "IRN"
-transport.recovery = "irn"
-
-[[run]]
-name = "RoCE+PFC"
-transport.recovery = "roce"
-network.pfc = true
-"#;
-
+/// [`NETWORK`] over seeds 1–3, run once for the whole test binary.
 fn runs() -> Vec<RunSummary> {
     static RUNS: std::sync::OnceLock<Vec<RunSummary>> = std::sync::OnceLock::new();
-    RUNS.get_or_init(|| {
-        load_experiment(EXPERIMENT, "seeds", Path::new("."), &[], None)
-            .expect("valid experiment")
-            .runs
-            .iter()
-            .map(|cfg| irn_sim::run(cfg, |_| {}).expect("runs").summary)
-            .collect()
-    })
-    .clone()
+    RUNS.get_or_init(|| run_all(&format!("name = \"seeds\"\nseeds = 3\n{NETWORK}")))
+        .clone()
 }
 
 fn close(a: f64, b: f64) -> bool {
