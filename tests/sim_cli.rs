@@ -10,6 +10,9 @@ fn irn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_irn"))
 }
 
+/// A k = 4 fat-tree for 100 µs of arrivals, IRN and RoCE+PFC.
+const TINY: &str = "[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n";
+
 /// A fresh directory of this test process for `tag`'s files.
 fn scratch(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("irn-{tag}-{}", std::process::id()));
@@ -21,11 +24,7 @@ fn scratch(tag: &str) -> std::path::PathBuf {
 fn json_has_the_documented_keys_and_runs_are_named() {
     let dir = scratch("sim-cli");
     let cfg = dir.join("tiny.toml");
-    std::fs::write(
-        &cfg,
-        "[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n",
-    )
-    .expect("write");
+    std::fs::write(&cfg, TINY).expect("write");
     let json = dir.join("out.json");
     let csv = dir.join("csv");
     let svg = dir.join("plot.svg");
@@ -325,11 +324,7 @@ fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
 fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
     let dir = scratch("sim-seeds");
     let cfg = dir.join("tiny.toml");
-    std::fs::write(
-        &cfg,
-        "seeds = 3\n[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n",
-    )
-    .expect("write");
+    std::fs::write(&cfg, format!("seeds = 3\n{TINY}")).expect("write");
     let json = dir.join("out.json");
     let run = |extra: &[&str]| -> serde_json::Value {
         let out = irn()
