@@ -10,6 +10,17 @@ fn irn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_irn"))
 }
 
+/// Runs `cmd`, which must succeed (its stderr is the failure's message).
+fn succeeds(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A k = 4 fat-tree for 100 µs of arrivals, IRN and RoCE+PFC.
 const TINY: &str = "[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n";
 
@@ -147,18 +158,13 @@ fn shards_merge_into_exactly_the_unsharded_json() {
     )
     .expect("write");
     let sim = |extra: &[&str], json: &std::path::Path| {
-        let out = irn()
-            .args(["sim", "-q", "--seed", "4"])
-            .args(extra)
-            .arg("--json")
-            .arg(json)
-            .arg(&cfg)
-            .output()
-            .expect("runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        succeeds(
+            irn()
+                .args(["sim", "-q", "--seed", "4"])
+                .args(extra)
+                .arg("--json")
+                .arg(json)
+                .arg(&cfg),
         );
     };
     let whole = dir.join("whole.json");
@@ -327,17 +333,12 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
     std::fs::write(&cfg, format!("seeds = 3\n{TINY}")).expect("write");
     let json = dir.join("out.json");
     let run = |extra: &[&str]| -> serde_json::Value {
-        let out = irn()
-            .args(["sim", "-q", "--json"])
-            .arg(&json)
-            .args(extra)
-            .arg(&cfg)
-            .output()
-            .expect("runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        succeeds(
+            irn()
+                .args(["sim", "-q", "--json"])
+                .arg(&json)
+                .args(extra)
+                .arg(&cfg),
         );
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses")
     };
