@@ -378,14 +378,17 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
     assert!(doc.get("over_seeds").is_none());
     assert_eq!(doc["runs"][0]["seed"], 2);
     // `irn merge --over-seeds` prints the pooled table alone, and refuses one seed.
+    let merge = || {
+        irn()
+            .arg("merge")
+            .arg(dir.join("merged.json"))
+            .arg(&json)
+            .arg("--over-seeds")
+            .output()
+            .expect("runs")
+    };
     run(&[]);
-    let out = irn()
-        .arg("merge")
-        .arg(dir.join("merged.json"))
-        .arg(&json)
-        .arg("--over-seeds")
-        .output()
-        .expect("runs");
+    let out = merge();
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with("over seeds"), "{table}");
     assert_eq!(table.lines().count(), 4, "{table}");
@@ -394,13 +397,7 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
         "{table}"
     );
     run(&["--seed", "1"]);
-    let out = irn()
-        .arg("merge")
-        .arg(dir.join("merged.json"))
-        .arg(&json)
-        .arg("--over-seeds")
-        .output()
-        .expect("runs");
+    let out = merge();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--over-seeds"));
     // A bad `--seeds` is the flag's error.
