@@ -828,7 +828,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .copied()
             .collect()
     };
-    let seeded = crate::seeds::has_seeds(&runs.iter().map(|r| (*r).clone()).collect::<Vec<_>>());
+    let seeded = crate::seeds::has_seeds(runs.iter().copied());
     let rct = |r: &RunSummary| r.incast.as_ref().map_or(0.0, |i| i.avg_rct_us / 1000.0);
     // A bar's height and whisker (ms): one run's average and slowest request; over seeds,
     // the mean of the averages and their range.

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use irn_sim::metrics::RunSummary;
+use irn_sim::metrics::{FlowStats, RunSummary};
 
 use crate::plot::baseline_of;
 
@@ -100,12 +100,12 @@ pub fn without_seed(text: &str) -> String {
 }
 
 /// Whether `runs` hold some configuration under more than one seed.
-pub fn has_seeds(runs: &[RunSummary]) -> bool {
+pub fn has_seeds<'a>(runs: impl IntoIterator<Item = &'a RunSummary>) -> bool {
     groups_of(runs).iter().any(|g| g.len() > 1)
 }
 
 /// The runs grouped by name without seed, groups in order of first appearance.
-pub fn groups_of(runs: &[RunSummary]) -> Vec<Vec<&RunSummary>> {
+pub fn groups_of<'a>(runs: impl IntoIterator<Item = &'a RunSummary>) -> Vec<Vec<&'a RunSummary>> {
     let mut order: Vec<String> = Vec::new();
     let mut groups: Vec<Vec<&RunSummary>> = Vec::new();
     for r in runs {
@@ -181,23 +181,7 @@ pub fn over_seeds(runs: &[RunSummary], baseline: Option<&str>) -> Vec<SeedGroup>
                     continue;
                 }
                 base_name.get_or_insert_with(|| without_seed(&b.name));
-                let pairs = [
-                    ("avg_slowdown", r.all.avg_slowdown, b.all.avg_slowdown),
-                    ("avg_fct_us", r.all.avg_fct_us, b.all.avg_fct_us),
-                    ("p99_fct_us", r.all.p99_fct_us, b.all.p99_fct_us),
-                ];
-                for (k, x, y) in pairs {
-                    if y > 0.0 {
-                        ratios.entry(k.to_string()).or_default().push(x / y);
-                    }
-                }
-                // Where either left flows unfinished, the same ratios with them counted at
-                // the time they had run (a lower bound of their FCTs).
-                if r.with_unfinished.is_some() || b.with_unfinished.is_some() {
-                    let (x, y) = (
-                        r.with_unfinished.as_ref().unwrap_or(&r.all),
-                        b.with_unfinished.as_ref().unwrap_or(&b.all),
-                    );
+                let mut pool = |prefix: &str, x: &FlowStats, y: &FlowStats| {
                     let pairs = [
                         ("avg_slowdown", x.avg_slowdown, y.avg_slowdown),
                         ("avg_fct_us", x.avg_fct_us, y.avg_fct_us),
@@ -205,10 +189,22 @@ pub fn over_seeds(runs: &[RunSummary], baseline: Option<&str>) -> Vec<SeedGroup>
                     ];
                     for (k, x, y) in pairs {
                         if y > 0.0 {
-                            let key = format!("with_unfinished.{k}");
-                            ratios.entry(key).or_default().push(x / y);
+                            ratios
+                                .entry(format!("{prefix}{k}"))
+                                .or_default()
+                                .push(x / y);
                         }
                     }
+                };
+                pool("", &r.all, &b.all);
+                // Where either left flows unfinished, the same ratios with them counted at
+                // the time they had run (a lower bound of their FCTs).
+                if r.with_unfinished.is_some() || b.with_unfinished.is_some() {
+                    pool(
+                        "with_unfinished.",
+                        r.with_unfinished.as_ref().unwrap_or(&r.all),
+                        b.with_unfinished.as_ref().unwrap_or(&b.all),
+                    );
                 }
             }
             SeedGroup {
