@@ -458,16 +458,24 @@ fn seeds_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
         })
     };
     for g in &groups {
-        let ratio = |k: &str| g.ratios.get(k).map_or("-".to_string(), |s| s.show(2));
+        // The three ratios under `prefix` (`""`, or `"with_unfinished."`): slowdown / FCTs.
+        let three = |prefix: &str| {
+            let r = |k: &str| {
+                g.ratios
+                    .get(&format!("{prefix}{k}"))
+                    .map_or("-".to_string(), |s| s.show(2))
+            };
+            format!(
+                "{} / {} / {}",
+                r("avg_slowdown"),
+                r("avg_fct_us"),
+                r("p99_fct_us")
+            )
+        };
         let ratios = if g.ratios.is_empty() {
             String::new()
         } else {
-            format!(
-                "{} / {} / {}",
-                ratio("avg_slowdown"),
-                ratio("avg_fct_us"),
-                ratio("p99_fct_us")
-            )
+            three("")
         };
         let mut left = Vec::new();
         for (key, what) in [
@@ -479,17 +487,7 @@ fn seeds_table(out: &mut dyn Write, runs: &[RunSummary], base: Option<&str>) -> 
             }
         }
         if g.ratios.contains_key("with_unfinished.avg_slowdown") {
-            let r = |k: &str| {
-                g.ratios
-                    .get(&format!("with_unfinished.{k}"))
-                    .map_or("-".to_string(), |s| s.show(2))
-            };
-            left.push(format!(
-                "counting them: {} / {} / {}",
-                r("avg_slowdown"),
-                r("avg_fct_us"),
-                r("p99_fct_us")
-            ));
+            left.push(format!("counting them: {}", three("with_unfinished.")));
         }
         if let Some(d) = g.metric("deadlocked").filter(|d| d.max > 0.0) {
             let n = (d.mean * g.seeds.len() as f64).round();
