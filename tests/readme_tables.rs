@@ -34,34 +34,9 @@ fn documents() -> Vec<PathBuf> {
     docs
 }
 
-/// A marker's arguments, split as a shell would split words with double quotes.
-fn words(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut any = false;
-    for c in text.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            c => {
-                cur.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(cur);
-    }
-    out
+/// A marker's arguments, split as a shell would.
+fn words(text: &str, doc: &Path) -> Vec<String> {
+    shlex::split(text).unwrap_or_else(|| panic!("{}: unbalanced quotes in `{text}`", doc.display()))
 }
 
 /// What `irn merge` prints for a marker's arguments (relative paths from the repository root).
@@ -92,7 +67,7 @@ fn blocks(text: &str, doc: &Path) -> Vec<(Vec<String>, std::ops::Range<usize>)> 
             + text[start..]
                 .find("-->")
                 .unwrap_or_else(|| panic!("{}: a table marker is not closed", doc.display()));
-        let args = words(&text[start..end]);
+        let args = words(&text[start..end], doc);
         let after = end + 3;
         let fence = "\n```text\n";
         assert!(
@@ -148,7 +123,10 @@ fn every_quoted_table_is_its_json_as_irn_prints_it() {
 #[test]
 fn marker_arguments_split_as_a_shell_would() {
     assert_eq!(
-        words(r#"experiments/e5/results.json --over-seeds --baseline "RoCE+PFC, no misses" "#),
+        words(
+            r#"experiments/e5/results.json --over-seeds --baseline "RoCE+PFC, no misses" "#,
+            Path::new("test")
+        ),
         [
             "experiments/e5/results.json",
             "--over-seeds",
