@@ -152,7 +152,7 @@ pub struct DrpSeries {
 }
 
 /// One point of a curve: both methods, averaged over the runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrpPoint {
     /// The swept value.
     pub x: f64,
@@ -171,7 +171,7 @@ pub struct DrpPoint {
 }
 
 /// One method at one point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MethodResult {
     /// Mean transfer time over every transfer of every run, µs.
     pub mean_us: f64,
@@ -198,7 +198,7 @@ pub struct MethodResult {
 }
 
 /// A curve's results.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrpSeriesResult {
     /// Curve name.
     pub name: String,
@@ -209,7 +209,7 @@ pub struct DrpSeriesResult {
 }
 
 /// The whole experiment's results.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrpReport {
     /// Experiment name.
     pub name: String,
@@ -230,7 +230,19 @@ impl DrpExperiment {
     ) -> Result<Self, ConfigError> {
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::new(origin, e.to_string()))?;
-        crate::config::apply_sets(&mut table, sets, seed)?;
+        // A key alone is checked inside the smallest experiment that parses.
+        crate::config::apply_sets_checked(&mut table, sets, seed, |text| {
+            let mut alone: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+            alone.entry("name").or_insert_with(|| "check".into());
+            alone.entry("kind").or_insert_with(|| KIND.into());
+            alone
+                .entry("series")
+                .or_insert_with(|| toml::Value::Array(Vec::new()));
+            let text = toml::to_string(&alone).map_err(|e| e.to_string())?;
+            toml::from_str::<DrpExperiment>(&text)
+                .map(|_| ())
+                .map_err(|e| e.message().to_string())
+        })?;
         let text = toml::to_string(&table).map_err(|e| ConfigError::new(origin, e.to_string()))?;
         let exp: DrpExperiment =
             toml::from_str(&text).map_err(|e| ConfigError::new(origin, e.message().to_string()))?;

@@ -148,3 +148,15 @@ fn errors_name_the_key() {
     let e = bad("[drp]\nop = \"send\"\n[[series]]\nname = \"s\"\nx = \"frp\"\nvalues = [0.1]");
     assert!(e.contains("drp.op"), "{e}");
 }
+
+#[test]
+fn set_overrides_apply_and_a_wrong_key_names_the_flag() {
+    let text = "name = \"t\"\nkind = \"dynamic-rdma\"\n[[series]]\nname = \"s\"\nx = \"frp\"\nvalues = [0.1]";
+    let sets = ["runs=3".to_string(), "drp.window=4".to_string()];
+    let e = DrpExperiment::load(text, "f.toml", &sets, Some(7)).expect("valid overrides");
+    assert_eq!((e.runs, e.drp.window, e.seed), (3, 4, 7));
+    let err = DrpExperiment::load(text, "f.toml", &["runz=3".to_string()], None)
+        .expect_err("unknown key")
+        .to_string();
+    assert!(err.contains("--set") && err.contains("runz"), "{err}");
+}

@@ -47,10 +47,25 @@ pub(crate) fn set_path(
 }
 
 /// Applies `--set key=value` overrides and a `--seed` to an experiment's top-level table.
-pub(crate) fn apply_sets(
+fn apply_sets(
     table: &mut toml::Table,
     sets: &[String],
     seed: Option<u64>,
+) -> Result<(), ConfigError> {
+    apply_sets_checked(table, sets, seed, |text| {
+        toml::from_str::<SimConfig>(text)
+            .map(|_| ())
+            .map_err(|e| e.message().to_string())
+    })
+}
+
+/// [`apply_sets`] for a file of another schema: `check` is given each key and its value alone
+/// (as TOML) and says what is wrong with it, if anything.
+pub(crate) fn apply_sets_checked(
+    table: &mut toml::Table,
+    sets: &[String],
+    seed: Option<u64>,
+    check: impl Fn(&str) -> Result<(), String>,
 ) -> Result<(), ConfigError> {
     for s in sets {
         let (k, v) = s
@@ -61,8 +76,8 @@ pub(crate) fn apply_sets(
         let mut alone = toml::Table::new();
         set_path(&mut alone, k, v.clone()).map_err(|m| ConfigError::new("--set", m))?;
         let text = toml::to_string(&alone).map_err(|e| ConfigError::new("--set", e.to_string()))?;
-        if let Err(e) = toml::from_str::<SimConfig>(&text) {
-            return Err(ConfigError::new("--set", format!("`{k}`: {}", e.message())));
+        if let Err(e) = check(&text) {
+            return Err(ConfigError::new("--set", format!("`{k}`: {e}")));
         }
         set_path(table, k, v).map_err(|m| ConfigError::new("--set", m))?;
     }

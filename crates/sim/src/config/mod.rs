@@ -17,7 +17,7 @@ mod experiment;
 mod safety;
 mod validate;
 
-pub(crate) use experiment::apply_sets;
+pub(crate) use experiment::apply_sets_checked;
 pub use experiment::{load_experiment, parse_value, Experiment};
 pub use safety::{
     DeadlockConfig, FaultConfig, FaultKind, L2Config, PingLevel, PingmeshConfig, SwitchWatchdog,
