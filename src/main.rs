@@ -5,6 +5,8 @@
 //!   capture, checking every ICRC.
 //! * `irn sim [FILE.toml] [--seed N] [--json OUT] [--csv DIR] [--set KEY=VALUE]… [--plot OUT.svg]`
 //!   — run a simulation experiment (with no file: the built-in E1–E3 comparison).
+//! * `irn reproduce [--quick] [--seeds N] [--only E1,…] [--jobs J] [--out DIR]` — the whole
+//!   evaluation, with a report of every claim.
 //! * `irn perf write|read|send|atomic [HOST]` — perftest-style bandwidth and latency over UDP.
 //! * `irn pingpong [HOST]` — `ibv_rc_pingpong` over UDP.
 //! * `irn rping -s|-c -a ADDR` — rdma-core's `rping` over the RDMA CM, over UDP.
@@ -30,6 +32,7 @@ mod perf_lat;
 mod perf_oob;
 mod pingmesh_cmd;
 mod pingpong_cmd;
+mod reproduce_cmd;
 mod rping_cmd;
 mod sim_cmd;
 mod switch_cmd;
@@ -65,6 +68,12 @@ enum Command {
     /// and 99th-percentile FCT with ratios to RoCE+PFC. Exit status 0 only if every flow of
     /// every run completed intact.
     Sim(sim_cmd::SimArgs),
+    /// Reproduce the whole evaluation (experiments/evaluation.toml): every experiment over
+    /// its seeds with one progress bar, resumable, then each experiment's JSON and figures
+    /// and a report of every claim (DIR/report/REPORT.md and report.html). `--quick` checks
+    /// every claim's direction at reduced scale. Exit status 0 only if every claim judged has
+    /// the verdict the evaluation records.
+    Reproduce(reproduce_cmd::ReproduceArgs),
     /// Put the slices of a sharded experiment (`irn sim FILE --shard I/N --json …`) back
     /// together: the JSON the whole experiment writes, its table, and optionally its plot.
     Merge(sim_cmd::MergeArgs),
@@ -138,6 +147,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
         Command::Rping(args) => rping_cmd::run(args).map(exit_code),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
+        Command::Reproduce(args) => reproduce_cmd::run(args).map(exit_code),
         Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
         Command::Drp(args) => drp_cmd::run(args).map(exit_code),
         Command::NicState(args) => nic_state_cmd::run(args).map(exit_code),

@@ -67,6 +67,28 @@ struct Row {
 }
 
 pub fn run(args: NicStateArgs) -> Result<bool> {
+    let rows = table(&args)?;
+    print_rows(&args, &rows);
+    write(&args, &rows)?;
+    Ok(true)
+}
+
+/// E13's table as `irn nic-state` computes it by default (10, 40 and 100 Gb/s, E0's 24 µs
+/// round trip, 1 KB MTU), written as JSON to `json` and drawn to `plot`.
+pub(crate) fn write_default(json: &Path, plot: &Path) -> Result<()> {
+    let args = NicStateArgs {
+        gbps: vec![10.0, 40.0, 100.0],
+        rtt_us: 24.0,
+        mtu: 1024,
+        qps: 10_000,
+        json: Some(json.to_path_buf()),
+        plot: Some(plot.to_path_buf()),
+    };
+    write(&args, &table(&args)?)
+}
+
+/// Every design at every rate of `args`.
+fn table(args: &NicStateArgs) -> Result<Vec<Row>> {
     if args.gbps.is_empty() || args.gbps.iter().any(|g| !(g.is_finite() && *g > 0.0)) {
         return Err(anyhow!("--gbps: positive link rates, e.g. 10,40,100"));
     }
@@ -99,6 +121,10 @@ pub fn run(args: NicStateArgs) -> Result<bool> {
             });
         }
     }
+    Ok(rows)
+}
+
+fn print_rows(args: &NicStateArgs, rows: &[Row]) {
     println!(
         "per-QP state each design adds to RoCE (bits), at a {} µs round trip and {}-byte MTU; \
          reference: mlx5 QP context = {MLX5_QPC_BITS} bits",
@@ -117,7 +143,7 @@ pub fn run(args: NicStateArgs) -> Result<bool> {
         "÷ QPC",
         format!("{} QPs", args.qps)
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<16} {:>6} {:>5} {:>8} {:>11} {:>9} {:>8} {:>7} {:>7.1}% {:>8.0} KiB",
             r.design,
@@ -132,6 +158,10 @@ pub fn run(args: NicStateArgs) -> Result<bool> {
             r.kib_for_qps
         );
     }
+}
+
+/// Writes the JSON and the figure `args` asks for.
+fn write(args: &NicStateArgs, rows: &[Row]) -> Result<()> {
     if let Some(path) = &args.json {
         let v = serde_json::json!({
             "rtt_us": args.rtt_us,
@@ -144,9 +174,9 @@ pub fn run(args: NicStateArgs) -> Result<bool> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.plot {
-        plot(path, &rows, &args.gbps)?;
+        plot(path, rows, &args.gbps)?;
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Grouped bars: per design, its added state ÷ the mlx5 QP context at each link rate.
@@ -189,7 +219,18 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
         .step_by(2)
         .copied()
         .collect();
+    let centred = |size: i32| {
+        ("sans-serif", size)
+            .into_font()
+            .color(&BLACK)
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Bottom,
+            ))
+    };
     for (di, d) in designs.iter().enumerate() {
+        // Bars cut at the top share one label over the group: their value, or range.
+        let mut cut: Vec<f64> = Vec::new();
         for (gi, g) in rates.iter().enumerate() {
             let Some(r) = rows.iter().find(|r| r.design == *d && r.gbps == *g) else {
                 continue;
@@ -200,12 +241,33 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
             chart
                 .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, h)], color.filled())])
                 .map_err(|e| anyhow!("{e}"))?;
-            let cut = if h < r.pct_of_mlx5_qpc { "↑" } else { "" };
+            if h < r.pct_of_mlx5_qpc {
+                cut.push(r.pct_of_mlx5_qpc);
+                continue;
+            }
             chart
                 .draw_series([Text::new(
-                    format!("{:.0}{cut}", r.pct_of_mlx5_qpc),
-                    (x0, h + ymax * 0.012),
-                    ("sans-serif", 9).into_font(),
+                    format!("{:.0}", r.pct_of_mlx5_qpc),
+                    (x0 + 0.45, h + ymax * 0.01),
+                    centred(9),
+                )])
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        if !cut.is_empty() {
+            let (lo, hi) = cut
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(a, b), &v| (a.min(v), b.max(v)));
+            let label = if lo.round() == hi.round() {
+                format!("{lo:.0} ↑")
+            } else {
+                format!("{lo:.0}–{hi:.0} ↑")
+            };
+            let centre = (di * group) as f64 + 0.5 + rates.len() as f64 / 2.0 - 0.05;
+            chart
+                .draw_series([Text::new(
+                    label,
+                    (centre, top * 1.05 + ymax * 0.01),
+                    centred(9),
                 )])
                 .map_err(|e| anyhow!("{e}"))?;
         }

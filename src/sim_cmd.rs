@@ -98,26 +98,55 @@ impl Figures {
         } else {
             print_table(&mut stdout.lock(), summaries, self.baseline.as_deref())?;
         }
-        if let Some(path) = &self.plot {
-            // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
-            if summaries.iter().all(|r| r.incast.is_some()) {
-                irn_report::plot::incast_plot(path, summaries).with_context(|| figure(path))?;
-            } else if summaries.iter().all(|r| !r.classes.is_empty()) {
-                // Traffic classes side by side: each class's own figures.
-                irn_report::plot::class_bars(path, summaries).with_context(|| figure(path))?;
-            } else {
-                irn_report::plot::bars(path, summaries, self.baseline.as_deref())
-                    .with_context(|| figure(path))?;
-            }
-        }
-        if let Some(path) = &self.tail_cdf {
-            irn_report::plot::tail_cdf(path, summaries).with_context(|| figure(path))?;
-        }
-        if let Some(path) = &self.ratio_plot {
-            irn_report::plot::ratio_plot(path, summaries).with_context(|| figure(path))?;
-        }
-        Ok(())
+        draw_figures(
+            summaries,
+            self.baseline.as_deref(),
+            &FigurePaths {
+                plot: self.plot.as_deref(),
+                tail_cdf: self.tail_cdf.as_deref(),
+                ratio_plot: self.ratio_plot.as_deref(),
+                timeline: None,
+            },
+        )
     }
+}
+
+/// Where an experiment's figures go (none drawn where `None`).
+#[derive(Default)]
+pub(crate) struct FigurePaths<'a> {
+    pub plot: Option<&'a Path>,
+    pub tail_cdf: Option<&'a Path>,
+    pub ratio_plot: Option<&'a Path>,
+    pub timeline: Option<&'a Path>,
+}
+
+/// Draws an experiment's figures from its runs, as `irn sim`'s flags of the same names do.
+pub(crate) fn draw_figures(
+    summaries: &[RunSummary],
+    baseline: Option<&str>,
+    paths: &FigurePaths<'_>,
+) -> Result<()> {
+    if let Some(path) = paths.plot {
+        // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
+        if summaries.iter().all(|r| r.incast.is_some()) {
+            irn_report::plot::incast_plot(path, summaries).with_context(|| figure(path))?;
+        } else if summaries.iter().all(|r| !r.classes.is_empty()) {
+            // Traffic classes side by side: each class's own figures.
+            irn_report::plot::class_bars(path, summaries).with_context(|| figure(path))?;
+        } else {
+            irn_report::plot::bars(path, summaries, baseline).with_context(|| figure(path))?;
+        }
+    }
+    if let Some(path) = paths.tail_cdf {
+        irn_report::plot::tail_cdf(path, summaries).with_context(|| figure(path))?;
+    }
+    if let Some(path) = paths.ratio_plot {
+        irn_report::plot::ratio_plot(path, summaries).with_context(|| figure(path))?;
+    }
+    if let Some(path) = paths.timeline {
+        irn_report::plot::timeline(path, summaries).with_context(|| figure(path))?;
+    }
+    Ok(())
 }
 
 /// A slice of an experiment's runs (`--shard I/N`).
@@ -130,7 +159,7 @@ pub struct Shard {
 }
 
 /// `--seeds N` or `--seeds a,b,c` as the TOML value of the experiment's `seeds` key.
-fn parse_seeds(s: &str) -> std::result::Result<String, String> {
+pub(crate) fn parse_seeds(s: &str) -> std::result::Result<String, String> {
     let bad = || format!("--seeds takes a count (3) or a list of seeds (1,4,9), not `{s}`");
     let parts: Vec<u64> = s
         .split(',')
@@ -278,7 +307,14 @@ pub fn run(args: SimArgs) -> Result<bool> {
     }
     args.figures.show(&summaries, false)?;
     if let Some(path) = &args.timeline {
-        irn_report::plot::timeline(path, &summaries).with_context(|| figure(path))?;
+        draw_figures(
+            &summaries,
+            None,
+            &FigurePaths {
+                timeline: Some(path),
+                ..FigurePaths::default()
+            },
+        )?;
     }
     // Success means every flow of every run completed intact.
     Ok(summaries
@@ -703,7 +739,7 @@ pub fn merge(args: MergeArgs) -> Result<bool> {
 /// Writes an experiment's JSON with one line per run (and per entry of every other list of
 /// objects): a run's per-port counters make it hundreds of lines when indented, and an
 /// experiment over seeds holds dozens of runs. Any JSON reader reads it alike.
-fn write_doc(path: &Path, doc: &serde_json::Value) -> Result<()> {
+pub(crate) fn write_doc(path: &Path, doc: &serde_json::Value) -> Result<()> {
     let mut f = std::io::BufWriter::new(
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
     );
@@ -740,7 +776,7 @@ fn write_doc(path: &Path, doc: &serde_json::Value) -> Result<()> {
 /// An experiment's JSON: `{"runs": [...]}`, and when some run was run over several seeds,
 /// `"over_seeds"`: each configuration's mean and range over its seeds
 /// ([`irn_report::seeds::SeedGroup`]).
-fn seeds_doc(summaries: &[RunSummary], baseline: Option<&str>) -> serde_json::Value {
+pub(crate) fn seeds_doc(summaries: &[RunSummary], baseline: Option<&str>) -> serde_json::Value {
     if irn_report::seeds::has_seeds(summaries) {
         let groups = irn_report::seeds::over_seeds(summaries, baseline);
         serde_json::json!({ "runs": summaries, "over_seeds": groups })

@@ -12,8 +12,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod claims;
 pub mod drp;
+pub mod evaluation;
+pub mod figure;
 pub mod plot;
+pub mod report;
 pub mod seeds;
 
 /// A figure could not be drawn.
