@@ -193,15 +193,16 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
         .filter(|&v| v <= 100.0)
         .fold(10.0f64, f64::max);
     let ymax = top * 1.15;
-    let root = SVGBackend::new(path, (980, 420)).into_drawing_area();
+    // Two columns wide; the rates' key above the chart.
+    let root = SVGBackend::new(path, (1050, 450)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
+    let (key, body) = root.split_vertically(30);
+    let mut chart = ChartBuilder::on(&body)
         .caption(
             "per-QP state added to RoCE, % of an mlx5 QP context (1 856 bits; ↑: cut)",
             ("sans-serif", 16),
         )
         .margin(12)
-        .margin_right(130)
         .x_label_area_size(40)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..width, 0.0..ymax)
@@ -219,13 +220,22 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
         .step_by(2)
         .copied()
         .collect();
-    let centred = |size: i32| {
+    let above = |size: i32| {
         ("sans-serif", size)
             .into_font()
             .color(&BLACK)
             .pos(plotters::style::text_anchor::Pos::new(
                 plotters::style::text_anchor::HPos::Center,
                 plotters::style::text_anchor::VPos::Bottom,
+            ))
+    };
+    let centred = |size: i32| {
+        ("sans-serif", size)
+            .into_font()
+            .color(&BLACK)
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Top,
             ))
     };
     for (di, d) in designs.iter().enumerate() {
@@ -249,7 +259,7 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
                 .draw_series([Text::new(
                     format!("{:.0}", r.pct_of_mlx5_qpc),
                     (x0 + 0.45, h + ymax * 0.01),
-                    centred(9),
+                    above(9),
                 )])
                 .map_err(|e| anyhow!("{e}"))?;
         }
@@ -267,31 +277,25 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
                 .draw_series([Text::new(
                     label,
                     (centre, top * 1.05 + ymax * 0.01),
-                    centred(9),
+                    above(9),
                 )])
                 .map_err(|e| anyhow!("{e}"))?;
         }
         let centre = (di * group) as f64 + 0.5 + rates.len() as f64 / 2.0;
         let (x, y) = chart.backend_coord(&(centre, 0.0));
-        let w = 6 * d.len() as i32 / 2;
-        root.draw(&Text::new(
-            d.to_string(),
-            (x - w, y + 8),
-            ("sans-serif", 11).into_font().color(&BLACK),
-        ))
-        .map_err(|e| anyhow!("{e}"))?;
+        body.draw(&Text::new(d.to_string(), (x, y + 8), centred(11)))
+            .map_err(|e| anyhow!("{e}"))?;
     }
-    let (right, top) = chart.backend_coord(&(width, ymax));
     for (gi, g) in rates.iter().enumerate() {
-        let y = top + 8 + 18 * gi as i32;
-        root.draw(&Rectangle::new(
-            [(right + 14, y), (right + 26, y + 12)],
+        let x = 70 + 120 * gi as i32;
+        key.draw(&Rectangle::new(
+            [(x, 10), (x + 12, 22)],
             colors[gi % colors.len()].filled(),
         ))
         .map_err(|e| anyhow!("{e}"))?;
-        root.draw(&Text::new(
+        key.draw(&Text::new(
             format!("{g} Gb/s"),
-            (right + 32, y),
+            (x + 18, 10),
             ("sans-serif", 12).into_font().color(&BLACK),
         ))
         .map_err(|e| anyhow!("{e}"))?;

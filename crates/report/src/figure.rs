@@ -36,10 +36,69 @@ pub fn transport_colour(name: &str) -> RGBColor {
         ("RoCE", RGBColor(213, 94, 0)),
         ("IRN", RGBColor(0, 114, 178)),
     ];
+    // A family counts where it begins a word of the name (`lossy, IRN`, `IRN+AIMD`), not
+    // inside one (`DCTCP` is no TCP).
+    let begins_word = |family: &str| {
+        name.match_indices(family).any(|(at, _)| {
+            name[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| matches!(c, ' ' | ',' | '(' | '/'))
+        })
+    };
     FAMILIES
         .iter()
-        .find(|(family, _)| name.contains(family))
+        .find(|(family, _)| begins_word(family))
         .map_or(RGBColor(90, 90, 90), |&(_, c)| c)
+}
+
+/// One colour per run of a figure: each run its transport's ([`transport_colour`]), so that a
+/// transport is the same colour in every figure; a second run of a transport already drawn
+/// (IRN and IRN without BDP-FC) a shade of it, lighter then darker; a run of no known
+/// transport a colour of the fallback palette no transport uses.
+pub fn colours_for<S: AsRef<str>>(names: &[S]) -> Vec<RGBColor> {
+    const OTHERS: [RGBColor; 6] = [
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(23, 190, 207),
+        RGBColor(188, 189, 34),
+        RGBColor(127, 127, 127),
+        RGBColor(227, 119, 194),
+    ];
+    let unknown = RGBColor(90, 90, 90);
+    let shade = |c: RGBColor, k: usize| -> RGBColor {
+        // 1: 45 % towards white; 2: 35 % towards black; 3: 70 % towards white; then again.
+        let (towards, t) = match k % 3 {
+            1 => (255.0, 0.45),
+            2 => (0.0, 0.35),
+            _ => (255.0, 0.7),
+        };
+        let mix = |x: u8| (f64::from(x) + (towards - f64::from(x)) * t).round() as u8;
+        RGBColor(mix(c.0), mix(c.1), mix(c.2))
+    };
+    let mut used: Vec<(RGBColor, usize)> = Vec::new();
+    let mut others = 0;
+    names
+        .iter()
+        .map(|n| {
+            let base = transport_colour(n.as_ref());
+            if base == unknown {
+                let c = OTHERS[others % OTHERS.len()];
+                others += 1;
+                return c;
+            }
+            match used.iter_mut().find(|(c, _)| *c == base) {
+                Some((_, k)) => {
+                    *k += 1;
+                    shade(base, *k)
+                }
+                None => {
+                    used.push((base, 0));
+                    base
+                }
+            }
+        })
+        .collect()
 }
 
 /// A metric key as a reader reads it (`avg_fct_us` → `avg FCT`,
@@ -97,6 +156,10 @@ pub struct ClaimFigure<'a> {
     pub within: Option<[f64; 2]>,
     /// The bars' colour (the measured run's transport).
     pub colour: RGBColor,
+    /// A colour per label down the side instead (one per run, [`colours_for`]), if given.
+    pub label_colours: Option<&'a [RGBColor]>,
+    /// What the dashed line is, in the key (`what the claim needs`).
+    pub threshold_words: &'a str,
 }
 
 /// Draws a claim's rows as horizontal bars at irn's mean with the seeds' range as a whisker,
@@ -156,7 +219,8 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
         (vec![(String::new(), fig.rows.iter().collect())], labels)
     };
     let font = 13u32;
-    let char_w = 0.56 * f64::from(font);
+    // What a glyph of the report's sans-serif takes on average (DejaVu Sans: digits 0.64 em).
+    let char_w = 0.62 * f64::from(font);
     let label_w =
         labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as f64 * char_w + 16.0;
     let width_in = if multiples || label_w > 0.4 * COLUMN_IN * SVG_PPI {
@@ -168,7 +232,32 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
     let row_h = 24u32;
     let n_rows = labels.len();
     let top = if multiples { 52 } else { 34 };
-    let h = top + row_h * n_rows as u32 + 36 + 40;
+    // The key under the axis, what the shading, the dashes and the grey are, laid out in
+    // lines that fit the width: (sample, words, x, line).
+    let mut items: Vec<(Key, String)> = Vec::new();
+    if fig.band.is_some() {
+        items.push((Key::Band, "the paper's band".into()));
+    }
+    if fig.threshold.is_some() || fig.within.is_some() {
+        items.push((Key::Dashes, fig.threshold_words.to_string()));
+    }
+    if fig.label_colours.is_none() && fig.rows.iter().any(|r| !r.held) {
+        items.push((Key::Words, "grey: a row that does not hold".into()));
+    }
+    let mut placed: Vec<(Key, String, i32, i32)> = Vec::new();
+    let (mut x, mut line) = (12i32, 0i32);
+    for (kind, words) in items {
+        let sample = if kind == Key::Words { 0 } else { 22 };
+        let width = sample + (words.chars().count() as f64 * char_w) as i32;
+        if x > 12 && x + width > w as i32 - 8 {
+            x = 12;
+            line += 1;
+        }
+        placed.push((kind, words, x, line));
+        x += width + 18;
+    }
+    let key_lines = placed.iter().map(|p| p.3 + 1).max().unwrap_or(0) as u32;
+    let h = top + row_h * n_rows as u32 + 36 + 20 + 20 * key_lines;
     // One value axis: from 0 (or the least value) to past the greatest, the band and the
     // threshold, with room for the value written right of each whisker.
     let mut lo = fig.rows.iter().map(|r| r.spread.min).fold(0.0f64, f64::min);
@@ -214,7 +303,12 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
     let mut key_at = (0, 0);
     for (pi, ((title, rows), area)) in panels.iter().zip(&areas).enumerate() {
         let mut builder = ChartBuilder::on(area);
-        builder.margin(6).x_label_area_size(36).y_label_area_size(0);
+        // Panels side by side keep their outer tick labels apart.
+        builder
+            .margin(6)
+            .margin_right(if multiples { 28 } else { 6 })
+            .x_label_area_size(36)
+            .y_label_area_size(0);
         if multiples {
             builder.caption(title, ("sans-serif", font));
         }
@@ -263,10 +357,10 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
             // Row 0 at the top.
             let y = n - i as f64 - 0.5;
             let Spread { mean, min, max } = row.spread;
-            let colour = if row.held {
-                fig.colour
-            } else {
-                RGBColor(200, 200, 200)
+            let colour = match fig.label_colours.and_then(|c| c.get(i)) {
+                Some(&c) => c,
+                None if row.held => fig.colour,
+                None => RGBColor(200, 200, 200),
             };
             chart
                 .draw_series([Rectangle::new(
@@ -290,8 +384,19 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
                     .map_err(draw)?;
             }
             let (px, py) = chart.backend_coord(&(max.max(mean), y));
+            // On white, so that a dashed line under it does not strike it through.
+            let value = format_value(mean);
+            let text_w = (value.chars().count() as f64 * 0.62 * f64::from(font)) as i32;
+            root.draw(&Rectangle::new(
+                [
+                    (px + 3, py - font as i32 / 2),
+                    (px + 7 + text_w, py + font as i32 / 2),
+                ],
+                WHITE.filled(),
+            ))
+            .map_err(draw)?;
             root.draw(&Text::new(
-                format_value(mean),
+                value,
                 (px + 5, py - font as i32 / 2),
                 style.clone(),
             ))
@@ -313,52 +418,45 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
             key_at = chart.backend_coord(&(x0, 0.0));
         }
     }
-    // The key, under the axis: what the shading and the dashes are.
-    let (left, bottom) = key_at;
-    let key_y = bottom + 48;
-    let mut x = left;
-    if fig.band.is_some() {
-        root.draw(&Rectangle::new(
-            [(x, key_y - 5), (x + 16, key_y + 5)],
-            RGBColor(120, 200, 120).mix(0.25).filled(),
-        ))
-        .map_err(draw)?;
-        let words = "the paper's band";
-        root.draw(&Text::new(
-            words,
-            (x + 22, key_y - font as i32 / 2),
-            style.clone(),
-        ))
-        .map_err(draw)?;
-        x += 22 + (words.chars().count() as f64 * char_w) as i32 + 18;
-    }
-    if fig.threshold.is_some() || fig.within.is_some() {
-        for i in 0..3 {
-            root.draw(&PathElement::new(
-                vec![(x + 6 * i, key_y), (x + 6 * i + 3, key_y)],
-                BLACK.stroke_width(1),
-            ))
-            .map_err(draw)?;
+    // The key, under the axis.
+    let bottom = key_at.1;
+    for (kind, words, x, line) in placed {
+        let y = bottom + 48 + 20 * line;
+        match kind {
+            Key::Band => root
+                .draw(&Rectangle::new(
+                    [(x, y - 5), (x + 16, y + 5)],
+                    RGBColor(120, 200, 120).mix(0.25).filled(),
+                ))
+                .map_err(draw)?,
+            Key::Dashes => {
+                for i in 0..3 {
+                    root.draw(&PathElement::new(
+                        vec![(x + 6 * i, y), (x + 6 * i + 3, y)],
+                        BLACK.stroke_width(1),
+                    ))
+                    .map_err(draw)?;
+                }
+            }
+            Key::Words => {}
         }
-        root.draw(&Text::new(
-            "what the claim needs",
-            (x + 22, key_y - font as i32 / 2),
-            style.clone(),
-        ))
-        .map_err(draw)?;
-        x += 22 + (20.0 * char_w) as i32 + 18;
-    }
-    let grey = "grey: a row that does not hold";
-    if fig.rows.iter().any(|r| !r.held) {
-        root.draw(&Text::new(
-            grey,
-            (x, key_y - font as i32 / 2),
-            style.clone(),
-        ))
-        .map_err(draw)?;
+        let at = if kind == Key::Words { x } else { x + 22 };
+        root.draw(&Text::new(words, (at, y - font as i32 / 2), style.clone()))
+            .map_err(draw)?;
     }
     root.present().map_err(draw)?;
     Ok(())
+}
+
+/// An entry of a claim figure's key: its sample, then its words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    /// A patch of the paper's band.
+    Band,
+    /// A dashed line.
+    Dashes,
+    /// Words alone.
+    Words,
 }
 
 /// A measure as the figure writes it: two decimals, fewer digits for large values.
@@ -472,7 +570,7 @@ pub fn text_boxes(svg: &str) -> Vec<TextBox> {
         let Some(close) = rest.find("</text>") else {
             break;
         };
-        let body = unescape(&rest[tag_end + 1..close]);
+        let body = unescape(&rest[tag_end + 1..close]).trim().to_string();
         rest = &rest[close..];
         let attr = |name: &str| -> Option<&str> {
             let key = format!(" {name}=\"");
@@ -556,6 +654,24 @@ mod tests {
             transport_colour("IRN DCQCN")
         );
         assert_ne!(transport_colour("Resilient RoCE"), transport_colour("RoCE"));
+        // A congestion controller's name is no transport.
+        assert_eq!(transport_colour("IRN DCTCP"), transport_colour("IRN"));
+        assert_eq!(transport_colour("RoCE DCTCP"), transport_colour("RoCE"));
+        assert_eq!(transport_colour("lossy, IRN"), transport_colour("IRN"));
+        assert_eq!(transport_colour("TCP rwnd=BDP"), transport_colour("TCP"));
+    }
+
+    #[test]
+    fn runs_of_one_transport_get_shades_of_its_colour_and_others_their_own() {
+        let c = colours_for(&["IRN", "IRN no BDP-FC", "RoCE+PFC", "IRN go-back-N", "weird"]);
+        assert_eq!(c[0], transport_colour("IRN"));
+        assert_eq!(c[2], transport_colour("RoCE+PFC"));
+        assert_ne!(c[1], c[0]);
+        assert_ne!(c[3], c[1]);
+        assert_ne!(c[4], c[0]);
+        let mut all = c.clone();
+        all.dedup();
+        assert_eq!(all.len(), 5, "five runs, five colours");
     }
 
     #[test]
@@ -578,6 +694,8 @@ mod tests {
                 threshold: Some(1.0),
                 within: None,
                 colour: transport_colour("RoCE+PFC"),
+                label_colours: None,
+                threshold_words: "what the claim needs",
             },
         )
         .expect("drawn");

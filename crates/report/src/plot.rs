@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use irn_sim::metrics::{ClassReport, RunSummary};
+use irn_sim::metrics::{ClassReport, FlowStats, RunSummary};
 
 use crate::{draw, PlotError, Result};
 
@@ -115,6 +115,9 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
         vec![groups.iter().map(Vec::as_slice).collect()]
     };
     let widest = panels.iter().map(Vec::len).max().unwrap_or(1);
+    if panels.len() == 1 && widest > 6 {
+        return bars_across(path, runs, &panels[0], baseline);
+    }
     let legend_w = 40
         + 8 * groups
             .iter()
@@ -133,6 +136,69 @@ pub fn bars(path: &Path, runs: &[RunSummary], baseline: Option<&str>) -> Result<
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// [`bars`] for more runs than a column holds side by side (T8's thirteen, spraying's
+/// twelve): small multiples two columns wide, one panel per metric, the runs down the side
+/// in their transports' colours, each bar the seeds' mean ratio with their range.
+fn bars_across(
+    path: &Path,
+    runs: &[RunSummary],
+    groups: &[&[&RunSummary]],
+    baseline: Option<&str>,
+) -> Result<()> {
+    type Stat = (&'static str, fn(&FlowStats) -> f64);
+    let metrics: [Stat; 3] = [
+        ("avg_slowdown", |s| s.avg_slowdown),
+        ("avg_fct_us", |s| s.avg_fct_us),
+        ("p99_fct_us", |s| s.p99_fct_us),
+    ];
+    let mut rows = Vec::new();
+    let mut names = Vec::new();
+    for g in groups {
+        let name = crate::seeds::without_seed(&g[0].name);
+        for (key, f) in metrics {
+            let ratios: Vec<f64> = g
+                .iter()
+                .filter_map(|r| {
+                    let b = baseline_of(runs, r, baseline).unwrap_or(&runs[0]);
+                    let d = f(&b.all);
+                    (d > 0.0).then(|| f(&r.all) / d)
+                })
+                .collect();
+            if let Some(spread) = crate::seeds::Spread::of(&ratios) {
+                rows.push(crate::claims::Row {
+                    scenario: name.clone(),
+                    metric: key.to_string(),
+                    spread,
+                    seeds: ratios.len(),
+                    held: true,
+                    every_seed: true,
+                });
+            }
+        }
+        names.push(name);
+    }
+    let label = match baseline {
+        Some(n) => n.to_string(),
+        None => baseline_label(runs, None).unwrap_or_else(|| runs[0].name.clone()),
+    };
+    let title = format!("each run ÷ {label} (below 1: better than it); seeds' mean and range");
+    let colours = crate::figure::colours_for(&names);
+    crate::figure::claim_figure(
+        path,
+        &crate::figure::ClaimFigure {
+            title: &title,
+            axis: "ratio",
+            rows: &rows,
+            band: None,
+            threshold: Some(1.0),
+            within: None,
+            colour: BLACK,
+            label_colours: Some(&colours),
+            threshold_words: "the baseline",
+        },
+    )
+}
 
 /// One panel of [`bars`]: `panel`'s runs (each a group of seeds), their ratios to their
 /// baselines among `runs`.
@@ -198,8 +264,14 @@ fn bar_panel(
         .build_cartesian_2d(0.0..width, 0.0..ymax)
         .map_err(draw)?;
     ratio_mesh(&mut chart)?;
+    let palette = crate::figure::colours_for(
+        &panel
+            .iter()
+            .map(|g| crate::seeds::without_seed(&g[0].name))
+            .collect::<Vec<_>>(),
+    );
     for (ri, g) in panel.iter().enumerate() {
-        let color = COLORS[(2 * ri) % COLORS.len()];
+        let color = palette[ri];
         for (mi, (_, f)) in metrics.iter().enumerate() {
             let (v, lo, hi) = spread(g, *f);
             let x0 = (mi * group + ri) as f64 + 0.5;
@@ -209,13 +281,13 @@ fn bar_panel(
             if hi > lo {
                 whisker(&mut chart, x0 + 0.45, lo, hi)?;
             }
-            chart
-                .draw_series([Text::new(
-                    format!("{v:.2}"),
-                    (x0, hi.max(v) + ymax * 0.015),
-                    ("sans-serif", 10).into_font(),
-                )])
-                .map_err(draw)?;
+            value_label(
+                &mut chart,
+                (x0 + 0.45, hi.max(v)),
+                format!("{v:.2}"),
+                10,
+                Some(1.0),
+            )?;
         }
         // The legend, right of the plotting area.
         let (right, top) = chart.backend_coord(&(width, ymax));
@@ -242,13 +314,8 @@ fn bar_panel(
     for (mi, (name, _)) in metrics.iter().enumerate() {
         let centre = (mi * group) as f64 + 0.5 + n as f64 / 2.0;
         let (x, y) = chart.backend_coord(&(centre, 0.0));
-        let w = 7 * name.len() as i32 / 2;
-        root.draw(&Text::new(
-            name.to_string(),
-            (x - w, y + 8),
-            ("sans-serif", 13).into_font().color(&BLACK),
-        ))
-        .map_err(draw)?;
+        root.draw(&Text::new(name.to_string(), (x, y + 8), centred(13)))
+            .map_err(draw)?;
     }
     Ok(())
 }
@@ -331,13 +398,7 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 } else {
                     format!("{v:.2}")
                 };
-                chart
-                    .draw_series([Text::new(
-                        label,
-                        (x0 - 0.1, sp.max + ymax * 0.02),
-                        ("sans-serif", 9).into_font(),
-                    )])
-                    .map_err(draw)?;
+                value_label(&mut chart, (x0 + 0.45, sp.max.max(v)), label, 9, None)?;
             }
             // The run's name under its group, wrapped at its comma.
             let centre = (ri * per_group) as f64 + per_group as f64 / 2.0;
@@ -346,11 +407,10 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 .split(", ")
                 .enumerate()
             {
-                let w = 3 * line.chars().count() as i32;
                 root.draw(&Text::new(
                     line.to_string(),
-                    (x - w, y + 6 + 13 * li as i32),
-                    ("sans-serif", 11).into_font().color(&BLACK),
+                    (x, y + 6 + 13 * li as i32),
+                    centred(11),
                 ))
                 .map_err(draw)?;
             }
@@ -380,6 +440,7 @@ fn ratio_mesh(chart: &mut Chart<'_>) -> Result<()> {
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(1)
         .x_labels(0)
         .y_desc("ratio")
         .draw()
@@ -398,6 +459,52 @@ fn whisker(chart: &mut Chart<'_>, x: f64, lo: f64, hi: f64) -> Result<()> {
         )])
         .map_err(draw)?;
     Ok(())
+}
+
+/// A bar's value, centred over `x` just above `top` (its bar's or whisker's end); where it
+/// would sit across the chart's `reference` line, it is lifted clear above it.
+fn value_label(
+    chart: &mut Chart<'_>,
+    (x, top): (f64, f64),
+    text: String,
+    size: u32,
+    reference: Option<f64>,
+) -> Result<()> {
+    let (_, y0) = chart.backend_coord(&(x, 0.0));
+    let (_, y1) = chart.backend_coord(&(x, 1.0));
+    // (one data unit in pixels: the y axis starts at 0 in every chart drawn here)
+    // Data units per pixel, from the axis's scale.
+    let per_px = 1.0 / f64::from((y0 - y1).max(1));
+    let pad = 3.0 * per_px;
+    let height = f64::from(size) * 1.2 * per_px;
+    let mut y = top + pad;
+    if let Some(r) = reference.filter(|r| y < r + pad && y + height > r - pad) {
+        y = r + pad;
+    }
+    chart
+        .draw_series([Text::new(
+            text,
+            (x, y),
+            ("sans-serif", size).into_font().color(&BLACK).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Bottom,
+                ),
+            ),
+        )])
+        .map_err(draw)?;
+    Ok(())
+}
+
+/// Text centred on `at` (pixels), for names under groups of bars.
+fn centred(size: u32) -> TextStyle<'static> {
+    ("sans-serif", size)
+        .into_font()
+        .color(&BLACK)
+        .pos(plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Center,
+            plotters::style::text_anchor::VPos::Top,
+        ))
 }
 
 /// The runs' legend, upper right.
@@ -458,13 +565,46 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
         .flat_map(|r| r.timeline.iter().map(|p| p.t_ms))
         .fold(0.0f64, f64::max)
         .max(1e-3);
+    // Two columns wide; the key above the panels, outside the data, two runs a line.
+    let names: Vec<String> = runs
+        .iter()
+        .map(|r| crate::seeds::without_seed(&r.name))
+        .collect();
     let dead = runs
         .iter()
         .any(|r| !r.safety.sent_to_failed_per_ms.is_empty());
+    // With a dead host, each run's total sent to it in the key.
+    let labels: Vec<String> = names
+        .iter()
+        .zip(runs)
+        .map(|(name, r)| {
+            if dead {
+                format!(
+                    "{name}: {} packets to failed hosts",
+                    thousands(r.safety.counts.sent_to_failed_packets)
+                )
+            } else {
+                name.clone()
+            }
+        })
+        .collect();
+    // Two a line when they fit in half the width (13 px text, 0.62 em a glyph).
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let columns = if longest as f64 * 13.0 * 0.62 < 400.0 {
+        2
+    } else {
+        1
+    };
+    let key_h = 14 + 22 * names.len().div_ceil(columns) as u32;
     let rows = if dead { 4 } else { 3 };
-    let root = SVGBackend::new(path, (900, rows * 260)).into_drawing_area();
+    let root = SVGBackend::new(path, (1050, key_h + rows * 230)).into_drawing_area();
     root.fill(&WHITE).map_err(draw)?;
-    let areas = root.split_evenly((rows as usize, 1));
+    let (key, plots) = root.split_vertically(key_h);
+    let areas = plots.split_evenly((rows as usize, 1));
+    let palette = crate::figure::colours_for(&names);
+    // Runs that draw the same line stay apart: each a width narrower than the one before
+    // (the first widest, underneath), and a marker of its own every few samples.
+    let width_of = |ri: usize| (2 + runs.len() - 1 - ri) as u32;
     for (area, (label, f)) in areas.iter().zip(panels) {
         let y_max = runs
             .iter()
@@ -480,37 +620,150 @@ pub fn timeline(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .map_err(draw)?;
         chart
             .configure_mesh()
+            .max_light_lines(1)
             .x_desc("simulated time (ms)")
             .y_desc(label)
+            .y_label_formatter(&|v| compact(*v))
+            .x_label_formatter(&|v| compact(*v))
             .draw()
             .map_err(draw)?;
         for (ri, r) in runs.iter().enumerate() {
-            let color = COLORS[(2 * ri) % COLORS.len()];
+            let color = palette[ri];
+            let points: Vec<(f64, f64)> = r.timeline.iter().map(|p| (p.t_ms, f(p))).collect();
             chart
                 .draw_series(LineSeries::new(
-                    r.timeline.iter().map(|p| (p.t_ms, f(p))),
-                    color.stroke_width(2),
+                    points.iter().copied(),
+                    color.stroke_width(width_of(ri)),
                 ))
-                .map_err(draw)?
-                .label(r.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
-                });
+                .map_err(draw)?;
+            let every = (points.len() / 12).max(1);
+            let offset = (ri * every / runs.len().max(1)).min(points.len().saturating_sub(1));
+            let sampled = points.iter().skip(offset).step_by(every).copied().collect();
+            markers(&mut chart, ri, sampled, color)?;
         }
-        legend(&mut chart)?;
+    }
+    for (ri, name) in labels.into_iter().enumerate() {
+        let (x, y) = (
+            80 + 480 * (ri % columns) as i32,
+            14 + 22 * (ri / columns) as i32,
+        );
+        key.draw(&PathElement::new(
+            vec![(x, y), (x + 28, y)],
+            palette[ri].stroke_width(width_of(ri)),
+        ))
+        .map_err(draw)?;
+        key_marker(&key, ri, (x + 14, y), palette[ri])?;
+        key.draw(&Text::new(
+            name,
+            (x + 36, y),
+            ("sans-serif", 13).into_font().color(&BLACK).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Center,
+                ),
+            ),
+        ))
+        .map_err(draw)?;
     }
     if dead {
-        sent_to_failed(&areas[3], runs, t_max)?;
+        sent_to_failed(&areas[3], runs, t_max, &palette, &width_of)?;
     }
     root.present().map_err(draw)?;
     Ok(())
 }
 
+/// The markers of the `ri`th run of a line figure at `points`: circles, triangles, crosses or
+/// squares, in turn (filled the first time round, hollow after).
+fn markers(
+    chart: &mut Chart<'_>,
+    ri: usize,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+) -> Result<()> {
+    let style = if ri < 4 {
+        color.filled()
+    } else {
+        color.stroke_width(2)
+    };
+    let drawn = match ri % 4 {
+        0 => chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, style))),
+        1 => chart.draw_series(points.into_iter().map(|p| TriangleMarker::new(p, 5, style))),
+        2 => chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| Cross::new(p, 4, color.stroke_width(2))),
+        ),
+        _ => chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], style)),
+        ),
+    };
+    drawn.map(|_| ()).map_err(draw)
+}
+
+/// The key's sample of the `ri`th run's marker, at pixel `at` of `area`.
+fn key_marker(area: &Area<'_>, ri: usize, at: (i32, i32), color: RGBColor) -> Result<()> {
+    let style = if ri < 4 {
+        color.filled()
+    } else {
+        color.stroke_width(2)
+    };
+    match ri % 4 {
+        0 => area.draw(&Circle::new(at, 4, style)),
+        1 => area.draw(&TriangleMarker::new(at, 5, style)),
+        2 => area.draw(&Cross::new(at, 4, color.stroke_width(2))),
+        _ => area.draw(&Rectangle::new(
+            [(at.0 - 4, at.1 - 4), (at.0 + 4, at.1 + 4)],
+            style,
+        )),
+    }
+    .map_err(draw)
+}
+
+/// An axis value in few characters: 8 M, 250 k, 0.5.
+fn compact(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{} M", trim(v / 1e6))
+    } else if a >= 1e4 {
+        format!("{} k", trim(v / 1e3))
+    } else {
+        trim(v)
+    }
+}
+
+/// A count with its thousands apart: 7 963 210.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A number with at most two decimals and no trailing zeros.
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
 /// The timeline's panel of packets sent to failed hosts, cumulative per millisecond, log scale.
-fn sent_to_failed<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
+fn sent_to_failed(
+    area: &Area<'_>,
     runs: &[RunSummary],
     t_max: f64,
+    palette: &[RGBColor],
+    width_of: &dyn Fn(usize) -> u32,
 ) -> Result<()> {
     let cumulative = |r: &RunSummary| -> Vec<(f64, f64)> {
         let mut sum = 0u64;
@@ -539,27 +792,21 @@ fn sent_to_failed<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("simulated time (ms)")
         .y_desc("packets sent to failed hosts")
-        .y_label_formatter(&|v| format!("{v:.0e}"))
+        .y_label_formatter(&|v| compact(*v))
+        .x_label_formatter(&|v| compact(*v))
         .draw()
         .map_err(draw)?;
     for (ri, r) in runs.iter().enumerate() {
-        let color = COLORS[(2 * ri) % COLORS.len()];
+        let color = palette[ri];
         let points: Vec<(f64, f64)> = cumulative(r).into_iter().filter(|p| p.1 >= 1.0).collect();
         if points.is_empty() {
             continue;
         }
         chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(draw)?
-            .label(format!(
-                "{}: {} packets",
-                r.name, r.safety.counts.sent_to_failed_packets
-            ))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
-            });
+            .draw_series(LineSeries::new(points, color.stroke_width(width_of(ri))))
+            .map_err(draw)?;
     }
-    legend_at(&mut chart, SeriesLabelPosition::LowerRight)
+    Ok(())
 }
 
 /// The tail of single-packet flows' FCTs (IRN §4.3's figure, SPEC E7): one panel per
@@ -573,9 +820,12 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
     for r in runs {
         note(&mut ccs, r.cc.as_str());
     }
-    let root = SVGBackend::new(path, (420 * ccs.len() as u32, 420)).into_drawing_area();
+    // Two columns wide whatever the number of controllers; the key under the panels.
+    let root = SVGBackend::new(path, (1050, 440)).into_drawing_area();
     root.fill(&WHITE).map_err(draw)?;
-    for (area, cc) in root.split_evenly((1, ccs.len())).iter().zip(&ccs) {
+    let (plots, key) = root.split_vertically(400);
+    let mut keyed: Vec<(String, RGBColor)> = Vec::new();
+    for (area, cc) in plots.split_evenly((1, ccs.len())).iter().zip(&ccs) {
         // Each controller's own scale: their tails differ by an order of magnitude.
         let x_max = runs
             .iter()
@@ -585,39 +835,66 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .max(1.0)
             * 1.05;
         let mut chart = ChartBuilder::on(area)
-            .caption(format!("congestion control: {cc}"), ("sans-serif", 16))
+            .caption(format!("congestion control: {cc}"), ("sans-serif", 15))
             .margin(10)
             .x_label_area_size(40)
-            .y_label_area_size(55)
+            .y_label_area_size(50)
             .build_cartesian_2d(0.0..x_max, 90.0..100.0)
             .map_err(draw)?;
         chart
             .configure_mesh()
+            .max_light_lines(1)
+            .x_labels(5)
+            .x_label_formatter(&|v| compact(*v))
             .x_desc("FCT of single-packet flows (µs)")
             .y_desc("percentile")
             .draw()
             .map_err(draw)?;
         // One colour per run; a run over seeds draws a line per seed, its spread.
-        let mut names: Vec<String> = Vec::new();
+        let mut all: Vec<String> = Vec::new();
+        for r in runs.iter().filter(|r| r.cc == *cc) {
+            note(&mut all, crate::seeds::without_seed(&r.name));
+        }
+        let palette = crate::figure::colours_for(&all);
         for r in runs.iter().filter(|r| r.cc == *cc) {
             let name = crate::seeds::without_seed(&r.name);
-            let first = !names.contains(&name);
-            note(&mut names, name.clone());
-            let ri = names.iter().position(|n| *n == name).unwrap_or(0);
-            let color = COLORS[(2 * ri) % COLORS.len()];
-            let line = chart
+            let ri = all.iter().position(|n| *n == name).unwrap_or(0);
+            let color = palette[ri];
+            chart
                 .draw_series(LineSeries::new(
                     r.single_packet_tail.iter().map(|p| (p.fct_us, p.pct)),
                     color.stroke_width(2),
                 ))
                 .map_err(draw)?;
-            if first {
-                line.label(name).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2))
-                });
+            // The key names the transport, the panel the controller.
+            let family = name
+                .rsplit_once(' ')
+                .filter(|(_, last)| last.eq_ignore_ascii_case(cc))
+                .map_or(name.clone(), |(head, _)| head.to_string());
+            if !keyed.iter().any(|(n, _)| *n == family) {
+                keyed.push((family, color));
             }
         }
-        legend_at(&mut chart, SeriesLabelPosition::LowerRight)?;
+    }
+    let mut x = 60;
+    for (name, color) in &keyed {
+        key.draw(&PathElement::new(
+            vec![(x, 20), (x + 24, 20)],
+            color.stroke_width(3),
+        ))
+        .map_err(draw)?;
+        key.draw(&Text::new(
+            name.clone(),
+            (x + 30, 20),
+            ("sans-serif", 13).into_font().color(&BLACK).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Center,
+                ),
+            ),
+        ))
+        .map_err(draw)?;
+        x += 30 + (name.chars().count() as f64 * 8.5) as i32 + 30;
     }
     root.present().map_err(draw)?;
     Ok(())
@@ -733,8 +1010,9 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             .build_cartesian_2d(0.0..width, 0.0..ymax)
             .map_err(draw)?;
         ratio_mesh(&mut chart)?;
+        let palette = crate::figure::colours_for(&series);
         for (si, s) in series.iter().enumerate() {
-            let color = COLORS[(2 * si) % COLORS.len()];
+            let color = palette[si];
             for (pi, p) in points.iter().enumerate() {
                 let Some((mean, lo, hi)) = stat(s, p, m) else {
                     continue;
@@ -752,13 +1030,13 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     });
                 }
                 whisker(&mut chart, x0 + 0.45, lo, hi)?;
-                chart
-                    .draw_series([Text::new(
-                        format!("{mean:.2}"),
-                        (x0, hi + ymax * 0.02),
-                        ("sans-serif", 11).into_font(),
-                    )])
-                    .map_err(draw)?;
+                value_label(
+                    &mut chart,
+                    (x0 + 0.45, hi.max(mean)),
+                    format!("{mean:.2}"),
+                    11,
+                    Some(1.0),
+                )?;
             }
         }
         chart
@@ -821,6 +1099,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
         note(&mut ms, senders(r).unwrap_or(0));
     }
     ms.sort_unstable();
+    let palette = crate::figure::colours_for(&series);
     // The runs of a bar: one per seed.
     let find = |p: &str, s: &str, m: u32| -> Vec<&RunSummary> {
         runs.iter()
@@ -911,7 +1190,7 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     .iter()
                     .filter_map(|r| base_of(r).filter(|b| *b > 0.0).map(|b| rct(r) / b))
                     .collect();
-                let color = COLORS[(2 * si) % COLORS.len()];
+                let color = palette[si];
                 let x0 = (mi * group + si) as f64 + 0.5;
                 chart
                     .draw_series([Rectangle::new([(x0, 0.0), (x0 + 0.9, avg)], color.filled())])
@@ -921,30 +1200,19 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
                     Some(q) => format!("{:.2}", q.mean),
                     None => format!("{avg:.1}"),
                 };
-                chart
-                    .draw_series([Text::new(
-                        text,
-                        (x0, max + ymax * 0.015),
-                        ("sans-serif", 10).into_font(),
-                    )])
-                    .map_err(draw)?;
+                value_label(&mut chart, (x0 + 0.45, max.max(avg)), text, 10, None)?;
             }
             let centre = (mi * group) as f64 + 0.5 + series.len() as f64 * 0.45;
             let (x, y) = chart.backend_coord(&(centre, 0.0));
-            let label = format!("M = {m}");
-            root.draw(&Text::new(
-                label.clone(),
-                (x - 3 * label.len() as i32, y + 8),
-                ("sans-serif", 12).into_font().color(&BLACK),
-            ))
-            .map_err(draw)?;
+            root.draw(&Text::new(format!("M = {m}"), (x, y + 8), centred(12)))
+                .map_err(draw)?;
         }
     }
     for (si, s) in series.iter().enumerate() {
         let y = 40 + 18 * si as i32;
         key.draw(&Rectangle::new(
             [(10, y), (22, y + 12)],
-            COLORS[(2 * si) % COLORS.len()].filled(),
+            palette[si].filled(),
         ))
         .map_err(draw)?;
         key.draw(&Text::new(

@@ -85,8 +85,18 @@ fn the_timeline_adds_up_what_was_sent_to_a_dead_server() {
     let text = svg(&path);
     assert!(text.contains("packets sent to failed hosts"));
     for (r, n) in runs.iter().zip(&sent) {
+        // The count with its thousands apart.
+        let digits = n.to_string();
+        let grouped: String = digits
+            .chars()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                let gap = i > 0 && (digits.len() - i) % 3 == 0;
+                gap.then_some(' ').into_iter().chain([c])
+            })
+            .collect();
         assert!(
-            text.contains(&format!("{}: {n} packets", r.name)),
+            text.contains(&format!("{}: {grouped} packets to failed hosts", r.name)),
             "{} missing",
             r.name
         );
