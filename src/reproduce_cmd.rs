@@ -572,6 +572,8 @@ fn report(
                             .then_some(c.threshold),
                         within: c.within,
                         colour: transport_colour(c.of.as_deref().unwrap_or("IRN")),
+                        label_colours: None,
+                        threshold_words: "what the claim needs",
                     },
                 )
                 .with_context(|| format!("drawing {}", svg.display()))?;
@@ -629,11 +631,16 @@ fn report(
         .iter()
         .filter_map(|c| c.outcome.as_ref())
         .collect();
+    // Written last and whole (renamed into place): whoever waits for the report (a job that
+    // follows a Slurm array) reads it complete.
+    let claims = report_dir.join("claims.json");
+    let tmp = report_dir.join(format!(".claims.json.{}", std::process::id()));
     std::fs::write(
-        report_dir.join("claims.json"),
+        &tmp,
         serde_json::to_string_pretty(&serde_json::json!({ "claims": outcomes }))? + "\n",
     )
-    .with_context(|| format!("writing {}", report_dir.join("claims.json").display()))?;
+    .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &claims).with_context(|| format!("writing {}", claims.display()))?;
     print_summary(&report)?;
     eprintln!(
         "irn reproduce: report in {} (REPORT.md, report.html)",
@@ -804,14 +811,14 @@ fn write_slurm(args: &ReproduceArgs, script: &Path, selected: &[&Experiment]) ->
 # alone and a finished run is never made twice.
 #SBATCH --job-name=irn-reproduce
 #SBATCH --cpus-per-task=2
-#SBATCH --output=slurm-%A_%a.out
+#SBATCH --output={out}/slurm-%A_%a.out
 set -euo pipefail
 IRN={exe}
 ids=({ids})
 if [ -z "${{SLURM_ARRAY_TASK_ID:-}}" ]; then
     array=$(sbatch --parsable --array=0-$((${{#ids[@]}} - 1)) "$0")
     report=$(sbatch --parsable --dependency=afterok:"${{array%%;*}}" --job-name=irn-report \
-        --output=slurm-report-%j.out \
+        --output={out}/slurm-report-%j.out \
         --wrap "$IRN reproduce {common} --only {only} -q")
     echo "irn reproduce: array job $array, report job $report"
     exit 0
@@ -821,7 +828,7 @@ exec "$IRN" reproduce {common} --only "${{ids[$SLURM_ARRAY_TASK_ID]}}" \
 "#,
         cmd = command_line(),
         script = script.display(),
-        out = out.display(),
+        out = shell_quote(&out.display().to_string()),
         exe = shell_quote(&exe.display().to_string()),
         ids = ids.join(" "),
         common = common,

@@ -55,8 +55,8 @@ pub enum Verdict {
     HeldInPart {
         /// Rows that hold.
         held: usize,
-        /// Rows.
-        rows: usize,
+        /// Of how many.
+        of: usize,
     },
     /// No row does.
     NotHeld,
@@ -81,7 +81,7 @@ impl Verdict {
     pub fn words(&self) -> String {
         match self {
             Verdict::Held => "held".into(),
-            Verdict::HeldInPart { held, rows } => format!("held in {held} of {rows}"),
+            Verdict::HeldInPart { held, of } => format!("held in {held} of {of}"),
             Verdict::NotHeld => "not held".into(),
             Verdict::NotMeasured => "not measured".into(),
         }
@@ -155,7 +155,7 @@ pub fn judge(claim: &Claim, doc: &Value) -> Outcome {
         (_, 0) => Verdict::NotMeasured,
         (h, n) if h == n => Verdict::Held,
         (0, _) => Verdict::NotHeld,
-        (h, n) => Verdict::HeldInPart { held: h, rows: n },
+        (h, n) => Verdict::HeldInPart { held: h, of: n },
     };
     let size = claim.band.filter(|_| !rows.is_empty()).map(|[lo, hi]| {
         let (mut inside, mut below, mut above) = (0, 0, 0);
@@ -459,7 +459,15 @@ expect = "above""#;
             labels,
             ["load=0.3 · avg_slowdown", "load=0.9 · avg_slowdown"]
         );
-        assert_eq!(o.verdict, Verdict::HeldInPart { held: 1, rows: 2 });
+        assert_eq!(o.verdict, Verdict::HeldInPart { held: 1, of: 2 });
+        // The JSON keeps the rows a list beside the verdict's counts.
+        let json = serde_json::to_value(&o).expect("serializes");
+        assert_eq!(json["verdict"], "held-in-part");
+        assert_eq!(
+            (json["held"].clone(), json["of"].clone()),
+            (json!(1), json!(2))
+        );
+        assert_eq!(json["rows"].as_array().map(Vec::len), Some(2));
         let only = format!("{text}\nscenarios = [\"load=0.9\"]");
         assert_eq!(judge(&claim(&only), &doc).verdict, Verdict::Held);
         let none = text.replace("of = \"RoCE+PFC\"", "of = \"RoCE\"");
