@@ -1,7 +1,8 @@
 //! `scripts/slurm-sweep.sh` against a real single-node Slurm (Debian's slurm-wlm and munge,
 //! started by `scripts/slurm-local` in a state directory of its own): an experiment of six runs
 //! cut into four array tasks and merged by a dependent job gives the JSON of the unsharded run,
-//! wall times aside. Needs root (it installs and starts the daemons); without it the test says
+//! wall times aside; and `irn reproduce --slurm`'s job array (one task per experiment, the
+//! report after them) reports its claims. Needs root (it installs and starts the daemons); without it the test says
 //! why and skips — in CI (`CI=true`) that is a failure.
 
 use std::path::PathBuf;
@@ -90,6 +91,70 @@ fn a_slurm_job_array_of_shards_merges_into_the_unsharded_run() {
     let table = std::fs::read_to_string(swept.join("table.txt")).expect("table");
     assert!(table.contains("RoCE+PFC load=0.9"), "{table}");
     assert!(swept.join("results.svg").exists());
+
+    // `irn reproduce --slurm`: one array task per experiment sharing the cache, then the
+    // report as a job that waits for them.
+    let rep = dir.join("reproduce");
+    let script = dir.join("reproduce.sh");
+    let out = Command::new(irn_bin())
+        .args([
+            "reproduce",
+            "--quick",
+            "--only",
+            "N1,N3,E13",
+            "--evaluation",
+        ])
+        .arg(root().join("experiments/evaluation.toml"))
+        .arg("--out")
+        .arg(&rep)
+        .arg("--slurm")
+        .arg(&script)
+        .output()
+        .expect("irn reproduce runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("SLURM_CONF", &conf)
+        .output()
+        .expect("the script runs");
+    assert!(out.status.success(), "{}", text(&out));
+    // The report job writes claims.json last; read it once it parses whole.
+    let claims = rep.join("report/claims.json");
+    let parses = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while !parses(&claims) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let logs: Vec<String> = std::fs::read_dir(&rep)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("slurm-"))
+                .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    let claims = std::fs::read_to_string(&claims).unwrap_or_else(|e| {
+        panic!(
+            "no report after the array ({e}); logs:\n{}",
+            logs.join("\n")
+        )
+    });
+    let doc: serde_json::Value = serde_json::from_str(&claims).expect("claims.json");
+    let ids: Vec<&str> = doc["claims"]
+        .as_array()
+        .expect("claims")
+        .iter()
+        .filter(|c| c["verdict"] == "held")
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    for want in ["N1", "N1 PFC", "N3", "E13"] {
+        assert!(ids.contains(&want), "claim {want} held: {ids:?}");
+    }
     drop(_stop);
     let _ = std::fs::remove_dir_all(&dir);
 }

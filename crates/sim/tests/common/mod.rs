@@ -59,7 +59,7 @@ pub fn per_seed(experiment: &str, seeds: &[u64]) -> Vec<Vec<RunSummary>> {
         .flat_map(|&seed| {
             load_experiment(
                 experiment,
-                "directions",
+                "test experiment",
                 std::path::Path::new("."),
                 &[],
                 Some(seed),
