@@ -816,6 +816,7 @@ set -euo pipefail
 IRN={exe}
 ids=({ids})
 if [ -z "${{SLURM_ARRAY_TASK_ID:-}}" ]; then
+    mkdir -p {out}
     array=$(sbatch --parsable --array=0-$((${{#ids[@]}} - 1)) "$0")
     report=$(sbatch --parsable --dependency=afterok:"${{array%%;*}}" --job-name=irn-report \
         --output={out}/slurm-report-%j.out \
@@ -834,6 +835,7 @@ exec "$IRN" reproduce {common} --only "${{ids[$SLURM_ARRAY_TASK_ID]}}" \
         common = common,
         only = only.join(","),
     );
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     std::fs::write(script, text).with_context(|| format!("writing {}", script.display()))?;
     eprintln!(
         "irn reproduce: wrote {} ({} array task(s)); submit with: bash {}",
