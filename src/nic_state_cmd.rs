@@ -220,24 +220,9 @@ fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<()> {
         .step_by(2)
         .copied()
         .collect();
-    let above = |size: i32| {
-        ("sans-serif", size)
-            .into_font()
-            .color(&BLACK)
-            .pos(plotters::style::text_anchor::Pos::new(
-                plotters::style::text_anchor::HPos::Center,
-                plotters::style::text_anchor::VPos::Bottom,
-            ))
-    };
-    let centred = |size: i32| {
-        ("sans-serif", size)
-            .into_font()
-            .color(&BLACK)
-            .pos(plotters::style::text_anchor::Pos::new(
-                plotters::style::text_anchor::HPos::Center,
-                plotters::style::text_anchor::VPos::Top,
-            ))
-    };
+    use plotters::style::text_anchor::{HPos, VPos};
+    let above = |size| irn_report::plot::anchored(size, HPos::Center, VPos::Bottom);
+    let centred = |size| irn_report::plot::anchored(size, HPos::Center, VPos::Top);
     for (di, d) in designs.iter().enumerate() {
         // Bars cut at the top share one label over the group: their value, or range.
         let mut cut: Vec<f64> = Vec::new();

@@ -218,6 +218,14 @@ pub fn run(args: SimArgs) -> Result<bool> {
             PathBuf::from("."),
         ),
     };
+    if let Ok(t) = toml::from_str::<toml::Table>(&text) {
+        if t.contains_key("experiment") && t.contains_key("claim") {
+            bail!(
+                "{origin} is an evaluation (its experiments and claims), not an experiment: \
+                 run it with `irn reproduce --evaluation {origin}`"
+            );
+        }
+    }
     if irn_sim::drp::DrpExperiment::is_kind(&text) {
         if args.shard.is_some() {
             bail!("--shard: a dynamic-RDMA experiment ({origin}) runs as one piece");

@@ -485,26 +485,36 @@ fn value_label(
         .draw_series([Text::new(
             text,
             (x, y),
-            ("sans-serif", size).into_font().color(&BLACK).pos(
-                plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Center,
-                    plotters::style::text_anchor::VPos::Bottom,
-                ),
+            anchored(
+                size,
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Bottom,
             ),
         )])
         .map_err(draw)?;
     Ok(())
 }
 
-/// Text centred on `at` (pixels), for names under groups of bars.
-fn centred(size: u32) -> TextStyle<'static> {
+/// Black sans-serif text of `size` pixels whose point `(h, v)` is where it is drawn (centre and
+/// top: a name under its bar).
+pub fn anchored(
+    size: u32,
+    h: plotters::style::text_anchor::HPos,
+    v: plotters::style::text_anchor::VPos,
+) -> TextStyle<'static> {
     ("sans-serif", size)
         .into_font()
         .color(&BLACK)
-        .pos(plotters::style::text_anchor::Pos::new(
-            plotters::style::text_anchor::HPos::Center,
-            plotters::style::text_anchor::VPos::Top,
-        ))
+        .pos(plotters::style::text_anchor::Pos::new(h, v))
+}
+
+/// Text centred on its point and hanging from it, for names under groups of bars.
+fn centred(size: u32) -> TextStyle<'static> {
+    anchored(
+        size,
+        plotters::style::text_anchor::HPos::Center,
+        plotters::style::text_anchor::VPos::Top,
+    )
 }
 
 /// The runs' legend, upper right.
