@@ -50,9 +50,9 @@ pub struct NicStateArgs {
 }
 
 /// One row: a design at a link rate.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Row {
-    design: &'static str,
+    design: String,
     gbps: f64,
     bdp_packets: u32,
     bitmap_bits: u64,
@@ -87,6 +87,26 @@ pub(crate) fn write_default(json: &Path, plot: &Path) -> Result<()> {
     write(&args, &table(&args)?)
 }
 
+/// Draws E13's figure from a table `irn nic-state --json` wrote (`irn reproduce
+/// --report-only` judges that table, so draws it rather than computing another).
+pub(crate) fn draw_json(json: &Path, plot_path: &Path) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Table {
+        rows: Vec<Row>,
+    }
+    let text =
+        std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let table: Table = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not an `irn nic-state` table", json.display()))?;
+    let mut rates: Vec<f64> = Vec::new();
+    for r in &table.rows {
+        if !rates.contains(&r.gbps) {
+            rates.push(r.gbps);
+        }
+    }
+    plot(plot_path, &table.rows, &rates)
+}
+
 /// Every design at every rate of `args`.
 fn table(args: &NicStateArgs) -> Result<Vec<Row>> {
     if args.gbps.is_empty() || args.gbps.iter().any(|g| !(g.is_finite() && *g > 0.0)) {
@@ -108,7 +128,7 @@ fn table(args: &NicStateArgs) -> Result<Vec<Row>> {
             let st = cfg.nic_state(window);
             let total = st.total_bits();
             rows.push(Row {
-                design: mode.name(),
+                design: mode.name().to_string(),
                 gbps: g,
                 bdp_packets: bdp,
                 bitmap_bits: st.bitmap_bits,

@@ -55,8 +55,9 @@ pub struct ReproduceArgs {
     )]
     pub evaluation: PathBuf,
     /// Run nothing: make the figures and the report from the JSON already in DIR (with
-    /// `--out experiments`, the committed evaluation's).
-    #[arg(long, conflicts_with_all = ["quick", "seeds", "slurm"])]
+    /// `--out experiments`, the committed evaluation's; with `--quick`, a quick run's, whose
+    /// claims left out of `--quick` are not judged).
+    #[arg(long, conflicts_with_all = ["seeds", "slurm"])]
     pub report_only: bool,
     /// Run, write each experiment's JSON and figures, but no report (a Slurm array task).
     #[arg(long)]
@@ -131,12 +132,19 @@ fn run_experiments(
     std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
     let mut pending = Vec::new();
     let mut cached = 0usize;
+    // A run two experiments share (E1–E3's IRN is E5's) is made once.
+    let mut planned = std::collections::BTreeSet::new();
     for (i, p) in plans.iter().enumerate() {
+        if let Plan::Drp { key, .. } = p {
+            if cache.join(format!("{key}.json")).is_file() {
+                cached += 1;
+            }
+        }
         if let Plan::Sim { runs, keys } = p {
             for (config, key) in runs.iter().zip(keys) {
                 if cache.join(format!("{key}.json")).is_file() {
                     cached += 1;
-                } else {
+                } else if planned.insert(key.clone()) {
                     pending.push(Pending {
                         experiment: i,
                         config,
@@ -151,11 +159,18 @@ fn run_experiments(
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let simulated_ms: f64 = pending.iter().map(|p| horizon_us(p.config) / 1000.0).sum();
+    // E12's sweeps count as one run each (they run after the simulator's, bar of their own).
+    let sweeps = plans
+        .iter()
+        .filter(
+            |p| matches!(p, Plan::Drp { key, .. } if !cache.join(format!("{key}.json")).is_file()),
+        )
+        .count();
     eprintln!(
         "irn reproduce: {} experiment(s), {} run(s) to make ({simulated_ms:.0} ms simulated), \
          {cached} finished before{}",
         selected.len(),
-        pending.len(),
+        pending.len() + sweeps,
         estimate(args, eval, selected, &pending, jobs)
     );
     run_pending(args, &pending, &cache, jobs)?;
@@ -217,7 +232,7 @@ fn plan(args: &ReproduceArgs, eval: &Evaluation, e: &Experiment, binary: &str) -
             let keys = exp
                 .runs
                 .iter()
-                .map(|r| Ok(digest(binary, &serde_json::to_string(r)?)))
+                .map(|r| run_key(binary, r))
                 .collect::<Result<_>>()?;
             Ok(Plan::Sim {
                 runs: exp.runs,
@@ -337,11 +352,7 @@ fn run_pending(
         .with_context(|| format!("run '{}'", p.config.name))?;
         let before = shown[i].swap(w, Ordering::Relaxed);
         bar.inc(w.saturating_sub(before));
-        let path = cache.join(format!("{}.json", p.key));
-        let tmp = cache.join(format!("{}.json.tmp{}", p.key, std::process::id()));
-        std::fs::write(&tmp, serde_json::to_vec(&out.summary)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        cache_put(cache, &p.key, &serde_json::to_vec(&out.summary)?)?;
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
         let sim = simulated_us
             .fetch_add((out.summary.sim_time_ms * 1000.0) as u64, Ordering::Relaxed)
@@ -399,12 +410,12 @@ fn write_experiment(
                     bar.set_position((f * 1000.0) as u64);
                 });
                 bar.finish_and_clear();
-                std::fs::write(&path, serde_json::to_vec(&report)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                cache_put(cache, key, &serde_json::to_vec(&report)?)?;
             }
             let report: serde_json::Value = serde_json::from_slice(
                 &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
-            )?;
+            )
+            .with_context(|| format!("{}: not a dynamic-RDMA report", path.display()))?;
             std::fs::write(&json, serde_json::to_string_pretty(&report)? + "\n")
                 .with_context(|| format!("writing {}", json.display()))?;
         }
@@ -433,7 +444,12 @@ fn draw_experiment(args: &ReproduceArgs, _eval: &Evaluation, e: &Experiment) -> 
             let plot = plot
                 .clone()
                 .unwrap_or_else(|| args.out.join(format!("{}.svg", e.id)));
-            crate::nic_state_cmd::write_default(&json, &plot)?;
+            if args.report_only {
+                // The table in DIR is the one judged: drawn, not made again.
+                crate::nic_state_cmd::draw_json(&json, &plot)?;
+            } else {
+                crate::nic_state_cmd::write_default(&json, &plot)?;
+            }
         }
         Kind::DynamicRdma => {
             if let Some(p) = &plot {
@@ -471,6 +487,28 @@ fn to_png(svg: &Path) -> Result<PathBuf> {
     let width = print_width_in(svg).with_context(|| format!("reading {}", svg.display()))?;
     png(svg, &out, width).with_context(|| format!("rendering {}", out.display()))?;
     Ok(out)
+}
+
+/// Puts a finished run in the cache under `key`, whole or not at all: written to a file of
+/// this process and thread, then renamed into place (another task that made the same run
+/// may have put it there first; its copy is the same).
+fn cache_put(cache: &Path, key: &str, bytes: &[u8]) -> Result<()> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let path = cache.join(format!("{key}.json"));
+    let tmp = cache.join(format!(
+        ".{key}.{}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    match std::fs::rename(&tmp, &path) {
+        Ok(()) => Ok(()),
+        Err(_) if path.is_file() => {
+            let _ = std::fs::remove_file(&tmp);
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("writing {}", path.display())),
+    }
 }
 
 fn read_cached(path: &Path) -> Result<RunSummary> {
@@ -764,6 +802,36 @@ fn binary_digest() -> Result<String> {
     Ok(DIGEST.get_or_init(|| d).clone())
 }
 
+/// The cache key of a simulator run: the binary, the run's whole configuration, and the
+/// content of every file it names (a topology, a flow list, a size distribution), so that
+/// editing one of them makes the run again.
+fn run_key(binary: &str, run: &SimConfig) -> Result<String> {
+    let config = serde_json::to_value(run)?;
+    let mut text = serde_json::to_string(&config)?;
+    let mut files = Vec::new();
+    strings_of(&config, &mut files);
+    for name in files {
+        let path = run.resolve(Path::new(&name));
+        if path.is_file() {
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            text.push_str(&format!("\n{name}\n"));
+            text.push_str(&hex(&Sha256::digest(&bytes)));
+        }
+    }
+    Ok(digest(binary, &text))
+}
+
+/// Every string in a JSON value (a configuration's path-like values among them).
+fn strings_of(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) if !s.is_empty() => out.push(s.clone()),
+        serde_json::Value::Array(items) => items.iter().for_each(|i| strings_of(i, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|i| strings_of(i, out)),
+        _ => {}
+    }
+}
+
 /// The cache key of a run: the binary's digest and the run's whole configuration.
 fn digest(binary: &str, config: &str) -> String {
     let mut h = Sha256::new();
@@ -780,6 +848,9 @@ fn hex(bytes: &[u8]) -> String {
 /// Writes the Slurm script of `--slurm`: run as a script, it submits itself as a job array of
 /// one task per experiment and then the report as a job that waits for the array.
 fn write_slurm(args: &ReproduceArgs, script: &Path, selected: &[&Experiment]) -> Result<bool> {
+    if selected.is_empty() {
+        bail!("--slurm: no experiment to run (under --quick, those named are all quick_skip)");
+    }
     let exe = std::env::current_exe().context("finding this binary")?;
     let abs = |p: &Path| -> Result<PathBuf> {
         Ok(if p.is_absolute() {
@@ -790,17 +861,22 @@ fn write_slurm(args: &ReproduceArgs, script: &Path, selected: &[&Experiment]) ->
     };
     let out = abs(&args.out)?;
     let evaluation = abs(&args.evaluation)?;
-    let mut common = format!(
-        "--out {} --evaluation {}",
+    // The arguments every job passes, each quoted for the shell (ids are letters, digits and
+    // `.-_` by the evaluation's rules; paths may hold anything).
+    let mut common = vec![
+        "--out".to_string(),
         shell_quote(&out.display().to_string()),
-        shell_quote(&evaluation.display().to_string())
-    );
+        "--evaluation".to_string(),
+        shell_quote(&evaluation.display().to_string()),
+    ];
     if args.quick {
-        common.push_str(" --quick");
+        common.push("--quick".into());
     }
     if let Some(s) = &args.seeds {
-        common.push_str(&format!(" --seeds {s}"));
+        common.push("--seeds".into());
+        common.push(shell_quote(s));
     }
+    let common = common.join(" ");
     let ids: Vec<String> = selected.iter().map(|e| shell_quote(&e.id)).collect();
     let only: Vec<&str> = selected.iter().map(|e| e.id.as_str()).collect();
     let text = format!(
@@ -818,9 +894,10 @@ ids=({ids})
 if [ -z "${{SLURM_ARRAY_TASK_ID:-}}" ]; then
     mkdir -p {out}
     array=$(sbatch --parsable --array=0-$((${{#ids[@]}} - 1)) "$0")
+    # The report job's command, each word quoted again for the shell `--wrap` starts.
+    wrap=$(printf '%q ' "$IRN" reproduce {common} --only {only} -q)
     report=$(sbatch --parsable --dependency=afterok:"${{array%%;*}}" --job-name=irn-report \
-        --output={out}/slurm-report-%j.out \
-        --wrap "$IRN reproduce {common} --only {only} -q")
+        --output={out}/slurm-report-%j.out --wrap "$wrap")
     echo "irn reproduce: array job $array, report job $report"
     exit 0
 fi

@@ -77,8 +77,8 @@ const AT_LEAST: &[(&str, usize, f64, f64)] = &[
     ("E4 DCQCN", 1, 1.15, 1.18),
     ("E4 DCQCN", 2, 1.08, 1.12),
     // RoCE ÷ RoCE+PFC under DCQCN (1.18 ± 0.02, 1.17 ± 0.02).
-    ("E4 RoCE without PFC, DCQCN", 0, 1.08, 1.12),
-    ("E4 RoCE without PFC, DCQCN", 1, 1.08, 1.12),
+    ("E4 RoCE without PFC DCQCN", 0, 1.08, 1.12),
+    ("E4 RoCE without PFC DCQCN", 1, 1.08, 1.12),
     // AIMD: IRN+PFC ÷ IRN (1.48 ± 0.10, 1.21 ± 0.05).
     ("§4.4.4 AIMD", 0, 1.2, 1.25),
     ("§4.4.4 AIMD", 1, 1.08, 1.12),
@@ -251,6 +251,23 @@ fn check_report(out: &Path, judged: &[Value]) {
         let svg = String::from_utf8(svg).expect("UTF-8 SVG");
         assert!(svg.contains("<svg"), "an image that is not an SVG");
         images += 1;
+    }
+    // Every claim judged on rows has its own figure, inside the HTML and beside REPORT.md.
+    for c in judged {
+        if c["rows"].as_array().is_some_and(|r| !r.is_empty()) {
+            let id = c["id"].as_str().expect("id");
+            let name = irn_report::report::anchor(id);
+            let svg = format!("figures/{name}.svg");
+            assert!(report.join(&svg).is_file(), "claim {id}: no {svg}");
+            assert!(
+                html.contains(&format!("alt=\"{svg}\"")),
+                "claim {id}: {svg} not in report.html"
+            );
+            assert!(
+                md.contains(&format!("(figures/{name}.png)")),
+                "claim {id}: not in REPORT.md"
+            );
+        }
     }
     assert!(
         images >= judged.len(),
@@ -431,6 +448,35 @@ fn a_wrong_name_or_an_unknown_claim_is_an_error_naming_it() {
         "{s}"
     );
     assert!(s.contains("--dependency=afterok:"), "{s}");
-    assert!(s.contains("--quick") && s.contains("--no-report"), "{s}");
+    // The array task's command: the experiment of its index, at the scale asked for.
+    let exec = s
+        .lines()
+        .skip_while(|l| !l.starts_with("exec "))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        exec.contains(" --quick ")
+            && exec.contains("--no-report")
+            && exec.contains("--only \"${ids[$SLURM_ARRAY_TASK_ID]}\""),
+        "{exec}"
+    );
+    // The report job's: every experiment, quoted for the shell --wrap starts.
+    assert!(
+        s.contains("wrap=$(printf '%q ' \"$IRN\" reproduce") && s.contains("--only e1-e3,e13 -q)"),
+        "{s}"
+    );
+    // Nothing to run is an error, not an empty array.
+    let o = reproduce(&[
+        "--only",
+        "e1-e3-long",
+        "--quick",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--slurm",
+        script.to_str().expect("utf-8"),
+    ]);
+    assert!(!o.status.success(), "an empty array");
+    assert!(text(&o).contains("no experiment to run"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -5,8 +5,12 @@
 //! some do, not held when none do, not measured when the JSON lacks the runs.
 //!
 //! Ratios are taken within each seed (a run ÷ the divisor run of the same seed and scenario)
-//! and then pooled, as [`crate::seeds::over_seeds`] does; a metric under `with_unfinished.`
-//! falls back to the plain one in a run that left no flow unfinished (where the two agree).
+//! and then pooled, as [`crate::seeds::over_seeds`] does. A metric under `with_unfinished.`
+//! falls back to the plain one in a run that left no flow unfinished (where the two agree),
+//! so such a claim pools every seed — where `over_seeds`' counted ratios pool only the seeds
+//! that left flows unfinished. A row the claim asks for and the JSON cannot give (a named
+//! scenario or point absent, a divisor missing, a metric no run has) makes the claim not
+//! measured, so a typo never narrows a verdict.
 
 use std::collections::BTreeMap;
 
@@ -121,6 +125,9 @@ pub struct Outcome {
     pub id: String,
     /// Its rows.
     pub rows: Vec<Row>,
+    /// Rows the claim asks for that its experiment's JSON cannot give (a scenario, point or
+    /// divisor missing, a metric no run has): any makes the claim not measured.
+    pub missing: Vec<String>,
     /// The verdict.
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -136,6 +143,17 @@ pub fn judge(claim: &Claim, doc: &Value) -> Outcome {
         Measure::DynamicRdma => drp_samples(claim, doc),
         Measure::NicState => nic_samples(claim, doc),
     };
+    let mut missing: Vec<String> = samples
+        .iter()
+        .filter(|(_, _, values)| values.is_empty())
+        .map(|(scenario, metric, _)| format!("{scenario} {metric}").trim().to_string())
+        .collect();
+    // Scenarios (or series) the claim names that the JSON has no rows of at all.
+    for want in &claim.scenarios {
+        if !samples.iter().any(|(scenario, _, _)| scenario == want) {
+            missing.push(want.clone());
+        }
+    }
     let rows: Vec<Row> = samples
         .into_iter()
         .filter_map(|(scenario, metric, values)| {
@@ -152,6 +170,7 @@ pub fn judge(claim: &Claim, doc: &Value) -> Outcome {
         .collect();
     let held = rows.iter().filter(|r| r.held).count();
     let verdict = match (held, rows.len()) {
+        _ if !missing.is_empty() => Verdict::NotMeasured,
         (_, 0) => Verdict::NotMeasured,
         (h, n) if h == n => Verdict::Held,
         (0, _) => Verdict::NotHeld,
@@ -179,6 +198,7 @@ pub fn judge(claim: &Claim, doc: &Value) -> Outcome {
     Outcome {
         id: claim.id.clone(),
         rows,
+        missing,
         verdict,
         size,
     }
@@ -309,6 +329,10 @@ fn run_samples(claim: &Claim, doc: &Value) -> Samples {
         let nums = &by[&(true, scenario.clone())];
         let dens = by.get(&(false, scenario.clone()));
         if claim.measure == Measure::Ratio && dens.is_none() {
+            // The numerator without its divisor: nothing to divide, every metric missing.
+            for metric in &claim.metrics {
+                out.push((scenario.clone(), metric.clone(), Vec::new()));
+            }
             continue;
         }
         for metric in &claim.metrics {
@@ -368,6 +392,13 @@ fn drp_samples(claim: &Claim, doc: &Value) -> Samples {
                 .map(|(d, t)| (d / t - 1.0) * 100.0)
                 .collect();
             out.push((name.to_string(), format!("{axis}={x}"), values));
+        }
+        // Points the claim asks for that the series lacks.
+        for &want in &claim.points {
+            let label = format!("{axis}={want}");
+            if !out.iter().any(|(n, m, _)| n == name && *m == label) {
+                out.push((name.to_string(), label, Vec::new()));
+            }
         }
     }
     out
@@ -472,6 +503,24 @@ expect = "above""#;
         assert_eq!(judge(&claim(&only), &doc).verdict, Verdict::Held);
         let none = text.replace("of = \"RoCE+PFC\"", "of = \"RoCE\"");
         assert_eq!(judge(&claim(&none), &doc).verdict, Verdict::NotMeasured);
+        // A named scenario that is not there, or a numerator without its divisor: not measured.
+        let typo = format!("{text}\nscenarios = [\"load=0.9\", \"load=0.7\"]");
+        let o = judge(&claim(&typo), &doc);
+        assert_eq!(
+            (o.verdict, o.missing.clone()),
+            (Verdict::NotMeasured, vec!["load=0.7".to_string()])
+        );
+        let flipped = text.replace(
+            "of = \"RoCE+PFC\"\nto = \"IRN\"",
+            "of = \"IRN\"\nto = \"RoCE+PFC\"",
+        );
+        let o = judge(&claim(&flipped), &doc);
+        assert_eq!(
+            o.verdict,
+            Verdict::NotMeasured,
+            "IRN load=0.5 has no RoCE+PFC to divide by"
+        );
+        assert_eq!(o.missing, ["load=0.5 avg_slowdown"]);
     }
 
     #[test]

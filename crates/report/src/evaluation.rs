@@ -273,8 +273,10 @@ impl Evaluation {
         e.file.as_ref().map(|f| self.dir.join(f))
     }
 
-    /// The experiments `--only` selects: by experiment id or by claim id (case-insensitive;
-    /// a claim selects its experiment). Unknown names are an error naming them.
+    /// The experiments `--only` selects: by experiment id or by claim id (case-insensitive; a
+    /// claim selects its experiment); a name that is neither selects the claims whose first
+    /// word it is (`E11`: `E11 livelock`, `E11 go-back-N`). Unknown names are an error naming
+    /// them.
     pub fn select(&self, only: &[String]) -> Result<Vec<&Experiment>, String> {
         if only.is_empty() {
             return Ok(self.experiments.iter().collect());
@@ -282,17 +284,27 @@ impl Evaluation {
         let mut wanted = BTreeSet::new();
         for name in only {
             let n = name.trim();
-            let by_experiment = self
+            let exact: Vec<String> = self
                 .experiments
                 .iter()
                 .filter(|e| e.id.eq_ignore_ascii_case(n))
-                .map(|e| e.id.clone());
-            let by_claim = self
-                .claims
-                .iter()
-                .filter(|c| claim_matches(&c.id, n))
-                .map(|c| c.experiment.clone());
-            let found: Vec<String> = by_experiment.chain(by_claim).collect();
+                .map(|e| e.id.clone())
+                .chain(
+                    self.claims
+                        .iter()
+                        .filter(|c| c.id.eq_ignore_ascii_case(n))
+                        .map(|c| c.experiment.clone()),
+                )
+                .collect();
+            let found: Vec<String> = if exact.is_empty() {
+                self.claims
+                    .iter()
+                    .filter(|c| first_word_is(&c.id, n))
+                    .map(|c| c.experiment.clone())
+                    .collect()
+            } else {
+                exact
+            };
             if found.is_empty() {
                 return Err(format!(
                     "--only: `{n}` is neither an experiment nor a claim of the evaluation \
@@ -371,6 +383,10 @@ impl Evaluation {
             if !claim_ids.insert(c.id.clone()) {
                 return Err(bad(key("id"), "two claims have this id".into()));
             }
+            // `--only` takes a comma-separated list of ids.
+            if c.id.trim().is_empty() || c.id.contains([',', '"', '\n']) {
+                return Err(bad(key("id"), "a claim id has no commas or quotes".into()));
+            }
             let Some(e) = self.experiment(&c.experiment) else {
                 return Err(bad(
                     key("experiment"),
@@ -443,14 +459,11 @@ impl Evaluation {
     }
 }
 
-/// Whether `--only NAME` names claim `id`: exactly (ignoring case), or its label before a
-/// space (`E6` names `E6 (b)`).
-fn claim_matches(id: &str, name: &str) -> bool {
-    id.eq_ignore_ascii_case(name)
-        || id
-            .split_whitespace()
-            .next()
-            .is_some_and(|head| head.eq_ignore_ascii_case(name))
+/// Whether `name` is the first word of claim `id` (`E6` of `E6 (b)`), ignoring case.
+fn first_word_is(id: &str, name: &str) -> bool {
+    id.split_whitespace()
+        .next()
+        .is_some_and(|head| head.eq_ignore_ascii_case(name))
 }
 
 #[cfg(test)]
@@ -499,9 +512,32 @@ expect = "above"
         assert!(e.claims[0].quick);
         assert_eq!(e.select(&[]).expect("all").len(), 1);
         assert_eq!(e.select(&["E1".into()]).expect("by id")[0].id, "e1");
-        assert_eq!(e.select(&["e6".into()]).expect("by claim head")[0].id, "e1");
+        assert_eq!(e.select(&["e6".into()]).expect("by first word")[0].id, "e1");
         let err = e.select(&["E99".into()]).expect_err("unknown");
         assert!(err.contains("E99") && err.contains("e1"), "{err}");
+    }
+
+    #[test]
+    fn an_exact_id_selects_alone_and_a_first_word_only_when_nothing_is_exact() {
+        let two = ONE.replace(
+            "[[claim]]\nid = \"E6 (b)\"\nexperiment = \"e1\"",
+            "[[experiment]]\nid = \"e6b\"\ntitle = \"t\"\nfile = \"a.toml\"\njson = \"b.json\"\n\n\
+             [[claim]]\nid = \"E6 (b)\"\nexperiment = \"e6b\"",
+        )
+            + "\n[[claim]]\nid = \"E6\"\nexperiment = \"e1\"\nclaim = \"c\"\npaper = \"p\"\n\
+             of = \"IRN\"\nto = \"RoCE\"\nexpect = \"above\"\n";
+        let e = parse(&two).expect("valid");
+        let ids = |only: &[&str]| -> Vec<String> {
+            e.select(&only.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .expect("selects")
+                .iter()
+                .map(|x| x.id.clone())
+                .collect()
+        };
+        assert_eq!(ids(&["E6"]), ["e1"], "the claim E6 alone");
+        assert_eq!(ids(&["e6b"]), ["e6b"], "the experiment alone");
+        assert_eq!(ids(&["E6 (b)"]), ["e6b"]);
+        assert_eq!(ids(&["E1", "e6b"]), ["e1", "e6b"]);
     }
 
     #[test]

@@ -183,14 +183,16 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
     }
     let multiples = metrics.len() > 1 && scenarios.len() > 3;
     // Panels of rows, and the labels down the side (the same for every panel).
-    let (panels, labels): (Vec<(String, Vec<&Row>)>, Vec<String>) = if multiples {
+    // Each panel's row of each label, if it has one (a scenario may lack a metric).
+    type Panel<'r> = (String, Vec<Option<&'r Row>>);
+    let (panels, labels): (Vec<Panel<'_>>, Vec<String>) = if multiples {
         (
             metrics
                 .iter()
                 .map(|m| {
                     let rows = scenarios
                         .iter()
-                        .filter_map(|sc| {
+                        .map(|sc| {
                             fig.rows
                                 .iter()
                                 .find(|r| r.metric == *m && r.scenario == *sc)
@@ -216,7 +218,10 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
                 }
             })
             .collect();
-        (vec![(String::new(), fig.rows.iter().collect())], labels)
+        (
+            vec![(String::new(), fig.rows.iter().map(Some).collect())],
+            labels,
+        )
     };
     let font = 13u32;
     // What a glyph of the report's sans-serif takes on average (DejaVu Sans: digits 0.64 em).
@@ -356,6 +361,21 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
         for (i, row) in rows.iter().enumerate() {
             // Row 0 at the top.
             let y = n - i as f64 - 0.5;
+            if pi == 0 {
+                let (lx, py) = chart.backend_coord(&(x0, y));
+                root.draw(&Text::new(
+                    labels[i].clone(),
+                    (lx - 8, py),
+                    style.clone().pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Right,
+                        plotters::style::text_anchor::VPos::Center,
+                    )),
+                ))
+                .map_err(draw)?;
+            }
+            let Some(row) = row else {
+                continue;
+            };
             let Spread { mean, min, max } = row.spread;
             let colour = match fig.label_colours.and_then(|c| c.get(i)) {
                 Some(&c) => c,
@@ -401,18 +421,6 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
                 style.clone(),
             ))
             .map_err(draw)?;
-            if pi == 0 {
-                let (lx, _) = chart.backend_coord(&(x0, y));
-                root.draw(&Text::new(
-                    labels[i].clone(),
-                    (lx - 8, py),
-                    style.clone().pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Right,
-                        plotters::style::text_anchor::VPos::Center,
-                    )),
-                ))
-                .map_err(draw)?;
-            }
         }
         if pi == 0 {
             key_at = chart.backend_coord(&(x0, 0.0));

@@ -121,6 +121,13 @@ impl Report<'_> {
                 }
                 let _ = writeln!(s);
             }
+            if let Some(o) = c.outcome.as_ref().filter(|o| !o.missing.is_empty()) {
+                let _ = writeln!(
+                    s,
+                    "**Missing from the JSON**: {}.\n",
+                    cell(&o.missing.join(", "))
+                );
+            }
             let _ = writeln!(s, "**Verdict**: {}.\n", verdict_words(c));
             if let Some(cause) = &c.claim.cause {
                 let _ = writeln!(s, "**Why**: {cause}\n");
@@ -224,6 +231,13 @@ impl Report<'_> {
                     );
                 }
                 s.push_str("</table>\n");
+            }
+            if let Some(o) = c.outcome.as_ref().filter(|o| !o.missing.is_empty()) {
+                let _ = writeln!(
+                    s,
+                    "<p><b>Missing from the JSON</b>: {}.</p>",
+                    esc(&o.missing.join(", "))
+                );
             }
             let _ = writeln!(
                 s,
