@@ -10,7 +10,9 @@
 //!   headless Chromium, PNGs at 300 dpi of one column or two, and no two texts of a figure
 //!   overlapping. Run again, it makes nothing and writes the same claims.
 //! - The committed evaluation's JSON (`experiments/`) gives every claim its recorded
-//!   verdict, so the report's and the docs' verdicts cannot go stale.
+//!   verdict, and the committed report (REPORT.md, claims.json) and docs/RESULTS.md's summary
+//!   are what that JSON gives, so neither verdicts nor numbers in them can go stale; its
+//!   figures, drawn again, have no overlapping text.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -420,6 +422,36 @@ fn the_committed_evaluation_gives_every_claim_its_recorded_verdict() {
         made,
         "docs/RESULTS.md's summary is stale: {bless}"
     );
+    // And the committed report whole: its claims and every section (the line naming the
+    // command that made it aside).
+    let body = |md: &str| -> Vec<String> {
+        md.lines()
+            .filter(|l| !l.starts_with("Made by `"))
+            .map(str::to_string)
+            .collect()
+    };
+    let remade = std::fs::read_to_string(out.join("report/REPORT.md")).expect("REPORT.md");
+    assert!(
+        body(&committed) == body(&remade),
+        "experiments/report/REPORT.md is stale: {bless}"
+    );
+    let claims_of = |p: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(p).expect("claims.json")).expect("JSON")
+    };
+    assert_eq!(
+        claims_of(&root().join("experiments/report/claims.json")),
+        claims_of(&out.join("report/claims.json")),
+        "experiments/report/claims.json is stale: {bless}"
+    );
+    // Every figure of the committed evaluation, drawn again: no two texts overlap.
+    let mut svgs = Vec::new();
+    collect(&out, "svg", &mut svgs);
+    assert!(svgs.len() > judged.len(), "{} figures", svgs.len());
+    for svg in &svgs {
+        let text = std::fs::read_to_string(svg).expect("svg");
+        let overlaps = irn_report::figure::text_overlaps(&text);
+        assert!(overlaps.is_empty(), "{}: {overlaps:?}", svg.display());
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -431,15 +463,19 @@ fn a_wrong_name_or_an_unknown_claim_is_an_error_naming_it() {
     assert!(t.contains("E99") && t.contains("e1-e3"), "{t}");
     let out = temp("slurm");
     let script = out.join("run.sh");
-    let o = reproduce(&[
-        "--only",
-        "E1,e13",
-        "--quick",
-        "--out",
-        out.to_str().expect("utf-8"),
-        "--slurm",
-        script.to_str().expect("utf-8"),
-    ]);
+    // `--slurm` for the experiments of `only`, at quick scale.
+    let slurm = |only: &str| {
+        reproduce(&[
+            "--only",
+            only,
+            "--quick",
+            "--out",
+            out.to_str().expect("utf-8"),
+            "--slurm",
+            script.to_str().expect("utf-8"),
+        ])
+    };
+    let o = slurm("E1,e13");
     assert!(o.status.success(), "{}", text(&o));
     let s = std::fs::read_to_string(&script).expect("script");
     assert!(s.contains("ids=(e1-e3 e13)"), "{s}");
@@ -467,15 +503,7 @@ fn a_wrong_name_or_an_unknown_claim_is_an_error_naming_it() {
         "{s}"
     );
     // Nothing to run is an error, not an empty array.
-    let o = reproduce(&[
-        "--only",
-        "e1-e3-long",
-        "--quick",
-        "--out",
-        out.to_str().expect("utf-8"),
-        "--slurm",
-        script.to_str().expect("utf-8"),
-    ]);
+    let o = slurm("e1-e3-long");
     assert!(!o.status.success(), "an empty array");
     assert!(text(&o).contains("no experiment to run"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&out);
