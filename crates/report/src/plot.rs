@@ -517,29 +517,6 @@ fn centred(size: u32) -> TextStyle<'static> {
     )
 }
 
-/// The runs' legend, upper right.
-fn legend(chart: &mut Chart<'_>) -> Result<()> {
-    legend_at(chart, SeriesLabelPosition::UpperRight)
-}
-
-/// The runs' legend at `pos`, on a chart of any coordinates.
-fn legend_at<'a, DB, CT>(
-    chart: &mut ChartContext<'a, DB, CT>,
-    pos: SeriesLabelPosition,
-) -> Result<()>
-where
-    DB: DrawingBackend + 'a,
-    CT: plotters::coord::CoordTranslate,
-{
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(pos)
-        .draw()
-        .map_err(draw)
-}
-
 /// Three panels over simulated time, one line per run: the goodput of the flows completed in
 /// each sampling interval, the hosts whose data priority was paused for most of it, and the
 /// pause frames sent per second (runs must have been sampled: `monitor_interval_us`). When a
@@ -984,7 +961,9 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     let names = ["average slowdown", "average FCT", "99th-percentile FCT"];
     let group = series.len() + 1;
     let width = (points.len() * group) as f64;
-    let px_w = (160 + 46 * points.len() * group).max(700) as u32;
+    let key_w = 40 + 8 * series.iter().map(|n| n.chars().count()).max().unwrap_or(4) as u32;
+    let px_w = (160 + 46 * points.len() * group).max(700) as u32
+        + if series.len() > 1 { key_w } else { 0 };
     // Room under each panel for the longest scenario name, turned a quarter.
     let label_px = 20 + 7 * points.iter().map(|p| p.chars().count()).max().unwrap_or(10) as u32;
     let root = SVGBackend::new(path, (px_w, 3 * (235 + label_px.max(105)))).into_drawing_area();
@@ -1016,6 +995,8 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             )
             .margin(10)
             .margin_bottom(label_px.max(105))
+            // Room for the key right of the bars, outside the data.
+            .margin_right(if series.len() > 1 { key_w } else { 10 })
             .y_label_area_size(50)
             .build_cartesian_2d(0.0..width, 0.0..ymax)
             .map_err(draw)?;
@@ -1056,7 +1037,21 @@ pub fn ratio_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
             )])
             .map_err(draw)?;
         if series.len() > 1 {
-            legend(&mut chart)?;
+            let (right, top) = chart.backend_coord(&(width, ymax));
+            for (si, name) in series.iter().enumerate() {
+                let y = top + 8 + 18 * si as i32;
+                root.draw(&Rectangle::new(
+                    [(right + 14, y), (right + 26, y + 12)],
+                    palette[si].filled(),
+                ))
+                .map_err(draw)?;
+                root.draw(&Text::new(
+                    name.clone(),
+                    (right + 32, y),
+                    ("sans-serif", 12).into_font().color(&BLACK),
+                ))
+                .map_err(draw)?;
+            }
         }
         // Scenario names under their groups, turned a quarter to fit.
         for (pi, p) in points.iter().enumerate() {
