@@ -11,7 +11,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -175,7 +174,7 @@ fn run_experiments(
     );
     run_pending(args, &pending, &cache, jobs)?;
     for (e, p) in selected.iter().zip(&plans) {
-        write_experiment(args, eval, e, p, &cache, jobs)?;
+        write_experiment(args, e, p, &cache, jobs)?;
     }
     Ok(())
 }
@@ -379,7 +378,6 @@ fn run_pending(
 /// Writes an experiment's JSON (from the cache) and draws its figures, as PNG too.
 fn write_experiment(
     args: &ReproduceArgs,
-    eval: &Evaluation,
     e: &Experiment,
     plan: &Plan,
     cache: &Path,
@@ -421,11 +419,11 @@ fn write_experiment(
         }
         Plan::NicState => {}
     }
-    draw_experiment(args, eval, e)
+    draw_experiment(args, e)
 }
 
 /// Draws an experiment's figures from its JSON in DIR, each as SVG and PNG.
-fn draw_experiment(args: &ReproduceArgs, _eval: &Evaluation, e: &Experiment) -> Result<()> {
+fn draw_experiment(args: &ReproduceArgs, e: &Experiment) -> Result<()> {
     let json = args.out.join(&e.json);
     let at = |f: &Option<String>| f.as_ref().map(|p| args.out.join(p));
     let (plot, ratio, tail, timeline) = (
@@ -558,7 +556,7 @@ fn report(
             continue;
         };
         if args.report_only {
-            draw_experiment(args, eval, e)?;
+            draw_experiment(args, e)?;
         }
         let doc: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{}: not JSON", json.display()))?;
@@ -790,16 +788,11 @@ fn command_line() -> String {
 
 /// SHA-256 of the running binary: a cached run is reused only by the binary that made it.
 fn binary_digest() -> Result<String> {
-    static DIGEST: OnceLock<String> = OnceLock::new();
-    if let Some(d) = DIGEST.get() {
-        return Ok(d.clone());
-    }
     let exe = std::env::current_exe().context("finding this binary")?;
     let mut f = std::fs::File::open(&exe).with_context(|| format!("reading {}", exe.display()))?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", exe.display()))?;
-    let d = hex(&h.finalize());
-    Ok(DIGEST.get_or_init(|| d).clone())
+    Ok(hex(&h.finalize()))
 }
 
 /// The cache key of a simulator run: the binary, the run's whole configuration, and the

@@ -405,7 +405,7 @@ pub fn claim_figure(path: &Path, fig: &ClaimFigure<'_>) -> Result<()> {
             }
             let (px, py) = chart.backend_coord(&(max.max(mean), y));
             // On white, so that a dashed line under it does not strike it through.
-            let value = format_value(mean);
+            let value = format!("{mean:.*}", crate::seeds::decimals(mean));
             let text_w = (value.chars().count() as f64 * 0.62 * f64::from(font)) as i32;
             root.draw(&Rectangle::new(
                 [
@@ -465,17 +465,6 @@ enum Key {
     Dashes,
     /// Words alone.
     Words,
-}
-
-/// A measure as the figure writes it: two decimals, fewer digits for large values.
-fn format_value(x: f64) -> String {
-    if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    }
 }
 
 /// Renders an SVG to a PNG `width_in` inches wide at 300 dots per inch (with the system's

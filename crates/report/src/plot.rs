@@ -391,13 +391,7 @@ pub fn class_bars(path: &Path, runs: &[RunSummary]) -> Result<()> {
                 if sp.max > sp.min {
                     whisker(&mut chart, x0 + 0.45, sp.min, sp.max)?;
                 }
-                let label = if v >= 100.0 {
-                    format!("{v:.0}")
-                } else if v >= 10.0 {
-                    format!("{v:.1}")
-                } else {
-                    format!("{v:.2}")
-                };
+                let label = format!("{v:.*}", crate::seeds::decimals(v));
                 value_label(&mut chart, (x0 + 0.45, sp.max.max(v)), label, 9, None)?;
             }
             // The run's name under its group, wrapped at its comma.

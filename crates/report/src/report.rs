@@ -12,6 +12,7 @@ use base64::Engine as _;
 use crate::claims::{Outcome, Verdict};
 use crate::evaluation::{Claim, Evaluation, Expect, Experiment};
 use crate::figure::metric_words;
+use crate::seeds::decimals;
 
 /// A figure of the report: its SVG and PNG, relative to the report's directory.
 #[derive(Debug, Clone)]
@@ -114,7 +115,7 @@ impl Report<'_> {
                         s,
                         "| {} | {} | {} | {} |",
                         cell(&row_label(r)),
-                        r.spread.show(digits(r.spread.mean)),
+                        r.spread.show(decimals(r.spread.mean)),
                         r.seeds,
                         if r.every_seed { "yes" } else { "no" }
                     );
@@ -225,7 +226,7 @@ impl Report<'_> {
                         s,
                         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                         esc(&row_label(r)),
-                        esc(&r.spread.show(digits(r.spread.mean))),
+                        esc(&r.spread.show(decimals(r.spread.mean))),
                         r.seeds,
                         if r.every_seed { "yes" } else { "no" }
                     );
@@ -365,7 +366,7 @@ fn first_rows(c: &ClaimSection<'_>) -> String {
         .rows
         .iter()
         .take(3)
-        .map(|r| r.spread.show(digits(r.spread.mean)))
+        .map(|r| r.spread.show(decimals(r.spread.mean)))
         .collect();
     if o.rows.len() > 3 {
         parts.push(format!("… ({} rows)", o.rows.len()));
@@ -395,15 +396,6 @@ fn verdict_class(c: &ClaimSection<'_>) -> &'static str {
         Some(Verdict::HeldInPart { .. }) => "part",
         Some(Verdict::NotHeld | Verdict::NotMeasured) => "not",
         None => "",
-    }
-}
-
-/// Decimals for a value: fewer as it grows.
-fn digits(x: f64) -> usize {
-    match x.abs() {
-        a if a >= 100.0 => 0,
-        a if a >= 10.0 => 1,
-        _ => 2,
     }
 }
 

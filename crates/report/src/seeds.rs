@@ -54,6 +54,16 @@ impl Spread {
     }
 }
 
+/// The decimals a figure or table writes `x` with: two, one from 10, none from 100 (three
+/// significant digits or so, whatever the size).
+pub fn decimals(x: f64) -> usize {
+    match x.abs() {
+        a if a >= 100.0 => 0,
+        a if a >= 10.0 => 1,
+        _ => 2,
+    }
+}
+
 /// The runs of one configuration over its seeds.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SeedGroup {
