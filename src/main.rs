@@ -20,20 +20,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use irn_tools::decode;
 
-mod decode;
 mod drp_cmd;
 mod drp_sim;
-mod linger;
 mod nic_state_cmd;
-mod perf_cm;
-mod perf_cmd;
-mod perf_lat;
-mod perf_oob;
-mod pingmesh_cmd;
-mod pingpong_cmd;
 mod reproduce_cmd;
-mod rping_cmd;
 mod sim_cmd;
 mod switch_cmd;
 
@@ -80,16 +72,16 @@ enum Command {
     /// perftest over irn: `irn perf write|read|send|atomic` is a server; with a HOST, the
     /// client, which prints perftest's bandwidth (or, with --latency, latency) columns. Exit
     /// status 0 only if every operation succeeded (and, with --verify, the data checked).
-    Perf(perf_cmd::PerfArgs),
+    Perf(irn_tools::perf::PerfArgs),
     /// `ibv_rc_pingpong` over irn: same flags (-p -s -n -g -m -r), exchange and output.
-    Pingpong(pingpong_cmd::PingpongArgs),
+    Pingpong(irn_tools::pingpong::PingpongArgs),
     /// rdma-core's `rping` over irn, connected through the RDMA CM (REQ / REP / RTU over QP1):
     /// `-s` server or `-c` client, `-a ADDR`, `-p PORT`, `-C COUNT`, `-S SIZE`, `-v`, `-V`.
-    Rping(rping_cmd::RpingArgs),
+    Rping(irn_tools::rping::RpingArgs),
     /// RDMA Pingmesh (seed 001 §5.3): every host of a list probes every other with 512-byte
     /// RDMA Writes and serves their probes; JSON lines per probe and a summary that points at
     /// the hosts at fault (`--summarize` merges every agent's lines).
-    Pingmesh(pingmesh_cmd::PingmeshArgs),
+    Pingmesh(irn_tools::pingmesh::PingmeshArgs),
     /// Dynamic RDMA (seed 003) over raw Ethernet, EtherType 0x01FF: `irn drp --iface IF` is the
     /// responder; with a PEER_MAC, the initiator, which prints each transfer's time and the
     /// average. Exit status 0 only if every byte arrived intact (each write is read back).
@@ -129,23 +121,34 @@ fn main() -> ExitCode {
             } else {
                 decode::Format::Text
             };
-            decode::run(&file, format, &udp_ports, &mut out)
-                .and_then(|summary| {
-                    out.flush()?;
-                    Ok(summary)
-                })
-                .map(|summary| {
-                    if strict && !summary.clean() {
-                        ExitCode::from(1)
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                })
+            match decode::run(&file, format, &udp_ports, &mut out).and_then(|summary| {
+                out.flush()?;
+                Ok(summary)
+            }) {
+                Ok(summary) if strict && !summary.clean() => Ok(ExitCode::from(1)),
+                Ok(_) => Ok(ExitCode::SUCCESS),
+                // `irn decode … | head` closes the pipe early; that is not an error.
+                Err(e)
+                    if e.io()
+                        .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) =>
+                {
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Err(e.into()),
+            }
         }
-        Command::Perf(args) => perf_cmd::run(args).map(exit_code),
-        Command::Pingmesh(args) => pingmesh_cmd::run(args).map(exit_code),
-        Command::Pingpong(args) => pingpong_cmd::run(args).map(exit_code),
-        Command::Rping(args) => rping_cmd::run(args).map(exit_code),
+        Command::Perf(args) => irn_tools::perf::run(args)
+            .map(exit_code)
+            .map_err(Into::into),
+        Command::Pingmesh(args) => irn_tools::pingmesh::run(args)
+            .map(exit_code)
+            .map_err(Into::into),
+        Command::Pingpong(args) => irn_tools::pingpong::run(args)
+            .map(exit_code)
+            .map_err(Into::into),
+        Command::Rping(args) => irn_tools::rping::run(args)
+            .map(exit_code)
+            .map_err(Into::into),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
         Command::Reproduce(args) => reproduce_cmd::run(args).map(exit_code),
         Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
@@ -155,18 +158,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("irn: {e:#}");
             ExitCode::from(2)
         }
     }
-}
-
-/// `irn decode … | head` closes the pipe early; that is not an error.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<io::Error>()
-            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
-    })
 }

@@ -26,7 +26,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::bail;
+use crate::error::{Context, Result};
 use irn_verbs::cm::{self, CmConfig, CmConnection, CmError, CmListener};
 use irn_verbs::{
     Access, Cq, Device, Mr, Pd, Qp, QpAttr, QpInit, QpMode, RecvWr, SendOp, SendWr, WcOpcode,
@@ -85,7 +86,7 @@ pub(crate) fn connect_retrying(
     cfg: CmConfig,
     tries: u32,
     retry_unanswered: bool,
-) -> anyhow::Result<CmConnection> {
+) -> Result<CmConnection> {
     let mut last = None;
     for _ in 0..tries {
         match cm::connect(dev, qp, attr, to, &[], cfg) {
@@ -105,7 +106,7 @@ pub(crate) fn connect_retrying(
 }
 
 impl CmChannel {
-    fn new(dev: &Device, cfg: CmConfig, server: SocketAddr) -> anyhow::Result<CmChannel> {
+    fn new(dev: &Device, cfg: CmConfig, server: SocketAddr) -> Result<CmChannel> {
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(4)?;
         let rcq = dev.create_cq(4)?;
@@ -142,11 +143,7 @@ impl CmChannel {
 
     /// The client's side: connects the exchange's queue pair to `server`. A server that
     /// is not there yet is waited for (about as long as a TCP connect would).
-    pub(crate) fn connect(
-        dev: &Device,
-        server: SocketAddr,
-        cfg: CmConfig,
-    ) -> anyhow::Result<CmChannel> {
+    pub(crate) fn connect(dev: &Device, server: SocketAddr, cfg: CmConfig) -> Result<CmChannel> {
         let mut ch = CmChannel::new(dev, cfg, server)?;
         let quick = CmConfig {
             max_retries: 2,
@@ -171,7 +168,7 @@ impl CmChannel {
         port: u16,
         cfg: CmConfig,
         wait: Duration,
-    ) -> anyhow::Result<CmChannel> {
+    ) -> Result<CmChannel> {
         let me = SocketAddr::new(dev.local_addr().ip(), port);
         let mut ch = CmChannel::new(dev, cfg, me)?;
         let mut l = CmListener::bind(dev, port, cfg)?;
@@ -200,7 +197,7 @@ impl CmChannel {
         SocketAddr::new(ip, self.server.port())
     }
 
-    fn post_recv(&self) -> anyhow::Result<()> {
+    fn post_recv(&self) -> Result<()> {
         self.qp.post_recv(RecvWr {
             wr_id: 0,
             sg_list: vec![self.mr.sge(0, SLOT)],
@@ -211,7 +208,7 @@ impl CmChannel {
     /// Sends one message (`rdma_write_data`). Its completion is taken before the next Send:
     /// the exchange is lock-step, so the peer's answer shows it arrived, and after the last
     /// message the peer may be gone before its ACK (lost) could be sent again.
-    pub(crate) fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<()> {
         if bytes.len() > SLOT as usize {
             bail!("an exchange message of {} bytes", bytes.len());
         }
@@ -232,7 +229,7 @@ impl CmChannel {
     }
 
     /// Waits for the completion of the last Send.
-    fn reap(&mut self) -> anyhow::Result<()> {
+    fn reap(&mut self) -> Result<()> {
         self.unreaped = false;
         let wc = wait_on(&self.cq, &mut self.conn, Duration::from_secs(60), "a Send")?;
         if wc.status != WcStatus::Success {
@@ -246,7 +243,7 @@ impl CmChannel {
 
     /// Waits up to `timeout` for the next message, which must be `n` bytes (`rdma_read_data`),
     /// and posts the receive again.
-    pub(crate) fn recv(&mut self, n: usize, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+    pub(crate) fn recv(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>> {
         let wc = wait_on(&self.rcq, &mut self.conn, timeout, "a message")?;
         if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Recv {
             bail!(
@@ -276,7 +273,7 @@ impl CmChannel {
         qps: &[Qp],
         attr: &QpAttr,
         client: bool,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         for qp in qps {
             let conn = if client {
                 connect_retrying(dev, qp, attr, self.server, self.cfg, CONNECT_TRIES, true)?
@@ -298,7 +295,7 @@ impl CmChannel {
     /// Ends the connections: the client disconnects the test queue pairs' and then the
     /// exchange's; the server waits up to `linger` for it (perftest's client disconnects
     /// after its last message), its device answering each DREQ.
-    pub(crate) fn finish(mut self, client: bool, linger: Duration) -> anyhow::Result<()> {
+    pub(crate) fn finish(mut self, client: bool, linger: Duration) -> Result<()> {
         self.listener = None;
         if client {
             for c in self.data.drain(..) {
@@ -322,7 +319,7 @@ fn wait_on(
     conn: &mut Option<CmConnection>,
     timeout: Duration,
     what: &str,
-) -> anyhow::Result<irn_verbs::Wc> {
+) -> Result<irn_verbs::Wc> {
     let until = Instant::now() + timeout;
     loop {
         let left = until.saturating_duration_since(Instant::now());
@@ -342,18 +339,14 @@ fn wait_on(
 
 /// The address the route to `to` leaves from (what `rdma_resolve_addr` binds): `--gid` when
 /// given.
-pub(crate) fn route_source(
-    to: IpAddr,
-    gid: Option<IpAddr>,
-    udp_port: u16,
-) -> anyhow::Result<IpAddr> {
+pub(crate) fn route_source(to: IpAddr, gid: Option<IpAddr>, udp_port: u16) -> Result<IpAddr> {
     if let Some(ip) = gid {
         return Ok(ip);
     }
     let any: SocketAddr = if to.is_ipv4() {
-        "0.0.0.0:0".parse()?
+        SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
     } else {
-        "[::]:0".parse()?
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
     };
     let probe = std::net::UdpSocket::bind(any)?;
     probe.connect(SocketAddr::new(to, udp_port))?;

@@ -12,18 +12,21 @@
 //! each buffer has the 40-byte GRH area in front (receives of `size + 40`, Sends from byte
 //! 40), and `size` is at most the MTU.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::error::{Context, Result};
+use crate::{bail, usage};
 use irn_verbs::exchange::{self, PingpongDest};
 use irn_verbs::{
-    Access, Ah, Cq, Device, DeviceConfig, Gid, Impairment, Mr, Pd, Qp, QpAttr, QpInit, QpMode,
-    ReceivePath, RecvWr, RemoteQp, SendOp, SendWr, UdInit, UdQp, UdSend, WcStatus, GRH_LEN,
-    ROCE_PORT,
+    Access, Ah, Cq, Device, Gid, Mr, Pd, Qp, QpAttr, QpInit, QpMode, RecvWr, RemoteQp, SendOp,
+    SendWr, UdInit, UdQp, UdSend, WcStatus, GRH_LEN,
 };
 
 use crate::linger;
+use crate::link::{
+    check_runtime_mode, device_config, local_ip, oob_connect, wc_status_number, LinkArgs,
+};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -64,243 +67,6 @@ pub struct PingpongArgs {
     mode: QpMode,
     #[command(flatten)]
     link: LinkArgs,
-}
-
-/// The flags both tools share: the device's UDP port, impairment, capture and counters.
-#[derive(clap::Args, Debug)]
-pub(crate) struct LinkArgs {
-    /// Drop this fraction (0–1) of the packets this side sends and receives (seeded).
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) loss: f64,
-    /// Which of this side's directions `--loss` drops in: `both`, `send` or `receive`.
-    /// `send` alone keeps what the peer says last: a peer such as `ibv_rc_pingpong` that
-    /// exits as soon as its own work is done cannot answer a resend, so loss of its final
-    /// ACK on the way in fails the run however long this side waits.
-    #[arg(long, value_enum, default_value_t = LossOn::Both)]
-    pub(crate) loss_on: LossOn,
-    /// Hold back this fraction (0–1) of the packets this side receives and deliver each after
-    /// the next one (seeded): reordering, as packet spraying makes it.
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) reorder: f64,
-    /// Mark this fraction (0–1) of the ECN-capable packets this side sends Congestion
-    /// Experienced (seeded), as a congested switch would: the marks reach the peer through
-    /// the kernel, and its congestion notification answers them (with `irn perf --cc`, whose
-    /// queue pairs run a controller; the other tools' run none).
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) ce_mark: f64,
-    /// Hold every packet this side receives this long, µs (a slow link or host).
-    #[arg(long, default_value_t = 0)]
-    pub(crate) delay_us: u64,
-    /// Seed of the impairment.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) seed: u64,
-    /// Capture every packet sent and received to this pcap file.
-    #[arg(long)]
-    pub(crate) pcap: Option<std::path::PathBuf>,
-    /// UDP port (standard peers use 4791; `irn perf` tells its peer, `irn pingpong` cannot).
-    #[arg(long, default_value_t = ROCE_PORT)]
-    pub(crate) udp_port: u16,
-    /// Print the queue pairs' and the device's counters at the end.
-    #[arg(long)]
-    pub(crate) counters: bool,
-    /// This end's GID, as an address of this host (IPv4 or IPv6). Default: the local address
-    /// of the connection to the peer (the out-of-band TCP connection's; rping's `-a`/`-I`).
-    /// Give an IPv6 address to use an IPv6 GID while the exchange runs over IPv4 (rdma-core's
-    /// and perftest's tools listen on IPv4 only); the peer must then use its IPv6 GID too
-    /// (`-g` / `-x` of that index).
-    #[arg(long)]
-    pub(crate) gid: Option<IpAddr>,
-    /// Receive path: `raw` (needs CAP_NET_RAW; IPv4; sees whole packets, so every ICRC is
-    /// verified and the capture holds the real bytes), `udp` (unprivileged; IPv4 ICRCs not
-    /// verifiable), or `auto` (raw when permitted).
-    #[arg(long, default_value_t = ReceivePath::Auto)]
-    pub(crate) rx: ReceivePath,
-    /// Busy polling: the thread that polls for completions receives and processes this
-    /// side's packets itself, spinning, instead of waking the engine thread (lower latency,
-    /// a core kept busy).
-    #[arg(long)]
-    pub(crate) busy_poll: bool,
-    /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (a
-    /// packet socket: needs CAP_NET_RAW): queue pairs of a paused priority (their DSCP ÷ 8,
-    /// `--tclass`) send nothing until the pause runs out or a resume comes.
-    #[arg(long, value_name = "IFACE")]
-    pub(crate) pause_iface: Option<String>,
-    /// The link rate pause quanta are counted at (512 bit times each), e.g. `1g`; default
-    /// the interface's speed, or 1 Gb/s when it reports none (a veth).
-    #[arg(long, value_parser = irn_switch::parse_rate)]
-    pub(crate) pause_rate: Option<u64>,
-    /// NIC-side PFC watchdog: a priority paused without a break this long, ms, stops this
-    /// side honouring pauses, for good.
-    #[arg(long, value_name = "MS")]
-    pub(crate) pause_watchdog_ms: Option<f64>,
-}
-
-/// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
-pub(crate) fn wc_status_number(s: WcStatus) -> u32 {
-    match s {
-        WcStatus::Success => 0,
-        WcStatus::LocLenErr => 1,
-        WcStatus::LocQpOpErr => 2,
-        WcStatus::LocProtErr => 4,
-        WcStatus::WrFlushErr => 5,
-        WcStatus::BadRespErr => 7,
-        WcStatus::RemInvReqErr => 9,
-        WcStatus::RemAccessErr => 10,
-        WcStatus::RemOpErr => 11,
-        WcStatus::RetryExcErr => 12,
-        WcStatus::RnrRetryExcErr => 13,
-    }
-}
-
-/// `host` without the brackets an IPv6 literal may be written in (`[::1]` is `::1`).
-pub(crate) fn unbracket(host: &str) -> &str {
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-}
-
-/// Connects (client) or accepts one connection (server) for the exchange.
-pub(crate) fn oob_connect(host: Option<&str>, port: u16) -> anyhow::Result<TcpStream> {
-    match host {
-        Some(h) => {
-            // An IPv6 literal may come bracketed, as in a URL (`[::1]`).
-            let h = unbracket(h);
-            let addrs: Vec<SocketAddr> = (h, port)
-                .to_socket_addrs()
-                .with_context(|| format!("resolving {h}"))?
-                .collect();
-            let mut last = None;
-            for a in addrs {
-                match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
-                    Ok(s) => return Ok(s),
-                    Err(e) => last = Some(e),
-                }
-            }
-            match last {
-                Some(e) => Err(e).with_context(|| format!("connecting to {h}:{port}")),
-                None => bail!("{h} has no address"),
-            }
-        }
-        None => {
-            let l = TcpListener::bind(("::", port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-                .with_context(|| format!("listening on TCP port {port}"))?;
-            let (s, _) = l.accept().context("accepting the out-of-band connection")?;
-            Ok(s)
-        }
-    }
-}
-
-/// The address the device binds and advertises as its GID: `--gid`, or the local address
-/// the exchange runs from — so that the peer's packets and its GID agree (rxe checks that a
-/// packet's source is the GID it was told).
-pub(crate) fn local_ip(s: &TcpStream, link: &LinkArgs) -> anyhow::Result<IpAddr> {
-    if let Some(gid) = link.gid {
-        return Ok(match gid {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(gid, IpAddr::V4),
-            v4 => v4,
-        });
-    }
-    let ip = s.local_addr()?.ip();
-    Ok(match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    })
-}
-
-impl LinkArgs {
-    /// Checks what the flags alone decide — the impairments' probabilities, the capture file,
-    /// `--gid` an address of this host — so that a tool refuses a bad flag before it listens
-    /// or connects, rather than once a peer came (which then sees only a closed exchange).
-    pub(crate) fn check(&self) -> anyhow::Result<()> {
-        self.check_probabilities()?;
-        if let Some(path) = &self.pcap {
-            // Not created here (a run refused for another reason leaves no empty file): a
-            // directory, or a missing parent directory, is what can be seen without it.
-            let dir = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(std::path::Path::new("."));
-            if path.is_dir() {
-                bail!("--pcap: capture file {}: is a directory", path.display());
-            }
-            if !dir.is_dir() {
-                bail!(
-                    "--pcap: capture file {}: no directory {}",
-                    path.display(),
-                    dir.display()
-                );
-            }
-        }
-        if let Some(ip) = self.gid {
-            std::net::UdpSocket::bind((ip, 0))
-                .with_context(|| format!("--gid {ip}: not an address of this host"))?;
-        }
-        Ok(())
-    }
-
-    fn check_probabilities(&self) -> anyhow::Result<()> {
-        if !(0.0..=1.0).contains(&self.loss) {
-            bail!("--loss is a probability in 0–1, not {}", self.loss);
-        }
-        if !(0.0..=1.0).contains(&self.reorder) {
-            bail!("--reorder is a probability in 0–1, not {}", self.reorder);
-        }
-        if !(0.0..=1.0).contains(&self.ce_mark) {
-            bail!("--ce-mark is a probability in 0–1, not {}", self.ce_mark);
-        }
-        Ok(())
-    }
-}
-
-/// The device configuration of `link` on `ip`, at UDP port `port`.
-pub(crate) fn device_config(
-    ip: IpAddr,
-    port: u16,
-    link: &LinkArgs,
-) -> anyhow::Result<DeviceConfig> {
-    link.check_probabilities()?;
-    let mut cfg = DeviceConfig::new(ip);
-    cfg.port = port;
-    cfg.seed = link.seed;
-    let (tx_loss, rx_loss) = match link.loss_on {
-        LossOn::Both => (link.loss, link.loss),
-        LossOn::Send => (link.loss, 0.0),
-        LossOn::Receive => (0.0, link.loss),
-    };
-    cfg.tx_impairment = Impairment {
-        ce: link.ce_mark,
-        ..Impairment::loss(tx_loss)
-    };
-    cfg.rx_impairment = Impairment {
-        reorder: link.reorder,
-        delay: if link.delay_us > 0 { 1.0 } else { 0.0 },
-        delay_us: link.delay_us,
-        ..Impairment::loss(rx_loss)
-    };
-    cfg.pcap = link.pcap.clone();
-    cfg.receive = link.rx;
-    cfg.busy_poll = link.busy_poll;
-    cfg.pause_iface = link.pause_iface.clone();
-    cfg.pause_link_bps = link.pause_rate.unwrap_or(0);
-    if let Some(ms) = link.pause_watchdog_ms {
-        if !(ms.is_finite() && ms > 0.0) {
-            bail!("--pause-watchdog-ms: a positive number of milliseconds, not {ms}");
-        }
-        cfg.pause_watchdog = Some(std::time::Duration::from_secs_f64(ms / 1e3));
-    }
-    Ok(cfg)
-}
-
-/// The directions `--loss` applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LossOn {
-    /// Packets sent and packets received.
-    Both,
-    /// Packets sent only.
-    Send,
-    /// Packets received only.
-    Receive,
 }
 
 /// `ibv_ud_pingpong`'s Q_Key.
@@ -353,7 +119,7 @@ impl Endpoint {
 
     /// Ready to send to `peer` (RC: INIT → RTR → RTS towards it; UD: RTR → RTS and an
     /// address handle for it).
-    fn connect(&mut self, pd: &Pd, peer: &RemoteQp, psn: u32, mtu: u32) -> anyhow::Result<()> {
+    fn connect(&mut self, pd: &Pd, peer: &RemoteQp, psn: u32, mtu: u32) -> Result<()> {
         match self {
             Endpoint::Rc { qp, attr } => qp.connect(attr, peer, psn)?,
             Endpoint::Ud { qp, to } => {
@@ -364,7 +130,7 @@ impl Endpoint {
         Ok(())
     }
 
-    fn send(&self, buf: &Mr, size: u32) -> anyhow::Result<()> {
+    fn send(&self, buf: &Mr, size: u32) -> Result<()> {
         match self {
             Endpoint::Rc { qp, .. } => qp.post_send(SendWr {
                 wr_id: SEND_WRID,
@@ -402,26 +168,20 @@ impl Endpoint {
     }
 }
 
-/// `--mode`, refused before anything opens when the runtime has no such transport (the
-/// library's rule, [`irn_verbs::check_runtime_mode`]), the flag named.
-pub(crate) fn check_runtime_mode(mode: QpMode) -> anyhow::Result<()> {
-    irn_verbs::check_runtime_mode(mode).with_context(|| format!("--mode {}", mode.name()))
-}
-
-pub fn run(args: PingpongArgs) -> anyhow::Result<bool> {
+pub fn run(args: PingpongArgs) -> Result<bool> {
     check_runtime_mode(args.mode)?;
     args.link.check()?;
     if ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
-        bail!(
+        usage!(
             "-m: the MTU is 256, 512, 1024, 2048 or 4096, not {}",
             args.mtu
         );
     }
     if args.rx_depth == 0 || args.iters == 0 {
-        bail!("-r and -n must be at least 1");
+        usage!("-r and -n must be at least 1");
     }
     if args.ud && args.size > args.mtu {
-        bail!(
+        usage!(
             "Requested size larger than port MTU ({}): a UD message is one packet",
             args.mtu
         );
@@ -494,9 +254,9 @@ fn pingpong(
     cq: &Cq,
     ep: &mut Endpoint,
     buf: &Mr,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     // As the rdma-core tools: INIT, then the receives, then the exchange.
-    let post_recvs = |ep: &Endpoint, n: u32| -> anyhow::Result<u32> {
+    let post_recvs = |ep: &Endpoint, n: u32| -> Result<u32> {
         for _ in 0..n {
             ep.post_recv(buf, args.size)?;
         }

@@ -10,7 +10,7 @@ use std::io::{BufReader, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use irn_wire::drp::{
     CTRL_CONN_ACK, CTRL_CONN_REQ, CTRL_DATA, CTRL_INDIRECT, CTRL_REL_ACK, CTRL_REL_REQ, CTRL_WRITE,
 };
@@ -784,4 +784,56 @@ fn ext_json(ib: &IbRepr, payload: &[u8]) -> Value {
         h.insert("undecoded".into(), json!(true));
     }
     Value::Object(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/captures")
+            .join(name)
+    }
+
+    #[test]
+    fn a_clean_capture_is_every_packet_rocev2_with_its_icrc_right() {
+        let mut out = Vec::new();
+        let s = run(&capture("rc_pingpong.pcap"), Format::Text, &[], &mut out).expect("decodes");
+        assert!(s.clean(), "{s:?}");
+        assert!(s.rocev2 > 0);
+        assert_eq!(s.icrc_ok, s.rocev2);
+        assert_eq!(
+            s.packets,
+            s.rocev2 + s.pfc + s.pause + s.drp + s.other + s.malformed
+        );
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(s.other > 0, "the capture holds frames of other protocols");
+        assert_eq!(
+            text.lines().count() as u64,
+            s.packets - s.other + 1,
+            "a line a decoded frame, the others only counted, and the summary"
+        );
+    }
+
+    /// A reader that went away (`irn decode … | head`) ends the run with the pipe's own error,
+    /// which the binary takes as a normal end.
+    #[test]
+    fn a_closed_output_ends_the_run_as_a_broken_pipe() {
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let e = run(&capture("rc_pingpong.pcap"), Format::Json, &[], &mut Closed)
+            .expect_err("nowhere to write");
+        assert_eq!(
+            e.io().map(std::io::Error::kind),
+            Some(std::io::ErrorKind::BrokenPipe)
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! irn-verbs. Without a host: the server (passive side); with one: the client, which measures
 //! and prints perftest's columns.
 //!
-//! Exchange ([`crate::perf_oob`]; TCP, default port 18515): perftest's own (perftest 4.5,
+//! Exchange ([`crate::perf::oob`]; TCP, default port 18515): perftest's own (perftest 4.5,
 //! "6.06"), so either end may be `ib_write_bw` / `ib_read_bw` / `ib_send_bw` /
 //! `ib_atomic_bw` (`-x` the IPv4 GID's index): versions, system data, path MTU, then perftest's key-message hand-shakes around the
 //! connection and the test, the client's bandwidth report, and `done`. When both ends are irn
@@ -21,7 +21,7 @@
 //!   average = all bytes over the whole time, MB = 2^20 bytes as perftest counts;
 //! * latency (`--latency`, one queue pair): perftest's latency tools — a ping-pong of Writes
 //!   or Sends between both ends, or the client's Reads / atomics one at a time — with their
-//!   hand-shakes and columns (module [`crate::perf_lat`]); pairs with `ib_write_lat`,
+//!   hand-shakes and columns (module [`crate::perf::lat`]); pairs with `ib_write_lat`,
 //!   `ib_read_lat`, `ib_send_lat` and `ib_atomic_lat` in either role;
 //! * `--verify`: messages carry per-iteration patterns; Sends are checked by the server as they
 //!   arrive, Reads by the client, Writes and atomics by the server at the end.
@@ -30,7 +30,8 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::error::{Context, Result};
+use crate::{bail, usage};
 use irn_verbs::cm::CmConfig;
 use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerfParams};
 use irn_verbs::{
@@ -38,11 +39,14 @@ use irn_verbs::{
     SendWr, WcStatus, ROCE_PORT,
 };
 
+pub mod lat;
+pub mod oob;
+
+use crate::cm::{self, CmChannel};
 use crate::linger;
-use crate::perf_cm::{self, CmChannel};
-use crate::perf_lat::{self, LatEnd, LatReport, LINE};
-use crate::perf_oob::{Chan, Oob, CYCLE_BUFFER, TEST_TIMEOUT, TIMEOUT};
-use crate::pingpong_cmd::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
+use crate::link::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
+use lat::{LatEnd, LatReport, LINE};
+use oob::{Chan, Oob, CYCLE_BUFFER, TEST_TIMEOUT, TIMEOUT};
 
 /// Reads and atomics this end accepts at once as responder (advertised as `out_reads`).
 const OUT_READS: u16 = 16;
@@ -190,9 +194,9 @@ struct Side {
 
 /// Opens the device on `ip`. Both ends on one address: the peer has 4791; with an irn peer
 /// (`fallback`), whom the exchange tells our port, take any free one (perftest sends to 4791).
-fn open_device(ip: IpAddr, fallback: bool, args: &PerfArgs) -> anyhow::Result<Device> {
+fn open_device(ip: IpAddr, fallback: bool, args: &PerfArgs) -> Result<Device> {
     let open =
-        |port| Device::open(device_config(ip, port, &args.link)?).map_err(anyhow::Error::from);
+        |port| Device::open(device_config(ip, port, &args.link)?).map_err(crate::Error::from);
     match open(args.link.udp_port) {
         Ok(d) => Ok(d),
         Err(e) if fallback && args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0),
@@ -200,7 +204,7 @@ fn open_device(ip: IpAddr, fallback: bool, args: &PerfArgs) -> anyhow::Result<De
     }
 }
 
-fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> anyhow::Result<Side> {
+fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> Result<Side> {
     let pd = dev.alloc_pd();
     let depth = (p.qps as usize) * (args.tx_depth as usize + 256) + 16;
     let cq = dev.create_cq(depth)?;
@@ -244,20 +248,19 @@ fn setup(p: &PerfParams, dev: Device, args: &PerfArgs) -> anyhow::Result<Side> {
 fn region_len(p: &PerfParams, slots: u64) -> u64 {
     let len = (slots * p.size.max(8)).max(2 * CYCLE_BUFFER);
     if p.latency {
-        len.max(perf_lat::region_len(p.size))
+        len.max(lat::region_len(p.size))
     } else {
         len
     }
 }
 
-fn is_addr_in_use(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == ErrorKind::AddrInUse)
-            || c.downcast_ref::<irn_verbs::Error>().is_some_and(
-                |v| matches!(v, irn_verbs::Error::Io(io) if io.kind() == ErrorKind::AddrInUse),
-            )
-    })
+fn is_addr_in_use(e: &crate::Error) -> bool {
+    match e.root() {
+        crate::Error::Io(io) | crate::Error::Verbs(irn_verbs::Error::Io(io)) => {
+            io.kind() == ErrorKind::AddrInUse
+        }
+        _ => false,
+    }
 }
 
 fn keys(side: &Side, psns: &[u32]) -> Vec<PerfKey> {
@@ -307,7 +310,7 @@ fn connect(
     psns: &[u32],
     (link, by_cm): (PeerLink, bool),
     mtu: u32,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     for qp in &side.qps {
         qp.set_peer_gso(link.gso)?;
     }
@@ -332,15 +335,15 @@ fn connect(
 
 /// The parameters of this end when the peer is perftest (which agrees on nothing: its flags
 /// must match ours) — RoCE on port 4791.
-fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
+fn own_params(args: &PerfArgs) -> Result<PerfParams> {
     if let Some(m) = args.mode.filter(|m| !m.standard_wire()) {
-        bail!(
+        usage!(
             "the peer is perftest, which speaks standard RoCE only: use --mode roce, \
              roce-go-back-0 or reorder-buffer, not {m}"
         );
     }
     if args.verify {
-        bail!("--verify needs an irn peer (perftest does not check data)");
+        usage!("--verify needs an irn peer (perftest does not check data)");
     }
     Ok(PerfParams {
         op: args.op,
@@ -356,7 +359,7 @@ fn own_params(args: &PerfArgs) -> anyhow::Result<PerfParams> {
     })
 }
 
-pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
+pub fn run(args: PerfArgs) -> Result<bool> {
     args.link.check()?;
     if args.qps == 0
         || args.qps > irn_verbs::exchange::MAX_PERF_QPS
@@ -364,7 +367,7 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
         || args.tx_depth == 0
         || args.cq_mod == 0
     {
-        bail!(
+        usage!(
             "--qps (1–{}), --iters, --tx-depth and --cq-mod must be positive",
             irn_verbs::exchange::MAX_PERF_QPS
         );
@@ -373,28 +376,28 @@ pub fn run(args: PerfArgs) -> anyhow::Result<bool> {
         .mtu
         .filter(|m| ![256, 512, 1024, 2048, 4096].contains(m))
     {
-        bail!("-m: the MTU is 256, 512, 1024, 2048 or 4096, not {m}");
+        usage!("-m: the MTU is 256, 512, 1024, 2048 or 4096, not {m}");
     }
     if args.rdma_cm && args.link.udp_port == 0 {
-        bail!("-R: the CM reaches the peer's device at our own UDP port: give --udp-port a port, not 0");
+        usage!("-R: the CM reaches the peer's device at our own UDP port: give --udp-port a port, not 0");
     }
     // Everything this end's own flags decide is checked before it listens or connects, so a
     // refused flag is not first seen by the peer as a closed exchange.
     args.msg_size()?;
     if args.post_list == 0 || args.post_list > args.tx_depth {
-        bail!(
+        usage!(
             "-l (--post-list): 1 to --tx-depth ({}) work requests per post, not {}",
             args.tx_depth,
             args.post_list
         );
     }
     if let Some(m) = args.mode {
-        crate::pingpong_cmd::check_runtime_mode(m)?;
+        crate::link::check_runtime_mode(m)?;
         irn_verbs::check_runtime_cc(m, args.cc)
             .with_context(|| format!("--cc {} with --mode {}", args.cc.name(), m.name()))?;
     }
     if args.latency && args.host.is_some() {
-        perf_lat::check_params(&args.client_params()?)?;
+        lat::check_params(&args.client_params()?)?;
     }
     if args.host.is_some() {
         client(args)
@@ -414,14 +417,14 @@ fn cm_config(args: &PerfArgs) -> CmConfig {
 /// The server's device and exchange: over TCP, the device opens once the connection says
 /// which address the client reaches; with `-R` it opens first, on `--gid`, and carries the
 /// exchange's connection.
-fn server_open(args: &PerfArgs) -> anyhow::Result<(Oob, u32, Option<Device>)> {
+fn server_open(args: &PerfArgs) -> Result<(Oob, u32, Option<Device>)> {
     if !args.rdma_cm {
         let tcp = oob_connect(None, args.port)?;
         let (oob, mtu) = Oob::open(Chan::Tcp(tcp), false, args.mtu)?;
         return Ok((oob, mtu, None));
     }
     let Some(ip) = args.link.gid else {
-        bail!("-R: the server binds one address; give it with --gid ADDR");
+        usage!("-R: the server binds one address; give it with --gid ADDR");
     };
     let dev = open_device(ip, false, args)?;
     let ch = CmChannel::accept(&dev, args.port, cm_config(args), TEST_TIMEOUT)?;
@@ -431,7 +434,7 @@ fn server_open(args: &PerfArgs) -> anyhow::Result<(Oob, u32, Option<Device>)> {
 
 /// The device for the test queue pairs: the one `-R` opened already, or one on the address
 /// the TCP exchange runs from.
-fn test_device(oob: &Oob, dev: Option<Device>, args: &PerfArgs) -> anyhow::Result<Device> {
+fn test_device(oob: &Oob, dev: Option<Device>, args: &PerfArgs) -> Result<Device> {
     match (dev, &oob.chan) {
         (Some(d), _) => Ok(d),
         (None, Chan::Tcp(t)) => open_device(local_ip(t, &args.link)?, oob.peer_irn, args),
@@ -439,7 +442,7 @@ fn test_device(oob: &Oob, dev: Option<Device>, args: &PerfArgs) -> anyhow::Resul
     }
 }
 
-fn server(args: PerfArgs) -> anyhow::Result<bool> {
+fn server(args: PerfArgs) -> Result<bool> {
     let (mut oob, mtu, dev) = server_open(&args)?;
     let dev = test_device(&oob, dev, &args)?;
     let (p, side, client) = if oob.peer_irn {
@@ -457,7 +460,7 @@ fn server(args: PerfArgs) -> anyhow::Result<bool> {
             );
         }
         if p.latency {
-            perf_lat::check_params(&p)?;
+            lat::check_params(&p)?;
         }
         let client = args.peer_link(p.udp_port, p.gso);
         let side = setup(&p, dev, &args)?;
@@ -486,7 +489,7 @@ fn server_test(
     p: &PerfParams,
     side: &Side,
     client: PeerLink,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     // Read targets hold known patterns.
     if p.op == PerfOp::Read {
@@ -509,7 +512,7 @@ fn server_test(
         |theirs| connect(side, theirs, &psns, (client, by_cm), mtu),
         || {
             if p.latency {
-                perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
+                lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
             } else {
                 recvs.post_initial()
             }
@@ -576,7 +579,7 @@ fn latency_test(
     p: &PerfParams,
     theirs: &PerfKey,
     mine: &PerfKey,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     let end = LatEnd {
         qp: &side.qps[0],
         mr: &side.mrs[0],
@@ -595,7 +598,7 @@ fn latency_test(
         1.0
     };
     match LatReport::from_posts(&r.posted, rtt_factor) {
-        Some(rep) => perf_lat::print_report(p.size, p.iters, &rep),
+        Some(rep) => lat::print_report(p.size, p.iters, &rep),
         None => println!("{LINE}"),
     }
     let mut ok = r.ok;
@@ -654,7 +657,7 @@ impl<'a> Receiver<'a> {
         Receiver { side, p, depth }
     }
 
-    fn post(&self, q: usize, i: u64) -> anyhow::Result<()> {
+    fn post(&self, q: usize, i: u64) -> Result<()> {
         self.side.qps[q].post_recv(self.recv_wr(q, i))?;
         Ok(())
     }
@@ -671,7 +674,7 @@ impl<'a> Receiver<'a> {
 
     /// The first receives of each queue pair (a Send test posts them before its last
     /// hand-shake).
-    fn post_initial(&self) -> anyhow::Result<()> {
+    fn post_initial(&self) -> Result<()> {
         if self.p.op != PerfOp::Send {
             return Ok(());
         }
@@ -689,7 +692,7 @@ impl<'a> Receiver<'a> {
     /// (an error, or killed; over `-R`'s CM exchange, one that dropped its connection, which
     /// sends a DREQ) ends the wait within a fraction of a second, as a Write or Read test's
     /// server, which waits on the exchange itself, notices at once.
-    fn run(&self, peer_closed: &mut dyn FnMut() -> bool) -> anyhow::Result<bool> {
+    fn run(&self, peer_closed: &mut dyn FnMut() -> bool) -> Result<bool> {
         let (side, p) = (self.side, self.p);
         let mut got = vec![0u64; side.qps.len()];
         let mut buf = vec![0u8; p.size as usize];
@@ -755,7 +758,7 @@ impl<'a> Receiver<'a> {
         buf: &mut [u8],
         want: &mut [u8],
         repost: &mut [Vec<RecvWr>],
-    ) -> anyhow::Result<bool> {
+    ) -> Result<bool> {
         let (side, p) = (self.side, self.p);
         let mut ok = true;
         if wc.status != WcStatus::Success {
@@ -822,18 +825,18 @@ fn print_bw(r: &BwReport) {
 
 /// The client's exchange (TCP, or with `-R` a CM connection from a device opened on the
 /// address the route to the server leaves from, or `--gid`).
-fn client_open(args: &PerfArgs, host: &str) -> anyhow::Result<(Oob, u32, Option<Device>)> {
+fn client_open(args: &PerfArgs, host: &str) -> Result<(Oob, u32, Option<Device>)> {
     if !args.rdma_cm {
         let tcp = oob_connect(Some(host), args.port)?;
         let (oob, mtu) = Oob::open(Chan::Tcp(tcp), true, args.mtu)?;
         return Ok((oob, mtu, None));
     }
-    let server: SocketAddr = (crate::pingpong_cmd::unbracket(host), args.port)
+    let server: SocketAddr = (crate::link::unbracket(host), args.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {host}"))?
         .next()
         .with_context(|| format!("{host} has no address"))?;
-    let ip = perf_cm::route_source(server.ip(), args.link.gid, args.link.udp_port)?;
+    let ip = cm::route_source(server.ip(), args.link.gid, args.link.udp_port)?;
     // Both ends use the same UDP port (`--udp-port`), so a client whose device would take
     // the server's own address would talk to itself (its CM agent refusing it).
     if ip == server.ip() {
@@ -851,7 +854,7 @@ fn client_open(args: &PerfArgs, host: &str) -> anyhow::Result<(Oob, u32, Option<
     Ok((oob, mtu, Some(dev)))
 }
 
-fn client(args: PerfArgs) -> anyhow::Result<bool> {
+fn client(args: PerfArgs) -> Result<bool> {
     let host = args.host.clone().expect("a client has a host");
     let (mut oob, mtu, dev) = client_open(&args, &host)?;
     let dev = test_device(&oob, dev, &args)?;
@@ -886,7 +889,7 @@ fn client_test(
     p: &PerfParams,
     side: &Side,
     server: PeerLink,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     let mine = keys(side, &psns);
     let by_cm = oob.cm();
@@ -898,7 +901,7 @@ fn client_test(
         |theirs| connect(side, theirs, &psns, (server, by_cm), mtu),
         || {
             if p.latency {
-                perf_lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
+                lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
             } else {
                 Ok(())
             }
@@ -983,7 +986,7 @@ impl PerfArgs {
 
     /// What an irn client proposes to its server: its flags, with mode IRN by default; the
     /// UDP port and GSO are filled in once its device is open.
-    fn client_params(&self) -> anyhow::Result<PerfParams> {
+    fn client_params(&self) -> Result<PerfParams> {
         Ok(PerfParams {
             op: self.op,
             size: self.msg_size()?,
@@ -999,11 +1002,11 @@ impl PerfArgs {
     }
 
     /// The message size: `--size`, or 8 for atomics.
-    fn msg_size(&self) -> anyhow::Result<u64> {
+    fn msg_size(&self) -> Result<u64> {
         let size = if self.op_is_atomic() { 8 } else { self.size };
         // The largest message a queue pair carries, as rxe's (`RXE_MAX_MSG_SZ`, 2 GiB).
         if size == 0 || size > irn_transport::MAX_MESSAGE {
-            bail!(
+            usage!(
                 "--size must be 1 B to {} B (2 GiB, the largest message a queue pair carries)",
                 irn_transport::MAX_MESSAGE
             );
@@ -1035,13 +1038,13 @@ impl Runner<'_> {
     }
 
     /// Posts iteration `i` on queue pair `q`.
-    fn post(&self, q: usize, i: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+    fn post(&self, q: usize, i: u64, buf: &mut [u8]) -> Result<()> {
         self.side.qps[q].post_send(self.wr(q, i, buf)?)?;
         Ok(())
     }
 
     /// Posts iterations `from..to` on queue pair `q`, `--post-list` per call.
-    fn post_range(&self, q: usize, from: u64, to: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+    fn post_range(&self, q: usize, from: u64, to: u64, buf: &mut [u8]) -> Result<()> {
         if self.post_list <= 1 {
             return (from..to).try_for_each(|i| self.post(q, i, buf));
         }
@@ -1050,7 +1053,7 @@ impl Runner<'_> {
             let n = (to - i).min(self.post_list as u64);
             let wrs = (i..i + n)
                 .map(|j| self.wr(q, j, buf))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>>>()?;
             self.side.qps[q].post_send_list(wrs)?;
             i += n;
         }
@@ -1059,7 +1062,7 @@ impl Runner<'_> {
 
     /// The work request of iteration `i` on queue pair `q` (its data written first when
     /// verifying).
-    fn wr(&self, q: usize, i: u64, buf: &mut [u8]) -> anyhow::Result<SendWr> {
+    fn wr(&self, q: usize, i: u64, buf: &mut [u8]) -> Result<SendWr> {
         let p = self.p;
         let mr = &self.side.mrs[q];
         let off = self.slot_off(i);
@@ -1108,7 +1111,7 @@ impl Runner<'_> {
         done: u64,
         buf: &mut [u8],
         want: &mut [u8],
-    ) -> anyhow::Result<(std::ops::Range<u64>, bool)> {
+    ) -> Result<(std::ops::Range<u64>, bool)> {
         let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
         if wc.status != WcStatus::Success {
             bail!(
@@ -1140,7 +1143,7 @@ impl Runner<'_> {
     }
 
     /// Returns whether every checked Read matched, and the report.
-    fn bandwidth(&self) -> anyhow::Result<(bool, BwReport)> {
+    fn bandwidth(&self) -> Result<(bool, BwReport)> {
         let p = self.p;
         let nq = self.side.qps.len();
         let total = p.iters * nq as u64;

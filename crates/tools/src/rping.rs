@@ -14,14 +14,15 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::error::{Context, Result};
+use crate::{bail, usage};
 use irn_verbs::cm::{CmConfig, CmConnection, CmListener};
 use irn_verbs::{
     Access, Cq, Device, Mr, Qp, QpAttr, QpInit, QpMode, RecvWr, Remote, SendOp, SendWr, Wc,
     WcOpcode, WcStatus,
 };
 
-use crate::pingpong_cmd::{device_config, wc_status_number, LinkArgs};
+use crate::link::{device_config, wc_status_number, LinkArgs};
 
 /// `struct rping_rdma_info`.
 const INFO_LEN: u32 = 16;
@@ -83,7 +84,7 @@ struct End {
 }
 
 impl End {
-    fn open(ip: IpAddr, args: &RpingArgs) -> anyhow::Result<End> {
+    fn open(ip: IpAddr, args: &RpingArgs) -> Result<End> {
         let dev = Device::open(device_config(ip, args.link.udp_port, &args.link)?)
             .with_context(|| format!("opening a device on {ip}"))?;
         let pd = dev.alloc_pd();
@@ -125,7 +126,7 @@ impl End {
         Ok(end)
     }
 
-    fn post_recv(&self) -> anyhow::Result<()> {
+    fn post_recv(&self) -> Result<()> {
         self.qp.post_recv(RecvWr {
             wr_id: 0,
             sg_list: vec![self.recv.sge(0, INFO_LEN)],
@@ -134,7 +135,7 @@ impl End {
     }
 
     /// Sends an `rping_rdma_info` for `mr` (the go-ahead of a server carries its own).
-    fn send_info(&self, mr: &Mr, size: u32) -> anyhow::Result<()> {
+    fn send_info(&self, mr: &Mr, size: u32) -> Result<()> {
         let mut info = [0u8; INFO_LEN as usize];
         info[..8].copy_from_slice(&mr.addr().to_be_bytes());
         info[8..12].copy_from_slice(&mr.rkey().to_be_bytes());
@@ -151,7 +152,7 @@ impl End {
         Ok(())
     }
 
-    fn post(&self, op: SendOp, from: &Mr, len: u32) -> anyhow::Result<()> {
+    fn post(&self, op: SendOp, from: &Mr, len: u32) -> Result<()> {
         self.qp.post_send(SendWr {
             wr_id: 2,
             op,
@@ -164,7 +165,7 @@ impl End {
     }
 
     /// The next completion; `None` once the peer has disconnected (server).
-    fn next(&self, conn: &mut Option<&mut CmConnection>) -> anyhow::Result<Option<Wc>> {
+    fn next(&self, conn: &mut Option<&mut CmConnection>) -> Result<Option<Wc>> {
         let since = Instant::now();
         loop {
             if let Some(wc) = self.cq.wait(Duration::from_millis(20))? {
@@ -191,7 +192,7 @@ impl End {
 
     /// Waits for the completion of the work request just posted and for the peer's next
     /// message (in either order); reposts the receive and returns the message.
-    fn exchange(&self) -> anyhow::Result<[u8; INFO_LEN as usize]> {
+    fn exchange(&self) -> Result<[u8; INFO_LEN as usize]> {
         let (mut sent, mut got) = (false, None);
         while !sent || got.is_none() {
             let wc = self
@@ -206,7 +207,7 @@ impl End {
         Ok(got.expect("received"))
     }
 
-    fn take_info(&self, wc: &Wc) -> anyhow::Result<[u8; INFO_LEN as usize]> {
+    fn take_info(&self, wc: &Wc) -> Result<[u8; INFO_LEN as usize]> {
         if wc.byte_len != INFO_LEN {
             bail!("Received bogus data, size {}", wc.byte_len);
         }
@@ -218,7 +219,7 @@ impl End {
 }
 
 /// The text of a NUL-terminated buffer.
-fn text(mr: &Mr, size: u32) -> anyhow::Result<String> {
+fn text(mr: &Mr, size: u32) -> Result<String> {
     let mut b = vec![0u8; size as usize];
     mr.read(0, &mut b)?;
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
@@ -240,18 +241,18 @@ fn ping_data(ping: u64, start: u8, size: u32) -> Vec<u8> {
     b
 }
 
-pub fn run(args: RpingArgs) -> anyhow::Result<bool> {
+pub fn run(args: RpingArgs) -> Result<bool> {
     args.link.check()?;
     if !(MIN_SIZE..=MAX_SIZE).contains(&args.size) {
-        bail!(
+        usage!(
             "Invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",
             args.size
         );
     }
     if args.server == args.client {
-        bail!("give -s (server) or -c (client)");
+        usage!("give -s (server) or -c (client)");
     }
-    let addr: SocketAddr = (crate::pingpong_cmd::unbracket(&args.addr), args.port)
+    let addr: SocketAddr = (crate::link::unbracket(&args.addr), args.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}", args.addr))?
         .next()
@@ -267,15 +268,15 @@ pub fn run(args: RpingArgs) -> anyhow::Result<bool> {
     }
 }
 
-fn client(args: &RpingArgs, server: SocketAddr, cfg: CmConfig) -> anyhow::Result<bool> {
+fn client(args: &RpingArgs, server: SocketAddr, cfg: CmConfig) -> Result<bool> {
     // The address the route to the server leaves from (rping's rdma_resolve_addr).
     let source = match args.source {
         Some(ip) => ip,
         None => {
             let any: SocketAddr = if server.is_ipv4() {
-                "0.0.0.0:0".parse()?
+                SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0))
             } else {
-                "[::]:0".parse()?
+                SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
             };
             let probe = UdpSocket::bind(any)?;
             probe.connect(SocketAddr::new(server.ip(), args.link.udp_port))?;
@@ -291,22 +292,17 @@ fn client(args: &RpingArgs, server: SocketAddr, cfg: CmConfig) -> anyhow::Result
     r
 }
 
-fn client_pings(
-    args: &RpingArgs,
-    end: &End,
-    server: SocketAddr,
-    cfg: CmConfig,
-) -> anyhow::Result<bool> {
+fn client_pings(args: &RpingArgs, end: &End, server: SocketAddr, cfg: CmConfig) -> Result<bool> {
     // Tried again while refused (nothing listens yet), as perftest's client does: a client
     // started just before its server still connects. A peer that does not answer at all
     // fails after the CM's own REQ retries, as before.
-    let conn = crate::perf_cm::connect_retrying(
+    let conn = crate::cm::connect_retrying(
         &end.dev,
         &end.qp,
         &end.attr,
         server,
         cfg,
-        crate::perf_cm::CONNECT_TRIES,
+        crate::cm::CONNECT_TRIES,
         false,
     )?;
     if args.debug {
@@ -348,9 +344,9 @@ fn client_pings(
     Ok(ok)
 }
 
-fn server(args: &RpingArgs, ip: IpAddr, cfg: CmConfig) -> anyhow::Result<bool> {
+fn server(args: &RpingArgs, ip: IpAddr, cfg: CmConfig) -> Result<bool> {
     if ip.is_unspecified() {
-        bail!("-a: irn's server binds one address; give it, not {ip}");
+        usage!("-a: irn's server binds one address; give it, not {ip}");
     }
     let end = End::open(ip, args)?;
     let r = serve(args, &end, cfg);
@@ -361,7 +357,7 @@ fn server(args: &RpingArgs, ip: IpAddr, cfg: CmConfig) -> anyhow::Result<bool> {
     r
 }
 
-fn serve(args: &RpingArgs, end: &End, cfg: CmConfig) -> anyhow::Result<bool> {
+fn serve(args: &RpingArgs, end: &End, cfg: CmConfig) -> Result<bool> {
     let mut listener = CmListener::bind(&end.dev, args.port, cfg)?;
     let req = listener.get_request(Duration::from_secs(7 * 24 * 3600))?;
     if args.debug {
@@ -424,7 +420,7 @@ fn wait_send(
     end: &End,
     c: &mut Option<&mut CmConnection>,
     early: &mut Option<[u8; INFO_LEN as usize]>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     if wait_send_or_disconnect(end, c, early)? {
         Ok(())
     } else {
@@ -437,7 +433,7 @@ fn wait_send_or_disconnect(
     end: &End,
     c: &mut Option<&mut CmConnection>,
     early: &mut Option<[u8; INFO_LEN as usize]>,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     loop {
         match end.next(c)? {
             Some(wc) if wc.opcode != WcOpcode::Recv => return Ok(true),

@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Context, Result};
+use crate::{bail, usage};
 use irn_sim::config::PingLevel;
 use irn_sim::metrics::{pingmesh_summary, PingmeshReport, ProbeOutcome};
 use irn_verbs::{
@@ -35,7 +36,7 @@ use irn_verbs::{
     WcStatus,
 };
 
-use crate::pingpong_cmd::{device_config, LinkArgs};
+use crate::link::{device_config, LinkArgs};
 
 /// `irn pingmesh` flags.
 #[derive(clap::Args, Debug)]
@@ -115,16 +116,16 @@ fn parse_hosts(path: &Path) -> Result<Vec<Host>> {
             match w.split_once('=') {
                 Some(("tor", v)) => h.tor = Some(v.to_string()),
                 Some(("pod", v)) => h.pod = Some(v.to_string()),
-                _ => bail!("{}: `{w}` is not tor=NAME or pod=NAME", at()),
+                _ => usage!("{}: `{w}` is not tor=NAME or pod=NAME", at()),
             }
         }
         if hosts.iter().any(|o: &Host| o.addr == addr) {
-            bail!("{}: {addr} is listed twice", at());
+            usage!("{}: {addr} is listed twice", at());
         }
         hosts.push(h);
     }
     if hosts.len() < 2 {
-        bail!("{}: a mesh needs at least two hosts", path.display());
+        usage!("{}: a mesh needs at least two hosts", path.display());
     }
     Ok(hosts)
 }
@@ -340,16 +341,16 @@ pub fn run(args: PingmeshArgs) -> Result<bool> {
     if !args.summarize.is_empty() {
         return summarize(&args.summarize, args.summary.as_deref(), args.slow_us);
     }
-    crate::pingpong_cmd::check_runtime_mode(args.mode)?;
+    crate::link::check_runtime_mode(args.mode)?;
     args.link.check()?;
     let hosts_path = args.hosts.clone().context("--hosts is required")?;
     let hosts = parse_hosts(&hosts_path)?;
     let me = whoami(&hosts, args.me)?;
     if args.size == 0 || args.size > 1 << 20 {
-        bail!("--size must be 1 B – 1 MiB, not {}", args.size);
+        usage!("--size must be 1 B – 1 MiB, not {}", args.size);
     }
     if !(args.duration_s.is_finite() && args.duration_s > 0.0) || args.interval_ms == 0 {
-        bail!("--duration-s and --interval-ms must be positive");
+        usage!("--duration-s and --interval-ms must be positive");
     }
     let ip = hosts[me].addr;
     let dev = Device::open(device_config(ip, args.link.udp_port, &args.link)?)
@@ -556,7 +557,7 @@ fn summarize(files: &[PathBuf], json: Option<&Path>, slow_us: f64) -> Result<boo
                 "tor" => PingLevel::Tor,
                 "pod" => PingLevel::Pod,
                 "fabric" => PingLevel::Fabric,
-                other => bail!("{}:{}: unknown level {other}", f.display(), i + 1),
+                other => usage!("{}:{}: unknown level {other}", f.display(), i + 1),
             };
             let (src, dst) = (index(p.src, &mut hosts), index(p.dst, &mut hosts));
             outcomes.push(ProbeOutcome {
@@ -573,4 +574,60 @@ fn summarize(files: &[PathBuf], json: Option<&Path>, slow_us: f64) -> Result<boo
     let report = pingmesh_summary(&outcomes, slow_us);
     print_summary("all agents", &hosts, &report, json)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    fn hosts_file(tag: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("irn-tools-pingmesh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(tag);
+        std::fs::write(&path, text).expect("hosts file");
+        path
+    }
+
+    #[test]
+    fn a_hosts_file_gives_each_pair_its_level() {
+        let path = hosts_file(
+            "good",
+            "# three hosts\n10.0.0.1 tor=a pod=p\n10.0.0.2 tor=a pod=p  # same rack\n\n\
+             10.0.1.1 tor=b pod=p\n10.1.0.1 tor=c pod=q\n",
+        );
+        let h = parse_hosts(&path).expect("parses");
+        assert_eq!(h.len(), 4);
+        assert_eq!(level(&h[0], &h[1]), PingLevel::Tor);
+        assert_eq!(level(&h[0], &h[2]), PingLevel::Pod);
+        assert_eq!(level(&h[0], &h[3]), PingLevel::Fabric);
+        assert_eq!(whoami(&h, Some(h[2].addr)).expect("listed"), 2);
+        assert!(whoami(&h, Some("10.9.9.9".parse().expect("ip"))).is_err());
+    }
+
+    #[test]
+    fn a_bad_hosts_file_is_refused_at_its_line() {
+        for (tag, text, says) in [
+            (
+                "twice",
+                "10.0.0.1\n10.0.0.1\n",
+                ":2: 10.0.0.1 is listed twice",
+            ),
+            (
+                "word",
+                "10.0.0.1 rack=3\n10.0.0.2\n",
+                ":1: `rack=3` is not tor=NAME",
+            ),
+            ("alone", "10.0.0.1\n", "a mesh needs at least two hosts"),
+        ] {
+            let e = parse_hosts(&hosts_file(tag, text)).expect_err(tag);
+            assert!(
+                matches!(&e, Error::Usage(m) if m.contains(says)),
+                "{tag}: {e}"
+            );
+        }
+        let e = parse_hosts(&hosts_file("addr", "10.0.0.x\n10.0.0.2\n")).expect_err("addr");
+        assert!(e.to_string().ends_with(":1: not an IP address"), "{e}");
+        assert!(matches!(e.root(), Error::Parse(_)));
+    }
 }

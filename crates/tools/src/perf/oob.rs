@@ -1,4 +1,4 @@
-//! The out-of-band exchange of `irn perf` (module [`crate::perf_cmd`]): perftest's own over
+//! The out-of-band exchange of `irn perf` (module [`crate::cmd`]): perftest's own over
 //! TCP (perftest 4.5, "6.06") or, with `-R`, over an RC connection made through the RDMA CM —
 //! versions, system data and path MTU when it opens, the key-message hand-shakes around the
 //! connection and the test in perftest's order (its peer follows them step by step), the
@@ -8,11 +8,12 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use anyhow::bail;
+use crate::bail;
+use crate::error::Result;
 use irn_verbs::exchange::{self, BwReport, PerfKey, PerfOp, PerftestVersion};
 use irn_verbs::{Device, Qp, QpAttr};
 
-use crate::perf_cm::CmChannel;
+use crate::cm::CmChannel;
 
 /// How long one step of the exchange may take.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,7 +42,7 @@ pub(crate) struct Oob {
 impl Oob {
     /// Runs the opening over `chan`: versions, system data, path MTU. Returns the session and
     /// the path MTU both ends use.
-    pub(crate) fn open(chan: Chan, client: bool, mtu: Option<u32>) -> anyhow::Result<(Oob, u32)> {
+    pub(crate) fn open(chan: Chan, client: bool, mtu: Option<u32>) -> Result<(Oob, u32)> {
         let peer = match &chan {
             Chan::Tcp(t) => t.peer_addr()?,
             Chan::Cm(c) => c.peer(),
@@ -69,7 +70,7 @@ impl Oob {
     }
 
     /// One message of `n` bytes from the peer.
-    pub(crate) fn recv_msg(&mut self, n: usize, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+    pub(crate) fn recv_msg(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>> {
         match &mut self.chan {
             Chan::Tcp(t) => Ok(exchange::read_exact(t, n, timeout)?),
             Chan::Cm(c) => c.recv(n, timeout),
@@ -94,7 +95,7 @@ impl Oob {
     }
 
     /// One message to the peer.
-    pub(crate) fn send_msg(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn send_msg(&mut self, bytes: &[u8]) -> Result<()> {
         match &mut self.chan {
             Chan::Tcp(t) => Ok(exchange::write_all(t, bytes)?),
             Chan::Cm(c) => c.send(bytes),
@@ -102,12 +103,7 @@ impl Oob {
     }
 
     /// perftest's `ctx_xchg_data`: the client sends first, the server answers.
-    pub(crate) fn swap(
-        &mut self,
-        mine: &[u8],
-        n: usize,
-        timeout: Duration,
-    ) -> anyhow::Result<Vec<u8>> {
+    pub(crate) fn swap(&mut self, mine: &[u8], n: usize, timeout: Duration) -> Result<Vec<u8>> {
         match &mut self.chan {
             Chan::Tcp(t) => Ok(exchange::swap(t, self.client, mine, n, timeout)?),
             Chan::Cm(_) if self.client => {
@@ -124,11 +120,7 @@ impl Oob {
 
     /// perftest's `ctx_hand_shake`: one key message each way (text over TCP, perftest's
     /// binary `struct pingpong_dest` over the CM).
-    pub(crate) fn hand_shake(
-        &mut self,
-        mine: &PerfKey,
-        timeout: Duration,
-    ) -> anyhow::Result<PerfKey> {
+    pub(crate) fn hand_shake(&mut self, mine: &PerfKey, timeout: Duration) -> Result<PerfKey> {
         if self.cm() {
             let theirs = self.swap(&mine.to_binary(0), PerfKey::BINARY_LEN, timeout)?;
             return Ok(PerfKey::parse_binary(&theirs)?);
@@ -145,7 +137,7 @@ impl Oob {
         qps: &[Qp],
         attr: &QpAttr,
         k: &PerfKey,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         if !self.cm() {
             return Ok(());
         }
@@ -172,9 +164,9 @@ impl Oob {
         mine: &[PerfKey],
         op: PerfOp,
         latency: bool,
-        connect: impl FnOnce(&[PerfKey]) -> anyhow::Result<()>,
-        ready: impl FnOnce() -> anyhow::Result<()>,
-    ) -> anyhow::Result<Vec<PerfKey>> {
+        connect: impl FnOnce(&[PerfKey]) -> Result<()>,
+        ready: impl FnOnce() -> Result<()>,
+    ) -> Result<Vec<PerfKey>> {
         if latency {
             let k = &mine[0];
             let theirs = [self.hand_shake(k, TIMEOUT)?];
@@ -218,11 +210,7 @@ impl Oob {
     /// After a Write, Read or atomic test: one hand-shake (the server waits here for the test
     /// to end) and the client's report, eight bytes at a time (the server's comes back,
     /// meaningless from perftest).
-    pub(crate) fn after_test(
-        &mut self,
-        mine: &PerfKey,
-        report: &BwReport,
-    ) -> anyhow::Result<BwReport> {
+    pub(crate) fn after_test(&mut self, mine: &PerfKey, report: &BwReport) -> Result<BwReport> {
         self.hand_shake(mine, TEST_TIMEOUT)?;
         // Value by value, each its own lock-step step, as perftest reads them.
         let wire = report.to_wire();
@@ -236,7 +224,7 @@ impl Oob {
     /// perftest's `ctx_close_connection`: a hand-shake (waiting up to `timeout` for the
     /// peer to get there), then `done` over TCP (the peer's is not required); then
     /// [`Oob::end`].
-    pub(crate) fn close(mut self, mine: &PerfKey, timeout: Duration) -> anyhow::Result<()> {
+    pub(crate) fn close(mut self, mine: &PerfKey, timeout: Duration) -> Result<()> {
         self.hand_shake(mine, timeout)?;
         if let Chan::Tcp(t) = &mut self.chan {
             exchange::write_all(t, b"done\0")?;
@@ -247,7 +235,7 @@ impl Oob {
 
     /// Ends the session: over the CM, the client disconnects every connection and the server
     /// waits for it to (the CM answering); a TCP connection just closes.
-    pub(crate) fn end(self) -> anyhow::Result<()> {
+    pub(crate) fn end(self) -> Result<()> {
         match self.chan {
             Chan::Tcp(_) => Ok(()),
             Chan::Cm(c) => c.finish(self.client, Duration::from_secs(10)),
@@ -256,7 +244,7 @@ impl Oob {
 }
 
 /// perftest refuses to connect an IPv4 GID with an IPv6 one (`ctx_check_gid_compatibility`).
-fn same_family(theirs: &[PerfKey], mine: &PerfKey) -> anyhow::Result<()> {
+fn same_family(theirs: &[PerfKey], mine: &PerfKey) -> Result<()> {
     if theirs
         .iter()
         .any(|t| t.gid.ip().is_ipv4() != mine.gid.ip().is_ipv4())

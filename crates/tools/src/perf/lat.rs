@@ -25,11 +25,12 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::error::{Context, Result};
+use crate::{bail, usage};
 use irn_verbs::exchange::{PerfKey, PerfOp, PerfParams};
 use irn_verbs::{Cq, Mr, Qp, RecvWr, Remote, SendOp, SendWr, Wc, WcStatus};
 
-use crate::pingpong_cmd::wc_status_number;
+use crate::link::wc_status_number;
 
 /// How long an end waits for its peer's next message or for a completion.
 const STALL: Duration = Duration::from_secs(30);
@@ -73,7 +74,7 @@ pub(crate) struct LatResult {
 
 impl LatEnd<'_> {
     /// Runs this end's side of the test.
-    pub(crate) fn run(&self) -> anyhow::Result<LatResult> {
+    pub(crate) fn run(&self) -> Result<LatResult> {
         match self.p.op {
             PerfOp::Write => self.write_pingpong(),
             PerfOp::Send => self.send_pingpong(),
@@ -109,7 +110,7 @@ impl LatEnd<'_> {
         }
     }
 
-    fn post(&self, wr_id: u64, op: SendOp) -> anyhow::Result<()> {
+    fn post(&self, wr_id: u64, op: SendOp) -> Result<()> {
         let off = source_offset(self.p.size);
         self.qp.post_send(SendWr {
             wr_id,
@@ -123,7 +124,7 @@ impl LatEnd<'_> {
     }
 
     /// Waits for the completion of this end's only outstanding operation.
-    fn wait_send(&self, i: u64) -> anyhow::Result<Wc> {
+    fn wait_send(&self, i: u64) -> Result<Wc> {
         let Some(wc) = self.send_cq.wait(STALL)? else {
             bail!("operation {i} did not complete in {} s", STALL.as_secs());
         };
@@ -131,7 +132,7 @@ impl LatEnd<'_> {
         Ok(wc)
     }
 
-    fn write_pingpong(&self) -> anyhow::Result<LatResult> {
+    fn write_pingpong(&self) -> Result<LatResult> {
         let p = self.p;
         let size = p.size as usize;
         let iters = p.iters;
@@ -169,7 +170,7 @@ impl LatEnd<'_> {
     }
 
     /// Spins until the last byte of the landing area is `i` (mod 256).
-    fn wait_landed(&self, i: u64) -> anyhow::Result<()> {
+    fn wait_landed(&self, i: u64) -> Result<()> {
         let at = self.p.size - 1;
         let mut last = [0u8; 1];
         let since = Instant::now();
@@ -204,7 +205,7 @@ impl LatEnd<'_> {
     }
 
     /// With the last byte there, waits (briefly) for the whole of message `i`.
-    fn wait_whole(&self, i: u64, got: &mut [u8], want: &[u8]) -> anyhow::Result<bool> {
+    fn wait_whole(&self, i: u64, got: &mut [u8], want: &[u8]) -> Result<bool> {
         let since = Instant::now();
         loop {
             self.mr.read(0, got)?;
@@ -219,7 +220,7 @@ impl LatEnd<'_> {
         }
     }
 
-    fn send_pingpong(&self) -> anyhow::Result<LatResult> {
+    fn send_pingpong(&self) -> Result<LatResult> {
         let p = self.p;
         let size = p.size as usize;
         let iters = p.iters;
@@ -275,7 +276,7 @@ impl LatEnd<'_> {
         Ok(LatResult { posted, ok })
     }
 
-    fn one_sided(&self) -> anyhow::Result<LatResult> {
+    fn one_sided(&self) -> Result<LatResult> {
         let p = self.p;
         let remote = Remote {
             addr: self.peer.vaddr,
@@ -312,7 +313,7 @@ impl LatEnd<'_> {
     }
 }
 
-fn post_recv(qp: &Qp, mr: &Mr, p: &PerfParams, i: u64) -> anyhow::Result<()> {
+fn post_recv(qp: &Qp, mr: &Mr, p: &PerfParams, i: u64) -> Result<()> {
     qp.post_recv(RecvWr {
         wr_id: i,
         sg_list: vec![mr.sge(0, p.size as u32)],
@@ -322,7 +323,7 @@ fn post_recv(qp: &Qp, mr: &Mr, p: &PerfParams, i: u64) -> anyhow::Result<()> {
 
 /// The receives a Send latency test posts before its last hand-shake (perftest's
 /// `ctx_set_recv_wqes`: `min(512, iters)`, all into the landing area); returns how many.
-pub(crate) fn post_initial_recvs(qp: &Qp, mr: &Mr, p: &PerfParams) -> anyhow::Result<u64> {
+pub(crate) fn post_initial_recvs(qp: &Qp, mr: &Mr, p: &PerfParams) -> Result<u64> {
     if p.op != PerfOp::Send {
         return Ok(0);
     }
@@ -333,7 +334,7 @@ pub(crate) fn post_initial_recvs(qp: &Qp, mr: &Mr, p: &PerfParams) -> anyhow::Re
     Ok(n)
 }
 
-fn check(wc: &Wc, i: u64) -> anyhow::Result<()> {
+fn check(wc: &Wc, i: u64) -> Result<()> {
     if wc.status != WcStatus::Success {
         bail!(
             "work request {i} on QP 0x{:06x} failed: {} ({})",
@@ -413,15 +414,15 @@ pub(crate) fn print_report(size: u64, iters: u64, r: &LatReport) {
 
 /// What the latency flag allows: one queue pair (perftest's latency tools have one), at least
 /// two iterations (one interval).
-pub(crate) fn check_params(p: &PerfParams) -> anyhow::Result<()> {
+pub(crate) fn check_params(p: &PerfParams) -> Result<()> {
     if p.qps != 1 {
-        bail!(
+        usage!(
             "a latency test runs one queue pair (as perftest's do), not -q {}",
             p.qps
         );
     }
     if p.iters < 2 {
-        bail!("a latency test needs -n 2 or more (it times the intervals between posts)");
+        usage!("a latency test needs -n 2 or more (it times the intervals between posts)");
     }
     u32::try_from(p.size).context("--size")?;
     Ok(())
