@@ -22,7 +22,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use irn_tools::decode;
 
-mod drp_cmd;
 mod drp_sim;
 mod nic_state_cmd;
 mod reproduce_cmd;
@@ -85,7 +84,7 @@ enum Command {
     /// Dynamic RDMA (seed 003) over raw Ethernet, EtherType 0x01FF: `irn drp --iface IF` is the
     /// responder; with a PEER_MAC, the initiator, which prints each transfer's time and the
     /// average. Exit status 0 only if every byte arrived intact (each write is read back).
-    Drp(drp_cmd::DrpArgs),
+    Drp(irn_tools::drp::DrpArgs),
     /// The per-queue-pair NIC state each loss-recovery design adds to RoCE (SPEC E13), from
     /// irn-transport's own structures at the BDP of each link rate, next to an mlx5 QP
     /// context's 1 856 bits.
@@ -152,7 +151,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
         Command::Reproduce(args) => reproduce_cmd::run(args).map(exit_code),
         Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
-        Command::Drp(args) => drp_cmd::run(args).map(exit_code),
+        Command::Drp(args) => irn_tools::drp::run(args).map(exit_code).map_err(Into::into),
         Command::NicState(args) => nic_state_cmd::run(args).map(exit_code),
         Command::Switch(args) => switch_cmd::run(args).map(exit_code),
     };

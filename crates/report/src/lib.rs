@@ -16,6 +16,7 @@ pub mod claims;
 pub mod drp;
 pub mod evaluation;
 pub mod figure;
+pub mod nic_state;
 pub mod plot;
 pub mod report;
 pub mod seeds;

@@ -34,6 +34,12 @@ pub enum Error {
     /// A list of work requests the runtime took only in part.
     #[error(transparent)]
     PostList(#[from] irn_verbs::PostListError),
+    /// A Dynamic RDMA endpoint's configuration (from the flags) that cannot mean anything.
+    #[error(transparent)]
+    DrpConfig(#[from] irn_transport::drp::DrpConfigError),
+    /// A Dynamic RDMA transfer the endpoint refused to post.
+    #[error(transparent)]
+    DrpPost(#[from] irn_transport::drp::DrpPostError),
     /// A JSON line could not be read or written.
     #[error(transparent)]
     Json(#[from] serde_json::Error),

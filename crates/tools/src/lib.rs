@@ -8,6 +8,8 @@
 //! * [`pingmesh`]: RDMA Pingmesh (seed 001 §5.3), an agent per host and the summary that
 //!   points at the hosts at fault;
 //! * [`decode`]: a capture's RoCEv2, PFC, PAUSE and DRP frames, every ICRC checked.
+//! * [`drp`]: Dynamic RDMA (seed 003) between two hosts over raw Ethernet, a responder and an
+//!   initiator that times each transfer and reads every write back.
 //!
 //! Each tool's flags are a `clap::Args` struct and its entry point a `run` returning whether
 //! every operation succeeded; what stops a run early is an [`Error`]. The flags that reach the
@@ -15,6 +17,7 @@
 
 pub mod cm;
 pub mod decode;
+pub mod drp;
 pub mod error;
 mod linger;
 pub mod link;

@@ -25,7 +25,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{Context, Error, Result};
+use crate::{bail, usage};
 
 use irn_transport::drp::{
     DrpConfig, DrpEndpoint, DrpEvent, DrpMode, DrpOp, DrpRole, DrpStatus, TransferMode,
@@ -92,7 +93,7 @@ pub struct DrpArgs {
 
 fn micros(v: f64, flag: &str) -> Result<Dur> {
     if !(v >= 0.0 && v.is_finite()) {
-        bail!("{flag} must be zero or positive, not {v}");
+        usage!("{flag} must be zero or positive, not {v}");
     }
     Ok(Dur::from_picos((v * 1e6).round() as u64))
 }
@@ -102,7 +103,7 @@ fn endpoint_config(a: &DrpArgs) -> Result<DrpConfig> {
     c.payload = a.payload;
     c.setup_timeout = micros(a.setup_timeout_us, "--setup-timeout-us")?;
     c.data_timeout = micros(a.data_timeout_us, "--data-timeout-us")?;
-    c.validate().map_err(|e| anyhow!("{e}"))?;
+    c.validate()?;
     Ok(c)
 }
 
@@ -115,14 +116,14 @@ fn open_link(a: &DrpArgs) -> Result<DrpLink> {
         } else {
             ""
         };
-        anyhow::Error::new(e).context(format!(
-            "opening a raw Ethernet socket on {}{hint}",
-            a.iface
-        ))
+        Error::Context {
+            what: format!("opening a raw Ethernet socket on {}{hint}", a.iface),
+            source: Box::new(e.into()),
+        }
     })?;
     let frame = irn_wire::drp::HEADER_LEN + a.payload as usize;
     if frame > sock.mtu() {
-        bail!(
+        usage!(
             "--payload {} makes {frame}-byte DRP frames, more than {}'s MTU of {} bytes",
             a.payload,
             a.iface,
@@ -130,10 +131,10 @@ fn open_link(a: &DrpArgs) -> Result<DrpLink> {
         );
     }
     if !(0.0..1.0).contains(&a.loss) {
-        bail!("--loss must be in [0, 1), not {}", a.loss);
+        usage!("--loss must be in [0, 1), not {}", a.loss);
     }
     if !(0.0..=1.0).contains(&a.frp) {
-        bail!("--frp must be in [0, 1], not {}", a.frp);
+        usage!("--frp must be in [0, 1], not {}", a.frp);
     }
     DrpLink::new(sock, a.pcap.as_deref(), a.loss, a.seed)
         .with_context(|| format!("creating the capture {:?}", a.pcap))
@@ -159,7 +160,9 @@ pub fn run(a: DrpArgs) -> Result<bool> {
     match a.peer.clone() {
         None => responder(&a, cfg),
         Some(p) => {
-            let peer = parse_mac(&p).ok_or_else(|| anyhow!("`{p}` is not a MAC address"))?;
+            let Some(peer) = parse_mac(&p) else {
+                usage!("`{p}` is not a MAC address");
+            };
             initiator(&a, cfg, peer)
         }
     }
@@ -318,7 +321,7 @@ fn initiator(a: &DrpArgs, cfg: DrpConfig, peer: MacAddr) -> Result<bool> {
     let mem = usize::try_from(size)
         .ok()
         .and_then(|s| s.checked_mul(2))
-        .ok_or_else(|| anyhow!("--size {size} is too large"))?;
+        .ok_or_else(|| Error::Usage(format!("--size {size} is too large")))?;
     let mut link = open_link(a)?;
     let mut ep = DrpEndpoint::new(cfg, mem.max(1))?;
     // A fresh TID space per run, so that a responder that outlives us does not take our
