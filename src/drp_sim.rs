@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use irn_sim::drp::{all_intact, run_experiment, DrpExperiment, DrpReport, DrpSeriesResult};
+use irn_sim::drp::{all_intact, run_experiment, DrpExperiment};
 
 /// What `irn sim` asks of a dynamic-RDMA experiment: its command line's options that apply.
 pub struct Options<'a> {
@@ -47,7 +47,7 @@ pub fn run(args: &Options<'_>, text: &str, origin: &str) -> Result<bool> {
     let report = run_experiment(&exp, threads, &|f| bar.set_position((f * 1000.0) as u64));
     bar.finish_and_clear();
     let stdout = std::io::stdout();
-    print_table(&mut stdout.lock(), &report)?;
+    irn_report::drp::table(&mut stdout.lock(), &report)?;
     if let Some(path) = args.json {
         let mut f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -66,61 +66,4 @@ pub fn run(args: &Options<'_>, text: &str, origin: &str) -> Result<bool> {
         eprintln!("error: some transfers failed or arrived corrupted (see `failed`, `corrupted`)");
     }
     Ok(ok)
-}
-
-fn x_label(s: &DrpSeriesResult, x: f64) -> String {
-    if s.x == "size" {
-        format!("{:.0} B", x)
-    } else {
-        format!("{:.0} %", x * 100.0)
-    }
-}
-
-fn print_table(out: &mut dyn Write, r: &DrpReport) -> Result<()> {
-    let c = &r.config;
-    let size = if c.series.iter().any(|s| s.x == "size") {
-        "per-row".to_string()
-    } else {
-        format!("{} B", c.drp.size)
-    };
-    writeln!(
-        out,
-        "{}: {} {size} transfers in {} B frames, {} transfers x {} runs per point, {} Gb/s",
-        r.name, c.drp.op, c.drp.payload, c.transfers, c.runs, c.link.rate_gbps
-    )?;
-    for s in &r.series {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "{:<14} {:>8} {:>8} {:>15} {:>13} {:>9} {:>10} {:>13} {:>9}",
-            s.name,
-            "FRP",
-            "LFP",
-            "traditional µs",
-            "dynamic µs",
-            "change",
-            "indirect",
-            "p99 trad/dyn",
-            "failed"
-        )?;
-        for p in &s.points {
-            writeln!(
-                out,
-                "{:<14} {:>7.1}% {:>7.1}% {:>15.1} {:>13.1} {:>8.1}% {:>9.1}% {:>6.0}/{:<6.0} {:>9}",
-                x_label(s, p.x),
-                p.frp * 100.0,
-                p.lfp * 100.0,
-                p.traditional.mean_us,
-                p.dynamic.mean_us,
-                p.change_pct,
-                p.dynamic.indirect_share * 100.0,
-                p.traditional.p99_us,
-                p.dynamic.p99_us,
-                p.traditional.failed + p.dynamic.failed
-                    + p.traditional.corrupted
-                    + p.dynamic.corrupted
-            )?;
-        }
-    }
-    Ok(())
 }

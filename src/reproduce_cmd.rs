@@ -23,7 +23,8 @@ use irn_sim::drp::DrpExperiment;
 use irn_sim::metrics::RunSummary;
 use sha2::{Digest, Sha256};
 
-use crate::sim_cmd::{draw_figures, seeds_doc, write_doc, FigurePaths};
+use irn_report::experiment;
+use irn_report::plot::{draw_figures, FigurePaths};
 
 /// Options of `irn reproduce`.
 #[derive(clap::Args)]
@@ -393,7 +394,8 @@ fn write_experiment(
                 .iter()
                 .map(|k| read_cached(&cache.join(format!("{k}.json"))))
                 .collect::<Result<Vec<RunSummary>>>()?;
-            write_doc(&json, &seeds_doc(&summaries, e.baseline.as_deref()))?;
+            experiment::write_doc(&json, &experiment::doc(&summaries, e.baseline.as_deref()))
+                .with_context(|| format!("writing {}", json.display()))?;
         }
         Plan::Drp { exp, key } => {
             let path = cache.join(format!("{key}.json"));

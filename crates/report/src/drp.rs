@@ -156,3 +156,63 @@ where
         .map_err(draw)?;
     Ok(())
 }
+
+fn x_label(s: &DrpSeriesResult, x: f64) -> String {
+    if s.x == "size" {
+        format!("{:.0} B", x)
+    } else {
+        format!("{:.0} %", x * 100.0)
+    }
+}
+
+/// E12's table: per series, each point's failed-registration and lost-frame probabilities
+/// (FRP, LFP), traditional and dynamic RDMA's mean transfer times, the change, the share
+/// sent indirectly, the 99th percentiles and the transfers that failed or arrived corrupted.
+pub fn table(out: &mut dyn std::io::Write, r: &DrpReport) -> std::io::Result<()> {
+    let c = &r.config;
+    let size = if c.series.iter().any(|s| s.x == "size") {
+        "per-row".to_string()
+    } else {
+        format!("{} B", c.drp.size)
+    };
+    writeln!(
+        out,
+        "{}: {} {size} transfers in {} B frames, {} transfers x {} runs per point, {} Gb/s",
+        r.name, c.drp.op, c.drp.payload, c.transfers, c.runs, c.link.rate_gbps
+    )?;
+    for s in &r.series {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<14} {:>8} {:>8} {:>15} {:>13} {:>9} {:>10} {:>13} {:>9}",
+            s.name,
+            "FRP",
+            "LFP",
+            "traditional µs",
+            "dynamic µs",
+            "change",
+            "indirect",
+            "p99 trad/dyn",
+            "failed"
+        )?;
+        for p in &s.points {
+            writeln!(
+                out,
+                "{:<14} {:>7.1}% {:>7.1}% {:>15.1} {:>13.1} {:>8.1}% {:>9.1}% {:>6.0}/{:<6.0} {:>9}",
+                x_label(s, p.x),
+                p.frp * 100.0,
+                p.lfp * 100.0,
+                p.traditional.mean_us,
+                p.dynamic.mean_us,
+                p.change_pct,
+                p.dynamic.indirect_share * 100.0,
+                p.traditional.p99_us,
+                p.dynamic.p99_us,
+                p.traditional.failed + p.dynamic.failed
+                    + p.traditional.corrupted
+                    + p.dynamic.corrupted
+            )?;
+        }
+    }
+    Ok(())
+}

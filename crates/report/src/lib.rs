@@ -15,11 +15,13 @@
 pub mod claims;
 pub mod drp;
 pub mod evaluation;
+pub mod experiment;
 pub mod figure;
 pub mod nic_state;
 pub mod plot;
 pub mod report;
 pub mod seeds;
+pub mod tables;
 
 /// A figure could not be drawn.
 #[derive(Debug, thiserror::Error)]

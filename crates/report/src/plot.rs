@@ -1230,3 +1230,66 @@ pub fn incast_plot(path: &Path, runs: &[RunSummary]) -> Result<()> {
     root.present().map_err(draw)?;
     Ok(())
 }
+
+/// Where an experiment's figures go (none drawn where `None`): `irn sim`'s `--plot`,
+/// `--tail-cdf`, `--ratio-plot` and `--timeline`.
+#[derive(Default)]
+pub struct FigurePaths<'a> {
+    /// The three metrics relative to the baseline ([`bars`]; [`incast_plot`], [`class_bars`]).
+    pub plot: Option<&'a Path>,
+    /// Single-packet flows' tail ([`tail_cdf`]).
+    pub tail_cdf: Option<&'a Path>,
+    /// RoCE+PFC ÷ each run per scenario ([`ratio_plot`]).
+    pub ratio_plot: Option<&'a Path>,
+    /// The fabric over time ([`timeline`]).
+    pub timeline: Option<&'a Path>,
+}
+
+/// Draws an experiment's figures from its runs, each as its kind of experiment is drawn: an
+/// incast (E8) as the paper's Figure 9, traffic classes side by side as each class's own
+/// bars, anything else as the three metrics relative to the baseline.
+pub fn draw_figures(
+    summaries: &[RunSummary],
+    baseline: Option<&str>,
+    paths: &FigurePaths<'_>,
+) -> std::result::Result<(), FigureError> {
+    if let Some(path) = paths.plot {
+        // An incast experiment (E8) is drawn as the paper's Figure 9: RCT against M.
+        if summaries.iter().all(|r| r.incast.is_some()) {
+            incast_plot(path, summaries).map_err(at(path))?;
+        } else if summaries.iter().all(|r| !r.classes.is_empty()) {
+            // Traffic classes side by side: each class's own figures.
+            class_bars(path, summaries).map_err(at(path))?;
+        } else {
+            bars(path, summaries, baseline).map_err(at(path))?;
+        }
+    }
+    if let Some(path) = paths.tail_cdf {
+        tail_cdf(path, summaries).map_err(at(path))?;
+    }
+    if let Some(path) = paths.ratio_plot {
+        ratio_plot(path, summaries).map_err(at(path))?;
+    }
+    if let Some(path) = paths.timeline {
+        timeline(path, summaries).map_err(at(path))?;
+    }
+    Ok(())
+}
+
+/// A figure that could not be drawn, and which file it was.
+#[derive(Debug, thiserror::Error)]
+#[error("drawing {}", path.display())]
+pub struct FigureError {
+    /// The figure's file.
+    pub path: std::path::PathBuf,
+    /// Why.
+    #[source]
+    pub source: PlotError,
+}
+
+fn at(path: &Path) -> impl FnOnce(PlotError) -> FigureError + '_ {
+    move |source| FigureError {
+        path: path.to_path_buf(),
+        source,
+    }
+}
