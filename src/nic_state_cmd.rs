@@ -41,30 +41,15 @@ pub fn run(args: NicStateArgs) -> Result<bool> {
     Ok(true)
 }
 
-/// E13's table as `irn nic-state` computes it by default, written as JSON to `json` and
-/// drawn to `plot`.
-pub(crate) fn write_default(json: &Path, plot: &Path) -> Result<()> {
-    write(&Table::compute(&Params::default())?, Some(json), Some(plot))
-}
-
-/// Draws E13's figure from a table `irn nic-state --json` wrote (`irn reproduce
-/// --report-only` judges that table, so draws it rather than computing another).
-pub(crate) fn draw_json(json: &Path, plot: &Path) -> Result<()> {
-    let text =
-        std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
-    let rows = Table::rows_from_json(&text, json)?;
-    nic_state::plot(plot, &rows, &Table::rates(&rows))?;
-    Ok(())
-}
-
 /// Writes the table's JSON and draws its figure, where asked.
 fn write(table: &Table, json: Option<&Path>, plot: Option<&Path>) -> Result<()> {
     if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(&table.to_json())? + "\n")
+        table
+            .write_json(path)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = plot {
-        nic_state::plot(path, &table.rows, &table.params.gbps)?;
+        nic_state::plot(path, &table.rows)?;
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod figure;
 pub mod nic_state;
 pub mod plot;
 pub mod report;
+pub mod reproduce;
 pub mod seeds;
 pub mod tables;
 

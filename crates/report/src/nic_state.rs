@@ -177,6 +177,12 @@ impl Table {
         s
     }
 
+    /// Writes [`Table::to_json`] to `path`, indented, as `irn nic-state --json` does.
+    pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_string_pretty(&self.to_json()).map_err(std::io::Error::other)?;
+        std::fs::write(path, text + "\n")
+    }
+
     /// The link rates of the rows, in their order.
     pub fn rates(rows: &[Row]) -> Vec<f64> {
         let mut rates: Vec<f64> = Vec::new();
@@ -229,7 +235,8 @@ fn rows(args: &Params) -> Result<Vec<Row>, NicStateError> {
 }
 
 /// Grouped bars: per design, its added state ÷ the mlx5 QP context at each link rate.
-pub fn plot(path: &Path, rows: &[Row], rates: &[f64]) -> Result<(), PlotError> {
+pub fn plot(path: &Path, rows: &[Row]) -> Result<(), PlotError> {
+    let rates = &Table::rates(rows);
     let designs: Vec<&str> = RecoveryMode::ALL.iter().map(|m| m.name()).collect();
     let group = rates.len() + 1;
     let width = (designs.len() * group) as f64;
