@@ -494,7 +494,7 @@ fn write_experiment(
 ) -> Result<()> {
     let json = args.out.join(&e.json);
     if let Some(dir) = json.parent() {
-        std::fs::create_dir_all(dir).map_err(io_at("creating", &dir))?;
+        std::fs::create_dir_all(dir).map_err(io_at("creating", dir))?;
     }
     match plan {
         Plan::Sim { keys, .. } => {
@@ -543,7 +543,7 @@ fn draw_experiment(args: &Options, e: &Experiment) -> Result<()> {
     );
     for p in [&plot, &ratio, &tail, &timeline].into_iter().flatten() {
         if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir).map_err(io_at("creating", &dir))?;
+            std::fs::create_dir_all(dir).map_err(io_at("creating", dir))?;
         }
     }
     match e.kind {
@@ -621,14 +621,14 @@ fn cache_put(cache: &Path, key: &str, bytes: &[u8]) -> Result<()> {
 }
 
 fn read_cached(path: &Path) -> Result<RunSummary> {
-    let bytes = std::fs::read(path).map_err(io_at("reading", &path))?;
-    serde_json::from_slice(&bytes).map_err(json_at("not a run summary", &path))
+    let bytes = std::fs::read(path).map_err(io_at("reading", path))?;
+    serde_json::from_slice(&bytes).map_err(json_at("not a run summary", path))
 }
 
 /// The run summaries of an experiment's JSON.
 fn read_runs(json: &Path) -> Result<Vec<RunSummary>> {
-    let text = std::fs::read_to_string(json).map_err(io_at("reading", &json))?;
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(json_at("not JSON", &json))?;
+    let text = std::fs::read_to_string(json).map_err(io_at("reading", json))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(json_at("not JSON", json))?;
     let runs = doc["runs"]
         .as_array()
         .ok_or_else(|| ReproduceError::Incomplete {
@@ -638,7 +638,7 @@ fn read_runs(json: &Path) -> Result<Vec<RunSummary>> {
     runs.iter()
         .map(|r| serde_json::from_value(r.clone()))
         .collect::<std::result::Result<_, _>>()
-        .map_err(json_at("a run summary irn cannot read back", &json))
+        .map_err(json_at("a run summary irn cannot read back", json))
 }
 
 /// Judges every claim of the `wanted` experiments that ran (`selected`) on their JSON in DIR,
@@ -1007,7 +1007,7 @@ exec "$IRN" reproduce {common} --only "${{ids[$SLURM_ARRAY_TASK_ID]}}" \
         only = only.join(","),
     );
     std::fs::create_dir_all(&out).map_err(io_at("creating", &out))?;
-    std::fs::write(script, text).map_err(io_at("writing", &script))?;
+    std::fs::write(script, text).map_err(io_at("writing", script))?;
     eprintln!(
         "irn reproduce: wrote {} ({} array task(s)); submit with: bash {}",
         script.display(),
