@@ -43,6 +43,49 @@ pub enum Retransmission {
     Precise,
 }
 
+/// What each scheme asks of the queue pair around its send window. Every question is an
+/// exhaustive match here, so a new scheme answers each in this one place.
+impl Retransmission {
+    /// The receiver keeps what arrives beyond a hole and the sender resends only what was
+    /// lost (IRN's selective repeat, with or without SACK, and extended IB's precise
+    /// retransmission): the receiver needs an out-of-order window (or the BDP cap bounding
+    /// one). The others go back to the first hole and resend everything after it.
+    pub fn is_selective(self) -> bool {
+        match self {
+            Retransmission::SelectiveRepeat
+            | Retransmission::SelectiveRepeatNoSack
+            | Retransmission::Precise => true,
+            Retransmission::GoBackN | Retransmission::GoBack0 => false,
+        }
+    }
+
+    /// A lost packet restarts its whole message (go-back-0, T3): the responder discards the
+    /// partial message and NAKs its first PSN, and the requester asks for ACKs on message
+    /// boundaries only, so that its acknowledged point is always one.
+    pub fn restarts_messages(self) -> bool {
+        match self {
+            Retransmission::GoBack0 => true,
+            Retransmission::GoBackN
+            | Retransmission::SelectiveRepeat
+            | Retransmission::SelectiveRepeatNoSack
+            | Retransmission::Precise => false,
+        }
+    }
+
+    /// Over a standard responder, which ACKs only when asked, the requester asks as often as
+    /// its congestion controller needs feedback (go-back-N and extended IB's precise
+    /// retransmission; go-back-0 keeps its ACKs on message boundaries; IRN's responder ACKs
+    /// every packet anyway).
+    pub fn asks_for_feedback(self) -> bool {
+        match self {
+            Retransmission::GoBackN | Retransmission::Precise => true,
+            Retransmission::GoBack0
+            | Retransmission::SelectiveRepeat
+            | Retransmission::SelectiveRepeatNoSack => false,
+        }
+    }
+}
+
 /// When the retransmission timer fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RtoPolicy {

@@ -313,12 +313,7 @@ impl QueuePair {
     }
 
     fn selective(&self) -> bool {
-        matches!(
-            self.mode(),
-            Retransmission::SelectiveRepeat
-                | Retransmission::SelectiveRepeatNoSack
-                | Retransmission::Precise
-        )
+        self.mode().is_selective()
     }
 
     fn mtu(&self) -> u32 {

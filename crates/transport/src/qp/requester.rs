@@ -228,11 +228,7 @@ impl QueuePair {
     /// cut by the loss stays shut). Go-back-0 keeps its ACKs on message boundaries (E11's
     /// livelock depends on it); a window controller over it is the driver's to refuse.
     fn ask_for_feedback(&mut self, t: &mut Transmit) {
-        if !matches!(
-            self.mode(),
-            Retransmission::GoBackN | Retransmission::Precise
-        ) || self.irn_wire()
-        {
+        if !self.mode().asks_for_feedback() || self.irn_wire() {
             return;
         }
         self.req.unasked_bytes += t.ib.payload_len as u64;
@@ -558,7 +554,7 @@ impl QueuePair {
         let last_of_msg = last || !data;
         let every = self.cfg.recovery.ack_every;
         ib.bth.ack_req =
-            irn || last_of_msg || (mode != Retransmission::GoBack0 && k % every == every - 1);
+            irn || last_of_msg || (!mode.restarts_messages() && k % every == every - 1);
         ib.bth.solicited = last_of_msg && w.wr.solicited && data;
         if data {
             ib.payload_len = chunk as usize;

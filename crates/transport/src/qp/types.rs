@@ -7,7 +7,7 @@ use std::sync::Arc;
 use irn_wire::{Ecn, IbRepr, Psn, DEFAULT_PKEY};
 
 use crate::cc::{ControllerFactory, NoCcFactory};
-use crate::config::{ConfigError, RecoveryConfig, Retransmission};
+use crate::config::{ConfigError, RecoveryConfig};
 use crate::memory::Access;
 use crate::state::QpState;
 use crate::time::Dur;
@@ -101,13 +101,10 @@ impl QpConfig {
         if self.line_rate_bps == 0 {
             return Err(QpConfigError::ZeroLineRate);
         }
-        let selective = matches!(
-            self.recovery.retransmission,
-            Retransmission::SelectiveRepeat
-                | Retransmission::SelectiveRepeatNoSack
-                | Retransmission::Precise
-        );
-        if selective && self.recovery.bdp_cap.is_none() && self.ooo_window == 0 {
+        if self.recovery.retransmission.is_selective()
+            && self.recovery.bdp_cap.is_none()
+            && self.ooo_window == 0
+        {
             return Err(QpConfigError::ZeroOooWindow);
         }
         Ok(())

@@ -223,15 +223,14 @@ impl QueuePair {
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.nacks_received += 1;
                 ack(r, psn);
-                match mode {
-                    Retransmission::GoBackN | Retransmission::GoBack0 => r.win.go_back(psn),
-                    _ => {
-                        let lost = ib.irn.as_ref().and_then(|i| i.loss_bitmap);
-                        if !r.win.sack_nack(now, psn, sack, lost.as_ref()) {
-                            self.counters.dropped_invalid += 1;
-                        }
-                        r.win.enter_recovery(false);
+                if mode.is_selective() {
+                    let lost = ib.irn.as_ref().and_then(|i| i.loss_bitmap);
+                    if !r.win.sack_nack(now, psn, sack, lost.as_ref()) {
+                        self.counters.dropped_invalid += 1;
                     }
+                    r.win.enter_recovery(false);
+                } else {
+                    r.win.go_back(psn);
                 }
             }
             _ => {

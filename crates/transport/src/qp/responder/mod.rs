@@ -34,7 +34,7 @@ use irn_wire::{
 
 use super::sg::place_local;
 use super::{packets, Ctrl, QueuePair, Transmit, MAX_MESSAGE};
-use crate::config::{RecoveryConfig, Retransmission, Wire};
+use crate::config::{RecoveryConfig, Wire};
 use crate::memory::{Access, AtomicOp, Key, MemError, Memory};
 use crate::state::QpState;
 use crate::time::Time;
@@ -444,7 +444,7 @@ impl QueuePair {
                     }
                 }
                 self.counters.out_of_order += 1;
-                if self.mode() == Retransmission::GoBack0 {
+                if self.mode().restarts_messages() {
                     // Go-back-0 (T3): the partial message is discarded; the requester must
                     // start it again from its first packet.
                     if let ResponderWire::Standard(s) | ResponderWire::ExtIb(s) = &mut self.rsp.wire
