@@ -96,6 +96,11 @@ enum Command {
     Switch(switch_cmd::SwitchArgs),
 }
 
+/// A tool's outcome as the exit status.
+fn tool(result: irn_tools::Result<bool>) -> anyhow::Result<ExitCode> {
+    Ok(exit_code(result?))
+}
+
 fn exit_code(ok: bool) -> ExitCode {
     if ok {
         ExitCode::SUCCESS
@@ -136,22 +141,14 @@ fn main() -> ExitCode {
                 Err(e) => Err(e.into()),
             }
         }
-        Command::Perf(args) => irn_tools::perf::run(args)
-            .map(exit_code)
-            .map_err(Into::into),
-        Command::Pingmesh(args) => irn_tools::pingmesh::run(args)
-            .map(exit_code)
-            .map_err(Into::into),
-        Command::Pingpong(args) => irn_tools::pingpong::run(args)
-            .map(exit_code)
-            .map_err(Into::into),
-        Command::Rping(args) => irn_tools::rping::run(args)
-            .map(exit_code)
-            .map_err(Into::into),
+        Command::Perf(args) => tool(irn_tools::perf::run(args)),
+        Command::Pingmesh(args) => tool(irn_tools::pingmesh::run(args)),
+        Command::Pingpong(args) => tool(irn_tools::pingpong::run(args)),
+        Command::Rping(args) => tool(irn_tools::rping::run(args)),
         Command::Sim(args) => sim_cmd::run(args).map(exit_code),
         Command::Reproduce(args) => reproduce_cmd::run(args).map(exit_code),
         Command::Merge(args) => sim_cmd::merge(args).map(exit_code),
-        Command::Drp(args) => irn_tools::drp::run(args).map(exit_code).map_err(Into::into),
+        Command::Drp(args) => tool(irn_tools::drp::run(args)),
         Command::NicState(args) => nic_state_cmd::run(args).map(exit_code),
         Command::Switch(args) => switch_cmd::run(args).map(exit_code),
     };

@@ -501,23 +501,10 @@ fn server_test(
             }
         }
     }
-    let mine = keys(side, &psns);
     let recvs = Receiver::new(side, p);
-    let by_cm = oob.cm();
-    oob.cm_connect(&side.dev, &side.qps, &test_attr(mtu, OUT_READS), &mine[0])?;
-    let theirs = oob.before_test(
-        &mine,
-        p.op,
-        p.latency,
-        |theirs| connect(side, theirs, &psns, (client, by_cm), mtu),
-        || {
-            if p.latency {
-                lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
-            } else {
-                recvs.post_initial()
-            }
-        },
-    )?;
+    let (mine, theirs) = exchange_keys(&mut oob, side, p, mtu, &psns, client, || {
+        recvs.post_initial()
+    })?;
     println!(
         "irn perf server: {} {} B × {} on {} QP(s), mode {}, MTU {mtu}, from {} ({}){}{}",
         p.op.name(),
@@ -528,7 +515,7 @@ fn server_test(
         oob.peer,
         if oob.peer_irn { "irn" } else { "perftest" },
         if p.latency { ", latency" } else { "" },
-        if by_cm {
+        if oob.cm() {
             ", connected through the RDMA CM"
         } else {
             ""
@@ -882,6 +869,38 @@ fn client(args: PerfArgs) -> Result<bool> {
     r
 }
 
+/// Exchanges this end's keys for the peer's in perftest's order — over the CM first when the
+/// test connects through it, then the keys, the queue pairs connected to the peer's, and the
+/// receives the test starts with posted (a latency test's, or `post_recvs`) — and returns
+/// both ends' keys.
+fn exchange_keys(
+    oob: &mut Oob,
+    side: &Side,
+    p: &PerfParams,
+    mtu: u32,
+    psns: &[u32],
+    peer: PeerLink,
+    post_recvs: impl FnOnce() -> Result<()>,
+) -> Result<(Vec<PerfKey>, Vec<PerfKey>)> {
+    let mine = keys(side, psns);
+    let by_cm = oob.cm();
+    oob.cm_connect(&side.dev, &side.qps, &test_attr(mtu, OUT_READS), &mine[0])?;
+    let theirs = oob.before_test(
+        &mine,
+        p.op,
+        p.latency,
+        |theirs| connect(side, theirs, psns, (peer, by_cm), mtu),
+        || {
+            if p.latency {
+                lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
+            } else {
+                post_recvs()
+            }
+        },
+    )?;
+    Ok((mine, theirs))
+}
+
 fn client_test(
     args: &PerfArgs,
     mut oob: Oob,
@@ -891,22 +910,7 @@ fn client_test(
     server: PeerLink,
 ) -> Result<bool> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
-    let mine = keys(side, &psns);
-    let by_cm = oob.cm();
-    oob.cm_connect(&side.dev, &side.qps, &test_attr(mtu, OUT_READS), &mine[0])?;
-    let theirs = oob.before_test(
-        &mine,
-        p.op,
-        p.latency,
-        |theirs| connect(side, theirs, &psns, (server, by_cm), mtu),
-        || {
-            if p.latency {
-                lat::post_initial_recvs(&side.qps[0], &side.mrs[0], p).map(drop)
-            } else {
-                Ok(())
-            }
-        },
-    )?;
+    let (mine, theirs) = exchange_keys(&mut oob, side, p, mtu, &psns, server, || Ok(()))?;
     if p.latency {
         return latency_test(oob, side, p, &theirs[0], &mine[0]);
     }
