@@ -854,8 +854,7 @@ mod tests {
         // 1000-byte frames at 8.032 Mb/s: one per millisecond (FCS included).
         let mut e = Egress::new("p", 1 << 20, 8_032_000, 1514);
         for _ in 0..100 {
-            e.offer(0, frame(1, 2, Ecn::Ect0, 1000), 0, Mode::Off, &m, &mut rng)
-                .0;
+            let _ = e.offer(0, frame(1, 2, Ecn::Ect0, 1000), 0, Mode::Off, &m, &mut rng);
         }
         let ms = 1_000_000u64;
         assert!(e.take(0).is_some());

@@ -220,7 +220,7 @@ mod tests {
         let names: std::collections::BTreeSet<_> = CcKind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names.len(), CcKind::ALL.len());
         assert_eq!(CcKind::default(), CcKind::None);
-        let e = "cubic".parse::<CcKind>().unwrap_err();
+        let e = "cubic".parse::<CcKind>().expect_err("no such controller");
         assert!(e.contains("cubic") && e.contains("dcqcn"), "{e}");
         // The window controllers, and only they, name their window's algorithm.
         assert_eq!(

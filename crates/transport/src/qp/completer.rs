@@ -71,8 +71,8 @@ impl QueuePair {
         let psn = ib.bth.psn;
         let sack = ib.irn.as_ref().and_then(|i| i.sack_psn);
         let echo = ib.bth.becn;
-        let irn = self.irn_wire();
-        if irn
+        let per_packet = self.wire().acks_every_packet();
+        if per_packet
             && matches!(
                 aeth.syndrome,
                 Syndrome::Ack(_) | Syndrome::Nak(NakCode::PsnSequenceError)
@@ -89,7 +89,7 @@ impl QueuePair {
         match aeth.syndrome {
             Syndrome::Ack(_) => {
                 let bytes = self.ack_requests(now, psn.add(1));
-                if !irn {
+                if !per_packet {
                     self.echo_standard(now, echo, bytes);
                 }
                 if let Some(s) = sack {
@@ -98,7 +98,7 @@ impl QueuePair {
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.nacks_received += 1;
-                if !irn {
+                if !per_packet {
                     self.echo_standard(now, echo, 0);
                 }
                 match self.mode() {
@@ -232,7 +232,7 @@ impl QueuePair {
     /// Cumulative acknowledgement of every request PSN before `cum`; returns the bytes newly
     /// acknowledged.
     pub(super) fn ack_requests(&mut self, now: Time, mut cum: Psn) -> u64 {
-        if !self.irn_wire() {
+        if !self.wire().splits_response_psns() {
             // Standard RoCE: an ACK beyond a Read whose responses are missing implies they were
             // lost (IBTA §9.7.5.1.2, implied NAK): resend the Read from the missing response.
             if let Some(w) = self
@@ -306,7 +306,7 @@ impl QueuePair {
             self.counters.dropped_invalid += 1;
             return;
         }
-        if self.irn_wire() {
+        if self.wire().splits_response_psns() {
             self.handle_response_irn(now, ib, payload, mem, is_atomic_ack);
         } else if self.rereads() {
             self.handle_response_holes(now, ib, payload, mem, is_atomic_ack);
@@ -372,7 +372,7 @@ impl QueuePair {
         let mtu = self.mtu();
         let psn = ib.bth.psn;
         let w = &self.req.sq[idx];
-        let k = if self.irn_wire() {
+        let k = if self.wire().splits_response_psns() {
             w.rpsn.distance(psn).max(0) as u32
         } else {
             w.first_psn.distance(psn).max(0) as u32

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use irn_wire::{
-    AethRepr, BthRepr, Ecn, IbRepr, IrnEthRepr, LossBitmap, Opcode, Psn, Syndrome, Transport,
+    AethRepr, BthRepr, Ecn, IbRepr, LossBitmap, Opcode, Psn, Syndrome, Transport,
     ROCEV2_IPV4_ENCAP_LEN, TVER_STANDARD,
 };
 
@@ -48,6 +48,7 @@ mod sg;
 pub(crate) use sg::{gather, scatter};
 mod timers;
 mod types;
+mod wire;
 
 use completer::Completer;
 use requester::{Requester, SendWqe};
@@ -298,14 +299,9 @@ impl QueuePair {
     pub fn outstanding_recvs(&self) -> usize {
         self.rsp.rq.len()
     }
-    /// IRN's wire format (T5–T7).
-    fn irn_wire(&self) -> bool {
-        self.cfg.recovery.wire == Wire::Irn
-    }
-
-    /// Extended-IB headers (T8(c–d)).
-    fn ext_ib(&self) -> bool {
-        self.cfg.recovery.wire == Wire::ExtIb
+    /// The wire format both ends speak (what it changes here: `qp/wire.rs`).
+    fn wire(&self) -> Wire {
+        self.cfg.recovery.wire
     }
 
     fn mode(&self) -> Retransmission {
@@ -473,7 +469,7 @@ impl QueuePair {
             self.req.next_rpsn = self.attr.sq_psn;
             self.cmp.rrecv = RecvWindow::new(
                 self.attr.sq_psn,
-                self.selective() && self.irn_wire(),
+                self.selective() && self.wire().splits_response_psns(),
                 self.ooo_capacity(),
             );
         }
@@ -878,13 +874,7 @@ impl QueuePair {
         bth.becn = becn;
         let mut ib = IbRepr::new(bth);
         ib.aeth = Some(AethRepr { syndrome, msn });
-        if self.irn_wire() || self.ext_ib() {
-            ib.irn = Some(IrnEthRepr {
-                sack_psn: sack,
-                loss_bitmap: lost,
-                ..IrnEthRepr::default()
-            });
-        }
+        ib.irn = self.wire().ack_header(sack, lost);
         Transmit {
             ib,
             ecn: Ecn::NotEct,

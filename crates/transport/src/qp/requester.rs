@@ -10,7 +10,7 @@
 use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
-use irn_wire::{AtomicEthRepr, Ecn, IbRepr, IrnEthRepr, LocalBuffer, Opcode, Psn, RethRepr};
+use irn_wire::{AtomicEthRepr, Ecn, IbRepr, Opcode, Psn, RethRepr};
 
 use super::sg::gather;
 use super::{packets, QueuePair, Transmit, MAX_MESSAGE};
@@ -228,7 +228,7 @@ impl QueuePair {
     /// cut by the loss stays shut). Go-back-0 keeps its ACKs on message boundaries (E11's
     /// livelock depends on it); a window controller over it is the driver's to refuse.
     fn ask_for_feedback(&mut self, t: &mut Transmit) {
-        if !self.mode().asks_for_feedback() || self.irn_wire() {
+        if !self.mode().asks_for_feedback() || self.wire().acks_every_packet() {
             return;
         }
         self.req.unasked_bytes += t.ib.payload_len as u64;
@@ -246,7 +246,7 @@ impl QueuePair {
     /// PSNs and sequence numbers. `false` if it cannot start yet (or failed).
     fn start_wqe<M: Memory>(&mut self, idx: usize, mem: &M) -> bool {
         let mtu = self.mtu();
-        let irn = self.irn_wire();
+        let split = self.wire().splits_response_psns();
         let (fence, rd_atomic) = {
             let w = &self.req.sq[idx];
             (w.wr.fence, w.wr.op.is_read_or_atomic())
@@ -284,7 +284,7 @@ impl QueuePair {
                 .is_err()
         });
         let too_many_psns =
-            !irn && matches!(w.wr.op, SendOp::Read(_)) && packets(w.len, mtu) >= Psn::HALF / 2;
+            !split && matches!(w.wr.op, SendOp::Read(_)) && packets(w.len, mtu) >= Psn::HALF / 2;
         let status = if w.len > MAX_MESSAGE || too_many_psns {
             Some(WcStatus::LocLenErr)
         } else if bad_sge {
@@ -310,7 +310,7 @@ impl QueuePair {
         };
         w.npkts = npkts;
         w.npsn = match w.wr.op {
-            SendOp::Read(_) if !irn => npkts,
+            SendOp::Read(_) if !split => npkts,
             SendOp::Read(_) | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
             _ => npkts,
         };
@@ -325,7 +325,7 @@ impl QueuePair {
         if w.wr.op.is_read_or_atomic() {
             w.read_sn = Some(self.req.next_read_sn);
             self.req.next_read_sn = self.req.next_read_sn.wrapping_add(1);
-            if irn {
+            if split {
                 w.rpsn = self.req.next_rpsn;
                 self.req.next_rpsn = self.req.next_rpsn.add(npkts);
             }
@@ -372,8 +372,7 @@ impl QueuePair {
         payload: &mut P,
     ) -> (Transmit, u32) {
         let mtu = self.mtu();
-        let irn = self.irn_wire();
-        let ext = self.ext_ib();
+        let wire = self.wire();
         let mode = self.mode();
         let bth0 = self.bth(Opcode::RC_SEND_ONLY, psn);
         let w = &self.req.sq[idx];
@@ -422,15 +421,7 @@ impl QueuePair {
                         _ => {}
                     }
                 }
-                if irn || ext {
-                    // IRN §5.3.2; extended IB adds the SSN (T8(c)).
-                    ib.irn = Some(IrnEthRepr {
-                        wqe_sn: w.recv_sn,
-                        psn_offset: Some(k),
-                        ssn: ext.then_some(w.ssn),
-                        ..IrnEthRepr::default()
-                    });
-                }
+                ib.irn = wire.send_header(w, k);
                 data = true;
             }
             SendOp::Write(remote) | SendOp::WriteWithImm(remote, _) => {
@@ -459,31 +450,20 @@ impl QueuePair {
                     rkey: remote.rkey,
                     dma_len: w.len as u32,
                 };
-                // IRN §5.3.1 and extended IB (T8(c)): the RETH rides on every Write packet.
-                if first || irn || ext {
+                if first || wire.places_every_packet() {
                     ib.reth = Some(reth);
                 }
                 if last {
                     ib.imm = imm;
                 }
-                if irn || ext {
-                    ib.irn = Some(IrnEthRepr {
-                        wqe_sn: if last && imm.is_some() {
-                            w.recv_sn
-                        } else {
-                            None
-                        },
-                        psn_offset: Some(k),
-                        ..IrnEthRepr::default()
-                    });
-                }
+                ib.irn = wire.write_header(w, k, last, imm.is_some());
                 data = true;
             }
             SendOp::Read(remote) => {
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 ib = IbRepr::new(bth);
                 // Standard RoCE resends a Read from a missing response as a Read of the rest.
-                let (va, len) = if irn {
+                let (va, len) = if wire.splits_response_psns() {
                     (remote.addr, w.len)
                 } else {
                     (remote.addr + off, w.len - off.min(w.len))
@@ -493,25 +473,9 @@ impl QueuePair {
                     rkey: remote.rkey,
                     dma_len: len as u32,
                 });
-                if irn {
-                    ib.irn = Some(IrnEthRepr {
-                        wqe_sn: w.read_sn,
-                        ..IrnEthRepr::default()
-                    });
-                } else {
+                ib.irn = wire.read_header(w, k, off);
+                if !wire.splits_response_psns() {
                     covers = n - k.min(n);
-                }
-                if ext {
-                    // T8(c): the requester's buffer, echoed by every response with its PSN
-                    // offset (the address of the part asked for when the list has one entry).
-                    ib.irn = Some(IrnEthRepr {
-                        psn_offset: Some(k),
-                        local: w.wr.sg_list.first().map(|s| LocalBuffer {
-                            va: s.addr + off,
-                            lkey: s.lkey,
-                        }),
-                        ..IrnEthRepr::default()
-                    });
                 }
             }
             SendOp::CompareSwap {
@@ -527,12 +491,7 @@ impl QueuePair {
                     swap_add: swap,
                     compare,
                 });
-                if irn || ext {
-                    ib.irn = Some(IrnEthRepr {
-                        wqe_sn: irn.then_some(w.read_sn).flatten(),
-                        ..IrnEthRepr::default()
-                    });
-                }
+                ib.irn = wire.atomic_header(w);
             }
             SendOp::FetchAdd { remote, add } => {
                 bth.opcode = Opcode::RC_FETCH_ADD;
@@ -543,18 +502,14 @@ impl QueuePair {
                     swap_add: add,
                     compare: 0,
                 });
-                if irn || ext {
-                    ib.irn = Some(IrnEthRepr {
-                        wqe_sn: irn.then_some(w.read_sn).flatten(),
-                        ..IrnEthRepr::default()
-                    });
-                }
+                ib.irn = wire.atomic_header(w);
             }
         }
         let last_of_msg = last || !data;
         let every = self.cfg.recovery.ack_every;
-        ib.bth.ack_req =
-            irn || last_of_msg || (!mode.restarts_messages() && k % every == every - 1);
+        ib.bth.ack_req = wire.acks_every_packet()
+            || last_of_msg
+            || (!mode.restarts_messages() && k % every == every - 1);
         ib.bth.solicited = last_of_msg && w.wr.solicited && data;
         if data {
             ib.payload_len = chunk as usize;

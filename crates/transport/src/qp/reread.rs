@@ -40,7 +40,7 @@ use crate::time::Time;
 impl QueuePair {
     /// Whether this queue pair places Read responses out of order and re-requests holes.
     pub(super) fn rereads(&self) -> bool {
-        self.cfg.recovery.hole_rule.is_some() && !self.irn_wire()
+        self.cfg.recovery.hole_rule.is_some() && !self.wire().splits_response_psns()
     }
 
     /// The oldest Read or atomic still waiting for responses.
@@ -83,7 +83,9 @@ impl QueuePair {
             self.counters.duplicates += 1;
             return;
         }
-        if self.ext_ib() && !is_atomic_ack && ib.irn.as_ref().and_then(|i| i.psn_offset) != Some(k)
+        if self.wire().responses_echo_offset()
+            && !is_atomic_ack
+            && ib.irn.as_ref().and_then(|i| i.psn_offset) != Some(k)
         {
             // The echoed offset must name this packet's place in the Read (T8(c)).
             self.counters.dropped_invalid += 1;

@@ -164,7 +164,7 @@ mod tests {
         while t < Time::ZERO + Dur::from_micros(990) {
             p.frame(&MacControlRepr::Pfc(PfcRepr::single(3, 100)), t);
             assert!(p.paused(3, t), "{t:?}");
-            t = t + Dur::from_micros(20);
+            t += Dur::from_micros(20);
         }
         p.frame(&MacControlRepr::Pfc(PfcRepr::single(3, 100)), t);
         assert!(!p.paused(3, t + Dur::from_micros(20)), "past the limit");

@@ -8,8 +8,8 @@ use crate::payload::TxPayload;
 use std::collections::VecDeque;
 
 use irn_wire::{
-    AethRepr, AtomicAckEthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, LocalBuffer, LossBitmap,
-    Opcode, Psn, RethRepr, Syndrome,
+    AethRepr, AtomicAckEthRepr, CreditCode, Ecn, IbRepr, LocalBuffer, LossBitmap, Opcode, Psn,
+    RethRepr, Syndrome,
 };
 
 use super::{ReadSource, ResponderWire, Saved, SavedKind};
@@ -428,9 +428,7 @@ impl QueuePair {
                     msn,
                 });
                 ib.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
-                if self.ext_ib() {
-                    ib.irn = Some(IrnEthRepr::default());
-                }
+                ib.irn = self.wire().atomic_ack_header();
                 Some(Transmit { ib, ecn: Ecn::Ect0 })
             }
             RespJob::Read {
@@ -458,14 +456,7 @@ impl QueuePair {
                     *d += chunk;
                 }
                 let mut ib = IbRepr::new(self.bth(Opcode::read_response(first, last), this_psn));
-                if self.ext_ib() {
-                    // T8(c): the requester's buffer and this packet's place in the Read.
-                    ib.irn = Some(IrnEthRepr {
-                        psn_offset: Some((off + k) & Psn::MASK),
-                        local,
-                        ..IrnEthRepr::default()
-                    });
-                }
+                ib.irn = self.wire().read_response_header(off + k, local);
                 let src = ReadSource {
                     rkey,
                     va: va + done,
