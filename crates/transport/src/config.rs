@@ -50,6 +50,7 @@ impl Retransmission {
     /// lost (IRN's selective repeat, with or without SACK, and extended IB's precise
     /// retransmission): the receiver needs an out-of-order window (or the BDP cap bounding
     /// one). The others go back to the first hole and resend everything after it.
+    #[inline]
     pub fn is_selective(self) -> bool {
         match self {
             Retransmission::SelectiveRepeat
@@ -62,6 +63,7 @@ impl Retransmission {
     /// A lost packet restarts its whole message (go-back-0, T3): the responder discards the
     /// partial message and NAKs its first PSN, and the requester asks for ACKs on message
     /// boundaries only, so that its acknowledged point is always one.
+    #[inline]
     pub fn restarts_messages(self) -> bool {
         match self {
             Retransmission::GoBack0 => true,
@@ -76,6 +78,7 @@ impl Retransmission {
     /// its congestion controller needs feedback (go-back-N and extended IB's precise
     /// retransmission; go-back-0 keeps its ACKs on message boundaries; IRN's responder ACKs
     /// every packet anyway).
+    #[inline]
     pub fn asks_for_feedback(self) -> bool {
         match self {
             Retransmission::GoBackN | Retransmission::Precise => true,

@@ -16,6 +16,7 @@ impl Wire {
     /// one sPSN, its responses rPSNs that the requester counts alike. Otherwise (IBTA §9.7.5)
     /// a Read takes a PSN per response packet, a response missing is resent as a Read of the
     /// rest, and an ACK beyond a Read whose responses are missing implies they were lost.
+    #[inline]
     pub(crate) fn splits_response_psns(self) -> bool {
         match self {
             Wire::Irn => true,
@@ -26,6 +27,7 @@ impl Wire {
     /// Every request packet asks for an acknowledgement, and each ACK or NACK answers one
     /// arrived packet (IRN, SPEC T7); otherwise the requester asks where its recovery and its
     /// congestion controller need it.
+    #[inline]
     pub(crate) fn acks_every_packet(self) -> bool {
         match self {
             Wire::Irn => true,
@@ -36,6 +38,7 @@ impl Wire {
     /// Every packet carries what places it on its own: the RETH on every Write packet and
     /// the PSN offset within its message (IRN §5.3.1–5.3.2, extended IB T8(c)); standard
     /// RoCE's responder places from the message's first packet.
+    #[inline]
     pub(crate) fn places_every_packet(self) -> bool {
         match self {
             Wire::Irn | Wire::ExtIb => true,
@@ -45,6 +48,7 @@ impl Wire {
 
     /// Read responses echo the PSN offset they answer and the requester checks it (extended
     /// IB, T8(c)).
+    #[inline]
     pub(crate) fn responses_echo_offset(self) -> bool {
         match self {
             Wire::ExtIb => true,
@@ -54,6 +58,7 @@ impl Wire {
 
     /// The extension header of packet `k` of Send `w` (IRN §5.3.2: the receive WQE's number
     /// and the offset; extended IB adds the SSN, T8(c)).
+    #[inline]
     pub(crate) fn send_header(self, w: &SendWqe, k: u32) -> Option<IrnEthRepr> {
         let eth = IrnEthRepr {
             wqe_sn: w.recv_sn,
@@ -72,6 +77,7 @@ impl Wire {
 
     /// The extension header of packet `k` of Write `w`: the offset, and on the last packet of
     /// a Write with immediate the receive WQE it consumes.
+    #[inline]
     pub(crate) fn write_header(
         self,
         w: &SendWqe,
@@ -92,6 +98,7 @@ impl Wire {
     /// The extension header of Read `w` requested from its packet `k`, `off` bytes in: IRN's
     /// read WQE number (IRN §5.4); extended IB's requester buffer, echoed by every response
     /// with its offset (the address of the part asked for when the list has one entry).
+    #[inline]
     pub(crate) fn read_header(self, w: &SendWqe, k: u32, off: u64) -> Option<IrnEthRepr> {
         match self {
             Wire::Standard => None,
@@ -111,6 +118,7 @@ impl Wire {
     }
 
     /// The extension header of atomic `w`: IRN's read WQE number; extended IB's, empty.
+    #[inline]
     pub(crate) fn atomic_header(self, w: &SendWqe) -> Option<IrnEthRepr> {
         match self {
             Wire::Standard => None,
@@ -124,6 +132,7 @@ impl Wire {
 
     /// The extension header of a Read response packet at `offset` within its Read, for the
     /// requester's buffer `local` (extended IB echoes both, T8(c)).
+    #[inline]
     pub(crate) fn read_response_header(
         self,
         offset: u32,
@@ -141,6 +150,7 @@ impl Wire {
 
     /// The extension header of an atomic acknowledgement (extended IB's packets all carry
     /// one; IRN's atomic ACKs are answered in the rPSN space without).
+    #[inline]
     pub(crate) fn atomic_ack_header(self) -> Option<IrnEthRepr> {
         match self {
             Wire::Standard | Wire::Irn => None,
@@ -150,6 +160,7 @@ impl Wire {
 
     /// The extension header of an ACK or NAK: the selectively acknowledged PSN and the loss
     /// bitmap (IRN §3.1; extended IB's bitmap NAK, T8(d)).
+    #[inline]
     pub(crate) fn ack_header(
         self,
         sack: Option<Psn>,
