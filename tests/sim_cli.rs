@@ -21,6 +21,18 @@ fn succeeds(cmd: &mut Command) -> std::process::Output {
     out
 }
 
+/// Runs `cmd`, which must fail as a usage or input error (exit status 2); its stderr.
+fn fails(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A k = 4 fat-tree for 100 µs of arrivals, IRN and RoCE+PFC.
 const TINY: &str = "[topology]\nk = 4\n[workload]\nduration_us = 100\n[[run]]\nname = \"IRN\"\n[[run]]\nname = \"RoCE+PFC\"\ntransport.recovery = \"roce\"\nnetwork.pfc = true\n";
 
@@ -41,24 +53,19 @@ fn json_has_the_documented_keys_and_runs_are_named() {
     let svg = dir.join("plot.svg");
     let monitor = dir.join("monitor.csv");
     let timeline = dir.join("timeline.svg");
-    let out = irn()
-        .args(["sim", "-q", "--seed", "3", "--json"])
-        .arg(&json)
-        .arg("--csv")
-        .arg(&csv)
-        .arg("--plot")
-        .arg(&svg)
-        .arg("--monitor")
-        .arg(&monitor)
-        .arg("--timeline")
-        .arg(&timeline)
-        .arg(&cfg)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        irn()
+            .args(["sim", "-q", "--seed", "3", "--json"])
+            .arg(&json)
+            .arg("--csv")
+            .arg(&csv)
+            .arg("--plot")
+            .arg(&svg)
+            .arg("--monitor")
+            .arg(&monitor)
+            .arg("--timeline")
+            .arg(&timeline)
+            .arg(&cfg),
     );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -130,16 +137,20 @@ fn a_misspelled_key_is_an_error_naming_key_and_file() {
     let dir = scratch("sim-cli-bad");
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "[workload]\nlaod = 0.5\n").expect("write");
-    let out = irn().args(["sim", "-q"]).arg(&cfg).output().expect("runs");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = fails(irn().args(["sim", "-q"]).arg(&cfg));
     assert!(err.contains("bad.toml") && err.contains("laod"), "{err}");
-    let out = irn()
-        .args(["sim", "-q", "--set", "network.pfcc=true"])
-        .arg(&cfg)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2));
+    // A misspelled `--set` key on a good file: the flag's error names the key.
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "[workload]\nload = 0.5\n").expect("write");
+    let err = fails(
+        irn()
+            .args(["sim", "-q", "--set", "network.pfcc=true"])
+            .arg(&good),
+    );
+    assert!(
+        err.contains("--set") && err.contains("network.pfcc"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -174,17 +185,13 @@ fn shards_merge_into_exactly_the_unsharded_json() {
         sim(&["--shard", &format!("{i}/4")], &shard(i));
     }
     let merged = dir.join("merged.json");
-    let out = irn()
-        .arg("merge")
-        .arg(&merged)
-        .args([shard(2), shard(0), shard(3), shard(1)])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out =
+        succeeds(
+            irn()
+                .arg("merge")
+                .arg(&merged)
+                .args([shard(2), shard(0), shard(3), shard(1)]),
+        );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("IRN load=0.3") && table.contains("÷ RoCE+PFC"),
@@ -208,14 +215,8 @@ fn shards_merge_into_exactly_the_unsharded_json() {
             "one split",
         ),
     ] {
-        let out = irn()
-            .arg("merge")
-            .arg(dir.join("bad.json"))
-            .args(&files)
-            .output()
-            .expect("runs");
-        assert_eq!(out.status.code(), Some(2), "{why}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{why}");
+        let err = fails(irn().arg("merge").arg(dir.join("bad.json")).args(&files));
+        assert!(err.contains(why), "{why}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -227,17 +228,12 @@ fn shards_merge_into_exactly_the_unsharded_json() {
 fn nic_state_reports_each_designs_added_state() {
     let dir = scratch("nic-state");
     let (json, svg) = (dir.join("e13.json"), dir.join("e13.svg"));
-    let out = irn()
-        .args(["nic-state", "--json"])
-        .arg(&json)
-        .arg("--plot")
-        .arg(&svg)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        irn()
+            .args(["nic-state", "--json"])
+            .arg(&json)
+            .arg("--plot")
+            .arg(&svg),
     );
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("valid JSON");
@@ -267,11 +263,8 @@ fn nic_state_reports_each_designs_added_state() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("1856") && text.contains("irn"), "{text}");
     assert!(std::fs::read_to_string(&svg).expect("svg").contains("<svg"));
-    let bad = irn()
-        .args(["nic-state", "--gbps", "0"])
-        .output()
-        .expect("runs");
-    assert_eq!(bad.status.code(), Some(2));
+    let err = fails(irn().args(["nic-state", "--gbps", "0"]));
+    assert!(err.contains("--gbps"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -288,34 +281,24 @@ fn incast_plots_rct_and_merge_redraws_a_whole_experiment() {
     )
     .expect("write");
     let (json, svg) = (dir.join("out.json"), dir.join("rct.svg"));
-    let out = irn()
-        .args(["sim", "-q", "--json"])
-        .arg(&json)
-        .arg("--plot")
-        .arg(&svg)
-        .arg(&cfg)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        irn()
+            .args(["sim", "-q", "--json"])
+            .arg(&json)
+            .arg("--plot")
+            .arg(&svg)
+            .arg(&cfg),
     );
     let drawn = std::fs::read_to_string(&svg).expect("svg");
     assert!(drawn.contains("request completion time") && drawn.contains("M = 4"));
     let (copy, again) = (dir.join("copy.json"), dir.join("again.svg"));
-    let out = irn()
-        .arg("merge")
-        .arg(&copy)
-        .arg(&json)
-        .arg("--plot")
-        .arg(&again)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        irn()
+            .arg("merge")
+            .arg(&copy)
+            .arg(&json)
+            .arg("--plot")
+            .arg(&again),
     );
     let read = |p: &std::path::Path| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(p).expect("json")).expect("valid JSON")
@@ -401,11 +384,6 @@ fn seeds_run_each_configuration_per_seed_and_the_json_pools_them() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--over-seeds"));
     // A bad `--seeds` is the flag's error.
-    let out = irn()
-        .args(["sim", "-q", "--seeds", "0"])
-        .arg(&cfg)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--seeds"));
+    let err = fails(irn().args(["sim", "-q", "--seeds", "0"]).arg(&cfg));
+    assert!(err.contains("--seeds"), "{err}");
 }

@@ -105,6 +105,11 @@ fn write_wr(sge: Sge, remote: Remote) -> SendWr {
     }
 }
 
+/// Hands `q` a packet without payload or ECN mark at `now`.
+fn give(q: &mut QueuePair, mem: &mut ByteMemory, now: Time, ib: &IbRepr) {
+    q.handle_packet(now, ib, &[], Ecn::NotEct, mem);
+}
+
 fn psns(pkts: &[IbRepr]) -> Vec<u32> {
     pkts.iter().map(|p| p.bth.psn.value() - SQ_PSN).collect()
 }
@@ -124,19 +129,12 @@ fn irn_sender_retransmits_the_cumulative_ack_first_and_then_only_sacked_holes() 
     );
     // Packets 1 and 4 lost. Packet 2 arrives: NACK(expected 1, sack 2).
     let mut m = mem.clone();
-    q.handle_packet(
-        T0,
-        &ack(SQ_PSN, ACK, Some(SQ_PSN), true),
-        &[],
-        Ecn::NotEct,
+    give(&mut q, &mut m, T0, &ack(SQ_PSN, ACK, Some(SQ_PSN), true));
+    give(
+        &mut q,
         &mut m,
-    );
-    q.handle_packet(
         T0,
         &ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 2), true),
-        &[],
-        Ecn::NotEct,
-        &mut m,
     );
     assert_eq!(
         psns(&drain(&mut q, T0, &mem)),
@@ -144,32 +142,29 @@ fn irn_sender_retransmits_the_cumulative_ack_first_and_then_only_sacked_holes() 
         "cumulative ACK PSN first"
     );
     // 3 arrives: NACK(1, sack 3): nothing new is lost (2 and 3 sacked, 1 just resent).
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut m,
         T0,
         &ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 3), true),
-        &[],
-        Ecn::NotEct,
-        &mut m,
     );
     assert_eq!(psns(&drain(&mut q, T0, &mem)), Vec::<u32>::new());
     // 5 arrives: 4 is now lost (a higher PSN was selectively acked).
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut m,
         T0,
         &ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 5), true),
-        &[],
-        Ecn::NotEct,
-        &mut m,
     );
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
     assert_eq!(q.counters().retransmitted, 2);
     assert_eq!(q.counters().nacks_received, 3);
     // Everything through 9 acknowledged: recovery over, WQE complete.
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut m,
         T0,
         &ack(SQ_PSN + 9, ACK, Some(SQ_PSN + 9), true),
-        &[],
-        Ecn::NotEct,
-        &mut m,
     );
     assert_eq!(q.in_flight(), 0);
     let c = q.poll_completion().expect("completion");
@@ -191,12 +186,11 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
         "BDP cap of 4"
     );
     // 0 lost; 1 arrives: NACK(0, sack 1). Recovery sequence = 3.
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut mem,
         T0,
         &ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 1), true),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
     );
     assert_eq!(
         psns(&drain(&mut q, T0, &mem)),
@@ -204,12 +198,11 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
         "BDP-FC: cum 0 + cap 4 = 3 max"
     );
     // The retransmitted 0 arrives with 1..2 already there: cum = 3 (ACK of 2).
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut mem,
         T0,
         &ack(SQ_PSN + 2, ACK, Some(SQ_PSN), true),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
     );
     // Still in recovery (cum 3 is not past 3). A partial ACK with no selective ACK above it:
     // 3 left before the retransmission of 0 on the same path and is not acknowledged with
@@ -217,12 +210,11 @@ fn irn_sends_new_packets_in_recovery_when_nothing_is_lost_and_recovery_ends_past
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![3, 4, 5, 6]);
     // A NACK now (4 lost, 5 arrived) does not restart recovery: the retransmission cursor
     // continues past 3 and 4 (not sacked, below sack 5) is resent; 6 is above every SACK.
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut mem,
         T0,
         &ack(SQ_PSN + 3, NAK_SEQ, Some(SQ_PSN + 5), true),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
     );
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![4]);
 }
@@ -247,12 +239,11 @@ fn a_held_queue_pair_still_retransmits_and_answers_but_starts_nothing_new() {
     assert!(drain(&mut q, T0, &mem).is_empty(), "nothing new while held");
     // Packet 0 lost, 1 arrived: the NACK's retransmission still goes.
     let mut m = mem.clone();
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut m,
         T0,
         &ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 1), true),
-        &[],
-        Ecn::NotEct,
-        &mut m,
     );
     assert_eq!(
         psns(&drain(&mut q, T0, &mem)),
@@ -338,7 +329,7 @@ fn time_spent_in_rnr_waits_does_not_count_against_the_retry_budget() {
             syndrome: Syndrome::RnrNak(RnrTimer(0x1e)),
             msn: 0,
         });
-        q.handle_packet(t, &rnr, &[], Ecn::NotEct, &mut mem);
+        give(&mut q, &mut mem, t, &rnr);
         t = q.poll_timeout().expect("the RNR wait");
         q.handle_timeout(t);
         assert_eq!(
@@ -469,24 +460,22 @@ fn irn_without_sack_recovers_one_hole_per_round_trip() {
     q.post_send(write_wr(sge, remote)).expect("post");
     drain(&mut q, T0, &mem);
     // 0 and 3 lost.
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut mem,
         T0,
         &ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + 4), true),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
     );
     assert_eq!(
         psns(&drain(&mut q, T0, &mem)),
         vec![0],
         "only the cumulative-ACK PSN"
     );
-    q.handle_packet(
+    give(
+        &mut q,
+        &mut mem,
         T0,
         &ack(SQ_PSN + 2, ACK, Some(SQ_PSN), true),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
     );
     assert_eq!(
         psns(&drain(&mut q, T0, &mem)),
@@ -681,13 +670,7 @@ fn irn_sender_resends_only_what_a_nack_bitmap_marks_missing() {
         assert_eq!(psns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
         // 0 acknowledged; 1 and 4 lost; 2, 3 and 5 arrived, but only the NACK of 5 got back.
         let mut m = mem.clone();
-        q.handle_packet(
-            T0,
-            &ack(SQ_PSN, ACK, Some(SQ_PSN), true),
-            &[],
-            Ecn::NotEct,
-            &mut m,
-        );
+        give(&mut q, &mut m, T0, &ack(SQ_PSN, ACK, Some(SQ_PSN), true));
         let mut nack = ack(SQ_PSN + 1, NAK_SEQ, Some(SQ_PSN + 5), true);
         if bitmap {
             let mut b = irn_wire::LossBitmap::with_words(1).expect("one word");
@@ -695,7 +678,7 @@ fn irn_sender_resends_only_what_a_nack_bitmap_marks_missing() {
             b.set(3); // PSN 4
             nack.irn.as_mut().expect("IRNETH").loss_bitmap = Some(b);
         }
-        q.handle_packet(T0, &nack, &[], Ecn::NotEct, &mut m);
+        give(&mut q, &mut m, T0, &nack);
         psns(&drain(&mut q, T0, &mem))
     };
     assert_eq!(run(true), vec![1, 4], "the bitmap's missing PSNs only");
@@ -766,7 +749,7 @@ fn irn_probes_the_tail_after_a_spurious_looking_timeout_only_with_nothing_new_to
         let after_ack = ack_at(&mut q, &mut mem, t, 5);
         // 6, 7 and 8 missing.
         let nack = bitmap_nack(SQ_PSN + 6, SQ_PSN + 9, &[0, 1, 2]);
-        q.handle_packet(t, &nack, &[], Ecn::NotEct, &mut mem);
+        give(&mut q, &mut mem, t, &nack);
         let after_nack = psns(&drain(&mut q, t, &mem));
         (after_ack, after_nack, q.counters().timeouts)
     };
@@ -804,7 +787,7 @@ fn irn_decides_an_undecided_timeout_by_new_data_or_a_probe_of_the_tail() {
         let highest = after_ack.iter().copied().max().expect("something went");
         let lost: Vec<usize> = (0..(highest.min(10) - 2) as usize).collect();
         let nack = bitmap_nack(SQ_PSN + 2, SQ_PSN + highest, &lost);
-        q.handle_packet(t, &nack, &[], Ecn::NotEct, &mut mem);
+        give(&mut q, &mut mem, t, &nack);
         let after_nack = psns(&drain(&mut q, t, &mem));
         (after_ack, after_nack, q.counters().timeouts)
     };
@@ -852,7 +835,7 @@ fn ten_responses_and_timed_out(rtt: Dur) -> (QueuePair, ByteMemory, Time) {
         wqe_sn: Some(0),
         ..IrnEthRepr::default()
     });
-    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &ib);
     assert_eq!(rpsns(&drain(&mut q, T0, &mem)), (0..10).collect::<Vec<_>>());
     assert!(read_ack(&mut q, &mut mem, T0 + rtt, ack(RQ_PSN, ACK, None, true)).is_empty());
     let t = q.poll_timeout().expect("the response timer");
@@ -1048,13 +1031,7 @@ fn roce_sender_goes_back_n_on_a_nak() {
         "standard RoCE: RETH only on the first packet"
     );
     assert!(!first[0].bth.ack_req && first[5].bth.ack_req);
-    q.handle_packet(
-        T0,
-        &ack(SQ_PSN + 2, NAK_SEQ, None, false),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
-    );
+    give(&mut q, &mut mem, T0, &ack(SQ_PSN + 2, NAK_SEQ, None, false));
     assert_eq!(psns(&drain(&mut q, T0, &mem)), vec![2, 3, 4, 5]);
     // A timeout goes back to the oldest unacknowledged PSN.
     let t = T0 + Dur::from_micros(320);
@@ -1536,8 +1513,8 @@ fn duplicate_atomic_is_answered_from_saved_state_not_executed_twice() {
         swap_add: 5,
         compare: 0,
     });
-    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
-    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &ib);
+    give(&mut q, &mut mem, T0, &ib);
     let out = drain(&mut q, T0, &mem);
     assert_eq!(out.len(), 2);
     assert!(out
@@ -1591,7 +1568,7 @@ fn region_deregistered_under_a_read_answers_with_a_remote_access_nak() {
                 ..IrnEthRepr::default()
             });
         }
-        q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+        give(&mut q, &mut mem, T0, &ib);
         mem.deregister(k.lkey).expect("deregister");
         let out = drain(&mut q, T0, &mem);
         let last = out.last().expect("a NAK");
@@ -1631,7 +1608,7 @@ fn irn_out_of_order_send_without_a_receive_is_nacked_not_rnr_nacked() {
     // An RNR NAK for PSN 1 would acknowledge PSN 0, which never arrived.
     let mut q = qp(RecoveryConfig::irn());
     let mut mem = ByteMemory::new(1);
-    q.handle_packet(T0, &send_pkt(1, 1, None), &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &send_pkt(1, 1, None));
     let out: Vec<_> = drain(&mut q, T0, &mem).iter().map(summary).collect();
     assert_eq!(out, vec![(Opcode::RC_ACKNOWLEDGE, 0, Some(NAK_SEQ), None)]);
     assert_eq!(q.counters().rnr_naks_sent, 0);
@@ -1653,13 +1630,7 @@ fn send_with_invalidate_revokes_its_key_in_psn_order() {
     })
     .expect("post");
     // PSN 1 (Send with Invalidate of the Write's key) overtakes PSN 0 (the Write).
-    q.handle_packet(
-        T0,
-        &send_pkt(1, 0, Some(remote.rkey)),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
-    );
+    give(&mut q, &mut mem, T0, &send_pkt(1, 0, Some(remote.rkey)));
     q.handle_packet(
         T0,
         &write_pkt(0, 16, remote, 16, true),
@@ -1702,25 +1673,13 @@ fn a_stale_go_back_nak_neither_rewinds_nor_hangs() {
         let (mut mem, sge, remote, _) = memory(4096);
         q.post_send(write_wr(sge, remote)).expect("post");
         drain(&mut q, T0, &mem);
-        q.handle_packet(
-            T0,
-            &ack(SQ_PSN + 3, ACK, None, false),
-            &[],
-            Ecn::NotEct,
-            &mut mem,
-        );
+        give(&mut q, &mut mem, T0, &ack(SQ_PSN + 3, ACK, None, false));
         assert_eq!(
             q.poll_completion().map(|c| c.status),
             Some(WcStatus::Success)
         );
         // A NAK for the (completed) message's first PSN arrives late.
-        q.handle_packet(
-            T0,
-            &ack(SQ_PSN, NAK_SEQ, None, false),
-            &[],
-            Ecn::NotEct,
-            &mut mem,
-        );
+        give(&mut q, &mut mem, T0, &ack(SQ_PSN, NAK_SEQ, None, false));
         assert!(
             drain(&mut q, T0, &mem).is_empty(),
             "{rec:?} resent completed work"
@@ -1745,7 +1704,7 @@ fn a_hostile_read_length_is_refused_without_tracking_its_psns() {
         rkey: k.rkey,
         dma_len: u32::MAX,
     });
-    q.handle_packet(T0, &ib, &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &ib);
     expect_error_nak(&mut q, &mem, NakCode::InvalidRequest);
 }
 
@@ -1997,7 +1956,7 @@ fn ext_ib_sender_resends_exactly_the_psns_a_bitmap_nak_names_and_everything_on_t
         ..IrnEthRepr::default()
     });
     let t1 = T0 + Dur::from_micros(10);
-    q.handle_packet(t1, &nak, &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, t1, &nak);
     assert_eq!(
         psns(&drain(&mut q, t1, &mem)),
         vec![0, 1, 5],
@@ -2069,13 +2028,7 @@ fn read_with_holes(rec: RecoveryConfig) -> (QueuePair, ByteMemory, u64, Vec<u8>,
             &mut mem,
         );
     }
-    q.handle_packet(
-        t1,
-        &ack(SQ_PSN + 7, ACK, None, false),
-        &[],
-        Ecn::NotEct,
-        &mut mem,
-    );
+    give(&mut q, &mut mem, t1, &ack(SQ_PSN + 7, ACK, None, false));
     (q, mem, local, src, remote, t1)
 }
 
@@ -2174,9 +2127,9 @@ fn a_standard_responder_answers_a_duplicate_read_for_a_part_with_that_part_only(
         ib
     };
     let _ = dst;
-    q.handle_packet(T0, &read(0, 0, 7 * 1024), &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &read(0, 0, 7 * 1024));
     assert_eq!(drain(&mut q, T0, &mem).len(), 7);
-    q.handle_packet(T0, &read(4, 4096, 1024), &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &read(4, 4096, 1024));
     let again = drain(&mut q, T0, &mem);
     assert_eq!(
         again
@@ -2186,8 +2139,8 @@ fn a_standard_responder_answers_a_duplicate_read_for_a_part_with_that_part_only(
         vec![(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 4, 1024)]
     );
     // A part that is not whole MTUs short of the end, or outside the Read, is refused.
-    q.handle_packet(T0, &read(4, 4096, 1000), &[], Ecn::NotEct, &mut mem);
-    q.handle_packet(T0, &read(4, 0, 1024), &[], Ecn::NotEct, &mut mem);
+    give(&mut q, &mut mem, T0, &read(4, 4096, 1000));
+    give(&mut q, &mut mem, T0, &read(4, 0, 1024));
     assert!(drain(&mut q, T0, &mem).is_empty());
     assert_eq!(q.counters().unexpected, 2);
 }
@@ -2205,7 +2158,7 @@ fn irn_with_a_dup_threshold_resends_a_hole_only_once_sacks_reach_that_far_beyond
     let mut resent = vec![];
     for s in [1u32, 2, 3] {
         let nack = ack(SQ_PSN, NAK_SEQ, Some(SQ_PSN + s), true);
-        q.handle_packet(T0, &nack, &[], Ecn::NotEct, &mut mem);
+        give(&mut q, &mut mem, T0, &nack);
         resent.push(psns(&drain(&mut q, T0, &mem)));
     }
     assert_eq!(
