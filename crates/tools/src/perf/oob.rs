@@ -1,4 +1,4 @@
-//! The out-of-band exchange of `irn perf` (module [`crate::cmd`]): perftest's own over
+//! The out-of-band exchange of `irn perf` (module [`crate::perf`]): perftest's own over
 //! TCP (perftest 4.5, "6.06") or, with `-R`, over an RC connection made through the RDMA CM —
 //! versions, system data and path MTU when it opens, the key-message hand-shakes around the
 //! connection and the test in perftest's order (its peer follows them step by step), the
