@@ -36,6 +36,10 @@ use crate::link::wc_status_number;
 const STALL: Duration = Duration::from_secs(30);
 /// How long a verifying end waits for the rest of a Write whose last byte has landed.
 const VERIFY_GRACE: Duration = Duration::from_secs(1);
+/// What to do when the two ends' message sizes differ (perftest agrees on nothing).
+const SAME_SIZE: &str = "give both ends the same -s (perftest's latency tools send 2 bytes by \
+                         default, its bandwidth tools 65 536)";
+
 /// perftest's receive depth for `ib_send_lat` (`min(512, iters)`).
 const RX_DEPTH: u64 = 512;
 
@@ -190,9 +194,10 @@ impl LatEnd<'_> {
                 }
                 if since.elapsed() > STALL {
                     bail!(
-                        "the peer's write {i} did not land in {} s (last byte {})",
+                        "the peer's write {i} did not land in {} s (last byte {}){}",
                         STALL.as_secs(),
-                        last[0]
+                        last[0],
+                        self.size_mismatch()
                     );
                 }
                 if !busy {
@@ -201,6 +206,35 @@ impl LatEnd<'_> {
             } else {
                 std::hint::spin_loop();
             }
+        }
+    }
+
+    /// Why the peer's Writes may not land where this end waits for them: they went past the
+    /// landing area (refused with a NAK, counted by the queue pair), or they end before its
+    /// last byte — a writer sets the last byte of its message to the iteration's number, as
+    /// perftest's does, so the last byte written in the zeroed landing area is the end of the
+    /// peer's messages. Empty when neither shows.
+    fn size_mismatch(&self) -> String {
+        let refused = self.qp.counters().error_naks_sent;
+        if refused > 0 {
+            return format!(
+                ": {refused} of the peer's writes went past this end's {}-byte landing area, \
+                 so the peer runs a larger -s; {SAME_SIZE}",
+                self.p.size
+            );
+        }
+        let mut area = vec![0u8; self.p.size as usize];
+        if self.mr.read(0, &mut area).is_err() {
+            return String::new();
+        }
+        match area.iter().rposition(|&b| b != 0) {
+            Some(end) if end + 1 < area.len() => format!(
+                ": the peer's writes end at byte {end} of the landing area, so it runs -s {}, \
+                 this end -s {}; {SAME_SIZE}",
+                end + 1,
+                self.p.size
+            ),
+            _ => String::new(),
         }
     }
 
@@ -241,13 +275,22 @@ impl LatEnd<'_> {
                         STALL.as_secs()
                     );
                 };
+                if wc.status == WcStatus::LocLenErr {
+                    bail!(
+                        "message {} is longer than this end's -s {}: the peer sends larger \
+                         messages; {SAME_SIZE}",
+                        rcnt + 1,
+                        p.size
+                    );
+                }
                 check(&wc, rcnt + 1)?;
                 if wc.byte_len != p.size as u32 {
                     bail!(
-                        "message {} has {} bytes, not {}",
+                        "message {} has {} bytes, not {}: the peer runs -s {}; {SAME_SIZE}",
                         rcnt + 1,
                         wc.byte_len,
-                        p.size
+                        p.size,
+                        wc.byte_len
                     );
                 }
                 rcnt += 1;

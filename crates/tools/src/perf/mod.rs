@@ -69,12 +69,15 @@ pub struct PerfArgs {
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
-    /// Message size in bytes (atomics: always 8).
-    #[arg(short = 's', long, default_value_t = 65536)]
-    size: u64,
-    /// Iterations per queue pair.
-    #[arg(short = 'n', long, default_value_t = 5000)]
-    iters: u64,
+    /// Message size in bytes. Default perftest's for the test: 65 536 for a bandwidth test, 2
+    /// for a latency test (atomics: always 8). A perftest peer agrees on nothing, so both ends
+    /// must give the same.
+    #[arg(short = 's', long)]
+    size: Option<u64>,
+    /// Iterations per queue pair. Default perftest's for the test: 5 000 for a Write bandwidth
+    /// test, 1 000 for every other (a perftest Send server counts exactly its own).
+    #[arg(short = 'n', long)]
+    iters: Option<u64>,
     /// Queue pairs.
     #[arg(short = 'q', long, default_value_t = 1)]
     qps: u32,
@@ -96,7 +99,8 @@ pub struct PerfArgs {
     /// Check the data.
     #[arg(long)]
     verify: bool,
-    /// Operations outstanding per queue pair in a bandwidth test.
+    /// Operations outstanding per queue pair in a bandwidth test (a latency test has one, as
+    /// perftest's).
     #[arg(short = 't', long, default_value_t = 128)]
     tx_depth: u32,
     /// Work requests per post call in a bandwidth test (perftest's `-l`): up to this many
@@ -348,7 +352,7 @@ fn own_params(args: &PerfArgs) -> Result<PerfParams> {
     Ok(PerfParams {
         op: args.op,
         size: args.msg_size()?,
-        iters: args.iters,
+        iters: args.iters(),
         qps: args.qps,
         mode: args.mode.unwrap_or(QpMode::Roce),
         latency: args.latency,
@@ -363,7 +367,7 @@ pub fn run(args: PerfArgs) -> Result<bool> {
     args.link.check()?;
     if args.qps == 0
         || args.qps > irn_verbs::exchange::MAX_PERF_QPS
-        || args.iters == 0
+        || args.iters() == 0
         || args.tx_depth == 0
         || args.cq_mod == 0
     {
@@ -994,7 +998,7 @@ impl PerfArgs {
         Ok(PerfParams {
             op: self.op,
             size: self.msg_size()?,
-            iters: self.iters,
+            iters: self.iters(),
             qps: self.qps,
             mode: self.mode.unwrap_or(QpMode::Irn),
             latency: self.latency,
@@ -1005,9 +1009,15 @@ impl PerfArgs {
         })
     }
 
-    /// The message size: `--size`, or 8 for atomics.
+    /// The message size: 8 for atomics, else `--size` or perftest's default for the test
+    /// (`DEF_SIZE_LAT`, `DEF_SIZE_BW` in perftest's `perftest_parameters.h`).
     fn msg_size(&self) -> Result<u64> {
-        let size = if self.op_is_atomic() { 8 } else { self.size };
+        let default = if self.latency { 2 } else { 65536 };
+        let size = if self.op_is_atomic() {
+            8
+        } else {
+            self.size.unwrap_or(default)
+        };
         // The largest message a queue pair carries, as rxe's (`RXE_MAX_MSG_SZ`, 2 GiB).
         if size == 0 || size > irn_transport::MAX_MESSAGE {
             usage!(
@@ -1017,6 +1027,13 @@ impl PerfArgs {
         }
         Ok(size)
     }
+    /// `--iters`, or perftest's default for the test (`DEF_ITERS_WB` for a Write bandwidth
+    /// test, `DEF_ITERS` for every other).
+    fn iters(&self) -> u64 {
+        let write_bw = self.op == PerfOp::Write && !self.latency;
+        self.iters.unwrap_or(if write_bw { 5000 } else { 1000 })
+    }
+
     fn op_is_read_like(&self) -> bool {
         matches!(self.op, PerfOp::Read | PerfOp::Atomic)
     }
