@@ -1,17 +1,22 @@
 //! Kernel baselines for the irn-verbs benchmark (`scripts/bench-verbs`), measured on the same
-//! loopback in the same run: one TCP stream's bandwidth, and a UDP ping-pong's round trip.
+//! loopback in the same run: one TCP stream's bandwidth, a UDP ping-pong's round trip and a UDP
+//! blaster's datagram rate, each in the kernel's best form for the mode it is set beside.
 //!
 //! `cargo run --release -p irn-verbs --example baseline -- tcp MB [WRITE]` prints MB/s (2^20)
 //! of one stream moving MB MiB in `write(2)`s of WRITE bytes (default 1 MiB; iperf3 writes
 //! 128 KiB, perftest's Write messages are 64 KiB — the size moves the kernel's rate by a
 //! quarter here, docs/BENCHMARKS.md), the receiver reading 1 MiB at a time;
-//! `... -- udp ITERS SIZE` prints the median round trip and its 99th percentile in µs (a
-//! blocking ping-pong: each end sleeps in `recvfrom`);
-//! `... -- blast COUNT SIZE` prints the datagrams per second (millions) a raw UDP blaster
-//! moves: one thread sends COUNT datagrams of SIZE bytes, 64 per `sendmmsg(2)`, another
-//! receives them 64 per `recvmmsg(2)`; the rate is what arrived over the time it took
-//! (datagrams the receiver's socket dropped do not count; `BLAST_DEBUG=1` prints how many were
-//! sent and received).
+//! `... -- udp ITERS SIZE [busy]` prints the median round trip and its 99th percentile in µs:
+//! a blocking ping-pong (each end sleeps in `recvfrom`), or with `busy` both ends spinning on
+//! non-blocking sockets (the form a busy-polled RDMA round trip compares with);
+//! `... -- blast COUNT SIZE [gso] [busy]` prints the datagrams per second (millions) a UDP
+//! blaster moves: one thread sends COUNT datagrams of SIZE bytes, 64 messages per
+//! `sendmmsg(2)`, another receives them 64 per `recvmmsg(2)`; with `gso` each message carries
+//! up to 64 datagrams cut by the kernel (`UDP_SEGMENT`) and the receiver takes them coalesced
+//! (`UDP_GRO`), with `busy` the receiver spins instead of sleeping — both together are the
+//! kernel's best datagram rate. The rate is what arrived over the time it took (datagrams the
+//! receiver's socket dropped do not count; `BLAST_DEBUG=1` prints how many were sent and
+//! received).
 
 // The blaster calls `sendmmsg(2)` / `recvmmsg(2)` directly, as the device's own `net::sys`
 // does: a kernel baseline of those calls, with no wrapper between.
@@ -24,6 +29,7 @@ use std::time::Instant;
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let flag = |name: &str| args.iter().skip(2).any(|a| a == name);
     match args.get(1).map(String::as_str) {
         Some("tcp") => {
             let mb = arg(2, 2048);
@@ -59,13 +65,16 @@ fn main() -> std::io::Result<()> {
         }
         Some("udp") => {
             let (iters, size) = (arg(2, 10000), arg(3, 64) as usize);
+            let busy = flag("busy");
             let a = UdpSocket::bind("127.0.0.1:0")?;
             let b = UdpSocket::bind("127.0.0.1:0")?;
-            let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+            a.set_nonblocking(busy)?;
+            b.set_nonblocking(busy)?;
+            let ba = b.local_addr()?;
             let echo = std::thread::spawn(move || -> std::io::Result<()> {
                 let mut buf = vec![0u8; 65536];
                 for _ in 0..iters {
-                    let (n, from) = b.recv_from(&mut buf)?;
+                    let (n, from) = recv_from(&b, &mut buf)?;
                     b.send_to(&buf[..n], from)?;
                 }
                 Ok(())
@@ -76,10 +85,9 @@ fn main() -> std::io::Result<()> {
             for _ in 0..iters {
                 let t = Instant::now();
                 a.send_to(&msg, ba)?;
-                a.recv_from(&mut buf)?;
+                recv_from(&a, &mut buf)?;
                 rtt.push(t.elapsed().as_secs_f64() * 1e6);
             }
-            let _ = aa;
             echo.join()
                 .map_err(|_| std::io::Error::other("echo panicked"))??;
             rtt.sort_by(f64::total_cmp);
@@ -88,37 +96,80 @@ fn main() -> std::io::Result<()> {
         }
         Some("blast") => {
             let (count, size) = (arg(2, 2_000_000), arg(3, 64) as usize);
-            println!("{:.3}", blast(count, size)? / 1e6);
+            println!(
+                "{:.3}",
+                blast(count, size, flag("gso"), flag("busy"))? / 1e6
+            );
         }
         _ => eprintln!(
-            "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE | baseline blast COUNT SIZE"
+            "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE [busy] | \
+             baseline blast COUNT SIZE [gso] [busy]"
         ),
     }
     Ok(())
 }
 
-/// The raw UDP blaster: datagrams per second received.
-fn blast(count: u64, size: usize) -> std::io::Result<f64> {
-    use std::os::fd::AsRawFd;
-    use std::time::Duration;
-    const BATCH: usize = 64;
-    let rx = UdpSocket::bind("127.0.0.1:0")?;
-    let tx = UdpSocket::bind("127.0.0.1:0")?;
-    tx.connect(rx.local_addr()?)?;
-    rx.set_read_timeout(Some(Duration::from_millis(200)))?;
-    let want = 8 << 20;
-    // SAFETY: a plain setsockopt with an int-sized value on a socket this function owns.
+/// One datagram: sleeping in `recvfrom` on a blocking socket, spinning on a non-blocking one.
+fn recv_from(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, std::net::SocketAddr)> {
+    loop {
+        match s.recv_from(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            r => return r,
+        }
+    }
+}
+
+/// `setsockopt(fd, level, name, int)` on a socket the caller owns.
+fn set_int(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) {
+    // SAFETY: a plain setsockopt with an int-sized value on an open socket.
     unsafe {
         libc::setsockopt(
-            rx.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&raw const want).cast(),
+            fd,
+            level,
+            name,
+            (&raw const v).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
     }
+}
+
+/// Linux's `UDP_SEGMENT` and `UDP_GRO` (include/uapi/linux/udp.h).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// The UDP blaster: datagrams per second received. With `gso`, each sent message carries up
+/// to 64 datagrams (at most 64 KiB) and the receiver takes them coalesced; with `busy`, the
+/// receiver spins on a non-blocking socket.
+fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64> {
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+    const BATCH: usize = 64;
+    // Datagrams per message: one, or as many as GSO takes in one (64 and under 64 KiB).
+    let segs = if gso {
+        (65000 / size.max(1)).clamp(1, 64)
+    } else {
+        1
+    };
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    tx.connect(rx.local_addr()?)?;
+    set_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
+    if gso {
+        set_int(
+            tx.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_SEGMENT,
+            size as libc::c_int,
+        );
+        set_int(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
+    }
+    if busy {
+        rx.set_nonblocking(true)?;
+    } else {
+        rx.set_read_timeout(Some(Duration::from_millis(200)))?;
+    }
     let receiver = std::thread::spawn(move || -> std::io::Result<(u64, f64)> {
-        let mut bufs = vec![[0u8; 2048]; BATCH];
+        let mut bufs = vec![vec![0u8; 65536]; BATCH];
         let mut iov: Vec<libc::iovec> = bufs
             .iter_mut()
             .map(|b| libc::iovec {
@@ -135,6 +186,7 @@ fn blast(count: u64, size: usize) -> std::io::Result<f64> {
             m.msg_hdr.msg_iovlen = 1;
         }
         let (mut got, mut first, mut last) = (0u64, None, Instant::now());
+        let started = Instant::now();
         while got < count {
             // SAFETY: `msgs` holds BATCH valid headers (see above).
             let n = unsafe {
@@ -147,20 +199,32 @@ fn blast(count: u64, size: usize) -> std::io::Result<f64> {
                 )
             };
             if n <= 0 {
-                break; // the read timeout: the sender is done, the rest was dropped
+                // Nothing for 200 ms after the last datagram (5 s before the first): the
+                // sender is done and the rest was dropped. Sleeping, the read timeout says so.
+                let idle = first.map_or(started.elapsed(), |_| last.elapsed());
+                let limit = Duration::from_millis(if first.is_some() { 200 } else { 5000 });
+                if busy && idle < limit {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                break;
             }
             first.get_or_insert_with(Instant::now);
             last = Instant::now();
-            got += n as u64;
+            // A coalesced message holds ⌈len / size⌉ datagrams (the last may be short).
+            got += msgs[..n as usize]
+                .iter()
+                .map(|m| (m.msg_len as usize).div_ceil(size.max(1)) as u64)
+                .sum::<u64>();
         }
         let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
         Ok((got, secs))
     });
-    let payload = vec![7u8; size];
+    let payload = vec![7u8; size * segs];
     let mut iov: Vec<libc::iovec> = (0..BATCH)
         .map(|_| libc::iovec {
             iov_base: payload.as_ptr() as *mut libc::c_void,
-            iov_len: size,
+            iov_len: payload.len(),
         })
         .collect();
     // SAFETY: as above; the socket is connected, so no name is needed.
@@ -170,12 +234,13 @@ fn blast(count: u64, size: usize) -> std::io::Result<f64> {
         m.msg_hdr.msg_iovlen = 1;
     }
     let mut sent = 0u64;
+    let per_call = (BATCH * segs) as u64;
     while sent < count {
-        let k = BATCH.min((count - sent) as usize);
+        let k = BATCH.min((count - sent).div_ceil(segs as u64) as usize);
         // SAFETY: `msgs[..k]` are valid headers whose iovecs point into `payload`.
         let n = unsafe { libc::sendmmsg(tx.as_raw_fd(), msgs.as_mut_ptr(), k as u32, 0) };
         if n > 0 {
-            sent += n as u64;
+            sent += (n as u64 * segs as u64).min(per_call);
         }
     }
     let (got, secs) = receiver
