@@ -8,6 +8,8 @@ use super::tx::TxPacket;
 use super::*;
 use irn_transport::TxPayload;
 
+use crate::impair::Out;
+
 impl Core {
     pub(super) fn fresh_id(&mut self) -> u32 {
         let id = self.next_id;
@@ -271,7 +273,7 @@ impl Core {
             self.flush_tx(sock);
         }
         let mut t = *t;
-        if t.ecn != Ecn::NotEct && self.tx_imp.ce > 0.0 && self.rng.chance(self.tx_imp.ce) {
+        if t.ecn != Ecn::NotEct && self.impairer.mark_ce() {
             t.ecn = Ecn::Ce;
         }
         let slot = self.tx.cur.batch.len();
@@ -285,12 +287,13 @@ impl Core {
         let datagram = len - hdr;
         // Loss alone is drawn here, before the batch, so that what survives may coalesce;
         // duplication, reordering and delay go through `impair` packet by packet.
-        let only_drops = self.tx_imp.is_active() && self.tx_imp.only_drops();
-        if only_drops && self.tx_imp.fate(&mut self.rng) == Fate::Drop {
+        let tx_imp = *self.impairer.tx();
+        let only_drops = tx_imp.is_active() && tx_imp.only_drops();
+        if only_drops && self.impairer.drops_tx() {
             self.counters.tx_impaired_drops += 1;
             return;
         }
-        let coalesce = self.gso_turn && (!self.tx_imp.is_active() || only_drops);
+        let coalesce = self.gso_turn && (!tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
         let last_len = self.tx.cur.batch.last().map(TxPacket::datagram_len);
@@ -323,13 +326,13 @@ impl Core {
             },
         };
         let whole =
-            (self.capture.is_some() || (self.tx_imp.is_active() && !only_drops)).then(|| {
-                match payload.bytes() {
-                    Some(_) => buf[..len].to_vec(),
-                    None => [&buf[..head], &payload.to_vec()[..], &buf[head..head + tail]].concat(),
-                }
+            (self.capture.is_some() || (tx_imp.is_active() && !only_drops)).then(|| match payload
+                .bytes()
+            {
+                Some(_) => buf[..len].to_vec(),
+                None => [&buf[..head], &payload.to_vec()[..], &buf[head..head + tail]].concat(),
             });
-        if self.tx_imp.is_active() && !only_drops {
+        if tx_imp.is_active() && !only_drops {
             impair(self, sock, now, Some(peer), &whole.unwrap_or_default());
             return;
         }
@@ -411,12 +414,12 @@ impl Core {
             .get(5..8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
         let headers_needed = self.capture.is_some()
-            || self.rx_imp.is_active()
+            || self.impairer.rx().is_active()
             || qpn.is_some_and(|q| self.uds.contains_key(&q));
         if headers_needed {
             let mut scratch = std::mem::take(&mut self.rx_scratch);
             match net::with_headers(&mut scratch, from, self.local, ecn, k, datagram) {
-                Some(p) if self.rx_imp.is_active() => impair(self, sock, now, None, p),
+                Some(p) if self.impairer.rx().is_active() => impair(self, sock, now, None, p),
                 Some(p) => self.receive_checked(now, p, verify),
                 None => {
                     self.counters.rx_packets += 1;
@@ -530,7 +533,7 @@ impl Core {
         let single = len <= full;
         if single && irn_wire::icrc::check_ip_packet(packet).is_ok_and(|c| c.ok()) {
             // One packet (the receive impairment, if any, takes it on the normal path).
-            if self.rx_imp.is_active() {
+            if self.impairer.rx().is_active() {
                 return 0;
             }
             self.receive_checked(now, packet, false);
@@ -808,8 +811,7 @@ pub(super) fn send_now(
 }
 
 /// Passes an IP packet through the impairment of its direction (`to`: `Some(peer)` for a
-/// packet to send, `None` for a received one): dropped, or delivered once or twice, now, held
-/// back or delayed.
+/// packet to send, `None` for a received one) and delivers what it lets through now.
 pub(super) fn impair(
     core: &mut Core,
     sock: &UdpSocket,
@@ -817,66 +819,14 @@ pub(super) fn impair(
     to: Option<SocketAddr>,
     bytes: &[u8],
 ) {
-    let imp = if to.is_some() {
-        core.tx_imp
-    } else {
-        core.rx_imp
-    };
-    match imp.fate(&mut core.rng) {
-        Fate::Drop if to.is_some() => core.counters.tx_impaired_drops += 1,
-        Fate::Drop => core.counters.rx_impaired_drops += 1,
-        Fate::Deliver {
-            copies,
-            hold,
-            delay,
-        } => {
-            for _ in 0..copies {
-                deliver(core, sock, now, to, bytes, hold, delay);
-            }
+    for out in core
+        .impairer
+        .admit(Instant::now(), to, bytes, &mut core.counters)
+    {
+        match out {
+            Out::This => release(core, sock, now, to, bytes),
+            Out::Held(h) => release(core, sock, now, h.to, &h.bytes),
         }
-    }
-}
-
-/// Applies the hold / delay part of an impairment to a packet (`to` as in [`impair`]), or
-/// delivers it now.
-pub(super) fn deliver(
-    core: &mut Core,
-    sock: &UdpSocket,
-    now: Time,
-    to: Option<SocketAddr>,
-    bytes: &[u8],
-    hold: bool,
-    delay: bool,
-) {
-    let imp = if to.is_some() {
-        core.tx_imp
-    } else {
-        core.rx_imp
-    };
-    if hold || delay {
-        core.counters.impaired_other += 1;
-    }
-    if delay {
-        core.delayed.push(Held {
-            at: Instant::now() + Duration::from_micros(imp.delay_us),
-            to,
-            bytes: bytes.to_vec(),
-        });
-        return;
-    }
-    let slot = usize::from(to.is_none());
-    if hold && core.reorder[slot].is_none() {
-        core.reorder[slot] = Some(Held {
-            // Released after the next packet, or by the engine a millisecond later.
-            at: Instant::now() + Duration::from_millis(1),
-            to,
-            bytes: bytes.to_vec(),
-        });
-        return;
-    }
-    release(core, sock, now, to, bytes);
-    if let Some(h) = core.reorder[slot].take() {
-        release(core, sock, now, h.to, &h.bytes);
     }
 }
 
@@ -935,13 +885,7 @@ pub(super) fn engine(shared: &Shared) {
             if let Some(d) = core.next_pause_release(now) {
                 sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
             }
-            let soonest = core
-                .delayed
-                .iter()
-                .map(|h| h.at)
-                .chain(core.reorder.iter().flatten().map(|h| h.at))
-                .min();
-            if let Some(at) = soonest {
+            if let Some(at) = core.impairer.next_at() {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
             // Queue pairs with more to send, or waiting for a budget that has room, or
@@ -1022,7 +966,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
                     continue;
                 }
             }
-            if !core.rx_imp.is_active() {
+            if !core.impairer.rx().is_active() {
                 core.receive(now, packet);
                 continue;
             }
@@ -1039,24 +983,9 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     let now = shared.now();
     let sock = &shared.socks.udp;
     core.release_paused(shared.pause_sock.as_ref(), now);
-    // Impaired packets whose time has come.
-    let t = Instant::now();
-    // Delayed packets leave in the order they were held (a slow link keeps its order; taking
-    // them out with `swap_remove` reordered them, and a delay alone drew NACKs).
-    let mut due = Vec::new();
-    if core.delayed.iter().any(|d| d.at <= t) {
-        let (now_due, later) = std::mem::take(&mut core.delayed)
-            .into_iter()
-            .partition(|d| d.at <= t);
-        due = now_due;
-        core.delayed = later;
-    }
-    for slot in 0..2 {
-        if core.reorder[slot].as_ref().is_some_and(|h| h.at <= t) {
-            due.extend(core.reorder[slot].take());
-        }
-    }
-    for h in due {
+    // Impaired packets whose time has come (delayed ones in the order they were held: a slow
+    // link keeps its order).
+    for h in core.impairer.due(Instant::now()) {
         release(&mut core, sock, now, h.to, &h.bytes);
     }
     core.take_turns(sock, now);

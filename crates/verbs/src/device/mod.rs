@@ -50,7 +50,7 @@ mod ud;
 
 pub use ud::{Ah, UdInit, UdQp, UdSend};
 
-use crate::impair::{Fate, Impairment, Rng};
+use crate::impair::{Impairer, Impairment};
 use crate::net::{self, ReceivePath, Reject, RxBatch, Sockets};
 use crate::Gid;
 use engine::engine;
@@ -653,15 +653,6 @@ struct PdState {
     closed: bool,
 }
 
-/// A packet held back by an impairment.
-struct Held {
-    at: Instant,
-    /// `Some(peer)`: a packet to send to `peer`; `None`: a received one.
-    to: Option<SocketAddr>,
-    /// The IP packet.
-    bytes: Vec<u8>,
-}
-
 /// The device's state, behind one mutex.
 pub(crate) struct Core {
     local: SocketAddr,
@@ -673,13 +664,8 @@ pub(crate) struct Core {
     /// Address handles: where UD datagrams go.
     ahs: BTreeMap<u32, SocketAddr>,
     next_id: u32,
-    tx_imp: Impairment,
-    rx_imp: Impairment,
-    rng: Rng,
-    /// Packets delayed by an impairment, released by the engine thread.
-    delayed: Vec<Held>,
-    /// A packet held for reordering in each direction (tx, rx).
-    reorder: [Option<Held>; 2],
+    /// Both directions' impairment, its random stream and the packets it holds back.
+    impairer: Impairer,
     /// Queue pairs whose last turn ended with packets left to send.
     tx_pending: std::collections::BTreeSet<u32>,
     /// [`DeviceConfig::in_flight_budget`].
@@ -954,11 +940,7 @@ impl Device {
             uds: BTreeMap::new(),
             ahs: BTreeMap::new(),
             next_id: 1,
-            tx_imp: cfg.tx_impairment,
-            rx_imp: cfg.rx_impairment,
-            rng: Rng::from_state(cfg.seed),
-            delayed: Vec::new(),
-            reorder: [None, None],
+            impairer: Impairer::new(cfg.tx_impairment, cfg.rx_impairment, cfg.seed),
             tx_pending: std::collections::BTreeSet::new(),
             in_flight_budget: cfg.in_flight_budget as u64,
             in_flight_bytes: 0,
