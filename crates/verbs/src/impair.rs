@@ -70,14 +70,29 @@ use std::time::{Duration, Instant};
 
 use crate::DeviceCounters;
 
+/// Where a packet the device built goes, as it was built: the peer, the UDP source port its
+/// ICRC covers, the IP traffic-class byte and the length of its IP and UDP headers — so that a
+/// packet held back leaves as it would have, without its own headers being parsed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outbound {
+    /// The peer.
+    pub(crate) peer: SocketAddr,
+    /// The UDP source port.
+    pub(crate) sport: u16,
+    /// The IPv4 TOS / IPv6 traffic class: DSCP and ECN.
+    pub(crate) tos: u8,
+    /// Bytes of IP and UDP headers in front of the datagram's payload.
+    pub(crate) hdr: usize,
+}
+
 /// A packet an impairment holds back: released when `at` comes (delayed), or after the next
 /// packet of its direction (held for reordering, or a millisecond later at the latest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Held {
     /// When it leaves at the latest.
     pub(crate) at: Instant,
-    /// `Some(peer)`: a packet to send to `peer`; `None`: a received one.
-    pub(crate) to: Option<SocketAddr>,
+    /// `Some(out)`: a packet to send; `None`: a received one.
+    pub(crate) to: Option<Outbound>,
     /// The IP packet.
     pub(crate) bytes: Vec<u8>,
 }
@@ -139,14 +154,14 @@ impl Impairer {
         self.tx.fate(&mut self.rng) == Fate::Drop
     }
 
-    /// Draws the fate of a packet (`to`: `Some(peer)` to send, `None` received) at `now`:
+    /// Draws the fate of a packet (`to`: `Some` to send, `None` received) at `now`:
     /// dropped, or delivered once or twice, each copy now, held back until the next packet
     /// of its direction, or delayed. Returns what leaves now, in order; counts drops and held
     /// or delayed copies into `counters`.
     pub(crate) fn admit(
         &mut self,
         now: Instant,
-        to: Option<SocketAddr>,
+        to: Option<Outbound>,
         bytes: &[u8],
         counters: &mut DeviceCounters,
     ) -> Vec<Out> {
@@ -243,8 +258,13 @@ impl Impairment {
 mod tests {
     use super::*;
 
-    fn peer() -> Option<SocketAddr> {
-        Some(SocketAddr::from(([127, 0, 0, 1], 4791)))
+    fn peer() -> Option<Outbound> {
+        Some(Outbound {
+            peer: SocketAddr::from(([127, 0, 0, 1], 4791)),
+            sport: 49152,
+            tos: 2,
+            hdr: 28,
+        })
     }
 
     fn with(p: impl FnOnce(&mut Impairment)) -> Impairment {

@@ -557,15 +557,6 @@ fn prepend_headers(
     Some(start)
 }
 
-/// The traffic-class byte (IPv4 TOS, IPv6 traffic class) of a whole IP packet's header.
-pub(crate) fn tos_of(ip_packet: &[u8]) -> u8 {
-    match (ip_packet.first(), ip_packet.get(1)) {
-        (Some(&a), Some(&b)) if a >> 4 == 4 => b,
-        (Some(&a), Some(&b)) if a >> 4 == 6 => (a << 4) | (b >> 4),
-        _ => 0,
-    }
-}
-
 /// The IP header's traffic-class byte (IPv4 TOS, IPv6 traffic class) of `dscp` and `ecn`.
 pub(crate) fn tos(dscp: u8, ecn: Ecn) -> u8 {
     ((dscp & 0x3f) << 2) | ecn.bits()

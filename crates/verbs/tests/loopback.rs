@@ -1415,6 +1415,75 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
     }
 }
 
+/// Packets the sender's impairment duplicates, holds back or delays leave later exactly as
+/// they were built — to the same peer, from the same source port (which an IRN peer checks),
+/// with the same traffic class — so the receiver sees them reordered and twice, and the data
+/// arrives whole in both modes.
+#[test]
+fn packets_an_impaired_sender_holds_back_leave_as_they_were_built() {
+    for mode in [QpMode::Irn, QpMode::Roce] {
+        let open = |seed, tx: irn_verbs::Impairment| {
+            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+            cfg.port = 0;
+            cfg.seed = seed;
+            cfg.receive = ReceivePath::Udp;
+            cfg.tx_impairment = tx;
+            irn_verbs::Device::open(cfg).expect("device")
+        };
+        let make = |dev: irn_verbs::Device| {
+            let pd = dev.alloc_pd();
+            let cq = dev.create_cq(1024).expect("cq");
+            let init = QpInit {
+                mode,
+                ..QpInit::default()
+            };
+            let qp = pd.create_qp(&cq, &cq, init).expect("qp");
+            Side { dev, pd, cq, qp }
+        };
+        let shuffled = irn_verbs::Impairment {
+            duplicate: 0.02,
+            reorder: 0.05,
+            delay: 0.02,
+            delay_us: 300,
+            ..irn_verbs::Impairment::default()
+        };
+        let (a, b) = (
+            make(open(7, shuffled)),
+            make(open(8, irn_verbs::Impairment::default())),
+        );
+        a.qp.connect(&QpAttr::default(), &remote(&b, 1), 2)
+            .expect("connect");
+        b.qp.connect(&QpAttr::default(), &remote(&a, 2), 1)
+            .expect("connect");
+        let len = 1 << 20;
+        let src = a.pd.reg_mr(len, all()).expect("mr");
+        let dst = b.pd.reg_mr(len, all()).expect("mr");
+        let mut data = vec![0u8; len];
+        pattern(11, &mut data);
+        src.write(0, &data).expect("fill");
+        four_writes(&a, &src, &dst, len, &format!("{mode:?}"));
+        let mut got = vec![0u8; len];
+        dst.read(0, &mut got).expect("read");
+        assert!(got == data, "{mode:?}: data");
+        let held = a.dev.counters().impaired_other;
+        let cb = b.qp.counters();
+        assert!(held > 50, "{mode:?}: {held} packets held back or delayed");
+        assert!(cb.duplicates > 0, "{mode:?}: duplicates arrive: {cb:?}");
+        assert!(
+            cb.out_of_order > 0 || cb.nacks_sent > 0,
+            "{mode:?}: reordered packets arrive: {cb:?}"
+        );
+        assert_eq!(cb.dropped_invalid, 0, "{mode:?}: none refused: {cb:?}");
+        let db = b.dev.counters();
+        assert_eq!(
+            (db.rx_wrong_source, db.rx_malformed, db.rx_unknown_qp),
+            (0, 0, 0),
+            "{mode:?}: every held packet came from its queue pair's port, whole: {db:?}"
+        );
+        assert_eq!(a.dev.counters().tx_errors, 0, "{mode:?}");
+    }
+}
+
 /// A window controller cannot run over go-back-0 (`check_runtime_cc`): its responder ACKs only
 /// whole messages, so a window smaller than one would wait out a timeout each time. The queue
 /// pair is refused with a configuration error; a rate controller, or another mode, is not.

@@ -8,7 +8,7 @@ use super::tx::TxPacket;
 use super::*;
 use irn_transport::TxPayload;
 
-use crate::impair::Out;
+use crate::impair::{Out, Outbound};
 
 impl Core {
     pub(super) fn fresh_id(&mut self) -> u32 {
@@ -333,7 +333,13 @@ impl Core {
                 None => [&buf[..head], &payload.to_vec()[..], &buf[head..head + tail]].concat(),
             });
         if tx_imp.is_active() && !only_drops {
-            impair(self, sock, now, Some(peer), &whole.unwrap_or_default());
+            let out = Outbound {
+                peer,
+                sport,
+                tos: net::tos(dscp, t.ecn),
+                hdr,
+            };
+            impair(self, sock, now, Some(out), &whole.unwrap_or_default());
             return;
         }
         if let (Some(c), Some(w)) = (self.capture.as_mut(), whole) {
@@ -780,27 +786,29 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
     }
 }
 
-/// Puts one IP packet (headers `hdr` bytes long) on the wire: its UDP payload to `peer`, with
-/// the ECN field of its IP header.
+/// Puts one IP packet the device built on the wire: its UDP payload to the peer, with the
+/// traffic class it was built with.
 pub(super) fn send_now(
     sock: &UdpSocket,
     counters: &mut DeviceCounters,
     capture: &mut Option<Capture>,
-    peer: SocketAddr,
+    out: Outbound,
     ip_packet: &[u8],
-    hdr: usize,
 ) {
     if let Some(c) = capture.as_mut() {
         c.write(ip_packet);
     }
-    let datagram = &ip_packet[hdr..];
+    let Some(datagram) = ip_packet.get(out.hdr..) else {
+        counters.tx_errors += 1;
+        return;
+    };
     let msg = net::TxMsg {
-        dest: peer,
+        dest: out.peer,
         sport: 0,
         first: 0,
         count: 1,
         seg_len: datagram.len() as u16,
-        tos: net::tos_of(ip_packet),
+        tos: out.tos,
         coalesce: false,
     };
     let parts = [net::IoPart::of(datagram)];
@@ -810,13 +818,13 @@ pub(super) fn send_now(
     counters.tx_errors += sent.errors;
 }
 
-/// Passes an IP packet through the impairment of its direction (`to`: `Some(peer)` for a
-/// packet to send, `None` for a received one) and delivers what it lets through now.
+/// Passes an IP packet through the impairment of its direction (`to`: `Some` for a packet to
+/// send, `None` for a received one) and delivers what it lets through now.
 pub(super) fn impair(
     core: &mut Core,
     sock: &UdpSocket,
     now: Time,
-    to: Option<SocketAddr>,
+    to: Option<Outbound>,
     bytes: &[u8],
 ) {
     for out in core
@@ -830,34 +838,23 @@ pub(super) fn impair(
     }
 }
 
-/// Delivers an IP packet: sends it to `to`, or (`None`) processes it as received.
+/// Delivers an IP packet: sends it as `to` says, or (`None`) processes it as received.
 pub(super) fn release(
     core: &mut Core,
     sock: &UdpSocket,
     now: Time,
-    to: Option<SocketAddr>,
+    to: Option<Outbound>,
     bytes: &[u8],
 ) {
     match to {
-        Some(peer) => {
-            let hdr = ip_header_len(bytes);
+        Some(out) => {
             // Sent from the port the packet was built with (its ICRC covers it), if that is
             // still open (a held or delayed packet may outlive its queue pair).
-            let sport = bytes
-                .get(hdr - UDP_LEN..hdr - UDP_LEN + 2)
-                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-            let Some(sock) = Core::sender(&core.src_socks, sock, core.local, sport) else {
+            let Some(sock) = Core::sender(&core.src_socks, sock, core.local, out.sport) else {
                 core.counters.tx_errors += 1;
                 return;
             };
-            send_now(
-                sock,
-                &mut core.counters,
-                &mut core.capture,
-                peer,
-                bytes,
-                hdr,
-            );
+            send_now(sock, &mut core.counters, &mut core.capture, out, bytes);
         }
         None => core.receive(now, bytes),
     }
@@ -1000,13 +997,4 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     }
     // What every turn of this wake-up built leaves now.
     drop(shared.flush(core));
-}
-
-/// Length of the IP + UDP headers at the start of an IP packet this device built.
-pub(super) fn ip_header_len(p: &[u8]) -> usize {
-    let ip = match p.first().map(|b| b >> 4) {
-        Some(4) => usize::from(p[0] & 0x0f) * 4,
-        _ => 40,
-    };
-    ip + UDP_LEN
 }
