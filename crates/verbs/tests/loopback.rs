@@ -1348,33 +1348,16 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
     }
     for path in paths {
         for cc in [irn_verbs::CcKind::Dcqcn, irn_verbs::CcKind::None] {
-            let open = |seed| {
-                let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
-                cfg.port = 0;
-                cfg.seed = seed;
-                cfg.receive = path;
-                cfg.tx_impairment = irn_verbs::Impairment {
-                    ce: 0.05,
-                    ..irn_verbs::Impairment::default()
-                };
-                irn_verbs::Device::open(cfg).expect("device")
+            let marks = irn_verbs::Impairment {
+                ce: 0.05,
+                ..irn_verbs::Impairment::default()
             };
-            let make = |dev: irn_verbs::Device| {
-                let pd = dev.alloc_pd();
-                let cq = dev.create_cq(1024).expect("cq");
-                let init = QpInit {
-                    mode: QpMode::Irn,
-                    cc,
-                    ..QpInit::default()
-                };
-                let qp = pd.create_qp(&cq, &cq, init).expect("qp");
-                Side { dev, pd, cq, qp }
+            let init = QpInit {
+                mode: QpMode::Irn,
+                cc,
+                ..QpInit::default()
             };
-            let (a, b) = (make(open(41)), make(open(42)));
-            a.qp.connect(&QpAttr::default(), &remote(&b, 1), 2)
-                .expect("connect");
-            b.qp.connect(&QpAttr::default(), &remote(&a, 2), 1)
-                .expect("connect");
+            let (a, b) = impaired_pair(path, init, [(41, marks), (42, marks)]);
             let len = 1 << 20;
             let src = a.pd.reg_mr(len, all()).expect("mr");
             let dst = b.pd.reg_mr(len, all()).expect("mr");
@@ -1422,24 +1405,6 @@ fn ce_marks_cross_the_kernel_and_dcqcn_answers_them() {
 #[test]
 fn packets_an_impaired_sender_holds_back_leave_as_they_were_built() {
     for mode in [QpMode::Irn, QpMode::Roce] {
-        let open = |seed, tx: irn_verbs::Impairment| {
-            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
-            cfg.port = 0;
-            cfg.seed = seed;
-            cfg.receive = ReceivePath::Udp;
-            cfg.tx_impairment = tx;
-            irn_verbs::Device::open(cfg).expect("device")
-        };
-        let make = |dev: irn_verbs::Device| {
-            let pd = dev.alloc_pd();
-            let cq = dev.create_cq(1024).expect("cq");
-            let init = QpInit {
-                mode,
-                ..QpInit::default()
-            };
-            let qp = pd.create_qp(&cq, &cq, init).expect("qp");
-            Side { dev, pd, cq, qp }
-        };
         let shuffled = irn_verbs::Impairment {
             duplicate: 0.02,
             reorder: 0.05,
@@ -1447,14 +1412,15 @@ fn packets_an_impaired_sender_holds_back_leave_as_they_were_built() {
             delay_us: 300,
             ..irn_verbs::Impairment::default()
         };
-        let (a, b) = (
-            make(open(7, shuffled)),
-            make(open(8, irn_verbs::Impairment::default())),
+        let init = QpInit {
+            mode,
+            ..QpInit::default()
+        };
+        let (a, b) = impaired_pair(
+            ReceivePath::Udp,
+            init,
+            [(7, shuffled), (8, irn_verbs::Impairment::default())],
         );
-        a.qp.connect(&QpAttr::default(), &remote(&b, 1), 2)
-            .expect("connect");
-        b.qp.connect(&QpAttr::default(), &remote(&a, 2), 1)
-            .expect("connect");
         let len = 1 << 20;
         let src = a.pd.reg_mr(len, all()).expect("mr");
         let dst = b.pd.reg_mr(len, all()).expect("mr");
@@ -1516,6 +1482,33 @@ fn a_window_controller_over_go_back_0_is_refused() {
             }
         }
     }
+}
+
+/// Two devices on loopback taking `path`, each with its seed and send impairment, and a queue
+/// pair on each made with `init`, connected to the other's (the first starts at PSN 2, the
+/// second at 1).
+fn impaired_pair(
+    path: ReceivePath,
+    init: QpInit,
+    ends: [(u64, irn_verbs::Impairment); 2],
+) -> (Side, Side) {
+    let [a, b] = ends.map(|(seed, tx)| {
+        let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+        cfg.port = 0;
+        cfg.seed = seed;
+        cfg.receive = path;
+        cfg.tx_impairment = tx;
+        let dev = irn_verbs::Device::open(cfg).expect("device");
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq(1024).expect("cq");
+        let qp = pd.create_qp(&cq, &cq, init.clone()).expect("qp");
+        Side { dev, pd, cq, qp }
+    });
+    a.qp.connect(&QpAttr::default(), &remote(&b, 1), 2)
+        .expect("connect");
+    b.qp.connect(&QpAttr::default(), &remote(&a, 2), 1)
+        .expect("connect");
+    (a, b)
 }
 
 /// Four Writes of `len` bytes from the start of `src` to the start of `dst`, posted at once;
