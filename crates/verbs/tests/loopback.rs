@@ -1501,7 +1501,7 @@ fn impaired_pair(
         let dev = irn_verbs::Device::open(cfg).expect("device");
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(1024).expect("cq");
-        let qp = pd.create_qp(&cq, &cq, init.clone()).expect("qp");
+        let qp = pd.create_qp(&cq, &cq, init).expect("qp");
         Side { dev, pd, cq, qp }
     });
     a.qp.connect(&QpAttr::default(), &remote(&b, 1), 2)
