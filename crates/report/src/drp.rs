@@ -8,15 +8,48 @@ use plotters::prelude::*;
 
 use irn_sim::drp::{DrpReport, DrpSeriesResult};
 
+use crate::plot::{compact, trim};
 use crate::{draw, Result};
 
+/// The two methods, each with its colour: the same in every panel and in the key.
+const METHODS: [(&str, RGBColor, bool); 2] = [
+    ("traditional RDMA", RGBColor(214, 39, 40), false),
+    ("dynamic RDMA", RGBColor(31, 119, 180), true),
+];
+
+/// Height of the key above the panels, px.
+const KEY_H: u32 = 30;
+
 /// One panel per series: mean transfer time of both methods against the swept value, each
-/// point with a whisker over its runs' means (the seeds the point averages).
+/// point with a whisker over its runs' means (the seeds the point averages); one key for all
+/// panels above them, outside the data.
 pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
     let n = r.series.len().max(1);
-    let root = SVGBackend::new(path, (420 * n as u32, 380)).into_drawing_area();
+    // A size sweep's panels draw one line, the gain: no key.
+    let keyed = r.series.iter().any(|s| s.x != "size");
+    let key_h = if keyed { KEY_H } else { 0 };
+    let root = SVGBackend::new(path, (420 * n as u32, 380 + key_h)).into_drawing_area();
     root.fill(&WHITE).map_err(draw)?;
-    let panels = root.split_evenly((1, n));
+    let (key, body) = root.split_vertically(key_h);
+    if keyed {
+        for (i, (name, color, _)) in METHODS.iter().enumerate() {
+            let x = 70 + 200 * i as i32;
+            key.draw(&PathElement::new(
+                vec![(x, 15), (x + 24, 15)],
+                color.stroke_width(2),
+            ))
+            .map_err(draw)?;
+            key.draw(&Circle::new((x + 12, 15), 3, color.filled()))
+                .map_err(draw)?;
+            key.draw(&Text::new(
+                name.to_string(),
+                (x + 32, 8),
+                ("sans-serif", 13).into_font().color(&BLACK),
+            ))
+            .map_err(draw)?;
+        }
+    }
+    let panels = body.split_evenly((1, n));
     for (s, area) in r.series.iter().zip(panels.iter()) {
         if s.x == "size" {
             size_panel(area, s)?;
@@ -67,13 +100,13 @@ pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
                 _ => "FRP = LFP (%)",
             })
             .y_desc("mean transfer time (µs)")
+            .x_label_formatter(&|v| trim(*v))
+            .y_label_formatter(&|v| compact(*v))
+            .light_line_style(BLACK.mix(0.03))
+            .bold_line_style(BLACK.mix(0.12))
             .draw()
             .map_err(draw)?;
-        let series = [
-            ("traditional", RGBColor(214, 39, 40), false),
-            ("dynamic", RGBColor(31, 119, 180), true),
-        ];
-        for (name, color, dynamic) in series {
+        for (_, color, dynamic) in METHODS {
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
@@ -84,9 +117,7 @@ pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
                 .collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(draw)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+                .map_err(draw)?;
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(draw)?;
@@ -99,13 +130,6 @@ pub fn figure(path: &Path, r: &DrpReport) -> Result<()> {
                 }))
                 .map_err(draw)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(draw)?;
     }
     root.present().map_err(draw)?;
     Ok(())
@@ -139,6 +163,10 @@ where
         .configure_mesh()
         .x_desc("transfer size (KiB, log scale)")
         .y_desc("dynamic vs traditional (%)")
+        .x_label_formatter(&|v| trim(*v))
+        .y_label_formatter(&|v| trim(*v))
+        .light_line_style(BLACK.mix(0.03))
+        .bold_line_style(BLACK.mix(0.12))
         .draw()
         .map_err(draw)?;
     let color = RGBColor(31, 119, 180);

@@ -703,7 +703,7 @@ fn key_marker(area: &Area<'_>, ri: usize, at: (i32, i32), color: RGBColor) -> Re
 }
 
 /// An axis value in few characters: 8 M, 250 k, 0.5.
-fn compact(v: f64) -> String {
+pub(crate) fn compact(v: f64) -> String {
     let a = v.abs();
     if a >= 1e6 {
         format!("{} M", trim(v / 1e6))
@@ -728,7 +728,7 @@ pub(crate) fn thousands(n: u64) -> String {
 }
 
 /// A number with at most two decimals and no trailing zeros.
-fn trim(v: f64) -> String {
+pub(crate) fn trim(v: f64) -> String {
     let s = format!("{v:.2}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" {
