@@ -60,7 +60,7 @@ impl Core {
         let mut budget = TX_BURST;
         let mut more = false;
         self.recharge(qpn);
-        let mut hold = !self.may_start_new(granted);
+        let mut hold = !self.budget.may_start(granted);
         self.gso_turn = self.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.qps.get_mut(&qpn) {
             if budget == 0 {
@@ -80,7 +80,7 @@ impl Core {
             let op = t.ib.bth.opcode;
             if !hold && op.is_request() {
                 self.recharge(qpn);
-                hold = self.in_flight_bytes >= self.in_flight_budget;
+                hold = self.budget.full();
                 // A standard responder acknowledges only packets that ask (AckReq: a
                 // message's last, every 64th). A queue pair that may now wait — held by the
                 // budget, or its turn over — asks with its last packet, or what it has in
@@ -109,18 +109,16 @@ impl Core {
                 waits = true;
                 if !e.waiting {
                     e.waiting = true;
-                    self.budget_queue.push_back(qpn);
+                    self.budget.wait(qpn);
                 }
             }
         }
         // Every input a queue pair takes (a post, a modify, a packet, a timeout) is followed by
         // its turn here, so this is where its deadline is read again.
         self.rearm(qpn);
-        more || (waits && self.budget_has_room())
+        more || (waits && self.budget.has_room())
     }
 
-    /// Whether a queue pair may start new packets now: the in-flight budget has room, and no
-    /// queue pair waits for it ahead of this one.
     /// Whether a link-level pause of queue pair `qpn`'s priority holds its turn back: it then
     /// waits, out of `tx_pending`, for the pause to end ([`Core::release_paused`]).
     fn held_by_pause(&mut self, now: Time, qpn: u32) -> bool {
@@ -173,22 +171,10 @@ impl Core {
         self.pause.as_deref().and_then(|p| p.next_release(now))
     }
 
-    fn may_start_new(&self, granted: bool) -> bool {
-        self.in_flight_bytes < self.in_flight_budget && (granted || self.budget_queue.is_empty())
-    }
-
-    /// Whether the budget's queue has a queue pair the budget has room for.
-    pub(super) fn budget_has_room(&self) -> bool {
-        !self.budget_queue.is_empty() && self.in_flight_bytes < self.in_flight_budget
-    }
-
     /// Gives the queue pairs waiting for the in-flight budget their turns, first come first
     /// served, while it has room.
     pub(super) fn serve_budget_queue(&mut self, sock: &UdpSocket, now: Time) {
-        while self.in_flight_bytes < self.in_flight_budget {
-            let Some(qpn) = self.budget_queue.pop_front() else {
-                break;
-            };
+        while let Some(qpn) = self.budget.next_waiting() {
             // Gone meanwhile: skipped.
             let Some(e) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -216,10 +202,9 @@ impl Core {
                     * u64::from(e.qp.attr().path_mtu)
             }
         };
-        self.in_flight_bytes = self.in_flight_bytes - e.charged + now;
+        let used = self.budget.recharge(e.charged, now);
         e.charged = now;
-        self.counters.peak_in_flight_bytes =
-            self.counters.peak_in_flight_bytes.max(self.in_flight_bytes);
+        self.counters.peak_in_flight_bytes = self.counters.peak_in_flight_bytes.max(used);
     }
 
     /// Puts queue pair `qpn`'s current deadline on the timer heap if it changed.
@@ -888,7 +873,7 @@ pub(super) fn engine(shared: &Shared) {
             // Queue pairs with more to send, or waiting for a budget that has room, or
             // packets waiting in the transmit batch that no thread is sending (a busy poller's
             // last posts, which rang no doorbell): no sleeping.
-            !core.tx_pending.is_empty() || core.budget_has_room() || core.tx.unsent()
+            !core.tx_pending.is_empty() || core.budget.has_room() || core.tx.unsent()
         };
         if !busy && !sleep.is_zero() {
             park(shared, true, sleep);

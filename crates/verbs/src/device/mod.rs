@@ -41,6 +41,7 @@ use irn_wire::udp::HEADER_LEN as UDP_LEN;
 use crate::capture::Capture;
 
 mod app_memory;
+mod budget;
 mod config;
 mod counters;
 mod engine;
@@ -120,9 +121,9 @@ struct QpEntry {
     /// What it was created with: INIT → RTR sizes its BDP cap and congestion window for the
     /// path MTU from these.
     init: QpInit,
-    /// The bytes it has in flight, as counted in [`Core::in_flight_bytes`].
+    /// The bytes it has in flight, as counted in [`Core::budget`].
     charged: u64,
-    /// It is in [`Core::budget_queue`].
+    /// It waits in [`Core::budget`]'s queue.
     waiting: bool,
     /// It is in [`Core::turns_due`].
     turn_due: bool,
@@ -180,15 +181,9 @@ pub(crate) struct Core {
     impairer: Impairer,
     /// Queue pairs whose last turn ended with packets left to send.
     tx_pending: std::collections::BTreeSet<u32>,
-    /// [`DeviceConfig::in_flight_budget`].
-    in_flight_budget: u64,
-    /// What the queue pairs have in flight together: the sum of their `charged`.
-    in_flight_bytes: u64,
-    /// Queue pairs with new packets held back by the budget, in the order they were held: the
-    /// engine gives them turns from the front as acknowledgements free the budget, and until
-    /// the queue is empty no other queue pair starts new packets (so the ones whose
-    /// acknowledgements come back do not take the budget again and again).
-    budget_queue: VecDeque<u32>,
+    /// [`DeviceConfig::in_flight_budget`]: what the queue pairs have in flight together (the
+    /// sum of their `charged`), and those held back for room, served first.
+    budget: budget::Budget,
     /// Every queue pair's next deadline, earliest first: the engine fires the due ones and
     /// sleeps until the next without looking at the others (10 000 queue pairs with a little
     /// traffic each cost a scan of all of them per wake-up before).
@@ -454,9 +449,7 @@ impl Device {
             next_id: 1,
             impairer: Impairer::new(cfg.tx_impairment, cfg.rx_impairment, cfg.seed),
             tx_pending: std::collections::BTreeSet::new(),
-            in_flight_budget: cfg.in_flight_budget as u64,
-            in_flight_bytes: 0,
-            budget_queue: VecDeque::new(),
+            budget: budget::Budget::new(cfg.in_flight_budget as u64),
             timer_heap: std::collections::BinaryHeap::new(),
             counters: DeviceCounters::default(),
             capture,

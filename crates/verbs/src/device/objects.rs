@@ -428,7 +428,7 @@ impl Qp {
         };
         core.drain_completions(self.qpn);
         // A modify to RESET or ERROR may have freed budget that others wait for.
-        let more = more || core.budget_has_room();
+        let more = more || core.budget.has_room();
         drop(core);
         if more && !poller {
             self.shared.wake_engine();
@@ -688,8 +688,8 @@ impl Drop for Qp {
         if let Some(e) = core.qps.remove(&self.qpn) {
             // What it had in flight no longer counts against the device's budget (a place
             // it held in the budget's queue is skipped when it comes up).
-            core.in_flight_bytes -= e.charged;
-            if core.budget_has_room() {
+            core.budget.release(e.charged);
+            if core.budget.has_room() {
                 self.shared.wake_engine();
             }
             core.release_pd_of(e.pd);
