@@ -97,13 +97,38 @@ pub(crate) struct Held {
     pub(crate) bytes: Vec<u8>,
 }
 
-/// What [`Impairer::admit`] lets through now, in order.
+/// What [`Impairer::admit`] lets through now, one at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Out {
     /// The packet that was admitted (once per copy).
     This,
     /// A packet held for reordering, released after the one admitted.
     Held(Held),
+}
+
+/// What one admission lets through now, in order: each of at most two copies of the packet,
+/// each followed by the packet held for reordering it releases — at most four, kept in place
+/// (no allocation per packet).
+#[derive(Debug, Default)]
+pub(crate) struct Admitted {
+    outs: [Option<Out>; 4],
+    len: usize,
+}
+
+impl Admitted {
+    fn push(&mut self, out: Out) {
+        self.outs[self.len] = Some(out);
+        self.len += 1;
+    }
+}
+
+impl IntoIterator for Admitted {
+    type Item = Out;
+    type IntoIter = std::iter::Flatten<std::array::IntoIter<Option<Out>, 4>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.outs.into_iter().flatten()
+    }
 }
 
 /// A device's impairment of both directions as a component: the probabilities, the one
@@ -164,16 +189,16 @@ impl Impairer {
         to: Option<Outbound>,
         bytes: &[u8],
         counters: &mut DeviceCounters,
-    ) -> Vec<Out> {
+    ) -> Admitted {
         let imp = if to.is_some() { self.tx } else { self.rx };
         let (copies, hold, delay) = match imp.fate(&mut self.rng) {
             Fate::Drop if to.is_some() => {
                 counters.tx_impaired_drops += 1;
-                return Vec::new();
+                return Admitted::default();
             }
             Fate::Drop => {
                 counters.rx_impaired_drops += 1;
-                return Vec::new();
+                return Admitted::default();
             }
             Fate::Deliver {
                 copies,
@@ -181,7 +206,7 @@ impl Impairer {
                 delay,
             } => (copies, hold, delay),
         };
-        let mut out = Vec::new();
+        let mut out = Admitted::default();
         let slot = usize::from(to.is_none());
         for _ in 0..copies {
             if hold || delay {
@@ -279,16 +304,31 @@ mod tests {
         let mut c = DeviceCounters::default();
         let t = Instant::now();
         // Received packets: the first is held, the second leaves and then the first.
-        assert_eq!(imp.admit(t, None, b"one", &mut c), vec![]);
+        assert_eq!(
+            imp.admit(t, None, b"one", &mut c)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![]
+        );
         // A packet to send passes untouched and does not release the received one.
-        assert_eq!(imp.admit(t, peer(), b"out", &mut c), vec![Out::This]);
-        let out = imp.admit(t, None, b"two", &mut c);
+        assert_eq!(
+            imp.admit(t, peer(), b"out", &mut c)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![Out::This]
+        );
+        let out: Vec<Out> = imp.admit(t, None, b"two", &mut c).into_iter().collect();
         assert_eq!(out.len(), 2);
         assert_eq!(out[0], Out::This);
         assert!(matches!(&out[1], Out::Held(h) if h.bytes == b"one" && h.to.is_none()));
         assert_eq!(c.impaired_other, 2);
         // One held with no packet after it leaves a millisecond later.
-        assert_eq!(imp.admit(t, None, b"three", &mut c), vec![]);
+        assert_eq!(
+            imp.admit(t, None, b"three", &mut c)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![]
+        );
         assert_eq!(imp.next_at(), Some(t + Duration::from_millis(1)));
         assert!(imp.due(t + Duration::from_micros(999)).is_empty());
         let due = imp.due(t + Duration::from_millis(1));
@@ -308,7 +348,7 @@ mod tests {
         let t = Instant::now();
         for (k, b) in [b"a", b"b", b"c"].iter().enumerate() {
             let at = t + Duration::from_micros(100 * k as u64);
-            assert!(imp.admit(at, peer(), *b, &mut c).is_empty());
+            assert_eq!(imp.admit(at, peer(), *b, &mut c).into_iter().count(), 0);
         }
         assert_eq!(imp.next_at(), Some(t + Duration::from_micros(500)));
         let first = imp.due(t + Duration::from_micros(650));
@@ -333,9 +373,9 @@ mod tests {
             let (mut sent, mut got) = (0, 0);
             for k in 0..10_000 {
                 if k % 2 == 0 {
-                    sent += imp.admit(t, peer(), b"x", &mut c).len();
+                    sent += imp.admit(t, peer(), b"x", &mut c).into_iter().count();
                 } else {
-                    got += imp.admit(t, None, b"x", &mut c).len();
+                    got += imp.admit(t, None, b"x", &mut c).into_iter().count();
                 }
             }
             (c.tx_impaired_drops, c.rx_impaired_drops, sent, got)
