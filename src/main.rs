@@ -12,6 +12,8 @@
 //! * `irn rping -s|-c -a ADDR` — rdma-core's `rping` over the RDMA CM, over UDP.
 //! * `irn pingmesh --hosts FILE` — RDMA Pingmesh (seed 001 §5.3) over UDP.
 //! * `irn drp --iface IF [PEER_MAC]` — Dynamic RDMA (seed 003) over raw Ethernet.
+//! * `irn exec [--mode irn] [--addr IP] -- PROGRAM ARGS…` — an unmodified RDMA program
+//!   (`ibv_rc_pingpong`, perftest, rping, an application) over irn's libibverbs.
 //! * `irn switch --port IF --port IF…` — a user-space Ethernet switch with ECN-marking egress
 //!   queues at a set rate: a congested port for trying congestion control on real hosts.
 
@@ -89,6 +91,10 @@ enum Command {
     /// irn-transport's own structures at the BDP of each link rate, next to an mlx5 QP
     /// context's 1 856 bits.
     NicState(nic_state_cmd::NicStateArgs),
+    /// Run an unmodified RDMA program over irn: its libibverbs and librdmacm are irn's
+    /// (no kernel module, no device file, no root), devices `irn0`, … on the given addresses.
+    /// `irn exec --addr 127.0.0.2 -- ib_write_bw -x 0 127.0.0.1`.
+    Exec(irn_tools::exec::ExecArgs),
     /// An output-queued Ethernet switch in user space between two or more interfaces: every
     /// egress drains at --rate from a --buffer of bytes and marks ECN-capable packets CE as the
     /// simulator's switches do (RED or a threshold), so congestion control meets a real
@@ -151,6 +157,7 @@ fn main() -> ExitCode {
         Command::Drp(args) => tool(irn_tools::drp::run(args)),
         Command::NicState(args) => nic_state_cmd::run(args).map(exit_code),
         Command::Switch(args) => switch_cmd::run(args).map(exit_code),
+        Command::Exec(args) => tool(irn_tools::exec::run(args)),
     };
     match result {
         Ok(code) => code,

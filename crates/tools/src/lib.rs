@@ -8,6 +8,7 @@
 //! * [`pingmesh`]: RDMA Pingmesh (seed 001 §5.3), an agent per host and the summary that
 //!   points at the hosts at fault;
 //! * [`decode`]: a capture's RoCEv2, PFC, PAUSE and DRP frames, every ICRC checked.
+//! * [`exec`]: an unmodified RDMA program over irn, through irn's libibverbs.
 //! * [`drp`]: Dynamic RDMA (seed 003) between two hosts over raw Ethernet, a responder and an
 //!   initiator that times each transfer and reads every write back.
 //!
@@ -19,6 +20,7 @@ pub mod cm;
 pub mod decode;
 pub mod drp;
 pub mod error;
+pub mod exec;
 mod linger;
 pub mod link;
 pub mod perf;

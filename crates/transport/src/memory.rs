@@ -187,6 +187,9 @@ const fn needed(key: Key, write: bool) -> Access {
 struct Region {
     buffer: u64,
     addr: u64,
+    /// The address the region is named by in work requests and RETHs: `addr` unless it was
+    /// registered at another I/O virtual address ([`Regions::register_iova`]).
+    iova: u64,
     len: u64,
     access: Access,
     keys: MrKeys,
@@ -247,7 +250,22 @@ impl Regions {
 
     /// Registers `[addr, addr + len)`, which must lie in one allocated buffer, with `access`.
     pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MrKeys, MemError> {
-        if !access.is_valid() {
+        self.register_iova(addr, len, access, addr)
+    }
+
+    /// Registers `[addr, addr + len)` as [`register`](Self::register) does, but named by
+    /// `[iova, iova + len)`: local scatter/gather entries and remote accesses through its keys
+    /// give addresses in that range (`ibv_reg_mr_iova(3)`; IBTA Vol. 1 §10.6.3.1, a region's
+    /// virtual address is the consumer's choice). A region over an application's own memory is
+    /// named by the application's pointer, which is what its peers are told.
+    pub fn register_iova(
+        &mut self,
+        addr: u64,
+        len: u64,
+        access: Access,
+        iova: u64,
+    ) -> Result<MrKeys, MemError> {
+        if !access.is_valid() || iova.checked_add(len).is_none() {
             return Err(MemError::InvalidRegistration);
         }
         let (&buffer, &blen) = self
@@ -272,6 +290,7 @@ impl Regions {
             Region {
                 buffer,
                 addr,
+                iova,
                 len,
                 access,
                 keys,
@@ -316,10 +335,10 @@ impl Regions {
             return Err(MemError::NoAccess);
         }
         let end = addr.checked_add(len).ok_or(MemError::OutOfBounds)?;
-        if addr < r.addr || end > r.addr + r.len {
+        if addr < r.iova || end > r.iova + r.len {
             return Err(MemError::OutOfBounds);
         }
-        Ok((r.buffer, addr - r.buffer))
+        Ok((r.buffer, r.addr - r.buffer + (addr - r.iova)))
     }
 
     fn check_atomic(&self, rkey: u32, addr: u64) -> Result<(u64, u64), MemError> {
@@ -452,6 +471,17 @@ impl ByteMemory {
     /// Registers a memory region (see [`Regions::register`]).
     pub fn register(&mut self, addr: u64, len: u64, access: Access) -> Result<MrKeys, MemError> {
         self.regions.register(addr, len, access)
+    }
+
+    /// Registers a memory region named by another address (see [`Regions::register_iova`]).
+    pub fn register_iova(
+        &mut self,
+        addr: u64,
+        len: u64,
+        access: Access,
+        iova: u64,
+    ) -> Result<MrKeys, MemError> {
+        self.regions.register_iova(addr, len, access, iova)
     }
 
     /// Deregisters a region.
@@ -642,6 +672,51 @@ mod tests {
         m.read(Key::Local(k.lkey), c, &mut out)
             .expect("still registered");
         assert_eq!(out, [0; 16]);
+    }
+
+    /// A region registered at another I/O virtual address is named by it, locally and
+    /// remotely, over a part of its buffer; its own address and addresses outside the
+    /// named range are out of bounds, and nothing lands outside the part registered.
+    #[test]
+    fn a_region_is_named_by_its_iova() {
+        let mut m = ByteMemory::new(11);
+        let a = m.alloc(64);
+        let iova = 0x7fff_0000_1000;
+        let rw = Access::LOCAL_WRITE
+            .with(Access::REMOTE_WRITE)
+            .with(Access::REMOTE_READ);
+        // Bytes 16..48 of the buffer, named iova..iova + 32.
+        let k = m.register_iova(a + 16, 32, rw, iova).expect("valid");
+        m.write(Key::Remote(k.rkey), iova + 4, b"far")
+            .expect("in range");
+        m.write(Key::Local(k.lkey), iova + 29, b"end")
+            .expect("in range");
+        let buf = m.buffer(a).expect("alloc");
+        assert_eq!(&buf[20..23], b"far");
+        assert_eq!(&buf[45..48], b"end");
+        let mut out = [0u8; 3];
+        m.read(Key::Remote(k.rkey), iova + 4, &mut out)
+            .expect("in range");
+        assert_eq!(&out, b"far");
+        for (at, len) in [(iova + 30, 3), (iova - 1, 1), (a + 16, 1)] {
+            assert_eq!(
+                m.write(Key::Remote(k.rkey), at, &vec![9; len]),
+                Err(MemError::OutOfBounds),
+                "{at:#x}+{len}"
+            );
+        }
+        assert!(buf_untouched_outside(m.buffer(a).expect("alloc"), 16..48));
+        assert_eq!(
+            m.register_iova(a, 64, rw, u64::MAX - 10),
+            Err(MemError::InvalidRegistration),
+            "a named range past the end of the address space"
+        );
+    }
+
+    fn buf_untouched_outside(buf: &[u8], part: std::ops::Range<usize>) -> bool {
+        buf.iter()
+            .enumerate()
+            .all(|(i, &b)| part.contains(&i) || b == 0)
     }
 
     fn setup() -> (ByteMemory, u64, MrKeys) {

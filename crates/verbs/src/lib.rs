@@ -99,7 +99,7 @@ mod net;
 pub mod packet;
 
 pub use device::{
-    check_runtime_cc, check_runtime_mode, random_psn, runtime_recovery, Ah, Cq, Device,
+    check_runtime_cc, check_runtime_mode, random_psn, runtime_recovery, Ah, Cq, CqNotify, Device,
     DeviceConfig, DeviceCounters, Error, Mr, Pd, PostListError, Qp, QpInit, QpMode, RemoteQp,
     Result, UdInit, UdQp, UdSend, Wc, DEFAULT_IN_FLIGHT_BUDGET, MAX_SOURCE_PORTS, ROCE_PORT,
 };
@@ -109,4 +109,5 @@ pub use irn_transport::{
     Access, AttrMask, CcKind, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr, Sge,
     UdAttr, UdCounters, WcOpcode, WcStatus, GRH_LEN,
 };
+pub use irn_wire::{Psn, DEFAULT_PKEY};
 pub use net::{active_mtu, roce_source_port, ReceivePath};

@@ -768,6 +768,9 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
             cq.notified = true;
             cq.ready.notify_all();
         }
+        if let Some(notify) = cq.armed.take() {
+            notify();
+        }
     }
 }
 

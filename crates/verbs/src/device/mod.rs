@@ -158,7 +158,16 @@ struct CqState {
     /// of a burst need no system call each (the woken thread takes them all once it has the
     /// lock).
     notified: bool,
+    /// Armed for one completion event ([`Cq::req_notify`]): called, and disarmed, when the
+    /// next completion arrives.
+    armed: Option<CqNotify>,
 }
+
+/// What an armed completion queue calls when its next completion arrives
+/// ([`Cq::req_notify`], `ibv_req_notify_cq(3)`). It runs on whichever thread completes the
+/// work request — the engine, or an application thread polling a busy-polled device — with
+/// the device locked: it must not block, nor call back into the device.
+pub type CqNotify = Arc<dyn Fn() + Send + Sync>;
 
 struct PdState {
     mem: ByteMemory,
@@ -587,6 +596,7 @@ impl Device {
                 ready: Arc::new(Condvar::new()),
                 sleepers: 0,
                 notified: false,
+                armed: None,
             },
         );
         Ok(Cq {
@@ -647,7 +657,10 @@ pub struct Pd {
 pub struct Mr {
     shared: Arc<Shared>,
     pd: u32,
+    /// The address work requests and peers name it by.
     addr: u64,
+    /// Its allocation's address in the protection domain's memory.
+    buffer: u64,
     len: u64,
     lkey: u32,
     rkey: u32,

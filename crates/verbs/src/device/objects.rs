@@ -10,7 +10,7 @@ impl Pd {
     /// Registers a new zeroed memory region of `len` bytes with `access` rights
     /// (`ibv_reg_mr` over a fresh buffer).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        self.register(access, |mem| mem.alloc(len))
+        self.register(access, None, |mem| mem.alloc(len))
     }
 
     /// Registers the application's buffer `buf` (`ibv_reg_mr` over memory the application
@@ -23,7 +23,7 @@ impl Pd {
     /// the buffer back only once no work request or peer still needs it: afterwards accesses
     /// through its keys fail (`IBV_WC_LOC_PROT_ERR` / remote access error).
     pub fn reg_mr_vec(&self, buf: Vec<u8>, access: Access) -> Result<Mr> {
-        self.register(access, |mem| mem.adopt(buf))
+        self.register(access, None, |mem| mem.adopt(buf))
     }
 
     /// [`reg_mr_vec`](Self::reg_mr_vec) for a boxed slice (turned into a `Vec` without a copy).
@@ -33,7 +33,8 @@ impl Pd {
 
     /// Registers `len` bytes of the application's memory at `ptr`, as `ibv_reg_mr` does:
     /// packets are placed there directly by the engine thread (no copy through the device),
-    /// and sent from there.
+    /// and sent from there. The region is named by `ptr` itself ([`Mr::addr`]): scatter/gather
+    /// entries and a peer's RETHs give the application's own addresses, as with a NIC.
     ///
     /// # Safety
     ///
@@ -45,6 +46,24 @@ impl Pd {
     /// of 0 registers an empty region.
     #[allow(unsafe_code)]
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { self.reg_mr_raw_iova(ptr, len, access, ptr as u64) }
+    }
+
+    /// [`Pd::reg_mr_raw`], the region named by `iova` instead of `ptr` (`ibv_reg_mr_iova(3)`:
+    /// `IBV_ACCESS_ZERO_BASED` names it from 0, a program may choose any base).
+    ///
+    /// # Safety
+    ///
+    /// [`Pd::reg_mr_raw`]'s.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+        iova: u64,
+    ) -> Result<Mr> {
         let buf = match std::ptr::NonNull::new(ptr) {
             // SAFETY: the caller's contract above is RawBuffer's.
             Some(p) if len > 0 => Some(Box::new(unsafe {
@@ -52,26 +71,30 @@ impl Pd {
             })),
             _ => None,
         };
-        self.register(access, |mem| match buf {
+        let iova = buf.is_some().then_some(iova);
+        self.register(access, iova, |mem| match buf {
             Some(b) => mem.adopt_buffer(b),
             None => mem.alloc(0),
         })
     }
 
-    /// Registers the allocation `place` makes in this PD's memory, whole.
+    /// Registers the allocation `place` makes in this PD's memory, whole, named by `iova`
+    /// (by its own address when `None`).
     fn register(
         &self,
         access: Access,
+        iova: Option<u64>,
         place: impl FnOnce(&mut irn_transport::ByteMemory) -> u64,
     ) -> Result<Mr> {
         let mut core = self.shared.lock();
         let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
-        let addr = place(&mut pd.mem);
-        let len = pd.mem.buffer(addr).map_or(0, <[u8]>::len);
-        let keys = match pd.mem.register(addr, len as u64, access) {
+        let buffer = place(&mut pd.mem);
+        let len = pd.mem.buffer(buffer).map_or(0, <[u8]>::len);
+        let addr = iova.unwrap_or(buffer);
+        let keys = match pd.mem.register_iova(buffer, len as u64, access, addr) {
             Ok(k) => k,
             Err(e) => {
-                pd.mem.release(addr);
+                pd.mem.release(buffer);
                 return Err(e.into());
             }
         };
@@ -79,6 +102,7 @@ impl Pd {
             shared: self.shared.clone(),
             pd: self.id,
             addr,
+            buffer,
             len: len as u64,
             lkey: keys.lkey,
             rkey: keys.rkey,
@@ -211,7 +235,7 @@ impl Mr {
         let r = self.range(offset, data.len())?;
         let mut core = self.shared.lock();
         let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
-        let buf = pd.mem.buffer_mut(self.addr).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer_mut(self.buffer).ok_or(Error::Gone)?;
         buf[r].copy_from_slice(data);
         Ok(())
     }
@@ -221,7 +245,7 @@ impl Mr {
         let r = self.range(offset, out.len())?;
         let core = self.shared.lock();
         let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
-        let buf = pd.mem.buffer(self.addr).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer(self.buffer).ok_or(Error::Gone)?;
         out.copy_from_slice(&buf[r]);
         Ok(())
     }
@@ -236,14 +260,14 @@ impl Mr {
         core.flush_tx(&self.shared.socks.udp);
         let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
         let _ = pd.mem.deregister(self.lkey);
-        pd.mem.release(self.addr).ok_or(Error::Gone)
+        pd.mem.release(self.buffer).ok_or(Error::Gone)
     }
 
     /// Runs `f` over the region's bytes, under the device lock (hashing, checking).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let core = self.shared.lock();
         let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
-        let buf = pd.mem.buffer(self.addr).ok_or(Error::Gone)?;
+        let buf = pd.mem.buffer(self.buffer).ok_or(Error::Gone)?;
         Ok(f(buf))
     }
 }
@@ -257,7 +281,7 @@ impl Drop for Mr {
         core.flush_tx(&self.shared.socks.udp);
         if let Some(pd) = core.pds.get_mut(&self.pd) {
             let _ = pd.mem.deregister(self.lkey);
-            pd.mem.release(self.addr);
+            pd.mem.release(self.buffer);
         }
     }
 }
@@ -269,6 +293,13 @@ impl Cq {
     /// Takes up to `max` completions (`ibv_poll_cq`). An overrun CQ reports
     /// [`Error::CqOverrun`] once, then goes on.
     pub fn poll(&self, max: usize) -> Result<Vec<Wc>> {
+        let mut out = Vec::new();
+        self.poll_into(max, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Cq::poll`] appending to `out` instead of allocating: the number taken.
+    pub fn poll_into(&self, max: usize, out: &mut Vec<Wc>) -> Result<usize> {
         if self.shared.busy_poll {
             // This thread receives and processes for the device (DeviceConfig::busy_poll).
             self.shared.progress();
@@ -279,7 +310,20 @@ impl Cq {
             return Err(Error::CqOverrun(self.id));
         }
         let n = max.min(cq.entries.len());
-        Ok(cq.entries.drain(..n).collect())
+        out.extend(cq.entries.drain(..n));
+        Ok(n)
+    }
+
+    /// Arms the CQ for one completion event (`ibv_req_notify_cq(3)`): `notify` is called
+    /// when the next completion arrives — not for those already queued, which a consumer
+    /// polls for after arming — and the CQ is then disarmed. Arming again replaces the
+    /// callback. Every completion counts, solicited or not: a consumer that asked for
+    /// solicited completions only may see an event for another, and polls as it would
+    /// after any event (`ibv_get_cq_event(3)` allows events that find nothing).
+    pub fn req_notify(&self, notify: super::CqNotify) -> Result<()> {
+        let mut core = self.shared.lock();
+        core.cq_mut(self.id)?.armed = Some(notify);
+        Ok(())
     }
 
     /// Takes one completion, waiting up to `timeout` for it (`ibv_get_cq_event` + poll).

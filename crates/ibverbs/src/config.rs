@@ -1,0 +1,291 @@
+//! What the shim's devices are, read from the environment once per process.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `IRN_IBV_DEVICES` | comma-separated addresses, one device each (`irn0`, `irn1`, …), or `NAME=ADDRESS` entries | the first IPv4 address of every interface that is up, loopback last |
+//! | `IRN_IBV_MODE` | loss recovery: `roce` (go-back-N, interoperates with RoCE NICs and rxe) or `irn` (both ends irn) | `roce` |
+//! | `IRN_IBV_PORT` | the UDP port devices listen on, and peers are reached at | 4791 |
+//! | `IRN_IBV_LOSS` | probability each sent packet is dropped (testing loss recovery) | 0 |
+//! | `IRN_IBV_SEED` | the seed of that loss | 1 |
+//! | `IRN_IBV_BUSY_POLL` | `1`: polling a CQ drives the device (no engine wake-ups) | 0 |
+//!
+//! A value that cannot mean anything is an error naming the variable: the device list comes
+//! back empty, with the reason on standard error (a program's own "no devices" message follows
+//! it) — never a device that silently runs something else.
+
+use std::net::IpAddr;
+
+use irn_verbs::QpMode;
+
+/// One device: its name and the address it listens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSpec {
+    /// `irn0`, … (at most 63 bytes: `ibv_device.name`).
+    pub name: String,
+    /// The address its GID names and its socket binds.
+    pub addr: IpAddr,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The devices, in `ibv_get_device_list` order.
+    pub devices: Vec<DeviceSpec>,
+    /// Loss recovery of every queue pair.
+    pub mode: QpMode,
+    /// UDP port.
+    pub port: u16,
+    /// Send-path drop probability.
+    pub loss: f64,
+    /// Seed of the drops.
+    pub seed: u64,
+    /// Busy polling.
+    pub busy_poll: bool,
+}
+
+/// A variable whose value cannot mean anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The variable.
+    pub key: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What it should be.
+    pub expected: &'static str,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={:?}: expected {}",
+            self.key, self.value, self.expected
+        )
+    }
+}
+
+impl Config {
+    /// Reads the configuration through `var` (the environment, or a test's map); `interfaces`
+    /// gives the default devices' addresses.
+    pub fn from_vars(
+        var: impl Fn(&str) -> Option<String>,
+        interfaces: impl FnOnce() -> Vec<IpAddr>,
+    ) -> Result<Config, ConfigError> {
+        let bad = |key, value: &str, expected| ConfigError {
+            key,
+            value: value.to_string(),
+            expected,
+        };
+        let devices = match var("IRN_IBV_DEVICES") {
+            Some(list) => parse_devices(&list)
+                .ok_or_else(|| bad("IRN_IBV_DEVICES", &list, DEVICES_EXPECTED))?,
+            None => interfaces()
+                .into_iter()
+                .enumerate()
+                .map(|(i, addr)| DeviceSpec {
+                    name: format!("irn{i}"),
+                    addr,
+                })
+                .collect(),
+        };
+        let mode = match var("IRN_IBV_MODE").as_deref() {
+            None | Some("roce") => QpMode::Roce,
+            Some("irn") => QpMode::Irn,
+            Some(v) => return Err(bad("IRN_IBV_MODE", v, "roce or irn")),
+        };
+        let port = match var("IRN_IBV_PORT") {
+            None => irn_verbs::ROCE_PORT,
+            Some(v) => v
+                .parse()
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| bad("IRN_IBV_PORT", &v, "a UDP port, 1-65535"))?,
+        };
+        let loss = match var("IRN_IBV_LOSS") {
+            None => 0.0,
+            Some(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..1.0).contains(p))
+                .ok_or_else(|| bad("IRN_IBV_LOSS", &v, "a probability in [0, 1)"))?,
+        };
+        let seed = match var("IRN_IBV_SEED") {
+            None => 1,
+            Some(v) => v
+                .parse()
+                .map_err(|_| bad("IRN_IBV_SEED", &v, "an unsigned integer"))?,
+        };
+        let busy_poll = match var("IRN_IBV_BUSY_POLL").as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(bad("IRN_IBV_BUSY_POLL", v, "0 or 1")),
+        };
+        Ok(Config {
+            devices,
+            mode,
+            port,
+            loss,
+            seed,
+            busy_poll,
+        })
+    }
+
+    /// The process's configuration.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_vars(|k| std::env::var(k).ok(), up_ipv4_addresses)
+    }
+}
+
+const DEVICES_EXPECTED: &str =
+    "comma-separated IP addresses or NAME=ADDRESS entries, names unique, under 64 bytes";
+
+fn parse_devices(list: &str) -> Option<Vec<DeviceSpec>> {
+    let mut out: Vec<DeviceSpec> = Vec::new();
+    for (i, entry) in list.split(',').map(str::trim).enumerate() {
+        let (name, addr) = match entry.split_once('=') {
+            Some((n, a)) => (n.trim().to_string(), a.trim()),
+            None => (format!("irn{i}"), entry),
+        };
+        let addr: IpAddr = addr.parse().ok()?;
+        let valid_name = !name.is_empty()
+            && name.len() < 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid_name || out.iter().any(|d| d.name == name) {
+            return None;
+        }
+        out.push(DeviceSpec { name, addr });
+    }
+    Some(out)
+}
+
+/// The first IPv4 address of every interface that is up, in the kernel's order, loopback
+/// last (a program takes the first device by default; it should be one its peers can reach).
+pub fn up_ipv4_addresses() -> Vec<IpAddr> {
+    let mut found: Vec<(String, IpAddr, bool)> = Vec::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list it allocated, freed below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return Vec::new();
+    }
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        let up = ifa.ifa_flags & (libc::IFF_UP as u32) != 0;
+        if !up || ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        if family != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        let ip = IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes());
+        // SAFETY: ifa_name is a NUL-terminated interface name.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        if found.iter().all(|(n, _, _)| *n != name) {
+            let lo = ifa.ifa_flags & (libc::IFF_LOOPBACK as u32) != 0;
+            found.push((name, ip, lo));
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once; nothing refers to it any more.
+    unsafe { libc::freeifaddrs(ifap) };
+    found.sort_by_key(|&(_, _, lo)| lo);
+    found.into_iter().map(|(_, ip, _)| ip).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn read(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_vars(
+            |k| m.get(k).cloned(),
+            || {
+                vec![
+                    "10.0.0.7".parse().expect("ip"),
+                    "127.0.0.1".parse().expect("ip"),
+                ]
+            },
+        )
+    }
+
+    #[test]
+    fn defaults_are_one_roce_device_per_interface() {
+        let c = read(&[]).expect("valid");
+        assert_eq!(c.mode, QpMode::Roce);
+        assert_eq!((c.port, c.loss, c.seed, c.busy_poll), (4791, 0.0, 1, false));
+        let names: Vec<_> = c
+            .devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.addr.to_string()))
+            .collect();
+        assert_eq!(
+            names,
+            [("irn0", "10.0.0.7".into()), ("irn1", "127.0.0.1".into())]
+        );
+    }
+
+    #[test]
+    fn devices_modes_and_loss_are_read() {
+        let c = read(&[
+            ("IRN_IBV_DEVICES", "127.0.0.2, east=::1"),
+            ("IRN_IBV_MODE", "irn"),
+            ("IRN_IBV_PORT", "5000"),
+            ("IRN_IBV_LOSS", "0.01"),
+            ("IRN_IBV_SEED", "9"),
+            ("IRN_IBV_BUSY_POLL", "1"),
+        ])
+        .expect("valid");
+        assert_eq!(
+            c.devices[0],
+            DeviceSpec {
+                name: "irn0".into(),
+                addr: "127.0.0.2".parse().expect("ip")
+            }
+        );
+        assert_eq!(
+            c.devices[1],
+            DeviceSpec {
+                name: "east".into(),
+                addr: "::1".parse().expect("ip")
+            }
+        );
+        assert_eq!(
+            (c.mode, c.port, c.loss, c.seed, c.busy_poll),
+            (QpMode::Irn, 5000, 0.01, 9, true)
+        );
+    }
+
+    #[test]
+    fn values_that_mean_nothing_are_refused_by_name() {
+        for (key, value) in [
+            ("IRN_IBV_DEVICES", "not-an-address"),
+            ("IRN_IBV_DEVICES", "a=127.0.0.1,a=127.0.0.2"),
+            ("IRN_IBV_DEVICES", "we ird=127.0.0.1"),
+            ("IRN_IBV_MODE", "gbn"),
+            ("IRN_IBV_PORT", "0"),
+            ("IRN_IBV_PORT", "70000"),
+            ("IRN_IBV_LOSS", "1.5"),
+            ("IRN_IBV_LOSS", "NaN"),
+            ("IRN_IBV_SEED", "-1"),
+            ("IRN_IBV_BUSY_POLL", "yes"),
+        ] {
+            let e = read(&[(key, value)]).expect_err(value);
+            assert_eq!(e.key, key);
+            assert!(e.to_string().starts_with(&format!("{key}=")), "{e}");
+        }
+    }
+}
