@@ -588,6 +588,166 @@ pub const WC_STATUS_STR: [&str; 24] = [
     "TM software rendezvous",
 ];
 
+// librdmacm (`rdma/rdma_cma.h`).
+
+/// `struct rdma_event_channel`.
+#[repr(C)]
+pub struct rdma_event_channel {
+    pub fd: c_int,
+}
+
+/// `struct rdma_ib_addr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_ib_addr {
+    pub sgid: ibv_gid,
+    pub dgid: ibv_gid,
+    pub pkey: u16,
+}
+
+/// `struct rdma_addr`: the source and destination socket addresses (each a
+/// `sockaddr_storage` union), then the GIDs.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_addr {
+    pub src_storage: libc::sockaddr_storage,
+    pub dst_storage: libc::sockaddr_storage,
+    pub ibaddr: rdma_ib_addr,
+}
+
+/// `struct rdma_route`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_route {
+    pub addr: rdma_addr,
+    pub path_rec: *mut c_void,
+    pub num_paths: c_int,
+}
+
+/// `struct rdma_cm_id`.
+#[repr(C)]
+pub struct rdma_cm_id {
+    pub verbs: *mut ibv_context,
+    pub channel: *mut rdma_event_channel,
+    pub context: *mut c_void,
+    pub qp: *mut ibv_qp,
+    pub route: rdma_route,
+    pub ps: u32,
+    pub port_num: u8,
+    pub event: *mut rdma_cm_event,
+    pub send_cq_channel: *mut ibv_comp_channel,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq_channel: *mut ibv_comp_channel,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub qp_type: u32,
+}
+
+/// `struct rdma_conn_param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_conn_param {
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub qp_num: u32,
+}
+
+/// `struct rdma_ud_param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_ud_param {
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
+    pub ah_attr: ibv_ah_attr,
+    pub qp_num: u32,
+    pub qkey: u32,
+}
+
+/// The `param` union of an event.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union rdma_cm_param {
+    pub conn: rdma_conn_param,
+    pub ud: rdma_ud_param,
+}
+
+/// `struct rdma_cm_event`.
+#[repr(C)]
+pub struct rdma_cm_event {
+    pub id: *mut rdma_cm_id,
+    pub listen_id: *mut rdma_cm_id,
+    pub event: u32,
+    pub status: c_int,
+    pub param: rdma_cm_param,
+}
+
+/// `struct rdma_addrinfo`.
+#[repr(C)]
+pub struct rdma_addrinfo {
+    pub ai_flags: c_int,
+    pub ai_family: c_int,
+    pub ai_qp_type: c_int,
+    pub ai_port_space: c_int,
+    pub ai_src_len: libc::socklen_t,
+    pub ai_dst_len: libc::socklen_t,
+    pub ai_src_addr: *mut libc::sockaddr,
+    pub ai_dst_addr: *mut libc::sockaddr,
+    pub ai_src_canonname: *mut c_char,
+    pub ai_dst_canonname: *mut c_char,
+    pub ai_route_len: usize,
+    pub ai_route: *mut c_void,
+    pub ai_connect_len: usize,
+    pub ai_connect: *mut c_void,
+    pub ai_next: *mut rdma_addrinfo,
+}
+
+/// `RDMA_PS_TCP`: reliable connections, addressed by a TCP-like port.
+pub const RDMA_PS_TCP: u32 = 0x0106;
+/// `RAI_PASSIVE`: an address to listen on.
+pub const RAI_PASSIVE: c_int = 1;
+/// `RAI_NUMERICHOST`.
+pub const RAI_NUMERICHOST: c_int = 2;
+
+/// `enum rdma_cm_event_type`, in order.
+pub const RDMA_CM_EVENT_NAMES: [&str; 16] = [
+    "RDMA_CM_EVENT_ADDR_RESOLVED",
+    "RDMA_CM_EVENT_ADDR_ERROR",
+    "RDMA_CM_EVENT_ROUTE_RESOLVED",
+    "RDMA_CM_EVENT_ROUTE_ERROR",
+    "RDMA_CM_EVENT_CONNECT_REQUEST",
+    "RDMA_CM_EVENT_CONNECT_RESPONSE",
+    "RDMA_CM_EVENT_CONNECT_ERROR",
+    "RDMA_CM_EVENT_UNREACHABLE",
+    "RDMA_CM_EVENT_REJECTED",
+    "RDMA_CM_EVENT_ESTABLISHED",
+    "RDMA_CM_EVENT_DISCONNECTED",
+    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+    "RDMA_CM_EVENT_MULTICAST_JOIN",
+    "RDMA_CM_EVENT_MULTICAST_ERROR",
+    "RDMA_CM_EVENT_ADDR_CHANGE",
+    "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+];
+
+/// `enum rdma_cm_event_type` values irn sends.
+pub mod cm_event {
+    pub const ADDR_RESOLVED: u32 = 0;
+    pub const ADDR_ERROR: u32 = 1;
+    pub const ROUTE_RESOLVED: u32 = 2;
+    pub const CONNECT_REQUEST: u32 = 4;
+    pub const CONNECT_ERROR: u32 = 6;
+    pub const UNREACHABLE: u32 = 7;
+    pub const REJECTED: u32 = 8;
+    pub const ESTABLISHED: u32 = 9;
+    pub const DISCONNECTED: u32 = 10;
+}
+
 #[cfg(test)]
 mod layout {
     //! Every offset and size above against the system's `verbs.h`, compiled by the C
@@ -618,6 +778,7 @@ mod layout {
     fn c_name(rust: &str) -> String {
         match rust {
             "ibv_gid" => "union ibv_gid".into(),
+            "rdma_cm_param" => "union rdma_cm_param".into(),
             t => format!("struct {t}"),
         }
     }
@@ -626,6 +787,7 @@ mod layout {
     fn c_field(rust: &str) -> &str {
         match rust {
             "remote_srqn" => "qp_type.xrc.remote_srqn",
+            "ibaddr" => "addr.ibaddr",
             "bind_mw_or_tso" => "bind_mw",
             "element" => "element.cq",
             f => f,
@@ -675,6 +837,19 @@ mod layout {
                 req_notify_cq, post_srq_recv, post_send, post_recv, _compat_async_event }
             ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
             ibv_async_event { element, event_type }
+            rdma_event_channel { fd }
+            rdma_ib_addr { sgid, dgid, pkey }
+            rdma_addr { src_storage, dst_storage, ibaddr }
+            rdma_route { addr, path_rec, num_paths }
+            rdma_cm_id { verbs, channel, context, qp, route, ps, port_num, event,
+                send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type }
+            rdma_conn_param { private_data, private_data_len, responder_resources,
+                initiator_depth, flow_control, retry_count, rnr_retry_count, srq, qp_num }
+            rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+            rdma_cm_event { id, listen_id, event, status, param }
+            rdma_addrinfo { ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len,
+                ai_dst_len, ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname,
+                ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next }
         };
         let mut extra = vec![
             (
@@ -724,7 +899,7 @@ mod layout {
         let all: Vec<(String, usize)> = pairs.into_iter().chain(extra).collect();
 
         let mut c = String::from(
-            "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
+            "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n\
              /* ibv_port_attr up to and including flags: what the exported ibv_query_port writes. */\n\
              struct _compat_port_attr_end { char b[offsetof(struct ibv_port_attr, flags) + 1]; \
              } __attribute__((aligned(4)));\nint main(void) {\n",

@@ -74,6 +74,31 @@ impl Qp {
     }
 }
 
+/// The runtime's RC queue pair behind a program's, for the connection manager.
+///
+/// # Safety
+/// `qp` is a queue pair this library created and has not destroyed; it stays alive while the
+/// reference is used.
+pub(crate) unsafe fn rc_of<'a>(qp: *mut ibv_qp) -> Option<&'a irn_verbs::Qp> {
+    // SAFETY: the caller's contract.
+    match &unsafe { Qp::from_c(qp) }.kind {
+        Kind::Rc(q) => Some(q),
+        Kind::Ud(_) => None,
+    }
+}
+
+/// Makes the program's `qp->state` the runtime's (after the connection manager moved it).
+///
+/// # Safety
+/// As [`rc_of`].
+pub(crate) unsafe fn refresh_state(qp: *mut ibv_qp) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let s = state_num(Qp::from_c(qp).state());
+        (*qp).state = s;
+    }
+}
+
 fn state_of(s: u32) -> Option<QpState> {
     Some(match s {
         0 => QpState::Reset,

@@ -1,46 +1,1308 @@
-//! librdmacm (`librdmacm.so.1`): connection management by IP address and port.
+//! librdmacm (`librdmacm.so.1`): reliable connections by IP address and port, over irn's
+//! connection manager ([`irn_verbs::cm`]: IBTA CM messages to QP1, with rdma_cm's service IDs
+//! and addressing header, what Linux's rdma_cm speaks — so an `rping` here connects to an
+//! `rping` over rxe).
+//!
+//! # Events
+//!
+//! An event channel is a pipe and a queue: each event is queued, then one byte written, so
+//! `rdma_get_cm_event` blocks on the pipe as librdmacm's blocks on its device file, and a
+//! program may `poll(2)` the channel's `fd`. What librdmacm does in the kernel's CM, threads
+//! do here:
+//!
+//! - `rdma_resolve_addr` and `rdma_resolve_route` answer at once (`ADDR_RESOLVED`,
+//!   `ROUTE_RESOLVED`): a GID is an IP address, and the route is the kernel's.
+//! - `rdma_connect` and `rdma_accept` move the queue pair through RTR and RTS and exchange
+//!   REQ / REP / RTU on a thread of the ID's, which queues `ESTABLISHED` (or `REJECTED`,
+//!   `UNREACHABLE`, `CONNECT_ERROR`).
+//! - `rdma_listen` starts a thread per device listened on, which queues a `CONNECT_REQUEST`
+//!   with a new ID for each request.
+//! - An established connection is watched by a thread of its ID, which queues `DISCONNECTED`
+//!   when the peer's DREQ comes (the CM answers it with a DREP); `rdma_disconnect` moves the
+//!   queue pair to the error state (flushing its work requests, as librdmacm does), sends the
+//!   DREQ and queues `DISCONNECTED` once answered.
+//!
+//! Destroying an ID (or its queue pair) first waits for its threads, each of which ends within
+//! the CM's retry timeouts, so none outlives what it uses.
+//!
+//! # Not offered
+//!
+//! The UDP and IB port spaces (UD over the CM, SIDR), multicast, the synchronous calls built
+//! on a NULL channel's blocking (`rdma_create_ep`, `rdma_get_request`) and `rdma_init_qp_attr`
+//! for queue pairs the program moves itself: `ENOSYS`/`EOPNOTSUPP`. rsockets (`rpoll`, …)
+//! likewise.
 
-use std::ffi::{c_int, c_void};
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+use irn_verbs::cm::{self, CmConfig, CmConnection, CmError, CmListener, CmRequest};
+use irn_verbs::{Access, QpAttr};
+
+use crate::abi::*;
+use crate::device::{config, registry, Context};
 use crate::errno;
 
-macro_rules! refuse_int {
-    ($($name:ident($($arg:ident),*)),* $(,)?) => {$(
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: *mut c_void),*) -> c_int {
-            $(let _ = $arg;)*
-            errno::set(libc::ENOSYS);
-            -1
+/// A channel: the C structure, the pipe, the queue.
+#[repr(C)]
+struct Channel {
+    c: rdma_event_channel,
+    read: OwnedFd,
+    write: OwnedFd,
+    queue: Mutex<VecDeque<usize>>,
+}
+
+/// An event: the C structure, and the private data it points at (valid until acknowledged).
+#[repr(C)]
+struct Event {
+    c: rdma_cm_event,
+    private: Vec<u8>,
+}
+
+/// A pointer handed to a thread: the object outlives the thread (destroying it joins the
+/// thread first).
+#[derive(Clone, Copy)]
+struct Ptr(usize);
+
+/// What an ID is doing.
+#[derive(Default)]
+struct IdState {
+    /// The device it is bound to (registry index), once known.
+    device: Option<usize>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    /// Listening: one listener per device.
+    listeners: Vec<Arc<CmListener>>,
+    /// A request this (child) ID stands for, with the listener it came through.
+    request: Option<(Arc<CmListener>, CmRequest)>,
+    /// The established connection; taken by `rdma_disconnect` or when the peer ends it.
+    conn: Option<CmConnection>,
+}
+
+/// An ID. The C structure is the program's to read (and to set `context` in), written here
+/// through the cell: by the program's own calls on the ID, and — for `qp` — with the state
+/// locked, which is how the ID's threads read it.
+#[repr(C)]
+struct Id {
+    c: UnsafeCell<rdma_cm_id>,
+    state: Mutex<IdState>,
+    /// Set when the ID is destroyed: its threads stop.
+    stop: Arc<AtomicBool>,
+    /// Threads that connect, accept or disconnect: they use the queue pair.
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Threads that listen or watch a connection: they stop with the ID.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// `rdma_create_qp` made the CQs (the program gave none): they go with the queue pair.
+    own_cqs: AtomicBool,
+    /// The program's channel was NULL: this one is the ID's own.
+    own_channel: bool,
+}
+
+impl Id {
+    /// # Safety
+    /// `id` is an ID this library created and has not destroyed.
+    unsafe fn from_c<'a>(id: *mut rdma_cm_id) -> &'a Id {
+        // SAFETY: `c` is the first field of the repr(C) Id.
+        unsafe { &*(id as *const Id) }
+    }
+
+    /// The C structure.
+    fn c(&self) -> *mut rdma_cm_id {
+        self.c.get()
+    }
+
+    fn qp(&self) -> *mut ibv_qp {
+        // SAFETY: reading a field of the live C structure (see the type's comment).
+        unsafe { (*self.c()).qp }
+    }
+
+    fn verbs(&self) -> *mut ibv_context {
+        // SAFETY: as above; set before the ID's threads start.
+        unsafe { (*self.c()).verbs }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, IdState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn spawn_in(list: &Mutex<Vec<JoinHandle<()>>>, f: impl FnOnce() + Send + 'static) {
+        let h = std::thread::Builder::new()
+            .name("irn-rdma-cm".into())
+            .spawn(f)
+            .expect("a thread");
+        list.lock().unwrap_or_else(|p| p.into_inner()).push(h);
+    }
+
+    fn spawn(&self, f: impl FnOnce() + Send + 'static) {
+        Id::spawn_in(&self.threads, f);
+    }
+
+    fn spawn_worker(&self, f: impl FnOnce() + Send + 'static) {
+        Id::spawn_in(&self.workers, f);
+    }
+
+    fn join_in(list: &Mutex<Vec<JoinHandle<()>>>) {
+        let hs: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *list.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in hs {
+            let _ = h.join();
         }
-    )*};
+    }
+
+    fn join_workers(&self) {
+        Id::join_in(&self.workers);
+    }
+
+    fn join(&self) {
+        // A worker may start a watcher: workers first.
+        Id::join_in(&self.workers);
+        Id::join_in(&self.threads);
+    }
 }
 
-refuse_int! {
-    irn_rdma_accept(id, param), irn_rdma_ack_cm_event(ev), irn_rdma_bind_addr(id, addr),
-    irn_rdma_connect(id, param), irn_rdma_create_id(ch, id, ctx, ps),
-    irn_rdma_create_qp(id, pd, attr), irn_rdma_create_qp_ex(id, attr),
-    irn_rdma_destroy_id(id), irn_rdma_disconnect(id), irn_rdma_get_cm_event(ch, ev),
-    irn_rdma_getaddrinfo(node, service, hints, res), irn_rdma_listen(id, backlog),
-    irn_rdma_reject(id, data, len), irn_rdma_resolve_addr(id, src, dst, ms),
-    irn_rdma_resolve_route(id, ms), irn_rdma_set_option(id, level, name, val, len),
-    irn_rpoll(fds, n, timeout), irn_rdma_establish(id), irn_rdma_init_qp_attr(id, attr, mask),
+fn cm_config() -> CmConfig {
+    CmConfig {
+        peer_port: config().port,
+        ..CmConfig::default()
+    }
+}
+
+/// Queues an event for `id` on its channel.
+fn post(
+    id: *mut rdma_cm_id,
+    listen_id: *mut rdma_cm_id,
+    event: u32,
+    status: c_int,
+    private: Vec<u8>,
+    conn: rdma_conn_param,
+) {
+    // SAFETY: a live ID (its threads end before it is destroyed); its channel is set when
+    // it is created.
+    let ch = unsafe { (*Id::from_c(id).c()).channel };
+    let mut ev = Box::new(Event {
+        c: rdma_cm_event {
+            id,
+            listen_id,
+            event,
+            status,
+            param: rdma_cm_param { conn },
+        },
+        private,
+    });
+    if !ev.private.is_empty() {
+        // The boxed event keeps the bytes where they are until it is acknowledged.
+        ev.c.param.conn.private_data = ev.private.as_ptr() as *const c_void;
+        ev.c.param.conn.private_data_len = ev.private.len().min(255) as u8;
+    }
+    // SAFETY: the ID's channel, which outlives its IDs (rdma_destroy_event_channel(3)).
+    let ch = unsafe { &*(ch as *const Channel) };
+    ch.queue
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push_back(Box::into_raw(ev) as usize);
+    let b = [1u8];
+    // SAFETY: one byte from a local array to the channel's pipe.
+    let _ = unsafe { libc::write(ch.write.as_raw_fd(), b.as_ptr() as *const c_void, 1) };
+}
+
+fn no_param() -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 0,
+        initiator_depth: 0,
+        flow_control: 0,
+        retry_count: 0,
+        rnr_retry_count: 0,
+        srq: 0,
+        qp_num: 0,
+    }
+}
+
+/// The shared context of device `index`, opened at first use (librdmacm keeps one per
+/// device for the process's life).
+fn context_of(index: usize) -> *mut ibv_context {
+    static CONTEXTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let mut v = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, c)) = v.iter().find(|(i, _)| *i == index) {
+        return c as *mut ibv_context;
+    }
+    let entry = registry().devices[index];
+    // SAFETY: a device of the registry's list.
+    let ctx = unsafe {
+        crate::device::irn_ibv_open_device(&entry.c as *const ibv_device as *mut ibv_device)
+    };
+    if !ctx.is_null() {
+        v.push((index, ctx as usize));
+    }
+    ctx
+}
+
+/// The device bound to `ip`, if any.
+fn device_with(ip: IpAddr) -> Option<usize> {
+    registry().devices.iter().position(|d| d.spec.addr == ip)
+}
+
+fn sockaddr_of(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: a socket address of the family it names, from the program.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some(SocketAddr::new(
+                    IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()),
+                    u16::from_be(s.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                Some(SocketAddr::new(
+                    IpAddr::from(s.sin6_addr.s6_addr),
+                    u16::from_be(s.sin6_port),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn storage_of(a: SocketAddr) -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: a sockaddr_storage holds a sockaddr_in.
+            let s = unsafe { &mut *(&mut st as *mut _ as *mut libc::sockaddr_in) };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v4.port().to_be();
+            s.sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: a sockaddr_storage holds a sockaddr_in6.
+            let s = unsafe { &mut *(&mut st as *mut _ as *mut libc::sockaddr_in6) };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v6.port().to_be();
+            s.sin6_addr.s6_addr = v6.ip().octets();
+        }
+    }
+    st
+}
+
+/// Writes the ID's route (addresses and GIDs) for the program to read.
+fn set_route(id: &mut rdma_cm_id, src: Option<SocketAddr>, dst: Option<SocketAddr>) {
+    if let Some(s) = src {
+        id.route.addr.src_storage = storage_of(s);
+        id.route.addr.ibaddr.sgid.raw = irn_verbs::Gid::from(s.ip()).0;
+    }
+    if let Some(d) = dst {
+        id.route.addr.dst_storage = storage_of(d);
+        id.route.addr.ibaddr.dgid.raw = irn_verbs::Gid::from(d.ip()).0;
+    }
+    id.route.addr.ibaddr.pkey = 0xffffu16.to_be();
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn irn_rdma_create_event_channel() -> *mut c_void {
-    errno::null(libc::ENOSYS)
+pub unsafe extern "C" fn irn_rdma_create_event_channel() -> *mut rdma_event_channel {
+    let (read, write) = match crate::device::new_pipe() {
+        Ok(p) => p,
+        Err(e) => return errno::null(e.raw_os_error().unwrap_or(errno::ENOMEM)),
+    };
+    let ch = Box::new(Channel {
+        c: rdma_event_channel {
+            fd: read.as_raw_fd(),
+        },
+        read,
+        write,
+        queue: Mutex::new(VecDeque::new()),
+    });
+    Box::into_raw(ch) as *mut rdma_event_channel
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn irn_rdma_destroy_event_channel(_ch: *mut c_void) {}
+pub unsafe extern "C" fn irn_rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    if ch.is_null() {
+        return;
+    }
+    // SAFETY: a channel rdma_create_event_channel returned, destroyed once, its IDs gone.
+    let ch = unsafe { Box::from_raw(ch as *mut Channel) };
+    for ev in ch.queue.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        // SAFETY: events nobody took.
+        drop(unsafe { Box::from_raw(ev as *mut Event) });
+    }
+    let _ = ch.read.as_raw_fd();
+}
 
 #[no_mangle]
-pub unsafe extern "C" fn irn_rdma_destroy_qp(_id: *mut c_void) {}
+pub unsafe extern "C" fn irn_rdma_get_cm_event(
+    ch: *mut rdma_event_channel,
+    out: *mut *mut rdma_cm_event,
+) -> c_int {
+    if ch.is_null() || out.is_null() {
+        errno::set(errno::EINVAL);
+        return -1;
+    }
+    // SAFETY: a live channel.
+    let c = unsafe { &*(ch as *const Channel) };
+    loop {
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into a local array; blocking unless the program made the
+        // descriptor non-blocking (then EAGAIN, as librdmacm's).
+        let n = unsafe { libc::read(c.c.fd, b.as_mut_ptr() as *mut c_void, 1) };
+        if n != 1 {
+            return -1;
+        }
+        if let Some(ev) = c
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+        {
+            // SAFETY: the caller's out pointer.
+            unsafe { out.write(ev as *mut rdma_cm_event) };
+            return 0;
+        }
+    }
+}
 
 #[no_mangle]
-pub unsafe extern "C" fn irn_rdma_freeaddrinfo(_res: *mut c_void) {}
+pub unsafe extern "C" fn irn_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int {
+    if ev.is_null() {
+        errno::set(errno::EINVAL);
+        return -1;
+    }
+    // SAFETY: an event rdma_get_cm_event returned, acknowledged once.
+    drop(unsafe { Box::from_raw(ev as *mut Event) });
+    0
+}
 
 #[no_mangle]
-pub unsafe extern "C" fn irn_rdma_event_str(_e: c_int) -> *const std::ffi::c_char {
-    c"UNKNOWN EVENT".as_ptr()
+pub unsafe extern "C" fn irn_rdma_create_id(
+    ch: *mut rdma_event_channel,
+    out: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: u32,
+) -> c_int {
+    if out.is_null() {
+        errno::set(errno::EINVAL);
+        return -1;
+    }
+    if ps != RDMA_PS_TCP {
+        errno::set(errno::EOPNOTSUPP);
+        return -1;
+    }
+    if registry().config.is_err() {
+        errno::set(libc::ENODEV);
+        return -1;
+    }
+    let (ch, own_channel) = if ch.is_null() {
+        // SAFETY: creating a channel has no precondition.
+        let c = unsafe { irn_rdma_create_event_channel() };
+        if c.is_null() {
+            return -1;
+        }
+        (c, true)
+    } else {
+        (ch, false)
+    };
+    let id = new_id(ch, context, std::ptr::null_mut(), own_channel);
+    // SAFETY: the caller's out pointer.
+    unsafe { out.write(id) };
+    0
+}
+
+fn new_id(
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    verbs: *mut ibv_context,
+    own_channel: bool,
+) -> *mut rdma_cm_id {
+    // SAFETY: an all-zero route is its empty state (no addresses, no paths).
+    let route: rdma_route = unsafe { std::mem::zeroed() };
+    let id = Box::new(Id {
+        c: UnsafeCell::new(rdma_cm_id {
+            verbs,
+            channel: ch,
+            context,
+            qp: std::ptr::null_mut(),
+            route,
+            ps: RDMA_PS_TCP,
+            port_num: if verbs.is_null() { 0 } else { 1 },
+            event: std::ptr::null_mut(),
+            send_cq_channel: std::ptr::null_mut(),
+            send_cq: std::ptr::null_mut(),
+            recv_cq_channel: std::ptr::null_mut(),
+            recv_cq: std::ptr::null_mut(),
+            srq: std::ptr::null_mut(),
+            pd: std::ptr::null_mut(),
+            qp_type: IBV_QPT_RC,
+        }),
+        state: Mutex::new(IdState::default()),
+        stop: Arc::new(AtomicBool::new(false)),
+        workers: Mutex::new(Vec::new()),
+        threads: Mutex::new(Vec::new()),
+        own_cqs: AtomicBool::new(false),
+        own_channel,
+    });
+    Box::into_raw(id) as *mut rdma_cm_id
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    if id.is_null() {
+        errno::set(errno::EINVAL);
+        return -1;
+    }
+    // SAFETY: a live ID.
+    let i = unsafe { Id::from_c(id) };
+    i.stop.store(true, Ordering::Release);
+    i.join();
+    {
+        let mut st = i.lock();
+        // An established connection ends with a DREQ (CmConnection's drop), as Linux's CM
+        // sends one for a connected ID destroyed.
+        st.conn = None;
+        st.listeners.clear();
+        st.request = None;
+    }
+    // The queue pair is the program's to destroy (rdma_destroy_qp or ibv_destroy_qp), as
+    // with librdmacm; the CQs rdma_create_qp made for it go with the ID.
+    // SAFETY: its threads have ended; the CQs are the ID's own.
+    let ch = unsafe {
+        destroy_own_cqs(i);
+        (*i.c()).channel
+    };
+    let own_channel = i.own_channel;
+    // SAFETY: destroyed once; its threads have ended.
+    drop(unsafe { Box::from_raw(id as *mut Id) });
+    if own_channel {
+        // SAFETY: the channel this ID made for itself.
+        unsafe { irn_rdma_destroy_event_channel(ch) };
+    }
+    0
+}
+
+fn fail(e: i32) -> c_int {
+    errno::set(e);
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_bind_addr(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    let Some(mut a) = sockaddr_of(addr) else {
+        return fail(libc::EAFNOSUPPORT);
+    };
+    let device = if a.ip().is_unspecified() {
+        None
+    } else {
+        match device_with(a.ip()) {
+            Some(d) => Some(d),
+            None => return fail(libc::EADDRNOTAVAIL),
+        }
+    };
+    if a.port() == 0 {
+        // An ephemeral port, as the kernel would choose one.
+        a.set_port(32768 + (irn_verbs::random_psn() % 28000) as u16);
+    }
+    // SAFETY: a live ID; binding is the program's call, before any thread of the ID's.
+    let i = unsafe { Id::from_c(id) };
+    // SAFETY: as above: the program's own structure, written by its call.
+    let c = unsafe { &mut *i.c() };
+    if let Some(d) = device {
+        c.verbs = context_of(d);
+        c.port_num = 1;
+    }
+    set_route(c, Some(a), None);
+    let mut st = i.lock();
+    st.device = device;
+    st.src = Some(a);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    let Some(dst) = sockaddr_of(dst) else {
+        return fail(libc::EAFNOSUPPORT);
+    };
+    // SAFETY: a live ID.
+    let i = unsafe { Id::from_c(id) };
+    let bound = i.lock().src;
+    let src = sockaddr_of(src).or(bound);
+    let devices = &registry().devices;
+    let device = match src.map(|s| s.ip()).filter(|ip| !ip.is_unspecified()) {
+        Some(ip) => device_with(ip),
+        None => device_with(dst.ip()).or_else(|| {
+            devices
+                .iter()
+                .position(|d| d.spec.addr.is_ipv4() == dst.is_ipv4())
+        }),
+    };
+    let Some(device) = device else {
+        post(
+            id,
+            std::ptr::null_mut(),
+            cm_event::ADDR_ERROR,
+            -libc::EADDRNOTAVAIL,
+            Vec::new(),
+            no_param(),
+        );
+        return 0;
+    };
+    let src = SocketAddr::new(devices[device].spec.addr, src.map_or(0, |s| s.port()));
+    // SAFETY: the program's own structure, written by its call (before the ID connects).
+    let c = unsafe { &mut *i.c() };
+    c.verbs = context_of(device);
+    c.port_num = 1;
+    set_route(c, Some(src), Some(dst));
+    {
+        let mut st = i.lock();
+        st.device = Some(device);
+        st.src = Some(src);
+        st.dst = Some(dst);
+    }
+    post(
+        id,
+        std::ptr::null_mut(),
+        cm_event::ADDR_RESOLVED,
+        0,
+        Vec::new(),
+        no_param(),
+    );
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID.
+    let resolved = unsafe { Id::from_c(id) }.lock().dst.is_some();
+    if !resolved {
+        return fail(errno::EINVAL);
+    }
+    post(
+        id,
+        std::ptr::null_mut(),
+        cm_event::ROUTE_RESOLVED,
+        0,
+        Vec::new(),
+        no_param(),
+    );
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    if id.is_null() || attr.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID, configured by the program's call.
+    let i = unsafe { Id::from_c(id) };
+    if i.verbs().is_null() {
+        return fail(errno::EINVAL);
+    }
+    let Some(device) = i.lock().device else {
+        return fail(errno::EINVAL);
+    };
+    // SAFETY: the caller's attributes; the objects made here are the ID's; its C structure
+    // is written by this call of the program's (`qp` with the state locked).
+    unsafe {
+        let c = i.c();
+        let pd = if pd.is_null() {
+            (*c).pd = default_pd(device, (*c).verbs);
+            (*c).pd
+        } else {
+            pd
+        };
+        if pd.is_null() {
+            return -1;
+        }
+        let a = &mut *attr;
+        if a.send_cq.is_null() || a.recv_cq.is_null() {
+            let depth = (a.cap.max_send_wr + a.cap.max_recv_wr).max(1) as c_int;
+            let cq = crate::objects::irn_ibv_create_cq(
+                (*c).verbs,
+                depth,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            );
+            if cq.is_null() {
+                return -1;
+            }
+            i.own_cqs.store(true, Ordering::Release);
+            if a.send_cq.is_null() {
+                a.send_cq = cq;
+            }
+            if a.recv_cq.is_null() {
+                a.recv_cq = cq;
+            }
+        }
+        (*c).send_cq = a.send_cq;
+        (*c).recv_cq = a.recv_cq;
+        let qp = crate::qp::irn_ibv_create_qp(pd, attr);
+        if qp.is_null() {
+            return -1;
+        }
+        // INIT, as librdmacm leaves a queue pair it creates: receives may be posted before
+        // the connection is made.
+        let mut init = ibv_qp_attr {
+            qp_state: 1,
+            qp_access_flags: 0x2 | 0x4 | 0x8,
+            port_num: 1,
+            ..ibv_qp_attr::default()
+        };
+        let m = mask::STATE | mask::ACCESS_FLAGS | mask::PKEY_INDEX | mask::PORT;
+        let r = crate::qp::irn_ibv_modify_qp(qp, &mut init, m as c_int);
+        if r != 0 {
+            crate::qp::irn_ibv_destroy_qp(qp);
+            return fail(r);
+        }
+        let _st = i.lock();
+        (*c).qp = qp;
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_create_qp_ex(_id: *mut rdma_cm_id, _attr: *mut c_void) -> c_int {
+    fail(errno::EOPNOTSUPP)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_destroy_qp(id: *mut rdma_cm_id) {
+    if id.is_null() {
+        return;
+    }
+    // SAFETY: a live ID.
+    let i = unsafe { Id::from_c(id) };
+    // Its connecting threads use the queue pair without the lock: they finish first.
+    i.join_workers();
+    let qp = {
+        let _st = i.lock();
+        // SAFETY: the `qp` field, written with the state locked.
+        unsafe { std::ptr::replace(&raw mut (*i.c()).qp, std::ptr::null_mut()) }
+    };
+    if !qp.is_null() {
+        // SAFETY: the queue pair rdma_create_qp made.
+        unsafe { crate::qp::irn_ibv_destroy_qp(qp) };
+    }
+    // SAFETY: the ID's own CQs, their queue pair gone.
+    unsafe { destroy_own_cqs(i) };
+}
+
+/// Destroys the CQs `rdma_create_qp` made for the ID, if it made any.
+///
+/// # Safety
+/// No queue pair of the ID's uses them any more.
+unsafe fn destroy_own_cqs(i: &Id) {
+    if !i.own_cqs.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: the caller's contract; the fields are written by the program's calls.
+    unsafe {
+        let c = i.c();
+        let (s, r) = ((*c).send_cq, (*c).recv_cq);
+        crate::objects::irn_ibv_destroy_cq(s);
+        if r != s {
+            crate::objects::irn_ibv_destroy_cq(r);
+        }
+        (*c).send_cq = std::ptr::null_mut();
+        (*c).recv_cq = std::ptr::null_mut();
+    }
+}
+
+/// The protection domain of device `index` that `rdma_create_qp` uses when the program gives
+/// none (librdmacm keeps one per device for the process's life).
+fn default_pd(index: usize, ctx: *mut ibv_context) -> *mut ibv_pd {
+    static PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let mut v = PDS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, pd)) = v.iter().find(|(i, _)| *i == index) {
+        return pd as *mut ibv_pd;
+    }
+    // SAFETY: the device's open context.
+    let pd = unsafe { crate::objects::irn_ibv_alloc_pd(ctx) };
+    if !pd.is_null() {
+        v.push((index, pd as usize));
+    }
+    pd
+}
+
+/// The queue pair attributes a connection asks for: the device's MTU, all remote rights, and
+/// what the program's parameters say.
+fn conn_attr(device: usize, p: Option<&rdma_conn_param>) -> QpAttr {
+    let mut a = QpAttr {
+        access: Access::REMOTE_WRITE
+            .with(Access::REMOTE_READ)
+            .with(Access::REMOTE_ATOMIC),
+        path_mtu: registry().devices[device].mtu,
+        ..QpAttr::default()
+    };
+    if let Some(p) = p {
+        if p.responder_resources > 0 {
+            a.max_dest_rd_atomic = p.responder_resources.min(16);
+        }
+        if p.initiator_depth > 0 {
+            a.max_rd_atomic = p.initiator_depth.min(16);
+        }
+        a.retry_cnt = p.retry_count.min(7);
+        a.rnr_retry = p.rnr_retry_count.min(7);
+    }
+    a
+}
+
+fn private_of(p: Option<&rdma_conn_param>) -> Vec<u8> {
+    match p {
+        Some(p) if !p.private_data.is_null() && p.private_data_len > 0 => {
+            // SAFETY: the program's private data of the length it gives.
+            unsafe {
+                std::slice::from_raw_parts(p.private_data as *const u8, p.private_data_len as usize)
+            }
+            .to_vec()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// What an established connection's event carries.
+fn established_param(attr: &QpAttr, remote_qpn: u32) -> rdma_conn_param {
+    rdma_conn_param {
+        responder_resources: attr.max_dest_rd_atomic,
+        initiator_depth: attr.max_rd_atomic,
+        retry_count: attr.retry_cnt,
+        rnr_retry_count: attr.rnr_retry,
+        qp_num: remote_qpn,
+        ..no_param()
+    }
+}
+
+/// After `conn` is made: the queue pair's C state follows, the connection is kept, a thread
+/// watches it, and `ESTABLISHED` is queued.
+fn established(idp: Ptr, conn: CmConnection, attr: &QpAttr) {
+    let id = idp.0 as *mut rdma_cm_id;
+    // SAFETY: a live ID (this runs on one of its threads).
+    let i = unsafe { Id::from_c(id) };
+    let param = established_param(attr, conn.remote_qpn());
+    let private = conn.private_data().to_vec();
+    {
+        let st = &mut *i.lock();
+        st.conn = Some(conn);
+        // The request is answered: its listener is no longer held for it (a listening ID
+        // destroyed now frees its port).
+        st.request = None;
+        if !i.qp().is_null() {
+            // SAFETY: the ID's queue pair, which cannot go while the state is locked.
+            unsafe { crate::qp::refresh_state(i.qp()) };
+        }
+    }
+    post(
+        id,
+        std::ptr::null_mut(),
+        cm_event::ESTABLISHED,
+        0,
+        private,
+        param,
+    );
+    let stop = i.stop.clone();
+    i.spawn(move || watch(idp, stop));
+}
+
+/// Watches an established connection until the peer ends it (`DISCONNECTED`), the program
+/// disconnects (the connection is taken), or the ID goes.
+fn watch(idp: Ptr, stop: Arc<AtomicBool>) {
+    let id = idp.0 as *mut rdma_cm_id;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(5));
+        // SAFETY: a live ID (destroying it joins this thread).
+        let i = unsafe { Id::from_c(id) };
+        let mut st = i.lock();
+        let Some(conn) = st.conn.as_mut() else { return };
+        if let Ok(true) = conn.poll_disconnect() {
+            st.conn = None;
+            // The queue pair stops, as rdma_cm moves it to the error state on a DREQ.
+            qp_to_error(i);
+            drop(st);
+            post(
+                id,
+                std::ptr::null_mut(),
+                cm_event::DISCONNECTED,
+                0,
+                Vec::new(),
+                no_param(),
+            );
+            return;
+        }
+    }
+}
+
+/// Moves the ID's queue pair to the error state (with the ID's state locked by the caller).
+fn qp_to_error(i: &Id) {
+    if i.qp().is_null() {
+        return;
+    }
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_ERR,
+        ..ibv_qp_attr::default()
+    };
+    // SAFETY: the ID's queue pair, which cannot go while its state is locked.
+    unsafe { crate::qp::irn_ibv_modify_qp(i.qp(), &mut a, mask::STATE as c_int) };
+}
+
+/// The event and status a failed connection attempt ends in.
+fn failure(e: &CmError) -> (u32, c_int) {
+    match e {
+        CmError::Rejected(reason) => (cm_event::REJECTED, c_int::from(*reason)),
+        CmError::Timeout { .. } | CmError::Idle(_) => (cm_event::UNREACHABLE, -libc::ETIMEDOUT),
+        CmError::Verbs(v) => (cm_event::CONNECT_ERROR, -errno::of(v)),
+        _ => (cm_event::CONNECT_ERROR, -errno::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_connect(
+    id: *mut rdma_cm_id,
+    param: *mut rdma_conn_param,
+) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID; the caller's parameters (or NULL).
+    let (i, p) = unsafe { (Id::from_c(id), param.as_ref()) };
+    let (device, dst) = {
+        let st = i.lock();
+        match (st.device, st.dst) {
+            (Some(d), Some(t)) => (d, t),
+            _ => return fail(errno::EINVAL),
+        }
+    };
+    if i.qp().is_null() {
+        // A queue pair the program made itself (conn_param.qp_num) is not connected here.
+        return fail(errno::EOPNOTSUPP);
+    }
+    let private = private_of(p);
+    if private.len() > 56 {
+        return fail(errno::EINVAL);
+    }
+    let attr = conn_attr(device, p);
+    // SAFETY: the device's open context.
+    let dev = unsafe { Context::from_c(i.verbs()) }.dev.clone();
+    let (idp, qpp) = (Ptr(id as usize), Ptr(i.qp() as usize));
+    i.spawn_worker(move || {
+        // SAFETY: the ID's queue pair; destroying it (or the ID) waits for this thread.
+        let Some(qp) = (unsafe { crate::qp::rc_of(qpp.0 as *mut ibv_qp) }) else {
+            return;
+        };
+        match cm::connect(&dev, qp, &attr, dst, &private, cm_config()) {
+            Ok(conn) => established(idp, conn, &attr),
+            Err(e) => {
+                let (event, status) = failure(&e);
+                post(
+                    idp.0 as *mut rdma_cm_id,
+                    std::ptr::null_mut(),
+                    event,
+                    status,
+                    Vec::new(),
+                    no_param(),
+                );
+            }
+        }
+    });
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID.
+    let i = unsafe { Id::from_c(id) };
+    let (device, port) = {
+        let st = i.lock();
+        match st.src {
+            Some(s) => (st.device, s.port()),
+            None => return fail(errno::EINVAL),
+        }
+    };
+    let devices: Vec<usize> = match device {
+        Some(d) => vec![d],
+        None => (0..registry().devices.len()).collect(),
+    };
+    let mut listeners = Vec::new();
+    for d in devices {
+        let ctx = context_of(d);
+        if ctx.is_null() {
+            return -1;
+        }
+        // SAFETY: the device's open context.
+        let dev = unsafe { Context::from_c(ctx) }.dev.clone();
+        match CmListener::bind(&dev, port, cm_config()) {
+            Ok(l) => listeners.push((d, Arc::new(l))),
+            Err(CmError::PortInUse(_)) => return fail(libc::EADDRINUSE),
+            Err(CmError::Verbs(e)) => return fail(errno::of(&e)),
+            Err(_) => return fail(errno::EINVAL),
+        }
+    }
+    i.lock().listeners = listeners.iter().map(|(_, l)| l.clone()).collect();
+    for (d, l) in listeners {
+        let stop = i.stop.clone();
+        let idp = Ptr(id as usize);
+        i.spawn(move || accept_requests(idp, d, l, stop));
+    }
+    0
+}
+
+/// A listening ID's thread for one device: each request becomes a new ID and a
+/// `CONNECT_REQUEST` event.
+fn accept_requests(idp: Ptr, device: usize, l: Arc<CmListener>, stop: Arc<AtomicBool>) {
+    let parent = idp.0 as *mut rdma_cm_id;
+    while !stop.load(Ordering::Acquire) {
+        let req = match l.get_request(Duration::from_millis(20)) {
+            Ok(r) => r,
+            Err(CmError::Idle(_)) => continue,
+            Err(_) => return,
+        };
+        // SAFETY: the listening ID, alive while this thread runs.
+        let p = unsafe { Id::from_c(parent) };
+        // SAFETY: the parent's channel and context, set before it listened.
+        let (channel, context) = unsafe { ((*p.c()).channel, (*p.c()).context) };
+        let child = new_id(channel, context, context_of(device), false);
+        // SAFETY: the new ID, not yet known to the program.
+        let c = unsafe { Id::from_c(child) };
+        let src = p
+            .lock()
+            .src
+            .map(|s| SocketAddr::new(registry().devices[device].spec.addr, s.port()));
+        let dst = SocketAddr::new(req.peer, req.cma.as_ref().map_or(0, |h| h.src_port));
+        // SAFETY: as above.
+        set_route(unsafe { &mut *c.c() }, src, Some(dst));
+        let param = rdma_conn_param {
+            responder_resources: req.responder_resources(),
+            initiator_depth: req.responder_resources(),
+            qp_num: req.qpn(),
+            ..no_param()
+        };
+        let private = req.private_data.clone();
+        {
+            let mut st = c.lock();
+            st.device = Some(device);
+            st.src = src;
+            st.dst = Some(dst);
+            st.request = Some((l.clone(), req));
+        }
+        post(child, parent, cm_event::CONNECT_REQUEST, 0, private, param);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_accept(
+    id: *mut rdma_cm_id,
+    param: *mut rdma_conn_param,
+) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID; the caller's parameters (or NULL).
+    let (i, p) = unsafe { (Id::from_c(id), param.as_ref()) };
+    let (device, listener, request) = {
+        let st = i.lock();
+        match (&st.request, st.device) {
+            (Some((l, r)), Some(d)) => (d, l.clone(), r.clone()),
+            _ => return fail(errno::EINVAL),
+        }
+    };
+    if i.qp().is_null() {
+        return fail(errno::EOPNOTSUPP);
+    }
+    let private = private_of(p);
+    if private.len() > 196 {
+        return fail(errno::EINVAL);
+    }
+    let attr = conn_attr(device, p);
+    let (idp, qpp) = (Ptr(id as usize), Ptr(i.qp() as usize));
+    i.spawn_worker(move || {
+        // SAFETY: the ID's queue pair; destroying it (or the ID) waits for this thread.
+        let Some(qp) = (unsafe { crate::qp::rc_of(qpp.0 as *mut ibv_qp) }) else {
+            return;
+        };
+        match listener.accept(&request, qp, &attr, &private) {
+            Ok(conn) => established(idp, conn, &attr),
+            Err(e) => {
+                let (event, status) = failure(&e);
+                post(
+                    idp.0 as *mut rdma_cm_id,
+                    std::ptr::null_mut(),
+                    event,
+                    status,
+                    Vec::new(),
+                    no_param(),
+                );
+            }
+        }
+    });
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_reject(
+    id: *mut rdma_cm_id,
+    _private: *const c_void,
+    _len: u8,
+) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID.
+    let i = unsafe { Id::from_c(id) };
+    let Some((l, r)) = i.lock().request.take() else {
+        return fail(errno::EINVAL);
+    };
+    match l.reject(&r) {
+        Ok(()) => 0,
+        Err(_) => fail(libc::EIO),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: a live ID.
+    let i = unsafe { Id::from_c(id) };
+    let conn = {
+        let mut st = i.lock();
+        let c = st.conn.take();
+        qp_to_error(i);
+        c
+    };
+    // Already ended (the peer's DREQ came first): nothing to send.
+    let Some(conn) = conn else { return 0 };
+    let idp = Ptr(id as usize);
+    i.spawn_worker(move || {
+        let _ = conn.disconnect();
+        post(
+            idp.0 as *mut rdma_cm_id,
+            std::ptr::null_mut(),
+            cm_event::DISCONNECTED,
+            0,
+            Vec::new(),
+            no_param(),
+        );
+    });
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    name: c_int,
+    _val: *mut c_void,
+    _len: usize,
+) -> c_int {
+    if id.is_null() {
+        return fail(errno::EINVAL);
+    }
+    // RDMA_OPTION_ID: TOS, REUSEADDR, AFONLY, ACK_TIMEOUT — accepted; the runtime's sockets
+    // and timers are its own.
+    if level == 0 && (0..=3).contains(&name) {
+        return 0;
+    }
+    fail(libc::ENOSYS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_event_str(e: u32) -> *const c_char {
+    static NAMES: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        RDMA_CM_EVENT_NAMES
+            .iter()
+            .map(|s| std::ffi::CString::new(*s).expect("no NUL"))
+            .collect()
+    });
+    names
+        .get(e as usize)
+        .map_or(c"UNKNOWN EVENT".as_ptr(), |n| n.as_ptr())
+}
+
+/// `rdma_getaddrinfo(3)` for the TCP port space: the system resolver's answer as the
+/// source (`RAI_PASSIVE`) or destination address.
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return fail(errno::EINVAL);
+    }
+    // SAFETY: the caller's hints, or NULL.
+    let h = unsafe { hints.as_ref() };
+    let flags = h.map_or(0, |h| h.ai_flags);
+    if h.is_some_and(|h| h.ai_port_space != 0 && h.ai_port_space as u32 != RDMA_PS_TCP) {
+        return fail(errno::EOPNOTSUPP);
+    }
+    // SAFETY: an all-zero addrinfo is an empty hint.
+    let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
+    ai.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+    ai.ai_socktype = libc::SOCK_STREAM;
+    ai.ai_flags = if flags & RAI_PASSIVE != 0 {
+        libc::AI_PASSIVE
+    } else {
+        0
+    } | if flags & RAI_NUMERICHOST != 0 {
+        libc::AI_NUMERICHOST
+    } else {
+        0
+    };
+    let mut out: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: NUL-terminated strings (or NULL) from the caller; `out` receives a list freed
+    // below.
+    let r = unsafe { libc::getaddrinfo(node, service, &ai, &mut out) };
+    if r != 0 || out.is_null() {
+        return fail(libc::ENOENT);
+    }
+    // SAFETY: the first entry of the list getaddrinfo returned.
+    let first = unsafe { &*out };
+    let addr = sockaddr_of(first.ai_addr);
+    // SAFETY: the list, freed once.
+    unsafe { libc::freeaddrinfo(out) };
+    let Some(addr) = addr else {
+        return fail(libc::EAFNOSUPPORT);
+    };
+    let st = Box::new(storage_of(addr));
+    let len = if addr.is_ipv4() {
+        size_of::<libc::sockaddr_in>()
+    } else {
+        size_of::<libc::sockaddr_in6>()
+    } as libc::socklen_t;
+    let sa = Box::into_raw(st) as *mut libc::sockaddr;
+    let passive = flags & RAI_PASSIVE != 0;
+    let info = Box::new(rdma_addrinfo {
+        ai_flags: flags,
+        ai_family: if addr.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        },
+        ai_qp_type: IBV_QPT_RC as c_int,
+        ai_port_space: RDMA_PS_TCP as c_int,
+        ai_src_len: if passive { len } else { 0 },
+        ai_dst_len: if passive { 0 } else { len },
+        ai_src_addr: if passive { sa } else { std::ptr::null_mut() },
+        ai_dst_addr: if passive { std::ptr::null_mut() } else { sa },
+        ai_src_canonname: std::ptr::null_mut(),
+        ai_dst_canonname: std::ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: std::ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: std::ptr::null_mut(),
+        ai_next: std::ptr::null_mut(),
+    });
+    // SAFETY: the caller's out pointer.
+    unsafe { res.write(Box::into_raw(info)) };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut cur = res;
+    while !cur.is_null() {
+        // SAFETY: a list rdma_getaddrinfo made, freed once: its entries and addresses are
+        // boxes of this library's.
+        let ai = unsafe { Box::from_raw(cur) };
+        for sa in [ai.ai_src_addr, ai.ai_dst_addr] {
+            if !sa.is_null() {
+                // SAFETY: a boxed sockaddr_storage made above.
+                drop(unsafe { Box::from_raw(sa as *mut libc::sockaddr_storage) });
+            }
+        }
+        cur = ai.ai_next;
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_init_qp_attr(
+    _id: *mut rdma_cm_id,
+    _attr: *mut ibv_qp_attr,
+    _mask: *mut c_int,
+) -> c_int {
+    fail(errno::EOPNOTSUPP)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_establish(_id: *mut rdma_cm_id) -> c_int {
+    fail(errno::EOPNOTSUPP)
+}
+
+/// rsockets are not offered.
+#[no_mangle]
+pub unsafe extern "C" fn irn_rpoll(_fds: *mut c_void, _n: c_int, _timeout: c_int) -> c_int {
+    fail(libc::ENOSYS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_round_trip() {
+        for a in ["127.0.0.2:7174", "[fd00::1]:20079"] {
+            let a: SocketAddr = a.parse().expect("addr");
+            let st = storage_of(a);
+            assert_eq!(
+                sockaddr_of(&st as *const _ as *const libc::sockaddr),
+                Some(a)
+            );
+        }
+        assert_eq!(sockaddr_of(std::ptr::null()), None);
+    }
+
+    #[test]
+    fn failures_become_librdmacms_events() {
+        assert_eq!(failure(&CmError::Rejected(28)), (cm_event::REJECTED, 28));
+        assert_eq!(
+            failure(&CmError::Timeout {
+                what: "REQ",
+                tries: 9
+            }),
+            (cm_event::UNREACHABLE, -libc::ETIMEDOUT)
+        );
+        // SAFETY: name lookups, returning static strings.
+        let name = |e| unsafe { std::ffi::CStr::from_ptr(irn_rdma_event_str(e)) };
+        assert_eq!(
+            name(cm_event::ESTABLISHED).to_str(),
+            Ok("RDMA_CM_EVENT_ESTABLISHED")
+        );
+        assert_eq!(name(99).to_str(), Ok("UNKNOWN EVENT"));
+    }
 }

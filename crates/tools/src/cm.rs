@@ -171,7 +171,7 @@ impl CmChannel {
     ) -> Result<CmChannel> {
         let me = SocketAddr::new(dev.local_addr().ip(), port);
         let mut ch = CmChannel::new(dev, cfg, me)?;
-        let mut l = CmListener::bind(dev, port, cfg)?;
+        let l = CmListener::bind(dev, port, cfg)?;
         let req = l
             .get_request(wait)
             .context("waiting for a client's connection request")?;

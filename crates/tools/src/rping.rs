@@ -358,7 +358,7 @@ fn server(args: &RpingArgs, ip: IpAddr, cfg: CmConfig) -> Result<bool> {
 }
 
 fn serve(args: &RpingArgs, end: &End, cfg: CmConfig) -> Result<bool> {
-    let mut listener = CmListener::bind(&end.dev, args.port, cfg)?;
+    let listener = CmListener::bind(&end.dev, args.port, cfg)?;
     let req = listener.get_request(Duration::from_secs(7 * 24 * 3600))?;
     if args.debug {
         eprintln!(

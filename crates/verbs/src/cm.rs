@@ -970,7 +970,7 @@ impl CmListener {
     /// Waits up to `timeout` for a REQ to this port (`rdma_get_cm_event`:
     /// `RDMA_CM_EVENT_CONNECT_REQUEST`). REQs for ports nobody listens on are rejected
     /// (reason 8) meanwhile.
-    pub fn get_request(&mut self, timeout: Duration) -> CmResult<CmRequest> {
+    pub fn get_request(&self, timeout: Duration) -> CmResult<CmRequest> {
         let until = Instant::now() + timeout;
         let port = self.port;
         let got = next_mad(
@@ -1005,7 +1005,7 @@ impl CmListener {
     }
 
     /// Refuses a request (REJ, reason 28: the consumer rejected).
-    pub fn reject(&mut self, request: &CmRequest) -> CmResult<()> {
+    pub fn reject(&self, request: &CmRequest) -> CmResult<()> {
         let rej = reject(&request.req, request.tid, 28);
         lock(&self.agent)
             .gsi
@@ -1017,7 +1017,7 @@ impl CmListener {
     /// waits for the RTU (or the first packet on `qp`), the agent answering a repeated REQ
     /// with the REP again. The listener goes on listening.
     pub fn accept(
-        &mut self,
+        &self,
         request: &CmRequest,
         qp: &Qp,
         attr: &QpAttr,

@@ -795,7 +795,7 @@ fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
     let server_ip = b.dev.local_addr().ip();
     std::thread::scope(|s| {
         let srv = s.spawn(|| {
-            let mut l = CmListener::bind(&b.dev, 7174, cfg_b).expect("listen");
+            let l = CmListener::bind(&b.dev, 7174, cfg_b).expect("listen");
             // A request for another port is refused before this one is accepted.
             let req = l.get_request(Duration::from_secs(10)).expect("request");
             assert_eq!(req.private_data, b"hello");
@@ -861,7 +861,7 @@ fn a_connection_dropped_while_established_ends_it_for_the_peer() {
     let server_ip = b.dev.local_addr().ip();
     std::thread::scope(|s| {
         let srv = s.spawn(|| {
-            let mut l = CmListener::bind(&b.dev, 7175, cfg_b).expect("listen");
+            let l = CmListener::bind(&b.dev, 7175, cfg_b).expect("listen");
             let req = l.get_request(Duration::from_secs(10)).expect("request");
             let mut conn = l.accept(&req, &b.qp, &attr, b"").expect("accept");
             assert!(!conn.poll_disconnect().expect("poll"), "not yet");
@@ -916,7 +916,7 @@ fn one_device_carries_many_cm_connections_to_one_port() {
     ));
     std::thread::scope(|s| {
         let srv = s.spawn(|| {
-            let mut l = l;
+            let l = l;
             let mut conns = Vec::new();
             for q in &qb {
                 let req = l.get_request(Duration::from_secs(10)).expect("request");
@@ -987,7 +987,7 @@ fn the_cm_counts_and_drops_malformed_and_forged_mads() {
     let server = SocketAddr::new(b.dev.local_addr().ip(), 7176);
     let (ca, cb) = std::thread::scope(|s| {
         let srv = s.spawn(|| {
-            let mut l = CmListener::bind(&b.dev, 7176, cfg_b).expect("listen");
+            let l = CmListener::bind(&b.dev, 7176, cfg_b).expect("listen");
             let req = l.get_request(Duration::from_secs(10)).expect("request");
             l.accept(&req, &b.qp, &attr, &[]).expect("accept")
         });
@@ -1108,7 +1108,7 @@ fn the_cm_connects_through_lost_mads() {
         let server = SocketAddr::new(b.dev.local_addr().ip(), 18);
         std::thread::scope(|s| {
             let srv = s.spawn(|| {
-                let mut l = CmListener::bind(&b.dev, 18, cfg_b).expect("listen");
+                let l = CmListener::bind(&b.dev, 18, cfg_b).expect("listen");
                 let req = l.get_request(Duration::from_secs(20)).expect("request");
                 let conn = l.accept(&req, &b.qp, &attr, b"").expect("accept");
                 // The server side's dropped count is whatever loss left; the DREQ arrives.
