@@ -357,6 +357,14 @@ pub unsafe extern "C" fn irn_rdma_get_cm_event(
         // SAFETY: reading one byte into a local array; blocking unless the program made the
         // descriptor non-blocking (then EAGAIN, as librdmacm's).
         let n = unsafe { libc::read(c.c.fd, b.as_mut_ptr() as *mut c_void, 1) };
+        if n == 0 {
+            // The channel was destroyed under a thread waiting on it (rping's CM thread at
+            // exit): it waits on, as it would on rdma_cm's device file, which a pending read
+            // keeps open.
+            loop {
+                std::thread::park();
+            }
+        }
         if n != 1 {
             return -1;
         }
