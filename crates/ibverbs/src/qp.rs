@@ -186,6 +186,16 @@ pub unsafe extern "C" fn irn_ibv_create_qp(
         Ok(k) => k,
         Err(e) => return errno::null(errno::of(&e)),
     };
+    // In IRN mode the peer is an irn device, and every irn device takes coalesced datagrams
+    // (`Device::accepts_gso`): packets leave up to 64 to a system call. A RoCE-mode peer may
+    // be Linux rxe or a NIC, which need one packet per datagram.
+    if let Kind::Rc(rc) = &kind {
+        if config().mode == irn_verbs::QpMode::Irn {
+            if let Err(e) = rc.set_peer_gso(true) {
+                return errno::null(errno::of(&e));
+            }
+        }
+    }
     let inline = if cap.max_inline_data > 0 {
         let slot_len = cap.max_inline_data as usize;
         let slots = send_wr + 1;

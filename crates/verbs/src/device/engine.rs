@@ -761,6 +761,7 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
             cq.overrun = true;
         } else {
             cq.entries.push_back(wc);
+            cq.queued.store(cq.entries.len(), Ordering::Release);
         }
         // Under the core lock, which the sleepers wait with: none can miss it. Once per
         // sleep: a sleeper waiting with `notified` set was notified after it began to wait.

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -161,6 +161,8 @@ struct CqState {
     /// Armed for one completion event ([`Cq::req_notify`]): called, and disarmed, when the
     /// next completion arrives.
     armed: Option<CqNotify>,
+    /// `entries.len()`, published for [`Cq::queued`] to read without the device lock.
+    queued: Arc<AtomicUsize>,
 }
 
 /// What an armed completion queue calls when its next completion arrives
@@ -586,6 +588,7 @@ impl Device {
         }
         let mut core = self.shared.lock();
         let id = core.fresh_id();
+        let queued = Arc::new(AtomicUsize::new(0));
         core.cqs.insert(
             id,
             CqState {
@@ -597,11 +600,13 @@ impl Device {
                 sleepers: 0,
                 notified: false,
                 armed: None,
+                queued: queued.clone(),
             },
         );
         Ok(Cq {
             shared: self.shared.clone(),
             id,
+            queued,
         })
     }
 }
@@ -671,6 +676,8 @@ pub struct Mr {
 pub struct Cq {
     shared: Arc<Shared>,
     id: u32,
+    /// How many completions it holds, as of the last change ([`Cq::queued`]).
+    queued: Arc<AtomicUsize>,
 }
 
 /// Creation parameters of a queue pair (`struct ibv_qp_init_attr`).

@@ -311,7 +311,17 @@ impl Cq {
         }
         let n = max.min(cq.entries.len());
         out.extend(cq.entries.drain(..n));
+        cq.queued.store(cq.entries.len(), Ordering::Release);
         Ok(n)
+    }
+
+    /// How many completions the CQ holds, read without the device lock: what a program
+    /// spinning on an empty CQ asks before it polls (a NIC's CQ is memory the program reads;
+    /// taking the device's lock for every empty poll would take it from the engine that is
+    /// producing the completions). Exact when it was last changed; a completion arriving
+    /// meanwhile is seen at the next look.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
     }
 
     /// Arms the CQ for one completion event (`ibv_req_notify_cq(3)`): `notify` is called
@@ -335,6 +345,47 @@ impl Cq {
         self.sleep(timeout)
     }
 
+    /// Waits up to `timeout` for the CQ to hold a completion (or to have overrun), without
+    /// taking it: whether one is there. For a program that spins on [`Cq::poll`] — an
+    /// `ibv_poll_cq` loop — to give the host's CPU to the engine that makes its completions
+    /// between polls. A busy-polled device is driven meanwhile, as by a poll.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        if self.shared.busy_poll {
+            loop {
+                self.shared.progress();
+                if self.queued() > 0 {
+                    return Ok(true);
+                }
+                if Instant::now() >= deadline || self.shared.closed() {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let mut core = self.shared.flush(self.shared.lock());
+        loop {
+            let cq = core.cq_mut(self.id)?;
+            if cq.overrun || !cq.entries.is_empty() {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.shared.closed() {
+                return Ok(false);
+            }
+            let ready = cq.ready.clone();
+            cq.sleepers += 1;
+            cq.notified = false;
+            core = ready
+                .wait_timeout(core, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            if let Ok(cq) = core.cq_mut(self.id) {
+                cq.sleepers -= 1;
+            }
+        }
+    }
+
     /// [`Cq::wait`] that sleeps on the condition variable whether or not the device busy-polls:
     /// for a thread that waits all the time for rare events (the connection manager's agent,
     /// `crate::cm`), which, spinning, burnt a core of a busy-polling device for as long as the
@@ -350,6 +401,7 @@ impl Cq {
                 return Err(Error::CqOverrun(self.id));
             }
             if let Some(wc) = cq.entries.pop_front() {
+                cq.queued.store(cq.entries.len(), Ordering::Release);
                 return Ok(Some(wc));
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -381,6 +433,7 @@ impl Cq {
                     return Err(Error::CqOverrun(self.id));
                 }
                 if let Some(wc) = cq.entries.pop_front() {
+                    cq.queued.store(cq.entries.len(), Ordering::Release);
                     return Ok(Some(wc));
                 }
             }
