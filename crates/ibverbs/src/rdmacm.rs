@@ -166,6 +166,9 @@ impl Id {
     }
 }
 
+/// How long `rdma_connect` keeps trying a port nobody listens on before `REJECTED`.
+const REFUSED_RETRY: Duration = Duration::from_secs(3);
+
 fn cm_config() -> CmConfig {
     CmConfig {
         peer_port: config().port,
@@ -427,6 +430,20 @@ pub unsafe extern "C" fn irn_rdma_create_id(
     0
 }
 
+/// The IDs that exist: a pointer the program passes is checked against them, so that an ID
+/// used after `rdma_destroy_id` — perftest 4.5's `-R` client does, retrying after a refused
+/// connection — is refused with `EINVAL` rather than followed.
+static LIVE: Mutex<std::collections::BTreeSet<usize>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+fn live(id: *mut rdma_cm_id) -> bool {
+    !id.is_null()
+        && LIVE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(id as usize))
+}
+
 fn new_id(
     ch: *mut rdma_event_channel,
     context: *mut c_void,
@@ -460,12 +477,16 @@ fn new_id(
         own_cqs: AtomicBool::new(false),
         own_channel,
     });
-    Box::into_raw(id) as *mut rdma_cm_id
+    let id = Box::into_raw(id) as *mut rdma_cm_id;
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id as usize);
+    id
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         errno::set(errno::EINVAL);
         return -1;
     }
@@ -489,7 +510,10 @@ pub unsafe extern "C" fn irn_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         (*i.c()).channel
     };
     let own_channel = i.own_channel;
-    // SAFETY: destroyed once; its threads have ended.
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(id as usize));
+    // SAFETY: destroyed once (no longer live); its threads have ended.
     drop(unsafe { Box::from_raw(id as *mut Id) });
     if own_channel {
         // SAFETY: the channel this ID made for itself.
@@ -508,7 +532,7 @@ pub unsafe extern "C" fn irn_rdma_bind_addr(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     let Some(mut a) = sockaddr_of(addr) else {
@@ -548,7 +572,7 @@ pub unsafe extern "C" fn irn_rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     let Some(dst) = sockaddr_of(dst) else {
@@ -603,7 +627,7 @@ pub unsafe extern "C" fn irn_rdma_resolve_addr(
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID.
@@ -706,7 +730,7 @@ pub unsafe extern "C" fn irn_rdma_create_qp_ex(_id: *mut rdma_cm_id, _attr: *mut
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_destroy_qp(id: *mut rdma_cm_id) {
-    if id.is_null() {
+    if !live(id) {
         return;
     }
     // SAFETY: a live ID.
@@ -898,7 +922,7 @@ pub unsafe extern "C" fn irn_rdma_connect(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID; the caller's parameters (or NULL).
@@ -927,7 +951,21 @@ pub unsafe extern "C" fn irn_rdma_connect(
         let Some(qp) = (unsafe { crate::qp::rc_of(qpp.0 as *mut ibv_qp) }) else {
             return;
         };
-        match cm::connect(&dev, qp, &attr, dst, &private, cm_config()) {
+        // A REQ refused because nobody listens on the port yet (REJ reason 8) is sent again
+        // for a while before the refusal is reported: addresses and routes resolve here at
+        // once, so a client reaches its server sooner than through a kernel's ARP and path
+        // queries — before perftest's -R server has made the data connections' listener
+        // (perftest's own retry then reuses destroyed IDs).
+        let until = std::time::Instant::now() + REFUSED_RETRY;
+        let got = loop {
+            match cm::connect(&dev, qp, &attr, dst, &private, cm_config()) {
+                Err(CmError::Rejected(8)) if std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => break other,
+            }
+        };
+        match got {
             Ok(conn) => established(idp, conn, &attr),
             Err(e) => {
                 let (event, status) = failure(&e);
@@ -947,7 +985,7 @@ pub unsafe extern "C" fn irn_rdma_connect(
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID.
@@ -1034,7 +1072,7 @@ pub unsafe extern "C" fn irn_rdma_accept(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID; the caller's parameters (or NULL).
@@ -1084,7 +1122,7 @@ pub unsafe extern "C" fn irn_rdma_reject(
     _private: *const c_void,
     _len: u8,
 ) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID.
@@ -1100,7 +1138,7 @@ pub unsafe extern "C" fn irn_rdma_reject(
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID.
@@ -1136,7 +1174,7 @@ pub unsafe extern "C" fn irn_rdma_set_option(
     _val: *mut c_void,
     _len: usize,
 ) -> c_int {
-    if id.is_null() {
+    if !live(id) {
         return fail(errno::EINVAL);
     }
     // RDMA_OPTION_ID: TOS, REUSEADDR, AFONLY, ACK_TIMEOUT — accepted; the runtime's sockets
