@@ -306,6 +306,11 @@ int main(void)
 	      "remote access error, got %s", ibv_wc_status_str(wc.status));
 	CHECK(memcmp(before, b.buf, REGION) == 0, "nothing written outside the region");
 
+	/* Objects in use are not destroyed: the kernel's answer, EBUSY. */
+	CHECK(ibv_destroy_cq(a.cq) == EBUSY, "a CQ a QP uses stays (EBUSY)");
+	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "a PD with a region and a QP stays (EBUSY)");
+	CHECK(ibv_destroy_comp_channel(b.channel) == EBUSY, "a channel a CQ uses stays (EBUSY)");
+
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0, "destroy QPs");
 	CHECK(ibv_dereg_mr(a.mr) == 0 && ibv_dereg_mr(b.mr) == 0, "deregister");
 	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0, "destroy CQs");

@@ -557,7 +557,7 @@ pub mod wc_opcode {
 pub mod wc_flags {
     pub const GRH: u32 = 1 << 0;
     pub const WITH_IMM: u32 = 1 << 1;
-    pub const WITH_INV: u32 = 1 << 2;
+    pub const WITH_INV: u32 = 1 << 3;
 }
 
 /// `enum ibv_wc_status`, in order.
@@ -896,7 +896,78 @@ mod layout {
         ] {
             extra.push((format!("offsetof(struct ibv_port_attr, {name})"), rust));
         }
-        let all: Vec<(String, usize)> = pairs.into_iter().chain(extra).collect();
+        // The numbers programs compare with: each constant against verbs.h's and
+        // rdma_cma.h's own.
+        let values: [(&str, u64); 52] = [
+            ("IBV_NODE_CA", IBV_NODE_CA as u64),
+            ("IBV_TRANSPORT_IB", IBV_TRANSPORT_IB as u64),
+            ("IBV_PORT_ACTIVE", IBV_PORT_ACTIVE.into()),
+            ("IBV_LINK_LAYER_ETHERNET", IBV_LINK_LAYER_ETHERNET.into()),
+            ("IBV_PORT_CM_SUP", IBV_PORT_CM_SUP.into()),
+            ("IBV_PORT_IP_BASED_GIDS", IBV_PORT_IP_BASED_GIDS.into()),
+            (
+                "IBV_DEVICE_RC_RNR_NAK_GEN",
+                IBV_DEVICE_RC_RNR_NAK_GEN.into(),
+            ),
+            ("IBV_ATOMIC_HCA", IBV_ATOMIC_HCA.into()),
+            ("IBV_GID_TYPE_ROCE_V2", IBV_GID_TYPE_ROCE_V2.into()),
+            ("IBV_FORK_UNNEEDED", IBV_FORK_UNNEEDED as u64),
+            ("IBV_QPT_RC", IBV_QPT_RC.into()),
+            ("IBV_QPT_UC", IBV_QPT_UC.into()),
+            ("IBV_QPT_UD", IBV_QPT_UD.into()),
+            ("IBV_QPS_ERR", IBV_QPS_ERR.into()),
+            ("IBV_QP_STATE", mask::STATE.into()),
+            ("IBV_QP_CUR_STATE", mask::CUR_STATE.into()),
+            ("IBV_QP_ACCESS_FLAGS", mask::ACCESS_FLAGS.into()),
+            ("IBV_QP_PKEY_INDEX", mask::PKEY_INDEX.into()),
+            ("IBV_QP_PORT", mask::PORT.into()),
+            ("IBV_QP_QKEY", mask::QKEY.into()),
+            ("IBV_QP_AV", mask::AV.into()),
+            ("IBV_QP_PATH_MTU", mask::PATH_MTU.into()),
+            ("IBV_QP_TIMEOUT", mask::TIMEOUT.into()),
+            ("IBV_QP_RETRY_CNT", mask::RETRY_CNT.into()),
+            ("IBV_QP_RNR_RETRY", mask::RNR_RETRY.into()),
+            ("IBV_QP_RQ_PSN", mask::RQ_PSN.into()),
+            ("IBV_QP_MAX_QP_RD_ATOMIC", mask::MAX_QP_RD_ATOMIC.into()),
+            ("IBV_QP_ALT_PATH", mask::ALT_PATH.into()),
+            ("IBV_QP_MIN_RNR_TIMER", mask::MIN_RNR_TIMER.into()),
+            ("IBV_QP_SQ_PSN", mask::SQ_PSN.into()),
+            ("IBV_QP_MAX_DEST_RD_ATOMIC", mask::MAX_DEST_RD_ATOMIC.into()),
+            ("IBV_QP_PATH_MIG_STATE", mask::PATH_MIG_STATE.into()),
+            ("IBV_QP_CAP", mask::CAP.into()),
+            ("IBV_QP_DEST_QPN", mask::DEST_QPN.into()),
+            (
+                "IBV_WR_RDMA_WRITE_WITH_IMM",
+                wr_opcode::RDMA_WRITE_WITH_IMM.into(),
+            ),
+            ("IBV_WR_SEND_WITH_IMM", wr_opcode::SEND_WITH_IMM.into()),
+            ("IBV_WR_RDMA_READ", wr_opcode::RDMA_READ.into()),
+            (
+                "IBV_WR_ATOMIC_FETCH_AND_ADD",
+                wr_opcode::ATOMIC_FETCH_AND_ADD.into(),
+            ),
+            ("IBV_WR_SEND_WITH_INV", wr_opcode::SEND_WITH_INV.into()),
+            ("IBV_SEND_SIGNALED", send_flags::SIGNALED.into()),
+            ("IBV_SEND_SOLICITED", send_flags::SOLICITED.into()),
+            ("IBV_SEND_INLINE", send_flags::INLINE.into()),
+            ("IBV_WC_FETCH_ADD", wc_opcode::FETCH_ADD.into()),
+            ("IBV_WC_RECV", wc_opcode::RECV.into()),
+            (
+                "IBV_WC_RECV_RDMA_WITH_IMM",
+                wc_opcode::RECV_RDMA_WITH_IMM.into(),
+            ),
+            ("IBV_WC_GRH", wc_flags::GRH.into()),
+            ("IBV_WC_WITH_IMM", wc_flags::WITH_IMM.into()),
+            ("IBV_WC_WITH_INV", wc_flags::WITH_INV.into()),
+            ("RDMA_PS_TCP", RDMA_PS_TCP.into()),
+            ("RAI_PASSIVE", RAI_PASSIVE as u64),
+            ("RDMA_CM_EVENT_ESTABLISHED", cm_event::ESTABLISHED.into()),
+            ("RDMA_CM_EVENT_DISCONNECTED", cm_event::DISCONNECTED.into()),
+        ];
+        let named = values
+            .iter()
+            .map(|(name, v)| (format!("(size_t){name}"), *v as usize));
+        let all: Vec<(String, usize)> = pairs.into_iter().chain(extra).chain(named).collect();
 
         let mut c = String::from(
             "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n\

@@ -8,6 +8,7 @@
 //! | `IRN_IBV_LOSS` | probability each sent packet is dropped (testing loss recovery) | 0 |
 //! | `IRN_IBV_SEED` | the seed of that loss | 1 |
 //! | `IRN_IBV_BUSY_POLL` | `1`: polling a CQ drives the device (no engine wake-ups) | 0 |
+//! | `IRN_IBV_POLL_WAIT_US` | how long an `ibv_poll_cq` on a CQ found empty 256 times in a row waits for a completion (0: never; `ibv_poll_cq` then always answers at once) | 100 |
 //!
 //! A value that cannot mean anything is an error naming the variable: the device list comes
 //! back empty, with the reason on standard error (a program's own "no devices" message follows
@@ -41,6 +42,8 @@ pub struct Config {
     pub seed: u64,
     /// Busy polling.
     pub busy_poll: bool,
+    /// How long a poll of a CQ that keeps being empty waits for a completion.
+    pub poll_wait: std::time::Duration,
 }
 
 /// A variable whose value cannot mean anything.
@@ -120,6 +123,15 @@ impl Config {
             Some("1") => true,
             Some(v) => return Err(bad("IRN_IBV_BUSY_POLL", v, "0 or 1")),
         };
+        let poll_wait = match var("IRN_IBV_POLL_WAIT_US") {
+            None => std::time::Duration::from_micros(100),
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|&us| us <= 1_000_000)
+                .map(std::time::Duration::from_micros)
+                .ok_or_else(|| bad("IRN_IBV_POLL_WAIT_US", &v, "microseconds, 0 to 1000000"))?,
+        };
         Ok(Config {
             devices,
             mode,
@@ -127,6 +139,7 @@ impl Config {
             loss,
             seed,
             busy_poll,
+            poll_wait,
         })
     }
 
@@ -227,6 +240,7 @@ mod tests {
         let c = read(&[]).expect("valid");
         assert_eq!(c.mode, QpMode::Roce);
         assert_eq!((c.port, c.loss, c.seed, c.busy_poll), (4791, 0.0, 1, false));
+        assert_eq!(c.poll_wait, std::time::Duration::from_micros(100));
         let names: Vec<_> = c
             .devices
             .iter()
@@ -282,6 +296,8 @@ mod tests {
             ("IRN_IBV_LOSS", "NaN"),
             ("IRN_IBV_SEED", "-1"),
             ("IRN_IBV_BUSY_POLL", "yes"),
+            ("IRN_IBV_POLL_WAIT_US", "-5"),
+            ("IRN_IBV_POLL_WAIT_US", "2000000"),
         ] {
             let e = read(&[(key, value)]).expect_err(value);
             assert_eq!(e.key, key);

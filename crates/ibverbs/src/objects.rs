@@ -5,9 +5,11 @@
 //! the pointer a program holds is the pointer to the object (`#[repr(C)]`), and destroying it
 //! is dropping that box.
 
+use std::cell::UnsafeCell;
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use irn_verbs::{Access, Wc, WcOpcode, WcStatus};
@@ -28,6 +30,9 @@ pub(crate) fn handle() -> u32 {
 pub(crate) struct Pd {
     pub c: ibv_pd,
     pub pd: irn_verbs::Pd,
+    /// Regions, queue pairs and address handles in it: it cannot be freed before them
+    /// (`EBUSY`, as the kernel refuses).
+    pub users: AtomicU32,
 }
 
 impl Pd {
@@ -59,6 +64,7 @@ pub unsafe extern "C" fn irn_ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd 
             handle: handle(),
         },
         pd: dev.alloc_pd(),
+        users: AtomicU32::new(0),
     });
     Box::into_raw(pd) as *mut ibv_pd
 }
@@ -68,8 +74,11 @@ pub unsafe extern "C" fn irn_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if pd.is_null() {
         return errno::EINVAL;
     }
-    // SAFETY: a PD ibv_alloc_pd returned, freed once. Its memory goes with its last queue pair
-    // (the runtime keeps a PD's memory while a queue pair uses it).
+    // SAFETY: a PD ibv_alloc_pd returned.
+    if unsafe { Pd::from_c(pd) }.users.load(Ordering::Acquire) != 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: as above, freed once, and nothing of the program's is in it any more.
     drop(unsafe { Box::from_raw(pd as *mut Pd) });
     0
 }
@@ -125,13 +134,18 @@ unsafe fn reg_mr(
     let iova = if flags & 0x20 != 0 { 0 } else { iova };
     // SAFETY: an allocated PD.
     let p = unsafe { Pd::from_c(pd) };
-    // SAFETY: ibv_reg_mr(3)'s contract is reg_mr_raw's: the program keeps the `length` bytes
-    // at `addr` allocated until ibv_dereg_mr, and leaves them alone while a work request or a
-    // peer may access them.
+    // SAFETY: ibv_reg_mr(3)'s contract: the program keeps the `length` bytes at `addr`
+    // allocated until ibv_dereg_mr. reg_mr_raw asks more — that the program leave the bytes
+    // alone while the engine works on them — where verbs programs touch one part of a region
+    // while a request or a peer uses another: the engine's accesses are to the bytes the
+    // requests and peers name, but through a slice over the whole region, which Rust's
+    // memory model counts as a race with the program's accesses elsewhere in it (the bytes
+    // themselves are never both written; docs/VERBS.md).
     let mr = match unsafe { p.pd.reg_mr_raw_iova(addr as *mut u8, length, access, iova) } {
         Ok(m) => m,
         Err(e) => return errno::null(errno::of(&e)),
     };
+    p.users.fetch_add(1, Ordering::AcqRel);
     let b = Box::new(Mr {
         c: ibv_mr {
             context: p.c.context,
@@ -215,19 +229,32 @@ pub unsafe extern "C" fn irn_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     }
     // SAFETY: a region ibv_reg_mr returned, deregistered once. Dropping it waits for packets
     // that carry its bytes to leave; the runtime touches its memory no more after.
-    drop(unsafe { Box::from_raw(mr as *mut Mr) });
+    let m = unsafe { Box::from_raw(mr as *mut Mr) };
+    // SAFETY: its PD, which cannot be freed while the region is in it.
+    unsafe { Pd::from_c(m.c.pd) }
+        .users
+        .fetch_sub(1, Ordering::AcqRel);
+    drop(m);
     0
 }
 
 /// A completion channel: `c.fd` is the read end of a pipe; an armed CQ's next completion
-/// writes the CQ's address into it.
+/// writes the CQ's serial number into it, which `ibv_get_cq_event` looks up among the CQs
+/// still using the channel — an event left in the pipe by a CQ destroyed since is passed
+/// over, as the kernel drops a destroyed CQ's pending events.
 #[repr(C)]
 pub(crate) struct Channel {
     pub c: ibv_comp_channel,
     read: OwnedFd,
     write: Arc<OwnedFd>,
-    /// CQs using it: it cannot be destroyed before them (`EBUSY`).
-    cqs: AtomicU32,
+    /// The CQs using it, by serial number: it cannot be destroyed before them (`EBUSY`).
+    cqs: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl Channel {
+    fn cqs(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, usize>> {
+        self.cqs.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[no_mangle]
@@ -253,7 +280,7 @@ pub unsafe extern "C" fn irn_ibv_create_comp_channel(
         },
         read,
         write: Arc::new(write),
-        cqs: AtomicU32::new(0),
+        cqs: Mutex::new(BTreeMap::new()),
     });
     Box::into_raw(ch) as *mut ibv_comp_channel
 }
@@ -265,20 +292,26 @@ pub unsafe extern "C" fn irn_ibv_destroy_comp_channel(ch: *mut ibv_comp_channel)
     }
     // SAFETY: a channel ibv_create_comp_channel returned.
     let c = unsafe { &*(ch as *const Channel) };
-    if c.cqs.load(Ordering::Acquire) != 0 {
+    if !c.cqs().is_empty() {
         return libc::EBUSY;
     }
-    let _ = c.read.as_raw_fd();
     // SAFETY: as above, destroyed once, and no CQ refers to it.
     drop(unsafe { Box::from_raw(ch as *mut Channel) });
     0
 }
 
-/// A completion queue.
+/// A completion queue. The C structure is the program's; the shim writes it (its event
+/// counter) through the cell and keeps what it reads of it in fields of its own.
 #[repr(C)]
 pub(crate) struct Cq {
-    pub c: ibv_cq,
+    c: UnsafeCell<ibv_cq>,
     pub cq: irn_verbs::Cq,
+    channel: *mut ibv_comp_channel,
+    cq_context: *mut c_void,
+    /// Its name in its channel's pipe.
+    serial: u64,
+    /// Queue pairs using it: it cannot be destroyed before them (`EBUSY`).
+    pub users: AtomicU32,
     /// Completions taken from the runtime, converted into the program's array.
     scratch: Mutex<Vec<Wc>>,
     /// Polls that found it empty.
@@ -289,12 +322,22 @@ pub(crate) struct Cq {
     acked: Condvar,
 }
 
+// SAFETY: the raw pointers are the program's objects (its channel, its context), which the
+// shim only passes back; the C structure is written under the events lock.
+unsafe impl Sync for Cq {}
+
 impl Cq {
     /// # Safety
     /// `cq` is a CQ this library created and has not destroyed.
     pub unsafe fn from_c<'a>(cq: *mut ibv_cq) -> &'a Cq {
         // SAFETY: `c` is the first field of the repr(C) Cq.
         unsafe { &*(cq as *const Cq) }
+    }
+
+    /// Its channel, if it has one.
+    fn channel(&self) -> Option<&Channel> {
+        // SAFETY: a channel outlives its CQs (destroying it before them is refused).
+        (!self.channel.is_null()).then(|| unsafe { &*(self.channel as *const Channel) })
     }
 }
 
@@ -315,13 +358,9 @@ pub unsafe extern "C" fn irn_ibv_create_cq(
         Ok(c) => c,
         Err(e) => return errno::null(errno::of(&e)),
     };
-    if !channel.is_null() {
-        // SAFETY: a channel ibv_create_comp_channel returned.
-        let ch = unsafe { &*(channel as *const Channel) };
-        ch.cqs.fetch_add(1, Ordering::AcqRel);
-    }
+    let serial = CQ_SERIALS.fetch_add(1, Ordering::Relaxed);
     let b = Box::new(Cq {
-        c: ibv_cq {
+        c: UnsafeCell::new(ibv_cq {
             context: ctx,
             channel,
             cq_context,
@@ -333,15 +372,27 @@ pub unsafe extern "C" fn irn_ibv_create_cq(
             cond: unsafe { std::mem::zeroed() },
             comp_events_completed: 0,
             async_events_completed: 0,
-        },
+        }),
         cq,
+        channel,
+        cq_context,
+        serial,
+        users: AtomicU32::new(0),
         scratch: Mutex::new(Vec::with_capacity(64)),
         empty_polls: AtomicU32::new(0),
         events: Mutex::new((0, 0)),
         acked: Condvar::new(),
     });
-    Box::into_raw(b) as *mut ibv_cq
+    let cq = Box::into_raw(b) as *mut ibv_cq;
+    if !channel.is_null() {
+        // SAFETY: a channel ibv_create_comp_channel returned.
+        let ch = unsafe { &*(channel as *const Channel) };
+        ch.cqs().insert(serial, cq as usize);
+    }
+    cq
 }
+
+static CQ_SERIALS: AtomicU64 = AtomicU64::new(1);
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
@@ -355,31 +406,31 @@ pub unsafe extern "C" fn irn_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     }
     // SAFETY: a CQ ibv_create_cq returned.
     let c = unsafe { Cq::from_c(cq) };
+    if c.users.load(Ordering::Acquire) != 0 {
+        return libc::EBUSY;
+    }
+    // Out of its channel first: an event of its still in the pipe is passed over from now
+    // on, and one already taken has been counted (under the same lock).
+    if let Some(ch) = c.channel() {
+        ch.cqs().remove(&c.serial);
+    }
     // ibv_destroy_cq(3): every event taken must have been acknowledged.
     let mut ev = c.events.lock().unwrap_or_else(|p| p.into_inner());
     while ev.0 != ev.1 {
         ev = c.acked.wait(ev).unwrap_or_else(|p| p.into_inner());
     }
     drop(ev);
-    let channel = c.c.channel;
-    // SAFETY: destroyed once; the program holds no other reference it may use.
+    // SAFETY: destroyed once; no queue pair and no channel refers to it any more.
     drop(unsafe { Box::from_raw(cq as *mut Cq) });
-    if !channel.is_null() {
-        // SAFETY: the channel outlives its CQs (destroying it before them is refused).
-        let ch = unsafe { &*(channel as *const Channel) };
-        ch.cqs.fetch_sub(1, Ordering::AcqRel);
-    }
     0
 }
 
 /// Empty polls in a row answered at once; after them, each empty poll waits up to
-/// [`EMPTY_WAIT`] for a completion. A program spinning on `ibv_poll_cq` then leaves the cores
-/// to the engine (both ends of a 2-core host spinning had held perftest's Writes to 0.6 of
-/// what the engine moves when the consumer sleeps, docs/BENCHMARKS.md).
+/// `IRN_IBV_POLL_WAIT_US` (100 µs) for a completion. A program spinning on `ibv_poll_cq`
+/// then leaves the cores to the engine (both ends of a 2-core host spinning had held
+/// perftest's Writes to 0.6 of what the engine moves when the consumer sleeps,
+/// docs/BENCHMARKS.md).
 const EMPTY_SPINS: u32 = 256;
-/// How long an empty poll past [`EMPTY_SPINS`] waits for a completion (it returns as soon as
-/// one comes).
-const EMPTY_WAIT: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// `ops.poll_cq`, what `ibv_poll_cq` calls.
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
@@ -391,12 +442,16 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
     // An empty CQ is answered without the device's lock, as a NIC's CQ is memory the program
     // reads: programs spin here (perftest), and the engine producing the completions needs
     // the lock — and the CPU, which a NIC's own engine would not: after EMPTY_SPINS empty
-    // polls in a row, each waits up to EMPTY_WAIT for a completion before answering.
+    // polls in a row, each waits up to the configured time for a completion before answering.
     if c.cq.queued() == 0 && !c.cq.busy_polls() {
         if c.empty_polls.fetch_add(1, Ordering::Relaxed) < EMPTY_SPINS {
             return 0;
         }
-        match c.cq.wait_ready(EMPTY_WAIT) {
+        let wait = config().poll_wait;
+        if wait.is_zero() {
+            return 0;
+        }
+        match c.cq.wait_ready(wait) {
             Ok(true) => {}
             Ok(false) => return 0,
             Err(e) => return -errno::of(&e),
@@ -474,15 +529,14 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: 
     }
     // SAFETY: a live CQ.
     let c = unsafe { Cq::from_c(cq) };
-    if c.c.channel.is_null() {
+    let Some(ch) = c.channel() else {
         // Events go nowhere without a channel; arming is harmless.
         return 0;
-    }
-    // SAFETY: the channel outlives its CQs.
-    let write = unsafe { &*(c.c.channel as *const Channel) }.write.clone();
-    let addr = cq as usize;
+    };
+    let write = ch.write.clone();
+    let serial = c.serial;
     let armed = c.cq.req_notify(Arc::new(move || {
-        let bytes = addr.to_ne_bytes();
+        let bytes = serial.to_ne_bytes();
         // SAFETY: writing 8 bytes from a local array to the channel's pipe (non-blocking: a
         // full pipe already holds events the program has not read).
         let _ = unsafe {
@@ -510,25 +564,32 @@ pub unsafe extern "C" fn irn_ibv_get_cq_event(
         return -1;
     }
     // SAFETY: a live channel.
-    let fd = unsafe { (*ch).fd };
-    let mut bytes = [0u8; size_of::<usize>()];
-    // SAFETY: reading into a local array (the pipe's writes are whole addresses).
-    let n = unsafe { libc::read(fd, bytes.as_mut_ptr() as *mut c_void, bytes.len()) };
-    if n != bytes.len() as isize {
-        return -1;
+    let chan = unsafe { &*(ch as *const Channel) };
+    loop {
+        let mut bytes = [0u8; 8];
+        // SAFETY: reading into a local array (the pipe's writes are whole serial numbers);
+        // blocking unless the program made the descriptor non-blocking.
+        let n = unsafe { libc::read(chan.c.fd, bytes.as_mut_ptr() as *mut c_void, 8) };
+        if n != 8 {
+            return -1;
+        }
+        let cqs = chan.cqs();
+        // A serial no CQ has any more: its CQ was destroyed with the event unread.
+        let Some(&addr) = cqs.get(&u64::from_ne_bytes(bytes)) else {
+            continue;
+        };
+        // SAFETY: a CQ of this channel, which destroying it removes first (under this lock),
+        // and which then waits for this event, counted here, to be acknowledged.
+        let c = unsafe { Cq::from_c(addr as *mut ibv_cq) };
+        c.events.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+        drop(cqs);
+        // SAFETY: the caller's out pointers.
+        unsafe {
+            cq_out.write(addr as *mut ibv_cq);
+            context_out.write(c.cq_context);
+        }
+        return 0;
     }
-    let cq = usize::from_ne_bytes(bytes) as *mut ibv_cq;
-    // SAFETY: the address of a CQ armed on this channel; it cannot have been destroyed since,
-    // as destroying it waits for its events to be acknowledged and this one was not yet
-    // counted — the program owns that ordering (ibv_get_cq_event(3)).
-    let c = unsafe { Cq::from_c(cq) };
-    c.events.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-    // SAFETY: the caller's out pointers.
-    unsafe {
-        cq_out.write(cq);
-        context_out.write(c.c.cq_context);
-    }
-    0
 }
 
 #[no_mangle]
@@ -540,8 +601,8 @@ pub unsafe extern "C" fn irn_ibv_ack_cq_events(cq: *mut ibv_cq, n: std::ffi::c_u
     let c = unsafe { Cq::from_c(cq) };
     let mut ev = c.events.lock().unwrap_or_else(|p| p.into_inner());
     ev.1 += u64::from(n);
-    // SAFETY: the program's own counter field, written under the events lock.
-    unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(n) };
+    // SAFETY: the C structure's counter, written through its cell under the events lock.
+    unsafe { (*c.c.get()).comp_events_completed = ev.1 as u32 };
     c.acked.notify_all();
 }
 
@@ -567,14 +628,18 @@ pub unsafe extern "C" fn irn_ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_at
     let p = unsafe { Pd::from_c(pd) };
     let gid = irn_verbs::Gid(attr.grh.dgid.raw);
     match p.pd.create_ah(gid, config().port) {
-        Ok(ah) => Box::into_raw(Box::new(Ah {
-            c: ibv_ah {
-                context: p.c.context,
-                pd,
-                handle: handle(),
-            },
-            ah,
-        })) as *mut ibv_ah,
+        Ok(ah) => {
+            p.users.fetch_add(1, Ordering::AcqRel);
+            Box::into_raw(Box::new(Ah {
+                c: ibv_ah {
+                    context: p.c.context,
+                    pd,
+                    handle: handle(),
+                },
+                ah,
+            }))
+            .cast::<ibv_ah>()
+        }
         Err(e) => errno::null(errno::of(&e)),
     }
 }
@@ -585,7 +650,12 @@ pub unsafe extern "C" fn irn_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         return errno::EINVAL;
     }
     // SAFETY: an AH ibv_create_ah returned, destroyed once.
-    drop(unsafe { Box::from_raw(ah as *mut Ah) });
+    let a = unsafe { Box::from_raw(ah as *mut Ah) };
+    // SAFETY: its PD, which cannot be freed while the handle is in it.
+    unsafe { Pd::from_c(a.c.pd) }
+        .users
+        .fetch_sub(1, Ordering::AcqRel);
+    drop(a);
     0
 }
 
@@ -598,34 +668,70 @@ pub unsafe extern "C" fn irn_ibv_init_ah_from_wc(
     attr: *mut ibv_ah_attr,
 ) -> c_int {
     if wc.is_null() || attr.is_null() {
-        return errno::EINVAL;
+        errno::set(errno::EINVAL);
+        return -1;
     }
     // SAFETY: the caller's completion.
     let wc = unsafe { &*wc };
-    // RoCE: the reply goes to the sender's GID, from the receive buffer's GRH.
-    if wc.wc_flags & wc_flags::GRH == 0 || grh.is_null() {
-        return errno::EINVAL;
-    }
-    // SAFETY: the 40 bytes at the head of the receive buffer.
-    let g = unsafe { grh.read_unaligned() };
-    let a = ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: g.sgid,
-            flow_label: u32::from_be(g.version_tclass_flow) & 0xf_ffff,
-            sgid_index: 0,
-            hop_limit: 0xff,
-            traffic_class: (u32::from_be(g.version_tclass_flow) >> 20) as u8,
-        },
+    let mut a = ibv_ah_attr {
         dlid: wc.slid,
         sl: wc.sl,
         src_path_bits: wc.dlid_path_bits,
-        static_rate: 0,
-        is_global: 1,
         port_num: port,
+        ..ibv_ah_attr::default()
     };
+    if wc.wc_flags & wc_flags::GRH != 0 {
+        if grh.is_null() {
+            errno::set(errno::EINVAL);
+            return -1;
+        }
+        // SAFETY: the 40 bytes at the head of the receive buffer.
+        let raw: [u8; 40] = unsafe { std::ptr::read_unaligned(grh as *const [u8; 40]) };
+        match grh_route(&raw) {
+            Some(route) => {
+                a.grh = route;
+                a.is_global = 1;
+            }
+            None => {
+                errno::set(errno::EINVAL);
+                return -1;
+            }
+        }
+    }
     // SAFETY: the caller's attributes buffer.
     unsafe { attr.write(a) };
     0
+}
+
+/// The route back to a UD datagram's sender, from the 40-byte GRH area of its receive buffer:
+/// on RoCEv2 the IPv6 header, or 20 zero bytes then the IPv4 header (IBTA annex A17.4.5.1;
+/// rxe fills it the same way). The sender's address as a GID, its hop limit (TTL) and traffic
+/// class (TOS).
+pub(crate) fn grh_route(raw: &[u8; 40]) -> Option<ibv_global_route> {
+    if raw[0] >> 4 == 6 {
+        let mut gid = ibv_gid::default();
+        gid.raw.copy_from_slice(&raw[8..24]);
+        return Some(ibv_global_route {
+            dgid: gid,
+            flow_label: u32::from_be_bytes([0, raw[1] & 0xf, raw[2], raw[3]]),
+            sgid_index: 0,
+            hop_limit: raw[7],
+            traffic_class: (raw[0] << 4) | (raw[1] >> 4),
+        });
+    }
+    if raw[20] >> 4 == 4 && raw[..20].iter().all(|&b| b == 0) {
+        let src = std::net::Ipv4Addr::new(raw[32], raw[33], raw[34], raw[35]);
+        return Some(ibv_global_route {
+            dgid: ibv_gid {
+                raw: irn_verbs::Gid::from(src).0,
+            },
+            flow_label: 0,
+            sgid_index: 0,
+            hop_limit: raw[28],
+            traffic_class: raw[21],
+        });
+    }
+    None
 }
 
 #[no_mangle]
@@ -640,9 +746,8 @@ pub unsafe extern "C" fn irn_ibv_create_ah_from_wc(
         return errno::null(errno::EINVAL);
     }
     // SAFETY: an allocated PD, and the caller's completion and GRH.
-    let r = unsafe { irn_ibv_init_ah_from_wc((*pd).context, port, wc, grh, &mut attr) };
-    if r != 0 {
-        return errno::null(r);
+    if unsafe { irn_ibv_init_ah_from_wc((*pd).context, port, wc, grh, &mut attr) } != 0 {
+        return std::ptr::null_mut();
     }
     // SAFETY: as above.
     unsafe { irn_ibv_create_ah(pd, &mut attr) }
@@ -859,6 +964,35 @@ mod tests {
         );
         // Relaxed ordering (an optional flag) and on-demand paging change nothing here.
         assert_eq!(access(0x1 | 0x40 | (1 << 20)), Ok(Access::LOCAL_WRITE));
+    }
+
+    #[test]
+    fn a_ud_senders_route_comes_from_its_grh_area() {
+        let mut v4 = [0u8; 40];
+        v4[20] = 0x45;
+        v4[21] = 0x68; // TOS
+        v4[28] = 63; // TTL
+        v4[32..36].copy_from_slice(&[10, 1, 2, 3]);
+        let r = grh_route(&v4).expect("IPv4");
+        assert_eq!(
+            r.dgid.raw,
+            irn_verbs::Gid::from(std::net::IpAddr::from([10, 1, 2, 3])).0
+        );
+        assert_eq!((r.hop_limit, r.traffic_class), (63, 0x68));
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x6b; // version 6, traffic class 0xb_
+        v6[1] = 0x81; // traffic class _8, flow label 0x1....
+        v6[2] = 0x23;
+        v6[3] = 0x45;
+        v6[7] = 9;
+        v6[8..24].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11]);
+        let r = grh_route(&v6).expect("IPv6");
+        assert_eq!(r.dgid.raw[..2], [0xfd, 0x99]);
+        assert_eq!(
+            (r.hop_limit, r.traffic_class, r.flow_label),
+            (9, 0xb8, 0x12345)
+        );
+        assert!(grh_route(&[0u8; 40]).is_none(), "neither header");
     }
 
     #[test]

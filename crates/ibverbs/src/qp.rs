@@ -14,8 +14,10 @@
 //! slot. A slot is written again only `max_send_wr + 1` successful posts later, when at most
 //! `max_send_wr` requests are outstanding, so its previous request has completed.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use irn_verbs::{
@@ -32,6 +34,8 @@ use crate::objects::{Ah, Cq, Pd};
 pub(crate) const MAX_SGE: u32 = 32;
 /// Most inline bytes a send work request may carry.
 pub(crate) const MAX_INLINE: u32 = 1024;
+/// Deepest work queue (`max_qp_wr` in `ibv_query_device`).
+pub(crate) const MAX_QP_WR: u32 = 1 << 15;
 
 enum Kind {
     Rc(irn_verbs::Qp),
@@ -46,11 +50,20 @@ struct Inline {
     next: usize,
 }
 
-/// A queue pair.
+/// A queue pair. The C structure is the program's; the shim writes its `state` through the
+/// cell (in the program's own calls, and once the connection manager has connected it) and
+/// keeps what it reads of it in fields of its own.
 #[repr(C)]
 pub(crate) struct Qp {
-    pub c: ibv_qp,
+    c: UnsafeCell<ibv_qp>,
     kind: Kind,
+    qp_num: u32,
+    context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    qp_context: *mut c_void,
+    send_cq: *mut ibv_cq,
+    recv_cq: *mut ibv_cq,
+    qp_type: u32,
     sq_sig_all: bool,
     cap: ibv_qp_cap,
     /// The attributes as last set, for `ibv_query_qp` (the state is read from the runtime).
@@ -58,7 +71,18 @@ pub(crate) struct Qp {
     inline: Option<Mutex<Inline>>,
 }
 
+// SAFETY: the raw pointers are the program's objects, which the shim only passes back or
+// reads through their own `from_c`; the C structure is written through the cell.
+unsafe impl Sync for Qp {}
+
 impl Qp {
+    /// Makes the program's `qp->state` the runtime's.
+    fn publish_state(&self) {
+        // SAFETY: the C structure's `state`, written through its cell; the program reads it
+        // (rdma-core keeps it current in the same calls).
+        unsafe { (*self.c.get()).state = state_num(self.state()) };
+    }
+
     /// # Safety
     /// `qp` is a queue pair this library created and has not destroyed.
     unsafe fn from_c<'a>(qp: *mut ibv_qp) -> &'a Qp {
@@ -93,10 +117,7 @@ pub(crate) unsafe fn rc_of<'a>(qp: *mut ibv_qp) -> Option<&'a irn_verbs::Qp> {
 /// As [`rc_of`].
 pub(crate) unsafe fn refresh_state(qp: *mut ibv_qp) {
     // SAFETY: the caller's contract.
-    unsafe {
-        let s = state_num(Qp::from_c(qp).state());
-        (*qp).state = s;
-    }
+    unsafe { Qp::from_c(qp) }.publish_state();
 }
 
 fn state_of(s: u32) -> Option<QpState> {
@@ -154,7 +175,12 @@ pub unsafe extern "C" fn irn_ibv_create_qp(
         return errno::null(errno::EOPNOTSUPP);
     }
     let cap = &mut init.cap;
-    if cap.max_send_sge > MAX_SGE || cap.max_recv_sge > MAX_SGE || cap.max_inline_data > MAX_INLINE
+    // What ibv_query_device reports: more is refused, as a provider refuses it.
+    if cap.max_send_sge > MAX_SGE
+        || cap.max_recv_sge > MAX_SGE
+        || cap.max_inline_data > MAX_INLINE
+        || cap.max_send_wr > MAX_QP_WR
+        || cap.max_recv_wr > MAX_QP_WR
     {
         return errno::null(errno::EINVAL);
     }
@@ -221,7 +247,7 @@ pub unsafe extern "C" fn irn_ibv_create_qp(
         ..ibv_qp_attr::default()
     };
     let b = Box::new(Qp {
-        c: ibv_qp {
+        c: UnsafeCell::new(ibv_qp {
             context: p.c.context,
             qp_context: init.qp_context,
             pd,
@@ -237,13 +263,23 @@ pub unsafe extern "C" fn irn_ibv_create_qp(
             // SAFETY: as above.
             cond: unsafe { std::mem::zeroed() },
             events_completed: 0,
-        },
+        }),
         kind,
+        qp_num,
+        context: p.c.context,
+        pd,
+        qp_context: init.qp_context,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        qp_type: init.qp_type,
         sq_sig_all: init.sq_sig_all != 0,
         cap: *cap,
         attr: Mutex::new(attr),
         inline,
     });
+    p.users.fetch_add(1, Ordering::AcqRel);
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
     Box::into_raw(b) as *mut ibv_qp
 }
 
@@ -253,7 +289,15 @@ pub unsafe extern "C" fn irn_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         return errno::EINVAL;
     }
     // SAFETY: a queue pair ibv_create_qp returned, destroyed once.
-    drop(unsafe { Box::from_raw(qp as *mut Qp) });
+    let q = unsafe { Box::from_raw(qp as *mut Qp) };
+    let (pd, scq, rcq) = (q.pd, q.send_cq, q.recv_cq);
+    drop(q);
+    // SAFETY: its PD and CQs, which cannot go while it uses them.
+    unsafe {
+        Pd::from_c(pd).users.fetch_sub(1, Ordering::AcqRel);
+        Cq::from_c(scq).users.fetch_sub(1, Ordering::AcqRel);
+        Cq::from_c(rcq).users.fetch_sub(1, Ordering::AcqRel);
+    }
     0
 }
 
@@ -366,7 +410,7 @@ pub unsafe extern "C" fn irn_ibv_modify_qp(
             let cached = q.attr.lock().unwrap_or_else(|p| p.into_inner());
             let ctx_mtu = {
                 // SAFETY: the queue pair's context is open.
-                let ctx = unsafe { Context::from_c(q.c.context) };
+                let ctx = unsafe { Context::from_c(q.context) };
                 ctx.entry.mtu
             };
             let qkey = if m & mask::QKEY != 0 {
@@ -395,15 +439,14 @@ pub unsafe extern "C" fn irn_ibv_modify_qp(
         if std::env::var_os("IRN_IBV_DEBUG").is_some() {
             eprintln!(
                 "irn libibverbs: ibv_modify_qp(QP {}, mask {m:#x}): {e}",
-                q.c.qp_num
+                q.qp_num
             );
         }
         return errno::of(&e);
     }
     // Remember what was set, for ibv_query_qp.
     remember(&mut q.attr.lock().unwrap_or_else(|p| p.into_inner()), a, m);
-    // SAFETY: the program's own structure; the state field mirrors the runtime's.
-    unsafe { (*qp).state = state_num(q.state()) };
+    q.publish_state();
     0
 }
 
@@ -475,12 +518,12 @@ pub unsafe extern "C" fn irn_ibv_query_qp(
         attr.write(a);
         if !init.is_null() {
             init.write(ibv_qp_init_attr {
-                qp_context: q.c.qp_context,
-                send_cq: q.c.send_cq,
-                recv_cq: q.c.recv_cq,
+                qp_context: q.qp_context,
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
                 srq: std::ptr::null_mut(),
                 cap: q.cap,
-                qp_type: q.c.qp_type,
+                qp_type: q.qp_type,
                 sq_sig_all: c_int::from(q.sq_sig_all),
             });
         }
@@ -564,34 +607,42 @@ impl Inline {
 /// # Safety
 /// `w` is the program's work request, its lists valid.
 unsafe fn rc_wr(q: &Qp, w: &ibv_send_wr, sg: Vec<Sge>) -> Result<SendWr, i32> {
-    // SAFETY: the union member the opcode names (verbs.h).
-    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
-    let remote = Remote {
-        addr: rdma.remote_addr,
-        rkey: rdma.rkey,
+    // SAFETY: the union's `rdma` member, which the opcodes that use it name (verbs.h).
+    let rdma = || unsafe { w.wr.rdma };
+    // SAFETY: the `atomic` member, likewise.
+    let atomic = || unsafe { w.wr.atomic };
+    let remote = || Remote {
+        addr: rdma().remote_addr,
+        rkey: rdma().rkey,
     };
     let op = match w.opcode {
-        wr_opcode::RDMA_WRITE => SendOp::Write(remote),
-        wr_opcode::RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm(remote, u32::from_be(w.imm_data)),
+        wr_opcode::RDMA_WRITE => SendOp::Write(remote()),
+        wr_opcode::RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm(remote(), u32::from_be(w.imm_data)),
         wr_opcode::SEND => SendOp::Send,
         wr_opcode::SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_data)),
         wr_opcode::SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
-        wr_opcode::RDMA_READ => SendOp::Read(remote),
-        wr_opcode::ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
-            remote: Remote {
-                addr: atomic.remote_addr,
-                rkey: atomic.rkey,
-            },
-            compare: atomic.compare_add,
-            swap: atomic.swap,
-        },
-        wr_opcode::ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
-            remote: Remote {
-                addr: atomic.remote_addr,
-                rkey: atomic.rkey,
-            },
-            add: atomic.compare_add,
-        },
+        wr_opcode::RDMA_READ => SendOp::Read(remote()),
+        wr_opcode::ATOMIC_CMP_AND_SWP => {
+            let a = atomic();
+            SendOp::CompareSwap {
+                remote: Remote {
+                    addr: a.remote_addr,
+                    rkey: a.rkey,
+                },
+                compare: a.compare_add,
+                swap: a.swap,
+            }
+        }
+        wr_opcode::ATOMIC_FETCH_AND_ADD => {
+            let a = atomic();
+            SendOp::FetchAdd {
+                remote: Remote {
+                    addr: a.remote_addr,
+                    rkey: a.rkey,
+                },
+                add: a.compare_add,
+            }
+        }
         // Local invalidation, memory-window binds, TSO, atomic writes: not offered.
         _ => return Err(errno::EINVAL),
     };
@@ -650,7 +701,15 @@ pub(crate) unsafe extern "C" fn post_send(
                 }
             }
         };
-        let inline = w.send_flags & send_flags::INLINE != 0 && q.inline.is_some();
+        let inline = w.send_flags & send_flags::INLINE != 0;
+        if inline && q.inline.is_none() {
+            // No room was asked for (max_inline_data 0): refused, as a provider refuses
+            // inline data larger than the queue pair takes.
+            return match flush(&mut batch) {
+                Ok(()) => fail(cur, errno::EINVAL),
+                Err((at, e)) => fail(at, e),
+            };
+        }
         if inline {
             // Everything before it goes first: its slot must be taken only if it posts.
             if let Err((at, e)) = flush(&mut batch) {

@@ -14,23 +14,33 @@
 //!   `ROUTE_RESOLVED`): a GID is an IP address, and the route is the kernel's.
 //! - `rdma_connect` and `rdma_accept` move the queue pair through RTR and RTS and exchange
 //!   REQ / REP / RTU on a thread of the ID's, which queues `ESTABLISHED` (or `REJECTED`,
-//!   `UNREACHABLE`, `CONNECT_ERROR`).
+//!   with the queue pair moved to the error state, `UNREACHABLE`, `CONNECT_ERROR`);
+//!   `rdma_accept` returns once the queue pair is in RTS, as librdmacm's, so a server may post
+//!   at once. Event parameters are librdmacm's: a request's responder resources are the
+//!   requester's initiator depth and the other way round, private data is the whole area
+//!   the message carries (56 bytes of a REQ, 196 of a REP). Retry counts come from
+//!   `rdma_connect`'s parameters; `rdma_accept`'s are ignored, as `rdma_accept(3)` says.
 //! - `rdma_listen` starts a thread per device listened on, which queues a `CONNECT_REQUEST`
 //!   with a new ID for each request.
 //! - An established connection is watched by a thread of its ID, which queues `DISCONNECTED`
-//!   when the peer's DREQ comes (the CM answers it with a DREP); `rdma_disconnect` moves the
-//!   queue pair to the error state (flushing its work requests, as librdmacm does), sends the
-//!   DREQ and queues `DISCONNECTED` once answered.
+//!   when the peer's DREQ comes (the CM answers it with a DREP) and leaves the queue pair to
+//!   the program; `rdma_disconnect` moves the queue pair to the error state (flushing its work
+//!   requests, as librdmacm does), sends the DREQ and queues `DISCONNECTED` once answered.
 //!
-//! Destroying an ID (or its queue pair) first waits for its threads, each of which ends within
-//! the CM's retry timeouts, so none outlives what it uses.
+//! Destroying an ID first waits for its threads, each of which ends within the CM's retry
+//! timeouts, then takes its queued events out of the channel and waits for those the program
+//! holds to be acknowledged, so that no event names a freed ID. `rdma_destroy_qp` waits for
+//! the threads that connect, accept or disconnect, which use the queue pair; a program that
+//! destroys an ID's queue pair with `ibv_destroy_qp` while connecting is outside the
+//! contract, as with librdmacm.
 //!
 //! # Not offered
 //!
-//! The UDP and IB port spaces (UD over the CM, SIDR), multicast, the synchronous calls built
-//! on a NULL channel's blocking (`rdma_create_ep`, `rdma_get_request`) and `rdma_init_qp_attr`
-//! for queue pairs the program moves itself: `ENOSYS`/`EOPNOTSUPP`. rsockets (`rpoll`, …)
-//! likewise.
+//! The UDP and IB port spaces (UD over the CM, SIDR), multicast, SRQs, ID migration, the
+//! synchronous mode of a NULL channel and its helpers (`rdma_create_id` without a channel,
+//! `rdma_create_ep`, `rdma_get_request`), `rdma_get_devices`, and `rdma_init_qp_attr` for
+//! queue pairs the program moves itself: refused with `EOPNOTSUPP`. Of rsockets only `rpoll`
+//! is exported (perftest links it), refusing with `ENOSYS`.
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
@@ -100,8 +110,10 @@ struct Id {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// `rdma_create_qp` made the CQs (the program gave none): they go with the queue pair.
     own_cqs: AtomicBool,
-    /// The program's channel was NULL: this one is the ID's own.
-    own_channel: bool,
+    /// Events about it handed to the program and not yet acknowledged: destroying it waits
+    /// for them (`rdma_destroy_id(3)`), so no event the program holds names a freed ID.
+    taken: Mutex<u32>,
+    acked: std::sync::Condvar,
 }
 
 impl Id {
@@ -131,20 +143,29 @@ impl Id {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn spawn_in(list: &Mutex<Vec<JoinHandle<()>>>, f: impl FnOnce() + Send + 'static) {
+    /// Starts a thread of the ID's; `EAGAIN` when the system has none to give.
+    fn spawn_in(
+        list: &Mutex<Vec<JoinHandle<()>>>,
+        f: impl FnOnce() + Send + 'static,
+    ) -> Result<(), i32> {
         let h = std::thread::Builder::new()
             .name("irn-rdma-cm".into())
             .spawn(f)
-            .expect("a thread");
+            .map_err(|_| libc::EAGAIN)?;
         list.lock().unwrap_or_else(|p| p.into_inner()).push(h);
+        Ok(())
     }
 
-    fn spawn(&self, f: impl FnOnce() + Send + 'static) {
-        Id::spawn_in(&self.threads, f);
+    fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result<(), i32> {
+        Id::spawn_in(&self.threads, f)
     }
 
-    fn spawn_worker(&self, f: impl FnOnce() + Send + 'static) {
-        Id::spawn_in(&self.workers, f);
+    fn spawn_worker(&self, f: impl FnOnce() + Send + 'static) -> Result<(), i32> {
+        Id::spawn_in(&self.workers, f)
+    }
+
+    fn taken(&self) -> std::sync::MutexGuard<'_, u32> {
+        self.taken.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn join_in(list: &Mutex<Vec<JoinHandle<()>>>) {
@@ -335,13 +356,26 @@ pub unsafe extern "C" fn irn_rdma_destroy_event_channel(ch: *mut rdma_event_chan
     if ch.is_null() {
         return;
     }
-    // SAFETY: a channel rdma_create_event_channel returned, destroyed once, its IDs gone.
-    let ch = unsafe { Box::from_raw(ch as *mut Channel) };
-    for ev in ch.queue.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
-        // SAFETY: events nobody took.
-        drop(unsafe { Box::from_raw(ev as *mut Event) });
+    // SAFETY: a channel rdma_create_event_channel returned; its IDs are gone but for those of
+    // connection requests still queued, which the program never saw.
+    let c = unsafe { &*(ch as *const Channel) };
+    let pending: Vec<usize> = c
+        .queue
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+        .collect();
+    for e in pending {
+        // SAFETY: taken out of the queue, so owned here.
+        let ev = unsafe { Box::from_raw(e as *mut Event) };
+        if ev.c.event == cm_event::CONNECT_REQUEST {
+            // SAFETY: the request's new ID, live and unknown to the program; the channel is
+            // still here for it.
+            unsafe { irn_rdma_destroy_id(ev.c.id) };
+        }
     }
-    let _ = ch.read.as_raw_fd();
+    // SAFETY: destroyed once, nothing queued on it any more.
+    drop(unsafe { Box::from_raw(ch as *mut Channel) });
 }
 
 #[no_mangle]
@@ -371,12 +405,13 @@ pub unsafe extern "C" fn irn_rdma_get_cm_event(
         if n != 1 {
             return -1;
         }
-        if let Some(ev) = c
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
-        {
+        let mut queue = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ev) = queue.pop_front() {
+            // Counted against its IDs before the queue is let go: destroying an ID purges
+            // the queue under this lock, then waits for what was counted.
+            // SAFETY: a queued event, whose IDs are live (destroying one purges its events).
+            unsafe { charge(ev as *mut Event, 1) };
+            drop(queue);
             // SAFETY: the caller's out pointer.
             unsafe { out.write(ev as *mut rdma_cm_event) };
             return 0;
@@ -390,9 +425,58 @@ pub unsafe extern "C" fn irn_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int 
         errno::set(errno::EINVAL);
         return -1;
     }
-    // SAFETY: an event rdma_get_cm_event returned, acknowledged once.
+    // SAFETY: an event rdma_get_cm_event returned, acknowledged once; its IDs wait for it.
+    unsafe { charge(ev as *mut Event, -1) };
+    // SAFETY: as above.
     drop(unsafe { Box::from_raw(ev as *mut Event) });
     0
+}
+
+/// Counts an event for (`+1`) or against (`-1`) the IDs it names.
+///
+/// # Safety
+/// `ev` is an event of this library's whose IDs are live.
+unsafe fn charge(ev: *mut Event, by: i32) {
+    // SAFETY: the caller's contract.
+    let (id, listen) = unsafe { ((*ev).c.id, (*ev).c.listen_id) };
+    for i in [id, listen] {
+        if i.is_null() {
+            continue;
+        }
+        // SAFETY: a live ID (the caller's contract).
+        let i = unsafe { Id::from_c(i) };
+        let mut n = i.taken();
+        *n = n.saturating_add_signed(by);
+        i.acked.notify_all();
+    }
+}
+
+/// Takes out of `ch`'s queue the events that name `id`; frees them, and destroys the new ID
+/// of a connection request that `id` was listening for (the program never saw it).
+///
+/// # Safety
+/// `ch` is the live channel of the live ID `id`.
+unsafe fn purge(ch: *mut rdma_event_channel, id: *mut rdma_cm_id) {
+    // SAFETY: the caller's contract.
+    let c = unsafe { &*(ch as *const Channel) };
+    let gone: Vec<usize> = {
+        let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let (gone, keep): (Vec<usize>, Vec<usize>) = q.drain(..).partition(|&e| {
+            // SAFETY: queued events are live boxes of this library's.
+            let ev = unsafe { &(*(e as *const Event)).c };
+            ev.id == id || ev.listen_id == id
+        });
+        q.extend(keep);
+        gone
+    };
+    for e in gone {
+        // SAFETY: taken out of the queue above, so owned here.
+        let ev = unsafe { Box::from_raw(e as *mut Event) };
+        if ev.c.event == cm_event::CONNECT_REQUEST && ev.c.listen_id == id {
+            // SAFETY: the request's new ID, live and unknown to the program.
+            unsafe { irn_rdma_destroy_id(ev.c.id) };
+        }
+    }
 }
 
 #[no_mangle]
@@ -414,17 +498,12 @@ pub unsafe extern "C" fn irn_rdma_create_id(
         errno::set(libc::ENODEV);
         return -1;
     }
-    let (ch, own_channel) = if ch.is_null() {
-        // SAFETY: creating a channel has no precondition.
-        let c = unsafe { irn_rdma_create_event_channel() };
-        if c.is_null() {
-            return -1;
-        }
-        (c, true)
-    } else {
-        (ch, false)
-    };
-    let id = new_id(ch, context, std::ptr::null_mut(), own_channel);
+    if ch.is_null() {
+        // librdmacm's synchronous mode (each call waits for its own event) is not offered.
+        errno::set(errno::EOPNOTSUPP);
+        return -1;
+    }
+    let id = new_id(ch, context, std::ptr::null_mut());
     // SAFETY: the caller's out pointer.
     unsafe { out.write(id) };
     0
@@ -448,7 +527,6 @@ fn new_id(
     ch: *mut rdma_event_channel,
     context: *mut c_void,
     verbs: *mut ibv_context,
-    own_channel: bool,
 ) -> *mut rdma_cm_id {
     // SAFETY: an all-zero route is its empty state (no addresses, no paths).
     let route: rdma_route = unsafe { std::mem::zeroed() };
@@ -475,7 +553,8 @@ fn new_id(
         workers: Mutex::new(Vec::new()),
         threads: Mutex::new(Vec::new()),
         own_cqs: AtomicBool::new(false),
-        own_channel,
+        taken: Mutex::new(0),
+        acked: std::sync::Condvar::new(),
     });
     let id = Box::into_raw(id) as *mut rdma_cm_id;
     LIVE.lock()
@@ -494,6 +573,15 @@ pub unsafe extern "C" fn irn_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let i = unsafe { Id::from_c(id) };
     i.stop.store(true, Ordering::Release);
     i.join();
+    // Its threads have stopped: no event about it comes any more. Those queued go (with a
+    // request's new ID); those the program holds are waited for.
+    // SAFETY: its channel, set when it was created and alive while it is.
+    unsafe { purge((*i.c()).channel, id) };
+    let mut n = i.taken();
+    while *n > 0 {
+        n = i.acked.wait(n).unwrap_or_else(|p| p.into_inner());
+    }
+    drop(n);
     {
         let mut st = i.lock();
         // An established connection ends with a DREQ (CmConnection's drop), as Linux's CM
@@ -505,20 +593,12 @@ pub unsafe extern "C" fn irn_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     // The queue pair is the program's to destroy (rdma_destroy_qp or ibv_destroy_qp), as
     // with librdmacm; the CQs rdma_create_qp made for it go with the ID.
     // SAFETY: its threads have ended; the CQs are the ID's own.
-    let ch = unsafe {
-        destroy_own_cqs(i);
-        (*i.c()).channel
-    };
-    let own_channel = i.own_channel;
+    unsafe { destroy_own_cqs(i) };
     LIVE.lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&(id as usize));
     // SAFETY: destroyed once (no longer live); its threads have ended.
     drop(unsafe { Box::from_raw(id as *mut Id) });
-    if own_channel {
-        // SAFETY: the channel this ID made for itself.
-        unsafe { irn_rdma_destroy_event_channel(ch) };
-    }
     0
 }
 
@@ -652,7 +732,7 @@ pub unsafe extern "C" fn irn_rdma_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    if id.is_null() || attr.is_null() {
+    if !live(id) || attr.is_null() {
         return fail(errno::EINVAL);
     }
     // SAFETY: a live ID, configured by the program's call.
@@ -677,28 +757,52 @@ pub unsafe extern "C" fn irn_rdma_create_qp(
             return -1;
         }
         let a = &mut *attr;
-        if a.send_cq.is_null() || a.recv_cq.is_null() {
-            let depth = (a.cap.max_send_wr + a.cap.max_recv_wr).max(1) as c_int;
+        // As librdmacm's ucma_create_cqs: a CQ each for sends and receives the program did not
+        // give, each with a completion channel of its own (`id->send_cq_channel`,
+        // `id->recv_cq_channel`, what rdma_verbs.h's rdma_get_send_comp and
+        // rdma_get_recv_comp wait on), the ID as their context.
+        for (want, depth, cq_out, ch_out) in [
+            (
+                a.send_cq.is_null(),
+                a.cap.max_send_wr,
+                &raw mut (*c).send_cq,
+                &raw mut (*c).send_cq_channel,
+            ),
+            (
+                a.recv_cq.is_null(),
+                a.cap.max_recv_wr,
+                &raw mut (*c).recv_cq,
+                &raw mut (*c).recv_cq_channel,
+            ),
+        ] {
+            if !want {
+                continue;
+            }
+            let ch = crate::objects::irn_ibv_create_comp_channel((*c).verbs);
+            if ch.is_null() {
+                return -1;
+            }
             let cq = crate::objects::irn_ibv_create_cq(
                 (*c).verbs,
-                depth,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                depth.max(1) as c_int,
+                id as *mut c_void,
+                ch,
                 0,
             );
             if cq.is_null() {
+                crate::objects::irn_ibv_destroy_comp_channel(ch);
                 return -1;
             }
+            *cq_out = cq;
+            *ch_out = ch;
             i.own_cqs.store(true, Ordering::Release);
-            if a.send_cq.is_null() {
-                a.send_cq = cq;
-            }
-            if a.recv_cq.is_null() {
-                a.recv_cq = cq;
-            }
         }
-        (*c).send_cq = a.send_cq;
-        (*c).recv_cq = a.recv_cq;
+        if a.send_cq.is_null() {
+            a.send_cq = (*c).send_cq;
+        }
+        if a.recv_cq.is_null() {
+            a.recv_cq = (*c).recv_cq;
+        }
         let qp = crate::qp::irn_ibv_create_qp(pd, attr);
         if qp.is_null() {
             return -1;
@@ -758,16 +862,22 @@ unsafe fn destroy_own_cqs(i: &Id) {
     if !i.own_cqs.swap(false, Ordering::AcqRel) {
         return;
     }
-    // SAFETY: the caller's contract; the fields are written by the program's calls.
+    // SAFETY: the caller's contract; the fields are written by the program's calls. A CQ the
+    // program gave is not the ID's: only those with the ID's own channels are destroyed.
     unsafe {
         let c = i.c();
-        let (s, r) = ((*c).send_cq, (*c).recv_cq);
-        crate::objects::irn_ibv_destroy_cq(s);
-        if r != s {
-            crate::objects::irn_ibv_destroy_cq(r);
+        for (cq, ch) in [
+            (&raw mut (*c).send_cq, &raw mut (*c).send_cq_channel),
+            (&raw mut (*c).recv_cq, &raw mut (*c).recv_cq_channel),
+        ] {
+            if (*ch).is_null() {
+                continue;
+            }
+            crate::objects::irn_ibv_destroy_cq(*cq);
+            crate::objects::irn_ibv_destroy_comp_channel(*ch);
+            *cq = std::ptr::null_mut();
+            *ch = std::ptr::null_mut();
         }
-        (*c).send_cq = std::ptr::null_mut();
-        (*c).recv_cq = std::ptr::null_mut();
     }
 }
 
@@ -788,8 +898,9 @@ fn default_pd(index: usize, ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 
 /// The queue pair attributes a connection asks for: the device's MTU, all remote rights, and
-/// what the program's parameters say.
-fn conn_attr(device: usize, p: Option<&rdma_conn_param>) -> QpAttr {
+/// what the program's parameters say. Retry counts are taken from `rdma_connect`'s parameters
+/// only (`active`): `rdma_accept(3)` ignores them, the passive side keeps irn's (7 and 7).
+fn conn_attr(device: usize, p: Option<&rdma_conn_param>, active: bool) -> QpAttr {
     let mut a = QpAttr {
         access: Access::REMOTE_WRITE
             .with(Access::REMOTE_READ)
@@ -804,10 +915,19 @@ fn conn_attr(device: usize, p: Option<&rdma_conn_param>) -> QpAttr {
         if p.initiator_depth > 0 {
             a.max_rd_atomic = p.initiator_depth.min(16);
         }
-        a.retry_cnt = p.retry_count.min(7);
-        a.rnr_retry = p.rnr_retry_count.min(7);
+        if active {
+            a.retry_cnt = p.retry_count.min(7);
+            a.rnr_retry = p.rnr_retry_count.min(7);
+        }
     }
     a
+}
+
+/// Private data as librdmacm reports it: the whole area the message carries (56 bytes of a
+/// REQ after rdma_cm's header, 196 of a REP), zeros after what the peer gave.
+fn padded(mut data: Vec<u8>, area: usize) -> Vec<u8> {
+    data.resize(data.len().max(area), 0);
+    data
 }
 
 fn private_of(p: Option<&rdma_conn_param>) -> Vec<u8> {
@@ -837,12 +957,17 @@ fn established_param(attr: &QpAttr, remote_qpn: u32) -> rdma_conn_param {
 
 /// After `conn` is made: the queue pair's C state follows, the connection is kept, a thread
 /// watches it, and `ESTABLISHED` is queued.
-fn established(idp: Ptr, conn: CmConnection, attr: &QpAttr) {
+fn established(idp: Ptr, conn: CmConnection, attr: &QpAttr, area: usize) {
     let id = idp.0 as *mut rdma_cm_id;
     // SAFETY: a live ID (this runs on one of its threads).
     let i = unsafe { Id::from_c(id) };
     let param = established_param(attr, conn.remote_qpn());
-    let private = conn.private_data().to_vec();
+    // The active side reports the REP's private data; the passive side's event carries none.
+    let private = if area > 0 {
+        padded(conn.private_data().to_vec(), area)
+    } else {
+        Vec::new()
+    };
     {
         let st = &mut *i.lock();
         st.conn = Some(conn);
@@ -863,7 +988,9 @@ fn established(idp: Ptr, conn: CmConnection, attr: &QpAttr) {
         param,
     );
     let stop = i.stop.clone();
-    i.spawn(move || watch(idp, stop));
+    // Without a watcher the peer's DREQ is still answered (by the device's CM agent); only
+    // the DISCONNECTED event would not come.
+    let _ = i.spawn(move || watch(idp, stop));
 }
 
 /// Watches an established connection until the peer ends it (`DISCONNECTED`), the program
@@ -877,9 +1004,9 @@ fn watch(idp: Ptr, stop: Arc<AtomicBool>) {
         let mut st = i.lock();
         let Some(conn) = st.conn.as_mut() else { return };
         if let Ok(true) = conn.poll_disconnect() {
+            // The queue pair is left as it is: the program moves it (rdma_disconnect), as
+            // with librdmacm, and may have destroyed it already.
             st.conn = None;
-            // The queue pair stops, as rdma_cm moves it to the error state on a DREQ.
-            qp_to_error(i);
             drop(st);
             post(
                 id,
@@ -942,11 +1069,16 @@ pub unsafe extern "C" fn irn_rdma_connect(
     if private.len() > 56 {
         return fail(errno::EINVAL);
     }
-    let attr = conn_attr(device, p);
+    let attr = conn_attr(device, p, true);
     // SAFETY: the device's open context.
     let dev = unsafe { Context::from_c(i.verbs()) }.dev.clone();
+    // SAFETY: the ID's queue pair, alive while the program's call runs.
+    if unsafe { crate::qp::rc_of(i.qp()) }.is_none() {
+        // A UD queue pair takes no connection (the UDP port space is not offered).
+        return fail(errno::EINVAL);
+    }
     let (idp, qpp) = (Ptr(id as usize), Ptr(i.qp() as usize));
-    i.spawn_worker(move || {
+    let spawned = i.spawn_worker(move || {
         // SAFETY: the ID's queue pair; destroying it (or the ID) waits for this thread.
         let Some(qp) = (unsafe { crate::qp::rc_of(qpp.0 as *mut ibv_qp) }) else {
             return;
@@ -966,21 +1098,35 @@ pub unsafe extern "C" fn irn_rdma_connect(
             }
         };
         match got {
-            Ok(conn) => established(idp, conn, &attr),
-            Err(e) => {
-                let (event, status) = failure(&e);
-                post(
-                    idp.0 as *mut rdma_cm_id,
-                    std::ptr::null_mut(),
-                    event,
-                    status,
-                    Vec::new(),
-                    no_param(),
-                );
-            }
+            Ok(conn) => established(idp, conn, &attr, 196),
+            Err(e) => refused(idp, &e),
         }
     });
-    0
+    match spawned {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// A connection attempt that failed: the queue pair goes to the error state, as librdmacm
+/// moves it on a rejection, and the event says why.
+fn refused(idp: Ptr, e: &CmError) {
+    let id = idp.0 as *mut rdma_cm_id;
+    // SAFETY: a live ID (this runs on one of its threads).
+    let i = unsafe { Id::from_c(id) };
+    {
+        let _st = i.lock();
+        qp_to_error(i);
+    }
+    let (event, status) = failure(e);
+    post(
+        id,
+        std::ptr::null_mut(),
+        event,
+        status,
+        Vec::new(),
+        no_param(),
+    );
 }
 
 #[no_mangle]
@@ -1020,7 +1166,9 @@ pub unsafe extern "C" fn irn_rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -
     for (d, l) in listeners {
         let stop = i.stop.clone();
         let idp = Ptr(id as usize);
-        i.spawn(move || accept_requests(idp, d, l, stop));
+        if let Err(e) = i.spawn(move || accept_requests(idp, d, l, stop)) {
+            return fail(e);
+        }
     }
     0
 }
@@ -1039,7 +1187,7 @@ fn accept_requests(idp: Ptr, device: usize, l: Arc<CmListener>, stop: Arc<Atomic
         let p = unsafe { Id::from_c(parent) };
         // SAFETY: the parent's channel and context, set before it listened.
         let (channel, context) = unsafe { ((*p.c()).channel, (*p.c()).context) };
-        let child = new_id(channel, context, context_of(device), false);
+        let child = new_id(channel, context, context_of(device));
         // SAFETY: the new ID, not yet known to the program.
         let c = unsafe { Id::from_c(child) };
         let src = p
@@ -1049,13 +1197,17 @@ fn accept_requests(idp: Ptr, device: usize, l: Arc<CmListener>, stop: Arc<Atomic
         let dst = SocketAddr::new(req.peer, req.cma.as_ref().map_or(0, |h| h.src_port));
         // SAFETY: as above.
         set_route(unsafe { &mut *c.c() }, src, Some(dst));
+        // As librdmacm reports them: from this side, the requester's initiator depth is the
+        // reads it may ask of us (our responder resources), and the other way round.
         let param = rdma_conn_param {
-            responder_resources: req.responder_resources(),
+            responder_resources: req.initiator_depth(),
             initiator_depth: req.responder_resources(),
+            retry_count: req.retry_count(),
+            rnr_retry_count: req.rnr_retry_count(),
             qp_num: req.qpn(),
             ..no_param()
         };
-        let private = req.private_data.clone();
+        let private = padded(req.private_data.clone(), 56);
         {
             let mut st = c.lock();
             st.device = Some(device);
@@ -1091,28 +1243,40 @@ pub unsafe extern "C" fn irn_rdma_accept(
     if private.len() > 196 {
         return fail(errno::EINVAL);
     }
-    let attr = conn_attr(device, p);
+    let attr = conn_attr(device, p, false);
+    // SAFETY: the ID's queue pair, alive while the program's call runs.
+    let Some(rc) = (unsafe { crate::qp::rc_of(i.qp()) }) else {
+        return fail(errno::EINVAL);
+    };
     let (idp, qpp) = (Ptr(id as usize), Ptr(i.qp() as usize));
-    i.spawn_worker(move || {
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = done.clone();
+    let spawned = i.spawn_worker(move || {
         // SAFETY: the ID's queue pair; destroying it (or the ID) waits for this thread.
         let Some(qp) = (unsafe { crate::qp::rc_of(qpp.0 as *mut ibv_qp) }) else {
             return;
         };
-        match listener.accept(&request, qp, &attr, &private) {
-            Ok(conn) => established(idp, conn, &attr),
-            Err(e) => {
-                let (event, status) = failure(&e);
-                post(
-                    idp.0 as *mut rdma_cm_id,
-                    std::ptr::null_mut(),
-                    event,
-                    status,
-                    Vec::new(),
-                    no_param(),
-                );
-            }
+        let got = listener.accept(&request, qp, &attr, &private);
+        finished.store(true, Ordering::Release);
+        match got {
+            Ok(conn) => established(idp, conn, &attr, 0),
+            Err(e) => refused(idp, &e),
         }
     });
+    if let Err(e) = spawned {
+        return fail(e);
+    }
+    // librdmacm moves the queue pair to RTR and RTS before rdma_accept returns (a server may
+    // post at once); the thread does that first, then sends the REP and waits for the RTU.
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while rc.state() != irn_verbs::QpState::Rts
+        && !done.load(Ordering::Acquire)
+        && std::time::Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    // SAFETY: the ID's queue pair, alive while the program's call runs.
+    unsafe { crate::qp::refresh_state(i.qp()) };
     0
 }
 
@@ -1152,7 +1316,7 @@ pub unsafe extern "C" fn irn_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     // Already ended (the peer's DREQ came first): nothing to send.
     let Some(conn) = conn else { return 0 };
     let idp = Ptr(id as usize);
-    i.spawn_worker(move || {
+    let spawned = i.spawn_worker(move || {
         let _ = conn.disconnect();
         post(
             idp.0 as *mut rdma_cm_id,
@@ -1163,7 +1327,10 @@ pub unsafe extern "C" fn irn_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
             no_param(),
         );
     });
-    0
+    match spawned {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
 }
 
 #[no_mangle]
@@ -1245,6 +1412,10 @@ pub unsafe extern "C" fn irn_rdma_getaddrinfo(
     let Some(addr) = addr else {
         return fail(libc::EAFNOSUPPORT);
     };
+    // An active side's source the hints name (perftest's --source_ip).
+    let hint_src = h
+        .filter(|_| flags & RAI_PASSIVE == 0)
+        .and_then(|h| sockaddr_of(h.ai_src_addr));
     let st = Box::new(storage_of(addr));
     let len = if addr.is_ipv4() {
         size_of::<libc::sockaddr_in>()
@@ -1253,6 +1424,20 @@ pub unsafe extern "C" fn irn_rdma_getaddrinfo(
     } as libc::socklen_t;
     let sa = Box::into_raw(st) as *mut libc::sockaddr;
     let passive = flags & RAI_PASSIVE != 0;
+    let (src_sa, src_len) = match hint_src {
+        Some(src) => {
+            let l = if src.is_ipv4() {
+                size_of::<libc::sockaddr_in>()
+            } else {
+                size_of::<libc::sockaddr_in6>()
+            } as libc::socklen_t;
+            (
+                Box::into_raw(Box::new(storage_of(src))) as *mut libc::sockaddr,
+                l,
+            )
+        }
+        None => (std::ptr::null_mut(), 0),
+    };
     let info = Box::new(rdma_addrinfo {
         ai_flags: flags,
         ai_family: if addr.is_ipv4() {
@@ -1262,9 +1447,9 @@ pub unsafe extern "C" fn irn_rdma_getaddrinfo(
         },
         ai_qp_type: IBV_QPT_RC as c_int,
         ai_port_space: RDMA_PS_TCP as c_int,
-        ai_src_len: if passive { len } else { 0 },
+        ai_src_len: if passive { len } else { src_len },
         ai_dst_len: if passive { 0 } else { len },
-        ai_src_addr: if passive { sa } else { std::ptr::null_mut() },
+        ai_src_addr: if passive { sa } else { src_sa },
         ai_dst_addr: if passive { std::ptr::null_mut() } else { sa },
         ai_src_canonname: std::ptr::null_mut(),
         ai_dst_canonname: std::ptr::null_mut(),
@@ -1295,6 +1480,73 @@ pub unsafe extern "C" fn irn_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
         cur = ai.ai_next;
     }
 }
+
+/// The port of a socket address stored in an ID's route, network order (as librdmacm
+/// returns it).
+fn port_of(st: &libc::sockaddr_storage) -> u16 {
+    sockaddr_of(st as *const libc::sockaddr_storage as *const libc::sockaddr)
+        .map_or(0, |a| a.port().to_be())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    if !live(id) {
+        return 0;
+    }
+    // SAFETY: a live ID's route, written by the program's calls.
+    port_of(unsafe { &(*Id::from_c(id).c()).route.addr.src_storage })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    if !live(id) {
+        return 0;
+    }
+    // SAFETY: as above.
+    port_of(unsafe { &(*Id::from_c(id).c()).route.addr.dst_storage })
+}
+
+// The rest of librdmacm's API that irn does not offer: the synchronous helpers built on a
+// NULL channel, device enumeration, multicast, SRQs, ID migration. Each refuses.
+macro_rules! refuse {
+    ($($name:ident($($arg:ident),*)),* $(,)?) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: *mut c_void),*) -> c_int {
+            $(let _ = $arg;)*
+            fail(errno::EOPNOTSUPP)
+        }
+    )*};
+}
+
+refuse! {
+    irn_rdma_create_ep(id, res, pd, attr),
+    irn_rdma_get_request(listen, id),
+    irn_rdma_migrate_id(id, channel),
+    irn_rdma_notify(id, event),
+    irn_rdma_join_multicast(id, addr, context),
+    irn_rdma_leave_multicast(id, addr),
+    irn_rdma_create_srq(id, pd, attr),
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_destroy_ep(_id: *mut c_void) {}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_destroy_srq(_id: *mut c_void) {}
+
+/// No device list: programs open devices through libibverbs (`rdma_get_devices` returns NULL,
+/// as it does when no device is present).
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context {
+    if !num.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { num.write(0) };
+    }
+    errno::null(errno::EOPNOTSUPP)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn irn_rdma_free_devices(_list: *mut *mut ibv_context) {}
 
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_init_qp_attr(

@@ -927,6 +927,21 @@ impl CmRequest {
     pub fn responder_resources(&self) -> u8 {
         self.req.responder_resources
     }
+
+    /// The reads and atomics the requester keeps outstanding at once as requester.
+    pub fn initiator_depth(&self) -> u8 {
+        self.req.initiator_depth
+    }
+
+    /// The transport retries the requester asks for (IBTA §12.7.27).
+    pub fn retry_count(&self) -> u8 {
+        self.req.retry_count
+    }
+
+    /// The RNR retries the requester asks for.
+    pub fn rnr_retry_count(&self) -> u8 {
+        self.req.rnr_retry_count
+    }
 }
 
 /// Listens for connection requests to an rdma_cm port (`rdma_listen`), on the device's QP1.
