@@ -541,4 +541,49 @@ fn unmodified_programs_across_network_namespaces() {
         120,
     );
     both_ok("ib_write_bw across namespaces", &s, &c);
+    // RoCEv2 over IPv6: devices on IPv6 addresses, whose GIDs are those addresses; the tool's
+    // own exchange still runs over IPv4.
+    for (ns, dev, addr) in [
+        (&n.a, &n.dev_a, "fd00:234::1/64"),
+        (&n.b, &n.dev_b, "fd00:234::2/64"),
+    ] {
+        common::netns::ip(&["-n", ns, "addr", "add", addr, "dev", dev, "nodad"])
+            .expect("an IPv6 address");
+    }
+    let (s, c) = pair(
+        exec(
+            Some(&n.b),
+            &["--mode", "irn", "--addr", "fd00:234::2"],
+            &[
+                "ibv_rc_pingpong",
+                "-g",
+                "0",
+                "-n",
+                "100",
+                "-s",
+                "8192",
+                "-c",
+            ],
+        ),
+        || {
+            exec(
+                Some(&n.a),
+                &["--mode", "irn", "--loss", "0.01", "--addr", "fd00:234::1"],
+                &[
+                    "ibv_rc_pingpong",
+                    "-g",
+                    "0",
+                    "-n",
+                    "100",
+                    "-s",
+                    "8192",
+                    "-c",
+                    "10.234.0.2",
+                ],
+            )
+        },
+        120,
+    );
+    both_ok("ibv_rc_pingpong over IPv6 GIDs", &s, &c);
+    assert!(text(&c).contains("GID fd00:234::1"), "{}", text(&c));
 }
