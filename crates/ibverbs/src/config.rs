@@ -2,7 +2,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `IRN_IBV_DEVICES` | comma-separated addresses, one device each (`irn0`, `irn1`, …), or `NAME=ADDRESS` entries | the first IPv4 address of every interface that is up, loopback last |
+//! | `IRN_IBV_DEVICES` | comma-separated entries, one device each (`irn0`, `irn1`, …): an address, or an interface (its first IPv4 address, else its first IPv6 address that is not link-local), each optionally `NAME=` | every interface that is up with an IPv4 address, loopback last |
 //! | `IRN_IBV_MODE` | loss recovery: `roce` (go-back-N, interoperates with RoCE NICs and rxe) or `irn` (both ends irn) | `roce` |
 //! | `IRN_IBV_PORT` | the UDP port devices listen on, and peers are reached at | 4791 |
 //! | `IRN_IBV_LOSS` | probability each sent packet is dropped (testing loss recovery) | 0 |
@@ -69,27 +69,36 @@ impl std::fmt::Display for ConfigError {
 
 impl Config {
     /// Reads the configuration through `var` (the environment, or a test's map); `interfaces`
-    /// gives the default devices' addresses.
+    /// gives the host's interfaces (the default devices, and the names an entry may give).
     pub fn from_vars(
         var: impl Fn(&str) -> Option<String>,
-        interfaces: impl FnOnce() -> Vec<IpAddr>,
+        interfaces: impl FnOnce() -> Vec<Interface>,
     ) -> Result<Config, ConfigError> {
         let bad = |key, value: &str, expected| ConfigError {
             key,
             value: value.to_string(),
             expected,
         };
+        let ifaces = interfaces();
         let devices = match var("IRN_IBV_DEVICES") {
-            Some(list) => parse_devices(&list)
+            Some(list) => parse_devices(&list, &ifaces)
                 .ok_or_else(|| bad("IRN_IBV_DEVICES", &list, DEVICES_EXPECTED))?,
-            None => interfaces()
-                .into_iter()
-                .enumerate()
-                .map(|(i, addr)| DeviceSpec {
-                    name: format!("irn{i}"),
-                    addr,
-                })
-                .collect(),
+            None => {
+                let mut up: Vec<&Interface> = ifaces
+                    .iter()
+                    .filter(|i| i.up && i.addrs.iter().any(IpAddr::is_ipv4))
+                    .collect();
+                up.sort_by_key(|i| i.loopback);
+                up.into_iter()
+                    .enumerate()
+                    .filter_map(|(n, i)| {
+                        Some(DeviceSpec {
+                            name: format!("irn{n}"),
+                            addr: i.addr()?,
+                        })
+                    })
+                    .collect()
+            }
         };
         let mode = match var("IRN_IBV_MODE").as_deref() {
             None | Some("roce") => QpMode::Roce,
@@ -145,21 +154,54 @@ impl Config {
 
     /// The process's configuration.
     pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_vars(|k| std::env::var(k).ok(), up_ipv4_addresses)
+        Config::from_vars(|k| std::env::var(k).ok(), interfaces)
     }
 }
 
-const DEVICES_EXPECTED: &str =
-    "comma-separated IP addresses or NAME=ADDRESS entries, names unique, under 64 bytes";
+const DEVICES_EXPECTED: &str = "comma-separated IP addresses or interfaces with an address, \
+     each optionally NAME=, names unique, under 64 bytes";
 
-fn parse_devices(list: &str) -> Option<Vec<DeviceSpec>> {
+/// A network interface of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name (`eth0`).
+    pub name: String,
+    /// Its addresses, in the kernel's order.
+    pub addrs: Vec<IpAddr>,
+    /// Whether it is up.
+    pub up: bool,
+    /// Whether it is a loopback.
+    pub loopback: bool,
+}
+
+impl Interface {
+    /// The address a device on it takes: the first IPv4 one, else the first IPv6 one that is
+    /// not link-local (a link-local GID needs a scope a UDP peer address cannot carry here).
+    pub fn addr(&self) -> Option<IpAddr> {
+        self.addrs
+            .iter()
+            .copied()
+            .find(IpAddr::is_ipv4)
+            .or_else(|| {
+                self.addrs.iter().copied().find(|a| match a {
+                    IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+                    IpAddr::V4(_) => false,
+                })
+            })
+    }
+}
+
+fn parse_devices(list: &str, ifaces: &[Interface]) -> Option<Vec<DeviceSpec>> {
     let mut out: Vec<DeviceSpec> = Vec::new();
     for (i, entry) in list.split(',').map(str::trim).enumerate() {
         let (name, addr) = match entry.split_once('=') {
             Some((n, a)) => (n.trim().to_string(), a.trim()),
             None => (format!("irn{i}"), entry),
         };
-        let addr: IpAddr = addr.parse().ok()?;
+        let addr: IpAddr = match addr.parse() {
+            Ok(a) => a,
+            Err(_) => ifaces.iter().find(|f| f.name == addr)?.addr()?,
+        };
         let valid_name = !name.is_empty()
             && name.len() < 64
             && name
@@ -173,10 +215,9 @@ fn parse_devices(list: &str) -> Option<Vec<DeviceSpec>> {
     Some(out)
 }
 
-/// The first IPv4 address of every interface that is up, in the kernel's order, loopback
-/// last (a program takes the first device by default; it should be one its peers can reach).
-pub fn up_ipv4_addresses() -> Vec<IpAddr> {
-    let mut found: Vec<(String, IpAddr, bool)> = Vec::new();
+/// The host's interfaces and their IPv4 and IPv6 addresses (`getifaddrs(3)`).
+pub fn interfaces() -> Vec<Interface> {
+    let mut found: Vec<Interface> = Vec::new();
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `ifap` with a list it allocated, freed below.
     if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
@@ -187,31 +228,44 @@ pub fn up_ipv4_addresses() -> Vec<IpAddr> {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
         let ifa = unsafe { &*cur };
         cur = ifa.ifa_next;
-        let up = ifa.ifa_flags & (libc::IFF_UP as u32) != 0;
-        if !up || ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        if family != libc::AF_INET {
-            continue;
-        }
-        // SAFETY: an AF_INET address is a sockaddr_in.
-        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-        let ip = IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes());
         // SAFETY: ifa_name is a NUL-terminated interface name.
         let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
             .to_string_lossy()
             .into_owned();
-        if found.iter().all(|(n, _, _)| *n != name) {
-            let lo = ifa.ifa_flags & (libc::IFF_LOOPBACK as u32) != 0;
-            found.push((name, ip, lo));
+        let at = match found.iter().position(|f| f.name == name) {
+            Some(at) => at,
+            None => {
+                found.push(Interface {
+                    name,
+                    addrs: Vec::new(),
+                    up: ifa.ifa_flags & (libc::IFF_UP as u32) != 0,
+                    loopback: ifa.ifa_flags & (libc::IFF_LOOPBACK as u32) != 0,
+                });
+                found.len() - 1
+            }
+        };
+        if ifa.ifa_addr.is_null() {
+            continue;
         }
+        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names.
+        let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+            libc::AF_INET => {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                IpAddr::from(sin6.sin6_addr.s6_addr)
+            }
+            _ => continue,
+        };
+        found[at].addrs.push(ip);
     }
     // SAFETY: the list getifaddrs returned, freed once; nothing refers to it any more.
     unsafe { libc::freeifaddrs(ifap) };
-    found.sort_by_key(|&(_, _, lo)| lo);
-    found.into_iter().map(|(_, ip, _)| ip).collect()
+    found
 }
 
 #[cfg(test)]
@@ -224,12 +278,20 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        let iface = |name: &str, addrs: &[&str], up, loopback| Interface {
+            name: name.into(),
+            addrs: addrs.iter().map(|a| a.parse().expect("ip")).collect(),
+            up,
+            loopback,
+        };
         Config::from_vars(
             |k| m.get(k).cloned(),
             || {
                 vec![
-                    "10.0.0.7".parse().expect("ip"),
-                    "127.0.0.1".parse().expect("ip"),
+                    iface("lo", &["127.0.0.1", "::1"], true, true),
+                    iface("eth0", &["10.0.0.7", "fe80::1"], true, false),
+                    iface("eth1", &["fe80::2", "fd00::7"], true, false),
+                    iface("eth2", &["10.9.9.9"], false, false),
                 ]
             },
         )
@@ -250,6 +312,28 @@ mod tests {
             names,
             [("irn0", "10.0.0.7".into()), ("irn1", "127.0.0.1".into())]
         );
+    }
+
+    #[test]
+    fn interfaces_name_devices_by_their_addresses() {
+        let c = read(&[("IRN_IBV_DEVICES", "eth0, v6=eth1,lo")]).expect("valid");
+        let got: Vec<(&str, String)> = c
+            .devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.addr.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("irn0", "10.0.0.7".to_string()),
+                ("v6", "fd00::7".to_string()),
+                ("irn2", "127.0.0.1".to_string())
+            ],
+            "IPv4 first; else an IPv6 address that is not link-local"
+        );
+        for bad in ["eth9", "a=eth0,a=lo", ""] {
+            assert!(read(&[("IRN_IBV_DEVICES", bad)]).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

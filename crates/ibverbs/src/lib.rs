@@ -13,9 +13,10 @@
 //!   `ibv_poll_cq` and `ibv_req_notify_cq`, and the symbol versions of rdma-core's
 //!   `libibverbs.map` ([`exports`]), so that the loader binds a program built against
 //!   rdma-core to this library.
-//! - **Devices** ([`config`]): `irn0`, `irn1`, … one per configured address
-//!   (`IRN_IBV_DEVICES`; by default each up interface's first IPv4 address), each with one
-//!   port whose GID table holds that address as a RoCEv2 GID (IPv4-mapped). Peers are reached
+//! - **Devices** ([`config`]): `irn0`, `irn1`, … one per configured address or interface
+//!   (`IRN_IBV_DEVICES`; by default each up interface with an IPv4 address), each with one
+//!   port whose GID table holds that address as a RoCEv2 GID (IPv4-mapped, or the IPv6
+//!   address). Peers are reached
 //!   at the address of their GID, on the UDP port `IRN_IBV_PORT` (4791).
 //! - **Recovery mode**: `IRN_IBV_MODE=roce` (the default: interoperates with any RoCE peer,
 //!   Linux rxe included) or `irn` (both ends must be irn).

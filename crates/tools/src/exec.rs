@@ -13,7 +13,6 @@
 //! path; nothing needs root.
 
 use std::ffi::OsString;
-use std::net::IpAddr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -35,10 +34,11 @@ pub struct ExecArgs {
     /// rxe included) or `irn` (both ends irn).
     #[arg(long, default_value = "roce", value_parser = ["roce", "irn"])]
     pub mode: String,
-    /// The addresses of the program's devices, one device each (`irn0`, `irn1`, …); by
-    /// default the first IPv4 address of every interface that is up.
-    #[arg(long = "addr", value_delimiter = ',', value_name = "IP")]
-    pub addrs: Vec<IpAddr>,
+    /// The program's devices, one per entry (`irn0`, `irn1`, …): an address, or an interface
+    /// (its first IPv4 address, else its first IPv6 address that is not link-local), each
+    /// optionally `NAME=`; by default every interface that is up with an IPv4 address.
+    #[arg(long = "addr", value_delimiter = ',', value_name = "IP|IFACE")]
+    pub addrs: Vec<String>,
     /// The UDP port devices listen on and reach peers at.
     #[arg(long, default_value_t = 4791)]
     pub port: u16,
@@ -144,8 +144,7 @@ pub fn environment(args: &ExecArgs, dir: &Path) -> Vec<(String, OsString)> {
         ),
     ];
     if !args.addrs.is_empty() {
-        let list: Vec<String> = args.addrs.iter().map(ToString::to_string).collect();
-        env.push(("IRN_IBV_DEVICES".into(), list.join(",").into()));
+        env.push(("IRN_IBV_DEVICES".into(), args.addrs.join(",").into()));
     }
     let mut path = OsString::from(dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
