@@ -513,6 +513,33 @@ pub unsafe extern "C" fn irn_ibv_query_qp(
     a.qp_state = state_num(q.state());
     a.cur_qp_state = a.qp_state;
     a.cap = q.cap;
+    // An RC queue pair's attributes as the runtime holds them: what ibv_modify_qp set, or
+    // what the connection manager chose for one it connected.
+    if let Kind::Rc(rc) = &q.kind {
+        if let Ok(r) = rc.attr() {
+            a.path_mtu = mtu_enum(r.path_mtu);
+            a.dest_qp_num = r.dest_qpn;
+            a.rq_psn = r.rq_psn.value();
+            a.sq_psn = r.sq_psn.value();
+            a.max_dest_rd_atomic = r.max_dest_rd_atomic;
+            a.max_rd_atomic = r.max_rd_atomic;
+            a.min_rnr_timer = r.min_rnr_timer;
+            a.timeout = r.timeout;
+            a.retry_cnt = r.retry_cnt;
+            a.rnr_retry = r.rnr_retry;
+            let mut flags = 0;
+            for (right, bit) in [
+                (Access::REMOTE_WRITE, 0x2),
+                (Access::REMOTE_READ, 0x4),
+                (Access::REMOTE_ATOMIC, 0x8),
+            ] {
+                if r.access.allows(right) {
+                    flags |= bit;
+                }
+            }
+            a.qp_access_flags = flags;
+        }
+    }
     // SAFETY: the caller's buffers.
     unsafe {
         attr.write(a);

@@ -746,6 +746,17 @@ impl Qp {
         .map_err(|error| PostListError { posted, error })
     }
 
+    /// The attributes it runs with (`ibv_query_qp`): what `modify` set, and what the
+    /// connection manager chose for a queue pair it connected.
+    pub fn attr(&self) -> Result<QpAttr> {
+        self.shared
+            .lock()
+            .qps
+            .get(&self.qpn)
+            .map(|e| *e.qp.attr())
+            .ok_or(Error::Gone)
+    }
+
     /// The queue pair's state.
     pub fn state(&self) -> QpState {
         self.shared
