@@ -134,13 +134,10 @@ unsafe fn reg_mr(
     let iova = if flags & 0x20 != 0 { 0 } else { iova };
     // SAFETY: an allocated PD.
     let p = unsafe { Pd::from_c(pd) };
-    // SAFETY: ibv_reg_mr(3)'s contract: the program keeps the `length` bytes at `addr`
-    // allocated until ibv_dereg_mr. reg_mr_raw asks more — that the program leave the bytes
-    // alone while the engine works on them — where verbs programs touch one part of a region
-    // while a request or a peer uses another: the engine's accesses are to the bytes the
-    // requests and peers name, but through a slice over the whole region, which Rust's
-    // memory model counts as a race with the program's accesses elsewhere in it (the bytes
-    // themselves are never both written; docs/VERBS.md).
+    // SAFETY: ibv_reg_mr(3)'s contract is reg_mr_raw's: the program keeps the `length` bytes
+    // at `addr` allocated until ibv_dereg_mr, and leaves the bytes a work request or a peer
+    // may access alone while it may; the engine touches only those bytes (AppBuffer's
+    // ranges), so the program's use of the rest of the region meanwhile is no race.
     let mr = match unsafe { p.pd.reg_mr_raw_iova(addr as *mut u8, length, access, iova) } {
         Ok(m) => m,
         Err(e) => return errno::null(errno::of(&e)),

@@ -353,28 +353,45 @@ impl Regions {
 /// A buffer an application hands a [`ByteMemory`] to place into and read from directly: any
 /// owner of bytes that can move to the engine's thread. `Vec<u8>` and `Box<[u8]>` are; the UDP
 /// runtime implements it for memory registered by address (`irn_verbs::Pd::reg_mr_raw`).
+///
+/// The memory asks for the bytes a work request or a peer names, never more: an application
+/// that registered its own memory goes on using the rest of it meanwhile (verbs programs touch
+/// one part of a region while a request uses another), so a buffer over such memory must not
+/// be borrowed whole by the engine.
 pub trait AppBuffer: Send + core::fmt::Debug {
-    /// The bytes.
-    fn bytes(&self) -> &[u8];
-    /// The bytes, to write.
-    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+    /// Whether it holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The `len` bytes at `off` (`off + len <= self.len()`).
+    fn range(&self, off: usize, len: usize) -> &[u8];
+    /// The `len` bytes at `off`, to write.
+    fn range_mut(&mut self, off: usize, len: usize) -> &mut [u8];
 }
 
 impl AppBuffer for Vec<u8> {
-    fn bytes(&self) -> &[u8] {
-        self
+    fn len(&self) -> usize {
+        Vec::len(self)
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self
+    fn range(&self, off: usize, len: usize) -> &[u8] {
+        &self[off..off + len]
+    }
+    fn range_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        &mut self[off..off + len]
     }
 }
 
 impl AppBuffer for Box<[u8]> {
-    fn bytes(&self) -> &[u8] {
-        self
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self
+    fn range(&self, off: usize, len: usize) -> &[u8] {
+        &self[off..off + len]
+    }
+    fn range_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        &mut self[off..off + len]
     }
 }
 
@@ -389,25 +406,50 @@ enum Backing {
 }
 
 impl Backing {
-    fn bytes(&self) -> &[u8] {
+    fn len(&self) -> usize {
         match self {
-            Backing::Owned(v) => v,
-            Backing::App(b) => b.bytes(),
+            Backing::Owned(v) => v.len(),
+            Backing::App(b) => b.len(),
         }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
-            Backing::Owned(v) => v,
-            Backing::App(b) => b.bytes_mut(),
+    /// The `len` bytes at `off`, if in bounds.
+    fn range(&self, off: usize, len: usize) -> Option<&[u8]> {
+        if off.checked_add(len)? > self.len() {
+            return None;
         }
+        Some(match self {
+            Backing::Owned(v) => &v[off..off + len],
+            Backing::App(b) => b.range(off, len),
+        })
+    }
+
+    /// The `len` bytes at `off`, to write, if in bounds.
+    fn range_mut(&mut self, off: usize, len: usize) -> Option<&mut [u8]> {
+        if off.checked_add(len)? > self.len() {
+            return None;
+        }
+        Some(match self {
+            Backing::Owned(v) => &mut v[off..off + len],
+            Backing::App(b) => b.range_mut(off, len),
+        })
+    }
+
+    /// All of it (the owner's view: a test, an application reading its own region, a clone).
+    fn whole(&self) -> &[u8] {
+        self.range(0, self.len()).unwrap_or(&[])
+    }
+
+    fn whole_mut(&mut self) -> &mut [u8] {
+        let len = self.len();
+        self.range_mut(0, len).unwrap_or(&mut [])
     }
 }
 
 impl Clone for Backing {
     /// A clone owns a copy of the bytes: two memories never share one application buffer.
     fn clone(&self) -> Backing {
-        Backing::Owned(self.bytes().to_vec())
+        Backing::Owned(self.whole().to_vec())
     }
 }
 
@@ -446,7 +488,7 @@ impl ByteMemory {
     /// Takes any application buffer as an allocation (moved, not copied); returns its
     /// address. Packets are placed into it directly.
     pub fn adopt_buffer(&mut self, buf: Box<dyn AppBuffer>) -> u64 {
-        let addr = self.regions.alloc(buf.bytes().len() as u64);
+        let addr = self.regions.alloc(buf.len() as u64);
         self.bytes.insert(addr, Backing::App(buf));
         addr
     }
@@ -491,22 +533,18 @@ impl ByteMemory {
 
     /// The bytes of the allocation at `addr` (for tests and applications, not the QP).
     pub fn buffer(&self, addr: u64) -> Option<&[u8]> {
-        self.bytes.get(&addr).map(Backing::bytes)
+        self.bytes.get(&addr).map(Backing::whole)
     }
 
     /// Mutable bytes of the allocation at `addr`.
     pub fn buffer_mut(&mut self, addr: u64) -> Option<&mut [u8]> {
-        self.bytes.get_mut(&addr).map(Backing::bytes_mut)
+        self.bytes.get_mut(&addr).map(Backing::whole_mut)
     }
 
     /// The bytes `resolve` found a registered region for; `None` only when the buffer under a
     /// still-registered key was released (see [`release`](Self::release)): nothing to touch.
     fn slice_mut(&mut self, buffer: u64, off: u64, len: usize) -> Option<&mut [u8]> {
-        let off = off as usize;
-        self.bytes
-            .get_mut(&buffer)?
-            .bytes_mut()
-            .get_mut(off..off + len)
+        self.bytes.get_mut(&buffer)?.range_mut(off as usize, len)
     }
 }
 
@@ -525,7 +563,7 @@ impl Memory for ByteMemory {
         match self
             .bytes
             .get(&buffer)
-            .and_then(|b| b.bytes().get(off..off + out.len()))
+            .and_then(|b| b.range(off, out.len()))
         {
             Some(b) => out.copy_from_slice(b),
             // A region whose buffer was released reads as zeros, never as whatever `out`
@@ -537,11 +575,10 @@ impl Memory for ByteMemory {
 
     fn lend(&self, key: Key, addr: u64, len: u64) -> Result<Option<&[u8]>, MemError> {
         let (buffer, off) = self.regions.resolve(key, addr, len, needed(key, false))?;
-        let off = off as usize;
         Ok(self
             .bytes
             .get(&buffer)
-            .and_then(|b| b.bytes().get(off..off + len as usize)))
+            .and_then(|b| b.range(off as usize, len as usize)))
     }
 
     fn write(&mut self, key: Key, addr: u64, data: &[u8]) -> Result<(), MemError> {

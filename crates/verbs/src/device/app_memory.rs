@@ -15,8 +15,8 @@ pub(super) struct RawBuffer {
 impl RawBuffer {
     /// # Safety
     ///
-    /// `Pd::reg_mr_raw`'s contract: the bytes stay valid, and nothing else touches them while
-    /// the region is registered and a work request or a peer may access them.
+    /// `Pd::reg_mr_raw`'s contract: the bytes stay valid while the region is registered, and
+    /// nothing else touches the bytes a work request or a peer may access meanwhile.
     pub(super) unsafe fn new(ptr: std::ptr::NonNull<u8>, len: usize) -> RawBuffer {
         RawBuffer { ptr, len }
     }
@@ -27,13 +27,21 @@ impl RawBuffer {
 unsafe impl Send for RawBuffer {}
 
 impl AppBuffer for RawBuffer {
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: valid for `len` bytes and not written elsewhere (the contract).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    fn len(&self) -> usize {
+        self.len
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    fn range(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (above), and valid while registered (the contract). Only the bytes
+        // a work request or a peer names: the application must leave those alone while they
+        // may be accessed, and may use the rest of its region meanwhile.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
+    }
+
+    fn range_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len));
         // SAFETY: as above; `&mut self` makes this the only access through the device.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) }
     }
 }

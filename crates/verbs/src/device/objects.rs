@@ -39,11 +39,14 @@ impl Pd {
     /// # Safety
     ///
     /// Until the returned [`Mr`] is dropped, the `len` bytes at `ptr`
-    /// must stay allocated and valid, and the application must not read or write them while a
-    /// posted work request or a peer (remote Write, Read, atomic) may access them — exactly as
-    /// with an RDMA NIC, which writes behind the program's back: wait for the completions (and
-    /// for the peer's word that it is done) before touching the bytes. A null `ptr` or a `len`
-    /// of 0 registers an empty region.
+    /// must stay allocated and valid, and the application must not read or write the bytes a
+    /// posted work request or a peer (remote Write, Read, atomic) may access while it may —
+    /// exactly as with an RDMA NIC, which writes behind the program's back: wait for the
+    /// completions (and for the peer's word that it is done) before touching those bytes. The
+    /// rest of the region is the application's meanwhile: the device touches only the bytes
+    /// requests and peers name ([`irn_transport::AppBuffer`]), and [`Mr::read`],
+    /// [`Mr::write`] and [`Mr::with_bytes`], which see the whole region, only when the
+    /// application calls them. A null `ptr` or a `len` of 0 registers an empty region.
     #[allow(unsafe_code)]
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
         // SAFETY: the caller's contract is this one's.
