@@ -404,7 +404,7 @@ fn perftest_runs_every_operation_and_connects_through_the_rdma_cm() {
 }
 
 /// rping: RDMA CM connection, Send, RDMA Read and Write every iteration, each ping's data
-/// verified (`-V`), then an orderly disconnect on both sides.
+/// verified (`-V`), then the client's disconnect reaching the server.
 #[test]
 fn rping_verifies_every_ping() {
     if !tools_present("rping_verifies_every_ping") {
@@ -456,7 +456,9 @@ fn rping_verifies_every_ping() {
         };
         let (s, c) = pair(server, client, 120);
         both_ok(&format!("rping {mode}"), &s, &c);
-        assert!(text(&c).contains("client DISCONNECT EVENT"), "{}", text(&c));
+        // The server runs until the client's disconnect reaches it (the client may exit
+        // before its own DISCONNECTED event is printed).
+        assert!(text(&s).contains("server DISCONNECT EVENT"), "{}", text(&s));
     }
 }
 

@@ -6,7 +6,7 @@
 //! device's address — so a program may open a device twice (librdmacm does, beside the
 //! program's own context).
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -160,50 +160,18 @@ fn port_of(addr: IpAddr) -> (u32, u64) {
     (mtu, speed)
 }
 
-/// The interface an address belongs to.
+/// The interface an address belongs to (127.0.0.0/8 is the loopback's whatever address it
+/// is configured with).
 fn interface_of(addr: IpAddr) -> Option<String> {
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `ifap` with a list it allocated, freed below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = ifap;
-    while !cur.is_null() && found.is_none() {
-        // SAFETY: `cur` is a node of the list, not yet freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names.
-        let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
-            libc::AF_INET => {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes())
-            }
-            libc::AF_INET6 => {
-                // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                IpAddr::from(sin6.sin6_addr.s6_addr)
-            }
-            _ => continue,
-        };
-        // 127.0.0.0/8 lives on the loopback interface whatever its configured address.
-        let loopback = ip.is_loopback() && addr.is_loopback() && ip.is_ipv4() == addr.is_ipv4();
-        if ip == addr || loopback {
-            // SAFETY: ifa_name is a NUL-terminated interface name.
-            found = Some(
-                unsafe { CStr::from_ptr(ifa.ifa_name) }
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
-    }
-    // SAFETY: the list getifaddrs returned, freed once.
-    unsafe { libc::freeifaddrs(ifap) };
-    found
+    crate::config::interfaces()
+        .into_iter()
+        .find(|i| {
+            i.addrs.iter().any(|&a| {
+                a == addr
+                    || (a.is_loopback() && addr.is_loopback() && a.is_ipv4() == addr.is_ipv4())
+            })
+        })
+        .map(|i| i.name)
 }
 
 /// A context: the C structure first, so that a program's `struct ibv_context *` is a

@@ -43,6 +43,17 @@ impl Pd {
         unsafe { &*(pd as *const Pd) }
     }
 
+    /// One of its regions, queue pairs or address handles goes.
+    ///
+    /// # Safety
+    /// As [`Pd::from_c`].
+    pub unsafe fn leave(pd: *mut ibv_pd) {
+        // SAFETY: the caller's contract.
+        unsafe { Pd::from_c(pd) }
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// # Safety
     /// As [`Pd::from_c`], and the PD's context is open.
     pub unsafe fn context<'a>(&self) -> &'a Context {
@@ -228,9 +239,7 @@ pub unsafe extern "C" fn irn_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     // that carry its bytes to leave; the runtime touches its memory no more after.
     let m = unsafe { Box::from_raw(mr as *mut Mr) };
     // SAFETY: its PD, which cannot be freed while the region is in it.
-    unsafe { Pd::from_c(m.c.pd) }
-        .users
-        .fetch_sub(1, Ordering::AcqRel);
+    unsafe { Pd::leave(m.c.pd) };
     drop(m);
     0
 }
@@ -649,9 +658,7 @@ pub unsafe extern "C" fn irn_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     // SAFETY: an AH ibv_create_ah returned, destroyed once.
     let a = unsafe { Box::from_raw(ah as *mut Ah) };
     // SAFETY: its PD, which cannot be freed while the handle is in it.
-    unsafe { Pd::from_c(a.c.pd) }
-        .users
-        .fetch_sub(1, Ordering::AcqRel);
+    unsafe { Pd::leave(a.c.pd) };
     drop(a);
     0
 }

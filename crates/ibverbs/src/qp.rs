@@ -294,7 +294,7 @@ pub unsafe extern "C" fn irn_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     drop(q);
     // SAFETY: its PD and CQs, which cannot go while it uses them.
     unsafe {
-        Pd::from_c(pd).users.fetch_sub(1, Ordering::AcqRel);
+        Pd::leave(pd);
         Cq::from_c(scq).users.fetch_sub(1, Ordering::AcqRel);
         Cq::from_c(rcq).users.fetch_sub(1, Ordering::AcqRel);
     }

@@ -930,6 +930,20 @@ fn padded(mut data: Vec<u8>, area: usize) -> Vec<u8> {
     data
 }
 
+/// What `rdma_connect` or `rdma_accept` offers: the ID must have a queue pair
+/// `rdma_create_qp` made (one the program made itself, named by `qp_num`, is not connected
+/// here), and its private data must fit the message's `max` bytes.
+fn offer(i: &Id, p: Option<&rdma_conn_param>, max: usize) -> Result<Vec<u8>, i32> {
+    if i.qp().is_null() {
+        return Err(errno::EOPNOTSUPP);
+    }
+    let private = private_of(p);
+    if private.len() > max {
+        return Err(errno::EINVAL);
+    }
+    Ok(private)
+}
+
 fn private_of(p: Option<&rdma_conn_param>) -> Vec<u8> {
     match p {
         Some(p) if !p.private_data.is_null() && p.private_data_len > 0 => {
@@ -1061,14 +1075,10 @@ pub unsafe extern "C" fn irn_rdma_connect(
             _ => return fail(errno::EINVAL),
         }
     };
-    if i.qp().is_null() {
-        // A queue pair the program made itself (conn_param.qp_num) is not connected here.
-        return fail(errno::EOPNOTSUPP);
-    }
-    let private = private_of(p);
-    if private.len() > 56 {
-        return fail(errno::EINVAL);
-    }
+    let private = match offer(i, p, 56) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
     let attr = conn_attr(device, p, true);
     // SAFETY: the device's open context.
     let dev = unsafe { Context::from_c(i.verbs()) }.dev.clone();
@@ -1236,13 +1246,10 @@ pub unsafe extern "C" fn irn_rdma_accept(
             _ => return fail(errno::EINVAL),
         }
     };
-    if i.qp().is_null() {
-        return fail(errno::EOPNOTSUPP);
-    }
-    let private = private_of(p);
-    if private.len() > 196 {
-        return fail(errno::EINVAL);
-    }
+    let private = match offer(i, p, 196) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
     let attr = conn_attr(device, p, false);
     // SAFETY: the ID's queue pair, alive while the program's call runs.
     let Some(rc) = (unsafe { crate::qp::rc_of(i.qp()) }) else {

@@ -366,27 +366,10 @@ impl Cq {
                 std::hint::spin_loop();
             }
         }
-        let mut core = self.shared.flush(self.shared.lock());
-        loop {
-            let cq = core.cq_mut(self.id)?;
-            if cq.overrun || !cq.entries.is_empty() {
-                return Ok(true);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.shared.closed() {
-                return Ok(false);
-            }
-            let ready = cq.ready.clone();
-            cq.sleepers += 1;
-            cq.notified = false;
-            core = ready
-                .wait_timeout(core, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-            if let Ok(cq) = core.cq_mut(self.id) {
-                cq.sleepers -= 1;
-            }
-        }
+        let ready = self.sleep_until(deadline, |cq| {
+            (cq.overrun || !cq.entries.is_empty()).then_some(Ok(()))
+        })?;
+        Ok(ready.is_some())
     }
 
     /// [`Cq::wait`] that sleeps on the condition variable whether or not the device busy-polls:
@@ -396,16 +379,30 @@ impl Cq {
     /// whichever thread receives for the device (the engine, or an application thread polling)
     /// wakes it.
     pub(crate) fn sleep(&self, timeout: Duration) -> Result<Option<Wc>> {
-        let deadline = Instant::now() + timeout;
+        let id = self.id;
+        self.sleep_until(Instant::now() + timeout, |cq| {
+            if std::mem::take(&mut cq.overrun) {
+                return Some(Err(Error::CqOverrun(id)));
+            }
+            let wc = cq.entries.pop_front()?;
+            cq.queued.store(cq.entries.len(), Ordering::Release);
+            Some(Ok(wc))
+        })
+    }
+
+    /// Sleeps on the CQ's condition variable (with the device's lock, which completions are
+    /// added under, so none is missed) until `take` finds what it waits for — its answer —
+    /// or `deadline` passes or the device closes (`Ok(None)`).
+    fn sleep_until<R>(
+        &self,
+        deadline: Instant,
+        mut take: impl FnMut(&mut super::CqState) -> Option<Result<R>>,
+    ) -> Result<Option<R>> {
         let mut core = self.shared.flush(self.shared.lock());
         loop {
             let cq = core.cq_mut(self.id)?;
-            if std::mem::take(&mut cq.overrun) {
-                return Err(Error::CqOverrun(self.id));
-            }
-            if let Some(wc) = cq.entries.pop_front() {
-                cq.queued.store(cq.entries.len(), Ordering::Release);
-                return Ok(Some(wc));
+            if let Some(r) = take(cq) {
+                return r.map(Some);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || self.shared.closed() {
