@@ -93,6 +93,8 @@ struct IdState {
     request: Option<(Arc<CmListener>, CmRequest)>,
     /// The established connection; taken by `rdma_disconnect` or when the peer ends it.
     conn: Option<CmConnection>,
+    /// The local ACK timeout `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)` gave.
+    ack_timeout: Option<u8>,
 }
 
 /// An ID. The C structure is the program's to read (and to set `context` in), written here
@@ -897,15 +899,28 @@ fn default_pd(index: usize, ctx: *mut ibv_context) -> *mut ibv_pd {
     pd
 }
 
-/// The queue pair attributes a connection asks for: the device's MTU, all remote rights, and
-/// what the program's parameters say. Retry counts are taken from `rdma_connect`'s parameters
-/// only (`active`): `rdma_accept(3)` ignores them, the passive side keeps irn's (7 and 7).
-fn conn_attr(device: usize, p: Option<&rdma_conn_param>, active: bool) -> QpAttr {
+/// The local ACK timeout code Linux's rdma_cm gives a RoCE queue pair: its path's packet
+/// lifetime (`CMA_IBOE_PACKET_LIFETIME`, 16) plus one (`cm_init_av_by_path`), 4.096 µs × 2^17
+/// ≈ 0.54 s per try — not irn-verbs' default 14 (67 ms), which a peer slowed for half a second
+/// (an emulated guest on a loaded host) exhausts in seven tries.
+const CM_ACK_TIMEOUT: u8 = 17;
+
+/// The queue pair attributes a connection asks for: the device's MTU, all remote rights,
+/// rdma_cm's ACK timeout (or the one `rdma_set_option` set), and what the program's
+/// parameters say. Retry counts are taken from `rdma_connect`'s parameters only (`active`):
+/// `rdma_accept(3)` ignores them, the passive side keeps irn's (7 and 7).
+fn conn_attr(
+    device: usize,
+    p: Option<&rdma_conn_param>,
+    active: bool,
+    ack_timeout: Option<u8>,
+) -> QpAttr {
     let mut a = QpAttr {
         access: Access::REMOTE_WRITE
             .with(Access::REMOTE_READ)
             .with(Access::REMOTE_ATOMIC),
         path_mtu: registry().devices[device].mtu,
+        timeout: ack_timeout.unwrap_or(CM_ACK_TIMEOUT),
         ..QpAttr::default()
     };
     if let Some(p) = p {
@@ -1079,7 +1094,7 @@ pub unsafe extern "C" fn irn_rdma_connect(
         Ok(d) => d,
         Err(e) => return fail(e),
     };
-    let attr = conn_attr(device, p, true);
+    let attr = conn_attr(device, p, true, i.lock().ack_timeout);
     // SAFETY: the device's open context.
     let dev = unsafe { Context::from_c(i.verbs()) }.dev.clone();
     // SAFETY: the ID's queue pair, alive while the program's call runs.
@@ -1250,7 +1265,7 @@ pub unsafe extern "C" fn irn_rdma_accept(
         Ok(d) => d,
         Err(e) => return fail(e),
     };
-    let attr = conn_attr(device, p, false);
+    let attr = conn_attr(device, p, false, i.lock().ack_timeout);
     // SAFETY: the ID's queue pair, alive while the program's call runs.
     let Some(rc) = (unsafe { crate::qp::rc_of(i.qp()) }) else {
         return fail(errno::EINVAL);
@@ -1345,15 +1360,28 @@ pub unsafe extern "C" fn irn_rdma_set_option(
     id: *mut rdma_cm_id,
     level: c_int,
     name: c_int,
-    _val: *mut c_void,
-    _len: usize,
+    val: *mut c_void,
+    len: usize,
 ) -> c_int {
     if !live(id) {
         return fail(errno::EINVAL);
     }
-    // RDMA_OPTION_ID: TOS, REUSEADDR, AFONLY, ACK_TIMEOUT — accepted; the runtime's sockets
-    // and timers are its own.
-    if level == 0 && (0..=3).contains(&name) {
+    // RDMA_OPTION_ID_ACK_TIMEOUT (a u8): the queue pairs' local ACK timeout from then on.
+    if level == 0 && name == 3 {
+        if val.is_null() || len != 1 {
+            return fail(errno::EINVAL);
+        }
+        // SAFETY: the caller's one byte; a live ID.
+        let t = unsafe { *(val as *const u8) };
+        if t > 31 {
+            return fail(errno::EINVAL);
+        }
+        // SAFETY: as above.
+        unsafe { Id::from_c(id) }.lock().ack_timeout = Some(t);
+        return 0;
+    }
+    // RDMA_OPTION_ID: TOS, REUSEADDR, AFONLY — accepted; the runtime's sockets are its own.
+    if level == 0 && (0..=2).contains(&name) {
         return 0;
     }
     fail(libc::ENOSYS)
