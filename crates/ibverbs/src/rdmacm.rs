@@ -228,13 +228,11 @@ fn post(
     }
     // SAFETY: the ID's channel, which outlives its IDs (rdma_destroy_event_channel(3)).
     let ch = unsafe { &*(ch as *const Channel) };
-    ch.queue
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push_back(Box::into_raw(ev) as usize);
-    let b = [1u8];
-    // SAFETY: one byte from a local array to the channel's pipe.
-    let _ = unsafe { libc::write(ch.write.as_raw_fd(), b.as_ptr() as *const c_void, 1) };
+    let mut q = ch.queue.lock().unwrap_or_else(|p| p.into_inner());
+    q.push_back(Box::into_raw(ev) as usize);
+    if q.len() == 1 {
+        ch.signal(true);
+    }
 }
 
 fn no_param() -> rdma_conn_param {
@@ -336,6 +334,24 @@ fn set_route(id: &mut rdma_cm_id, src: Option<SocketAddr>, dst: Option<SocketAdd
     id.route.addr.ibaddr.pkey = 0xffffu16.to_be();
 }
 
+impl Channel {
+    /// Keeps the pipe level-triggered, with the queue locked by the caller: one byte in it
+    /// while events are queued (`ready`), none once the queue is empty, so the channel's `fd`
+    /// polls readable exactly when `rdma_get_cm_event` has an event to give.
+    fn signal(&self, ready: bool) {
+        let mut b = [1u8];
+        // SAFETY: one byte from or into a local array, on the channel's own pipe; the
+        // invariant above says a byte is there to read when the queue empties.
+        let _ = unsafe {
+            if ready {
+                libc::write(self.write.as_raw_fd(), b.as_ptr() as *const c_void, 1)
+            } else {
+                libc::read(self.read.as_raw_fd(), b.as_mut_ptr() as *mut c_void, 1)
+            }
+        };
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn irn_rdma_create_event_channel() -> *mut rdma_event_channel {
     let (read, write) = match crate::device::new_pipe() {
@@ -391,32 +407,52 @@ pub unsafe extern "C" fn irn_rdma_get_cm_event(
     }
     // SAFETY: a live channel.
     let c = unsafe { &*(ch as *const Channel) };
+    let fd = c.c.fd;
     loop {
-        let mut b = [0u8; 1];
-        // SAFETY: reading one byte into a local array; blocking unless the program made the
-        // descriptor non-blocking (then EAGAIN, as librdmacm's).
-        let n = unsafe { libc::read(c.c.fd, b.as_mut_ptr() as *mut c_void, 1) };
-        if n == 0 {
+        {
+            let mut queue = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(ev) = queue.pop_front() {
+                if queue.is_empty() {
+                    c.signal(false);
+                }
+                // Counted against its IDs before the queue is let go: destroying an ID
+                // purges the queue under this lock, then waits for what was counted.
+                // SAFETY: a queued event, whose IDs are live (destroying one purges its
+                // events).
+                unsafe { charge(ev as *mut Event, 1) };
+                drop(queue);
+                // SAFETY: the caller's out pointer.
+                unsafe { out.write(ev as *mut rdma_cm_event) };
+                return 0;
+            }
+        }
+        // Nothing queued: a non-blocking channel says so (EAGAIN, as librdmacm's), a
+        // blocking one waits for the pipe to become readable.
+        // SAFETY: reading the descriptor's flags.
+        if unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0 {
+            errno::set(libc::EAGAIN);
+            return -1;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of our own.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return -1;
+        }
+        if pfd.revents & (libc::POLLHUP | libc::POLLNVAL | libc::POLLERR) != 0 {
             // The channel was destroyed under a thread waiting on it (rping's CM thread at
-            // exit): it waits on, as it would on rdma_cm's device file, which a pending read
-            // keeps open.
+            // exit): it waits on, as it would on rdma_cm's device file, without touching the
+            // channel again.
             loop {
                 std::thread::park();
             }
-        }
-        if n != 1 {
-            return -1;
-        }
-        let mut queue = c.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ev) = queue.pop_front() {
-            // Counted against its IDs before the queue is let go: destroying an ID purges
-            // the queue under this lock, then waits for what was counted.
-            // SAFETY: a queued event, whose IDs are live (destroying one purges its events).
-            unsafe { charge(ev as *mut Event, 1) };
-            drop(queue);
-            // SAFETY: the caller's out pointer.
-            unsafe { out.write(ev as *mut rdma_cm_event) };
-            return 0;
         }
     }
 }
@@ -440,7 +476,14 @@ pub unsafe extern "C" fn irn_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> c_int 
 /// `ev` is an event of this library's whose IDs are live.
 unsafe fn charge(ev: *mut Event, by: i32) {
     // SAFETY: the caller's contract.
-    let (id, listen) = unsafe { ((*ev).c.id, (*ev).c.listen_id) };
+    let (id, listen, kind) = unsafe { ((*ev).c.id, (*ev).c.listen_id, (*ev).c.event) };
+    // A connection request counts against its listener only, as librdmacm's does: a program
+    // may reject and destroy the request's new ID before acknowledging the event.
+    let id = if kind == cm_event::CONNECT_REQUEST {
+        std::ptr::null_mut()
+    } else {
+        id
+    };
     for i in [id, listen] {
         if i.is_null() {
             continue;
@@ -463,12 +506,16 @@ unsafe fn purge(ch: *mut rdma_event_channel, id: *mut rdma_cm_id) {
     let c = unsafe { &*(ch as *const Channel) };
     let gone: Vec<usize> = {
         let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let had = !q.is_empty();
         let (gone, keep): (Vec<usize>, Vec<usize>) = q.drain(..).partition(|&e| {
             // SAFETY: queued events are live boxes of this library's.
             let ev = unsafe { &(*(e as *const Event)).c };
             ev.id == id || ev.listen_id == id
         });
         q.extend(keep);
+        if had && q.is_empty() {
+            c.signal(false);
+        }
         gone
     };
     for e in gone {
@@ -586,6 +633,11 @@ pub unsafe extern "C" fn irn_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     drop(n);
     {
         let mut st = i.lock();
+        // A request never accepted nor rejected is rejected, as Linux's CM does for a new ID
+        // destroyed: the requester hears REJECTED at once instead of retrying its REQ.
+        if let (Some((l, r)), None) = (st.request.take(), st.conn.as_ref()) {
+            let _ = l.reject(&r);
+        }
         // An established connection ends with a DREQ (CmConnection's drop), as Linux's CM
         // sends one for a connected ID destroyed.
         st.conn = None;
@@ -1297,7 +1349,9 @@ pub unsafe extern "C" fn irn_rdma_accept(
     {
         std::thread::sleep(Duration::from_micros(50));
     }
-    // SAFETY: the ID's queue pair, alive while the program's call runs.
+    let _st = i.lock();
+    // SAFETY: the ID's queue pair, alive while the program's call runs; written with the
+    // state locked, as the ID's threads write it.
     unsafe { crate::qp::refresh_state(i.qp()) };
     0
 }
@@ -1618,6 +1672,80 @@ mod tests {
             );
         }
         assert_eq!(sockaddr_of(std::ptr::null()), None);
+    }
+
+    /// The channel's descriptor polls readable exactly while events wait, also after an ID's
+    /// events are dropped with it; events come in order, and an event held by the program
+    /// is counted against its ID until acknowledged.
+    #[test]
+    fn the_channel_is_readable_exactly_while_events_wait() {
+        use std::ptr::null_mut as null;
+        // SAFETY: the library's own calls, on objects this test makes and destroys.
+        unsafe {
+            let ch = irn_rdma_create_event_channel();
+            assert!(!ch.is_null());
+            let fd = (*ch).fd;
+            let readable = || {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                libc::poll(&mut p, 1, 0) == 1
+            };
+            let mut id: *mut rdma_cm_id = null();
+            assert_eq!(irn_rdma_create_id(ch, &mut id, null(), RDMA_PS_TCP), 0);
+            assert!(!readable());
+            post(
+                id,
+                null(),
+                cm_event::ADDR_RESOLVED,
+                0,
+                Vec::new(),
+                no_param(),
+            );
+            post(
+                id,
+                null(),
+                cm_event::ROUTE_RESOLVED,
+                0,
+                Vec::new(),
+                no_param(),
+            );
+            assert!(readable());
+            let mut ev: *mut rdma_cm_event = null();
+            assert_eq!(irn_rdma_get_cm_event(ch, &mut ev), 0);
+            assert_eq!((*ev).event, cm_event::ADDR_RESOLVED);
+            assert!(readable(), "one more waits");
+            assert_eq!(*Id::from_c(id).taken(), 1, "held by the program");
+            assert_eq!(irn_rdma_ack_cm_event(ev), 0);
+            assert_eq!(*Id::from_c(id).taken(), 0);
+            assert_eq!(irn_rdma_get_cm_event(ch, &mut ev), 0);
+            assert_eq!((*ev).event, cm_event::ROUTE_RESOLVED);
+            assert!(!readable(), "none left");
+            assert_eq!(irn_rdma_ack_cm_event(ev), 0);
+            // Destroying the ID drops what is queued for it, and the channel goes quiet.
+            post(
+                id,
+                null(),
+                cm_event::ADDR_RESOLVED,
+                0,
+                Vec::new(),
+                no_param(),
+            );
+            assert!(readable());
+            assert_eq!(irn_rdma_destroy_id(id), 0);
+            assert!(!readable());
+            assert!(!live(id));
+            // A non-blocking channel with nothing queued says so.
+            libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+            assert_eq!(irn_rdma_get_cm_event(ch, &mut ev), -1);
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN)
+            );
+            irn_rdma_destroy_event_channel(ch);
+        }
     }
 
     #[test]

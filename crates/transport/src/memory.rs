@@ -531,6 +531,12 @@ impl ByteMemory {
         self.regions.deregister(lkey)
     }
 
+    /// The length of the allocation at `addr`, without borrowing its bytes (an application
+    /// may be using them).
+    pub fn len_of(&self, addr: u64) -> Option<usize> {
+        self.bytes.get(&addr).map(Backing::len)
+    }
+
     /// The bytes of the allocation at `addr` (for tests and applications, not the QP).
     pub fn buffer(&self, addr: u64) -> Option<&[u8]> {
         self.bytes.get(&addr).map(Backing::whole)

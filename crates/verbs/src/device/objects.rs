@@ -92,7 +92,7 @@ impl Pd {
         let mut core = self.shared.lock();
         let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
         let buffer = place(&mut pd.mem);
-        let len = pd.mem.buffer(buffer).map_or(0, <[u8]>::len);
+        let len = pd.mem.len_of(buffer).unwrap_or(0);
         let addr = iova.unwrap_or(buffer);
         let keys = match pd.mem.register_iova(buffer, len as u64, access, addr) {
             Ok(k) => k,
