@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use irn_verbs::{Access, Wc, WcOpcode, WcStatus};
+use irn_verbs::{Access, Wc, WcOpcode};
 
 use crate::abi::*;
 use crate::device::{config, Context};
@@ -479,19 +479,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
 
 /// A runtime completion as `struct ibv_wc`.
 pub(crate) fn to_c(w: &Wc) -> ibv_wc {
-    let status = match w.status {
-        WcStatus::Success => 0,
-        WcStatus::LocLenErr => 1,
-        WcStatus::LocQpOpErr => 2,
-        WcStatus::LocProtErr => 4,
-        WcStatus::WrFlushErr => 5,
-        WcStatus::BadRespErr => 7,
-        WcStatus::RemInvReqErr => 9,
-        WcStatus::RemAccessErr => 10,
-        WcStatus::RemOpErr => 11,
-        WcStatus::RetryExcErr => 12,
-        WcStatus::RnrRetryExcErr => 13,
-    };
+    let status = w.status.ibv_number();
     let opcode = match w.opcode {
         WcOpcode::Send => wc_opcode::SEND,
         WcOpcode::RdmaWrite => wc_opcode::RDMA_WRITE,
@@ -952,6 +940,7 @@ pub unsafe extern "C" fn irn_mbps_to_ibv_rate(mbps: c_int) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use irn_verbs::WcStatus;
 
     #[test]
     fn access_flags_follow_ibta() {

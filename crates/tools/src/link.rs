@@ -6,7 +6,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use irn_verbs::{DeviceConfig, Impairment, QpMode, ReceivePath, WcStatus, ROCE_PORT};
+use irn_verbs::{DeviceConfig, Impairment, QpMode, ReceivePath, ROCE_PORT};
 
 use crate::error::{Context, Result};
 use crate::{bail, usage};
@@ -78,23 +78,6 @@ pub(crate) struct LinkArgs {
     /// side honouring pauses, for good.
     #[arg(long, value_name = "MS")]
     pub(crate) pause_watchdog_ms: Option<f64>,
-}
-
-/// The number `ibv_wc_status` gives a status (rdma-core `verbs.h`), as rc_pingpong prints it.
-pub(crate) fn wc_status_number(s: WcStatus) -> u32 {
-    match s {
-        WcStatus::Success => 0,
-        WcStatus::LocLenErr => 1,
-        WcStatus::LocQpOpErr => 2,
-        WcStatus::LocProtErr => 4,
-        WcStatus::WrFlushErr => 5,
-        WcStatus::BadRespErr => 7,
-        WcStatus::RemInvReqErr => 9,
-        WcStatus::RemAccessErr => 10,
-        WcStatus::RemOpErr => 11,
-        WcStatus::RetryExcErr => 12,
-        WcStatus::RnrRetryExcErr => 13,
-    }
 }
 
 /// `host` without the brackets an IPv6 literal may be written in (`[::1]` is `::1`).
@@ -325,7 +308,7 @@ mod tests {
     fn gids_and_hosts_are_read_as_written() {
         assert_eq!(unbracket("[::1]"), "::1");
         assert_eq!(unbracket("10.0.0.1"), "10.0.0.1");
-        assert_eq!(wc_status_number(WcStatus::RetryExcErr), 12);
-        assert_eq!(wc_status_number(WcStatus::Success), 0);
+        assert_eq!(irn_verbs::WcStatus::RetryExcErr.ibv_number(), 12);
+        assert_eq!(irn_verbs::WcStatus::Success.ibv_number(), 0);
     }
 }

@@ -24,9 +24,7 @@ use irn_verbs::{
 };
 
 use crate::linger;
-use crate::link::{
-    check_runtime_mode, device_config, local_ip, oob_connect, wc_status_number, LinkArgs,
-};
+use crate::link::{check_runtime_mode, device_config, local_ip, oob_connect, LinkArgs};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -325,7 +323,7 @@ fn pingpong(
             bail!(
                 "Failed status {} ({}) for wr_id {}{}",
                 wc.status,
-                wc_status_number(wc.status),
+                wc.status.ibv_number(),
                 wc.wr_id,
                 ep.failure_hint()
             );

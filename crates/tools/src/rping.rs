@@ -22,7 +22,7 @@ use irn_verbs::{
     WcOpcode, WcStatus,
 };
 
-use crate::link::{device_config, wc_status_number, LinkArgs};
+use crate::link::{device_config, LinkArgs};
 
 /// `struct rping_rdma_info`.
 const INFO_LEN: u32 = 16;
@@ -173,7 +173,7 @@ impl End {
                     bail!(
                         "completion error {} ({}) for wr_id {}",
                         wc.status,
-                        wc_status_number(wc.status),
+                        wc.status.ibv_number(),
                         wc.wr_id
                     );
                 }

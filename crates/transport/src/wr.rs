@@ -172,6 +172,26 @@ pub enum WcStatus {
     RnrRetryExcErr,
 }
 
+impl WcStatus {
+    /// The number verbs gives it (`enum ibv_wc_status` in rdma-core's `verbs.h`): what a C
+    /// program reads in `ibv_wc.status`, and what rc_pingpong prints.
+    pub const fn ibv_number(self) -> u32 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocLenErr => 1,
+            WcStatus::LocQpOpErr => 2,
+            WcStatus::LocProtErr => 4,
+            WcStatus::WrFlushErr => 5,
+            WcStatus::BadRespErr => 7,
+            WcStatus::RemInvReqErr => 9,
+            WcStatus::RemAccessErr => 10,
+            WcStatus::RemOpErr => 11,
+            WcStatus::RetryExcErr => 12,
+            WcStatus::RnrRetryExcErr => 13,
+        }
+    }
+}
+
 impl fmt::Display for WcStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

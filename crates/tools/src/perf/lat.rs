@@ -30,8 +30,6 @@ use crate::{bail, usage};
 use irn_verbs::exchange::{PerfKey, PerfOp, PerfParams};
 use irn_verbs::{Cq, Mr, Qp, RecvWr, Remote, SendOp, SendWr, Wc, WcStatus};
 
-use crate::link::wc_status_number;
-
 /// How long an end waits for its peer's next message or for a completion.
 const STALL: Duration = Duration::from_secs(30);
 /// How long a verifying end waits for the rest of a Write whose last byte has landed.
@@ -383,7 +381,7 @@ fn check(wc: &Wc, i: u64) -> Result<()> {
             "work request {i} on QP 0x{:06x} failed: {} ({})",
             wc.qp_num,
             wc.status,
-            wc_status_number(wc.status)
+            wc.status.ibv_number()
         );
     }
     Ok(())

@@ -44,7 +44,7 @@ pub mod oob;
 
 use crate::cm::{self, CmChannel};
 use crate::linger;
-use crate::link::{device_config, local_ip, oob_connect, wc_status_number, LinkArgs};
+use crate::link::{device_config, local_ip, oob_connect, LinkArgs};
 use lat::{LatEnd, LatReport, LINE};
 use oob::{Chan, Oob, CYCLE_BUFFER, TEST_TIMEOUT, TIMEOUT};
 
@@ -753,11 +753,7 @@ impl<'a> Receiver<'a> {
         let (side, p) = (self.side, self.p);
         let mut ok = true;
         if wc.status != WcStatus::Success {
-            bail!(
-                "receive failed: {} ({})",
-                wc.status,
-                wc_status_number(wc.status)
-            );
+            bail!("receive failed: {} ({})", wc.status, wc.status.ibv_number());
         }
         let (q, i) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
         if q >= got.len() || i != got[q] {
@@ -1139,7 +1135,7 @@ impl Runner<'_> {
                 "work request {i} on QP {q} (0x{:06x}) failed: {} ({})",
                 wc.qp_num,
                 wc.status,
-                wc_status_number(wc.status)
+                wc.status.ibv_number()
             );
         }
         // Only signaled requests complete successfully, in order: this one retires the
