@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use plotters::coord::types::RangedCoordf64;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::prelude::*;
 
 use irn_sim::metrics::{ClassReport, FlowStats, RunSummary};
@@ -790,9 +791,94 @@ fn sent_to_failed(
     Ok(())
 }
 
+/// A percentile's height on the tail figure's "nines" axis, `-log10(1 - p/100)`: 90 sits at 1,
+/// 99 at 2, 99.9 at 3, so each tenfold-rarer tail gets the same room (on a linear axis the
+/// last decade, 99 to 99.9, would take a tenth of the height).
+fn nines(pct: f64) -> f64 {
+    -(1.0 - pct / 100.0).max(1e-9).log10()
+}
+
+/// An axis whose ticks the figure chooses (`bold`, labelled, and `light` grid lines) over a
+/// plotters coordinate that maps the values: plotters' own choice on a log axis spanning
+/// about one decade is a single tick, and a "nines" axis wants its ticks at 90, 99, 99.9.
+struct Ticked<R> {
+    inner: R,
+    bold: Vec<f64>,
+    light: Vec<f64>,
+}
+
+impl<R: Ranged<ValueType = f64>> Ticked<R> {
+    /// `inner` with the given ticks, those outside its range dropped.
+    fn new(inner: R, bold: &[f64], light: &[f64]) -> Self {
+        let range = inner.range();
+        let (lo, hi) = (range.start.min(range.end), range.start.max(range.end));
+        let within = |v: &[f64]| v.iter().copied().filter(|x| (lo..=hi).contains(x)).collect();
+        Ticked {
+            bold: within(bold),
+            light: within(light),
+            inner,
+        }
+    }
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.light.clone()
+        } else {
+            self.bold.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> std::ops::Range<i32> {
+        self.inner.axis_pixel_range(limit)
+    }
+}
+
+/// The 1-2-5 steps of every decade that meets `lo..=hi` (…, 10, 20, 50, 100, …): the labelled
+/// ticks of a log axis, and (`light`) the other whole multiples between them.
+fn decade_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
+    let (mut bold, mut light) = (Vec::new(), Vec::new());
+    if !(lo > 0.0 && hi >= lo) {
+        return (bold, light);
+    }
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in 1..10 {
+            let v = decade * f64::from(m);
+            if matches!(m, 1 | 2 | 5) {
+                bold.push(v);
+            } else {
+                light.push(v);
+            }
+        }
+        decade *= 10.0;
+    }
+    (bold, light)
+}
+
+/// The percentile at a height of the "nines" axis ([`nines`]'s inverse), as its tick reads.
+fn nines_label(y: f64) -> String {
+    let pct = 100.0 * (1.0 - 10f64.powf(-y));
+    let text = format!("{pct:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// The tail of single-packet flows' FCTs (IRN §4.3's figure, SPEC E7): one panel per
-/// congestion controller, side by side, one line per run in it — FCT (µs) across, the
-/// percentile (90 to 99.9) up — so that the lowest, leftmost line has the best tail.
+/// congestion controller, side by side, one line per run in it — FCT (µs, log scale) across,
+/// the percentile (90 to 99.9, on a "nines" scale: [`nines`]) up — so that the lowest,
+/// leftmost line has the best tail.
 pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
     if runs.iter().all(|r| r.single_packet_tail.is_empty()) {
         return Err(PlotError::Nothing("no run completed a single-packet flow"));
@@ -807,27 +893,44 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
     let (plots, key) = root.split_vertically(400);
     let mut keyed: Vec<(String, RGBColor)> = Vec::new();
     for (area, cc) in plots.split_evenly((1, ccs.len())).iter().zip(&ccs) {
-        // Each controller's own scale: their tails differ by an order of magnitude.
-        let x_max = runs
+        // Each controller's own scale: their tails differ by an order of magnitude, and
+        // within one the 90th and the 99.9th percentile differ by another (log scale).
+        let (x_min, x_max) = runs
             .iter()
             .filter(|r| r.cc == *cc)
             .flat_map(|r| r.single_packet_tail.iter().map(|p| p.fct_us))
-            .fold(0.0f64, f64::max)
-            .max(1.0)
-            * 1.05;
+            .filter(|v| *v > 0.0)
+            .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let (x_min, x_max) = if x_max > 0.0 {
+            (x_min / 1.1, x_max * 1.1)
+        } else {
+            (1.0, 10.0)
+        };
+        let (bold, light) = decade_ticks(x_min, x_max);
+        let x_axis = Ticked::new(LogCoord::from((x_min..x_max).log_scale()), &bold, &light);
+        // The percentiles the data holds, from 90 up, on the nines axis: labelled at 90, 99
+        // and 99.9, light lines at 95, 98 and 99.5.
+        let top = runs
+            .iter()
+            .flat_map(|r| r.single_packet_tail.iter().map(|p| p.pct))
+            .fold(99.0f64, f64::max);
+        let y_axis = Ticked::new(
+            RangedCoordf64::from(nines(90.0)..nines(top) + 0.05),
+            &[90.0, 99.0, 99.9].map(nines),
+            &[95.0, 98.0, 99.5].map(nines),
+        );
         let mut chart = ChartBuilder::on(area)
             .caption(format!("congestion control: {cc}"), ("sans-serif", 15))
             .margin(10)
             .x_label_area_size(40)
             .y_label_area_size(50)
-            .build_cartesian_2d(0.0..x_max, 90.0..100.0)
+            .build_cartesian_2d(x_axis, y_axis)
             .map_err(draw)?;
         chart
             .configure_mesh()
-            .max_light_lines(1)
-            .x_labels(5)
             .x_label_formatter(&|v| compact(*v))
-            .x_desc("FCT of single-packet flows (µs)")
+            .y_label_formatter(&|v| nines_label(*v))
+            .x_desc("FCT of single-packet flows (µs, log scale)")
             .y_desc("percentile")
             .draw()
             .map_err(draw)?;
@@ -843,7 +946,10 @@ pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
             let color = palette[ri];
             chart
                 .draw_series(LineSeries::new(
-                    r.single_packet_tail.iter().map(|p| (p.fct_us, p.pct)),
+                    r.single_packet_tail
+                        .iter()
+                        .filter(|p| p.fct_us > 0.0)
+                        .map(|p| (p.fct_us, nines(p.pct))),
                     color.stroke_width(2),
                 ))
                 .map_err(draw)?;
@@ -1291,5 +1397,36 @@ fn at(path: &Path) -> impl FnOnce(PlotError) -> FigureError + '_ {
     move |source| FigureError {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nines_axis_gives_each_decade_of_the_tail_the_same_height() {
+        for (pct, y) in [(90.0, 1.0), (99.0, 2.0), (99.9, 3.0)] {
+            assert!((nines(pct) - y).abs() < 1e-9, "{pct} at {}", nines(pct));
+        }
+        assert!(nines(99.5) > nines(99.0) && nines(99.5) < nines(99.9));
+        // Its ticks read as the percentiles they mark.
+        for (pct, text) in [(90.0, "90"), (95.0, "95"), (99.0, "99"), (99.9, "99.9")] {
+            assert_eq!(nines_label(nines(pct)), text);
+        }
+        // The 100th percentile stays on the chart instead of at infinity.
+        assert!(nines(100.0).is_finite());
+    }
+
+    #[test]
+    fn a_log_axis_over_one_decade_is_labelled_at_one_two_and_five() {
+        let (bold, light) = decade_ticks(120.0, 1750.0);
+        // Every decade the span meets, whole; Ticked drops what falls outside the range.
+        assert_eq!(bold, [100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0]);
+        assert_eq!(light.len(), 12);
+        assert!(light.contains(&300.0) && light.contains(&9000.0));
+        let axis = Ticked::new(LogCoord::from((120.0..1750.0).log_scale()), &bold, &light);
+        assert_eq!(axis.key_points(plotters::coord::ranged1d::BoldPoints(3)), [200.0, 500.0, 1000.0]);
+        assert!(decade_ticks(0.0, 10.0).0.is_empty());
     }
 }
