@@ -60,6 +60,12 @@ pub struct SwitchArgs {
     /// The pause time a pause frame carries, in quanta of 512 bit times.
     #[arg(long, default_value_t = u16::MAX)]
     pub pause_quanta: u16,
+    /// Share each egress between the UDP priorities by DWRR (IEEE 802.1Qaz ETS) instead of
+    /// strict priority: one weight per priority 0 to 7, e.g. `1,0,0,3,0,0,0,0`; 0 keeps a
+    /// priority strict (above the weighted ones), and a unit of weight is one largest frame
+    /// of quantum per round. Frames that are not UDP stay strict above all.
+    #[arg(long, value_delimiter = ',', value_name = "W0,…,W7")]
+    pub dwrr: Option<Vec<u32>>,
     /// Write the counters here at exit (JSON) instead of to standard output.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -82,6 +88,7 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         pause: args.pause,
         xoff: args.xoff,
         pause_quanta: args.pause_quanta,
+        dwrr: args.dwrr,
     })?;
     let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.json {

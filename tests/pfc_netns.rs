@@ -8,7 +8,9 @@
 //! In the lossless class the switch drops nothing: it pauses the senders instead, they hold
 //! their queue pairs, and a capture on a sender's link holds the PFC frames, decoded by
 //! `irn decode` and by tshark. The same traffic in the lossy class (traffic class 0,
-//! priority 0) is dropped at the receiver's port. Every run verifies every byte. Needs root,
+//! priority 0) is dropped at the receiver's port. The same star shows a paused-for-good sender
+//! released by its NIC watchdog, and two lossy classes sharing the port by strict priority or
+//! by DWRR weights (`irn switch --dwrr`, SPEC N8). Every run verifies every byte. Needs root,
 //! iproute2, ethtool, tcpdump and tshark; in CI a missing one fails.
 
 use std::process::{Command, Output, Stdio};
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 mod common;
 use common::netns::Star;
-use common::{counter, finish, text};
+use common::{bw_average, counter, finish, text};
 
 const TEST: &str =
     "pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_drops";
@@ -306,4 +308,83 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
         rx(&held_report),
         rx(&released_report)
     );
+}
+
+/// Two classes share a congested port by weight (SPEC N8, seed 004's lossy fabric with QoS:
+/// "weighted round robin is ETS"). Two IRN senders write to one receiver through a 300 Mb/s
+/// port, one in priority 3 (traffic class 104), the other in priority 0, both lossy. Under
+/// strict priority the priority-3 sender takes the port and the other gets what it leaves;
+/// with `--dwrr 3,0,0,1,0,0,0,0` priority 0 gets three quarters of the port while both send,
+/// and the order reverses. Every run verifies every byte.
+#[test]
+fn dwrr_shares_a_congested_port_between_classes_where_strict_priority_serves_one() {
+    const TEST: &str =
+        "dwrr_shares_a_congested_port_between_classes_where_strict_priority_serves_one";
+    let Some(star) = Star::setup(TEST, "q", 238, 3) else {
+        return;
+    };
+    let r = &star.hosts[2];
+    // Each sender's average rate (MB/s), priority 3's then priority 0's.
+    let run = |dwrr: Option<&str>| {
+        let mut flags = vec![
+            "--rate", "300m", "--buffer", "100000", "--ecn", "off", "--idle", "1",
+        ];
+        flags.extend(["--duration", "120"]);
+        if let Some(w) = dwrr {
+            flags.extend(["--dwrr", w]);
+        }
+        let sw = star.start_switch(&format!("dwrr-{}", dwrr.is_some()), &flags);
+        let servers: Vec<_> = ["5001", "5002"]
+            .iter()
+            .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
+            .collect();
+        let client = |ns: &str, port: &str, tclass: &str| {
+            let args = [
+                "perf",
+                "write",
+                "10.238.0.3",
+                "-p",
+                port,
+                "--mode",
+                "irn",
+                "--verify",
+                "-n",
+                "400",
+                "-s",
+                "65536",
+                "--tclass",
+                tclass,
+            ];
+            star.client(ns, &args, r, 120)
+        };
+        let (c3, c0) = std::thread::scope(|s| {
+            let a = s.spawn(|| client(&star.hosts[0], "5001", "104"));
+            let b = s.spawn(|| client(&star.hosts[1], "5002", "0"));
+            (a.join().expect("client 1"), b.join().expect("client 2"))
+        });
+        for srv in servers {
+            let srv = finish(srv, 60);
+            assert!(srv.status.success(), "{dwrr:?}: {}", text(&srv));
+        }
+        let report = sw.report(130);
+        for c in [&c3, &c0] {
+            assert!(
+                c.status.success() && String::from_utf8_lossy(&c.stdout).contains("verify: ok"),
+                "{dwrr:?}: {}\n{report}",
+                text(c)
+            );
+        }
+        assert_eq!(
+            report["scheduler"],
+            if dwrr.is_some() { "dwrr" } else { "strict" }
+        );
+        (bw_average(&c3), bw_average(&c0))
+    };
+    let strict = run(None);
+    let dwrr = run(Some("3,0,0,1,0,0,0,0"));
+    eprintln!("priority 3 / priority 0, MB/s: strict {strict:?}, dwrr 3:1 for priority 0 {dwrr:?}");
+    // Strict: priority 3 runs at about the port's rate, priority 0 at about half (it waits).
+    assert!(strict.0 > 1.4 * strict.1, "strict {strict:?}");
+    // DWRR: priority 0 finishes first, at about three quarters of the port.
+    assert!(dwrr.1 > 1.2 * dwrr.0, "dwrr {dwrr:?}");
 }

@@ -13,11 +13,10 @@
 //! (medians of three rounds). Every run verifies every byte. Needs root,
 //! iproute2 and ethtool; without them it says why, and in CI fails.
 
-use std::process::Output;
 
 mod common;
 use common::netns::Star;
-use common::{counter, finish, text};
+use common::{bw_average, counter, finish, text};
 
 /// 64 KiB Writes per sender.
 const MESSAGES: u32 = 300;
@@ -35,16 +34,6 @@ struct Run {
     timeouts: (u64, u64),
     dropped: u64,
     marked: u64,
-}
-
-fn bw_average(o: &Output) -> f64 {
-    let out = String::from_utf8_lossy(&o.stdout);
-    let mut lines = out.lines().skip_while(|l| !l.contains("BW average"));
-    lines
-        .nth(1)
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no bandwidth line in:\n{}", text(o)))
 }
 
 fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {

@@ -156,7 +156,17 @@ pub fn finish(mut c: std::process::Child, secs: u64) -> std::process::Output {
     );
 }
 
-/// A process's stdout and stderr, for failure messages.
+/// The average bandwidth `irn perf` printed (perftest's "BW average" column, MB/s).
+pub fn bw_average(o: &std::process::Output) -> f64 {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines().skip_while(|l| !l.contains("BW average"));
+    lines
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no bandwidth line in:\n{}", text(o)))
+}
+
 /// The number after `key: ` in a tool's printed counters (`--counters`; 0 when it printed
 /// none: a run that gave up).
 pub fn counter(o: &std::process::Output, key: &str) -> u64 {
@@ -168,6 +178,7 @@ pub fn counter(o: &std::process::Output, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A process's stdout and stderr, for failure messages.
 pub fn text(o: &std::process::Output) -> String {
     format!(
         "{}\n{}",

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use plotters::coord::types::RangedCoordf64;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use irn_sim::metrics::{ClassReport, FlowStats, RunSummary};
@@ -812,7 +812,12 @@ impl<R: Ranged<ValueType = f64>> Ticked<R> {
     fn new(inner: R, bold: &[f64], light: &[f64]) -> Self {
         let range = inner.range();
         let (lo, hi) = (range.start.min(range.end), range.start.max(range.end));
-        let within = |v: &[f64]| v.iter().copied().filter(|x| (lo..=hi).contains(x)).collect();
+        let within = |v: &[f64]| {
+            v.iter()
+                .copied()
+                .filter(|x| (lo..=hi).contains(x))
+                .collect()
+        };
         Ticked {
             bold: within(bold),
             light: within(light),
@@ -1426,7 +1431,10 @@ mod tests {
         assert_eq!(light.len(), 12);
         assert!(light.contains(&300.0) && light.contains(&9000.0));
         let axis = Ticked::new(LogCoord::from((120.0..1750.0).log_scale()), &bold, &light);
-        assert_eq!(axis.key_points(plotters::coord::ranged1d::BoldPoints(3)), [200.0, 500.0, 1000.0]);
+        assert_eq!(
+            axis.key_points(plotters::coord::ranged1d::BoldPoints(3)),
+            [200.0, 500.0, 1000.0]
+        );
         assert!(decade_ticks(0.0, 10.0).0.is_empty());
     }
 }

@@ -14,7 +14,9 @@
 //! from FIFOs of at most `--buffer` bytes each: one, served first, for everything that is not
 //! UDP — ARP and the TCP of `irn perf`'s set-up exchange, kept apart from the RDMA class as
 //! production networks keep them ([`Class`]) — and one per priority for UDP (RoCEv2, to port
-//! 4791 or wherever an irn device listens), served highest priority first. A frame that
+//! 4791 or wherever an irn device listens), served highest priority first — or, with `--dwrr`,
+//! shared by weight (IEEE 802.1Qaz ETS: deficit round robin between the weighted priorities,
+//! strict ones above them; [`Egress::with_dwrr`]). A frame that
 //! would queue past its queue's buffer is dropped, unless it is lossless. An
 //! ECN-capable IPv4 or IPv6 packet (ECT(0) or ECT(1)) joining a queue of `q` bytes is marked
 //! CE by the rule the simulator's switches use ([`irn_sim::net::Marking`]): RED
@@ -59,6 +61,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use irn_sim::config::{EcnMode, SwitchConfig};
+use irn_sim::net::sched::{self, Dwrr, Weights};
 use irn_sim::net::Marking;
 use irn_transport::rng::Rng;
 use irn_verbs::packet::{wait_any, PacketSocket};
@@ -191,7 +194,7 @@ impl Class {
 }
 
 /// Queues of an egress: the frames that are not UDP first, then UDP by priority, highest
-/// first (strict priority).
+/// first, shared by strict priority or DWRR ([`Egress::with_dwrr`]).
 const QUEUES: usize = 9;
 
 /// The queue of a frame of class `class` and priority `prio`.
@@ -215,13 +218,19 @@ pub struct Queued {
 
 /// One output port's queues and pacer, without I/O: time is nanoseconds since the switch
 /// started. Each queue holds at most `buffer` bytes — frames that are not UDP in one, served
-/// first, and UDP in one per priority (its DSCP's), served highest first; a lossless frame
-/// (`--pfc`, `--pause`) is queued past it (counted as a headroom overflow) rather than
-/// dropped. A queue whose priority the peer paused waits; the port's rate is shared.
+/// first, and UDP in one per priority (its DSCP's), served highest first or by weight
+/// ([`Egress::with_dwrr`]); a lossless frame (`--pfc`, `--pause`) is queued past it (counted
+/// as a headroom overflow) rather than dropped. A queue whose priority the peer paused waits;
+/// the port's rate is shared.
 #[derive(Debug)]
 pub struct Egress {
     queues: [VecDeque<Queued>; QUEUES],
     bytes: [u64; QUEUES],
+    /// How the UDP queues share the wire (index 0 is priority 7's queue, 7 priority 0's):
+    /// all strict unless [`Egress::with_dwrr`] weighs them.
+    weights: Weights,
+    /// The round robin's state between them.
+    dwrr: Dwrr,
     /// The pauses this port received.
     paused: PausedUntil,
     buffer: u64,
@@ -241,6 +250,8 @@ impl Egress {
         Egress {
             queues: Default::default(),
             bytes: [0; QUEUES],
+            weights: Weights::strict(sched::QUEUES),
+            dwrr: Dwrr::default(),
             paused: PausedUntil::default(),
             buffer,
             max_frame,
@@ -251,6 +262,18 @@ impl Egress {
                 ..PortCounters::default()
             },
         }
+    }
+
+    /// The UDP priorities share the wire by IEEE 802.1Qaz ETS instead of strict priority:
+    /// `by_priority[p]` is priority `p`'s weight, 0 for a strict priority (served above every
+    /// weighted one, the highest first), and the weighted ones by deficit round robin with a
+    /// quantum of one largest frame per unit of weight ([`irn_sim::net::sched`], the
+    /// simulator's scheduler). Frames that are not UDP stay strict above them all.
+    pub fn with_dwrr(mut self, by_priority: &[u32; 8]) -> Egress {
+        // Queue j holds priority 7 - j.
+        let by_queue: Vec<u32> = (0..8).map(|j| by_priority[7 - j]).collect();
+        self.weights = Weights::new(&by_queue, self.max_frame as u32);
+        self
     }
 
     /// Offers `frame`, which arrived on port `from`, at `now`: dropped if its queue cannot
@@ -319,18 +342,29 @@ impl Egress {
     }
 
     /// The next frame if the wire is free for it at `now` (frames that are not UDP first,
-    /// then UDP by priority), skipping the queues the peer paused. A late wake-up may send
-    /// what fell due in the last [`MAX_LAG`] back to back.
+    /// then UDP by priority or by weight), skipping the queues the peer paused. A late
+    /// wake-up may send what fell due in the last [`MAX_LAG`] back to back.
     pub fn take(&mut self, now: u64) -> Option<Queued> {
         if self.free_at > now {
             return None;
         }
-        let c = (0..QUEUES).find(|&c| {
-            !self.queues[c].is_empty() && self.paused.may_send(Egress::queue_prio(c), now)
-        })?;
+        let may_send = |e: &Egress, c: usize| {
+            !e.queues[c].is_empty() && e.paused.may_send(Egress::queue_prio(c), now)
+        };
+        let c = if may_send(self, 0) {
+            0
+        } else {
+            let ready = (1..QUEUES)
+                .filter(|&c| may_send(self, c))
+                .fold(0u8, |m, c| m | 1 << (c - 1));
+            1 + self.dwrr.pick(&self.weights, ready)?
+        };
         let queued = self.queues[c].pop_front()?;
         let len = queued.frame.len() as u64;
         self.bytes[c] -= len;
+        if c > 0 {
+            self.dwrr.charge(c - 1, len as u32);
+        }
         let lag = MAX_LAG.as_nanos() as u64;
         let start = self.free_at.max(now.saturating_sub(lag));
         let wire_ns = ((len + FCS) * 8).saturating_mul(1_000_000_000) / self.rate_bps;
@@ -482,6 +516,11 @@ pub struct Report {
     pub pause: bool,
     /// The ingress occupancy of a lossless priority above which a port pauses, bytes.
     pub xoff_bytes: u64,
+    /// How the UDP priorities share each egress: `"strict"` or `"dwrr"`.
+    pub scheduler: &'static str,
+    /// Under DWRR, each priority's weight (0: strict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dwrr_weights: Option<[u32; 8]>,
     /// How long the switch ran.
     pub seconds: f64,
     /// Per port, in the order given.
@@ -523,7 +562,14 @@ pub struct Options {
     pub xoff: Option<u64>,
     /// The pause time a pause frame carries, quanta of 512 bit times (`--pause-quanta`).
     pub pause_quanta: u16,
+    /// The UDP priorities share each egress by DWRR with these weights, one per priority 0
+    /// to 7, 0 for a strict one (`--dwrr`, IEEE 802.1Qaz ETS: [`Egress::with_dwrr`]); absent:
+    /// strict priority.
+    pub dwrr: Option<Vec<u32>>,
 }
+
+/// The largest DWRR weight `--dwrr` takes (the simulator's `network.dwrr_weights` bound).
+pub const MAX_DWRR_WEIGHT: u32 = 1000;
 
 impl Options {
     /// The flow-control mode the options ask for.
@@ -540,6 +586,16 @@ impl Options {
     /// The pause threshold per (port, priority), bytes.
     pub fn xoff(&self) -> u64 {
         self.xoff.unwrap_or(self.buffer / 4 * 3)
+    }
+
+    /// The DWRR weights per priority, if the UDP priorities share egresses by weight.
+    pub fn dwrr_weights(&self) -> Option<[u32; 8]> {
+        let w = self.dwrr.as_ref()?;
+        let mut by_priority = [0; 8];
+        for (slot, &x) in by_priority.iter_mut().zip(w) {
+            *slot = x;
+        }
+        Some(by_priority)
     }
 }
 
@@ -611,6 +667,19 @@ impl Options {
                 self.buffer
             ));
         }
+        if let Some(w) = &self.dwrr {
+            if w.len() != 8 {
+                return bad(format!(
+                    "--dwrr: one weight per priority 0 to 7 (8 of them), not {}",
+                    w.len()
+                ));
+            }
+            if let Some(x) = w.iter().find(|&&x| x > MAX_DWRR_WEIGHT) {
+                return bad(format!(
+                    "--dwrr: a weight is 0 (strict) to {MAX_DWRR_WEIGHT}, not {x}"
+                ));
+            }
+        }
         if self.pause_quanta == 0 {
             return bad("--pause-quanta: a pause of 0 quanta is a resume; at least 1".into());
         }
@@ -654,7 +723,13 @@ pub fn run(args: &Options) -> Result<Report, Error> {
     let mut egress: Vec<Egress> = socks
         .iter()
         .zip(&args.ports)
-        .map(|(s, p)| Egress::new(p, args.buffer, args.rate_bps, s.mtu() + 14))
+        .map(|(s, p)| {
+            let e = Egress::new(p, args.buffer, args.rate_bps, s.mtu() + 14);
+            match args.dwrr_weights() {
+                Some(w) => e.with_dwrr(&w),
+                None => e,
+            }
+        })
         .collect();
     let mut bridge = Bridge::default();
     let mode = args.mode();
@@ -763,6 +838,12 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         pfc: args.pfc.clone(),
         pause: args.pause,
         xoff_bytes: args.xoff(),
+        scheduler: if args.dwrr.is_some() {
+            "dwrr"
+        } else {
+            "strict"
+        },
+        dwrr_weights: args.dwrr_weights(),
         seconds: start.elapsed().as_secs_f64(),
         ports: egress.into_iter().map(|e| e.counters).collect(),
     })
@@ -971,6 +1052,7 @@ mod tests {
             pause: false,
             xoff: None,
             pause_quanta: u16::MAX,
+            dwrr: None,
         };
         let err = |a: Options| a.check().expect_err("refused").to_string();
         assert!(err(args(&["a"], 0.1)).contains("--port"));
@@ -1029,6 +1111,63 @@ mod tests {
         assert_eq!(e.counters.pause_received, 2);
     }
 
+    /// Serves an egress holding `n` frames of `len` bytes at each of DSCPs 24 (priority 3)
+    /// and 0 (priority 0) for as long as both have frames; returns how many of priority 3's
+    /// left, and checks that every frame leaves.
+    fn serve_two_priorities(mut e: Egress, n: usize, pause_prio3: bool) -> usize {
+        let m = marking(EcnMode::Off, 0, 0, 0.0);
+        let mut rng = Rng::new(1);
+        for _ in 0..n {
+            for dscp in [24, 0] {
+                let (v, _) = e.offer(0, with_dscp(dscp, 1000), 0, Mode::Off, &m, &mut rng);
+                assert_eq!(v, Verdict::Queued);
+            }
+        }
+        if pause_prio3 {
+            let pfc = irn_wire::mac_control::PfcRepr::single(3, u16::MAX);
+            e.pause(&MacControlRepr::Pfc(pfc), 0);
+        }
+        let (mut p3, mut out) = (0, Vec::new());
+        while let Some(t) = e.next_departure() {
+            let q = e.take(t).expect("due");
+            out.push(q.prio);
+            if out.len() <= n {
+                p3 += usize::from(q.prio == Some(3));
+            }
+        }
+        // Without a pause everything leaves; with one, priority 3 waits for it.
+        if !pause_prio3 {
+            assert_eq!(out.len(), 2 * n);
+        }
+        p3
+    }
+
+    #[test]
+    fn dwrr_shares_a_port_by_weight_where_strict_priority_starves_the_lower_class() {
+        let egress = || Egress::new("p", 1 << 20, 1_000_000_000, 1514);
+        // Strict: priority 3 takes the wire until it has nothing left.
+        assert_eq!(serve_two_priorities(egress(), 400, false), 400);
+        // Priority 0 weighted 3, priority 3 weighted 1: of the first 400 frames, while both
+        // are backlogged, a quarter are priority 3's, whatever their priorities' order.
+        let mut w = [0; 8];
+        (w[0], w[3]) = (3, 1);
+        let p3 = serve_two_priorities(egress().with_dwrr(&w), 400, false);
+        assert!((95..=105).contains(&p3), "{p3} of 400");
+        // Equal weights: half each.
+        (w[0], w[3]) = (1, 1);
+        let p3 = serve_two_priorities(egress().with_dwrr(&w), 400, false);
+        assert!((195..=205).contains(&p3), "{p3} of 400");
+        // A strict priority among weighted ones still goes first.
+        (w[0], w[3]) = (1, 0);
+        assert_eq!(
+            serve_two_priorities(egress().with_dwrr(&w), 400, false),
+            400
+        );
+        // A paused priority gives its turns away instead of holding the wire.
+        (w[0], w[3]) = (1, 3);
+        assert_eq!(serve_two_priorities(egress().with_dwrr(&w), 400, true), 0);
+    }
+
     #[test]
     fn pfc_and_pause_together_and_bad_thresholds_are_refused() {
         let base = Options {
@@ -1046,6 +1185,7 @@ mod tests {
             pause: false,
             xoff: None,
             pause_quanta: u16::MAX,
+            dwrr: None,
         };
         assert!(base.check().is_ok());
         assert_eq!(base.mode(), Mode::Pfc(0b1000));
@@ -1071,6 +1211,23 @@ mod tests {
             ..base.clone()
         })
         .contains("--pause-quanta"));
+        assert!(err(Options {
+            dwrr: Some(vec![1, 2, 3]),
+            ..base.clone()
+        })
+        .contains("--dwrr: one weight per priority"));
+        assert!(err(Options {
+            dwrr: Some(vec![1, 1, 1, 1001, 1, 1, 1, 1]),
+            ..base.clone()
+        })
+        .contains("--dwrr: a weight is 0 (strict) to 1000, not 1001"));
+        let dwrr = Options {
+            dwrr: Some(vec![1, 0, 0, 3, 0, 0, 0, 0]),
+            ..base.clone()
+        };
+        assert!(dwrr.check().is_ok());
+        assert_eq!(dwrr.dwrr_weights(), Some([1, 0, 0, 3, 0, 0, 0, 0]));
+        assert_eq!(base.dwrr_weights(), None);
         let pause = Options {
             pause: true,
             pfc: Vec::new(),

@@ -81,7 +81,7 @@ mod pfc;
 mod queues;
 mod ready;
 mod safety;
-mod sched;
+pub mod sched;
 mod setup;
 mod switch;
 #[cfg(test)]

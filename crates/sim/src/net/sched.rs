@@ -10,12 +10,18 @@
 //! size before it asks for it, so a deficit may end below zero and the overdraft is repaid
 //! from the next quantum); a queue with nothing to send banks no credit. Over a busy period
 //! each backlogged weighted queue gets its weight's share of what the strict queues leave.
+//!
+//! The simulator's switches and NICs run it, and so does `irn switch` on real hosts
+//! (`irn_switch::Egress`): one algorithm, tested once here.
 
 use super::classes::MAX_CLASSES;
 
+/// The most queues a link's scheduler shares it between (one per priority).
+pub const QUEUES: usize = MAX_CLASSES;
+
 /// The queues' kinds and quanta.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Weights {
+pub struct Weights {
     /// Bit `q`: queue `q` is strict.
     strict: u8,
     /// Bit `q`: queue `q` is weighted.
@@ -27,7 +33,7 @@ pub(super) struct Weights {
 impl Weights {
     /// Queues of `weights` (0: strict), a weight unit being `unit` bytes — the largest frame,
     /// so that every visit lets a queue send at least one.
-    pub(super) fn new(weights: &[u32], unit: u32) -> Weights {
+    pub fn new(weights: &[u32], unit: u32) -> Weights {
         let mut w = Weights {
             strict: 0,
             weighted: 0,
@@ -45,14 +51,14 @@ impl Weights {
     }
 
     /// `n` queues in strict priority.
-    pub(super) fn strict(n: usize) -> Weights {
+    pub fn strict(n: usize) -> Weights {
         Weights::new(&vec![0; n.min(MAX_CLASSES)], 1)
     }
 }
 
 /// One link's round-robin state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Dwrr {
+pub struct Dwrr {
     /// Per queue: bytes it may still send this round (below zero: overdrawn).
     deficit: [i64; MAX_CLASSES],
     /// The queue the round is at ([`MAX_CLASSES`]: before the first).
@@ -71,7 +77,7 @@ impl Default for Dwrr {
 impl Dwrr {
     /// The queue to serve among `ready` (bit `q`: queue `q` has a frame it may send now): the
     /// highest strict one, else the weighted one whose turn it is.
-    pub(super) fn pick(&mut self, w: &Weights, ready: u8) -> Option<usize> {
+    pub fn pick(&mut self, w: &Weights, ready: u8) -> Option<usize> {
         let strict = ready & w.strict;
         if strict != 0 {
             return Some(strict.trailing_zeros() as usize);
@@ -103,7 +109,7 @@ impl Dwrr {
     }
 
     /// Queue `q` sent a frame of `bytes`.
-    pub(super) fn charge(&mut self, q: usize, bytes: u32) {
+    pub fn charge(&mut self, q: usize, bytes: u32) {
         self.deficit[q] -= i64::from(bytes);
     }
 }
