@@ -11,20 +11,10 @@ use irn_transport::TxPayload;
 use crate::impair::{Out, Outbound};
 
 impl Core {
-    pub(super) fn fresh_id(&mut self) -> u32 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
-    }
-
-    pub(super) fn cq_mut(&mut self, id: u32) -> Result<&mut CqState> {
-        self.cqs.get_mut(&id).ok_or(Error::Gone)
-    }
-
     /// Moves the completions of queue pair `qpn` to their CQs (which wake their sleepers,
     /// [`push_wc`]).
     pub(super) fn drain_completions(&mut self, qpn: u32) {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        let Some(e) = self.objects.qps.get_mut(&qpn) else {
             return self.drain_ud(qpn);
         };
         while let Some(wc) = e.qp.poll_completion() {
@@ -32,14 +22,14 @@ impl Core {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
-            push_wc(&mut self.cqs, to, wc);
+            push_wc(&mut self.objects.cqs, to, wc);
         }
     }
 
     /// Gives queue pair `qpn` a turn: up to [`TX_BURST`] packets, built into the transmit
     /// batch, which leaves when the caller's work is done ([`Shared::flush`]: a verb's, or a
     /// whole received burst's — so the ACKs a burst provokes go out together). Returns whether
-    /// it may have more (then it is in `tx_pending`), or waits for the in-flight budget
+    /// it may have more (then it is pending in [`Core::turns`]), or waits for the in-flight budget
     /// while the budget has room (then the engine should run).
     pub(super) fn transmit(&mut self, sock: &UdpSocket, now: Time, qpn: u32) -> bool {
         self.transmit_turn(sock, now, qpn, false)
@@ -48,7 +38,7 @@ impl Core {
     /// A transmit turn ([`Core::transmit`]); `granted`: the turn of the queue pair at the
     /// front of the budget's queue, which may start new packets while others wait behind it.
     fn transmit_turn(&mut self, sock: &UdpSocket, now: Time, qpn: u32, granted: bool) -> bool {
-        if !self.qps.contains_key(&qpn) {
+        if !self.objects.qps.contains_key(&qpn) {
             return self.transmit_ud(sock, now, qpn);
         }
         if self.held_by_pause(now, qpn) {
@@ -61,15 +51,15 @@ impl Core {
         let mut more = false;
         self.recharge(qpn);
         let mut hold = !self.budget.may_start(granted);
-        self.gso_turn = self.qps.get(&qpn).is_some_and(|e| e.gso);
-        while let Some(e) = self.qps.get_mut(&qpn) {
+        self.tx.coalescing = self.objects.qps.get(&qpn).is_some_and(|e| e.gso);
+        while let Some(e) = self.objects.qps.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
                 break;
             }
             budget -= 1;
             e.qp.hold_new_requests(hold);
-            let (Some(peer), Some(pd)) = (e.remote, self.pds.get(&e.pd)) else {
+            let (Some(peer), Some(pd)) = (e.remote, self.objects.pds.get(&e.pd)) else {
                 break;
             };
             let Some(mut t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
@@ -93,17 +83,13 @@ impl Core {
         }
         // A packet may have ended the connection (a fault found while building it).
         self.recharge(qpn);
-        self.gso_turn = false;
+        self.tx.coalescing = false;
         // No lent piece outlives the turn (`lent`): a packet that was not queued left its own.
         payload.clear();
         self.payload = payload;
-        if more {
-            self.tx_pending.insert(qpn);
-        } else {
-            self.tx_pending.remove(&qpn);
-        }
+        self.turns.set_pending(qpn, more);
         let mut waits = false;
-        if let Some(e) = self.qps.get_mut(&qpn) {
+        if let Some(e) = self.objects.qps.get_mut(&qpn) {
             if hold && !more && e.qp.new_request_ready() {
                 self.counters.tx_budget_holds += 1;
                 waits = true;
@@ -120,18 +106,18 @@ impl Core {
     }
 
     /// Whether a link-level pause of queue pair `qpn`'s priority holds its turn back: it then
-    /// waits, out of `tx_pending`, for the pause to end ([`Core::release_paused`]).
+    /// waits, no longer pending, for the pause to end ([`Core::release_paused`]).
     fn held_by_pause(&mut self, now: Time, qpn: u32) -> bool {
         let Some(p) = self.pause.as_deref_mut() else {
             return false;
         };
-        let prio = self.qps.get(&qpn).map_or(0, |e| e.dscp >> 3);
+        let prio = self.objects.qps.get(&qpn).map_or(0, |e| e.dscp >> 3);
         if !p.paused(prio, now) {
             return false;
         }
         p.waiting.insert(qpn);
         p.held_turns += 1;
-        self.tx_pending.remove(&qpn);
+        self.turns.set_pending(qpn, false);
         true
     }
 
@@ -155,12 +141,12 @@ impl Core {
         }
         let waiting: Vec<u32> = p.waiting.iter().copied().collect();
         for qpn in waiting {
-            let prio = self.qps.get(&qpn).map_or(0, |e| e.dscp >> 3);
+            let prio = self.objects.qps.get(&qpn).map_or(0, |e| e.dscp >> 3);
             let p = self.pause.as_deref_mut().expect("pause state");
             if !p.paused(prio, now) {
                 p.waiting.remove(&qpn);
-                if self.qps.contains_key(&qpn) {
-                    self.tx_pending.insert(qpn);
+                if self.objects.qps.contains_key(&qpn) {
+                    self.turns.set_pending(qpn, true);
                 }
             }
         }
@@ -176,7 +162,7 @@ impl Core {
     pub(super) fn serve_budget_queue(&mut self, sock: &UdpSocket, now: Time) {
         while let Some(qpn) = self.budget.next_waiting() {
             // Gone meanwhile: skipped.
-            let Some(e) = self.qps.get_mut(&qpn) else {
+            let Some(e) = self.objects.qps.get_mut(&qpn) else {
                 continue;
             };
             e.waiting = false;
@@ -191,7 +177,7 @@ impl Core {
     /// what it sent, and a queue pair whose peer posts no receives (with `rnr_retry` 7, for
     /// ever) would otherwise hold the budget of every other.
     fn recharge(&mut self, qpn: u32) {
-        let Some(e) = self.qps.get_mut(&qpn) else {
+        let Some(e) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         let now = match e.qp.state() {
@@ -207,40 +193,29 @@ impl Core {
         self.counters.peak_in_flight_bytes = self.counters.peak_in_flight_bytes.max(used);
     }
 
-    /// Puts queue pair `qpn`'s current deadline on the timer heap if it changed.
+    /// Arms queue pair `qpn`'s timer with its current deadline if that changed.
     pub(super) fn rearm(&mut self, qpn: u32) {
-        if let Some(e) = self.qps.get_mut(&qpn) {
+        if let Some(e) = self.objects.qps.get_mut(&qpn) {
             let t = e.qp.poll_timeout();
             if t != e.armed {
                 e.armed = t;
                 if let Some(t) = t {
-                    self.timer_heap.push(std::cmp::Reverse((t, qpn)));
+                    self.turns.arm(qpn, t);
                 }
             }
         }
     }
 
-    /// The earliest current deadline on the timer heap; entries no longer current leave the
-    /// top on the way.
+    /// The earliest deadline a queue pair is armed with.
     pub(super) fn next_deadline(&mut self) -> Option<Time> {
-        while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
-            if self.current(top) {
-                break;
-            }
-            self.timer_heap.pop();
-        }
-        self.timer_heap.peek().map(|r| r.0 .0)
-    }
-
-    /// Whether a heap entry is its queue pair's current deadline.
-    fn current(&self, (t, qpn): (Time, u32)) -> bool {
-        self.qps.get(&qpn).is_some_and(|e| e.armed == Some(t))
+        let qps = &self.objects.qps;
+        self.turns.next_deadline(|t, qpn| armed_at(qps, qpn, t))
     }
 
     /// Builds packet `t` from UDP source port `sport` to `peer` in the next slot of the
     /// transmit batch (captured there), or passes it through the send impairment — a loss-only
     /// impairment drops it here, before the batch, so that the survivors still coalesce. In a
-    /// turn that may coalesce ([`Core::gso_turn`]) a packet joins the batch's last message when
+    /// turn that may coalesce (`TxState::coalescing`) a packet joins the batch's last message when
     /// it goes to the same peer from the same port with the same ECN marking and is no longer
     /// than that message's first packet (a shorter one closes the message, as UDP GSO cuts
     /// every segment but the last to one size); its IPv4 identification, which the ICRC covers,
@@ -278,7 +253,7 @@ impl Core {
             self.counters.tx_impaired_drops += 1;
             return;
         }
-        let coalesce = self.gso_turn && (!tx_imp.is_active() || only_drops);
+        let coalesce = self.tx.coalescing && (!tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
         let last_len = self.tx.cur.batch.last().map(TxPacket::datagram_len);
@@ -368,10 +343,10 @@ impl Core {
     /// batch, whose caller wakes the engine so that packets never wait for a poll that may
     /// not come.
     pub(super) fn ring_doorbell(&mut self) -> bool {
-        if !self.tx.waiting() || self.doorbell {
+        if !self.tx.waiting() || self.tx.doorbell {
             return false;
         }
-        self.doorbell = true;
+        self.tx.doorbell = true;
         true
     }
 
@@ -388,7 +363,7 @@ impl Core {
         seg: (SocketAddr, Ecn, u16),
         datagram: &[u8],
     ) {
-        self.receive_segment_checked(sock, now, seg, datagram, self.verify_icrc);
+        self.receive_segment_checked(sock, now, seg, datagram, self.rx.verifies_icrc());
     }
 
     /// [`Core::receive_segment`], its ICRC verified only if `verify` (the raw path verified a
@@ -406,9 +381,9 @@ impl Core {
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
         let headers_needed = self.capture.is_some()
             || self.impairer.rx().is_active()
-            || qpn.is_some_and(|q| self.uds.contains_key(&q));
+            || qpn.is_some_and(|q| self.objects.uds.contains_key(&q));
         if headers_needed {
-            let mut scratch = std::mem::take(&mut self.rx_scratch);
+            let mut scratch = self.rx.take_scratch();
             match net::with_headers(&mut scratch, from, self.local, ecn, k, datagram) {
                 Some(p) if self.impairer.rx().is_active() => impair(self, sock, now, None, p),
                 Some(p) => self.receive_checked(now, p, verify),
@@ -417,7 +392,7 @@ impl Core {
                     self.counters.rx_malformed += 1;
                 }
             }
-            self.rx_scratch = scratch;
+            self.rx.put_scratch(scratch);
             return;
         }
         self.counters.rx_packets += 1;
@@ -426,7 +401,7 @@ impl Core {
             return;
         };
         if verify {
-            let checked = match self.segment_headers(from, ecn) {
+            let checked = match self.rx.segment_headers(from, self.local, ecn) {
                 Some(hdrs) => hdrs.verify(k, datagram),
                 None => Err(Reject::Malformed),
             };
@@ -437,16 +412,6 @@ impl Core {
         }
         self.counters.rx_bytes += datagram.len() as u64;
         self.deliver(now, from, ecn, &datagram[..body], None);
-    }
-
-    /// The headers segments from `from` with ECN field `ecn` arrived under, kept for the next
-    /// segment ([`net::SegmentHeaders`]); `None` if none can be built (an address family other
-    /// than the device's).
-    fn segment_headers(&mut self, from: SocketAddr, ecn: Ecn) -> Option<&mut net::SegmentHeaders> {
-        if !self.seg_headers.is_some_and(|h| h.matches(from, ecn)) {
-            self.seg_headers = Some(net::SegmentHeaders::new(from, self.local, ecn)?);
-        }
-        self.seg_headers.as_mut()
     }
 
     /// Counts a received packet dropped for `why`.
@@ -510,7 +475,7 @@ impl Core {
         // (destroyed, or never) is bounded by the largest MTU, and its packets are counted as
         // for an unknown queue pair one by one.
         let mtu = self
-            .qps
+            .objects.qps
             .get(&q0)
             .map_or(4096, |e| e.qp.attr().path_mtu as usize);
         let pkey = payload.get(2..4);
@@ -530,7 +495,7 @@ impl Core {
             self.receive_checked(now, packet, false);
             return 1;
         }
-        let Some(mut hdrs) = self.segment_headers(from, ecn).copied() else {
+        let Some(mut hdrs) = self.rx.segment_headers(from, self.local, ecn).copied() else {
             return 0;
         };
         // A length fits when a BTH for one of this device's queue pairs starts every `seg`
@@ -557,7 +522,7 @@ impl Core {
                 lookups > 0
                     && payload.get(k * seg + 2..k * seg + 4) == pkey
                     && qpn(k * seg).is_some_and(|q| {
-                        q == q0 || self.qps.contains_key(&q) || self.uds.contains_key(&q)
+                        q == q0 || self.objects.qps.contains_key(&q) || self.objects.uds.contains_key(&q)
                     })
             });
             if !starts {
@@ -584,7 +549,7 @@ impl Core {
         self.counters.rx_coalesced += 1;
         for (k, segment) in payload.chunks(seg).enumerate() {
             let ident = ident.wrapping_add(k as u16);
-            let verify = k > 0 && self.verify_icrc;
+            let verify = k > 0 && self.rx.verifies_icrc();
             self.receive_segment_checked(sock, now, (from, ecn, ident), segment, verify);
         }
         len.div_ceil(seg)
@@ -594,7 +559,7 @@ impl Core {
     /// and delivered to its queue pair, whose transmit turn waits for the end of the burst
     /// ([`Core::take_turns`]).
     pub(super) fn receive(&mut self, now: Time, packet: &[u8]) {
-        self.receive_checked(now, packet, self.verify_icrc);
+        self.receive_checked(now, packet, self.rx.verifies_icrc());
     }
 
     /// [`Core::receive`], with its ICRC verified only if `verify` (not twice: the raw path
@@ -626,12 +591,12 @@ impl Core {
             return;
         };
         let qpn = ib.bth.dest_qpn;
-        let Some(e) = self.qps.get_mut(&qpn) else {
-            match (self.uds.get_mut(&qpn), packet) {
+        let Some(e) = self.objects.qps.get_mut(&qpn) else {
+            match (self.objects.uds.get_mut(&qpn), packet) {
                 (Some(u), Some(packet)) => {
                     // A datagram: the GRH area of its receive holds the IP header.
                     let grh = irn_transport::ud::grh_area(packet);
-                    if let Some(pd) = self.pds.get_mut(&u.pd) {
+                    if let Some(pd) = self.objects.pds.get_mut(&u.pd) {
                         u.qp.handle_packet(&ib, payload, &grh, &mut pd.mem);
                     }
                     self.drain_ud(qpn);
@@ -662,7 +627,7 @@ impl Core {
             self.counters.rx_wrong_source += 1;
             return;
         }
-        let Some(pd) = self.pds.get_mut(&e.pd) else {
+        let Some(pd) = self.objects.pds.get_mut(&e.pd) else {
             return;
         };
         e.qp.handle_packet(now, &ib, payload, ecn, &mut pd.mem);
@@ -672,16 +637,16 @@ impl Core {
         // one each.
         if !e.turn_due {
             e.turn_due = true;
-            self.turns_due.push(qpn);
+            self.turns.received(qpn);
         }
     }
 
     /// Gives every queue pair that received packets since the last call its transmit turn
     /// (answers, then what its window freed) and moves its completions.
     pub(super) fn take_turns(&mut self, sock: &UdpSocket, now: Time) {
-        let due = std::mem::take(&mut self.turns_due);
+        let due = self.turns.take_received();
         for &qpn in &due {
-            if let Some(e) = self.qps.get_mut(&qpn) {
+            if let Some(e) = self.objects.qps.get_mut(&qpn) {
                 e.turn_due = false;
                 self.transmit(sock, now, qpn);
                 self.drain_completions(qpn);
@@ -689,28 +654,15 @@ impl Core {
         }
         // The vector's allocation is kept for the next burst (nothing a turn does delivers
         // packets; were one to, its queue pair would still be listed).
-        if self.turns_due.is_empty() {
-            self.turns_due = due;
-            self.turns_due.clear();
-        }
+        self.turns.give_back(due);
     }
 
     /// Fires expired timers.
     pub(super) fn timers(&mut self, sock: &UdpSocket, now: Time) {
-        let mut due = Vec::new();
-        while let Some(&std::cmp::Reverse(top)) = self.timer_heap.peek() {
-            if top.0 > now {
-                break;
-            }
-            self.timer_heap.pop();
-            if self.current(top) {
-                due.push(top.1);
-            }
-        }
-        due.sort_unstable();
-        due.dedup();
+        let qps = &self.objects.qps;
+        let due = self.turns.expired(now, |t, qpn| armed_at(qps, qpn, t));
         for qpn in due {
-            if let Some(e) = self.qps.get_mut(&qpn) {
+            if let Some(e) = self.objects.qps.get_mut(&qpn) {
                 // Read again after it runs, even if its deadline stays the same.
                 e.armed = None;
                 e.qp.handle_timeout(now);
@@ -722,7 +674,7 @@ impl Core {
         debug_assert!(
             match (
                 self.next_deadline(),
-                self.qps.values().filter_map(|e| e.qp.poll_timeout()).min()
+                self.objects.qps.values().filter_map(|e| e.qp.poll_timeout()).min()
             ) {
                 (_, None) => true,
                 (None, Some(_)) => false,
@@ -731,6 +683,11 @@ impl Core {
             "a queue pair's deadline is missing from the timer heap"
         );
     }
+}
+
+/// Whether queue pair `qpn` is armed with deadline `t` (a timer entry that is current).
+fn armed_at(qps: &BTreeMap<u32, QpEntry>, qpn: u32, t: Time) -> bool {
+    qps.get(&qpn).is_some_and(|e| e.armed == Some(t))
 }
 
 /// Hands a work request to its queue pair (`post`) if CQ `cq_id` has room for one more
@@ -839,7 +796,7 @@ pub(super) fn release(
         Some(out) => {
             // Sent from the port the packet was built with (its ICRC covers it), if that is
             // still open (a held or delayed packet may outlive its queue pair).
-            let Some(sock) = Core::sender(&core.src_socks, sock, core.local, out.sport) else {
+            let Some(sock) = core.ports.sender(sock, out.sport) else {
                 core.counters.tx_errors += 1;
                 return;
             };
@@ -877,7 +834,7 @@ pub(super) fn engine(shared: &Shared) {
             // Queue pairs with more to send, or waiting for a budget that has room, or
             // packets waiting in the transmit batch that no thread is sending (a busy poller's
             // last posts, which rang no doorbell): no sleeping.
-            !core.tx_pending.is_empty() || core.budget.has_room() || core.tx.unsent()
+            core.turns.any_pending() || core.budget.has_room() || core.tx.unsent()
         };
         if !busy && !sleep.is_zero() {
             park(shared, true, sleep);
@@ -979,8 +936,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     // Queue pairs waiting for the in-flight budget, as far as it has room.
     core.serve_budget_queue(sock, now);
     // Queue pairs with more to send get another turn each.
-    let pending: Vec<u32> = core.tx_pending.iter().copied().collect();
-    for qpn in pending {
+    for qpn in core.turns.pending() {
         core.transmit(sock, now, qpn);
         core.drain_completions(qpn);
     }

@@ -49,7 +49,11 @@ mod error;
 mod lent;
 mod objects;
 mod pause;
+mod rx;
+mod ports;
 mod tx;
+mod table;
+mod turns;
 mod ud;
 
 pub(crate) use config::cc_factory;
@@ -100,8 +104,8 @@ struct QpEntry {
     send_cq: u32,
     recv_cq: u32,
     remote: Option<SocketAddr>,
-    /// The deadline of this queue pair's entry in [`Core::timer_heap`] that is current (the
-    /// heap may hold older ones, skipped when they come up).
+    /// The deadline of this queue pair's entry in [`Core::turns`]' timers that is current
+    /// (they may hold older ones, skipped when they come up).
     armed: Option<Time>,
     /// RoCE modes: the UDP source port the peer's first packet came from, which its later
     /// ones must come from too (a RoCE peer picks one per connection: rxe and irn
@@ -125,7 +129,7 @@ struct QpEntry {
     charged: u64,
     /// It waits in [`Core::budget`]'s queue.
     waiting: bool,
-    /// It is in [`Core::turns_due`].
+    /// It is listed in [`Core::turns`] as having received packets in this burst.
     turn_due: bool,
 }
 
@@ -180,126 +184,47 @@ struct PdState {
 /// The device's state, behind one mutex.
 pub(crate) struct Core {
     local: SocketAddr,
-    pds: BTreeMap<u32, PdState>,
-    cqs: BTreeMap<u32, CqState>,
-    qps: BTreeMap<u32, QpEntry>,
-    /// Unreliable-datagram queue pairs (one QPN space with `qps`).
-    uds: BTreeMap<u32, ud::UdEntry>,
-    /// Address handles: where UD datagrams go.
-    ahs: BTreeMap<u32, SocketAddr>,
-    next_id: u32,
+    /// The device's objects by number.
+    objects: table::Objects,
     /// Both directions' impairment, its random stream and the packets it holds back.
     impairer: Impairer,
-    /// Queue pairs whose last turn ended with packets left to send.
-    tx_pending: std::collections::BTreeSet<u32>,
+    /// Which queue pairs get transmit turns, and their timers.
+    turns: turns::Turns,
     /// [`DeviceConfig::in_flight_budget`]: what the queue pairs have in flight together (the
     /// sum of their `charged`), and those held back for room, served first.
     budget: budget::Budget,
-    /// Every queue pair's next deadline, earliest first: the engine fires the due ones and
-    /// sleeps until the next without looking at the others (10 000 queue pairs with a little
-    /// traffic each cost a scan of all of them per wake-up before).
-    timer_heap: std::collections::BinaryHeap<std::cmp::Reverse<(Time, u32)>>,
     counters: DeviceCounters,
     capture: Option<Capture>,
-    /// Received packets carry all their ICRC covers (see [`ReceivePath`]).
-    verify_icrc: bool,
     /// Packets built in place, waiting to be sent, in batches (`tx.rs`).
     tx: tx::TxState,
-    /// Queue pairs that received packets in the burst being processed, whose transmit turns
-    /// come when it is done ([`Core::take_turns`]).
-    turns_due: Vec<u32>,
-    /// Where a coalesced datagram's segment is rebuilt into a whole IP packet when its
-    /// headers are needed ([`Core::receive_segment`]).
-    rx_scratch: Vec<u8>,
-    /// Posts left packets in the transmit batch and the engine was woken to send them
-    /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
-    doorbell: bool,
-    /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
-    /// GSO batches: [`Qp::set_peer_gso`]).
-    gso_turn: bool,
-    /// Send-only sockets bound to the UDP source ports of this device's queue pairs
-    /// ([`net::roce_source_port`]), opened as queue pairs connect and closed when the last
-    /// one using a port is gone, at most [`MAX_SOURCE_PORTS`] at once.
-    src_socks: BTreeMap<u16, Arc<SourceSocket>>,
-    /// The send buffer each of them gets.
-    socket_buffer: usize,
-    /// The receive buffer asked for so far, and what the connected queue pairs' peers may have
-    /// in flight: the configured size plus each connection's BDP cap in bytes
-    /// ([`Shared::fit_receive_buffer`]).
-    rx_buffer: usize,
-    rx_wanted: usize,
-    /// The headers the last verified segment arrived under, kept for the next one
-    /// ([`Core::receive_segment`]).
-    seg_headers: Option<net::SegmentHeaders>,
+    /// The receive side's state between packets.
+    rx: rx::RxState,
+    /// The UDP source ports its queue pairs send from, and their sockets.
+    ports: ports::SourcePorts,
     /// The payload of the packet being built, reused.
     payload: lent::Gathered,
     /// Link-level pauses honoured ([`DeviceConfig::pause_iface`]).
     pause: Option<Box<pause::PauseIn>>,
 }
 
-/// A send-only socket on one queue-pair source port (shared with the transmit batches sealed
-/// for it, which may leave after it is closed here).
-pub(crate) struct SourceSocket {
-    sock: UdpSocket,
-    /// It currently sends IPv4 datagrams without a checksum (`SO_NO_CHECK`): read and switched
-    /// only by the thread sending a batch, one at a time (`tx.rs`).
-    no_check: AtomicBool,
-}
-
-/// The most source-port sockets a device has open at once (file descriptors): a queue pair
-/// whose port would need one more sends from the device's port, as does one whose port
-/// cannot be bound (`DeviceCounters::tx_port_fallbacks` counts both).
-pub const MAX_SOURCE_PORTS: usize = 256;
+pub use ports::MAX_SOURCE_PORTS;
+pub(crate) use ports::SourceSocket;
 
 impl Core {
-    /// The UDP source port queue pair `qpn` sends from once connected to `dest_qpn`: Linux's
-    /// choice for that connection ([`net::roce_source_port`]) — so that ECMP spreads a
-    /// device's queue pairs over paths — with its socket opened now if need be, or the
-    /// device's port if that cannot be.
+    /// The UDP source port queue pair `qpn` sends from once connected to `dest_qpn`
+    /// ([`ports::SourcePorts::open`]); a fallback to the device's port is counted.
     fn source_port(&mut self, qpn: u32, dest_qpn: u32) -> u16 {
-        let port = net::roce_source_port(qpn, dest_qpn);
-        if port == self.local.port() || self.src_socks.contains_key(&port) {
-            return port;
-        }
-        if self.src_socks.len() >= MAX_SOURCE_PORTS {
+        let got = self.ports.open(qpn, dest_qpn);
+        if let ports::Got::Fallback(_) = got {
             self.counters.tx_port_fallbacks += 1;
-            return self.local.port();
         }
-        match net::open_source_socket(self.local.ip(), port, self.socket_buffer) {
-            Ok(sock) => {
-                let no_check = AtomicBool::new(self.local.is_ipv4());
-                self.src_socks
-                    .insert(port, Arc::new(SourceSocket { sock, no_check }));
-                port
-            }
-            Err(_) => {
-                self.counters.tx_port_fallbacks += 1;
-                self.local.port()
-            }
-        }
+        got.port()
     }
 
     /// Closes the socket of source port `port` if no queue pair sends from it any more.
     fn release_port(&mut self, port: u16) {
-        if port != self.local.port() && !self.qps.values().any(|e| e.sport == port) {
-            self.src_socks.remove(&port);
-        }
-    }
-
-    /// The socket that sends packets built with source port `port` (their ICRC covers it):
-    /// the device's own (`main`) for its port, that port's otherwise — `None` once the last
-    /// queue pair using the port is gone.
-    fn sender<'a>(
-        src_socks: &'a BTreeMap<u16, Arc<SourceSocket>>,
-        main: &'a UdpSocket,
-        local: SocketAddr,
-        port: u16,
-    ) -> Option<&'a UdpSocket> {
-        if port == local.port() {
-            Some(main)
-        } else {
-            src_socks.get(&port).map(|s| &s.sock)
-        }
+        let in_use = self.objects.qps.values().any(|e| e.sport == port);
+        self.ports.release(port, in_use);
     }
 }
 
@@ -379,7 +304,7 @@ impl Shared {
     }
 
     /// Grows the receive buffer to what the connected queue pairs' peers may have in flight
-    /// at once ([`Core::rx_wanted`]: the sum of their BDP caps in bytes, which an irn peer
+    /// at once (`RxState::grow`: the sum of their BDP caps in bytes, which an irn peer
     /// sizes as this side does), at most [`MAX_RECEIVE_BUFFER`]. A NIC's buffer absorbs the
     /// bursts of a port's flows; a software receiver's is its socket's. With 4 MB, 64 IRN
     /// queue pairs on loopback (123 packets of 4 KB each in flight: 32 MB) overflowed it
@@ -387,11 +312,8 @@ impl Shared {
     /// with 32 MB they moved 1.4 GB/s (docs/BENCHMARKS.md). Best effort: without
     /// `CAP_NET_ADMIN` the kernel caps it at `net.core.rmem_max`.
     fn fit_receive_buffer(&self) {
-        let mut core = self.lock();
-        let want = core.rx_wanted.min(MAX_RECEIVE_BUFFER);
-        if want > core.rx_buffer {
+        if let Some(want) = self.lock().rx.grow() {
             self.socks.grow_receive_buffer(want);
-            core.rx_buffer = want;
         }
     }
 }
@@ -452,29 +374,15 @@ impl Device {
             .transpose()?;
         let core = Core {
             local,
-            pds: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            qps: BTreeMap::new(),
-            uds: BTreeMap::new(),
-            ahs: BTreeMap::new(),
-            next_id: 1,
+            objects: table::Objects::new(),
             impairer: Impairer::new(cfg.tx_impairment, cfg.rx_impairment, cfg.seed),
-            tx_pending: std::collections::BTreeSet::new(),
+            turns: turns::Turns::default(),
             budget: budget::Budget::new(cfg.in_flight_budget as u64),
-            timer_heap: std::collections::BinaryHeap::new(),
             counters: DeviceCounters::default(),
             capture,
-            verify_icrc: socks.verifies_icrc(),
+            rx: rx::RxState::new(socks.verifies_icrc(), cfg.socket_buffer),
             tx: tx::TxState::new(local.is_ipv4()),
-            doorbell: false,
-            rx_scratch: Vec::new(),
-            turns_due: Vec::new(),
-            gso_turn: false,
-            seg_headers: None,
-            src_socks: BTreeMap::new(),
-            socket_buffer: cfg.socket_buffer,
-            rx_buffer: cfg.socket_buffer,
-            rx_wanted: cfg.socket_buffer,
+            ports: ports::SourcePorts::new(local, cfg.socket_buffer),
             payload: lent::Gathered::with_capacity(MAX_DATAGRAM),
             pause: pause_sock.as_ref().map(|s| {
                 let rate = match cfg.pause_link_bps {
@@ -560,15 +468,15 @@ impl Device {
     /// (each a send-only socket: opened as a queue pair connects, closed when the last queue
     /// pair using it is destroyed or reconnected elsewhere), in ascending order.
     pub fn source_ports(&self) -> Vec<u16> {
-        self.shared.lock().src_socks.keys().copied().collect()
+        self.shared.lock().ports.open_ports()
     }
 
     /// Allocates a protection domain (`ibv_alloc_pd`): a memory space whose regions the queue
     /// pairs of the domain may access.
     pub fn alloc_pd(&self) -> Pd {
         let mut core = self.shared.lock();
-        let id = core.fresh_id();
-        core.pds.insert(
+        let id = core.objects.fresh_id();
+        core.objects.pds.insert(
             id,
             PdState {
                 mem: ByteMemory::new(random_u64()),
@@ -587,9 +495,9 @@ impl Device {
             return Err(Error::Config("completion queue depth must be at least 1"));
         }
         let mut core = self.shared.lock();
-        let id = core.fresh_id();
+        let id = core.objects.fresh_id();
         let queued = Arc::new(AtomicUsize::new(0));
-        core.cqs.insert(
+        core.objects.cqs.insert(
             id,
             CqState {
                 entries: VecDeque::with_capacity(depth.min(1 << 16)),
@@ -621,7 +529,7 @@ impl Drop for Device {
         // Posts' packets still waiting for the doorbell leave before the queue pairs close.
         core.flush_tx(&self.shared.socks.udp);
         core.capture = None;
-        for e in core.qps.values_mut() {
+        for e in core.objects.qps.values_mut() {
             let now = self.shared.now();
             let _ =
                 e.qp.modify(now, QpState::Err, &QpAttr::default(), AttrMask::NONE);
@@ -632,15 +540,15 @@ impl Drop for Device {
             pmtu: 1024,
             sq_psn: 0,
         };
-        for e in core.uds.values_mut() {
+        for e in core.objects.uds.values_mut() {
             let _ = e.qp.modify(QpState::Err, &closing);
         }
-        let ud: Vec<u32> = core.uds.keys().copied().collect();
+        let ud: Vec<u32> = core.objects.uds.keys().copied().collect();
         for q in ud {
             core.drain_ud(q);
         }
         // Whoever sleeps in `Cq::wait` looks again, and sees the device closed.
-        for cq in core.cqs.values() {
+        for cq in core.objects.cqs.values() {
             if cq.sleepers > 0 {
                 cq.ready.notify_all();
             }

@@ -90,7 +90,7 @@ impl Pd {
         place: impl FnOnce(&mut irn_transport::ByteMemory) -> u64,
     ) -> Result<Mr> {
         let mut core = self.shared.lock();
-        let pd = core.pds.get_mut(&self.id).ok_or(Error::Gone)?;
+        let pd = core.objects.pds.get_mut(&self.id).ok_or(Error::Gone)?;
         let buffer = place(&mut pd.mem);
         let len = pd.mem.len_of(buffer).unwrap_or(0);
         let addr = iova.unwrap_or(buffer);
@@ -120,13 +120,13 @@ impl Pd {
         super::check_runtime_mode(init.mode)?;
         super::check_runtime_cc(init.mode, init.cc)?;
         let mut core = self.shared.lock();
-        if !core.pds.contains_key(&self.id) {
+        if !core.objects.pds.contains_key(&self.id) {
             return Err(Error::Gone);
         }
-        if !core.cqs.contains_key(&send_cq.id) || !core.cqs.contains_key(&recv_cq.id) {
+        if !core.objects.cqs.contains_key(&send_cq.id) || !core.objects.cqs.contains_key(&recv_cq.id) {
             return Err(Error::Gone);
         }
-        let qpn = core.fresh_qpn();
+        let qpn = core.objects.fresh_qpn();
         // Sized for 1024-byte packets until it connects and its path MTU is known.
         let (recovery, cc, cnp_interval) = init.for_path(1024);
         let cfg = QpConfig {
@@ -142,7 +142,7 @@ impl Pd {
         let now = self.shared.now();
         let qp = QueuePair::new(now, cfg)?;
         let port = core.local.port();
-        core.qps.insert(
+        core.objects.qps.insert(
             qpn,
             QpEntry {
                 qp,
@@ -175,13 +175,13 @@ impl Drop for Pd {
         // Packets built from its memory where it lies (`lent`) leave before it may be freed.
         core.flush_tx(&self.shared.socks.udp);
         let id = self.id;
-        let used = core.pd_in_use(id);
+        let used = core.objects.pd_in_use(id);
         if used {
-            if let Some(pd) = core.pds.get_mut(&id) {
+            if let Some(pd) = core.objects.pds.get_mut(&id) {
                 pd.closed = true;
             }
         } else {
-            core.pds.remove(&id);
+            core.objects.pds.remove(&id);
         }
     }
 }
@@ -237,7 +237,7 @@ impl Mr {
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let r = self.range(offset, data.len())?;
         let mut core = self.shared.lock();
-        let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
+        let pd = core.objects.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
         let buf = pd.mem.buffer_mut(self.buffer).ok_or(Error::Gone)?;
         buf[r].copy_from_slice(data);
         Ok(())
@@ -247,7 +247,7 @@ impl Mr {
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         let r = self.range(offset, out.len())?;
         let core = self.shared.lock();
-        let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
+        let pd = core.objects.pds.get(&self.pd).ok_or(Error::Gone)?;
         let buf = pd.mem.buffer(self.buffer).ok_or(Error::Gone)?;
         out.copy_from_slice(&buf[r]);
         Ok(())
@@ -261,7 +261,7 @@ impl Mr {
         let mut core = self.shared.lock();
         // Packets that carry its bytes where they lie (`lent`) leave before the buffer goes.
         core.flush_tx(&self.shared.socks.udp);
-        let pd = core.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
+        let pd = core.objects.pds.get_mut(&self.pd).ok_or(Error::Gone)?;
         let _ = pd.mem.deregister(self.lkey);
         pd.mem.release(self.buffer).ok_or(Error::Gone)
     }
@@ -269,7 +269,7 @@ impl Mr {
     /// Runs `f` over the region's bytes, under the device lock (hashing, checking).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let core = self.shared.lock();
-        let pd = core.pds.get(&self.pd).ok_or(Error::Gone)?;
+        let pd = core.objects.pds.get(&self.pd).ok_or(Error::Gone)?;
         let buf = pd.mem.buffer(self.buffer).ok_or(Error::Gone)?;
         Ok(f(buf))
     }
@@ -282,7 +282,7 @@ impl Drop for Mr {
         let mut core = self.shared.lock();
         // Packets that carry its bytes where they lie (`lent`) leave before the buffer goes.
         core.flush_tx(&self.shared.socks.udp);
-        if let Some(pd) = core.pds.get_mut(&self.pd) {
+        if let Some(pd) = core.objects.pds.get_mut(&self.pd) {
             let _ = pd.mem.deregister(self.lkey);
             pd.mem.release(self.buffer);
         }
@@ -308,7 +308,7 @@ impl Cq {
             self.shared.progress();
         }
         let mut core = self.shared.flush(self.shared.lock());
-        let cq = core.cq_mut(self.id)?;
+        let cq = core.objects.cq_mut(self.id)?;
         if std::mem::take(&mut cq.overrun) {
             return Err(Error::CqOverrun(self.id));
         }
@@ -335,7 +335,7 @@ impl Cq {
     /// after any event (`ibv_get_cq_event(3)` allows events that find nothing).
     pub fn req_notify(&self, notify: super::CqNotify) -> Result<()> {
         let mut core = self.shared.lock();
-        core.cq_mut(self.id)?.armed = Some(notify);
+        core.objects.cq_mut(self.id)?.armed = Some(notify);
         Ok(())
     }
 
@@ -400,7 +400,7 @@ impl Cq {
     ) -> Result<Option<R>> {
         let mut core = self.shared.flush(self.shared.lock());
         loop {
-            let cq = core.cq_mut(self.id)?;
+            let cq = core.objects.cq_mut(self.id)?;
             if let Some(r) = take(cq) {
                 return r.map(Some);
             }
@@ -415,7 +415,7 @@ impl Cq {
                 .wait_timeout(core, left)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
-            if let Ok(cq) = core.cq_mut(self.id) {
+            if let Ok(cq) = core.objects.cq_mut(self.id) {
                 cq.sleepers -= 1;
             }
         }
@@ -428,7 +428,7 @@ impl Cq {
             self.shared.progress();
             {
                 let mut core = self.shared.lock();
-                let cq = core.cq_mut(self.id)?;
+                let cq = core.objects.cq_mut(self.id)?;
                 if std::mem::take(&mut cq.overrun) {
                     return Err(Error::CqOverrun(self.id));
                 }
@@ -459,7 +459,7 @@ impl Cq {
     pub fn len(&self) -> usize {
         self.shared
             .lock()
-            .cqs
+            .objects.cqs
             .get(&self.id)
             .map_or(0, |c| c.entries.len())
     }
@@ -472,7 +472,7 @@ impl Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        self.shared.lock().cqs.remove(&self.id);
+        self.shared.lock().objects.cqs.remove(&self.id);
     }
 }
 
@@ -502,7 +502,7 @@ impl Qp {
         f: impl FnOnce(&mut Core, Time) -> Result<R>,
     ) -> Result<R> {
         let mut core = self.shared.lock();
-        let Some(e) = core.qps.get(&self.qpn) else {
+        let Some(e) = core.objects.qps.get(&self.qpn) else {
             return Err(Error::Gone);
         };
         let defer = !flush && (e.qp.in_flight() > 0 || core.tx_waiting());
@@ -545,7 +545,7 @@ impl Qp {
         let qpn = self.qpn;
         let r = self.with(|core, now| {
             let local = core.local;
-            let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+            let e = core.objects.qps.get_mut(&qpn).ok_or(Error::Gone)?;
             let connecting = to == QpState::Rtr && e.qp.state() == QpState::Init;
             if connecting {
                 let r = remote.ok_or(Error::NoRemote)?;
@@ -581,7 +581,7 @@ impl Qp {
                 // entropy); an irn peer sends from the same one (the choice is symmetric).
                 let (dest_qpn, old) = (e.qp.attr().dest_qpn, e.sport);
                 let sport = core.source_port(qpn, dest_qpn);
-                if let Some(e) = core.qps.get_mut(&qpn) {
+                if let Some(e) = core.objects.qps.get_mut(&qpn) {
                     e.sport = sport;
                     e.peer_port = crate::net::roce_source_port(qpn, dest_qpn);
                 }
@@ -590,10 +590,10 @@ impl Qp {
                 }
                 // What the peer may have in flight towards this queue pair: the receive buffer
                 // grows to hold it (`Shared::fit_receive_buffer`, after this call).
-                if let Some(e) = core.qps.get(&qpn) {
+                if let Some(e) = core.objects.qps.get(&qpn) {
                     let cap = e.qp.config().recovery.bdp_cap.unwrap_or(0) as usize;
                     let bytes = cap * e.qp.attr().path_mtu as usize;
-                    core.rx_wanted = core.rx_wanted.saturating_add(bytes);
+                    core.rx.expect_in_flight(bytes);
                 }
             }
             Ok(())
@@ -659,7 +659,7 @@ impl Qp {
     /// Off by default: Linux rxe, a NIC and older irn devices need one packet per datagram.
     pub fn set_peer_gso(&self, on: bool) -> Result<()> {
         self.with(|core, _| {
-            if let Some(e) = core.qps.get_mut(&self.qpn) {
+            if let Some(e) = core.objects.qps.get_mut(&self.qpn) {
                 e.gso = on;
             }
             Ok(())
@@ -673,7 +673,7 @@ impl Qp {
     /// by (DSCP-based PFC, seed 001 §3). Default 0.
     pub fn set_traffic_class(&self, traffic_class: u8) -> Result<()> {
         self.with(|core, _| {
-            if let Some(e) = core.qps.get_mut(&self.qpn) {
+            if let Some(e) = core.objects.qps.get_mut(&self.qpn) {
                 e.dscp = traffic_class >> 2;
             }
             Ok(())
@@ -734,10 +734,10 @@ impl Qp {
         let mut posted = 0;
         self.with_flush(false, |core, _| {
             for wr in wrs {
-                let e = core.qps.get_mut(&qpn).ok_or(Error::Gone)?;
+                let e = core.objects.qps.get_mut(&qpn).ok_or(Error::Gone)?;
                 let cq_id = cq_of(e);
                 let signaled = reserve(&wr);
-                engine::post_reserving(&mut core.cqs, cq_id, signaled, || post(&mut e.qp, wr))?;
+                engine::post_reserving(&mut core.objects.cqs, cq_id, signaled, || post(&mut e.qp, wr))?;
                 posted += 1;
             }
             Ok(())
@@ -751,7 +751,7 @@ impl Qp {
     pub fn attr(&self) -> Result<QpAttr> {
         self.shared
             .lock()
-            .qps
+            .objects.qps
             .get(&self.qpn)
             .map(|e| *e.qp.attr())
             .ok_or(Error::Gone)
@@ -761,7 +761,7 @@ impl Qp {
     pub fn state(&self) -> QpState {
         self.shared
             .lock()
-            .qps
+            .objects.qps
             .get(&self.qpn)
             .map_or(QpState::Err, |e| e.qp.state())
     }
@@ -772,7 +772,7 @@ impl Qp {
     pub fn in_flight_cap(&self) -> Option<u32> {
         self.shared
             .lock()
-            .qps
+            .objects.qps
             .get(&self.qpn)
             .and_then(|e| e.qp.config().recovery.bdp_cap)
     }
@@ -781,7 +781,7 @@ impl Qp {
     pub fn counters(&self) -> Counters {
         self.shared
             .lock()
-            .qps
+            .objects.qps
             .get(&self.qpn)
             .map_or_else(Counters::default, |e| *e.qp.counters())
     }
@@ -793,7 +793,7 @@ impl Drop for Qp {
         // Its posts' packets still waiting for the doorbell leave now, from its own port,
         // which closes with it.
         core.flush_tx(&self.shared.socks.udp);
-        if let Some(e) = core.qps.remove(&self.qpn) {
+        if let Some(e) = core.objects.qps.remove(&self.qpn) {
             // What it had in flight no longer counts against the device's budget (a place
             // it held in the budget's queue is skipped when it comes up).
             core.budget.release(e.charged);

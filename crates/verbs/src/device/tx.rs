@@ -153,6 +153,12 @@ pub(crate) struct TxState {
     spare: Vec<TxQueue>,
     /// A thread is sending ready queues with the lock released ([`Shared::flush`]).
     pub(super) sending: bool,
+    /// Posts left packets in the batch and the engine was woken to send them
+    /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
+    pub(super) doorbell: bool,
+    /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
+    /// GSO batches: [`Qp::set_peer_gso`]).
+    pub(super) coalescing: bool,
     /// Held around each send: a thread that sends under the device's lock waits for a queue
     /// being sent without it, which was sealed earlier.
     send_order: Arc<Mutex<()>>,
@@ -168,6 +174,8 @@ impl TxState {
             ready: VecDeque::new(),
             spare: Vec::new(),
             sending: false,
+            doorbell: false,
+            coalescing: false,
             send_order: Arc::new(Mutex::new(())),
             // An IPv4 socket is opened without checksums, as rxe sends (`net`).
             main_no_check: Arc::new(AtomicBool::new(ipv4)),
@@ -194,7 +202,7 @@ impl Core {
     /// messages — the one bound to the source port its packets were built with (their ICRC
     /// covers it) — and queues it to be sent.
     pub(super) fn seal_tx(&mut self) {
-        self.doorbell = false;
+        self.tx.doorbell = false;
         if self.tx.cur.batch.is_empty() {
             return;
         }
@@ -207,11 +215,7 @@ impl Core {
                 .iter()
                 .take_while(|m| m.coalesce == checksum && m.sport == sport)
                 .count();
-            let sock = if sport == self.local.port() {
-                None
-            } else if let Some(s) = self.src_socks.get(&sport) {
-                Some(s.clone())
-            } else {
+            let Ok(sock) = self.ports.shared(sport) else {
                 // Its queue pair is gone, and the port's socket with it: lost, counted.
                 let lost: usize = q.msgs[at..at + run].iter().map(|m| m.count).sum();
                 self.counters.tx_errors += lost as u64;

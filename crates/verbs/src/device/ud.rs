@@ -76,7 +76,7 @@ impl Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        self.shared.lock().ahs.remove(&self.id);
+        self.shared.lock().objects.ahs.remove(&self.id);
     }
 }
 
@@ -104,20 +104,20 @@ impl Pd {
             return Err(Error::Config("queue depths must be at least 1"));
         }
         let mut core = self.shared.lock();
-        if !core.pds.contains_key(&self.id) {
+        if !core.objects.pds.contains_key(&self.id) {
             return Err(Error::Gone);
         }
-        if !core.cqs.contains_key(&send_cq.id) || !core.cqs.contains_key(&recv_cq.id) {
+        if !core.objects.cqs.contains_key(&send_cq.id) || !core.objects.cqs.contains_key(&recv_cq.id) {
             return Err(Error::Gone);
         }
         let qpn = match qpn {
-            Some(q) if core.uds.contains_key(&q) || core.qps.contains_key(&q) => {
+            Some(q) if core.objects.uds.contains_key(&q) || core.objects.qps.contains_key(&q) => {
                 return Err(Error::Config("the device already has a QP1"));
             }
             Some(q) => q,
-            None => core.fresh_qpn(),
+            None => core.objects.fresh_qpn(),
         };
-        core.uds.insert(
+        core.objects.uds.insert(
             qpn,
             UdEntry {
                 qp: UdQueuePair::new(qpn, init.max_send_wr, init.max_recv_wr),
@@ -140,8 +140,8 @@ impl Pd {
         if peer.is_ipv4() != core.local.is_ipv4() {
             return Err(Error::AddressFamily(peer.ip(), core.local.ip()));
         }
-        let id = core.fresh_id();
-        core.ahs.insert(id, peer);
+        let id = core.objects.fresh_id();
+        core.objects.ahs.insert(id, peer);
         Ok(Ah {
             shared: self.shared.clone(),
             id,
@@ -158,7 +158,7 @@ impl UdQp {
 
     fn with<R>(&self, f: impl FnOnce(&mut Core) -> Result<R>) -> Result<R> {
         let mut core = self.shared.lock();
-        if !core.uds.contains_key(&self.qpn) {
+        if !core.objects.uds.contains_key(&self.qpn) {
             return Err(Error::Gone);
         }
         let now = self.shared.now();
@@ -178,7 +178,7 @@ impl UdQp {
     pub fn modify(&self, to: QpState, attr: &UdAttr) -> Result<()> {
         let qpn = self.qpn;
         self.with(|core| {
-            let e = core.uds.get_mut(&qpn).ok_or(Error::Gone)?;
+            let e = core.objects.uds.get_mut(&qpn).ok_or(Error::Gone)?;
             e.qp.modify(to, attr).map_err(Error::UdModify)
         })
     }
@@ -246,9 +246,9 @@ impl UdQp {
     ) -> Result<()> {
         let qpn = self.qpn;
         self.with(|core| {
-            let e = core.uds.get_mut(&qpn).ok_or(Error::Gone)?;
+            let e = core.objects.uds.get_mut(&qpn).ok_or(Error::Gone)?;
             let cq_id = if send { e.send_cq } else { e.recv_cq };
-            post_reserving(&mut core.cqs, cq_id, reserve, || post(&mut e.qp))
+            post_reserving(&mut core.objects.cqs, cq_id, reserve, || post(&mut e.qp))
         })
     }
 
@@ -256,7 +256,7 @@ impl UdQp {
     pub fn state(&self) -> QpState {
         self.shared
             .lock()
-            .uds
+            .objects.uds
             .get(&self.qpn)
             .map_or(QpState::Err, |e| e.qp.state())
     }
@@ -265,7 +265,7 @@ impl UdQp {
     pub fn counters(&self) -> UdCounters {
         self.shared
             .lock()
-            .uds
+            .objects.uds
             .get(&self.qpn)
             .map_or_else(UdCounters::default, |e| *e.qp.counters())
     }
@@ -277,32 +277,18 @@ impl Drop for UdQp {
         // Its datagrams may carry its protection domain's memory where it lies (`lent`),
         // which `release_pd_of` may free: they leave first.
         core.flush_tx(&self.shared.socks.udp);
-        if let Some(e) = core.uds.remove(&self.qpn) {
+        if let Some(e) = core.objects.uds.remove(&self.qpn) {
             core.release_pd_of(e.pd);
         }
     }
 }
 
 impl Core {
-    /// A random 24-bit QPN above the special ones (0, 1), used by no queue pair.
-    pub(super) fn fresh_qpn(&mut self) -> u32 {
-        loop {
-            let q = (random_u64() as u32) & 0x00ff_ffff;
-            if q > 1 && !self.qps.contains_key(&q) && !self.uds.contains_key(&q) {
-                return q;
-            }
-        }
-    }
-
-    /// Whether protection domain `pd` is still used by a queue pair of either kind.
-    pub(super) fn pd_in_use(&self, pd: u32) -> bool {
-        self.qps.values().any(|q| q.pd == pd) || self.uds.values().any(|q| q.pd == pd)
-    }
 
     /// Forgets a closed protection domain once its last queue pair is gone.
     pub(super) fn release_pd_of(&mut self, pd: u32) {
-        if self.pds.get(&pd).is_some_and(|p| p.closed) && !self.pd_in_use(pd) {
-            self.pds.remove(&pd);
+        if self.objects.pds.get(&pd).is_some_and(|p| p.closed) && !self.objects.pd_in_use(pd) {
+            self.objects.pds.remove(&pd);
         }
     }
 
@@ -311,13 +297,13 @@ impl Core {
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
-        while let Some(e) = self.uds.get_mut(&qpn) {
+        while let Some(e) = self.objects.uds.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
                 break;
             }
             budget -= 1;
-            let Some(pd) = self.pds.get(&e.pd) else {
+            let Some(pd) = self.objects.pds.get(&e.pd) else {
                 break;
             };
             let Some(t) = e.qp.poll_transmit(&pd.mem, &mut payload) else {
@@ -325,7 +311,7 @@ impl Core {
             };
             // An address handle destroyed under a posted Send: the datagram has nowhere to go
             // (a real NIC would send it to stale state); it is lost, and counted.
-            let Some(&peer) = self.ahs.get(&t.ah) else {
+            let Some(&peer) = self.objects.ahs.get(&t.ah) else {
                 self.counters.tx_errors += 1;
                 continue;
             };
@@ -340,16 +326,16 @@ impl Core {
         irn_transport::TxPayload::clear(&mut payload);
         self.payload = payload;
         if more {
-            self.tx_pending.insert(qpn);
+            self.turns.set_pending(qpn, true);
         } else {
-            self.tx_pending.remove(&qpn);
+            self.turns.set_pending(qpn, false);
         }
         more
     }
 
     /// Moves a UD queue pair's completions to their CQs.
     pub(super) fn drain_ud(&mut self, qpn: u32) {
-        let Some(e) = self.uds.get_mut(&qpn) else {
+        let Some(e) = self.objects.uds.get_mut(&qpn) else {
             return;
         };
         while let Some(wc) = e.qp.poll_completion() {
@@ -357,7 +343,7 @@ impl Core {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => e.recv_cq,
                 _ => e.send_cq,
             };
-            push_wc(&mut self.cqs, to, wc);
+            push_wc(&mut self.objects.cqs, to, wc);
         }
     }
 }

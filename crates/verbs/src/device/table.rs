@@ -1,0 +1,62 @@
+//! The device's objects by number: protection domains, completion queues, queue pairs of
+//! both kinds (one QPN space) and address handles, with the numbers they are given.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use super::{random_u64, ud, CqState, Error, PdState, QpEntry, Result};
+
+/// The tables of the device's objects.
+pub(super) struct Objects {
+    pub(super) pds: BTreeMap<u32, PdState>,
+    pub(super) cqs: BTreeMap<u32, CqState>,
+    /// Reliable-connected queue pairs.
+    pub(super) qps: BTreeMap<u32, QpEntry>,
+    /// Unreliable-datagram queue pairs (one QPN space with `qps`).
+    pub(super) uds: BTreeMap<u32, ud::UdEntry>,
+    /// Address handles: where UD datagrams go.
+    pub(super) ahs: BTreeMap<u32, SocketAddr>,
+    /// The next PD, CQ, memory key or address handle number.
+    next_id: u32,
+}
+
+impl Objects {
+    /// No objects; numbers start at 1.
+    pub(super) fn new() -> Objects {
+        Objects {
+            pds: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+            uds: BTreeMap::new(),
+            ahs: BTreeMap::new(),
+            next_id: 1,
+        }
+    }
+
+    /// A number no PD, CQ, memory key or address handle of the device has had.
+    pub(super) fn fresh_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// A random 24-bit QPN above the special ones (0, 1), used by no queue pair.
+    pub(super) fn fresh_qpn(&self) -> u32 {
+        loop {
+            let q = (random_u64() as u32) & 0x00ff_ffff;
+            if q > 1 && !self.qps.contains_key(&q) && !self.uds.contains_key(&q) {
+                return q;
+            }
+        }
+    }
+
+    /// Whether protection domain `pd` is still used by a queue pair of either kind.
+    pub(super) fn pd_in_use(&self, pd: u32) -> bool {
+        self.qps.values().any(|q| q.pd == pd) || self.uds.values().any(|q| q.pd == pd)
+    }
+
+    /// Completion queue `id`, or [`Error::Gone`].
+    pub(super) fn cq_mut(&mut self, id: u32) -> Result<&mut CqState> {
+        self.cqs.get_mut(&id).ok_or(Error::Gone)
+    }
+}
