@@ -13,7 +13,6 @@
 //! (medians of three rounds). Every run verifies every byte. Needs root,
 //! iproute2 and ethtool; without them it says why, and in CI fails.
 
-
 mod common;
 use common::netns::Star;
 use common::{bw_average, counter, finish, text};

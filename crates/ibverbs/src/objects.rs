@@ -700,30 +700,16 @@ pub unsafe extern "C" fn irn_ibv_init_ah_from_wc(
 /// rxe fills it the same way). The sender's address as a GID, its hop limit (TTL) and traffic
 /// class (TOS).
 pub(crate) fn grh_route(raw: &[u8; 40]) -> Option<ibv_global_route> {
-    if raw[0] >> 4 == 6 {
-        let mut gid = ibv_gid::default();
-        gid.raw.copy_from_slice(&raw[8..24]);
-        return Some(ibv_global_route {
-            dgid: gid,
-            flow_label: u32::from_be_bytes([0, raw[1] & 0xf, raw[2], raw[3]]),
-            sgid_index: 0,
-            hop_limit: raw[7],
-            traffic_class: (raw[0] << 4) | (raw[1] >> 4),
-        });
-    }
-    if raw[20] >> 4 == 4 && raw[..20].iter().all(|&b| b == 0) {
-        let src = std::net::Ipv4Addr::new(raw[32], raw[33], raw[34], raw[35]);
-        return Some(ibv_global_route {
-            dgid: ibv_gid {
-                raw: irn_verbs::Gid::from(src).0,
-            },
-            flow_label: 0,
-            sgid_index: 0,
-            hop_limit: raw[28],
-            traffic_class: raw[21],
-        });
-    }
-    None
+    let s = irn_transport::ud::grh_source(raw)?;
+    Some(ibv_global_route {
+        dgid: ibv_gid {
+            raw: irn_verbs::Gid::from(s.addr).0,
+        },
+        flow_label: s.flow_label,
+        sgid_index: 0,
+        hop_limit: s.hop_limit,
+        traffic_class: s.traffic_class,
+    })
 }
 
 #[no_mangle]

@@ -426,10 +426,90 @@ pub fn grh_area(ip_header: &[u8]) -> [u8; GRH_LEN] {
     grh
 }
 
+/// Where a UD datagram came from, read back from the GRH area of its receive
+/// ([`grh_area`]'s inverse): the sender's address, and the traffic class, flow label and hop
+/// limit (TTL) it arrived with — what `ibv_init_ah_from_wc(3)` builds the route back from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrhSource {
+    /// The sender's IP address.
+    pub addr: std::net::IpAddr,
+    /// IPv6's traffic class, or IPv4's type-of-service byte (DSCP and ECN).
+    pub traffic_class: u8,
+    /// IPv6's flow label; 0 for IPv4.
+    pub flow_label: u32,
+    /// IPv6's hop limit, or IPv4's TTL.
+    pub hop_limit: u8,
+}
+
+/// The sender of the datagram whose GRH area is `grh` (at least [`GRH_LEN`] bytes: IBTA
+/// annex A17.4.5.1, on RoCEv2 the IPv6 header, or 20 zero bytes then the IPv4 header, as
+/// rxe fills it), read through the wire crate's IP headers; `None` if it holds neither.
+pub fn grh_source(grh: &[u8]) -> Option<GrhSource> {
+    use irn_wire::ipv4::Ipv4Packet;
+    use irn_wire::ipv6::Ipv6Packet;
+    let grh = grh.get(..GRH_LEN)?;
+    if grh[0] >> 4 == 6 {
+        // The header alone (its payload is not here): fields within its 40 bytes only.
+        let ip = Ipv6Packet::new_unchecked(grh);
+        return Some(GrhSource {
+            addr: ip.src().into(),
+            traffic_class: ip.traffic_class(),
+            flow_label: ip.flow_label(),
+            hop_limit: ip.hop_limit(),
+        });
+    }
+    let (zeros, v4) = grh.split_at(20);
+    if zeros.iter().all(|&b| b == 0) && v4[0] >> 4 == 4 {
+        let ip = Ipv4Packet::new_unchecked(v4);
+        return Some(GrhSource {
+            addr: ip.src().into(),
+            traffic_class: ip.dscp() << 2 | ip.ecn().bits(),
+            flow_label: 0,
+            hop_limit: ip.ttl(),
+        });
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::{Access, ByteMemory};
+
+    #[test]
+    fn the_grh_area_gives_back_the_sender_it_was_filled_from() {
+        // IPv4: TOS 0x68, TTL 63, from 10.1.2.3 — through grh_area and back.
+        let mut v4 = [0u8; 20];
+        v4[0] = 0x45;
+        v4[1] = 0x68;
+        v4[8] = 63;
+        v4[12..16].copy_from_slice(&[10, 1, 2, 3]);
+        let s = grh_source(&grh_area(&v4)).expect("IPv4");
+        assert_eq!(s.addr, std::net::IpAddr::from([10, 1, 2, 3]));
+        assert_eq!((s.traffic_class, s.flow_label, s.hop_limit), (0x68, 0, 63));
+        // IPv6: traffic class 0xb8, flow label 0x12345, hop limit 9, from fd99::11.
+        let mut v6 = [0u8; GRH_LEN];
+        v6[..4].copy_from_slice(&[0x6b, 0x81, 0x23, 0x45]);
+        v6[7] = 9;
+        v6[8..24].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11]);
+        let s = grh_source(&grh_area(&v6)).expect("IPv6");
+        assert_eq!(s.addr, "fd99::11".parse::<std::net::IpAddr>().expect("v6"));
+        assert_eq!(
+            (s.traffic_class, s.flow_label, s.hop_limit),
+            (0xb8, 0x12345, 9)
+        );
+        // Neither, or too short.
+        assert_eq!(grh_source(&[0u8; GRH_LEN]), None);
+        assert_eq!(grh_source(&v6[..39]), None);
+        let mut stray = [0u8; GRH_LEN];
+        stray[3] = 1;
+        stray[20] = 0x45;
+        assert_eq!(
+            grh_source(&stray),
+            None,
+            "IPv4 behind bytes that are not zero"
+        );
+    }
 
     fn ready(qpn: u32, qkey: u32) -> UdQueuePair {
         let mut q = UdQueuePair::new(qpn, 8, 8);

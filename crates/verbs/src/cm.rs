@@ -244,19 +244,9 @@ impl Gsi {
     }
 }
 
-/// The sender's address from the GRH area of a UD receive (IPv6 header, or 20 zero bytes and
-/// the IPv4 header).
+/// The sender's address from the GRH area of a UD receive ([`irn_transport::ud::grh_source`]).
 fn grh_source(grh: &[u8]) -> Option<IpAddr> {
-    if grh.get(20).is_some_and(|b| b >> 4 == 4) && grh[..20].iter().all(|&b| b == 0) {
-        let s = &grh[32..36];
-        return Some(IpAddr::from([s[0], s[1], s[2], s[3]]));
-    }
-    if grh.first().is_some_and(|b| b >> 4 == 6) {
-        let mut a = [0u8; 16];
-        a.copy_from_slice(&grh[8..24]);
-        return Some(IpAddr::from(a));
-    }
-    None
+    irn_transport::ud::grh_source(grh).map(|s| s.addr)
 }
 
 fn random_u32() -> u32 {

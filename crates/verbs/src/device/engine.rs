@@ -475,7 +475,8 @@ impl Core {
         // (destroyed, or never) is bounded by the largest MTU, and its packets are counted as
         // for an unknown queue pair one by one.
         let mtu = self
-            .objects.qps
+            .objects
+            .qps
             .get(&q0)
             .map_or(4096, |e| e.qp.attr().path_mtu as usize);
         let pkey = payload.get(2..4);
@@ -522,7 +523,9 @@ impl Core {
                 lookups > 0
                     && payload.get(k * seg + 2..k * seg + 4) == pkey
                     && qpn(k * seg).is_some_and(|q| {
-                        q == q0 || self.objects.qps.contains_key(&q) || self.objects.uds.contains_key(&q)
+                        q == q0
+                            || self.objects.qps.contains_key(&q)
+                            || self.objects.uds.contains_key(&q)
                     })
             });
             if !starts {
@@ -674,7 +677,11 @@ impl Core {
         debug_assert!(
             match (
                 self.next_deadline(),
-                self.objects.qps.values().filter_map(|e| e.qp.poll_timeout()).min()
+                self.objects
+                    .qps
+                    .values()
+                    .filter_map(|e| e.qp.poll_timeout())
+                    .min()
             ) {
                 (_, None) => true,
                 (None, Some(_)) => false,

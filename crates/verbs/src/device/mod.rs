@@ -49,11 +49,11 @@ mod error;
 mod lent;
 mod objects;
 mod pause;
-mod rx;
 mod ports;
-mod tx;
+mod rx;
 mod table;
 mod turns;
+mod tx;
 mod ud;
 
 pub(crate) use config::cc_factory;
@@ -207,8 +207,8 @@ pub(crate) struct Core {
     pause: Option<Box<pause::PauseIn>>,
 }
 
-pub use ports::MAX_SOURCE_PORTS;
 pub(crate) use ports::SourceSocket;
+pub use ports::MAX_SOURCE_PORTS;
 
 impl Core {
     /// The UDP source port queue pair `qpn` sends from once connected to `dest_qpn`

@@ -123,7 +123,9 @@ impl Pd {
         if !core.objects.pds.contains_key(&self.id) {
             return Err(Error::Gone);
         }
-        if !core.objects.cqs.contains_key(&send_cq.id) || !core.objects.cqs.contains_key(&recv_cq.id) {
+        if !core.objects.cqs.contains_key(&send_cq.id)
+            || !core.objects.cqs.contains_key(&recv_cq.id)
+        {
             return Err(Error::Gone);
         }
         let qpn = core.objects.fresh_qpn();
@@ -459,7 +461,8 @@ impl Cq {
     pub fn len(&self) -> usize {
         self.shared
             .lock()
-            .objects.cqs
+            .objects
+            .cqs
             .get(&self.id)
             .map_or(0, |c| c.entries.len())
     }
@@ -737,7 +740,9 @@ impl Qp {
                 let e = core.objects.qps.get_mut(&qpn).ok_or(Error::Gone)?;
                 let cq_id = cq_of(e);
                 let signaled = reserve(&wr);
-                engine::post_reserving(&mut core.objects.cqs, cq_id, signaled, || post(&mut e.qp, wr))?;
+                engine::post_reserving(&mut core.objects.cqs, cq_id, signaled, || {
+                    post(&mut e.qp, wr)
+                })?;
                 posted += 1;
             }
             Ok(())
@@ -751,7 +756,8 @@ impl Qp {
     pub fn attr(&self) -> Result<QpAttr> {
         self.shared
             .lock()
-            .objects.qps
+            .objects
+            .qps
             .get(&self.qpn)
             .map(|e| *e.qp.attr())
             .ok_or(Error::Gone)
@@ -761,7 +767,8 @@ impl Qp {
     pub fn state(&self) -> QpState {
         self.shared
             .lock()
-            .objects.qps
+            .objects
+            .qps
             .get(&self.qpn)
             .map_or(QpState::Err, |e| e.qp.state())
     }
@@ -772,7 +779,8 @@ impl Qp {
     pub fn in_flight_cap(&self) -> Option<u32> {
         self.shared
             .lock()
-            .objects.qps
+            .objects
+            .qps
             .get(&self.qpn)
             .and_then(|e| e.qp.config().recovery.bdp_cap)
     }
@@ -781,7 +789,8 @@ impl Qp {
     pub fn counters(&self) -> Counters {
         self.shared
             .lock()
-            .objects.qps
+            .objects
+            .qps
             .get(&self.qpn)
             .map_or_else(Counters::default, |e| *e.qp.counters())
     }

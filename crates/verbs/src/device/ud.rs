@@ -107,7 +107,9 @@ impl Pd {
         if !core.objects.pds.contains_key(&self.id) {
             return Err(Error::Gone);
         }
-        if !core.objects.cqs.contains_key(&send_cq.id) || !core.objects.cqs.contains_key(&recv_cq.id) {
+        if !core.objects.cqs.contains_key(&send_cq.id)
+            || !core.objects.cqs.contains_key(&recv_cq.id)
+        {
             return Err(Error::Gone);
         }
         let qpn = match qpn {
@@ -256,7 +258,8 @@ impl UdQp {
     pub fn state(&self) -> QpState {
         self.shared
             .lock()
-            .objects.uds
+            .objects
+            .uds
             .get(&self.qpn)
             .map_or(QpState::Err, |e| e.qp.state())
     }
@@ -265,7 +268,8 @@ impl UdQp {
     pub fn counters(&self) -> UdCounters {
         self.shared
             .lock()
-            .objects.uds
+            .objects
+            .uds
             .get(&self.qpn)
             .map_or_else(UdCounters::default, |e| *e.qp.counters())
     }
@@ -284,7 +288,6 @@ impl Drop for UdQp {
 }
 
 impl Core {
-
     /// Forgets a closed protection domain once its last queue pair is gone.
     pub(super) fn release_pd_of(&mut self, pd: u32) {
         if self.objects.pds.get(&pd).is_some_and(|p| p.closed) && !self.objects.pd_in_use(pd) {
