@@ -25,8 +25,9 @@ const TOOLS: [(&str, &str); 6] = [
     ("cc", "gcc"),
 ];
 
-/// The shim beside the `irn` binary under test, brought up to date (`cargo test --workspace`
-/// has built it already; a test run alone builds it here).
+/// The shim beside the `irn` binary under test, brought up to date (`cargo test` does not
+/// build a library no test links; `scripts/test` builds it with the workspace, and a test run
+/// alone builds it here).
 fn shim() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     let irn = Path::new(env!("CARGO_BIN_EXE_irn"));

@@ -792,10 +792,10 @@ fn sent_to_failed(
 }
 
 /// A percentile's height on the tail figure's "nines" axis, `-log10(1 - p/100)`: 90 sits at 1,
-/// 99 at 2, 99.9 at 3, so each tenfold-rarer tail gets the same room (on a linear axis the
-/// last decade, 99 to 99.9, would take a tenth of the height).
+/// 99 at 2, 99.9 at 3, so each tenfold-rarer tail gets the same room (on a linear axis from 90
+/// to 100, 99 to 99.9 gets 9 % of the height). The 100th percentile sits at 4, as 99.99 would.
 fn nines(pct: f64) -> f64 {
-    -(1.0 - pct / 100.0).max(1e-9).log10()
+    -(1.0 - pct / 100.0).max(1e-4).log10()
 }
 
 /// An axis whose ticks the figure chooses (`bold`, labelled, and `light` grid lines) over a
@@ -851,24 +851,41 @@ impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
     }
 }
 
-/// The 1-2-5 steps of every decade that meets `lo..=hi` (…, 10, 20, 50, 100, …): the labelled
-/// ticks of a log axis, and (`light`) the other whole multiples between them.
+/// The ticks of a log axis over `lo..=hi`, labelled (`bold`) and grid lines only (`light`),
+/// all within the range: the 1-2-5 steps of each decade (…, 10, 20, 50, 100, …) with the other
+/// whole multiples as grid lines — every whole multiple labelled where a span under about
+/// two has fewer than two 1-2-5 steps, and only the powers of ten over more than four decades
+/// (three labels a decade would crowd a panel).
 fn decade_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
     let (mut bold, mut light) = (Vec::new(), Vec::new());
     if !(lo > 0.0 && hi >= lo) {
         return (bold, light);
     }
+    let decades = (hi / lo).log10();
     let mut decade = 10f64.powf(lo.log10().floor());
+    let mut multiples = Vec::new();
     while decade <= hi {
-        for m in 1..10 {
+        for m in 1..10u32 {
             let v = decade * f64::from(m);
-            if matches!(m, 1 | 2 | 5) {
-                bold.push(v);
-            } else {
-                light.push(v);
+            if (lo..=hi).contains(&v) {
+                multiples.push((m, v));
             }
         }
         decade *= 10.0;
+    }
+    let labelled = |m: u32| match decades {
+        d if d > 4.0 => m == 1,
+        _ => matches!(m, 1 | 2 | 5),
+    };
+    if multiples.iter().filter(|(m, _)| labelled(*m)).count() < 2 {
+        return (multiples.into_iter().map(|(_, v)| v).collect(), light);
+    }
+    for (m, v) in multiples {
+        if labelled(m) {
+            bold.push(v);
+        } else {
+            light.push(v);
+        }
     }
     (bold, light)
 }
@@ -1426,15 +1443,18 @@ mod tests {
     #[test]
     fn a_log_axis_over_one_decade_is_labelled_at_one_two_and_five() {
         let (bold, light) = decade_ticks(120.0, 1750.0);
-        // Every decade the span meets, whole; Ticked drops what falls outside the range.
-        assert_eq!(bold, [100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0]);
-        assert_eq!(light.len(), 12);
-        assert!(light.contains(&300.0) && light.contains(&9000.0));
+        assert_eq!(bold, [200.0, 500.0, 1000.0]);
+        assert_eq!(light, [300.0, 400.0, 600.0, 700.0, 800.0, 900.0]);
         let axis = Ticked::new(LogCoord::from((120.0..1750.0).log_scale()), &bold, &light);
         assert_eq!(
             axis.key_points(plotters::coord::ranged1d::BoldPoints(3)),
             [200.0, 500.0, 1000.0]
         );
         assert!(decade_ticks(0.0, 10.0).0.is_empty());
+        // A span with no two 1-2-5 steps labels every whole multiple in it.
+        assert_eq!(decade_ticks(5.09, 9.35).0, [6.0, 7.0, 8.0, 9.0]);
+        // Many decades: only the powers of ten are labelled.
+        let (bold, _) = decade_ticks(1.0, 1e6);
+        assert_eq!(bold, [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]);
     }
 }

@@ -674,6 +674,13 @@ impl Options {
                     w.len()
                 ));
             }
+            if w.iter().all(|&x| x == 0) {
+                return bad(
+                    "--dwrr: every weight 0 is strict priority, the default: give a priority a \
+                     weight, or leave --dwrr out"
+                        .into(),
+                );
+            }
             if let Some(x) = w.iter().find(|&&x| x > MAX_DWRR_WEIGHT) {
                 return bad(format!(
                     "--dwrr: a weight is 0 (strict) to {MAX_DWRR_WEIGHT}, not {x}"
@@ -1221,6 +1228,11 @@ mod tests {
             ..base.clone()
         })
         .contains("--dwrr: a weight is 0 (strict) to 1000, not 1001"));
+        assert!(err(Options {
+            dwrr: Some(vec![0; 8]),
+            ..base.clone()
+        })
+        .contains("--dwrr: every weight 0"));
         let dwrr = Options {
             dwrr: Some(vec![1, 0, 0, 3, 0, 0, 0, 0]),
             ..base.clone()

@@ -223,6 +223,11 @@ impl Core {
 
     /// Closes the socket of source port `port` if no queue pair sends from it any more.
     fn release_port(&mut self, port: u16) {
+        // The device's own port is never closed: no scan of the queue pairs (past
+        // MAX_SOURCE_PORTS most of them send from it, and each would scan all the others).
+        if port == self.local.port() {
+            return;
+        }
         let in_use = self.objects.qps.values().any(|e| e.sport == port);
         self.ports.release(port, in_use);
     }

@@ -60,3 +60,21 @@ impl Objects {
         self.cqs.get_mut(&id).ok_or(Error::Gone)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_never_reused_and_qpns_avoid_the_special_ones() {
+        let mut objects = Objects::new();
+        let ids: Vec<u32> = (0..100).map(|_| objects.fresh_id()).collect();
+        assert_eq!(ids, (1..=100).collect::<Vec<u32>>());
+        for _ in 0..1000 {
+            let q = objects.fresh_qpn();
+            assert!(q > 1 && q <= 0x00ff_ffff, "{q:#x}");
+        }
+        assert!(!objects.pd_in_use(1));
+        assert!(matches!(objects.cq_mut(1), Err(Error::Gone)));
+    }
+}

@@ -157,7 +157,7 @@ pub(crate) struct TxState {
     /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
     pub(super) doorbell: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
-    /// GSO batches: [`Qp::set_peer_gso`]).
+    /// GSO batches: [`super::Qp::set_peer_gso`]).
     pub(super) coalescing: bool,
     /// Held around each send: a thread that sends under the device's lock waits for a queue
     /// being sent without it, which was sealed earlier.

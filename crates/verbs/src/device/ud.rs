@@ -328,11 +328,7 @@ impl Core {
         // No lent piece outlives the turn (`lent`).
         irn_transport::TxPayload::clear(&mut payload);
         self.payload = payload;
-        if more {
-            self.turns.set_pending(qpn, true);
-        } else {
-            self.turns.set_pending(qpn, false);
-        }
+        self.turns.set_pending(qpn, more);
         more
     }
 
