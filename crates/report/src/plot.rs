@@ -899,7 +899,7 @@ fn nines_label(y: f64) -> String {
 
 /// The tail of single-packet flows' FCTs (IRN §4.3's figure, SPEC E7): one panel per
 /// congestion controller, side by side, one line per run in it — FCT (µs, log scale) across,
-/// the percentile (90 to 99.9, on a "nines" scale: [`nines`]) up — so that the lowest,
+/// the percentile (90 to 99.9, on a "nines" scale, `-log10(1 - p/100)`) up — so that the lowest,
 /// leftmost line has the best tail.
 pub fn tail_cdf(path: &Path, runs: &[RunSummary]) -> Result<()> {
     if runs.iter().all(|r| r.single_packet_tail.is_empty()) {
