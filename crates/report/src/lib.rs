@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod axes;
 pub mod claims;
 pub mod drp;
 pub mod evaluation;
