@@ -17,8 +17,8 @@ pub struct SwitchArgs {
     /// Egress rate of every port in bits per second; suffixes k, m, g (`500m` = 500 Mb/s).
     #[arg(long, default_value = "1g", value_parser = irn_switch::parse_rate)]
     pub rate: u64,
-    /// Egress buffer of every port and class (RoCEv2, the rest), bytes: a frame that would
-    /// queue past it is dropped.
+    /// Egress buffer of every port and queue (each priority's, the control queue's), bytes:
+    /// a frame that would queue past it is dropped.
     #[arg(long, default_value_t = 256_000)]
     pub buffer: u64,
     /// ECN marking at every egress: `off`, `red` (DCQCN's) or `threshold` (DCTCP's).
@@ -60,12 +60,18 @@ pub struct SwitchArgs {
     /// The pause time a pause frame carries, in quanta of 512 bit times.
     #[arg(long, default_value_t = u16::MAX)]
     pub pause_quanta: u16,
-    /// Share each egress between the UDP priorities by DWRR (IEEE 802.1Qaz ETS) instead of
+    /// Share each egress between the priorities by DWRR (IEEE 802.1Qaz ETS) instead of
     /// strict priority: one weight per priority 0 to 7, e.g. `1,0,0,3,0,0,0,0`; 0 keeps a
     /// priority strict (above the weighted ones), and a unit of weight is one largest frame
-    /// of quantum per round. Frames that are not UDP stay strict above all.
+    /// of quantum per round. Control traffic (`--classify`) stays strict above all.
     #[arg(long, value_delimiter = ',', value_name = "W0,…,W7")]
     pub dwrr: Option<Vec<u32>>,
+    /// Which frames are classified by DSCP into the priorities: `udp` (RoCEv2; ARP and TCP
+    /// are control traffic, served above every priority) or `ip` (every IP packet, TCP
+    /// included, as a switch that trusts DSCP does; only ARP and other non-IP frames are
+    /// control traffic).
+    #[arg(long, default_value = "udp", value_parser = irn_switch::parse_classify)]
+    pub classify: irn_switch::Classify,
     /// Write the counters here at exit (JSON) instead of to standard output.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -89,6 +95,7 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         xoff: args.xoff,
         pause_quanta: args.pause_quanta,
         dwrr: args.dwrr,
+        classify: args.classify,
     })?;
     let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.json {

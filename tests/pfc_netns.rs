@@ -10,8 +10,9 @@
 //! `irn decode` and by tshark. The same traffic in the lossy class (traffic class 0,
 //! priority 0) is dropped at the receiver's port. The same star shows a paused-for-good sender
 //! released by its NIC watchdog, and two lossy classes sharing the port by strict priority or
-//! by DWRR weights (`irn switch --dwrr`, SPEC N8). Every run verifies every byte. Needs root,
-//! iproute2, ethtool, tcpdump and tshark; in CI a missing one fails.
+//! by DWRR weights (`irn switch --dwrr`, SPEC N8), and TCP beside RDMA in a class of its own
+//! (`irn switch --classify ip`). Every RDMA run verifies every byte. Needs root, iproute2,
+//! ethtool, tcpdump, tshark and iperf3; in CI a missing one fails.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -387,4 +388,145 @@ fn dwrr_shares_a_congested_port_between_classes_where_strict_priority_serves_one
     assert!(strict.0 > 1.4 * strict.1, "strict {strict:?}");
     // DWRR: priority 0 finishes first, at about three quarters of the port.
     assert!(dwrr.1 > 1.2 * dwrr.0, "dwrr {dwrr:?}");
+}
+
+/// TCP beside RDMA through one congested port (seed 004's lossy fabric with QoS, SPEC N8):
+/// an IRN sender in priority 3 (traffic class 104) and an iperf3 TCP stream at DSCP 0 each
+/// send 25 MiB to one receiver through a 300 Mb/s port. By default the switch serves TCP as
+/// control traffic, above every priority, and TCP takes the port; with `--classify ip` it
+/// classifies TCP by its DSCP, into priority 0, below RDMA's, and the order reverses; with
+/// DWRR weights 1:1 between the two priorities they share it. Every RDMA byte is verified.
+#[test]
+fn classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma() {
+    const TEST: &str = "classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma";
+    if Command::new("iperf3").arg("--version").output().is_err() {
+        common::precondition_missing(TEST, "needs iperf3");
+        return;
+    }
+    let Some(star) = Star::setup(TEST, "t", 239, 3) else {
+        return;
+    };
+    let r = &star.hosts[2];
+    const BYTES: u64 = 400 * 65_536;
+    // RDMA's and TCP's average rates, MB/s.
+    let run = |flags: &[&str]| -> (f64, f64) {
+        let mut all = vec![
+            "--rate",
+            "300m",
+            "--buffer",
+            "100000",
+            "--ecn",
+            "off",
+            "--idle",
+            "1",
+            "--duration",
+            "120",
+        ];
+        all.extend(flags);
+        let sw = star.start_switch(&format!("classify-{}", flags.join("")), &all);
+        let rdma_srv = star.spawn(r, &["perf", "write", "-p", "5001"]);
+        let tcp_srv = Command::new("ip")
+            .args(["netns", "exec", r, "iperf3", "-s", "-1", "-p", "5201"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 -s");
+        let tcp = || {
+            let bytes = BYTES.to_string();
+            for _ in 0..100 {
+                let out = Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &star.hosts[1],
+                        "iperf3",
+                        "-c",
+                        "10.239.0.3",
+                    ])
+                    .args(["-p", "5201", "-n", &bytes, "-J"])
+                    .output()
+                    .expect("iperf3 -c");
+                if String::from_utf8_lossy(&out.stdout).contains("Connection refused") {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                return out;
+            }
+            panic!("iperf3's server never listened");
+        };
+        let rdma = || {
+            let args = [
+                "perf",
+                "write",
+                "10.239.0.3",
+                "-p",
+                "5001",
+                "--mode",
+                "irn",
+                "--verify",
+                "-n",
+                "400",
+                "-s",
+                "65536",
+                "--tclass",
+                "104",
+            ];
+            star.client(&star.hosts[0], &args, r, 120)
+        };
+        let (c_rdma, c_tcp) = std::thread::scope(|s| {
+            let a = s.spawn(rdma);
+            let b = s.spawn(tcp);
+            (a.join().expect("RDMA"), b.join().expect("TCP"))
+        });
+        let srv = finish(rdma_srv, 60);
+        assert!(srv.status.success(), "{flags:?}: {}", text(&srv));
+        let _ = finish(tcp_srv, 60);
+        let report = sw.report(130);
+        assert!(
+            c_rdma.status.success()
+                && String::from_utf8_lossy(&c_rdma.stdout).contains("verify: ok"),
+            "{flags:?}: {}\n{report}",
+            text(&c_rdma)
+        );
+        assert!(
+            c_tcp.status.success(),
+            "{flags:?}: iperf3: {}",
+            text(&c_tcp)
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&c_tcp.stdout).expect("iperf3 -J writes JSON");
+        // Every byte sent; the receiver's rate (its count stops when the sender's does, a
+        // few segments short).
+        assert_eq!(
+            json["end"]["sum_sent"]["bytes"].as_u64(),
+            Some(BYTES),
+            "{json}"
+        );
+        let received = &json["end"]["sum_received"];
+        let tcp_mbs = received["bits_per_second"]
+            .as_f64()
+            .expect("bits_per_second")
+            / 8e6;
+        assert_eq!(
+            report["classify"],
+            if flags.contains(&"ip") { "ip" } else { "udp" }
+        );
+        (bw_average(&c_rdma), tcp_mbs)
+    };
+    let control = run(&[]);
+    let by_dscp = run(&["--classify", "ip"]);
+    let shared = run(&["--classify", "ip", "--dwrr", "1,0,0,1,0,0,0,0"]);
+    eprintln!(
+        "RDMA / TCP, MB/s: TCP as control traffic {control:?}, TCP in priority 0 {by_dscp:?}, \
+         weights 1:1 {shared:?}"
+    );
+    // TCP above every priority takes the port; below RDMA's priority it waits (three runs
+    // here: TCP 2.5-3.3x RDMA as control traffic, RDMA 1.5-1.7x TCP in priority 0, 0.9x
+    // with equal weights; the user-space sender and switch share two cores, so RDMA alone
+    // keeps about two thirds of the port busy and TCP fills the rest).
+    assert!(control.1 > 1.6 * control.0, "control {control:?}");
+    assert!(by_dscp.0 > 1.25 * by_dscp.1, "by DSCP {by_dscp:?}");
+    // Equal weights: neither waits for the other to finish.
+    let ratio = shared.0 / shared.1;
+    assert!((0.6..1.7).contains(&ratio), "1:1 {shared:?}");
 }

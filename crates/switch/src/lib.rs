@@ -11,12 +11,16 @@
 //!
 //! Every egress drains at `--rate` bits per second (a frame occupies the wire for its length
 //! plus the 4-byte FCS; preamble and inter-frame gap are not counted, as in the simulator)
-//! from FIFOs of at most `--buffer` bytes each: one, served first, for everything that is not
-//! UDP — ARP and the TCP of `irn perf`'s set-up exchange, kept apart from the RDMA class as
-//! production networks keep them ([`Class`]) — and one per priority for UDP (RoCEv2, to port
-//! 4791 or wherever an irn device listens), served highest priority first — or, with `--dwrr`,
-//! shared by weight (IEEE 802.1Qaz ETS: deficit round robin between the weighted priorities,
-//! strict ones above them; [`Egress::with_dwrr`]). A frame that
+//! from FIFOs of at most `--buffer` bytes each: one per priority (a packet's priority is its
+//! DSCP ÷ 8), served highest priority first — or, with `--dwrr`, shared by weight (IEEE
+//! 802.1Qaz ETS: deficit round robin between the weighted priorities, strict ones above them;
+//! [`Egress::with_dwrr`]) — and one control queue served above them all. Which frames the
+//! priorities hold is `--classify` ([`Classify`]): by default UDP only (RoCEv2, to port 4791
+//! or wherever an irn device listens), every other frame — ARP and the TCP of `irn perf`'s
+//! set-up exchange — in the control queue, kept apart from the RDMA class as production
+//! networks keep them; with `--classify ip` every IP packet, TCP included, by its DSCP, as a
+//! switch that trusts DSCP classifies, so that TCP and RDMA can be given classes of their
+//! own, only frames that are not IP (ARP, LLDP) in the control queue. A frame that
 //! would queue past its queue's buffer is dropped, unless it is lossless. An
 //! ECN-capable IPv4 or IPv6 packet (ECT(0) or ECT(1)) joining a queue of `q` bytes is marked
 //! CE by the rule the simulator's switches use ([`irn_sim::net::Marking`]): RED
@@ -27,8 +31,8 @@
 //! Packets that are not ECN-capable are never marked, and dropped only when the buffer is
 //! full.
 //!
-//! With `--pfc PRIOS` the UDP frames of those priorities (a frame's priority is its DSCP ÷ 8:
-//! DSCP-based PFC, seed 001 §3) are lossless: never dropped for a full queue, and each port
+//! With `--pfc PRIOS` the frames of those priorities (DSCP-based PFC, seed 001 §3) are
+//! lossless: never dropped for a full queue, and each port
 //! counts what it brought in of each lossless priority and sends its upstream an 802.1Qbb
 //! pause for that priority once it passes `--xoff`, again every half pause time while it
 //! stays above, and a resume (0 quanta) once it drains two frames below ([`lossless`]).
@@ -163,45 +167,71 @@ pub enum Verdict {
     Oversize,
 }
 
-/// A frame's traffic class at an egress: UDP (RoCEv2 — to port 4791 from an RDMA NIC or rxe,
-/// to whatever port an irn device listens on) or everything else.
+/// Which frames an egress classifies by DSCP into the eight priorities (`--classify`); the
+/// rest go to the control queue, served above them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Classify {
+    /// UDP only: the RDMA traffic (RoCEv2 — to port 4791 from an RDMA NIC or rxe, to
+    /// whatever port an irn device listens on) the buffer, the marking and the drops are
+    /// about. ARP and TCP (an out-of-band set-up exchange, …) are control traffic, kept apart
+    /// from the RDMA class as a production network keeps it (seed 001 §2) — a dropped TCP SYN
+    /// would otherwise stall a connection for the kernel's one-second SYN timeout.
+    #[default]
+    Udp,
+    /// Every IPv4 and IPv6 packet by its DSCP, TCP included, as a switch that trusts DSCP
+    /// does: TCP and RDMA each in a class of their own, shared by strict priority or weight
+    /// (seed 004's lossy fabric with QoS), or in one class together. Only frames that are not
+    /// IP (ARP, LLDP, …) are control traffic.
+    Ip,
+}
+
+/// A `--classify` value: `udp` or `ip`.
+pub fn parse_classify(s: &str) -> std::result::Result<Classify, String> {
+    match s {
+        "udp" => Ok(Classify::Udp),
+        "ip" => Ok(Classify::Ip),
+        _ => Err(format!("udp or ip, not {s:?}")),
+    }
+}
+
+/// A frame's traffic class at an egress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
-    /// UDP datagrams: the RDMA class the buffer, the marking and the drops are about.
-    Rdma = 0,
-    /// The rest (ARP, the TCP of an out-of-band set-up exchange, …): a queue of its own,
-    /// served first, as a production network keeps RDMA in a traffic class apart from the
-    /// control traffic it depends on (seed 001 §2) — a dropped TCP SYN would otherwise stall
-    /// a connection for the kernel's one-second SYN timeout.
-    Other = 1,
+    /// Classified by its DSCP into one of the eight priorities ([`Classify`] says which
+    /// frames are).
+    Data = 0,
+    /// Control traffic: a queue of its own, served first.
+    Control = 1,
 }
 
 impl Class {
     /// The class of an Ethernet frame (the switch reads it with the rest of the IP header,
     /// [`Class::of_ip`]).
     #[cfg(test)]
-    fn of(frame: &[u8]) -> Class {
-        Class::of_ip(ip_info(frame))
+    fn of(frame: &[u8], classify: Classify) -> Class {
+        Class::of_ip(ip_info(frame), classify)
     }
 
     /// The class of a frame whose IP header (if any) reads `ip`.
-    fn of_ip(ip: Option<IpInfo>) -> Class {
-        match ip {
-            Some(ip) if ip.udp => Class::Rdma,
-            _ => Class::Other,
+    fn of_ip(ip: Option<IpInfo>, classify: Classify) -> Class {
+        match (ip, classify) {
+            (Some(ip), Classify::Udp) if ip.udp => Class::Data,
+            (Some(_), Classify::Ip) => Class::Data,
+            _ => Class::Control,
         }
     }
 }
 
-/// Queues of an egress: the frames that are not UDP first, then UDP by priority, highest
-/// first, shared by strict priority or DWRR ([`Egress::with_dwrr`]).
+/// Queues of an egress: the control queue first, then one per priority, highest first,
+/// shared by strict priority or DWRR ([`Egress::with_dwrr`]).
 const QUEUES: usize = 9;
 
 /// The queue of a frame of class `class` and priority `prio`.
 fn queue_of(class: Class, prio: Option<u8>) -> usize {
     match class {
-        Class::Other => 0,
-        Class::Rdma => 1 + usize::from((7 - prio.unwrap_or(0)) & 7),
+        Class::Control => 0,
+        Class::Data => 1 + usize::from((7 - prio.unwrap_or(0)) & 7),
     }
 }
 
@@ -212,22 +242,24 @@ pub struct Queued {
     pub frame: Vec<u8>,
     /// The port it arrived on.
     pub from: usize,
-    /// Its priority (its DSCP's), for UDP; `None` for the rest.
+    /// Its priority (its DSCP's); `None` for control traffic.
     pub prio: Option<u8>,
 }
 
 /// One output port's queues and pacer, without I/O: time is nanoseconds since the switch
-/// started. Each queue holds at most `buffer` bytes — frames that are not UDP in one, served
-/// first, and UDP in one per priority (its DSCP's), served highest first or by weight
-/// ([`Egress::with_dwrr`]); a lossless frame (`--pfc`, `--pause`) is queued past it (counted
+/// started. Each queue holds at most `buffer` bytes — control traffic in one, served first,
+/// and the rest ([`Classify`]) in one per priority (its DSCP's), served highest first or by
+/// weight ([`Egress::with_dwrr`]); a lossless frame (`--pfc`, `--pause`) is queued past it (counted
 /// as a headroom overflow) rather than dropped. A queue whose priority the peer paused waits;
 /// the port's rate is shared.
 #[derive(Debug)]
 pub struct Egress {
     queues: [VecDeque<Queued>; QUEUES],
     bytes: [u64; QUEUES],
-    /// How the UDP queues share the wire (index 0 is priority 7's queue, 7 priority 0's):
-    /// all strict unless [`Egress::with_dwrr`] weighs them.
+    /// Which frames the priorities' queues hold.
+    classify: Classify,
+    /// How the priorities' queues share the wire (index 0 is priority 7's queue, 7 priority
+    /// 0's): all strict unless [`Egress::with_dwrr`] weighs them.
     weights: Weights,
     /// The round robin's state between them.
     dwrr: Dwrr,
@@ -250,6 +282,7 @@ impl Egress {
         Egress {
             queues: Default::default(),
             bytes: [0; QUEUES],
+            classify: Classify::Udp,
             weights: Weights::strict(sched::QUEUES),
             dwrr: Dwrr::default(),
             paused: PausedUntil::default(),
@@ -264,11 +297,17 @@ impl Egress {
         }
     }
 
-    /// The UDP priorities share the wire by IEEE 802.1Qaz ETS instead of strict priority:
+    /// Classifies `classify`'s frames by DSCP (UDP only without it).
+    pub fn with_classify(mut self, classify: Classify) -> Egress {
+        self.classify = classify;
+        self
+    }
+
+    /// The priorities share the wire by IEEE 802.1Qaz ETS instead of strict priority:
     /// `by_priority[p]` is priority `p`'s weight, 0 for a strict priority (served above every
     /// weighted one, the highest first), and the weighted ones by deficit round robin with a
     /// quantum of one largest frame per unit of weight ([`irn_sim::net::sched`], the
-    /// simulator's scheduler). Frames that are not UDP stay strict above them all.
+    /// simulator's scheduler). Control traffic stays strict above them all.
     pub fn with_dwrr(mut self, by_priority: &[u32; 8]) -> Egress {
         // Queue j holds priority 7 - j.
         let by_queue: Vec<u32> = (0..8).map(|j| by_priority[7 - j]).collect();
@@ -296,10 +335,10 @@ impl Egress {
         }
         // The IP header is read once: for the class and priority, and for the mark.
         let ip = ip_info(&frame);
-        let class = Class::of_ip(ip);
+        let class = Class::of_ip(ip, self.classify);
         let prio = match class {
-            Class::Rdma => ip.map(|ip| priority_of_dscp(ip.dscp)),
-            Class::Other => None,
+            Class::Data => ip.map(|ip| priority_of_dscp(ip.dscp)),
+            Class::Control => None,
         };
         let c = queue_of(class, prio);
         let q = self.bytes[c];
@@ -336,13 +375,13 @@ impl Egress {
         self.paused.apply(frame, now, self.rate_bps);
     }
 
-    /// The priority the frames of queue `c` have (`None`: not UDP).
+    /// The priority the frames of queue `c` have (`None`: control traffic).
     fn queue_prio(c: usize) -> Option<u8> {
         (c > 0).then(|| 7 - (c - 1) as u8)
     }
 
-    /// The next frame if the wire is free for it at `now` (frames that are not UDP first,
-    /// then UDP by priority or by weight), skipping the queues the peer paused. A late
+    /// The next frame if the wire is free for it at `now` (control traffic first, then the
+    /// priorities, by priority or by weight), skipping the queues the peer paused. A late
     /// wake-up may send what fell due in the last [`MAX_LAG`] back to back.
     pub fn take(&mut self, now: u64) -> Option<Queued> {
         if self.free_at > now {
@@ -381,7 +420,7 @@ impl Egress {
             .min()
     }
 
-    /// Bytes queued, both classes.
+    /// Bytes queued, every queue.
     pub fn queued_bytes(&self) -> u64 {
         self.bytes.iter().sum()
     }
@@ -516,7 +555,9 @@ pub struct Report {
     pub pause: bool,
     /// The ingress occupancy of a lossless priority above which a port pauses, bytes.
     pub xoff_bytes: u64,
-    /// How the UDP priorities share each egress: `"strict"` or `"dwrr"`.
+    /// Which frames the priorities hold: `"udp"` (the rest are control traffic) or `"ip"`.
+    pub classify: Classify,
+    /// How the priorities share each egress: `"strict"` or `"dwrr"`.
     pub scheduler: &'static str,
     /// Under DWRR, each priority's weight (0: strict).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -562,10 +603,13 @@ pub struct Options {
     pub xoff: Option<u64>,
     /// The pause time a pause frame carries, quanta of 512 bit times (`--pause-quanta`).
     pub pause_quanta: u16,
-    /// The UDP priorities share each egress by DWRR with these weights, one per priority 0
-    /// to 7, 0 for a strict one (`--dwrr`, IEEE 802.1Qaz ETS: [`Egress::with_dwrr`]); absent:
+    /// The priorities share each egress by DWRR with these weights, one per priority 0 to
+    /// 7, 0 for a strict one (`--dwrr`, IEEE 802.1Qaz ETS: [`Egress::with_dwrr`]); absent:
     /// strict priority.
     pub dwrr: Option<Vec<u32>>,
+    /// Which frames are classified by DSCP into the priorities (`--classify`); the rest are
+    /// control traffic, served above them.
+    pub classify: Classify,
 }
 
 /// The largest DWRR weight `--dwrr` takes (the simulator's `network.dwrr_weights` bound).
@@ -588,7 +632,7 @@ impl Options {
         self.xoff.unwrap_or(self.buffer / 4 * 3)
     }
 
-    /// The DWRR weights per priority, if the UDP priorities share egresses by weight.
+    /// The DWRR weights per priority, if the priorities share egresses by weight.
     pub fn dwrr_weights(&self) -> Option<[u32; 8]> {
         let w = self.dwrr.as_ref()?;
         let mut by_priority = [0; 8];
@@ -731,7 +775,8 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         .iter()
         .zip(&args.ports)
         .map(|(s, p)| {
-            let e = Egress::new(p, args.buffer, args.rate_bps, s.mtu() + 14);
+            let e = Egress::new(p, args.buffer, args.rate_bps, s.mtu() + 14)
+                .with_classify(args.classify);
             match args.dwrr_weights() {
                 Some(w) => e.with_dwrr(&w),
                 None => e,
@@ -845,6 +890,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         pfc: args.pfc.clone(),
         pause: args.pause,
         xoff_bytes: args.xoff(),
+        classify: args.classify,
         scheduler: if args.dwrr.is_some() {
             "dwrr"
         } else {
@@ -865,6 +911,14 @@ mod tests {
     }
 
     fn frame_dscp(dst: u8, src: u8, ecn: Ecn, len: usize, dscp: u8) -> Vec<u8> {
+        let mut f = ip_frame(dst, src, ecn, len, dscp, 17);
+        // UDP to port 4791: RoCEv2.
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f
+    }
+
+    /// An IPv4 frame of `len` bytes carrying IP protocol `protocol`.
+    fn ip_frame(dst: u8, src: u8, ecn: Ecn, len: usize, dscp: u8, protocol: u8) -> Vec<u8> {
         let mut f = vec![0u8; len];
         f[..6].copy_from_slice(&[2, 0, 0, 0, 0, dst]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, src]);
@@ -872,7 +926,7 @@ mod tests {
         let ip = irn_wire::Ipv4Repr {
             src: "10.0.0.1".parse().expect("addr"),
             dst: "10.0.0.2".parse().expect("addr"),
-            protocol: 17,
+            protocol,
             dscp,
             ecn,
             ident: 7,
@@ -881,8 +935,6 @@ mod tests {
             payload_len: len - 14 - 20,
         };
         ip.emit(&mut f[14..]).expect("emit");
-        // UDP to port 4791: RoCEv2.
-        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
         f
     }
 
@@ -990,15 +1042,16 @@ mod tests {
         let roce = frame(1, 2, Ecn::Ect0, 1000);
         let mut tcp = roce.clone();
         tcp[14 + 9] = 6; // protocol TCP
+        let udp = Classify::Udp;
         assert_eq!(
-            (Class::of(&roce), Class::of(&tcp)),
-            (Class::Rdma, Class::Other)
+            (Class::of(&roce, udp), Class::of(&tcp, udp)),
+            (Class::Data, Class::Control)
         );
         // UDP to any port is the RDMA class: an irn device may listen elsewhere than 4791.
-        let mut udp = roce.clone();
-        udp[36..38].copy_from_slice(&18515u16.to_be_bytes());
-        assert_eq!(Class::of(&udp), Class::Rdma);
-        assert_eq!(Class::of(&[0u8; 20]), Class::Other);
+        let mut other_port = roce.clone();
+        other_port[36..38].copy_from_slice(&18515u16.to_be_bytes());
+        assert_eq!(Class::of(&other_port, udp), Class::Data);
+        assert_eq!(Class::of(&[0u8; 20], udp), Class::Control);
         // The RoCE queue is full; a TCP segment still finds room, and leaves first.
         for _ in 0..2 {
             assert_eq!(
@@ -1017,6 +1070,85 @@ mod tests {
         assert_eq!(e.queued_bytes(), 3_000);
         assert_eq!(e.take(0).map(|q| q.frame), Some(tcp));
         assert_eq!(e.take(u64::MAX / 2).map(|q| q.frame), Some(roce));
+    }
+
+    /// A TCP segment (protocol 6) of `len` bytes with DSCP `dscp`.
+    fn tcp_dscp(dscp: u8, len: usize) -> Vec<u8> {
+        ip_frame(1, 2, Ecn::NotEct, len, dscp, 6)
+    }
+
+    #[test]
+    fn classify_ip_puts_tcp_in_its_dscps_priority_beside_rdma() {
+        let m = marking(EcnMode::Off, 0, 0, 0.0);
+        let mut rng = Rng::new(1);
+        let ip = Classify::Ip;
+        let tcp = tcp_dscp(0, 1000);
+        let roce = frame_dscp(1, 2, Ecn::NotEct, 1000, 24);
+        let mut arp = frame(1, 2, Ecn::NotEct, 60);
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(Class::of(&tcp, ip), Class::Data);
+        assert_eq!(Class::of(&roce, ip), Class::Data);
+        assert_eq!(Class::of(&arp, ip), Class::Control);
+        assert_eq!(parse_classify("ip"), Ok(Classify::Ip));
+        assert!(parse_classify("tcp").is_err_and(|e| e.contains("udp or ip")));
+        // Strict priority: RDMA (priority 3) leaves before TCP (priority 0), which is no
+        // longer control traffic above it; ARP still leaves first.
+        let mut e = Egress::new("p", 100_000, 1_000_000_000, 1514).with_classify(ip);
+        for f in [&tcp, &tcp, &roce, &roce, &arp] {
+            assert_eq!(
+                e.offer(0, f.clone(), 0, Mode::Off, &m, &mut rng),
+                (
+                    Verdict::Queued,
+                    (f != &arp).then(|| priority_of_dscp(f[15] >> 2))
+                )
+            );
+        }
+        let order: Vec<Option<u8>> = (0..5)
+            .map(|_| e.take(u64::MAX / 2).expect("queued").prio)
+            .collect();
+        assert_eq!(order, [None, Some(3), Some(3), Some(0), Some(0)]);
+        // TCP's priority fills on its own: its buffer is its queue's, not RDMA's.
+        let mut e = Egress::new("p", 2_000, 1_000_000_000, 1514).with_classify(ip);
+        let verdicts: Vec<Verdict> = [&tcp, &tcp, &tcp, &roce]
+            .iter()
+            .map(|f| e.offer(0, (*f).clone(), 0, Mode::Off, &m, &mut rng).0)
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Queued,
+                Verdict::Queued,
+                Verdict::Dropped,
+                Verdict::Queued
+            ]
+        );
+        // PFC on priority 0 makes TCP lossless too: a switch that trusts DSCP pauses what
+        // the priority carries, whatever the protocol.
+        assert_eq!(
+            e.offer(0, tcp.clone(), 0, Mode::Pfc(1), &m, &mut rng).0,
+            Verdict::Queued
+        );
+        // Equal weights: TCP and RDMA alternate, frame for frame of equal size.
+        let w = [1, 0, 0, 1, 0, 0, 0, 0];
+        let mut e = Egress::new("p", 100_000, 1_000_000_000, 1514)
+            .with_classify(ip)
+            .with_dwrr(&w);
+        for f in [&roce, &tcp] {
+            for _ in 0..8 {
+                e.offer(0, f.clone(), 0, Mode::Off, &m, &mut rng);
+            }
+        }
+        // (Strict priority would send all eight of RDMA's first.)
+        let first: Vec<u8> = (0..8)
+            .map(|_| e.take(u64::MAX / 2).and_then(|q| q.prio).expect("queued"))
+            .collect();
+        let tcp_sent = first.iter().filter(|&&p| p == 0).count();
+        assert!((3..=5).contains(&tcp_sent), "{first:?}");
+        // The default still keeps TCP above every priority.
+        let mut e = Egress::new("p", 100_000, 1_000_000_000, 1514);
+        e.offer(0, roce.clone(), 0, Mode::Off, &m, &mut rng);
+        e.offer(0, tcp.clone(), 0, Mode::Off, &m, &mut rng);
+        assert_eq!(e.take(u64::MAX / 2).map(|q| q.prio), Some(None));
     }
 
     #[test]
@@ -1060,6 +1192,7 @@ mod tests {
             xoff: None,
             pause_quanta: u16::MAX,
             dwrr: None,
+            classify: Classify::Udp,
         };
         let err = |a: Options| a.check().expect_err("refused").to_string();
         assert!(err(args(&["a"], 0.1)).contains("--port"));
@@ -1193,6 +1326,7 @@ mod tests {
             xoff: None,
             pause_quanta: u16::MAX,
             dwrr: None,
+            classify: Classify::Udp,
         };
         assert!(base.check().is_ok());
         assert_eq!(base.mode(), Mode::Pfc(0b1000));
