@@ -311,6 +311,16 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
     );
 }
 
+/// `irn perf write` from namespace `ns` to the receiver (`star.hosts[2]`) at `dst`:`port`:
+/// 400 Writes of 64 KiB in IRN mode with traffic class `tclass`, every byte verified.
+fn irn_writer(star: &Star, ns: &str, dst: &str, port: &str, tclass: &str) -> Output {
+    let args = [
+        "perf", "write", dst, "-p", port, "--mode", "irn", "--verify", "-n", "400", "-s", "65536",
+        "--tclass", tclass,
+    ];
+    star.client(ns, &args, &star.hosts[2], 120)
+}
+
 /// Two classes share a congested port by weight (SPEC N8, seed 004's lossy fabric with QoS:
 /// "weighted round robin is ETS"). Two IRN senders write to one receiver through a 300 Mb/s
 /// port, one in priority 3 (traffic class 104), the other in priority 0, both lossy. Under
@@ -339,25 +349,8 @@ fn dwrr_shares_a_congested_port_between_classes_where_strict_priority_serves_one
             .iter()
             .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
             .collect();
-        let client = |ns: &str, port: &str, tclass: &str| {
-            let args = [
-                "perf",
-                "write",
-                "10.238.0.3",
-                "-p",
-                port,
-                "--mode",
-                "irn",
-                "--verify",
-                "-n",
-                "400",
-                "-s",
-                "65536",
-                "--tclass",
-                tclass,
-            ];
-            star.client(ns, &args, r, 120)
-        };
+        let client =
+            |ns: &str, port: &str, tclass: &str| irn_writer(&star, ns, "10.238.0.3", port, tclass);
         let (c3, c0) = std::thread::scope(|s| {
             let a = s.spawn(|| client(&star.hosts[0], "5001", "104"));
             let b = s.spawn(|| client(&star.hosts[1], "5002", "0"));
@@ -454,25 +447,7 @@ fn classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma() {
             }
             panic!("iperf3's server never listened");
         };
-        let rdma = || {
-            let args = [
-                "perf",
-                "write",
-                "10.239.0.3",
-                "-p",
-                "5001",
-                "--mode",
-                "irn",
-                "--verify",
-                "-n",
-                "400",
-                "-s",
-                "65536",
-                "--tclass",
-                "104",
-            ];
-            star.client(&star.hosts[0], &args, r, 120)
-        };
+        let rdma = || irn_writer(&star, &star.hosts[0], "10.239.0.3", "5001", "104");
         let (c_rdma, c_tcp) = std::thread::scope(|s| {
             let a = s.spawn(rdma);
             let b = s.spawn(tcp);
