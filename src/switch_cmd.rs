@@ -21,6 +21,24 @@ pub struct SwitchArgs {
     /// a frame that would queue past it is dropped.
     #[arg(long, default_value_t = 256_000)]
     pub buffer: u64,
+    /// One buffer of this many bytes shared by every queue of the switch instead of
+    /// `--buffer` per queue, as a switch ASIC's shared memory: a lossy queue takes up to
+    /// `--alpha` × what is free of it, a lossless priority pauses its upstream at
+    /// `--pfc-alpha` × what is free, and `--headroom` per port and lossless priority is kept
+    /// for what arrives after a pause.
+    #[arg(long, value_name = "BYTES", conflicts_with_all = ["buffer", "xoff"])]
+    pub shared_buffer: Option<u64>,
+    /// The shared buffer's dynamic threshold α for lossy queues (default 1).
+    #[arg(long, requires = "shared_buffer")]
+    pub alpha: Option<f64>,
+    /// The shared buffer's α at which a lossless priority pauses its upstream (default:
+    /// `--alpha`'s).
+    #[arg(long, requires = "shared_buffer")]
+    pub pfc_alpha: Option<f64>,
+    /// The shared buffer's headroom per port and lossless priority, bytes. Default: what
+    /// `--rate` delivers in 400 µs (a software round trip) plus two largest frames.
+    #[arg(long, value_name = "BYTES", requires = "shared_buffer")]
+    pub headroom: Option<u64>,
     /// ECN marking at every egress: `off`, `red` (DCQCN's) or `threshold` (DCTCP's).
     #[arg(long, default_value = "red", value_parser = irn_switch::parse_ecn)]
     pub ecn: EcnMode,
@@ -83,6 +101,10 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         ports: args.ports,
         rate_bps: args.rate,
         buffer: args.buffer,
+        shared_buffer: args.shared_buffer,
+        alpha: args.alpha,
+        pfc_alpha: args.pfc_alpha,
+        headroom: args.headroom,
         ecn: args.ecn,
         kmin: args.kmin,
         kmax: args.kmax,

@@ -11,7 +11,9 @@
 //! priority 0) is dropped at the receiver's port. The same star shows a paused-for-good sender
 //! released by its NIC watchdog, and two lossy classes sharing the port by strict priority or
 //! by DWRR weights (`irn switch --dwrr`, SPEC N8), and TCP beside RDMA in a class of its own
-//! (`irn switch --classify ip`). Every RDMA run verifies every byte. Needs root, iproute2,
+//! (`irn switch --classify ip`), and a slow receiver's standing queue held by a shared buffer
+//! (`irn switch --shared-buffer`) where a static one pauses a victim flow. Every RDMA run
+//! verifies every byte. Needs root, iproute2,
 //! ethtool, tcpdump, tshark and iperf3; in CI a missing one fails.
 
 use std::process::{Command, Output, Stdio};
@@ -504,4 +506,152 @@ fn classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma() {
     // Equal weights: neither waits for the other to finish.
     let ratio = shared.0 / shared.1;
     assert!((0.6..1.7).contains(&ratio), "1:1 {shared:?}");
+}
+
+/// A slow receiver behind a static buffer spreads its pauses; a shared buffer absorbs them
+/// (seed 001 §4.4: "we enabled dynamic buffer sharing among different switch ports … the
+/// switch can absorb additional queue build-up locally without propagating pause frames back
+/// into the network"). One sender writes to two receivers at once through `irn switch`,
+/// both in lossless priority 3: to the first, which pauses the switch's port to it for two
+/// seconds (a receiver that stopped draining), and to the second, whose path is free — the
+/// victim. The first flow's queue (RoCE's 128 unacknowledged packets, and their go-back-N
+/// resends) stands at the switch. With 100 KB per queue and a fixed 30 KB threshold, the
+/// sender's ingress crosses it: the switch pauses the sender's link, and with it the victim,
+/// which waits until the slow receiver drains. With one 3 MB pool shared by dynamic
+/// threshold, the switch holds the standing queue without pausing anyone, and the victim
+/// runs at the speed of its free path. Nothing is dropped in either; every victim byte is
+/// verified.
+#[test]
+fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_victim() {
+    const TEST: &str =
+        "a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_victim";
+    let Some(star) = Star::setup(TEST, "b", 240, 3) else {
+        return;
+    };
+    let (slow, free) = (&star.hosts[1], &star.hosts[2]);
+    let writer = |dst: &'static str, port: &'static str, n: &'static str, verify: bool| {
+        let mut args = vec![
+            "perf",
+            "write",
+            dst,
+            "-p",
+            port,
+            "--mode",
+            "roce",
+            "-n",
+            n,
+            "-s",
+            "65536",
+            "--counters",
+            "--tclass",
+            "104",
+            "--pause-iface",
+            "e0",
+            // Quanta at the switch's rate (a veth reports 10 Gb/s).
+            "--pause-rate",
+            "1g",
+        ];
+        if verify {
+            args.push("--verify");
+        }
+        args
+    };
+    // The victim's output and the switch's report.
+    let run = |memory: &[&str]| {
+        let shared = memory.contains(&"--shared-buffer");
+        let flags = [
+            &[
+                "--rate",
+                "1g",
+                "--ecn",
+                "off",
+                "--pfc",
+                "3",
+                "--duration",
+                "60",
+                "--idle",
+                "1",
+            ],
+            memory,
+        ]
+        .concat();
+        let sw = star.start_switch(&format!("slow-{shared}"), &flags);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pausing = pauser(slow, "e0", stop.clone());
+        let slow_srv = star.spawn(slow, &["perf", "write", "-p", "5001"]);
+        let free_srv = star.spawn(free, &["perf", "write", "-p", "5002"]);
+        let sender = &star.hosts[0];
+        let victim = std::thread::scope(|s| {
+            // The flow to the slow receiver: its queue stands at the switch until the
+            // receiver drains, 2 s after the victim starts.
+            let stuck = s.spawn(|| {
+                star.client(sender, &writer("10.240.0.2", "5001", "50", false), slow, 60)
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            let stop = stop.clone();
+            let drains = s.spawn(move || {
+                std::thread::sleep(Duration::from_secs(2));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            let victim = star.client(sender, &writer("10.240.0.3", "5002", "100", true), free, 60);
+            drains.join().expect("timer");
+            let _ = stuck.join().expect("the slow receiver's writer");
+            victim
+        });
+        pausing.join().expect("pauser");
+        for mut srv in [slow_srv, free_srv] {
+            let _ = srv.kill();
+            let _ = srv.wait();
+        }
+        (victim, sw.report(90))
+    };
+    let (held, held_report) = run(&["--buffer", "100000", "--xoff", "30000"]);
+    let (free_run, free_report) = run(&["--shared-buffer", "3000000", "--headroom", "60000"]);
+    let what = format!(
+        "static:\n{}\n{held_report}\nshared:\n{}\n{free_report}",
+        text(&held),
+        text(&free_run)
+    );
+    let port = |r: &serde_json::Value, i: usize, key: &str| {
+        r["ports"][i][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {what}"))
+    };
+    assert_eq!(held_report["buffer_model"], "per-queue", "{what}");
+    assert_eq!(free_report["buffer_model"], "shared", "{what}");
+    for r in [&held_report, &free_report] {
+        // The slow receiver paused the switch; lossless, nothing was dropped.
+        assert!(port(r, 1, "pause_received") > 10, "{what}");
+        assert!((0..3).all(|i| port(r, i, "dropped") == 0), "{what}");
+    }
+    for v in [&held, &free_run] {
+        assert!(
+            v.status.success() && String::from_utf8_lossy(&v.stdout).contains("verify: ok"),
+            "{what}"
+        );
+    }
+    // Static: the standing queue pauses the sender's link, and the victim with it.
+    assert!(port(&held_report, 0, "pause_sent") > 0, "{what}");
+    assert!(counter(&held, "pause_held_turns") > 0, "{what}");
+    // Shared: the switch holds more than a static queue's whole buffer behind the slow
+    // port, pauses no one, and the victim is not held.
+    assert_eq!(port(&free_report, 0, "pause_sent"), 0, "{what}");
+    assert_eq!(counter(&free_run, "pause_held_turns"), 0, "{what}");
+    assert!(
+        port(&free_report, 1, "peak_queue_bytes") > 100_000,
+        "{what}"
+    );
+    let (slowed, unhurt) = (bw_average(&held), bw_average(&free_run));
+    assert!(
+        unhurt > 4.0 * slowed,
+        "victim {slowed} vs {unhurt} MB/s\n{what}"
+    );
+    eprintln!(
+        "slow receiver's standing queue: static {} B (sender's link paused, {} pause frames; \
+         victim {slowed:.1} MB/s), shared {} B ({} pause frames; victim {unhurt:.1} MB/s)",
+        port(&held_report, 1, "peak_queue_bytes"),
+        port(&held_report, 0, "pause_sent"),
+        port(&free_report, 1, "peak_queue_bytes"),
+        port(&free_report, 0, "pause_sent"),
+    );
 }

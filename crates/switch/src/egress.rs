@@ -1,6 +1,7 @@
 //! One output port of the switch, without I/O: its queues (a control queue and one per
 //! priority, [`Classify`] says which frames the priorities hold), how they share the wire
-//! (strict priority or DWRR, [`Egress::with_dwrr`]), its buffer and drops, its ECN marking,
+//! (strict priority or DWRR, [`Egress::with_dwrr`]), its drops (the switch's memory,
+//! [`crate::mmu`], says which frames fit), its ECN marking,
 //! the pauses it received, and the pacer that lets frames out at the port's rate
 //! ([`MAX_LAG`]). Time is nanoseconds since the switch started; the switch's loop
 //! ([`crate::run`]) offers it frames and takes them out.
@@ -17,7 +18,8 @@ use irn_wire::ethernet::EtherType;
 use irn_wire::mac_control::MacControlRepr;
 use irn_wire::{Ecn, Ipv4Packet, Ipv6Packet};
 
-use crate::lossless::{priority_of_dscp, Mode, PausedUntil};
+use crate::lossless::{priority_of_dscp, PausedUntil};
+use crate::mmu::{Admit, Mmu};
 use crate::PortCounters;
 
 /// How far behind its schedule an egress may catch up in one burst after a late wake-up.
@@ -33,7 +35,7 @@ pub enum Verdict {
     Queued,
     /// Queued, marked CE.
     Marked,
-    /// Dropped: the buffer was full.
+    /// Dropped: the buffer had no room for it.
     Dropped,
     /// Dropped: longer than the port can send.
     Oversize,
@@ -119,11 +121,12 @@ pub struct Queued {
 }
 
 /// One output port's queues and pacer, without I/O: time is nanoseconds since the switch
-/// started. Each queue holds at most `buffer` bytes — control traffic in one, served first,
-/// and the rest ([`Classify`]) in one per priority (its DSCP's), served highest first or by
-/// weight ([`Egress::with_dwrr`]); a lossless frame (`--pfc`, `--pause`) is queued past it (counted
-/// as a headroom overflow) rather than dropped. A queue whose priority the peer paused waits;
-/// the port's rate is shared.
+/// started. Control traffic has a queue of its own, served first, and the rest ([`Classify`])
+/// one per priority (its DSCP's), served highest first or by weight ([`Egress::with_dwrr`]).
+/// A queue takes what the switch's memory admits ([`Mmu::admit`]); a lossless frame
+/// (`--pfc`, `--pause`) it has no room for is queued anyway (counted as a headroom overflow)
+/// rather than dropped. A queue whose priority the peer paused waits; the port's rate is
+/// shared.
 #[derive(Debug)]
 pub struct Egress {
     queues: [VecDeque<Queued>; QUEUES],
@@ -137,7 +140,6 @@ pub struct Egress {
     dwrr: Dwrr,
     /// The pauses this port received.
     paused: PausedUntil,
-    buffer: u64,
     /// Largest frame the port sends (its MTU plus the Ethernet header).
     max_frame: usize,
     rate_bps: u64,
@@ -148,9 +150,8 @@ pub struct Egress {
 }
 
 impl Egress {
-    /// An empty egress of `buffer` bytes per class at `rate_bps`, for frames up to
-    /// `max_frame` bytes.
-    pub fn new(port: &str, buffer: u64, rate_bps: u64, max_frame: usize) -> Egress {
+    /// An empty egress at `rate_bps`, for frames up to `max_frame` bytes.
+    pub fn new(port: &str, rate_bps: u64, max_frame: usize) -> Egress {
         Egress {
             queues: Default::default(),
             bytes: [0; QUEUES],
@@ -158,7 +159,6 @@ impl Egress {
             weights: Weights::strict(sched::QUEUES),
             dwrr: Dwrr::default(),
             paused: PausedUntil::default(),
-            buffer,
             max_frame,
             rate_bps,
             free_at: 0,
@@ -187,16 +187,17 @@ impl Egress {
         self
     }
 
-    /// Offers `frame`, which arrived on port `from`, at `now`: dropped if its queue cannot
-    /// take it and it is not lossless under `mode`, else marked by `marking` from the queue it
-    /// joins (if it is ECN-capable) and queued. A frame that finds the egress empty starts its
-    /// wire time no earlier than `now`. Returns the verdict and the frame's priority.
+    /// Offers `frame`, which arrived on port `from`, at `now`: dropped if the switch's memory
+    /// `mmu` does not admit it to its queue (a lossless frame always joins), else marked by
+    /// `marking` from the queue it joins (if it is ECN-capable) and queued. A frame that finds
+    /// the egress empty starts its wire time no earlier than `now`. Returns the verdict and
+    /// the frame's priority; the caller charges a queued frame to `mmu` ([`Mmu::queued`]).
     pub fn offer(
         &mut self,
         now: u64,
         mut frame: Vec<u8>,
         from: usize,
-        mode: Mode,
+        mmu: &Mmu,
         marking: &Marking,
         rng: &mut Rng,
     ) -> (Verdict, Option<u8>) {
@@ -214,12 +215,13 @@ impl Egress {
         };
         let c = queue_of(class, prio);
         let q = self.bytes[c];
-        if q + len > self.buffer {
-            if !mode.lossless(prio) {
+        match mmu.admit(q, len, prio) {
+            Admit::Yes => {}
+            Admit::Overflow => self.counters.headroom_overflow += 1,
+            Admit::No => {
                 self.counters.dropped += 1;
                 return (Verdict::Dropped, prio);
             }
-            self.counters.headroom_overflow += 1;
         }
         let ect = ip.filter(|ip| matches!(ip.ecn, Ecn::Ect0 | Ecn::Ect1));
         let verdict = if let Some(ip) = ect.filter(|_| marking.is_on() && marking.mark(q, rng)) {
@@ -352,7 +354,18 @@ fn mark_ce(frame: &mut [u8], ip: IpInfo) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::lossless::Mode;
+    use crate::mmu::Buffer;
     use irn_sim::config::{EcnMode, SwitchConfig};
+
+    /// Memory of `bytes` per queue under flow control `mode`.
+    fn per_queue(mode: Mode, bytes: u64) -> Mmu {
+        let b = Buffer::PerQueue {
+            bytes,
+            xoff: bytes / 4 * 3,
+        };
+        Mmu::new(b, mode, &[1_000_000_000; 2], 3_000, u16::MAX)
+    }
 
     /// An ECN-`ecn` RoCEv2 frame of `len` bytes from MAC …`src` to MAC …`dst`.
     pub(crate) fn frame(dst: u8, src: u8, ecn: Ecn, len: usize) -> Vec<u8> {
@@ -401,12 +414,12 @@ pub(crate) mod tests {
     fn a_full_buffer_drops_and_a_long_queue_marks_ect_only() {
         let m = marking(EcnMode::Threshold, 2_500, 2_500, 1.0);
         let mut rng = Rng::new(1);
-        let mut e = Egress::new("p", 5_000, 1_000_000_000, 1514);
+        let off = per_queue(Mode::Off, 5_000);
+        let mut e = Egress::new("p", 1_000_000_000, 1514);
         let verdicts: Vec<Verdict> = (0..6)
             .map(|i| {
                 let ecn = if i == 3 { Ecn::NotEct } else { Ecn::Ect0 };
-                e.offer(0, frame(1, 2, ecn, 1000), 0, Mode::Off, &m, &mut rng)
-                    .0
+                e.offer(0, frame(1, 2, ecn, 1000), 0, &off, &m, &mut rng).0
             })
             .collect();
         use Verdict::*;
@@ -415,7 +428,7 @@ pub(crate) mod tests {
         assert_eq!((e.counters.marked, e.counters.dropped), (1, 1));
         assert_eq!(e.counters.peak_queue_bytes, 5_000);
         assert_eq!(
-            e.offer(0, vec![0u8; 1515], 0, Mode::Off, &m, &mut rng).0,
+            e.offer(0, vec![0u8; 1515], 0, &off, &m, &mut rng).0,
             Oversize
         );
         // The marked frame is CE with a valid header checksum; the others are as they came.
@@ -440,10 +453,11 @@ pub(crate) mod tests {
     fn the_pacer_holds_the_rate_and_bursts_at_most_the_lag() {
         let m = marking(EcnMode::Off, 0, 0, 0.0);
         let mut rng = Rng::new(1);
+        let off = per_queue(Mode::Off, 1 << 20);
         // 1000-byte frames at 8.032 Mb/s: one per millisecond (FCS included).
-        let mut e = Egress::new("p", 1 << 20, 8_032_000, 1514);
+        let mut e = Egress::new("p", 8_032_000, 1514);
         for _ in 0..100 {
-            let _ = e.offer(0, frame(1, 2, Ecn::Ect0, 1000), 0, Mode::Off, &m, &mut rng);
+            let _ = e.offer(0, frame(1, 2, Ecn::Ect0, 1000), 0, &off, &m, &mut rng);
         }
         let ms = 1_000_000u64;
         assert!(e.take(0).is_some());
@@ -469,14 +483,7 @@ pub(crate) mod tests {
         }
         let later = 2_000 * ms;
         for _ in 0..2 {
-            e.offer(
-                later,
-                frame(1, 2, Ecn::Ect0, 1000),
-                0,
-                Mode::Off,
-                &m,
-                &mut rng,
-            );
+            e.offer(later, frame(1, 2, Ecn::Ect0, 1000), 0, &off, &m, &mut rng);
         }
         assert!(e.take(later).is_some());
         assert!(e.take(later).is_none(), "one frame's time before the next");
@@ -487,7 +494,8 @@ pub(crate) mod tests {
     fn other_traffic_has_its_own_queue_and_goes_first() {
         let m = marking(EcnMode::Off, 0, 0, 0.0);
         let mut rng = Rng::new(1);
-        let mut e = Egress::new("p", 2_000, 1_000_000_000, 1514);
+        let off = per_queue(Mode::Off, 2_000);
+        let mut e = Egress::new("p", 1_000_000_000, 1514);
         let roce = frame(1, 2, Ecn::Ect0, 1000);
         let mut tcp = roce.clone();
         tcp[14 + 9] = 6; // protocol TCP
@@ -504,16 +512,16 @@ pub(crate) mod tests {
         // The RoCE queue is full; a TCP segment still finds room, and leaves first.
         for _ in 0..2 {
             assert_eq!(
-                e.offer(0, roce.clone(), 0, Mode::Off, &m, &mut rng).0,
+                e.offer(0, roce.clone(), 0, &off, &m, &mut rng).0,
                 Verdict::Queued
             );
         }
         assert_eq!(
-            e.offer(0, roce.clone(), 0, Mode::Off, &m, &mut rng).0,
+            e.offer(0, roce.clone(), 0, &off, &m, &mut rng).0,
             Verdict::Dropped
         );
         assert_eq!(
-            e.offer(0, tcp.clone(), 0, Mode::Off, &m, &mut rng).0,
+            e.offer(0, tcp.clone(), 0, &off, &m, &mut rng).0,
             Verdict::Queued
         );
         assert_eq!(e.queued_bytes(), 3_000);
@@ -530,6 +538,7 @@ pub(crate) mod tests {
     fn classify_ip_puts_tcp_in_its_dscps_priority_beside_rdma() {
         let m = marking(EcnMode::Off, 0, 0, 0.0);
         let mut rng = Rng::new(1);
+        let (big, small) = (per_queue(Mode::Off, 100_000), per_queue(Mode::Off, 2_000));
         let ip = Classify::Ip;
         let tcp = tcp_dscp(0, 1000);
         let roce = frame_dscp(1, 2, Ecn::NotEct, 1000, 24);
@@ -542,10 +551,10 @@ pub(crate) mod tests {
         assert!(parse_classify("tcp").is_err_and(|e| e.contains("udp or ip")));
         // Strict priority: RDMA (priority 3) leaves before TCP (priority 0), which is no
         // longer control traffic above it; ARP still leaves first.
-        let mut e = Egress::new("p", 100_000, 1_000_000_000, 1514).with_classify(ip);
+        let mut e = Egress::new("p", 1_000_000_000, 1514).with_classify(ip);
         for f in [&tcp, &tcp, &roce, &roce, &arp] {
             assert_eq!(
-                e.offer(0, f.clone(), 0, Mode::Off, &m, &mut rng),
+                e.offer(0, f.clone(), 0, &big, &m, &mut rng),
                 (
                     Verdict::Queued,
                     (f != &arp).then(|| priority_of_dscp(f[15] >> 2))
@@ -557,10 +566,10 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(order, [None, Some(3), Some(3), Some(0), Some(0)]);
         // TCP's priority fills on its own: its buffer is its queue's, not RDMA's.
-        let mut e = Egress::new("p", 2_000, 1_000_000_000, 1514).with_classify(ip);
+        let mut e = Egress::new("p", 1_000_000_000, 1514).with_classify(ip);
         let verdicts: Vec<Verdict> = [&tcp, &tcp, &tcp, &roce]
             .iter()
-            .map(|f| e.offer(0, (*f).clone(), 0, Mode::Off, &m, &mut rng).0)
+            .map(|f| e.offer(0, (*f).clone(), 0, &small, &m, &mut rng).0)
             .collect();
         assert_eq!(
             verdicts,
@@ -574,17 +583,25 @@ pub(crate) mod tests {
         // PFC on priority 0 makes TCP lossless too: a switch that trusts DSCP pauses what
         // the priority carries, whatever the protocol.
         assert_eq!(
-            e.offer(0, tcp.clone(), 0, Mode::Pfc(1), &m, &mut rng).0,
+            e.offer(
+                0,
+                tcp.clone(),
+                0,
+                &per_queue(Mode::Pfc(1), 2_000),
+                &m,
+                &mut rng
+            )
+            .0,
             Verdict::Queued
         );
         // Equal weights: TCP and RDMA alternate, frame for frame of equal size.
         let w = [1, 0, 0, 1, 0, 0, 0, 0];
-        let mut e = Egress::new("p", 100_000, 1_000_000_000, 1514)
+        let mut e = Egress::new("p", 1_000_000_000, 1514)
             .with_classify(ip)
             .with_dwrr(&w);
         for f in [&roce, &tcp] {
             for _ in 0..8 {
-                e.offer(0, f.clone(), 0, Mode::Off, &m, &mut rng);
+                e.offer(0, f.clone(), 0, &big, &m, &mut rng);
             }
         }
         // (Strict priority would send all eight of RDMA's first.)
@@ -594,9 +611,9 @@ pub(crate) mod tests {
         let tcp_sent = first.iter().filter(|&&p| p == 0).count();
         assert!((3..=5).contains(&tcp_sent), "{first:?}");
         // The default still keeps TCP above every priority.
-        let mut e = Egress::new("p", 100_000, 1_000_000_000, 1514);
-        e.offer(0, roce.clone(), 0, Mode::Off, &m, &mut rng);
-        e.offer(0, tcp.clone(), 0, Mode::Off, &m, &mut rng);
+        let mut e = Egress::new("p", 1_000_000_000, 1514);
+        e.offer(0, roce.clone(), 0, &big, &m, &mut rng);
+        e.offer(0, tcp.clone(), 0, &big, &m, &mut rng);
         assert_eq!(e.take(u64::MAX / 2).map(|q| q.prio), Some(None));
     }
 
@@ -609,8 +626,8 @@ pub(crate) mod tests {
     fn udp_queues_by_priority_a_paused_one_waits_and_lossless_frames_are_not_dropped() {
         let m = marking(EcnMode::Off, 0, 0, 0.0);
         let mut rng = Rng::new(1);
-        let mut e = Egress::new("p", 2_000, 1_000_000_000, 1514);
-        let pfc = Mode::Pfc(1 << 3);
+        let mut e = Egress::new("p", 1_000_000_000, 1514);
+        let pfc = &per_queue(Mode::Pfc(1 << 3), 2_000);
         // Priority 0 (DSCP 0): dropped when its queue is full.
         for want in [Verdict::Queued, Verdict::Queued, Verdict::Dropped] {
             assert_eq!(
@@ -656,9 +673,10 @@ pub(crate) mod tests {
     fn serve_two_priorities(mut e: Egress, n: usize, pause_prio3: bool) -> usize {
         let m = marking(EcnMode::Off, 0, 0, 0.0);
         let mut rng = Rng::new(1);
+        let off = per_queue(Mode::Off, 1 << 20);
         for _ in 0..n {
             for dscp in [24, 0] {
-                let (v, _) = e.offer(0, with_dscp(dscp, 1000), 0, Mode::Off, &m, &mut rng);
+                let (v, _) = e.offer(0, with_dscp(dscp, 1000), 0, &off, &m, &mut rng);
                 assert_eq!(v, Verdict::Queued);
             }
         }
@@ -683,7 +701,7 @@ pub(crate) mod tests {
 
     #[test]
     fn dwrr_shares_a_port_by_weight_where_strict_priority_starves_the_lower_class() {
-        let egress = || Egress::new("p", 1 << 20, 1_000_000_000, 1514);
+        let egress = || Egress::new("p", 1_000_000_000, 1514);
         // Strict: priority 3 takes the wire until it has nothing left.
         assert_eq!(serve_two_priorities(egress(), 400, false), 400);
         // Priority 0 weighted 3, priority 3 weighted 1: of the first 400 frames, while both

@@ -11,7 +11,7 @@
 //!
 //! Every egress drains at `--rate` bits per second (a frame occupies the wire for its length
 //! plus the 4-byte FCS; preamble and inter-frame gap are not counted, as in the simulator)
-//! from FIFOs of at most `--buffer` bytes each: one per priority (a packet's priority is its
+//! from FIFOs, one per priority (a packet's priority is its
 //! DSCP ÷ 8), served highest priority first — or, with `--dwrr`, shared by weight (IEEE
 //! 802.1Qaz ETS: deficit round robin between the weighted priorities, strict ones above them;
 //! [`Egress::with_dwrr`]) — and one control queue served above them all. Which frames the
@@ -20,22 +20,27 @@
 //! set-up exchange — in the control queue, kept apart from the RDMA class as production
 //! networks keep them; with `--classify ip` every IP packet, TCP included, by its DSCP, as a
 //! switch that trusts DSCP classifies, so that TCP and RDMA can be given classes of their
-//! own, only frames that are not IP (ARP, LLDP) in the control queue. A frame that
-//! would queue past its queue's buffer is dropped, unless it is lossless. An
+//! own, only frames that are not IP (ARP, LLDP) in the control queue. The queues' memory is
+//! `--buffer` bytes for each of them, or with `--shared-buffer` one pool for the whole switch
+//! from which a queue takes by a dynamic threshold (`--alpha`, Choudhury and Hahne), headroom
+//! reserved for the lossless priorities (`--headroom`) ([`mmu`]). A frame the memory has no
+//! room for is dropped, unless it is lossless. An
 //! ECN-capable IPv4 or IPv6 packet (ECT(0) or ECT(1)) joining a queue of `q` bytes is marked
 //! CE by the rule the simulator's switches use ([`irn_sim::net::Marking`]): RED
 //! between `--kmin` and `--kmax` with probability up to `--pmax` (DCQCN's marking, Zhu et al.,
 //! SIGCOMM 2015 §3), or every packet above `--kmin` (DCTCP's, RFC 8257 §3.1). Marking changes
 //! the ECN bits and the IPv4 header checksum only: the ICRC treats both as ones (RoCEv2 annex
 //! A17.8.1) and the UDP checksum does not cover them, so a marked RoCEv2 packet stays valid.
-//! Packets that are not ECN-capable are never marked, and dropped only when the buffer is
-//! full.
+//! Packets that are not ECN-capable are never marked, and dropped only when the buffer has
+//! no room for them.
 //!
 //! With `--pfc PRIOS` the frames of those priorities (DSCP-based PFC, seed 001 §3) are
 //! lossless: never dropped for a full queue, and each port
 //! counts what it brought in of each lossless priority and sends its upstream an 802.1Qbb
-//! pause for that priority once it passes `--xoff`, again every half pause time while it
-//! stays above, and a resume (0 quanta) once it drains two frames below ([`lossless`]).
+//! pause for that priority once it passes `--xoff` — in a shared pool, `--pfc-alpha` × what
+//! is free of its shared part, a threshold that falls as the pool fills — again every half
+//! pause time while it stays above, and a resume (0 quanta) once it is two frames below
+//! ([`lossless`]).
 //! `--pause` does the same with 802.3x PAUSE for the whole link (every frame lossless). A
 //! PFC or PAUSE frame that arrives on a port pauses that port's egress for its quanta — the
 //! priorities it names, or everything — and is not forwarded. Pause frames leave at once,
@@ -59,6 +64,7 @@
 
 pub mod egress;
 pub mod lossless;
+pub mod mmu;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -72,7 +78,8 @@ use irn_verbs::packet::{wait_any, PacketSocket};
 use irn_wire::ethernet::EtherType;
 use irn_wire::mac_control::{MacControl, MacControlRepr};
 use irn_wire::MacAddr;
-use lossless::{Lossless, Mode};
+use lossless::Mode;
+use mmu::{Buffer, Mmu};
 
 pub use egress::{parse_classify, Class, Classify, Egress, Queued, Verdict, MAX_LAG};
 
@@ -217,8 +224,25 @@ impl Bridge {
 pub struct Report {
     /// Every egress's rate, bits per second.
     pub rate_bps: u64,
-    /// Every egress's buffer per class, bytes.
+    /// How the memory is laid out: `"per-queue"` (`buffer_bytes` per queue) or `"shared"`
+    /// (one pool of `buffer_bytes`).
+    pub buffer_model: &'static str,
+    /// Per queue: every egress's buffer per class, bytes. Shared: the whole pool.
     pub buffer_bytes: u64,
+    /// Shared: the headroom reserved per (port, lossless priority), bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headroom_bytes: Option<u64>,
+    /// Shared: the headroom reserved in all, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    /// Shared: the dynamic threshold's α for lossy egress queues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<f64>,
+    /// Shared: the dynamic threshold's α at which a lossless ingress pauses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pfc_alpha: Option<f64>,
+    /// The most the switch ever held at once, every queue, bytes.
+    pub peak_buffer_bytes: u64,
     /// The ECN marking.
     pub ecn: EcnMode,
     /// The marking's K_min, bytes.
@@ -231,8 +255,9 @@ pub struct Report {
     pub pfc: Vec<u8>,
     /// 802.3x PAUSE on every port instead.
     pub pause: bool,
-    /// The ingress occupancy of a lossless priority above which a port pauses, bytes.
-    pub xoff_bytes: u64,
+    /// Per queue: the ingress occupancy of a lossless priority above which a port pauses,
+    /// bytes (`null` in a shared pool, whose threshold moves with its occupancy).
+    pub xoff_bytes: Option<u64>,
     /// Which frames the priorities hold: `"udp"` (the rest are control traffic) or `"ip"`.
     pub classify: Classify,
     /// How the priorities share each egress: `"strict"` or `"dwrr"`.
@@ -255,6 +280,16 @@ pub struct Options {
     pub rate_bps: u64,
     /// Egress buffer of every port and class, bytes (`--buffer`).
     pub buffer: u64,
+    /// One pool of this many bytes shared by every queue instead (`--shared-buffer`).
+    pub shared_buffer: Option<u64>,
+    /// The shared pool's dynamic threshold α for lossy egress queues (`--alpha`).
+    pub alpha: Option<f64>,
+    /// The shared pool's α at which a lossless ingress pauses (`--pfc-alpha`); absent:
+    /// `alpha`'s.
+    pub pfc_alpha: Option<f64>,
+    /// The shared pool's headroom per (port, lossless priority), bytes (`--headroom`);
+    /// absent: [`Options::headroom`]'s default.
+    pub headroom: Option<u64>,
     /// ECN marking at every egress (`--ecn`).
     pub ecn: EcnMode,
     /// Queue length from which packets are marked, bytes (`--kmin`).
@@ -290,6 +325,9 @@ pub struct Options {
     pub classify: Classify,
 }
 
+/// The round trip a shared pool's default headroom covers, µs ([`Options::headroom`]).
+pub const HEADROOM_RTT_US: u64 = 400;
+
 /// The largest DWRR weight `--dwrr` takes (the simulator's `network.dwrr_weights` bound).
 pub const MAX_DWRR_WEIGHT: u32 = 1000;
 
@@ -308,6 +346,36 @@ impl Options {
     /// The pause threshold per (port, priority), bytes.
     pub fn xoff(&self) -> u64 {
         self.xoff.unwrap_or(self.buffer / 4 * 3)
+    }
+
+    /// A shared pool's headroom per (port, lossless priority), bytes: what a port's link
+    /// still delivers after a pause leaves, over the software round trip of a user-space
+    /// switch and sender (400 µs, the runtime's, `irn_verbs`' BDP cap assumes it), plus two
+    /// largest frames (`max_frame` bytes) in flight either way.
+    pub fn headroom(&self, max_frame: u64) -> u64 {
+        self.headroom.unwrap_or(
+            (u128::from(self.rate_bps) * u128::from(HEADROOM_RTT_US) / 8 / 1_000_000) as u64
+                + 2 * max_frame,
+        )
+    }
+
+    /// The memory layout the options ask for, for frames up to `max_frame` bytes.
+    pub fn buffer_layout(&self, max_frame: u64) -> Buffer {
+        match self.shared_buffer {
+            None => Buffer::PerQueue {
+                bytes: self.buffer,
+                xoff: self.xoff(),
+            },
+            Some(bytes) => {
+                let alpha = self.alpha.unwrap_or(1.0);
+                Buffer::Shared {
+                    bytes,
+                    headroom: self.headroom(max_frame),
+                    alpha,
+                    pfc_alpha: self.pfc_alpha.unwrap_or(alpha),
+                }
+            }
+        }
     }
 
     /// The DWRR weights per priority, if the priorities share egresses by weight.
@@ -383,6 +451,7 @@ impl Options {
         if let Some(p) = self.pfc.iter().find(|&&p| p > 7) {
             return bad(format!("--pfc: priorities are 0 to 7, not {p}"));
         }
+        self.check_shared()?;
         if self.xoff.is_some_and(|x| x == 0 || x >= self.buffer) {
             return bad(format!(
                 "--xoff: must be above 0 and below --buffer ({}), leaving headroom",
@@ -421,6 +490,61 @@ impl Options {
     }
 }
 
+impl Options {
+    /// Refuses a shared pool's options that cannot mean anything: the pool's own without
+    /// `--shared-buffer`, the per-queue threshold with it, an α that is not a positive
+    /// number, a headroom that leaves no shared part.
+    fn check_shared(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Option(m));
+        let Some(bytes) = self.shared_buffer else {
+            for (flag, given) in [
+                ("--alpha", self.alpha.is_some()),
+                ("--pfc-alpha", self.pfc_alpha.is_some()),
+                ("--headroom", self.headroom.is_some()),
+            ] {
+                if given {
+                    return bad(format!(
+                        "{flag}: a setting of the shared pool; give --shared-buffer too"
+                    ));
+                }
+            }
+            return Ok(());
+        };
+        if self.xoff.is_some() {
+            return bad(
+                "--xoff: the fixed threshold of a per-queue buffer; a shared pool's moves with \
+                 what is free of it (--pfc-alpha)"
+                    .into(),
+            );
+        }
+        for (flag, a) in [("--alpha", self.alpha), ("--pfc-alpha", self.pfc_alpha)] {
+            if a.is_some_and(|a| !(a.is_finite() && a > 0.0)) {
+                return bad(format!(
+                    "{flag}: a positive number, not {}",
+                    a.unwrap_or(0.0)
+                ));
+            }
+        }
+        let lossless = match self.mode() {
+            Mode::Off => 0,
+            Mode::Pause => 1,
+            Mode::Pfc(mask) => u64::from(mask.count_ones()),
+        };
+        // The headroom is checked at the largest frame a 1500-byte MTU gives; the ports'
+        // real MTUs are known only once they are open.
+        let reserved = self.headroom(1514) * lossless * self.ports.len() as u64;
+        if reserved >= bytes {
+            return bad(format!(
+                "--shared-buffer: {bytes} bytes leave nothing to share once {} ports × {lossless} \
+                 lossless priorities reserve their headroom ({} bytes each, --headroom)",
+                self.ports.len(),
+                self.headroom(1514)
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Runs the switch until `--duration` or `--idle` stops it, and returns what it did.
 pub fn run(args: &Options) -> Result<Report, Error> {
     args.check()?;
@@ -453,8 +577,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         .iter()
         .zip(&args.ports)
         .map(|(s, p)| {
-            let e = Egress::new(p, args.buffer, args.rate_bps, s.mtu() + 14)
-                .with_classify(args.classify);
+            let e = Egress::new(p, args.rate_bps, s.mtu() + 14).with_classify(args.classify);
             match args.dwrr_weights() {
                 Some(w) => e.with_dwrr(&w),
                 None => e,
@@ -462,17 +585,16 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         })
         .collect();
     let mut bridge = Bridge::default();
-    let mode = args.mode();
-    let gap = 2 * egress
+    let max_frame = egress
         .iter()
         .map(|e| e.max_frame() as u64)
         .max()
         .unwrap_or(1514);
-    let mut lossless = Lossless::new(
-        mode,
+    let mut mmu = Mmu::new(
+        args.buffer_layout(max_frame),
+        args.mode(),
         &vec![args.rate_bps; socks.len()],
-        args.xoff(),
-        gap,
+        2 * max_frame,
         args.pause_quanta,
     );
     let start = Instant::now();
@@ -481,7 +603,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
     let mut buf = vec![0u8; 65_536];
     loop {
         let now = ns(Instant::now());
-        let mut controls: Vec<(usize, MacControlRepr)> = lossless.due(now);
+        let mut controls: Vec<(usize, MacControlRepr)> = mmu.due(now);
         for (e, s) in egress.iter_mut().zip(&socks) {
             while let Some(q) = e.take(now) {
                 match s.send(&q.frame) {
@@ -495,9 +617,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
                     }
                     Err(_) => e.counters.tx_errors += 1,
                 }
-                if let Some(f) = lossless.released(q.from, q.prio, q.frame.len() as u64) {
-                    controls.push((q.from, f));
-                }
+                mmu.released(q.from, q.prio, q.frame.len() as u64, &mut controls);
             }
         }
         send_controls(&socks, &mut egress, &mut controls);
@@ -513,7 +633,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         let wait_ns = egress
             .iter()
             .filter_map(Egress::next_departure)
-            .chain(lossless.next_refresh())
+            .chain(mmu.next_refresh())
             .min()
             .map_or(50_000_000, |t| t.saturating_sub(now))
             .min(50_000_000);
@@ -544,9 +664,9 @@ pub fn run(args: &Options) -> Result<Report, Error> {
                 }
                 for to in bridge.route(frame, from, socks.len()) {
                     let (verdict, prio) =
-                        egress[to].offer(at, frame.to_vec(), from, mode, &marking, &mut rng);
+                        egress[to].offer(at, frame.to_vec(), from, &mmu, &marking, &mut rng);
                     if matches!(verdict, Verdict::Queued | Verdict::Marked) {
-                        if let Some(f) = lossless.queued(from, prio, n as u64, at) {
+                        if let Some(f) = mmu.queued(from, prio, n as u64, at) {
                             let mut one = vec![(from, f)];
                             send_controls(&socks, &mut egress, &mut one);
                         }
@@ -558,16 +678,35 @@ pub fn run(args: &Options) -> Result<Report, Error> {
     for (e, s) in egress.iter_mut().zip(&socks) {
         e.counters.kernel_drops = s.kernel_drops().unwrap_or(0);
     }
+    let shared = match mmu.buffer() {
+        Buffer::Shared {
+            headroom,
+            alpha,
+            pfc_alpha,
+            ..
+        } => Some((headroom, alpha, pfc_alpha)),
+        Buffer::PerQueue { .. } => None,
+    };
     Ok(Report {
         rate_bps: args.rate_bps,
-        buffer_bytes: args.buffer,
+        buffer_model: if shared.is_some() {
+            "shared"
+        } else {
+            "per-queue"
+        },
+        buffer_bytes: args.shared_buffer.unwrap_or(args.buffer),
+        headroom_bytes: shared.map(|s| s.0),
+        reserved_bytes: shared.map(|_| mmu.reserved()),
+        alpha: shared.map(|s| s.1),
+        pfc_alpha: shared.map(|s| s.2),
+        peak_buffer_bytes: mmu.peak(),
         ecn: args.ecn,
         kmin_bytes: args.kmin,
         kmax_bytes: args.kmax,
         pmax: args.pmax,
         pfc: args.pfc.clone(),
         pause: args.pause,
-        xoff_bytes: args.xoff(),
+        xoff_bytes: shared.is_none().then(|| args.xoff()),
         classify: args.classify,
         scheduler: if args.dwrr.is_some() {
             "dwrr"
@@ -615,6 +754,10 @@ mod tests {
             ports: ports.iter().map(|s| s.to_string()).collect(),
             rate_bps: 1_000_000,
             buffer: 1000,
+            shared_buffer: None,
+            alpha: None,
+            pfc_alpha: None,
+            headroom: None,
             ecn: EcnMode::Red,
             kmin: 10,
             kmax: 20,
@@ -642,6 +785,10 @@ mod tests {
             ports: vec!["a".into(), "b".into()],
             rate_bps: 1_000_000,
             buffer: 1000,
+            shared_buffer: None,
+            alpha: None,
+            pfc_alpha: None,
+            headroom: None,
             ecn: EcnMode::Off,
             kmin: 10,
             kmax: 20,
@@ -702,6 +849,59 @@ mod tests {
         assert!(dwrr.check().is_ok());
         assert_eq!(dwrr.dwrr_weights(), Some([1, 0, 0, 3, 0, 0, 0, 0]));
         assert_eq!(base.dwrr_weights(), None);
+        // A shared pool: its settings need it, it refuses the per-queue threshold, and its
+        // headroom must leave something to share.
+        assert!(err(Options {
+            alpha: Some(0.5),
+            ..base.clone()
+        })
+        .contains("--alpha: a setting of the shared pool"));
+        let pool = Options {
+            shared_buffer: Some(1_000_000),
+            rate_bps: 1_000_000_000,
+            ..base.clone()
+        };
+        assert!(pool.check().is_ok());
+        // 1 Gb/s × 400 µs = 50 KB, and two 1514-byte frames.
+        assert_eq!(pool.headroom(1514), 53_028);
+        assert_eq!(
+            pool.buffer_layout(1514),
+            Buffer::Shared {
+                bytes: 1_000_000,
+                headroom: 53_028,
+                alpha: 1.0,
+                pfc_alpha: 1.0
+            }
+        );
+        assert!(err(Options {
+            xoff: Some(500),
+            ..pool.clone()
+        })
+        .contains("--xoff: the fixed threshold"));
+        assert!(err(Options {
+            pfc_alpha: Some(f64::NAN),
+            ..pool.clone()
+        })
+        .contains("--pfc-alpha: a positive number"));
+        assert!(err(Options {
+            shared_buffer: Some(100_000),
+            ..pool.clone()
+        })
+        .contains("--shared-buffer: 100000 bytes leave nothing to share"));
+        assert_eq!(
+            Options {
+                headroom: Some(1_000),
+                alpha: Some(2.0),
+                ..pool.clone()
+            }
+            .buffer_layout(1514),
+            Buffer::Shared {
+                bytes: 1_000_000,
+                headroom: 1_000,
+                alpha: 2.0,
+                pfc_alpha: 2.0
+            }
+        );
         let pause = Options {
             pause: true,
             pfc: Vec::new(),

@@ -6,10 +6,12 @@
 //! bytes of every lossless priority it has queued at any egress ([`Lossless::queued`]); above
 //! the XOFF threshold it sends its upstream a pause for that priority — under PAUSE, for the
 //! whole link once all its frames together pass it — and a resume (0 quanta) once it has
-//! drained a gap below ([`Lossless::released`]). A pause that must go on is sent again after
-//! half its time ([`Lossless::due`]), so that it never lapses while the queue stands. The
-//! threshold leaves headroom in the egress buffers for what the link still delivers after the
-//! pause leaves; lossless frames are never dropped for a full buffer.
+//! drained a gap below ([`Lossless::released`]), or once the threshold has risen a gap above
+//! it ([`Lossless::resume_below`]: a shared buffer's threshold rises as other queues drain).
+//! A pause that must go on is sent again after half its time ([`Lossless::due`]), so that it
+//! never lapses while the queue stands. The threshold, which the switch's memory sets
+//! ([`crate::mmu`]), leaves headroom for what the link still delivers after the pause
+//! leaves; lossless frames are never dropped for a full buffer.
 
 use irn_wire::mac_control::{MacControlRepr, PfcRepr};
 
@@ -56,9 +58,7 @@ struct Port {
 #[derive(Debug, Clone)]
 pub struct Lossless {
     mode: Mode,
-    /// Bytes above which an ingress (port, priority) pauses.
-    xoff: u64,
-    /// Resume this far below it.
+    /// Resume this far below the threshold.
     gap: u64,
     /// What a pause frame carries.
     quanta: u16,
@@ -68,12 +68,11 @@ pub struct Lossless {
 }
 
 impl Lossless {
-    /// Flow control `mode` over ports whose links run at `rates_bps`, pausing above `xoff`
-    /// bytes, resuming `gap` below, with pauses of `quanta`.
-    pub fn new(mode: Mode, rates_bps: &[u64], xoff: u64, gap: u64, quanta: u16) -> Lossless {
+    /// Flow control `mode` over ports whose links run at `rates_bps`, resuming `gap` bytes
+    /// below the threshold, with pauses of `quanta`.
+    pub fn new(mode: Mode, rates_bps: &[u64], gap: u64, quanta: u16) -> Lossless {
         Lossless {
             mode,
-            xoff,
             gap,
             quanta,
             pause_ns: rates_bps
@@ -108,19 +107,20 @@ impl Lossless {
     }
 
     /// A frame of `len` bytes and priority `prio` that arrived through `port` was queued at
-    /// `now` (ns): the pause to send back out of `port`, if its ingress just crossed XOFF.
+    /// `now` (ns): the pause to send back out of `port`, if its ingress just crossed `xoff`.
     pub fn queued(
         &mut self,
         port: usize,
         prio: Option<u8>,
         len: u64,
         now: u64,
+        xoff: u64,
     ) -> Option<MacControlRepr> {
         let k = self.slot(prio)?;
         let pause_ns = self.pause_ns[port];
         let p = &mut self.ports[port];
         p.held[k] += len;
-        if p.xoff & (1 << k) == 0 && p.held[k] > self.xoff {
+        if p.xoff & (1 << k) == 0 && p.held[k] > xoff {
             p.xoff |= 1 << k;
             p.refresh_at[k] = now + pause_ns / 2;
             return Some(self.frame(k, self.quanta));
@@ -129,17 +129,51 @@ impl Lossless {
     }
 
     /// A frame counted by [`Lossless::queued`] left its egress (sent or discarded): the
-    /// resume to send out of `port`, if its ingress just drained a gap below XOFF or emptied.
-    pub fn released(&mut self, port: usize, prio: Option<u8>, len: u64) -> Option<MacControlRepr> {
+    /// resume to send out of `port`, if its ingress just drained a gap below `xoff` or
+    /// emptied.
+    pub fn released(
+        &mut self,
+        port: usize,
+        prio: Option<u8>,
+        len: u64,
+        xoff: u64,
+    ) -> Option<MacControlRepr> {
         let k = self.slot(prio)?;
         let p = &mut self.ports[port];
         p.held[k] = p.held[k].saturating_sub(len);
         let held = p.held[k];
-        if p.xoff & (1 << k) != 0 && (held + self.gap <= self.xoff || held == 0) {
+        if p.xoff & (1 << k) != 0 && (held + self.gap <= xoff || held == 0) {
             p.xoff &= !(1 << k);
             return Some(self.frame(k, 0));
         }
         None
+    }
+
+    /// Resumes every paused (port, priority) now a gap below `xoff`, pushing (port, resume)
+    /// onto `out`: a threshold that rises (a shared buffer draining elsewhere) releases an
+    /// ingress that has not drained itself.
+    pub fn resume_below(&mut self, xoff: u64, out: &mut Vec<(usize, MacControlRepr)>) {
+        for i in 0..self.ports.len() {
+            let p = &mut self.ports[i];
+            if p.xoff == 0 {
+                continue;
+            }
+            let mut resumed = 0u8;
+            for k in 0..8 {
+                if p.xoff & (1 << k) != 0 && p.held[k] + self.gap <= xoff {
+                    resumed |= 1 << k;
+                }
+            }
+            p.xoff &= !resumed;
+            for k in (0..8).filter(|k| resumed & (1 << k) != 0) {
+                out.push((i, self.frame(k, 0)));
+            }
+        }
+    }
+
+    /// Whether a pause is in force anywhere.
+    pub fn any_paused(&self) -> bool {
+        self.ports.iter().any(|p| p.xoff != 0)
     }
 
     /// The pauses still in force whose refresh is due at `now`: (port, frame) to send again.
@@ -226,28 +260,29 @@ mod tests {
 
     #[test]
     fn a_lossless_ingress_pauses_above_xoff_refreshes_and_resumes_a_gap_below() {
-        let mut l = Lossless::new(Mode::Pfc(1 << 3), &[GBPS, GBPS], 10_000, 2_000, u16::MAX);
+        let mut l = Lossless::new(Mode::Pfc(1 << 3), &[GBPS, GBPS], 2_000, u16::MAX);
+        const X: u64 = 10_000;
         // Priority 0 is lossy: never counted, never paused.
-        assert_eq!(l.queued(0, Some(0), 50_000, 0), None);
-        assert_eq!(l.queued(0, None, 50_000, 0), None);
-        assert_eq!(l.queued(0, Some(3), 10_000, 0), None);
-        let xoff = l.queued(0, Some(3), 1, 0);
+        assert_eq!(l.queued(0, Some(0), 50_000, 0, X), None);
+        assert_eq!(l.queued(0, None, 50_000, 0, X), None);
+        assert_eq!(l.queued(0, Some(3), 10_000, 0, X), None);
+        let xoff = l.queued(0, Some(3), 1, 0, X);
         assert_eq!(
             xoff,
             Some(MacControlRepr::Pfc(PfcRepr::single(3, u16::MAX)))
         );
         // Once: the pause is in force.
-        assert_eq!(l.queued(0, Some(3), 5_000, 0), None);
+        assert_eq!(l.queued(0, Some(3), 5_000, 0, X), None);
         // 65 535 quanta at 1 Gb/s last 33.55 ms: refreshed after half.
         let half = 33_553_920 / 2;
         assert!(l.due(half - 1).is_empty());
         assert_eq!(l.next_refresh(), Some(half));
         assert_eq!(l.due(half), [(0, xoff.expect("xoff"))]);
         // Drained to the threshold: not yet; a gap below: resume, with 0 quanta.
-        assert_eq!(l.released(0, Some(3), 5_001), None);
-        assert_eq!(l.released(0, Some(3), 1_000), None);
+        assert_eq!(l.released(0, Some(3), 5_001, X), None);
+        assert_eq!(l.released(0, Some(3), 1_000, X), None);
         assert_eq!(
-            l.released(0, Some(3), 1_000),
+            l.released(0, Some(3), 1_000, X),
             Some(MacControlRepr::Pfc(PfcRepr::single(3, 0)))
         );
         assert!(l.due(u64::MAX).is_empty() && l.next_refresh().is_none());
@@ -257,15 +292,16 @@ mod tests {
 
     #[test]
     fn pause_counts_every_frame_of_the_link_and_stops_everything() {
-        let mut l = Lossless::new(Mode::Pause, &[GBPS], 1_000, 100, 100);
-        assert_eq!(l.queued(0, Some(0), 600, 0), None);
+        let mut l = Lossless::new(Mode::Pause, &[GBPS], 100, 100);
+        const X: u64 = 1_000;
+        assert_eq!(l.queued(0, Some(0), 600, 0, X), None);
         assert_eq!(
-            l.queued(0, None, 401, 0),
+            l.queued(0, None, 401, 0, X),
             Some(MacControlRepr::Pause { quanta: 100 })
         );
         assert_eq!(l.held(0, 0), 1_001);
         assert_eq!(
-            l.released(0, Some(5), 1_001),
+            l.released(0, Some(5), 1_001, X),
             Some(MacControlRepr::Pause { quanta: 0 })
         );
         // The receiving side: a PAUSE stops IP and non-IP frames alike; PFC one priority.

@@ -101,6 +101,7 @@ use nic::{Nic, RxPipeline};
 pub(crate) use packet::Msg;
 pub use packet::FRAME_OVERHEAD;
 use packet::{Ev, Events, Hop, CONTROL, REQ, RESP, WORKLOAD};
+pub use pfc::shared_xoff;
 use pfc::PauseTiming;
 use pfc::{default_headroom, xoff_threshold};
 pub use safety::{Deadlock, SafetyStats};

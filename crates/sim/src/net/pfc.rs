@@ -264,7 +264,7 @@ pub(super) fn xoff_threshold(buffer: u64, headroom: u64, mtu_wire: u64) -> u64 {
 /// The dynamic XOFF threshold of a shared-buffer switch: α times what is free of the shared
 /// part (the buffer less every port's headroom reservation, `reserved` together), and at least
 /// 2 KB.
-pub(super) fn shared_xoff(buffer: u64, reserved: u64, used: u64, alpha: f64) -> u64 {
+pub fn shared_xoff(buffer: u64, reserved: u64, used: u64, alpha: f64) -> u64 {
     let shared = buffer.saturating_sub(reserved);
     let free = shared.saturating_sub(used);
     ((alpha * free as f64) as u64).max(2048)
