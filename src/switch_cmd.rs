@@ -90,6 +90,15 @@ pub struct SwitchArgs {
     /// control traffic).
     #[arg(long, default_value = "udp", value_parser = irn_switch::parse_classify)]
     pub classify: irn_switch::Classify,
+    /// The fabric's intended configuration (TOML: `pfc`, `ecn`, `buffer_model`, `mtu`, `up`,
+    /// `[port.NAME]` tables, …), checked against what the switch runs: its settings at start,
+    /// its ports' MTU and link state every `--config-check` seconds. Each difference is said
+    /// on standard error as it comes and goes, and reported (`config_findings`).
+    #[arg(long, value_name = "FILE")]
+    pub intended: Option<PathBuf>,
+    /// How often the ports are checked against `--intended`, seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub config_check: f64,
     /// Write the counters here at exit (JSON) instead of to standard output.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -118,6 +127,12 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         pause_quanta: args.pause_quanta,
         dwrr: args.dwrr,
         classify: args.classify,
+        intended: args
+            .intended
+            .as_deref()
+            .map(irn_switch::intended::Intended::load)
+            .transpose()?,
+        config_check: args.config_check,
     })?;
     let text = serde_json::to_string_pretty(&report)? + "\n";
     match &args.json {

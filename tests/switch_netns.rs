@@ -10,8 +10,9 @@
 //! congestion control the buffer overflows; with DCQCN (the receiver sends CNPs), DCTCP (the
 //! receiver echoes marks) or AIMD (echoes and losses halve its window) the senders slow down
 //! before it does: drops fall several-fold, goodput holds and the senders share the port
-//! (medians of three rounds). Every run verifies every byte. Needs root,
-//! iproute2 and ethtool; without them it says why, and in CI fails.
+//! (medians of three rounds). Every run verifies every byte. The same switch checks its own
+//! configuration against an intended one, and reports drift as it comes and goes. Needs
+//! root, iproute2 and ethtool; without them it says why, and in CI fails.
 
 mod common;
 use common::netns::Star;
@@ -210,4 +211,122 @@ fn congestion_control_holds_goodput_and_cuts_drops_at_a_marking_bottleneck() {
         }
     }
     eprintln!("{report}");
+}
+
+/// Configuration monitoring on a real switch (seed 001 §5.1, SPEC N9): `irn switch
+/// --intended FILE` checks its settings against the fabric's intended configuration when it
+/// starts and its ports every `--config-check` seconds. Started with ECN off where the
+/// intent says RED, it reports that at once and for the whole run; a port the intent names
+/// and the switch lacks is reported absent; an MTU changed under the running switch and a
+/// link taken down are each found by the next check and cleared once set right — said on
+/// standard error as they come and go, and in the report with when.
+#[test]
+fn the_switch_reports_its_drift_from_the_intended_configuration_as_it_comes_and_goes() {
+    const TEST: &str =
+        "the_switch_reports_its_drift_from_the_intended_configuration_as_it_comes_and_goes";
+    let Some(star) = Star::setup(TEST, "c", 241, 2) else {
+        return;
+    };
+    let (p0, p1) = (&star.ports[0], &star.ports[1]);
+    let intended = std::env::temp_dir().join(format!("irn-intended-{}.toml", std::process::id()));
+    std::fs::write(
+        &intended,
+        format!(
+            "pfc = [3]\necn = \"red\"\nbuffer_model = \"per-queue\"\nmtu = 1500\nup = true\n\
+             [port.{p1}]\nmtu = 1500\n[port.gone0]\nup = true\n"
+        ),
+    )
+    .expect("the intended file");
+    // A veth end set up comes up a moment later (the kernel's link watch): the test starts
+    // from links up, so that each drift below is its own doing.
+    let operstate = |p: &str| {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &star.switch, "cat"])
+            .arg(format!("/sys/class/net/{p}/operstate"))
+            .output()
+            .expect("cat operstate");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for _ in 0..100 {
+        if [p0, p1].iter().all(|p| operstate(p) == "up") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let sw = star.start_switch(
+        "intended",
+        &[
+            "--pfc",
+            "3",
+            "--ecn",
+            "off",
+            "--intended",
+            &intended.to_string_lossy(),
+            "--config-check",
+            "0.1",
+            "--duration",
+            "4",
+        ],
+    );
+    let link = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &star.switch, "link", "set"])
+            .args(args)
+            .output()
+            .expect("ip link set");
+        assert!(out.status.success(), "ip link set {args:?}: {}", text(&out));
+    };
+    let pause = |ms| std::thread::sleep(std::time::Duration::from_millis(ms));
+    pause(500);
+    link(&[p0, "mtu", "1400"]);
+    pause(500);
+    link(&[p0, "mtu", "1500"]);
+    pause(300);
+    link(&[p1, "down"]);
+    pause(500);
+    link(&[p1, "up"]);
+    let (report, log) = sw.report_and_log(30);
+    let _ = std::fs::remove_file(&intended);
+    let what = format!("{report:#}\n{log}");
+    let findings = report["config_findings"].as_array().expect("findings");
+    let find = |port: Option<&str>, key: &str| {
+        findings
+            .iter()
+            .find(|f| f["port"].as_str() == port && f["key"] == key)
+            .unwrap_or_else(|| panic!("no finding for {port:?} {key}: {what}"))
+    };
+    // Started wrong: found at once, never cleared.
+    let ecn = find(None, "ecn");
+    assert_eq!(
+        (&ecn["intended"], &ecn["running"]),
+        (&"red".into(), &"off".into()),
+        "{what}"
+    );
+    assert_eq!(ecn["found_s"], 0.0, "{what}");
+    assert!(ecn["cleared_s"].is_null(), "{what}");
+    let absent = find(Some("gone0"), "present");
+    assert_eq!(absent["running"], "absent", "{what}");
+    // Drifted while running: found after the change, cleared after it was undone.
+    let mtu = find(Some(p0), "mtu");
+    assert_eq!(mtu["running"], "1400", "{what}");
+    let down = find(Some(p1), "up");
+    assert_eq!(down["running"], "down", "{what}");
+    for f in [mtu, down] {
+        let (found, cleared) = (f["found_s"].as_f64(), f["cleared_s"].as_f64());
+        assert!(found.is_some_and(|t| t > 0.3), "{what}");
+        assert!(cleared.is_some_and(|c| c > found.unwrap_or(0.0)), "{what}");
+    }
+    // Nothing else: PFC, the buffer model and the other MTUs are as intended.
+    assert_eq!(findings.len(), 4, "{what}");
+    assert!(
+        report["config_checks"].as_u64().is_some_and(|n| n >= 10),
+        "{what}"
+    );
+    assert!(
+        log.contains(&format!(
+            "configuration drift: port {p0}: mtu is 1400, intended 1500"
+        )) && log.contains(&format!("configuration: port {p0}: mtu is 1500 again"))
+            && log.contains("configuration drift: ecn is off, intended red"),
+        "{what}"
+    );
 }

@@ -288,7 +288,13 @@ pub struct RunningSwitch {
 impl RunningSwitch {
     /// Waits for the switch to stop by itself (at most `secs`), checks that it ended well,
     /// and returns its report.
-    pub fn report(mut self, secs: u64) -> serde_json::Value {
+    pub fn report(self, secs: u64) -> serde_json::Value {
+        self.report_and_log(secs).0
+    }
+
+    /// [`RunningSwitch::report`], and what the switch said on standard error after it
+    /// started forwarding.
+    pub fn report_and_log(mut self, secs: u64) -> (serde_json::Value, String) {
         use std::io::Read;
         let sw = super::finish(self.child, secs);
         let mut rest = String::new();
@@ -298,7 +304,7 @@ impl RunningSwitch {
             serde_json::from_str(&std::fs::read_to_string(&self.json).expect("the switch's JSON"))
                 .expect("JSON");
         let _ = std::fs::remove_file(&self.json);
-        report
+        (report, rest)
     }
 }
 

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use irn_sim::net::sched::{self, Dwrr, Weights};
 use irn_sim::net::Marking;
@@ -43,7 +43,7 @@ pub enum Verdict {
 
 /// Which frames an egress classifies by DSCP into the eight priorities (`--classify`); the
 /// rest go to the control queue, served above them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Classify {
     /// UDP only: the RDMA traffic (RoCEv2 — to port 4791 from an RDMA NIC or rxe, to

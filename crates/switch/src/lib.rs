@@ -63,6 +63,7 @@
 #![warn(missing_docs)]
 
 pub mod egress;
+pub mod intended;
 pub mod lossless;
 pub mod mmu;
 
@@ -71,6 +72,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use intended::{ConfigFinding, ConfigMonitor, Intended, PortState};
 use irn_sim::config::{EcnMode, SwitchConfig};
 use irn_sim::net::Marking;
 use irn_transport::rng::Rng;
@@ -265,6 +267,13 @@ pub struct Report {
     /// Under DWRR, each priority's weight (0: strict).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dwrr_weights: Option<[u32; 8]>,
+    /// With `--intended`: every difference between what the switch ran and what was
+    /// intended, with when a check found it and when one found it set right.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_findings: Option<Vec<ConfigFinding>>,
+    /// With `--intended`: the checks of the ports made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_checks: Option<u64>,
     /// How long the switch ran.
     pub seconds: f64,
     /// Per port, in the order given.
@@ -323,6 +332,11 @@ pub struct Options {
     /// Which frames are classified by DSCP into the priorities (`--classify`); the rest are
     /// control traffic, served above them.
     pub classify: Classify,
+    /// The fabric's intended configuration, checked against what the switch runs
+    /// (`--intended FILE`, [`intended`]).
+    pub intended: Option<Intended>,
+    /// How often the ports are checked against it, seconds (`--config-check`).
+    pub config_check: f64,
 }
 
 /// The round trip a shared pool's default headroom covers, µs ([`Options::headroom`]).
@@ -481,7 +495,11 @@ impl Options {
         if self.pause_quanta == 0 {
             return bad("--pause-quanta: a pause of 0 quanta is a resume; at least 1".into());
         }
-        for (flag, v) in [("--duration", self.duration), ("--idle", self.idle)] {
+        for (flag, v) in [
+            ("--duration", self.duration),
+            ("--idle", self.idle),
+            ("--config-check", Some(self.config_check)),
+        ] {
             if v.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
                 return bad(format!("{flag}: a positive number of seconds"));
             }
@@ -599,10 +617,30 @@ pub fn run(args: &Options) -> Result<Report, Error> {
     );
     let start = Instant::now();
     let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
+    // Configuration monitoring: the settings once, the ports now and every --config-check.
+    let mut monitor = args.intended.clone().map(ConfigMonitor::new);
+    let check_every = (args.config_check * 1e9) as u64;
+    let mut next_check = 0;
+    if let Some(m) = monitor.as_mut() {
+        for change in m.check_settings(&args.running(mmu.buffer()), 0.0) {
+            eprintln!("irn switch: {change}");
+        }
+    }
     let mut last_rx: Option<u64> = None;
     let mut buf = vec![0u8; 65_536];
     loop {
         let now = ns(Instant::now());
+        if let Some(m) = monitor.as_mut().filter(|_| now >= next_check) {
+            let ports: Vec<(String, PortState)> = args
+                .ports
+                .iter()
+                .map(|p| (p.clone(), PortState::read(p)))
+                .collect();
+            for change in m.check_ports(&ports, now as f64 / 1e9) {
+                eprintln!("irn switch: {change}");
+            }
+            next_check = now + check_every;
+        }
         let mut controls: Vec<(usize, MacControlRepr)> = mmu.due(now);
         for (e, s) in egress.iter_mut().zip(&socks) {
             while let Some(q) = e.take(now) {
@@ -634,6 +672,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
             .iter()
             .filter_map(Egress::next_departure)
             .chain(mmu.next_refresh())
+            .chain(monitor.as_ref().map(|_| next_check))
             .min()
             .map_or(50_000_000, |t| t.saturating_sub(now))
             .min(50_000_000);
@@ -714,6 +753,8 @@ pub fn run(args: &Options) -> Result<Report, Error> {
             "strict"
         },
         dwrr_weights: args.dwrr_weights(),
+        config_checks: monitor.as_ref().map(|m| m.checks),
+        config_findings: monitor.map(|m| m.findings),
         seconds: start.elapsed().as_secs_f64(),
         ports: egress.into_iter().map(|e| e.counters).collect(),
     })
@@ -771,6 +812,8 @@ mod tests {
             pause_quanta: u16::MAX,
             dwrr: None,
             classify: Classify::Udp,
+            intended: None,
+            config_check: 1.0,
         };
         let err = |a: Options| a.check().expect_err("refused").to_string();
         assert!(err(args(&["a"], 0.1)).contains("--port"));
@@ -802,6 +845,8 @@ mod tests {
             pause_quanta: u16::MAX,
             dwrr: None,
             classify: Classify::Udp,
+            intended: None,
+            config_check: 1.0,
         };
         assert!(base.check().is_ok());
         assert_eq!(base.mode(), Mode::Pfc(0b1000));
