@@ -501,6 +501,14 @@ pub struct TransportConfig {
     /// Congestion control: `none` (default), `dcqcn`, `timely`, `dctcp` or `aimd`; parameters
     /// in `[cc]`.
     pub cc: CcKind,
+    /// DCQCN or TIMELY also backs off on losses (a sequence NAK, a timeout): DCQCN as on a
+    /// CNP, TIMELY by halving its rate, at most once per `cc_backoff_interval_us` (IRN §4.3's
+    /// variant for go-back-N; `irn_transport::cc::backoff`). Default false: the controllers
+    /// read congestion from marks and delay only, as published.
+    pub cc_backoff_on_loss: bool,
+    /// With `cc_backoff_on_loss`: at most one back-off per this many µs. Default 50 (DCQCN's
+    /// CNP interval: a notification point's signal rate).
+    pub cc_backoff_interval_us: f64,
     /// Operation of every flow: `write` (default), `send`, `read`.
     pub op: FlowOp,
     /// Carry real payload bytes and check every delivered byte (slower). Default false.
@@ -587,6 +595,8 @@ impl Default for TransportConfig {
             roce_rto_us: 320.0,
             roce_timeout_with_pfc: false,
             cc: CcKind::None,
+            cc_backoff_on_loss: false,
+            cc_backoff_interval_us: 50.0,
             op: FlowOp::Write,
             payload: false,
             reorder_buffer: irn_transport::DEFAULT_REORDER_BUFFER,

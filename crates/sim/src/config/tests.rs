@@ -167,6 +167,35 @@ fn tcp_model_keys_are_checked() {
     }
 }
 
+/// Backing off on loss (IRN §4.3's go-back-N variant) is for the rate controllers only.
+#[test]
+fn backing_off_on_loss_needs_a_rate_controller() {
+    let on = "transport.cc_backoff_on_loss=true";
+    load("", &["transport.cc=timely", on]).expect("TIMELY");
+    load("", &["transport.cc=dcqcn", "switch.ecn=red", on]).expect("DCQCN");
+    for cc in ["none", "dctcp", "aimd"] {
+        let set = format!("transport.cc={cc}");
+        let e = load("", &[&set, "switch.ecn=threshold", on]).expect_err(cc);
+        assert!(
+            e.to_string().contains("transport.cc_backoff_on_loss"),
+            "{cc}: {e}"
+        );
+    }
+    let e = load(
+        "",
+        &[
+            "transport.cc=timely",
+            on,
+            "transport.cc_backoff_interval_us=-1",
+        ],
+    )
+    .expect_err("a negative interval");
+    assert!(
+        e.to_string().contains("transport.cc_backoff_interval_us"),
+        "{e}"
+    );
+}
+
 #[test]
 fn runs_sets_and_sweeps_combine() {
     let text = r#"

@@ -103,6 +103,20 @@ impl SimConfig {
             )?,
             CcKind::None => {}
         }
+        if self.transport.cc_backoff_on_loss {
+            check(
+                matches!(self.transport.cc, CcKind::Dcqcn | CcKind::Timely),
+                "transport.cc_backoff_on_loss",
+                "backs off a rate controller: needs transport.cc = \"dcqcn\" or \"timely\" \
+                 (dctcp and aimd already cut their window on a loss; none has nothing to cut)",
+            )?;
+            let i = self.transport.cc_backoff_interval_us;
+            check(
+                i.is_finite() && i >= 0.0,
+                "transport.cc_backoff_interval_us",
+                "must be a number of µs, 0 or more",
+            )?;
+        }
         // Only DCQCN controls Read responses: its CNPs reach the responder; the others' signals
         // (ACK round trips, echoes, losses) come from request ACKs only.
         check(

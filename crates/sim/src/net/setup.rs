@@ -6,14 +6,28 @@ use super::packet::{FRAME_OVERHEAD, VLAN_TAG_LEN};
 use crate::config::{us, CcKind, Recovery, SimConfig};
 use crate::topology::Topology;
 use irn_transport::{
-    bdp_cap_packets, ControllerFactory, DcqcnFactory, Dur, HoleRule, NoCcFactory, QpAttr, QpConfig,
-    RecoveryConfig, RtoPolicy, TcpModel, TimelyFactory, WindowAlgorithm, WindowConfig,
-    WindowFactory,
+    bdp_cap_packets, BackoffOnLossFactory, ControllerFactory, DcqcnFactory, Dur, HoleRule,
+    NoCcFactory, QpAttr, QpConfig, RecoveryConfig, RtoPolicy, TcpModel, TimelyFactory,
+    WindowAlgorithm, WindowConfig, WindowFactory,
 };
 use std::sync::Arc;
 
-/// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`).
+/// The congestion controller every queue pair of the run gets (`transport.cc`, `[cc]`), backing
+/// off on losses too with `transport.cc_backoff_on_loss`.
 pub(super) fn cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
+    let own = own_cc_factory(cfg, bdp_cap, rtt);
+    if cfg.transport.cc_backoff_on_loss {
+        Arc::new(BackoffOnLossFactory {
+            inner: own,
+            interval: us(cfg.transport.cc_backoff_interval_us),
+        })
+    } else {
+        own
+    }
+}
+
+/// The congestion controller of `transport.cc` as published.
+fn own_cc_factory(cfg: &SimConfig, bdp_cap: u32, rtt: Dur) -> Arc<dyn ControllerFactory> {
     let tcp = cfg.transport.recovery == Recovery::Tcp;
     match cfg.transport.cc {
         CcKind::None if !tcp => Arc::new(NoCcFactory),

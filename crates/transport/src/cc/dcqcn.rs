@@ -296,6 +296,12 @@ impl Controller for Dcqcn {
         self.next_increase = Some(now + self.jittered(self.cfg.increase_period));
     }
 
+    /// A loss backs off as a CNP does: the reaction point cuts its rate by α/2 and starts
+    /// its recovery anew.
+    fn back_off(&mut self, now: Time) {
+        self.on_cnp(now);
+    }
+
     fn next_timer(&self) -> Option<Time> {
         self.next_increase
     }

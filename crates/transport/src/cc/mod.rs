@@ -10,7 +10,8 @@
 //!
 //! Controllers: [`NoCc`] (line rate, IRN's default), [`dcqcn`] (rate, from CNPs), [`timely`]
 //! (rate, from the RTT gradient), and [`window`]'s AIMD and DCTCP (window, from losses and ECN
-//! echoes). The queue pair does the signalling around them: as notification point it answers
+//! echoes). [`backoff`] makes a rate controller back off on losses too (IRN §4.3's variant
+//! for go-back-N). The queue pair does the signalling around them: as notification point it answers
 //! CE-marked packets with at most one CNP per `QpConfig::cnp_interval`; as responder it sets
 //! BTH's BECN bit in the ACK of a CE-marked packet; as requester it paces data packets at
 //! [`Controller::rate_bps`] and stops sending new ones at [`Controller::window`] (control
@@ -20,10 +21,12 @@ use core::fmt::Debug;
 
 use crate::time::{Dur, Time};
 
+pub mod backoff;
 pub mod dcqcn;
 pub mod timely;
 pub mod window;
 
+pub use backoff::{BackoffOnLoss, BackoffOnLossFactory};
 pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory, DcqcnParams};
 pub use timely::{Timely, TimelyConfig, TimelyFactory, TimelyParams};
 pub use window::{WindowAlgorithm, WindowCc, WindowConfig, WindowFactory, WindowParams};
@@ -132,6 +135,12 @@ pub trait Controller: Debug + Send {
 
     /// The retransmission timer expired.
     fn on_timeout(&mut self, _now: Time) {}
+
+    /// Back off as on a sign of severe congestion: asked on losses only when the run wants
+    /// a rate controller to react to them ([`BackoffOnLoss`]). A controller with no reaction
+    /// of its own (none, or a window that already reacts to [`Controller::on_loss`]) ignores
+    /// it.
+    fn back_off(&mut self, _now: Time) {}
 
     /// The controller's own next deadline, if it has one.
     fn next_timer(&self) -> Option<Time> {

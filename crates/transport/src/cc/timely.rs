@@ -151,6 +151,14 @@ impl Controller for Timely {
         }
     }
 
+    /// A loss halves the rate, as TCP halves its window on one (RFC 5681 §3.1), within the
+    /// floor; the gradient's state is kept.
+    fn back_off(&mut self, _now: Time) {
+        let floor = (self.cfg.min_rate_bps.max(1) as f64).min(self.line);
+        self.rate = (self.rate / 2.0).max(floor);
+        self.negatives = 0;
+    }
+
     fn rate_bps(&self) -> Option<u64> {
         (self.rate < self.line).then_some(self.rate as u64)
     }
