@@ -78,6 +78,12 @@ pub struct SwitchArgs {
     /// The pause time a pause frame carries, in quanta of 512 bit times.
     #[arg(long, default_value_t = u16::MAX)]
     pub pause_quanta: u16,
+    /// The link rate pause quanta are counted at (512 bit times each), e.g. `10g`: the time
+    /// the switch's pauses last (it refreshes them at half) and the time those it receives
+    /// hold a port. Default: each port's link speed (a veth reports 10 Gb/s, as the hosts'
+    /// `--pause-rate` defaults to), or `--rate` when it reports none.
+    #[arg(long, value_parser = irn_switch::parse_rate)]
+    pub pause_rate: Option<u64>,
     /// Share each egress between the priorities by DWRR (IEEE 802.1Qaz ETS) instead of
     /// strict priority: one weight per priority 0 to 7, e.g. `1,0,0,3,0,0,0,0`; 0 keeps a
     /// priority strict (above the weighted ones), and a unit of weight is one largest frame
@@ -125,6 +131,7 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         pause: args.pause,
         xoff: args.xoff,
         pause_quanta: args.pause_quanta,
+        pause_rate: args.pause_rate,
         dwrr: args.dwrr,
         classify: args.classify,
         intended: args

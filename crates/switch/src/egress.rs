@@ -143,6 +143,8 @@ pub struct Egress {
     /// Largest frame the port sends (its MTU plus the Ethernet header).
     max_frame: usize,
     rate_bps: u64,
+    /// The rate the pause frames this port receives count their quanta at.
+    pause_rate_bps: u64,
     /// When the wire is free for the next frame.
     free_at: u64,
     /// Counters (the switch fills in the receive side).
@@ -161,12 +163,22 @@ impl Egress {
             paused: PausedUntil::default(),
             max_frame,
             rate_bps,
+            pause_rate_bps: rate_bps,
             free_at: 0,
             counters: PortCounters {
                 port: port.to_string(),
+                pause_rate_bps: rate_bps,
                 ..PortCounters::default()
             },
         }
+    }
+
+    /// Counts the quanta of the pause frames the port receives at `bps`, its link's speed
+    /// (512 bit times each, IEEE 802.3 Annex 31B), rather than at the rate it drains at.
+    pub fn with_pause_rate(mut self, bps: u64) -> Egress {
+        self.pause_rate_bps = bps.max(1);
+        self.counters.pause_rate_bps = self.pause_rate_bps;
+        self
     }
 
     /// Classifies `classify`'s frames by DSCP (UDP only without it).
@@ -246,7 +258,7 @@ impl Egress {
     /// time (a later frame replaces an earlier one's; 0 quanta resumes).
     pub fn pause(&mut self, frame: &MacControlRepr, now: u64) {
         self.counters.pause_received += 1;
-        self.paused.apply(frame, now, self.rate_bps);
+        self.paused.apply(frame, now, self.pause_rate_bps);
     }
 
     /// The priority the frames of queue `c` have (`None`: control traffic).
@@ -665,6 +677,28 @@ pub(crate) mod tests {
         e.offer(60_000, tcp, 0, pfc, &m, &mut rng);
         assert!(e.take(60_000).is_none());
         assert_eq!(e.counters.pause_received, 2);
+    }
+
+    #[test]
+    fn pause_quanta_count_at_the_links_speed_not_the_drain_rate() {
+        let m = marking(EcnMode::Off, 0, 0, 0.0);
+        let mut rng = Rng::new(1);
+        let pfc = irn_wire::mac_control::PfcRepr::single(3, 100);
+        let off = per_queue(Mode::Off, 1 << 20);
+        // Draining at 300 Mb/s over a 10 Gb/s link: 100 quanta are 5.12 µs of the link's
+        // time, not the 170.7 µs they would be at the drain rate.
+        for (e, until) in [
+            (Egress::new("p", 300_000_000, 1514), 170_666),
+            (
+                Egress::new("p", 300_000_000, 1514).with_pause_rate(10_000_000_000),
+                5_120,
+            ),
+        ] {
+            let mut e = e;
+            e.offer(0, with_dscp(26, 1000), 0, &off, &m, &mut rng);
+            e.pause(&MacControlRepr::Pfc(pfc), 0);
+            assert_eq!(e.next_departure(), Some(until));
+        }
     }
 
     /// Serves an egress holding `n` frames of `len` bytes at each of DSCPs 24 (priority 3)

@@ -489,6 +489,7 @@ mod tests {
             pause: false,
             xoff: None,
             pause_quanta: u16::MAX,
+            pause_rate: None,
             dwrr: None,
             classify: Classify::Udp,
             intended: None,

@@ -136,6 +136,9 @@ pub struct PortCounters {
     pub marked: u64,
     /// Frames larger than this port's MTU allows (an offloaded super-frame): dropped.
     pub oversize: u64,
+    /// The link rate the port counts pause quanta at, bits per second (its pauses' times
+    /// and those it receives).
+    pub pause_rate_bps: u64,
     /// The longest a queue of this egress has been, bytes.
     pub peak_queue_bytes: u64,
     /// Frames the kernel dropped before the switch read them (the socket's receive buffer
@@ -325,6 +328,10 @@ pub struct Options {
     pub xoff: Option<u64>,
     /// The pause time a pause frame carries, quanta of 512 bit times (`--pause-quanta`).
     pub pause_quanta: u16,
+    /// The link rate pause quanta are counted at, on every port, bits per second
+    /// (`--pause-rate`); absent: each port's link speed ([`irn_verbs::packet::link_speed`]:
+    /// a veth reports 10 Gb/s), or `rate_bps` when it reports none.
+    pub pause_rate: Option<u64>,
     /// The priorities share each egress by DWRR with these weights, one per priority 0 to
     /// 7, 0 for a strict one (`--dwrr`, IEEE 802.1Qaz ETS: [`Egress::with_dwrr`]); absent:
     /// strict priority.
@@ -591,11 +598,25 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         ..SwitchConfig::default()
     });
     let mut rng = Rng::new(args.seed);
+    // Pause quanta are 512 bit times of the link (IEEE 802.3 Annex 31B): what the hosts'
+    // NICs count them at, whatever rate the switch drains its egresses at.
+    let pause_rates: Vec<u64> = args
+        .ports
+        .iter()
+        .map(|p| {
+            args.pause_rate
+                .or_else(|| irn_verbs::packet::link_speed(p))
+                .unwrap_or(args.rate_bps)
+        })
+        .collect();
     let mut egress: Vec<Egress> = socks
         .iter()
         .zip(&args.ports)
-        .map(|(s, p)| {
-            let e = Egress::new(p, args.rate_bps, s.mtu() + 14).with_classify(args.classify);
+        .zip(&pause_rates)
+        .map(|((s, p), &pause_rate)| {
+            let e = Egress::new(p, args.rate_bps, s.mtu() + 14)
+                .with_classify(args.classify)
+                .with_pause_rate(pause_rate);
             match args.dwrr_weights() {
                 Some(w) => e.with_dwrr(&w),
                 None => e,
@@ -611,7 +632,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
     let mut mmu = Mmu::new(
         args.buffer_layout(max_frame),
         args.mode(),
-        &vec![args.rate_bps; socks.len()],
+        &pause_rates,
         2 * max_frame,
         args.pause_quanta,
     );
@@ -810,6 +831,7 @@ mod tests {
             pause: false,
             xoff: None,
             pause_quanta: u16::MAX,
+            pause_rate: None,
             dwrr: None,
             classify: Classify::Udp,
             intended: None,
@@ -843,6 +865,7 @@ mod tests {
             pause: false,
             xoff: None,
             pause_quanta: u16::MAX,
+            pause_rate: None,
             dwrr: None,
             classify: Classify::Udp,
             intended: None,

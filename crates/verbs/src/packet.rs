@@ -34,6 +34,15 @@ fn read_sys(iface: &str, what: &str) -> io::Result<String> {
         .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
 }
 
+/// An interface's speed from `/sys/class/net/IFACE/speed` (Mb/s there), in bits per second:
+/// the rate its PHY counts pause quanta at (512 bit times each, IEEE 802.3 Annex 31B). `None`
+/// when it reports none (a link down, a virtual interface without a speed).
+pub fn link_speed(iface: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
+    let mbps: i64 = text.trim().parse().ok()?;
+    (mbps > 0).then(|| mbps as u64 * 1_000_000)
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<MacAddr> {
     let mut out = [0u8; 6];

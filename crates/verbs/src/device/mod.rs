@@ -391,7 +391,7 @@ impl Device {
             payload: lent::Gathered::with_capacity(MAX_DATAGRAM),
             pause: pause_sock.as_ref().map(|s| {
                 let rate = match cfg.pause_link_bps {
-                    0 => link_speed(s.iface()).unwrap_or(1_000_000_000),
+                    0 => crate::packet::link_speed(s.iface()).unwrap_or(1_000_000_000),
                     r => r,
                 };
                 Box::new(pause::PauseIn::new(
@@ -660,12 +660,4 @@ pub struct RemoteQp {
     pub qpn: u32,
     /// The first PSN it sends.
     pub psn: u32,
-}
-
-/// An interface's speed from `/sys/class/net/IFACE/speed` (Mb/s there), in bits per second;
-/// `None` when it reports none (a veth, a link down).
-fn link_speed(iface: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")).ok()?;
-    let mbps: i64 = text.trim().parse().ok()?;
-    (mbps > 0).then(|| mbps as u64 * 1_000_000)
 }
