@@ -195,8 +195,10 @@ fn pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_dro
 }
 
 /// Sends PFC frames pausing priority 3 for their longest time out of interface `iface` of
-/// namespace `ns`, every millisecond until `stop`: a peer stuck pausing (a thread of this
-/// test, moved into the namespace). 65 535 quanta last 3.4 ms at a veth's 10 Gb/s.
+/// namespace `ns`, every 10 ms until `stop`: a peer stuck pausing (a thread of this test,
+/// moved into the namespace). The tests that use it count quanta at the switch's rate on
+/// both ends (`--pause-rate`), where 65 535 quanta last 34–56 ms: a late wake-up of this
+/// thread leaves no gap (at a veth's 10 Gb/s they would last 3.4 ms).
 fn pauser(
     ns: &str,
     iface: &str,
@@ -224,7 +226,7 @@ fn pauser(
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             sock.send(&buf[..n]).expect("send");
             sent += 1;
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(10));
         }
         sent
     })
@@ -244,7 +246,11 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
     let run = |watchdog: Option<&str>| {
         let sw = star.start_switch(
             &format!("pfc-wd-{}", watchdog.is_some()),
-            &[&PFC_SWITCH[..], &["--duration", "4"]].concat(),
+            &[
+                &PFC_SWITCH[..],
+                &["--pause-rate", "300m", "--duration", "4"],
+            ]
+            .concat(),
         );
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let pausing = pauser(&star.hosts[2], "e0", stop.clone());
@@ -268,6 +274,8 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
             "104",
             "--pause-iface",
             "e0",
+            "--pause-rate",
+            "300m",
         ];
         if let Some(ms) = watchdog {
             args.extend(["--pause-watchdog-ms", ms]);
@@ -515,7 +523,7 @@ fn classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma() {
 /// victim. The first flow's queue (RoCE's 128 unacknowledged packets, and their go-back-N
 /// resends) stands at the switch. With 100 KB per queue and a fixed 30 KB threshold, the
 /// sender's ingress crosses it: the switch pauses the sender's link, and with it the victim,
-/// which waits until the slow receiver drains. With one 3 MB pool shared by dynamic
+/// which waits until the slow receiver drains. With one 4 MB pool shared by dynamic
 /// threshold, the switch holds the standing queue without pausing anyone, and the victim
 /// runs at the speed of its free path. Nothing is dropped in either; every victim byte is
 /// verified.
@@ -545,6 +553,8 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
             "104",
             "--pause-iface",
             "e0",
+            "--pause-rate",
+            "1g",
         ];
         if verify {
             args.push("--verify");
@@ -557,6 +567,8 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
         let flags = [
             &[
                 "--rate",
+                "1g",
+                "--pause-rate",
                 "1g",
                 "--ecn",
                 "off",
@@ -601,7 +613,7 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
         (victim, sw.report(90))
     };
     let (held, held_report) = run(&["--buffer", "100000", "--xoff", "30000"]);
-    let (free_run, free_report) = run(&["--shared-buffer", "3000000", "--headroom", "60000"]);
+    let (free_run, free_report) = run(&["--shared-buffer", "4000000", "--headroom", "60000"]);
     let what = format!(
         "static:\n{}\n{held_report}\nshared:\n{}\n{free_report}",
         text(&held),

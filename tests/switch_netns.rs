@@ -253,6 +253,9 @@ fn the_switch_reports_its_drift_from_the_intended_configuration_as_it_comes_and_
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    for p in [p0, p1] {
+        assert_eq!(operstate(p), "up", "{p} never came up");
+    }
     let sw = star.start_switch(
         "intended",
         &[

@@ -506,7 +506,7 @@ mod tests {
     #[test]
     fn a_switch_started_as_intended_has_no_finding_and_each_difference_is_named_once() {
         let o = options();
-        let running = o.running(o.buffer_layout(1514));
+        let running = o.running(o.buffer_layout(1514, 1_000_000_000));
         let good = intended(
             r#"
             rate = "1g"

@@ -369,19 +369,20 @@ impl Options {
         self.xoff.unwrap_or(self.buffer / 4 * 3)
     }
 
-    /// A shared pool's headroom per (port, lossless priority), bytes: what a port's link
-    /// still delivers after a pause leaves, over the software round trip of a user-space
-    /// switch and sender (400 µs, the runtime's, `irn_verbs`' BDP cap assumes it), plus two
-    /// largest frames (`max_frame` bytes) in flight either way.
-    pub fn headroom(&self, max_frame: u64) -> u64 {
+    /// A shared pool's headroom per (port, lossless priority), bytes: what a port's link of
+    /// `link_bps` still delivers after a pause leaves, over the software round trip of a
+    /// user-space switch and sender (400 µs, the runtime's, `irn_verbs`' BDP cap assumes it),
+    /// plus two largest frames (`max_frame` bytes) in flight either way.
+    pub fn headroom(&self, max_frame: u64, link_bps: u64) -> u64 {
         self.headroom.unwrap_or(
-            (u128::from(self.rate_bps) * u128::from(HEADROOM_RTT_US) / 8 / 1_000_000) as u64
+            (u128::from(link_bps) * u128::from(HEADROOM_RTT_US) / 8 / 1_000_000) as u64
                 + 2 * max_frame,
         )
     }
 
-    /// The memory layout the options ask for, for frames up to `max_frame` bytes.
-    pub fn buffer_layout(&self, max_frame: u64) -> Buffer {
+    /// The memory layout the options ask for, for frames up to `max_frame` bytes over links
+    /// of up to `link_bps`.
+    pub fn buffer_layout(&self, max_frame: u64, link_bps: u64) -> Buffer {
         match self.shared_buffer {
             None => Buffer::PerQueue {
                 bytes: self.buffer,
@@ -391,7 +392,7 @@ impl Options {
                 let alpha = self.alpha.unwrap_or(1.0);
                 Buffer::Shared {
                     bytes,
-                    headroom: self.headroom(max_frame),
+                    headroom: self.headroom(max_frame, link_bps),
                     alpha,
                     pfc_alpha: self.pfc_alpha.unwrap_or(alpha),
                 }
@@ -521,7 +522,7 @@ impl Options {
     /// number, a headroom that leaves no shared part.
     fn check_shared(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Option(m));
-        let Some(bytes) = self.shared_buffer else {
+        if self.shared_buffer.is_none() {
             for (flag, given) in [
                 ("--alpha", self.alpha.is_some()),
                 ("--pfc-alpha", self.pfc_alpha.is_some()),
@@ -534,7 +535,7 @@ impl Options {
                 }
             }
             return Ok(());
-        };
+        }
         if self.xoff.is_some() {
             return bad(
                 "--xoff: the fixed threshold of a per-queue buffer; a shared pool's moves with \
@@ -550,21 +551,34 @@ impl Options {
                 ));
             }
         }
+        // A headroom given is checked now; the default one, which follows the ports' MTUs
+        // and link speeds, once they are open ([`Options::check_layout`]).
+        match self.headroom {
+            Some(_) => self.check_layout(self.buffer_layout(1514, self.rate_bps)),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a shared pool whose headroom reservations leave nothing to share, naming
+    /// `--shared-buffer` and `--headroom`.
+    pub fn check_layout(&self, layout: Buffer) -> Result<(), Error> {
+        let Buffer::Shared {
+            bytes, headroom, ..
+        } = layout
+        else {
+            return Ok(());
+        };
         let lossless = match self.mode() {
             Mode::Off => 0,
             Mode::Pause => 1,
             Mode::Pfc(mask) => u64::from(mask.count_ones()),
         };
-        // The headroom is checked at the largest frame a 1500-byte MTU gives; the ports'
-        // real MTUs are known only once they are open.
-        let reserved = self.headroom(1514) * lossless * self.ports.len() as u64;
-        if reserved >= bytes {
-            return bad(format!(
+        if headroom * lossless * self.ports.len() as u64 >= bytes {
+            return Err(Error::Option(format!(
                 "--shared-buffer: {bytes} bytes leave nothing to share once {} ports × {lossless} \
-                 lossless priorities reserve their headroom ({} bytes each, --headroom)",
+                 lossless priorities reserve their headroom ({headroom} bytes each, --headroom)",
                 self.ports.len(),
-                self.headroom(1514)
-            ));
+            )));
         }
         Ok(())
     }
@@ -583,13 +597,6 @@ pub fn run(args: &Options) -> Result<Report, Error> {
             })
         })
         .collect::<Result<_, _>>()?;
-    // Frames that reach a port before its socket is open are lost, and a TCP SYN among them
-    // is resent a second later: whoever starts hosts behind the switch waits for this line.
-    eprintln!(
-        "irn switch: forwarding between {} ports ({})",
-        args.ports.len(),
-        args.ports.join(", ")
-    );
     let marking = Marking::new(&SwitchConfig {
         ecn: args.ecn,
         ecn_kmin_bytes: args.kmin,
@@ -629,12 +636,22 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         .map(|e| e.max_frame() as u64)
         .max()
         .unwrap_or(1514);
+    let fastest = pause_rates.iter().copied().max().unwrap_or(args.rate_bps);
+    let layout = args.buffer_layout(max_frame, fastest);
+    args.check_layout(layout)?;
     let mut mmu = Mmu::new(
-        args.buffer_layout(max_frame),
+        layout,
         args.mode(),
         &pause_rates,
         2 * max_frame,
         args.pause_quanta,
+    );
+    // Frames that reach a port before its socket is open are lost, and a TCP SYN among them
+    // is resent a second later: whoever starts hosts behind the switch waits for this line.
+    eprintln!(
+        "irn switch: forwarding between {} ports ({})",
+        args.ports.len(),
+        args.ports.join(", ")
     );
     let start = Instant::now();
     let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
@@ -931,9 +948,11 @@ mod tests {
         };
         assert!(pool.check().is_ok());
         // 1 Gb/s × 400 µs = 50 KB, and two 1514-byte frames.
-        assert_eq!(pool.headroom(1514), 53_028);
+        assert_eq!(pool.headroom(1514, 1_000_000_000), 53_028);
+        // Over 10 Gb/s links: 500 KB.
+        assert_eq!(pool.headroom(1514, 10_000_000_000), 503_028);
         assert_eq!(
-            pool.buffer_layout(1514),
+            pool.buffer_layout(1514, 1_000_000_000),
             Buffer::Shared {
                 bytes: 1_000_000,
                 headroom: 53_028,
@@ -951,18 +970,36 @@ mod tests {
             ..pool.clone()
         })
         .contains("--pfc-alpha: a positive number"));
-        assert!(err(Options {
+        // The default headroom follows the ports' links, checked once they are open; one
+        // given is checked at once.
+        let small = Options {
             shared_buffer: Some(100_000),
             ..pool.clone()
+        };
+        assert!(small.check().is_ok());
+        assert!(small
+            .check_layout(small.buffer_layout(1514, 1_000_000_000))
+            .expect_err("refused")
+            .to_string()
+            .contains("--shared-buffer: 100000 bytes leave nothing to share"));
+        assert!(err(Options {
+            headroom: Some(50_000),
+            ..small.clone()
         })
-        .contains("--shared-buffer: 100000 bytes leave nothing to share"));
+        .contains("(50000 bytes each, --headroom)"));
+        assert!(Options {
+            headroom: Some(40_000),
+            ..small
+        }
+        .check()
+        .is_ok());
         assert_eq!(
             Options {
                 headroom: Some(1_000),
                 alpha: Some(2.0),
                 ..pool.clone()
             }
-            .buffer_layout(1514),
+            .buffer_layout(1514, 1_000_000_000),
             Buffer::Shared {
                 bytes: 1_000_000,
                 headroom: 1_000,

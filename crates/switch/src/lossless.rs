@@ -15,6 +15,11 @@
 
 use irn_wire::mac_control::{MacControlRepr, PfcRepr};
 
+/// The shortest interval at which a pause in force is sent again, ns: a pause of a few quanta
+/// on a fast link (one quantum is 51 ns at 10 Gb/s) would otherwise be refreshed as fast as the
+/// switch can send. Such a pause then lapses between refreshes, as its quanta ask.
+pub const MIN_REFRESH_NS: u64 = 10_000;
+
 /// The priority of a frame's DSCP (the usual map, DSCP ÷ 8).
 pub fn priority_of_dscp(dscp: u8) -> u8 {
     (dscp >> 3) & 7
@@ -122,7 +127,7 @@ impl Lossless {
         p.held[k] += len;
         if p.xoff & (1 << k) == 0 && p.held[k] > xoff {
             p.xoff |= 1 << k;
-            p.refresh_at[k] = now + pause_ns / 2;
+            p.refresh_at[k] = now + (pause_ns / 2).max(MIN_REFRESH_NS);
             return Some(self.frame(k, self.quanta));
         }
         None
@@ -182,7 +187,7 @@ impl Lossless {
         for (i, p) in self.ports.iter_mut().enumerate() {
             for k in 0..8 {
                 if p.xoff & (1 << k) != 0 && p.refresh_at[k] <= now {
-                    p.refresh_at[k] = now + self.pause_ns[i] / 2;
+                    p.refresh_at[k] = now + (self.pause_ns[i] / 2).max(MIN_REFRESH_NS);
                     out.push((i, k));
                 }
             }
@@ -288,6 +293,10 @@ mod tests {
         assert!(l.due(u64::MAX).is_empty() && l.next_refresh().is_none());
         // The other port is independent.
         assert_eq!(l.held(1, 3), 0);
+        // A pause of one quantum at 10 Gb/s (51 ns) is not refreshed every 25 ns.
+        let mut short = Lossless::new(Mode::Pfc(1 << 3), &[10 * GBPS], 2_000, 1);
+        assert!(short.queued(0, Some(3), 20_000, 0, X).is_some());
+        assert_eq!(short.next_refresh(), Some(MIN_REFRESH_NS));
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! - **Shared** (`--shared-buffer`): one pool for every queue of the switch, as the shared
 //!   memory of a datacenter switch ASIC. Out of it a headroom is reserved for each port's
 //!   lossless priorities (one per port under 802.3x PAUSE); the rest is the shared part.
-//!   A lossy frame is admitted while the shared part has room for it and its egress queue
-//!   holds less than α × what is free of the shared part — the dynamic threshold of
+//!   A lossy frame is admitted while the shared part has room for it and its egress queue,
+//!   the frame included, holds at most α × what is free of the shared part — the dynamic
+//!   threshold of
 //!   Choudhury and Hahne ("Dynamic queue length thresholds for shared-memory packet
 //!   switches", IEEE/ACM ToN 6(2), 1998), which lets one queue take much of an idle buffer
 //!   and shrinks every queue's share as the buffer fills. A lossless (port, priority)

@@ -50,8 +50,8 @@ pub struct DeviceConfig {
     /// (`device/pause.rs`). Default none: pauses are ignored, as by any host stack.
     pub pause_iface: Option<String>,
     /// The link rate pause quanta are counted at (512 bit times each), bits per second.
-    /// Default 0: the interface's own speed (`/sys/class/net/IFACE/speed`), or 1 Gb/s when it
-    /// reports none (a veth).
+    /// Default 0: the interface's own speed (`/sys/class/net/IFACE/speed`: a veth reports
+    /// 10 Gb/s), or 1 Gb/s when it reports none.
     pub pause_link_bps: u64,
     /// The NIC-side PFC watchdog (seed 001 §4.3): a priority paused without a break for this
     /// long stops the device honouring pauses, for good. Default none.
