@@ -41,6 +41,40 @@ const PFC_SWITCH: [&str; 10] = [
     "--rate", "300m", "--buffer", "100000", "--ecn", "off", "--pfc", "3", "--xoff", "30000",
 ];
 
+/// `irn perf write` to `dst`:`port` in RoCE mode: `n` Writes of 64 KiB in traffic class
+/// `tclass`, honouring the pauses that reach `e0` with quanta counted at `pause_rate` (absent:
+/// the link's speed), its counters printed.
+fn paused_writer<'a>(
+    dst: &'a str,
+    port: &'a str,
+    n: &'a str,
+    tclass: &'a str,
+    pause_rate: Option<&'a str>,
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "perf",
+        "write",
+        dst,
+        "-p",
+        port,
+        "--mode",
+        "roce",
+        "-n",
+        n,
+        "-s",
+        "65536",
+        "--counters",
+        "--tclass",
+        tclass,
+        "--pause-iface",
+        "e0",
+    ];
+    if let Some(r) = pause_rate {
+        args.extend(["--pause-rate", r]);
+    }
+    args
+}
+
 fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
     let sw = star.start_switch(
         &format!("pfc-{lossless}"),
@@ -76,25 +110,8 @@ fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
     let messages = MESSAGES.to_string();
     let tclass = if lossless { "104" } else { "0" };
     let client = |ns: &str, port: &str| {
-        let args = [
-            "perf",
-            "write",
-            "10.236.0.3",
-            "-p",
-            port,
-            "--mode",
-            "roce",
-            "--verify",
-            "-n",
-            &messages,
-            "-s",
-            "65536",
-            "--counters",
-            "--tclass",
-            tclass,
-            "--pause-iface",
-            "e0",
-        ];
+        let mut args = paused_writer("10.236.0.3", port, &messages, tclass, None);
+        args.push("--verify");
         star.client(ns, &args, r, 120)
     };
     let (c1, c2) = std::thread::scope(|s| {
@@ -257,26 +274,7 @@ fn a_nic_watchdog_releases_a_sender_paused_for_good() {
         std::thread::sleep(Duration::from_millis(100));
         let r = &star.hosts[2];
         let server = star.spawn(r, &["perf", "write", "-p", "5001"]);
-        let mut args = vec![
-            "perf",
-            "write",
-            "10.235.0.3",
-            "-p",
-            "5001",
-            "--mode",
-            "roce",
-            "-n",
-            "50",
-            "-s",
-            "65536",
-            "--counters",
-            "--tclass",
-            "104",
-            "--pause-iface",
-            "e0",
-            "--pause-rate",
-            "300m",
-        ];
+        let mut args = paused_writer("10.235.0.3", "5001", "50", "104", Some("300m"));
         if let Some(ms) = watchdog {
             args.extend(["--pause-watchdog-ms", ms]);
         }
@@ -536,26 +534,7 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
     };
     let (slow, free) = (&star.hosts[1], &star.hosts[2]);
     let writer = |dst: &'static str, port: &'static str, n: &'static str, verify: bool| {
-        let mut args = vec![
-            "perf",
-            "write",
-            dst,
-            "-p",
-            port,
-            "--mode",
-            "roce",
-            "-n",
-            n,
-            "-s",
-            "65536",
-            "--counters",
-            "--tclass",
-            "104",
-            "--pause-iface",
-            "e0",
-            "--pause-rate",
-            "1g",
-        ];
+        let mut args = paused_writer(dst, port, n, "104", Some("1g"));
         if verify {
             args.push("--verify");
         }

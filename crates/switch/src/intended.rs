@@ -471,29 +471,9 @@ mod tests {
 
     fn options() -> Options {
         Options {
-            ports: vec!["a".into(), "b".into()],
-            rate_bps: 1_000_000_000,
             buffer: 100_000,
-            shared_buffer: None,
-            alpha: None,
-            pfc_alpha: None,
-            headroom: None,
-            ecn: EcnMode::Red,
-            kmin: 20_000,
-            kmax: 100_000,
-            pmax: 0.2,
-            seed: 1,
-            duration: None,
-            idle: None,
             pfc: vec![4, 3],
-            pause: false,
-            xoff: None,
-            pause_quanta: u16::MAX,
-            pause_rate: None,
-            dwrr: None,
-            classify: Classify::Udp,
-            intended: None,
-            config_check: 1.0,
+            ..Options::new(&["a", "b"])
         }
     }
 

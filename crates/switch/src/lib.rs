@@ -346,6 +346,39 @@ pub struct Options {
     pub config_check: f64,
 }
 
+impl Options {
+    /// A switch between `ports` with `irn switch`'s defaults: 1 Gb/s egresses of 256 KB per
+    /// queue, RED marking from 20 KB to 100 KB up to 0.2, no flow control, strict priority,
+    /// UDP classified by DSCP, no configuration monitoring, run until stopped.
+    pub fn new(ports: &[&str]) -> Options {
+        Options {
+            ports: ports.iter().map(|p| p.to_string()).collect(),
+            rate_bps: 1_000_000_000,
+            buffer: 256_000,
+            shared_buffer: None,
+            alpha: None,
+            pfc_alpha: None,
+            headroom: None,
+            ecn: EcnMode::Red,
+            kmin: 20_000,
+            kmax: 100_000,
+            pmax: 0.2,
+            seed: 1,
+            duration: None,
+            idle: None,
+            pfc: Vec::new(),
+            pause: false,
+            xoff: None,
+            pause_quanta: u16::MAX,
+            pause_rate: None,
+            dwrr: None,
+            classify: Classify::Udp,
+            intended: None,
+            config_check: 1.0,
+        }
+    }
+}
+
 /// The round trip a shared pool's default headroom covers, µs ([`Options::headroom`]).
 pub const HEADROOM_RTT_US: u64 = 400;
 
@@ -830,29 +863,12 @@ mod tests {
         assert_eq!(parse_rate("64000"), Ok(64_000));
         assert!(parse_rate("fast").is_err() && parse_rate("0").is_err());
         let args = |ports: &[&str], pmax: f64| Options {
-            ports: ports.iter().map(|s| s.to_string()).collect(),
             rate_bps: 1_000_000,
             buffer: 1000,
-            shared_buffer: None,
-            alpha: None,
-            pfc_alpha: None,
-            headroom: None,
-            ecn: EcnMode::Red,
             kmin: 10,
             kmax: 20,
             pmax,
-            seed: 1,
-            duration: None,
-            idle: None,
-            pfc: Vec::new(),
-            pause: false,
-            xoff: None,
-            pause_quanta: u16::MAX,
-            pause_rate: None,
-            dwrr: None,
-            classify: Classify::Udp,
-            intended: None,
-            config_check: 1.0,
+            ..Options::new(ports)
         };
         let err = |a: Options| a.check().expect_err("refused").to_string();
         assert!(err(args(&["a"], 0.1)).contains("--port"));
@@ -864,29 +880,14 @@ mod tests {
     #[test]
     fn pfc_and_pause_together_and_bad_thresholds_are_refused() {
         let base = Options {
-            ports: vec!["a".into(), "b".into()],
             rate_bps: 1_000_000,
             buffer: 1000,
-            shared_buffer: None,
-            alpha: None,
-            pfc_alpha: None,
-            headroom: None,
             ecn: EcnMode::Off,
             kmin: 10,
             kmax: 20,
             pmax: 0.1,
-            seed: 1,
-            duration: None,
-            idle: None,
             pfc: vec![3],
-            pause: false,
-            xoff: None,
-            pause_quanta: u16::MAX,
-            pause_rate: None,
-            dwrr: None,
-            classify: Classify::Udp,
-            intended: None,
-            config_check: 1.0,
+            ..Options::new(&["a", "b"])
         };
         assert!(base.check().is_ok());
         assert_eq!(base.mode(), Mode::Pfc(0b1000));
