@@ -28,7 +28,8 @@
 //! (`/sys/class/net/NAME/{mtu,operstate}`) at start and every `--config-check` seconds, since
 //! an interface can change under a running switch. [`ConfigMonitor`] records each difference
 //! once, with when a check first found it and when one found it set right; the switch
-//! reports them (`config_findings`) and says so on standard error as they come and go.
+//! reports them (`config_findings`) and says so on standard error as they come, change and
+//! go.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -315,7 +316,8 @@ pub struct ConfigFinding {
     pub key: String,
     /// What is intended.
     pub intended: String,
-    /// What the switch ran when a check found it.
+    /// What the switch ran at the last check that found it wrong (a value that changes while
+    /// still wrong is said as it changes, [`Change::Changed`]).
     pub running: String,
     /// When a check first found it, seconds since the switch started.
     pub found_s: f64,
@@ -342,6 +344,9 @@ pub enum Change {
     Found(ConfigFinding),
     /// A difference a check found set right.
     Cleared(ConfigFinding),
+    /// A difference still open whose running value changed to another wrong one: the
+    /// finding as it is now, and the value it had.
+    Changed(ConfigFinding, String),
 }
 
 impl ConfigMonitor {
@@ -438,7 +443,11 @@ impl ConfigMonitor {
                     self.findings[i].cleared_s = Some(now_s);
                     changes.push(Change::Cleared(self.findings[i].clone()));
                 }
-                // Still wrong (a second value while open is the same finding), or still right.
+                (Some(i), false) if self.findings[i].running != running => {
+                    let was = std::mem::replace(&mut self.findings[i].running, running);
+                    changes.push(Change::Changed(self.findings[i].clone(), was));
+                }
+                // Still wrong the same way, or still right.
                 _ => {}
             }
         }
@@ -461,6 +470,13 @@ impl std::fmt::Display for Change {
                 c.intended
             ),
             Change::Cleared(c) => write!(f, "configuration: {} is {} again", at(c), c.intended),
+            Change::Changed(c, was) => write!(
+                f,
+                "configuration drift: {} is {} (was {was}), intended {}",
+                at(c),
+                c.running,
+                c.intended
+            ),
         }
     }
 }
@@ -569,6 +585,12 @@ mod tests {
         let c2 = m.check_ports(&ports(st(1400, false), st(9000, true)), 2.0);
         assert_eq!((c1.len(), c2.len()), (1, 1));
         // Set right again, both clear, each at its own check.
+        // Port a's MTU drifts again, to another wrong value: said, and the finding follows.
+        let again = m.check_ports(&ports(st(1450, false), st(9000, true)), 2.5);
+        assert_eq!(
+            again.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["configuration drift: port a: mtu is 1450 (was 1400), intended 1500"]
+        );
         let c3 = m.check_ports(&ports(st(1500, false), st(9000, true)), 3.0);
         let c4 = m.check_ports(&ports(st(1500, true), st(9000, true)), 4.0);
         assert!(matches!(&c3[..], [Change::Cleared(f)] if f.key == "mtu"));
@@ -582,11 +604,11 @@ mod tests {
             summary,
             [
                 ("present", "absent", 0.0, None),
-                ("mtu", "1400", 1.0, Some(3.0)),
+                ("mtu", "1450", 1.0, Some(3.0)),
                 ("up", "down", 2.0, Some(4.0)),
             ]
         );
-        assert_eq!(m.checks, 5);
+        assert_eq!(m.checks, 6);
         // An interface that vanished reads as absent.
         let gone = m.check_ports(&ports(PortState::default(), st(9000, true)), 5.0);
         assert_eq!(gone.len(), 2);
