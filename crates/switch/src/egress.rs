@@ -167,7 +167,6 @@ impl Egress {
             free_at: 0,
             counters: PortCounters {
                 port: port.to_string(),
-                pause_rate_bps: rate_bps,
                 ..PortCounters::default()
             },
         }
@@ -177,7 +176,6 @@ impl Egress {
     /// (512 bit times each, IEEE 802.3 Annex 31B), rather than at the rate it drains at.
     pub fn with_pause_rate(mut self, bps: u64) -> Egress {
         self.pause_rate_bps = bps.max(1);
-        self.counters.pause_rate_bps = self.pause_rate_bps;
         self
     }
 
@@ -304,6 +302,11 @@ impl Egress {
             .filter(|&c| !self.queues[c].is_empty())
             .map(|c| self.free_at.max(self.paused.until(Egress::queue_prio(c))))
             .min()
+    }
+
+    /// The link rate the port counts pause quanta at, bits per second.
+    pub fn pause_rate_bps(&self) -> u64 {
+        self.pause_rate_bps
     }
 
     /// The largest frame the port sends (its MTU plus the Ethernet header).

@@ -601,12 +601,8 @@ impl Options {
         else {
             return Ok(());
         };
-        let lossless = match self.mode() {
-            Mode::Off => 0,
-            Mode::Pause => 1,
-            Mode::Pfc(mask) => u64::from(mask.count_ones()),
-        };
-        if headroom * lossless * self.ports.len() as u64 >= bytes {
+        let lossless = self.mode().slots();
+        if layout.reserved(self.mode(), self.ports.len()) >= bytes {
             return Err(Error::Option(format!(
                 "--shared-buffer: {bytes} bytes leave nothing to share once {} ports × {lossless} \
                  lossless priorities reserve their headroom ({headroom} bytes each, --headroom)",
@@ -787,6 +783,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
     }
     for (e, s) in egress.iter_mut().zip(&socks) {
         e.counters.kernel_drops = s.kernel_drops().unwrap_or(0);
+        e.counters.pause_rate_bps = e.pause_rate_bps();
     }
     let shared = match mmu.buffer() {
         Buffer::Shared {

@@ -37,6 +37,16 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// How many lossless slots each ingress port counts: its lossless priorities under PFC,
+    /// one for the whole link under PAUSE, none without flow control.
+    pub fn slots(self) -> u64 {
+        match self {
+            Mode::Off => 0,
+            Mode::Pause => 1,
+            Mode::Pfc(mask) => u64::from(mask.count_ones()),
+        }
+    }
+
     /// Whether frames of priority `prio` (`None`: not IP) are lossless.
     pub fn lossless(self, prio: Option<u8>) -> bool {
         match (self, prio) {

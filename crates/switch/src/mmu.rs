@@ -55,6 +55,17 @@ pub enum Buffer {
     },
 }
 
+impl Buffer {
+    /// Bytes a shared pool keeps out of its shared part as headroom, for `ports` ports under
+    /// flow control `mode`: one headroom per lossless slot of every port (0 per queue).
+    pub fn reserved(&self, mode: Mode, ports: usize) -> u64 {
+        match *self {
+            Buffer::PerQueue { .. } => 0,
+            Buffer::Shared { headroom, .. } => headroom * mode.slots() * ports as u64,
+        }
+    }
+}
+
 /// What a frame offered to a queue may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -84,18 +95,9 @@ impl Mmu {
     /// control `mode`: a paused ingress resumes `gap` bytes below its threshold, with pauses
     /// of `quanta`.
     pub fn new(buffer: Buffer, mode: Mode, rates_bps: &[u64], gap: u64, quanta: u16) -> Mmu {
-        let per_port = match mode {
-            Mode::Off => 0,
-            Mode::Pause => 1,
-            Mode::Pfc(mask) => u64::from(mask.count_ones()),
-        };
-        let reserved = match buffer {
-            Buffer::PerQueue { .. } => 0,
-            Buffer::Shared { headroom, .. } => headroom * per_port * rates_bps.len() as u64,
-        };
         Mmu {
             buffer,
-            reserved,
+            reserved: buffer.reserved(mode, rates_bps.len()),
             used: 0,
             peak: 0,
             lossless: Lossless::new(mode, rates_bps, gap, quanta),
