@@ -125,10 +125,13 @@ impl Timely {
             self.rate *= 1.0 - c.beta * gradient;
             self.negatives = 0;
         }
-        // Within [min rate, line rate]; a minimum above the line rate (or of zero, which
-        // would stop the sender for good) is read as the line rate (or 1 b/s).
-        let floor = (c.min_rate_bps.max(1) as f64).min(self.line);
-        self.rate = self.rate.min(self.line).max(floor);
+        self.rate = self.rate.min(self.line).max(self.floor());
+    }
+
+    /// The lowest rate: the configured minimum, where a minimum above the line rate (or of
+    /// zero, which would stop the sender for good) is read as the line rate (or 1 b/s).
+    fn floor(&self) -> f64 {
+        (self.cfg.min_rate_bps.max(1) as f64).min(self.line)
     }
 }
 
@@ -154,8 +157,7 @@ impl Controller for Timely {
     /// A loss halves the rate, as TCP halves its window on one (RFC 5681 §3.1), within the
     /// floor; the gradient's state is kept.
     fn back_off(&mut self, _now: Time) {
-        let floor = (self.cfg.min_rate_bps.max(1) as f64).min(self.line);
-        self.rate = (self.rate / 2.0).max(floor);
+        self.rate = (self.rate / 2.0).max(self.floor());
         self.negatives = 0;
     }
 
