@@ -36,10 +36,23 @@ struct Run {
 }
 
 /// The switch both tests run: a 300 Mb/s bottleneck with 100 KB of buffer and no marking,
-/// priority 3 lossless from 30 KB; each test adds how long it runs.
+/// priority 3 lossless from 15 KB per ingress (two paused ingresses leave 70 KB of headroom,
+/// 0.9 ms of a 300 Mb/s link each); each test adds how long it runs.
 const PFC_SWITCH: [&str; 10] = [
-    "--rate", "300m", "--buffer", "100000", "--ecn", "off", "--pfc", "3", "--xoff", "30000",
+    "--rate", "300m", "--buffer", "100000", "--ecn", "off", "--pfc", "3", "--xoff", "15000",
 ];
+
+/// The class and pacing of a run of the two senders.
+#[derive(Clone, Copy, Debug)]
+enum Senders {
+    /// Priority 3, lossless; the senders serialize at their 300 Mb/s links, as NICs do.
+    Lossless,
+    /// Priority 3, lossless; the senders hand the kernel what their windows allow at once
+    /// (`--line-rate off`), as a host stack does.
+    LosslessUnpaced,
+    /// Priority 0, lossy.
+    Lossy,
+}
 
 /// `irn perf write` to `dst`:`port` in RoCE mode: `n` Writes of 64 KiB in traffic class
 /// `tclass`, honouring the pauses that reach `e0` with quanta counted at `pause_rate` (absent:
@@ -75,10 +88,14 @@ fn paused_writer<'a>(
     args
 }
 
-fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
+fn run(star: &Star, senders: Senders, capture: Option<&std::path::Path>) -> Run {
     let sw = star.start_switch(
-        &format!("pfc-{lossless}"),
-        &[&PFC_SWITCH[..], &["--idle", "1", "--duration", "120"]].concat(),
+        &format!("pfc-{senders:?}"),
+        &[
+            &PFC_SWITCH[..],
+            &["--pause-rate", "300m", "--idle", "1", "--duration", "120"],
+        ]
+        .concat(),
     );
     // A capture of the MAC control frames on the first sender's link.
     let mut dump = capture.map(|path| {
@@ -108,10 +125,17 @@ fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
         .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
         .collect();
     let messages = MESSAGES.to_string();
-    let tclass = if lossless { "104" } else { "0" };
+    let tclass = match senders {
+        Senders::Lossy => "0",
+        _ => "104",
+    };
     let client = |ns: &str, port: &str| {
-        let mut args = paused_writer("10.236.0.3", port, &messages, tclass, None);
+        // Both ends count quanta at the switch's port rate, and the senders serialize at it.
+        let mut args = paused_writer("10.236.0.3", port, &messages, tclass, Some("300m"));
         args.push("--verify");
+        if let Senders::LosslessUnpaced = senders {
+            args.extend(["--line-rate", "off"]);
+        }
         star.client(ns, &args, r, 120)
     };
     let (c1, c2) = std::thread::scope(|s| {
@@ -121,7 +145,7 @@ fn run(star: &Star, lossless: bool, capture: Option<&std::path::Path>) -> Run {
     });
     for srv in servers {
         let srv = finish(srv, 60);
-        assert!(srv.status.success(), "lossless {lossless}: {}", text(&srv));
+        assert!(srv.status.success(), "{senders:?}: {}", text(&srv));
     }
     let report = sw.report(130);
     if let Some(mut d) = dump.take() {
@@ -148,10 +172,15 @@ fn pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_dro
         return;
     };
     let pcap = std::env::temp_dir().join(format!("irn-pfc-{}.pcap", std::process::id()));
-    let lossless = run(&star, true, Some(&pcap));
-    let lossy = run(&star, false, None);
+    let lossless = run(&star, Senders::Lossless, Some(&pcap));
+    let unpaced = run(&star, Senders::LosslessUnpaced, None);
+    let lossy = run(&star, Senders::Lossy, None);
     let port = |r: &Run, i: usize, k: &str| r.report["ports"][i][k].as_u64().expect(k);
-    for (what, r) in [("lossless", &lossless), ("lossy", &lossy)] {
+    for (what, r) in [
+        ("lossless", &lossless),
+        ("unpaced", &unpaced),
+        ("lossy", &lossy),
+    ] {
         for c in &r.senders {
             assert!(c.status.success(), "{what}: {}", text(c));
             assert!(
@@ -162,22 +191,54 @@ fn pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_dro
         }
     }
     // Lossless: nothing dropped at the receiver's port; both senders paused, and held.
-    assert_eq!(port(&lossless, 2, "dropped"), 0, "{}", lossless.report);
-    for (i, c) in lossless.senders.iter().enumerate() {
-        assert!(port(&lossless, i, "pause_sent") > 0, "{}", lossless.report);
-        assert!(counter(c, "pause_frames_received") > 0, "{}", text(c));
-        assert!(counter(c, "pause_held_turns") > 0, "{}", text(c));
+    for r in [&lossless, &unpaced] {
+        assert_eq!(port(r, 2, "dropped"), 0, "{}", r.report);
+        for (i, c) in r.senders.iter().enumerate() {
+            assert!(port(r, i, "pause_sent") > 0, "{}", r.report);
+            assert!(counter(c, "pause_frames_received") > 0, "{}", text(c));
+            assert!(counter(c, "pause_held_turns") > 0, "{}", text(c));
+        }
     }
-    eprintln!(
-        "lossless: receiver port dropped {} (headroom overflow {}), pauses sent {} / {}, \
-         senders held {} / {} turns; lossy: dropped {}",
-        port(&lossless, 2, "dropped"),
+    // Paced at their links' rate, the senders' line held their turns; unpaced, never.
+    for c in &lossless.senders {
+        assert_eq!(counter(c, "line_rate_bps"), 300_000_000, "{}", text(c));
+        assert!(counter(c, "line_held_turns") > 0, "{}", text(c));
+    }
+    for c in &unpaced.senders {
+        assert_eq!(counter(c, "line_rate_bps"), 0, "{}", text(c));
+    }
+    // The headroom holds what paced senders send while a pause reaches them, but not the
+    // windows unpaced ones hand their kernels at once: those overflow it by the thousand
+    // (most of their frames), the paced ones by a few at most (the host's scheduler can
+    // still stall the switch or a sender for longer than the headroom lasts).
+    let frames = port(&lossless, 2, "tx_frames");
+    let (over, over_unpaced) = (
         port(&lossless, 2, "headroom_overflow"),
+        port(&unpaced, 2, "headroom_overflow"),
+    );
+    eprintln!(
+        "lossless: receiver port dropped 0; past its buffer: paced {over} of {frames} frames \
+         (peak {} B), unpaced {over_unpaced} (peak {} B); pauses sent {} / {}, senders held \
+         {} / {} turns by pauses and {} / {} by their lines; lossy: dropped {}",
+        lossless.report["peak_buffer_bytes"],
+        unpaced.report["peak_buffer_bytes"],
         port(&lossless, 0, "pause_sent"),
         port(&lossless, 1, "pause_sent"),
         counter(&lossless.senders[0], "pause_held_turns"),
         counter(&lossless.senders[1], "pause_held_turns"),
+        counter(&lossless.senders[0], "line_held_turns"),
+        counter(&lossless.senders[1], "line_held_turns"),
         port(&lossy, 2, "dropped"),
+    );
+    assert!(
+        over_unpaced > frames / 10,
+        "unpaced: {over_unpaced} of {frames}\n{}",
+        unpaced.report
+    );
+    assert!(
+        over * 10 < over_unpaced,
+        "paced {over}, unpaced {over_unpaced}\n{}",
+        lossless.report
     );
     // Lossy: the same traffic in priority 0 overflows the receiver's port.
     assert!(port(&lossy, 2, "dropped") > 0, "{}", lossy.report);

@@ -71,14 +71,28 @@ pub(crate) struct LinkArgs {
     #[arg(long, value_name = "IFACE")]
     pub(crate) pause_iface: Option<String>,
     /// The link rate pause quanta are counted at (512 bit times each), e.g. `1g`; default
-    /// the interface's speed (a veth reports 10 Gb/s; `irn switch` counts at its ports' speeds
-    /// too), or 1 Gb/s when it reports none.
+    /// `--line-rate` if given, else the interface's speed (a veth reports 10 Gb/s; `irn
+    /// switch` counts at its ports' speeds too), or 1 Gb/s when it reports none.
     #[arg(long, value_parser = irn_switch::parse_rate)]
     pub(crate) pause_rate: Option<u64>,
+    /// The rate this side's frames leave at, as a NIC's port serializes them, e.g. `1g`, or
+    /// `off` for none. Default: with `--pause-iface`, the link's rate (the one pause quanta
+    /// count at) — the headroom a switch reserves assumes a sender at its line rate — and
+    /// none otherwise.
+    #[arg(long, value_name = "RATE", value_parser = parse_line_rate)]
+    pub(crate) line_rate: Option<u64>,
     /// NIC-side PFC watchdog: a priority paused without a break this long, ms, stops this
     /// side honouring pauses, for good.
     #[arg(long, value_name = "MS")]
     pub(crate) pause_watchdog_ms: Option<f64>,
+}
+
+/// A line rate as `--line-rate` takes it: `off` (0: unpaced) or a rate.
+fn parse_line_rate(s: &str) -> std::result::Result<u64, String> {
+    match s {
+        "off" => Ok(0),
+        _ => irn_switch::parse_rate(s).map_err(|e| format!("{e}, or off")),
+    }
 }
 
 /// `host` without the brackets an IPv6 literal may be written in (`[::1]` is `::1`).
@@ -208,6 +222,7 @@ pub(crate) fn device_config(ip: IpAddr, port: u16, link: &LinkArgs) -> Result<De
     cfg.busy_poll = link.busy_poll;
     cfg.pause_iface = link.pause_iface.clone();
     cfg.pause_link_bps = link.pause_rate.unwrap_or(0);
+    cfg.line_rate_bps = link.line_rate;
     if let Some(ms) = link.pause_watchdog_ms {
         if !(ms.is_finite() && ms > 0.0) {
             usage!("--pause-watchdog-ms: a positive number of milliseconds, not {ms}");

@@ -2823,3 +2823,69 @@ fn pfc_frames_hold_a_queue_pair_of_that_priority_until_the_resume_or_the_watchdo
         }
     }
 }
+
+/// A device with a line rate (`DeviceConfig::line_rate_bps`) puts its frames on the wire no
+/// faster than that rate, as a NIC's port serializes them, in both modes: 4 MiB of Writes at
+/// 200 Mb/s take at least their payload's time on the line (frames carry headers too; the
+/// line may run 200 µs ahead of the clock), arrive exactly, and the line held the queue
+/// pair's turns; the same device without a line rate is not held.
+#[test]
+fn a_device_with_a_line_rate_sends_no_faster_than_it() {
+    const BYTES: usize = 4 << 20;
+    const RATE: u64 = 200_000_000;
+    for mode in MODES {
+        for line in [Some(RATE), None] {
+            let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+            cfg.port = 0;
+            cfg.receive = ReceivePath::Udp;
+            cfg.line_rate_bps = Some(line.unwrap_or(0));
+            let a = side(irn_verbs::Device::open(cfg).expect("dev"), mode, 64);
+            let b = side(
+                device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("dev"),
+                mode,
+                64,
+            );
+            let p = connect(a, b, &QpAttr::default());
+            let src = p.a.pd.reg_mr(BYTES, all()).expect("mr");
+            let dst = p.b.pd.reg_mr(BYTES, all()).expect("mr");
+            let mut data = vec![0u8; BYTES];
+            pattern(9, &mut data);
+            src.write(0, &data).expect("write");
+            let start = Instant::now();
+            const MSG: usize = 64 << 10;
+            for i in 0..BYTES / MSG {
+                p.a.qp
+                    .post_send(wr(
+                        i as u64,
+                        SendOp::Write(remote_of(&dst, (i * MSG) as u64)),
+                        vec![src.sge((i * MSG) as u64, MSG as u32)],
+                    ))
+                    .expect("post");
+            }
+            for i in 0..BYTES / MSG {
+                let wc = wait(&p.a.cq, 60);
+                assert_eq!(
+                    (wc.wr_id, wc.status),
+                    (i as u64, WcStatus::Success),
+                    "{mode:?} {line:?}"
+                );
+            }
+            let took = start.elapsed();
+            let mut got = vec![0u8; BYTES];
+            dst.read(0, &mut got).expect("read");
+            assert!(got == data, "{mode:?} {line:?}: data differs");
+            let c = p.a.dev.counters();
+            eprintln!("{mode:?} line {line:?}: {took:?}, {c:?}");
+            match line {
+                Some(rate) => {
+                    let least = Duration::from_secs_f64((BYTES * 8) as f64 / rate as f64)
+                        - Duration::from_micros(200);
+                    assert!(took >= least, "{mode:?}: {took:?} < {least:?}");
+                    assert_eq!(c.line_rate_bps, rate);
+                    assert!(c.line_held_turns > 0, "{mode:?}: {c:?}");
+                }
+                None => assert_eq!((c.line_rate_bps, c.line_held_turns), (0, 0)),
+            }
+        }
+    }
+}

@@ -50,9 +50,16 @@ pub struct DeviceConfig {
     /// (`device/pause.rs`). Default none: pauses are ignored, as by any host stack.
     pub pause_iface: Option<String>,
     /// The link rate pause quanta are counted at (512 bit times each), bits per second.
-    /// Default 0: the interface's own speed (`/sys/class/net/IFACE/speed`: a veth reports
-    /// 10 Gb/s), or 1 Gb/s when it reports none.
+    /// Default 0: the line's rate if [`DeviceConfig::line_rate_bps`] gives one, else the
+    /// interface's own speed (`/sys/class/net/IFACE/speed`: a veth reports 10 Gb/s), or
+    /// 1 Gb/s when it reports none.
     pub pause_link_bps: u64,
+    /// The rate the device's frames leave at, bits per second, as a NIC's port serializes
+    /// them (`device/line.rs`): `Some(0)` unpaced, as any host stack sends; `None` (the
+    /// default) the link's rate — the one pause quanta count at — when the device honours
+    /// pauses ([`DeviceConfig::pause_iface`]), whose headroom arithmetic assumes a sender at
+    /// its line rate, and unpaced otherwise.
+    pub line_rate_bps: Option<u64>,
     /// The NIC-side PFC watchdog (seed 001 §4.3): a priority paused without a break for this
     /// long stops the device honouring pauses, for good. Default none.
     pub pause_watchdog: Option<Duration>,
@@ -98,6 +105,7 @@ impl DeviceConfig {
             busy_poll: false,
             pause_iface: None,
             pause_link_bps: 0,
+            line_rate_bps: None,
             pause_watchdog: None,
         }
     }

@@ -44,6 +44,11 @@ pub struct DeviceCounters {
     pub pause_held_turns: u64,
     /// The NIC-side PFC watchdog fired: pauses are no longer honoured (0 or 1).
     pub pause_watchdog_fired: u64,
+    /// The rate the device's frames leave at, bits per second (0: unpaced;
+    /// [`DeviceConfig::line_rate_bps`](super::DeviceConfig::line_rate_bps)).
+    pub line_rate_bps: u64,
+    /// Transmit turns held back because the line was booked ahead (`device/line.rs`).
+    pub line_held_turns: u64,
     /// Packets built with their payload left where it lies in registered memory, the kernel
     /// gathering it from there (no copy behind the headers; a payload whose first piece is
     /// under 512 bytes, or in more than four pieces, is copied).

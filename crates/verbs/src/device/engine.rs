@@ -46,15 +46,25 @@ impl Core {
             self.rearm(qpn);
             return false;
         }
+        if self.held_by_line(now, qpn) {
+            self.rearm(qpn);
+            // The engine wakes when the line takes frames again.
+            return true;
+        }
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
         self.recharge(qpn);
         let mut hold = !self.budget.may_start(granted);
+        let mut line_held = false;
         self.tx.coalescing = self.objects.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.objects.qps.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
+                break;
+            }
+            if self.line.as_deref().is_some_and(|l| l.busy(now)) {
+                line_held = true;
                 break;
             }
             budget -= 1;
@@ -88,6 +98,9 @@ impl Core {
         payload.clear();
         self.payload = payload;
         self.turns.set_pending(qpn, more);
+        if line_held {
+            self.wait_for_line(qpn);
+        }
         let mut waits = false;
         if let Some(e) = self.objects.qps.get_mut(&qpn) {
             if hold && !more && e.qp.new_request_ready() {
@@ -102,7 +115,7 @@ impl Core {
         // Every input a queue pair takes (a post, a modify, a packet, a timeout) is followed by
         // its turn here, so this is where its deadline is read again.
         self.rearm(qpn);
-        more || (waits && self.budget.has_room())
+        more || line_held || (waits && self.budget.has_room())
     }
 
     /// Whether a link-level pause of queue pair `qpn`'s priority holds its turn back: it then
@@ -119,6 +132,45 @@ impl Core {
         p.held_turns += 1;
         self.turns.set_pending(qpn, false);
         true
+    }
+
+    /// Whether the line is booked too far ahead for queue pair `qpn`'s turn (`line.rs`): it
+    /// then waits, no longer pending, for the line ([`Core::release_line`]).
+    pub(super) fn held_by_line(&mut self, now: Time, qpn: u32) -> bool {
+        if !self.line.as_deref().is_some_and(|l| l.busy(now)) {
+            return false;
+        }
+        self.wait_for_line(qpn);
+        true
+    }
+
+    /// Queue pair `qpn`'s turn found the line booked: it waits for it, no longer pending.
+    fn wait_for_line(&mut self, qpn: u32) {
+        if let Some(l) = self.line.as_deref_mut() {
+            l.waiting.insert(qpn);
+            l.held_turns += 1;
+        }
+        self.turns.set_pending(qpn, false);
+    }
+
+    /// Gives the queue pairs that waited for the line their turns again once it takes frames.
+    pub(super) fn release_line(&mut self, now: Time) {
+        let Some(l) = self.line.as_deref_mut() else {
+            return;
+        };
+        if l.waiting.is_empty() || l.busy(now) {
+            return;
+        }
+        for qpn in std::mem::take(&mut l.waiting) {
+            if self.objects.qps.contains_key(&qpn) || self.objects.uds.contains_key(&qpn) {
+                self.turns.set_pending(qpn, true);
+            }
+        }
+    }
+
+    /// When the line takes frames again, if a queue pair waits for it.
+    pub(super) fn next_line_release(&self) -> Option<Time> {
+        self.line.as_deref().and_then(line::Line::next_release)
     }
 
     /// Reads the pause frames that arrived (`sock`), and gives the queue pairs a pause held
@@ -243,6 +295,11 @@ impl Core {
         };
         let mut repr = RoceRepr { ip, udp, ib: t.ib };
         let len = repr.buffer_len();
+        // On the line from now, whatever becomes of it further on (a loss impairment is a
+        // lossy link: the frame was sent).
+        if let Some(l) = self.line.as_deref_mut() {
+            l.send(len, now);
+        }
         let hdr = ip.header_len() + UDP_LEN;
         let datagram = len - hdr;
         // Loss alone is drawn here, before the batch, so that what survives may coalesce;
@@ -835,6 +892,9 @@ pub(super) fn engine(shared: &Shared) {
             if let Some(d) = core.next_pause_release(now) {
                 sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
             }
+            if let Some(d) = core.next_line_release() {
+                sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+            }
             if let Some(at) = core.impairer.next_at() {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
@@ -896,6 +956,11 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
         let mut core = shared.lock();
         let now = shared.now();
         let sock = &shared.socks.udp;
+        // Pause frames first, as a NIC's MAC acts on them when they arrive: the burst's
+        // packets may give queue pairs turns (ACKs, responses, new data).
+        if shared.pause_sock.is_some() {
+            core.release_paused(shared.pause_sock.as_ref(), now);
+        }
         core.counters.rx_coalesced += batch.coalesced;
         for rx in &batch.got {
             if rx.malformed {
@@ -933,6 +998,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     let now = shared.now();
     let sock = &shared.socks.udp;
     core.release_paused(shared.pause_sock.as_ref(), now);
+    core.release_line(now);
     // Impaired packets whose time has come (delayed ones in the order they were held: a slow
     // link keeps its order).
     for h in core.impairer.due(Instant::now()) {

@@ -47,6 +47,7 @@ mod counters;
 mod engine;
 mod error;
 mod lent;
+mod line;
 mod objects;
 mod pause;
 mod ports;
@@ -205,6 +206,19 @@ pub(crate) struct Core {
     payload: lent::Gathered,
     /// Link-level pauses honoured ([`DeviceConfig::pause_iface`]).
     pause: Option<Box<pause::PauseIn>>,
+    /// The line frames leave by, at its rate ([`DeviceConfig::line_rate_bps`]).
+    line: Option<Box<line::Line>>,
+}
+
+/// The rate of the link pause frames arrive on (socket `s`): [`DeviceConfig::pause_link_bps`],
+/// else the line's ([`DeviceConfig::line_rate_bps`]: one link, one rate), else the
+/// interface's speed, else 1 Gb/s.
+fn link_rate(cfg: &DeviceConfig, s: &crate::packet::PacketSocket) -> u64 {
+    match (cfg.pause_link_bps, cfg.line_rate_bps) {
+        (0, Some(r)) if r > 0 => r,
+        (0, _) => crate::packet::link_speed(s.iface()).unwrap_or(1_000_000_000),
+        (r, _) => r,
+    }
 }
 
 pub(crate) use ports::SourceSocket;
@@ -390,16 +404,18 @@ impl Device {
             ports: ports::SourcePorts::new(local, cfg.socket_buffer),
             payload: lent::Gathered::with_capacity(MAX_DATAGRAM),
             pause: pause_sock.as_ref().map(|s| {
-                let rate = match cfg.pause_link_bps {
-                    0 => crate::packet::link_speed(s.iface()).unwrap_or(1_000_000_000),
-                    r => r,
-                };
                 Box::new(pause::PauseIn::new(
-                    rate,
+                    link_rate(&cfg, s),
                     cfg.pause_watchdog
                         .map(|d| Dur::from_nanos(d.as_nanos() as u64)),
                 ))
             }),
+            line: match (cfg.line_rate_bps, &pause_sock) {
+                (Some(0), _) | (None, None) => None,
+                (Some(r), _) => Some(r),
+                (None, Some(s)) => Some(link_rate(&cfg, s)),
+            }
+            .map(|r| Box::new(line::Line::new(r))),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
@@ -465,6 +481,10 @@ impl Device {
             c.pause_frames_received = p.frames;
             c.pause_held_turns = p.held_turns;
             c.pause_watchdog_fired = p.watchdog_fired;
+        }
+        if let Some(l) = &core.line {
+            c.line_rate_bps = l.rate_bps();
+            c.line_held_turns = l.held_turns;
         }
         c
     }

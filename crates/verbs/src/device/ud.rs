@@ -300,11 +300,19 @@ impl Core {
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
-        while let Some(e) = self.objects.uds.get_mut(&qpn) {
+        let mut line_held = false;
+        while self.objects.uds.contains_key(&qpn) {
             if budget == 0 {
                 more = true;
                 break;
             }
+            if self.held_by_line(now, qpn) {
+                line_held = true;
+                break;
+            }
+            let Some(e) = self.objects.uds.get_mut(&qpn) else {
+                break;
+            };
             budget -= 1;
             let Some(pd) = self.objects.pds.get(&e.pd) else {
                 break;
@@ -328,8 +336,10 @@ impl Core {
         // No lent piece outlives the turn (`lent`).
         irn_transport::TxPayload::clear(&mut payload);
         self.payload = payload;
-        self.turns.set_pending(qpn, more);
-        more
+        if !line_held {
+            self.turns.set_pending(qpn, more);
+        }
+        more || line_held
     }
 
     /// Moves a UD queue pair's completions to their CQs.
