@@ -419,6 +419,9 @@ do_build() {
     copy_with_libs "$R" /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
     # dlopen()ed by glibc for pthread_exit/cancel (rping aborts without it)
     copy_with_libs "$R" /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
+    # stdbuf, so that a tool's output reaches its log line by line: a tool that hangs and is
+    # given up on has printed what it got to, rather than nothing from a full stdio buffer
+    copy_with_libs "$R" /usr/bin/stdbuf /usr/libexec/coreutils/libstdbuf.so
     mkdir -p "$R/etc/libibverbs.d"; cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/"
     # kernel modules (only what we need, with deps) + modules.dep for busybox modprobe
     local m f
