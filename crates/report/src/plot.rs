@@ -82,7 +82,10 @@ pub fn baseline_label(runs: &[RunSummary], name: Option<&str>) -> Option<String>
     {
         Some(key(first))
     } else {
-        Some("RoCE+PFC of the same scenario and congestion control".into())
+        Some(match name {
+            Some(n) => format!("{n} of the same scenario"),
+            None => "RoCE+PFC of the same scenario and congestion control".into(),
+        })
     }
 }
 
