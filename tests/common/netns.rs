@@ -205,6 +205,25 @@ impl Star {
             ip(&["-n", &star.switch, "link", "set", p, "up"])?;
             ip(&["netns", "exec", h, "ethtool", "-K", "e0", "tx", "off"])?;
         }
+        // A veth pair just set up reads operstate down for up to a second: wait until every
+        // end is up, so that what starts next (the switch, a ping, a client) sees a link.
+        let up = |ns: &str, dev: &str| {
+            Command::new("ip")
+                .args(["-n", ns, "-o", "link", "show", dev])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("state UP"))
+        };
+        for _ in 0..50 {
+            let all = star
+                .hosts
+                .iter()
+                .zip(&star.ports)
+                .all(|(h, p)| up(h, "e0") && up(&star.switch, p));
+            if all {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         Ok(star)
     }
 
