@@ -71,7 +71,7 @@ pub(crate) struct LinkArgs {
     #[arg(long, value_name = "IFACE")]
     pub(crate) pause_iface: Option<String>,
     /// The link rate pause quanta are counted at (512 bit times each), e.g. `1g`; default
-    /// `--line-rate` if given, else the interface's speed (a veth reports 10 Gb/s; `irn
+    /// `--line-rate` if it gives a rate, else the interface's speed (a veth reports 10 Gb/s; `irn
     /// switch` counts at its ports' speeds too), or 1 Gb/s when it reports none.
     #[arg(long, value_parser = irn_switch::parse_rate)]
     pub(crate) pause_rate: Option<u64>,

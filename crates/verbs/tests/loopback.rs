@@ -2889,3 +2889,73 @@ fn a_device_with_a_line_rate_sends_no_faster_than_it() {
         }
     }
 }
+
+/// Queue pairs share a device's slow line turn by turn: two queue pairs each post eight 256 KiB
+/// Writes at once through a 100 Mb/s line, and the second's first Write completes before the
+/// first's last — the line serves its waiters first come first served, rather than giving every
+/// turn to the lowest-numbered queue pair until its queue is empty — and every byte arrives.
+#[test]
+fn queue_pairs_share_a_slow_line_turn_by_turn() {
+    const MSG: usize = 256 << 10;
+    const N: usize = 8;
+    let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+    cfg.port = 0;
+    cfg.receive = ReceivePath::Udp;
+    cfg.line_rate_bps = Some(100_000_000);
+    let a = side(irn_verbs::Device::open(cfg).expect("dev"), QpMode::Irn, 64);
+    let b = side(
+        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("dev"),
+        QpMode::Irn,
+        64,
+    );
+    let init = QpInit {
+        mode: QpMode::Irn,
+        ..QpInit::default()
+    };
+    let qa2 = a.pd.create_qp(&a.cq, &a.cq, init).expect("qp");
+    let qb2 = b.pd.create_qp(&b.cq, &b.cq, init).expect("qp");
+    let remote = |s: &Side, qp: &irn_verbs::Qp| irn_verbs::RemoteQp {
+        gid: s.dev.gid(),
+        port: s.dev.local_addr().port(),
+        qpn: qp.qpn(),
+        psn: 5,
+    };
+    qa2.connect(&QpAttr::default(), &remote(&b, &qb2), 5)
+        .expect("connect");
+    qb2.connect(&QpAttr::default(), &remote(&a, &qa2), 5)
+        .expect("connect");
+    let p = connect(a, b, &QpAttr::default());
+    let src = p.a.pd.reg_mr(2 * N * MSG, all()).expect("mr");
+    let dst = p.b.pd.reg_mr(2 * N * MSG, all()).expect("mr");
+    let mut data = vec![0u8; 2 * N * MSG];
+    pattern(3, &mut data);
+    src.write(0, &data).expect("write");
+    for (q, qp) in [&p.a.qp, &qa2].into_iter().enumerate() {
+        for i in 0..N {
+            let off = ((q * N + i) * MSG) as u64;
+            qp.post_send(wr(
+                (q * N + i) as u64,
+                SendOp::Write(remote_of(&dst, off)),
+                vec![src.sge(off, MSG as u32)],
+            ))
+            .expect("post");
+        }
+    }
+    // The order in which the Writes complete: wr_id / N is the queue pair.
+    let mut order = Vec::new();
+    while order.len() < 2 * N {
+        let wc = wait(&p.a.cq, 60);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        order.push(wc.wr_id as usize / N);
+    }
+    let first_of_second = order.iter().position(|&q| q == 1).expect("second");
+    let last_of_first = order.iter().rposition(|&q| q == 0).expect("first");
+    assert!(
+        first_of_second < last_of_first,
+        "the first queue pair took the line until it was done: {order:?}"
+    );
+    let mut got = vec![0u8; 2 * N * MSG];
+    dst.read(0, &mut got).expect("read");
+    assert!(got == data, "data differs");
+    eprintln!("completion order (queue pair of each): {order:?}");
+}

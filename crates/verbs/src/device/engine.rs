@@ -46,17 +46,13 @@ impl Core {
             self.rearm(qpn);
             return false;
         }
-        if self.held_by_line(now, qpn) {
-            self.rearm(qpn);
-            // The engine wakes when the line takes frames again.
-            return true;
-        }
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
         self.recharge(qpn);
         let mut hold = !self.budget.may_start(granted);
-        let mut line_held = false;
+        // Held by the line in the turn: whether it is the line's first waiter.
+        let mut line_held = None;
         self.tx.coalescing = self.objects.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.objects.qps.get_mut(&qpn) {
             if budget == 0 {
@@ -64,7 +60,9 @@ impl Core {
                 break;
             }
             if self.line.as_deref().is_some_and(|l| l.busy(now)) {
-                line_held = true;
+                if e.qp.may_transmit() {
+                    line_held = self.line.as_deref_mut().map(|l| l.wait(qpn));
+                }
                 break;
             }
             budget -= 1;
@@ -83,9 +81,14 @@ impl Core {
                 hold = self.budget.full();
                 // A standard responder acknowledges only packets that ask (AckReq: a
                 // message's last, every 64th). A queue pair that may now wait — held by the
-                // budget, or its turn over — asks with its last packet, or what it has in
-                // flight would stay unacknowledged, and charged, until its timer fired.
-                if (hold || budget == 0) && (op.is_write() || op.is_send()) {
+                // budget, its turn over, or the line booked by this packet — asks with its
+                // last packet, or what it has in flight would stay unacknowledged, and
+                // charged, until its timer fired.
+                let fills = self
+                    .line
+                    .as_deref()
+                    .is_some_and(|l| l.fills(t.ib.buffer_len() + line::IP_UDP_ICRC_LEN, now));
+                if (hold || budget == 0 || fills) && (op.is_write() || op.is_send()) {
                     t.ib.bth.ack_req = true;
                 }
             }
@@ -97,10 +100,7 @@ impl Core {
         // No lent piece outlives the turn (`lent`): a packet that was not queued left its own.
         payload.clear();
         self.payload = payload;
-        self.turns.set_pending(qpn, more);
-        if line_held {
-            self.wait_for_line(qpn);
-        }
+        self.turns.set_pending(qpn, more && line_held.is_none());
         let mut waits = false;
         if let Some(e) = self.objects.qps.get_mut(&qpn) {
             if hold && !more && e.qp.new_request_ready() {
@@ -115,7 +115,7 @@ impl Core {
         // Every input a queue pair takes (a post, a modify, a packet, a timeout) is followed by
         // its turn here, so this is where its deadline is read again.
         self.rearm(qpn);
-        more || line_held || (waits && self.budget.has_room())
+        more || line_held == Some(true) || (waits && self.budget.has_room())
     }
 
     /// Whether a link-level pause of queue pair `qpn`'s priority holds its turn back: it then
@@ -135,36 +135,30 @@ impl Core {
     }
 
     /// Whether the line is booked too far ahead for queue pair `qpn`'s turn (`line.rs`): it
-    /// then waits, no longer pending, for the line ([`Core::release_line`]).
-    pub(super) fn held_by_line(&mut self, now: Time, qpn: u32) -> bool {
-        if !self.line.as_deref().is_some_and(|l| l.busy(now)) {
-            return false;
-        }
-        self.wait_for_line(qpn);
-        true
-    }
-
-    /// Queue pair `qpn`'s turn found the line booked: it waits for it, no longer pending.
-    fn wait_for_line(&mut self, qpn: u32) {
-        if let Some(l) = self.line.as_deref_mut() {
-            l.waiting.insert(qpn);
-            l.held_turns += 1;
-        }
+    /// then waits in the line's queue, no longer pending ([`Core::serve_line`]). `Some(first)`
+    /// when held, `first` if no queue pair waited before it.
+    pub(super) fn held_by_line(&mut self, now: Time, qpn: u32) -> Option<bool> {
+        let l = self.line.as_deref_mut().filter(|l| l.busy(now))?;
+        let first = l.wait(qpn);
         self.turns.set_pending(qpn, false);
+        Some(first)
     }
 
-    /// Gives the queue pairs that waited for the line their turns again once it takes frames.
-    pub(super) fn release_line(&mut self, now: Time) {
-        let Some(l) = self.line.as_deref_mut() else {
-            return;
-        };
-        if l.waiting.is_empty() || l.busy(now) {
-            return;
-        }
-        for qpn in std::mem::take(&mut l.waiting) {
-            if self.objects.qps.contains_key(&qpn) || self.objects.uds.contains_key(&qpn) {
-                self.turns.set_pending(qpn, true);
+    /// Whether the line is booked too far ahead of `now` to take a frame.
+    pub(super) fn line_busy(&self, now: Time) -> bool {
+        self.line.as_deref().is_some_and(|l| l.busy(now))
+    }
+
+    /// Gives the queue pairs waiting for the line their turns, first come first served, as
+    /// long as it takes frames: one the line holds again goes to the back.
+    pub(super) fn serve_line(&mut self, sock: &UdpSocket, now: Time) {
+        while let Some(qpn) = self.line.as_deref_mut().and_then(|l| l.next_ready(now)) {
+            // Gone meanwhile: skipped.
+            if !self.objects.qps.contains_key(&qpn) && !self.objects.uds.contains_key(&qpn) {
+                continue;
             }
+            self.transmit(sock, now, qpn);
+            self.drain_completions(qpn);
         }
     }
 
@@ -212,7 +206,12 @@ impl Core {
     /// Gives the queue pairs waiting for the in-flight budget their turns, first come first
     /// served, while it has room.
     pub(super) fn serve_budget_queue(&mut self, sock: &UdpSocket, now: Time) {
-        while let Some(qpn) = self.budget.next_waiting() {
+        // A booked line would take the queue pairs out of the budget's order into its own:
+        // they keep their places until it takes frames.
+        while !self.line_busy(now) {
+            let Some(qpn) = self.budget.next_waiting() else {
+                break;
+            };
             // Gone meanwhile: skipped.
             let Some(e) = self.objects.qps.get_mut(&qpn) else {
                 continue;
@@ -898,10 +897,12 @@ pub(super) fn engine(shared: &Shared) {
             if let Some(at) = core.impairer.next_at() {
                 sleep = sleep.min(at.saturating_duration_since(Instant::now()));
             }
-            // Queue pairs with more to send, or waiting for a budget that has room, or
-            // packets waiting in the transmit batch that no thread is sending (a busy poller's
-            // last posts, which rang no doorbell): no sleeping.
-            core.turns.any_pending() || core.budget.has_room() || core.tx.unsent()
+            // Queue pairs with more to send, or waiting for a budget that has room (and a line
+            // that takes frames), or packets waiting in the transmit batch that no thread is
+            // sending (a busy poller's last posts, which rang no doorbell): no sleeping.
+            core.turns.any_pending()
+                || (core.budget.has_room() && !core.line_busy(now))
+                || core.tx.unsent()
         };
         if !busy && !sleep.is_zero() {
             park(shared, true, sleep);
@@ -998,7 +999,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
     let now = shared.now();
     let sock = &shared.socks.udp;
     core.release_paused(shared.pause_sock.as_ref(), now);
-    core.release_line(now);
+    core.serve_line(sock, now);
     // Impaired packets whose time has come (delayed ones in the order they were held: a slow
     // link keeps its order).
     for h in core.impairer.due(Instant::now()) {

@@ -19,12 +19,16 @@
 //! booked far ahead would burst into a switch's headroom. A line that fell idle starts
 //! again from now: no credit is saved up while nothing is sent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use irn_transport::{Dur, Time};
 
 /// Bytes an Ethernet frame carries besides its IP packet: the header (14) and the FCS (4).
 pub(crate) const ETH_FRAME_OVERHEAD: usize = 18;
+
+/// Bytes an IP packet carries besides its InfiniBand headers and payload, at most: an IPv6
+/// header (40), UDP (8) and the ICRC (4), for a packet's size before it is built.
+pub(crate) const IP_UDP_ICRC_LEN: usize = 52;
 
 /// How far ahead of now the line may be booked before a turn waits: what the device may
 /// put on the link at once after a pause ends, 7.5 KB at 300 Mb/s, 250 KB at 10 Gb/s.
@@ -36,8 +40,13 @@ pub(crate) struct Line {
     rate_bps: u64,
     /// When the frames given to the line so far have all left it.
     free_at: Time,
-    /// Queue pairs whose turn found the line booked: given one again when it is not.
-    pub(crate) waiting: BTreeSet<u32>,
+    /// Queue pairs whose turn found the line booked, first come first served: each gets a
+    /// turn in that order once the line takes frames again, and one the line holds again
+    /// goes to the back — so that queue pairs share a slow line turn by turn, rather than the
+    /// lowest-numbered one taking every turn.
+    waiting: VecDeque<u32>,
+    /// The queue pairs in `waiting`.
+    queued: BTreeSet<u32>,
     /// Transmit turns the line held back.
     pub(crate) held_turns: u64,
 }
@@ -48,7 +57,8 @@ impl Line {
         Line {
             rate_bps: rate_bps.max(1),
             free_at: Time::ZERO,
-            waiting: BTreeSet::new(),
+            waiting: VecDeque::new(),
+            queued: BTreeSet::new(),
             held_turns: 0,
         }
     }
@@ -67,6 +77,35 @@ impl Line {
     /// Whether the line is booked too far ahead of `now` to take another frame.
     pub(crate) fn busy(&self, now: Time) -> bool {
         self.free_at > now + SLACK
+    }
+
+    /// Whether an IP packet of `ip_len` bytes given to the line at `now` would leave it
+    /// booked too far ahead to take another.
+    pub(crate) fn fills(&self, ip_len: usize, now: Time) -> bool {
+        let bytes = (ip_len + ETH_FRAME_OVERHEAD) as u64;
+        self.free_at.max(now) + Dur::transmission(bytes, self.rate_bps) > now + SLACK
+    }
+
+    /// Queue pair `qpn`'s turn found the line booked: it waits at the back, unless it
+    /// already waits. Returns whether the queue was empty (then the caller must see that
+    /// the engine wakes for [`Line::next_release`]).
+    pub(crate) fn wait(&mut self, qpn: u32) -> bool {
+        self.held_turns += 1;
+        let was_empty = self.waiting.is_empty();
+        if self.queued.insert(qpn) {
+            self.waiting.push_back(qpn);
+        }
+        was_empty
+    }
+
+    /// The queue pair to give a turn next, if the line takes frames at `now` and one waits.
+    pub(crate) fn next_ready(&mut self, now: Time) -> Option<u32> {
+        if self.busy(now) {
+            return None;
+        }
+        let qpn = self.waiting.pop_front()?;
+        self.queued.remove(&qpn);
+        Some(qpn)
     }
 
     /// When the queue pairs waiting for the line get their turns again — half the slack
@@ -106,7 +145,7 @@ mod tests {
         assert_eq!(l.free_at.since(t0), frame.saturating_mul(7));
         // Nobody waits: no release is due.
         assert_eq!(l.next_release(), None);
-        l.waiting.insert(7);
+        l.wait(7);
         // Released with half the slack left on the line, and then no longer busy.
         let r = l.next_release().expect("a release");
         assert_eq!(l.free_at.since(r), Dur::from_micros(100));
@@ -127,12 +166,41 @@ mod tests {
                     l.send(1064, now);
                     bytes += 1082;
                 }
-                l.waiting.insert(1);
+                l.wait(1);
                 now = l.next_release().expect("waits") + Dur::from_micros(90);
             }
             let bps = bytes * 8;
             assert!(bps.abs_diff(rate) < rate / 100, "{rate}: {bps}");
         }
+    }
+
+    #[test]
+    fn waiting_queue_pairs_take_turns_in_the_order_they_came() {
+        let mut l = Line::new(300 * MBPS);
+        let now = Time::ZERO;
+        while !l.busy(now) {
+            l.send(1064, now);
+        }
+        assert!(l.wait(9));
+        assert!(!l.wait(2));
+        assert!(!l.wait(9), "already waiting: not queued twice");
+        assert_eq!(l.held_turns, 3);
+        assert_eq!(l.next_ready(now), None, "the line is booked");
+        let r = l.next_release().expect("a release");
+        assert_eq!(l.next_ready(r), Some(9));
+        // 9 books the line again and goes to the back, behind 2.
+        while !l.busy(r) {
+            l.send(1064, r);
+        }
+        l.wait(9);
+        let r = l.next_release().expect("a release");
+        assert_eq!(l.next_ready(r), Some(2));
+        assert_eq!(l.next_ready(r), Some(9));
+        assert_eq!(l.next_ready(r), None);
+        assert_eq!(l.next_release(), None);
+        // Whether a packet would fill the line: 200 µs are 7.4 frames of 1 082 bytes.
+        let idle = Line::new(300 * MBPS);
+        assert!(!idle.fills(1064, r) && idle.fills(8 * 1064, r));
     }
 
     #[test]

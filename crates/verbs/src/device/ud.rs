@@ -300,14 +300,16 @@ impl Core {
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
-        let mut line_held = false;
-        while self.objects.uds.contains_key(&qpn) {
+        let mut line_held = None;
+        while let Some(e) = self.objects.uds.get(&qpn) {
             if budget == 0 {
                 more = true;
                 break;
             }
-            if self.held_by_line(now, qpn) {
-                line_held = true;
+            if self.line_busy(now) {
+                if e.qp.may_transmit() {
+                    line_held = self.held_by_line(now, qpn);
+                }
                 break;
             }
             let Some(e) = self.objects.uds.get_mut(&qpn) else {
@@ -336,10 +338,10 @@ impl Core {
         // No lent piece outlives the turn (`lent`).
         irn_transport::TxPayload::clear(&mut payload);
         self.payload = payload;
-        if !line_held {
+        if line_held.is_none() {
             self.turns.set_pending(qpn, more);
         }
-        more || line_held
+        more || line_held == Some(true)
     }
 
     /// Moves a UD queue pair's completions to their CQs.
