@@ -209,8 +209,10 @@ fn pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_dro
     }
     // The headroom holds what paced senders send while a pause reaches them, but not the
     // windows unpaced ones hand their kernels at once: those overflow it by the thousand
-    // (most of their frames), the paced ones by a few hundred at most (the host's scheduler can
-    // still stall the switch or a sender for longer than the headroom lasts).
+    // (most of their frames), the paced ones by a few hundred on a quiet machine. How many
+    // depends on how long the host's scheduler stalls the switch or a sender (a machine
+    // busy with other work stretches it past the headroom): the test asserts the direction,
+    // with a margin, not a count.
     let frames = port(&lossless, 2, "tx_frames");
     let (over, over_unpaced) = (
         port(&lossless, 2, "headroom_overflow"),
@@ -236,8 +238,8 @@ fn pfc_keeps_a_class_lossless_through_a_congested_switch_and_the_lossy_class_dro
         unpaced.report
     );
     assert!(
-        over < frames / 20,
-        "paced: {over} of {frames}\n{}",
+        over * 2 < over_unpaced,
+        "paced {over}, unpaced {over_unpaced} of {frames}\n{}",
         lossless.report
     );
     // Lossy: the same traffic in priority 0 overflows the receiver's port.
@@ -582,10 +584,11 @@ fn classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma() {
 /// victim. The first flow's queue (RoCE's 128 unacknowledged packets, and their go-back-N
 /// resends) stands at the switch. With 100 KB per queue and a fixed 30 KB threshold, the
 /// sender's ingress crosses it: the switch pauses the sender's link, and with it the victim,
-/// which waits until the slow receiver drains. With one 4 MB pool shared by dynamic
-/// threshold, the switch holds the standing queue without pausing anyone, and the victim
-/// runs at the speed of its free path. Nothing is dropped in either; every victim byte is
-/// verified.
+/// which waits until the slow receiver drains — a crawl, or, paused longer than its seven
+/// 67 ms retries, `IBV_WC_RETRY_EXC_ERR`, as a NIC's queue pair ends under a pause that long.
+/// With one 4 MB pool shared by dynamic threshold, the switch holds the standing queue without
+/// pausing anyone, and the victim runs at the speed of its free path. Nothing is dropped in
+/// either; every byte of a victim that completes is verified.
 #[test]
 fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_victim() {
     const TEST: &str =
@@ -671,12 +674,15 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
         assert!(port(r, 1, "pause_received") > 10, "{what}");
         assert!((0..3).all(|i| port(r, i, "dropped") == 0), "{what}");
     }
-    for v in [&held, &free_run] {
-        assert!(
-            v.status.success() && String::from_utf8_lossy(&v.stdout).contains("verify: ok"),
-            "{what}"
-        );
-    }
+    let verified = |v: &Output| {
+        v.status.success() && String::from_utf8_lossy(&v.stdout).contains("verify: ok")
+    };
+    assert!(verified(&free_run), "{what}");
+    // Paused behind the standing queue, the static victim crawls, or its retries run out.
+    assert!(
+        verified(&held) || String::from_utf8_lossy(&held.stderr).contains("IBV_WC_RETRY_EXC_ERR"),
+        "{what}"
+    );
     // Static: the standing queue pauses the sender's link, and the victim with it.
     assert!(port(&held_report, 0, "pause_sent") > 0, "{what}");
     assert!(counter(&held, "pause_held_turns") > 0, "{what}");
@@ -688,7 +694,12 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
         port(&free_report, 1, "peak_queue_bytes") > 100_000,
         "{what}"
     );
-    let (slowed, unhurt) = (bw_average(&held), bw_average(&free_run));
+    let slowed = if held.status.success() {
+        bw_average(&held)
+    } else {
+        0.0
+    };
+    let unhurt = bw_average(&free_run);
     assert!(
         unhurt > 4.0 * slowed,
         "victim {slowed} vs {unhurt} MB/s\n{what}"
