@@ -51,8 +51,8 @@ impl Core {
         let mut more = false;
         self.recharge(qpn);
         let mut hold = !self.budget.may_start(granted);
-        // Held by the line in the turn: whether it is the line's first waiter.
-        let mut line_held = None;
+        // The line was booked while the queue pair had something to send: it waits for it.
+        let mut line_waits = false;
         self.tx.coalescing = self.objects.qps.get(&qpn).is_some_and(|e| e.gso);
         while let Some(e) = self.objects.qps.get_mut(&qpn) {
             if budget == 0 {
@@ -60,9 +60,7 @@ impl Core {
                 break;
             }
             if self.line.as_deref().is_some_and(|l| l.busy(now)) {
-                if e.qp.may_transmit() {
-                    line_held = self.line.as_deref_mut().map(|l| l.wait(qpn));
-                }
+                line_waits = e.qp.may_transmit();
                 break;
             }
             budget -= 1;
@@ -100,7 +98,8 @@ impl Core {
         // No lent piece outlives the turn (`lent`): a packet that was not queued left its own.
         payload.clear();
         self.payload = payload;
-        self.turns.set_pending(qpn, more && line_held.is_none());
+        self.turns.set_pending(qpn, more);
+        let line_held = line_waits.then(|| self.held_by_line(now, qpn)).flatten();
         let mut waits = false;
         if let Some(e) = self.objects.qps.get_mut(&qpn) {
             if hold && !more && e.qp.new_request_ready() {

@@ -68,10 +68,16 @@ impl Line {
         self.rate_bps
     }
 
+    /// When the line would be free if an IP packet of `ip_len` bytes were given to it at
+    /// `now`.
+    fn free_after(&self, ip_len: usize, now: Time) -> Time {
+        let bytes = (ip_len + ETH_FRAME_OVERHEAD) as u64;
+        self.free_at.max(now) + Dur::transmission(bytes, self.rate_bps)
+    }
+
     /// An IP packet of `ip_len` bytes is given to the line at `now`.
     pub(crate) fn send(&mut self, ip_len: usize, now: Time) {
-        let bytes = (ip_len + ETH_FRAME_OVERHEAD) as u64;
-        self.free_at = self.free_at.max(now) + Dur::transmission(bytes, self.rate_bps);
+        self.free_at = self.free_after(ip_len, now);
     }
 
     /// Whether the line is booked too far ahead of `now` to take another frame.
@@ -82,8 +88,7 @@ impl Line {
     /// Whether an IP packet of `ip_len` bytes given to the line at `now` would leave it
     /// booked too far ahead to take another.
     pub(crate) fn fills(&self, ip_len: usize, now: Time) -> bool {
-        let bytes = (ip_len + ETH_FRAME_OVERHEAD) as u64;
-        self.free_at.max(now) + Dur::transmission(bytes, self.rate_bps) > now + SLACK
+        self.free_after(ip_len, now) > now + SLACK
     }
 
     /// Queue pair `qpn`'s turn found the line booked: it waits at the back, unless it

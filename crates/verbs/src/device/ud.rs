@@ -300,21 +300,17 @@ impl Core {
         let mut payload = std::mem::take(&mut self.payload);
         let mut budget = TX_BURST;
         let mut more = false;
-        let mut line_held = None;
-        while let Some(e) = self.objects.uds.get(&qpn) {
+        // The line was booked while the queue pair had something to send: it waits for it.
+        let mut line_waits = false;
+        while let Some(e) = self.objects.uds.get_mut(&qpn) {
             if budget == 0 {
                 more = true;
                 break;
             }
-            if self.line_busy(now) {
-                if e.qp.may_transmit() {
-                    line_held = self.held_by_line(now, qpn);
-                }
+            if self.line.as_deref().is_some_and(|l| l.busy(now)) {
+                line_waits = e.qp.may_transmit();
                 break;
             }
-            let Some(e) = self.objects.uds.get_mut(&qpn) else {
-                break;
-            };
             budget -= 1;
             let Some(pd) = self.objects.pds.get(&e.pd) else {
                 break;
@@ -338,9 +334,8 @@ impl Core {
         // No lent piece outlives the turn (`lent`).
         irn_transport::TxPayload::clear(&mut payload);
         self.payload = payload;
-        if line_held.is_none() {
-            self.turns.set_pending(qpn, more);
-        }
+        self.turns.set_pending(qpn, more);
+        let line_held = line_waits.then(|| self.held_by_line(now, qpn)).flatten();
         more || line_held == Some(true)
     }
 
