@@ -96,6 +96,14 @@ pub struct SwitchArgs {
     /// control traffic).
     #[arg(long, default_value = "udp", value_parser = irn_switch::parse_classify)]
     pub classify: irn_switch::Classify,
+    /// What a frame's priority is read from: `dscp` (its IP header's DSCP ÷ 8) or `pcp` (its
+    /// 802.1Q tag's priority code point; an untagged frame is priority 0).
+    #[arg(long, default_value = "dscp", value_parser = irn_switch::parse_trust)]
+    pub trust: irn_switch::Trust,
+    /// The switch routes: every frame leaves without the 802.1Q tag it came with, as a routed
+    /// hop's new Ethernet header carries none (its priority here is read before the tag goes).
+    #[arg(long)]
+    pub routed: bool,
     /// The fabric's intended configuration (TOML: `pfc`, `ecn`, `buffer_model`, `mtu`, `up`,
     /// `[port.NAME]` tables, …), checked against what the switch runs: its settings at start,
     /// its ports' MTU and link state every `--config-check` seconds. Each difference is said
@@ -134,6 +142,8 @@ pub fn run(args: SwitchArgs) -> Result<bool> {
         pause_rate: args.pause_rate,
         dwrr: args.dwrr,
         classify: args.classify,
+        trust: args.trust,
+        routed: args.routed,
         intended: args
             .intended
             .as_deref()

@@ -12,8 +12,9 @@
 //! released by its NIC watchdog, and two lossy classes sharing the port by strict priority or
 //! by DWRR weights (`irn switch --dwrr`, SPEC N8), and TCP beside RDMA in a class of its own
 //! (`irn switch --classify ip`), and a slow receiver's standing queue held by a shared buffer
-//! (`irn switch --shared-buffer`) where a static one pauses a victim flow. Every RDMA run
-//! verifies every byte. Needs root, iproute2,
+//! (`irn switch --shared-buffer`) where a static one pauses a victim flow, and tagged senders
+//! through two switches in series showing why PFC moved from the VLAN tag's PCP to the DSCP
+//! (`--vlan`, `--trust pcp`, `--routed`). Every RDMA run verifies every byte. Needs root, iproute2,
 //! ethtool, tcpdump, tshark and iperf3; in CI a missing one fails.
 
 use std::process::{Command, Output, Stdio};
@@ -712,4 +713,108 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
         port(&free_report, 1, "peak_queue_bytes"),
         port(&free_report, 0, "pause_sent"),
     );
+}
+
+/// Why PFC moved from the VLAN tag's PCP to the DSCP (SPEC N2, seed 001 §3), on real hosts:
+/// the two senders tag their frames (`--vlan e0`: PCP 3, their DSCP 26's priority) and write
+/// through two switches in series — A, which the hosts plug into, and B, which holds the
+/// 300 Mb/s bottleneck to the receiver — both lossless on priority 3. With DSCP-based PFC
+/// (`--trust dscp`) behind a routed A (`--routed`: the tag goes), and with PCP-based PFC
+/// behind a bridging A (the tag stays), B pauses A and drops nothing. With PCP-based PFC behind
+/// a routed A, B sees untagged frames — priority 0, lossy — never pauses, and drops; the
+/// senders' go-back-N recovers every byte all the same.
+#[test]
+fn pcp_based_pfc_breaks_across_a_routed_hop_and_dscp_based_pfc_does_not() {
+    const TEST: &str = "pcp_based_pfc_breaks_across_a_routed_hop_and_dscp_based_pfc_does_not";
+    let Some(star) = Star::setup(TEST, "v", 242, 3) else {
+        return;
+    };
+    // A's uplink to B: a veth pair in the switches' namespace.
+    let (up_a, up_b) = (format!("{}a", star.ports[2]), format!("{}b", star.ports[2]));
+    star.trunk(&up_a, &up_b)
+        .expect("the trunk between the switches");
+    let r = &star.hosts[2];
+    let messages = MESSAGES.to_string();
+    let common = ["--pause-rate", "300m", "--idle", "1", "--duration", "120"];
+    let mut runs = Vec::new();
+    for (trust, routed) in [("dscp", true), ("pcp", false), ("pcp", true)] {
+        let what = format!(
+            "{trust}-based PFC, A {}",
+            if routed { "routed" } else { "bridging" }
+        );
+        let mut a_flags: Vec<&str> = [&PFC_SWITCH[..], &common[..], &["--trust", trust]].concat();
+        // A passes the senders' 600 Mb/s on; B's port to the receiver is the bottleneck.
+        a_flags[1] = "600m";
+        if routed {
+            a_flags.push("--routed");
+        }
+        let b_flags: Vec<&str> = [&PFC_SWITCH[..], &common[..], &["--trust", trust]].concat();
+        let hosts_a = [star.ports[0].as_str(), star.ports[1].as_str(), &up_a];
+        let sw_a = star.start_switch_on(&format!("vlan-a-{trust}-{routed}"), &hosts_a, &a_flags);
+        let sw_b = star.start_switch_on(
+            &format!("vlan-b-{trust}-{routed}"),
+            &[&up_b, star.ports[2].as_str()],
+            &b_flags,
+        );
+        let servers: Vec<_> = ["5001", "5002"]
+            .iter()
+            .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
+            .collect();
+        let client = |ns: &str, port: &str| {
+            let mut args = paused_writer("10.242.0.3", port, &messages, "104", Some("300m"));
+            args.extend(["--verify", "--vlan", "e0"]);
+            star.client(ns, &args, r, 120)
+        };
+        let senders = std::thread::scope(|s| {
+            let a = s.spawn(|| client(&star.hosts[0], "5001"));
+            let b = s.spawn(|| client(&star.hosts[1], "5002"));
+            [a.join().expect("client 1"), b.join().expect("client 2")]
+        });
+        for srv in servers {
+            let srv = finish(srv, 60);
+            assert!(srv.status.success(), "{what}: {}", text(&srv));
+        }
+        for c in &senders {
+            assert!(c.status.success(), "{what}: {}", text(c));
+            assert!(
+                String::from_utf8_lossy(&c.stdout).contains("verify: ok"),
+                "{what}: {}",
+                text(c)
+            );
+            // Every frame left tagged: the neighbour table knew the receiver from the
+            // out-of-band exchange.
+            assert!(counter(c, "tx_tagged") > 0, "{what}: {}", text(c));
+            assert_eq!(counter(c, "tx_tag_unresolved"), 0, "{what}: {}", text(c));
+        }
+        runs.push((what, sw_a.report(130), sw_b.report(130)));
+    }
+    let port =
+        |report: &serde_json::Value, i: usize, k: &str| report["ports"][i][k].as_u64().expect(k);
+    for (what, a, b) in &runs {
+        let routed = what.ends_with("routed");
+        // The hosts' frames reach A tagged; B sees the tags only behind a bridging A.
+        assert!(
+            port(a, 0, "rx_tagged") > 0 && port(a, 1, "rx_tagged") > 0,
+            "{what}: {a}"
+        );
+        assert_eq!(port(a, 2, "tags_stripped") > 0, routed, "{what}: {a}");
+        assert_eq!(port(b, 0, "rx_tagged") > 0, !routed, "{what}: {b}");
+        eprintln!(
+            "{what}: B dropped {}, paused A {} times; A stripped {} tags, paused the hosts {} / {} times",
+            port(b, 1, "dropped"),
+            port(b, 0, "pause_sent"),
+            port(a, 2, "tags_stripped"),
+            port(a, 0, "pause_sent"),
+            port(a, 1, "pause_sent"),
+        );
+    }
+    // DSCP-based behind a routed hop, and PCP-based behind a bridged one: lossless.
+    for (what, _, b) in &runs[..2] {
+        assert_eq!(port(b, 1, "dropped"), 0, "{what}: {b}");
+        assert!(port(b, 0, "pause_sent") > 0, "{what}: {b}");
+    }
+    // PCP-based behind a routed hop: priority 0 at B, which drops and never pauses.
+    let (what, _, b) = &runs[2];
+    assert!(port(b, 1, "dropped") > 0, "{what}: {b}");
+    assert_eq!(port(b, 0, "pause_sent"), 0, "{what}: {b}");
 }

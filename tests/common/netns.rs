@@ -265,12 +265,19 @@ impl Star {
     /// file, named `name`), and waits until it says it forwards: nothing starts before, or a
     /// client's TCP SYN lost to a switch still opening its ports is resent a second later.
     pub fn start_switch(&self, name: &str, flags: &[&str]) -> RunningSwitch {
+        let ports: Vec<&str> = self.ports.iter().map(String::as_str).collect();
+        self.start_switch_on(name, &ports, flags)
+    }
+
+    /// [`Star::start_switch`] over `ports` of the switch's namespace only (host ports, trunk
+    /// ends): several switches may run there side by side.
+    pub fn start_switch_on(&self, name: &str, ports: &[&str], flags: &[&str]) -> RunningSwitch {
         use std::io::BufRead;
         let json = std::env::temp_dir().join(format!("irn-{name}-{}.json", std::process::id()));
         let json_s = json.to_string_lossy().to_string();
         let mut args = vec!["switch"];
-        for p in &self.ports {
-            args.extend(["--port", p.as_str()]);
+        for p in ports {
+            args.extend(["--port", p]);
         }
         args.extend(flags);
         args.extend(["--json", &json_s]);
@@ -280,6 +287,30 @@ impl Star {
         let _ = err.read_line(&mut ready);
         assert!(ready.contains("forwarding"), "switch: {ready}");
         RunningSwitch { child, err, json }
+    }
+
+    /// A veth pair `a`–`b` inside the switch's namespace, both ends up: a link between two
+    /// switches running there ([`Star::start_switch_on`]).
+    pub fn trunk(&self, a: &str, b: &str) -> Result<(), String> {
+        let sw = self.switch.as_str();
+        ip(&[
+            "-n", sw, "link", "add", a, "type", "veth", "peer", "name", b,
+        ])?;
+        ip(&["-n", sw, "link", "set", a, "up"])?;
+        ip(&["-n", sw, "link", "set", b, "up"])?;
+        for _ in 0..50 {
+            let up = [a, b].iter().all(|d| {
+                Command::new("ip")
+                    .args(["-n", sw, "-o", "link", "show", d])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("state UP"))
+            });
+            if up {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Err(format!("{a}–{b} never came up"))
     }
 
     /// Runs `irn ARGS` in namespace `ns` to completion (at most `secs`), again while its

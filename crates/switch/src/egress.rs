@@ -5,12 +5,20 @@
 //! the pauses it received, and the pacer that lets frames out at the port's rate
 //! ([`MAX_LAG`]). Time is nanoseconds since the switch started; the switch's loop
 //! ([`crate::run`]) offers it frames and takes them out.
+//!
+//! A frame's priority is read from its DSCP, or from its 802.1Q tag's PCP when the switch
+//! trusts PCP ([`Egress::with_trust`]; an untagged frame then has priority 0, a port's
+//! default, IEEE 802.1Q §6.9). An egress that routes ([`Egress::routed`]) sends a frame on
+//! without its tag, as a routed hop's new Ethernet header carries none — the PCP does not
+//! cross a subnet boundary, which is why RoCEv2 fabrics moved PFC to the DSCP (seed 001
+//! §3).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use irn_sim::config::Trust;
 use irn_sim::net::sched::{self, Dwrr, Weights};
 use irn_sim::net::Marking;
 use irn_transport::rng::Rng;
@@ -27,6 +35,9 @@ pub const MAX_LAG: Duration = Duration::from_micros(200);
 
 /// The FCS a frame carries on the wire and a packet socket does not show.
 const FCS: u64 = 4;
+
+/// An 802.1Q tag's bytes: its TPID (0x8100) and TCI.
+pub const VLAN_TAG_LEN: usize = 4;
 
 /// What became of a frame offered to an egress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,8 +127,11 @@ pub struct Queued {
     pub frame: Vec<u8>,
     /// The port it arrived on.
     pub from: usize,
-    /// Its priority (its DSCP's); `None` for control traffic.
+    /// Its priority (its DSCP's, or its tag's PCP); `None` for control traffic.
     pub prio: Option<u8>,
+    /// Its length as it arrived, what its ingress counted ([`Mmu::queued`]): a routed
+    /// egress took 4 bytes off with the tag.
+    pub arrived_len: u64,
 }
 
 /// One output port's queues and pacer, without I/O: time is nanoseconds since the switch
@@ -133,6 +147,10 @@ pub struct Egress {
     bytes: [u64; QUEUES],
     /// Which frames the priorities' queues hold.
     classify: Classify,
+    /// What a frame's priority is read from.
+    trust: Trust,
+    /// Frames leave without their 802.1Q tag ([`Egress::routed`]).
+    routed: bool,
     /// How the priorities' queues share the wire (index 0 is priority 7's queue, 7 priority
     /// 0's): all strict unless [`Egress::with_dwrr`] weighs them.
     weights: Weights,
@@ -158,6 +176,8 @@ impl Egress {
             queues: Default::default(),
             bytes: [0; QUEUES],
             classify: Classify::Udp,
+            trust: Trust::Dscp,
+            routed: false,
             weights: Weights::strict(sched::QUEUES),
             dwrr: Dwrr::default(),
             paused: PausedUntil::default(),
@@ -182,6 +202,21 @@ impl Egress {
     /// Classifies `classify`'s frames by DSCP (UDP only without it).
     pub fn with_classify(mut self, classify: Classify) -> Egress {
         self.classify = classify;
+        self
+    }
+
+    /// Reads a frame's priority from what `trust` says: its DSCP (the default) or its
+    /// 802.1Q tag's PCP, an untagged frame then being priority 0.
+    pub fn with_trust(mut self, trust: Trust) -> Egress {
+        self.trust = trust;
+        self
+    }
+
+    /// The port routes: a frame leaves it in a new Ethernet header, without the 802.1Q tag
+    /// it came with (its PCP is gone; its DSCP, in the IP header, stays). Its priority here
+    /// is read before the tag goes. Counted in `tags_stripped`.
+    pub fn routed(mut self, routed: bool) -> Egress {
+        self.routed = routed;
         self
     }
 
@@ -211,18 +246,31 @@ impl Egress {
         marking: &Marking,
         rng: &mut Rng,
     ) -> (Verdict, Option<u8>) {
-        let len = frame.len() as u64;
-        if frame.len() > self.max_frame {
+        let arrived_len = frame.len() as u64;
+        let tag = if is_tagged(&frame) { VLAN_TAG_LEN } else { 0 };
+        // A tag may take a frame 4 bytes past the MTU's (IEEE 802.3 §3.5's envelope frame).
+        if frame.len() > self.max_frame + tag {
             self.counters.oversize += 1;
             return (Verdict::Oversize, None);
         }
         // The IP header is read once: for the class and priority, and for the mark.
-        let ip = ip_info(&frame);
+        let mut ip = ip_info(&frame);
         let class = Class::of_ip(ip, self.classify);
         let prio = match class {
-            Class::Data => ip.map(|ip| priority_of_dscp(ip.dscp)),
+            Class::Data => ip.map(|ip| match self.trust {
+                Trust::Dscp => priority_of_dscp(ip.dscp),
+                Trust::Pcp => ip.pcp.unwrap_or(0),
+            }),
             Class::Control => None,
         };
+        if self.routed && tag > 0 {
+            frame.drain(12..12 + VLAN_TAG_LEN);
+            if let Some(ip) = ip.as_mut() {
+                ip.at -= VLAN_TAG_LEN;
+            }
+            self.counters.tags_stripped += 1;
+        }
+        let len = frame.len() as u64;
         let c = queue_of(class, prio);
         let q = self.bytes[c];
         match mmu.admit(q, len, prio) {
@@ -248,7 +296,12 @@ impl Egress {
         self.bytes[c] += len;
         let peak = &mut self.counters.peak_queue_bytes;
         *peak = (*peak).max(self.bytes[c]);
-        self.queues[c].push_back(Queued { frame, from, prio });
+        self.queues[c].push_back(Queued {
+            frame,
+            from,
+            prio,
+            arrived_len,
+        });
         (verdict, prio)
     }
 
@@ -320,9 +373,23 @@ impl Egress {
     }
 }
 
-/// What the switch reads of an untagged IPv4 or IPv6 frame.
+/// Whether an Ethernet frame carries an 802.1Q tag.
+pub fn is_tagged(frame: &[u8]) -> bool {
+    frame.get(12..14) == Some(&u16::from(EtherType::Vlan).to_be_bytes()[..])
+}
+
+/// The PCP of a frame's 802.1Q tag, if it has one.
+pub fn pcp_of(frame: &[u8]) -> Option<u8> {
+    is_tagged(frame).then(|| frame.get(14).map(|b| b >> 5))?
+}
+
+/// What the switch reads of an IPv4 or IPv6 frame, tagged or not.
 #[derive(Debug, Clone, Copy)]
 struct IpInfo {
+    /// Where the IP header starts in the frame (14, or 18 behind a tag).
+    at: usize,
+    /// The tag's PCP, if the frame is tagged.
+    pcp: Option<u8>,
     v4: bool,
     /// It carries UDP.
     udp: bool,
@@ -330,14 +397,19 @@ struct IpInfo {
     dscp: u8,
 }
 
-/// The IP header of a frame, if it is an untagged IPv4 or IPv6 one whose header is whole.
+/// The IP header of a frame, if it is an IPv4 or IPv6 one (untagged, or behind one 802.1Q
+/// tag) whose header is whole.
 fn ip_info(frame: &[u8]) -> Option<IpInfo> {
     const UDP: u8 = 17;
-    let t = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    let ip = &frame[14..];
+    let pcp = pcp_of(frame);
+    let at = if pcp.is_some() { 14 + VLAN_TAG_LEN } else { 14 };
+    let t = u16::from_be_bytes([*frame.get(at - 2)?, *frame.get(at - 1)?]);
+    let ip = frame.get(at..)?;
     if t == u16::from(EtherType::Ipv4) {
         let p = Ipv4Packet::new_checked(ip).ok()?;
         Some(IpInfo {
+            at,
+            pcp,
             v4: true,
             udp: p.protocol() == UDP,
             ecn: p.ecn(),
@@ -346,6 +418,8 @@ fn ip_info(frame: &[u8]) -> Option<IpInfo> {
     } else if t == u16::from(EtherType::Ipv6) {
         let p = Ipv6Packet::new_checked(ip).ok()?;
         Some(IpInfo {
+            at,
+            pcp,
             v4: false,
             udp: p.next_header() == UDP,
             ecn: p.ecn(),
@@ -360,9 +434,9 @@ fn ip_info(frame: &[u8]) -> Option<IpInfo> {
 fn mark_ce(frame: &mut [u8], ip: IpInfo) {
     // `ip_info` checked the header: it is whole.
     if ip.v4 {
-        Ipv4Packet::new_unchecked(&mut frame[14..]).set_ecn(Ecn::Ce);
+        Ipv4Packet::new_unchecked(&mut frame[ip.at..]).set_ecn(Ecn::Ce);
     } else {
-        Ipv6Packet::new_unchecked(&mut frame[14..]).set_ecn(Ecn::Ce);
+        Ipv6Packet::new_unchecked(&mut frame[ip.at..]).set_ecn(Ecn::Ce);
     }
 }
 
@@ -760,5 +834,86 @@ pub(crate) mod tests {
         // A paused priority gives its turns away instead of holding the wire.
         (w[0], w[3]) = (1, 3);
         assert_eq!(serve_two_priorities(egress().with_dwrr(&w), 400, true), 0);
+    }
+
+    /// `frame` with an 802.1Q tag of priority `pcp` (VLAN 0: a priority tag) after its
+    /// addresses.
+    fn tagged(frame: &[u8], pcp: u8) -> Vec<u8> {
+        let tci = u16::from(pcp) << 13;
+        [
+            &frame[..12],
+            &[0x81, 0x00],
+            &tci.to_be_bytes()[..],
+            &frame[12..],
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn trust_reads_the_priority_from_the_tag_or_the_dscp_and_a_routed_port_strips_the_tag() {
+        let m = marking(EcnMode::Off, 0, 0, 0.0);
+        let mut rng = Rng::new(1);
+        let pfc = &per_queue(Mode::Pfc(1 << 3), 100_000);
+        // DSCP 26 (priority 3) tagged PCP 5, and an untagged DSCP 26 frame.
+        let tagged5 = tagged(&with_dscp(26, 1000), 5);
+        assert_eq!((is_tagged(&tagged5), pcp_of(&tagged5)), (true, Some(5)));
+        assert_eq!(pcp_of(&with_dscp(26, 1000)), None);
+        let mut prio = |trust, f: &Vec<u8>| {
+            let mut e = Egress::new("p", 1_000_000_000, 1514).with_trust(trust);
+            e.offer(0, f.clone(), 0, pfc, &m, &mut rng).1
+        };
+        assert_eq!(prio(Trust::Dscp, &tagged5), Some(3));
+        assert_eq!(prio(Trust::Pcp, &tagged5), Some(5));
+        // Untagged, a switch that trusts PCP gives the port's default, priority 0.
+        assert_eq!(prio(Trust::Pcp, &with_dscp(26, 1000)), Some(0));
+        assert_eq!(prio(Trust::Dscp, &with_dscp(26, 1000)), Some(3));
+        // A full-size frame with a tag is 4 bytes past the MTU's and still fits.
+        let big = tagged(&with_dscp(26, 1514), 3);
+        assert_eq!(prio(Trust::Pcp, &big), Some(3));
+        let mut e = Egress::new("p", 1_000_000_000, 1514);
+        assert_eq!(
+            e.offer(0, tagged(&big, 3), 0, pfc, &m, &mut rng).0,
+            Verdict::Oversize
+        );
+        // Routed: the priority is read from the tag as it came, the frame leaves without it,
+        // DSCP and all else intact, and the ingress is released by what it counted.
+        let mut e = Egress::new("p", 1_000_000_000, 1514)
+            .with_trust(Trust::Pcp)
+            .routed(true);
+        assert_eq!(
+            e.offer(0, tagged5.clone(), 2, pfc, &m, &mut rng),
+            (Verdict::Queued, Some(5))
+        );
+        assert_eq!(e.queued_bytes(), 1000);
+        let q = e.take(0).expect("queued");
+        assert_eq!(q.frame, with_dscp(26, 1000));
+        assert_eq!((q.prio, q.from, q.arrived_len), (Some(5), 2, 1004));
+        assert_eq!(e.counters.tags_stripped, 1);
+        // A bridged port keeps the tag.
+        let mut e = Egress::new("p", 1_000_000_000, 1514).with_trust(Trust::Pcp);
+        e.offer(0, tagged5.clone(), 0, pfc, &m, &mut rng);
+        let q = e.take(0).expect("queued");
+        assert_eq!((q.frame, q.arrived_len), (tagged5, 1004));
+        assert_eq!(e.counters.tags_stripped, 0);
+    }
+
+    #[test]
+    fn a_tagged_frame_is_marked_in_its_own_ip_header() {
+        let m = marking(EcnMode::Threshold, 0, 0, 1.0);
+        let mut rng = Rng::new(1);
+        let off = per_queue(Mode::Off, 100_000);
+        for routed in [false, true] {
+            let mut e = Egress::new("p", 1_000_000_000, 1514).routed(routed);
+            let f = tagged(&frame(1, 2, Ecn::Ect0, 1000), 3);
+            e.offer(0, f.clone(), 0, &off, &m, &mut rng);
+            // The second joins a queue of 1 000 bytes, past K = 0: marked.
+            assert_eq!(e.offer(0, f, 0, &off, &m, &mut rng).0, Verdict::Marked);
+            let _ = e.take(0);
+            let q = e.take(u64::MAX / 2).expect("queued");
+            let at = if routed { 14 } else { 18 };
+            let ip = Ipv4Packet::new_checked(&q.frame[at..]).expect("IPv4 where it should be");
+            assert_eq!(ip.ecn(), Ecn::Ce);
+            assert!(ip.verify_checksum(), "routed {routed}");
+        }
     }
 }

@@ -34,6 +34,14 @@
 //! Packets that are not ECN-capable are never marked, and dropped only when the buffer has
 //! no room for them.
 //!
+//! A frame's priority is its DSCP ÷ 8 by default; with `--trust pcp` it is its 802.1Q
+//! tag's PCP, as a switch doing VLAN-based PFC reads it, and an untagged frame is priority 0
+//! (IEEE 802.1Q's port default). With `--routed` the switch sends every frame on without the
+//! tag it came with, as a routed hop's new Ethernet header carries none: a switch past it
+//! that trusts PCP sees priority 0, which is why PFC moved to the DSCP (seed 001 §3). A
+//! tagged frame may be 4 bytes past a port's MTU plus header (counted in `rx_tagged` at the
+//! port it came in on, `tags_stripped` at the one that took its tag off).
+//!
 //! With `--pfc PRIOS` the frames of those priorities (DSCP-based PFC, seed 001 §3) are
 //! lossless: never dropped for a full queue, and each port
 //! counts what it brought in of each lossless priority and sends its upstream an 802.1Qbb
@@ -84,6 +92,16 @@ use lossless::Mode;
 use mmu::{Buffer, Mmu};
 
 pub use egress::{parse_classify, Class, Classify, Egress, Queued, Verdict, MAX_LAG};
+pub use irn_sim::config::Trust;
+
+/// A trust as `--trust` takes it: `dscp` or `pcp`.
+pub fn parse_trust(s: &str) -> std::result::Result<Trust, String> {
+    match s {
+        "dscp" => Ok(Trust::Dscp),
+        "pcp" => Ok(Trust::Pcp),
+        _ => Err(format!("dscp or pcp, not {s:?}")),
+    }
+}
 
 /// Options of `irn switch`.
 /// A rate as `--rate` takes it — `500m`, `10g`, `1000000` — in bits per second.
@@ -136,6 +154,10 @@ pub struct PortCounters {
     pub marked: u64,
     /// Frames larger than this port's MTU allows (an offloaded super-frame): dropped.
     pub oversize: u64,
+    /// Frames that arrived on the port with an 802.1Q tag.
+    pub rx_tagged: u64,
+    /// Frames sent out of this port without the 802.1Q tag they came with (`--routed`).
+    pub tags_stripped: u64,
     /// The link rate the port counts pause quanta at, bits per second (its pauses' times
     /// and those it receives).
     pub pause_rate_bps: u64,
@@ -265,6 +287,10 @@ pub struct Report {
     pub xoff_bytes: Option<u64>,
     /// Which frames the priorities hold: `"udp"` (the rest are control traffic) or `"ip"`.
     pub classify: Classify,
+    /// What a frame's priority is read from: `"dscp"` or `"pcp"` (its 802.1Q tag's).
+    pub trust: Trust,
+    /// Frames leave without their 802.1Q tag, as from a routed hop.
+    pub routed: bool,
     /// How the priorities share each egress: `"strict"` or `"dwrr"`.
     pub scheduler: &'static str,
     /// Under DWRR, each priority's weight (0: strict).
@@ -339,6 +365,15 @@ pub struct Options {
     /// Which frames are classified by DSCP into the priorities (`--classify`); the rest are
     /// control traffic, served above them.
     pub classify: Classify,
+    /// What a frame's priority is read from (`--trust`): its DSCP, or its 802.1Q tag's PCP
+    /// (an untagged frame is then priority 0, a port's default).
+    pub trust: Trust,
+    /// The switch routes (`--routed`): every frame it forwards leaves in a new Ethernet
+    /// header, without the 802.1Q tag it arrived with, as a routed hop sends it on (seed 001
+    /// §3). Its priority at this switch is read from the frame as it arrived. The addresses
+    /// stay as they were: the hosts behind the switch share one subnet, and only the tag's
+    /// fate matters here.
+    pub routed: bool,
     /// The fabric's intended configuration, checked against what the switch runs
     /// (`--intended FILE`, [`intended`]).
     pub intended: Option<Intended>,
@@ -373,6 +408,8 @@ impl Options {
             pause_rate: None,
             dwrr: None,
             classify: Classify::Udp,
+            trust: Trust::Dscp,
+            routed: false,
             intended: None,
             config_check: 1.0,
         }
@@ -652,6 +689,8 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         .map(|((s, p), &pause_rate)| {
             let e = Egress::new(p, args.rate_bps, s.mtu() + 14)
                 .with_classify(args.classify)
+                .with_trust(args.trust)
+                .routed(args.routed)
                 .with_pause_rate(pause_rate);
             match args.dwrr_weights() {
                 Some(w) => e.with_dwrr(&w),
@@ -722,7 +761,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
                     }
                     Err(_) => e.counters.tx_errors += 1,
                 }
-                mmu.released(q.from, q.prio, q.frame.len() as u64, &mut controls);
+                mmu.released(q.from, q.prio, q.arrived_len, &mut controls);
             }
         }
         send_controls(&socks, &mut egress, &mut controls);
@@ -762,6 +801,7 @@ pub fn run(args: &Options) -> Result<Report, Error> {
                 egress[from].counters.rx_frames += 1;
                 egress[from].counters.rx_bytes += n as u64;
                 let frame = &buf[..n];
+                egress[from].counters.rx_tagged += u64::from(egress::is_tagged(frame));
                 if let Some(control) = mac_control(frame) {
                     // A pause for what this port sends: never forwarded (802.1Qbb, 802.3
                     // Annex 31B: MAC control frames end at the link).
@@ -815,6 +855,8 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         pause: args.pause,
         xoff_bytes: shared.is_none().then(|| args.xoff()),
         classify: args.classify,
+        trust: args.trust,
+        routed: args.routed,
         scheduler: if args.dwrr.is_some() {
             "dwrr"
         } else {

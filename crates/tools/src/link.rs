@@ -85,6 +85,16 @@ pub(crate) struct LinkArgs {
     /// side honouring pauses, for good.
     #[arg(long, value_name = "MS")]
     pub(crate) pause_watchdog_ms: Option<f64>,
+    /// Send every frame out of this interface with an 802.1Q tag whose PCP is the queue
+    /// pair's priority (its DSCP ÷ 8, `--tclass`), as a NIC doing VLAN-based PFC does (a
+    /// packet socket: needs CAP_NET_RAW; IPv4).
+    #[arg(long, value_name = "IFACE")]
+    pub(crate) vlan: Option<String>,
+    /// The tag's VLAN: 0 (the default) sends priority tags, which every host takes; another
+    /// reaches only hosts with an interface on that VLAN.
+    #[arg(long, value_name = "VID", default_value_t = 0, requires = "vlan",
+          value_parser = clap::value_parser!(u16).range(0..=4095))]
+    pub(crate) vlan_id: u16,
 }
 
 /// A line rate as `--line-rate` takes it: `off` (0: unpaced) or a rate.
@@ -223,6 +233,10 @@ pub(crate) fn device_config(ip: IpAddr, port: u16, link: &LinkArgs) -> Result<De
     cfg.pause_iface = link.pause_iface.clone();
     cfg.pause_link_bps = link.pause_rate.unwrap_or(0);
     cfg.line_rate_bps = link.line_rate;
+    cfg.vlan = link.vlan.clone().map(|iface| irn_verbs::Vlan {
+        iface,
+        vid: link.vlan_id,
+    });
     if let Some(ms) = link.pause_watchdog_ms {
         if !(ms.is_finite() && ms > 0.0) {
             usage!("--pause-watchdog-ms: a positive number of milliseconds, not {ms}");

@@ -730,6 +730,10 @@ pub(crate) struct Sent {
     pub(crate) gso: u64,
     /// `sendmmsg` calls that sent something.
     pub(crate) calls: u64,
+    /// Packets sent with an 802.1Q tag, through a packet socket (`device/tagged.rs`).
+    pub(crate) tagged: u64,
+    /// Packets a tagging device sent untagged: no MAC address known for their peer.
+    pub(crate) unresolved: u64,
 }
 
 impl std::ops::AddAssign for Sent {
@@ -739,6 +743,8 @@ impl std::ops::AddAssign for Sent {
         self.errors += o.errors;
         self.gso += o.gso;
         self.calls += o.calls;
+        self.tagged += o.tagged;
+        self.unresolved += o.unresolved;
     }
 }
 

@@ -21,6 +21,8 @@ use rustix::net::{AddressFamily, Protocol, RecvFlags, SendFlags, SocketType};
 #[derive(Debug)]
 pub struct PacketSocket {
     fd: OwnedFd,
+    /// Frames come with the VLAN tag the kernel took off them, put back ([`PacketSocket::try_recv`]).
+    auxdata: bool,
     mac: MacAddr,
     ifindex: i32,
     mtu: usize,
@@ -115,11 +117,13 @@ impl PacketSocket {
         let (ifindex, mtu, mac) = interface(iface)?;
         let fd = socket_unbound()?;
         crate::net::sys::packet_port(fd.as_fd(), ifindex)?;
+        crate::net::sys::packet_auxdata(fd.as_fd())?;
         // 8 MB to absorb bursts while the switch paces.
         crate::net::set_receive_buffer(fd.as_fd(), 8 << 20);
         crate::net::sys::bind_packet(fd.as_fd(), ifindex, ETH_P_ALL)?;
         Ok(PacketSocket {
             fd,
+            auxdata: true,
             mac,
             ifindex,
             mtu,
@@ -147,6 +151,7 @@ impl PacketSocket {
         )?;
         Ok(PacketSocket {
             fd,
+            auxdata: false,
             mac,
             ifindex,
             mtu,
@@ -154,8 +159,56 @@ impl PacketSocket {
         })
     }
 
-    /// Takes one frame if one is waiting, whatever its destination; never blocks.
+    /// Opens `iface` to send whole frames on, receiving none (bound to protocol 0): how a
+    /// device puts its own Ethernet header, an 802.1Q tag in it, in front of its packets.
+    pub fn open_sender(iface: &str) -> io::Result<PacketSocket> {
+        let fd = socket_unbound()?;
+        // The index from the socket's own network namespace, as for MAC control.
+        let ifindex = i32::try_from(rustix::net::netdevice::name_to_index(&fd, iface)?)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
+        let (mtu, mac) = match interface(iface) {
+            Ok((i, mtu, mac)) if i == ifindex => (mtu, mac),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{iface}: its MAC address is not readable in /sys here"),
+                ))
+            }
+        };
+        crate::net::sys::bind_packet(fd.as_fd(), ifindex, 0)?;
+        Ok(PacketSocket {
+            fd,
+            auxdata: false,
+            mac,
+            ifindex,
+            mtu,
+            iface: iface.to_string(),
+        })
+    }
+
+    /// Sends one frame gathered from `parts` (header included, FCS not).
+    pub(crate) fn send_gather(&self, parts: &[crate::net::IoPart]) -> io::Result<()> {
+        let want: usize = parts.iter().map(|p| p.len).sum();
+        let n = crate::net::sys::send_gather(self.fd.as_fd(), parts)?;
+        if n != want {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
+        }
+        Ok(())
+    }
+
+    /// Takes one frame if one is waiting, whatever its destination; never blocks. On a
+    /// switch's port ([`PacketSocket::open_port`]) a frame that arrived with an 802.1Q tag
+    /// has it back: Linux takes the tag off a frame before any packet socket sees it, and
+    /// hands it over beside the frame (`PACKET_AUXDATA`), as libpcap reads it — a switch that
+    /// forwarded the frame without it would strip every tag.
     pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if self.auxdata {
+            return match crate::net::sys::recv_frame(self.fd.as_fd(), buf)? {
+                None => Ok(None),
+                Some((n, None)) => Ok(Some(n)),
+                Some((n, Some((tpid, tci)))) => Ok(Some(reinsert_tag(buf, n, tpid, tci))),
+            };
+        }
         match rustix::net::recv(&self.fd, &mut *buf, RecvFlags::DONTWAIT) {
             Ok((n, _)) => Ok(Some(n.min(buf.len()))),
             Err(rustix::io::Errno::AGAIN) => Ok(None),
@@ -181,6 +234,7 @@ impl PacketSocket {
         while rustix::net::recv(&fd, &mut scratch[..], RecvFlags::DONTWAIT).is_ok() {}
         Ok(PacketSocket {
             fd,
+            auxdata: false,
             mac,
             ifindex,
             mtu,
@@ -246,6 +300,19 @@ impl PacketSocket {
     }
 }
 
+/// Puts the VLAN tag (`tpid`, `tci`) back into the frame of `n` bytes in `buf`, after its
+/// addresses; returns its length, which loses its last bytes if `buf` has no room for them.
+fn reinsert_tag(buf: &mut [u8], n: usize, tpid: u16, tci: u16) -> usize {
+    if n < 12 {
+        return n;
+    }
+    let len = (n + 4).min(buf.len());
+    buf.copy_within(12..len - 4, 16);
+    buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+    buf[14..16].copy_from_slice(&tci.to_be_bytes());
+    len
+}
+
 /// Waits up to `timeout` for any of `socks` to have a frame; which of them have one (all
 /// `false` on timeout or an interrupted wait).
 pub fn wait_any(socks: &[PacketSocket], timeout: Duration) -> io::Result<Vec<bool>> {
@@ -262,4 +329,42 @@ pub fn wait_any(socks: &[PacketSocket], timeout: Duration) -> io::Result<Vec<boo
         Err(e) => return Err(e.into()),
     }
     Ok(fds.iter().map(|f| !f.revents().is_empty()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_goes_back_after_the_addresses() {
+        let frame: Vec<u8> = (0..30).collect();
+        let mut buf = frame.clone();
+        buf.resize(64, 0xee);
+        let n = reinsert_tag(&mut buf, 30, 0x8100, (3 << 13) | 7);
+        assert_eq!(n, 34);
+        assert_eq!(&buf[..12], &frame[..12]);
+        assert_eq!(&buf[12..16], &[0x81, 0x00, 0x60, 0x07]);
+        assert_eq!(&buf[16..34], &frame[12..]);
+        // No room: the frame keeps its head, tag included, and loses its tail.
+        let mut tight = frame.clone();
+        assert_eq!(reinsert_tag(&mut tight, 30, 0x88a8, 0), 30);
+        assert_eq!(&tight[12..16], &[0x88, 0xa8, 0, 0]);
+        assert_eq!(&tight[16..], &frame[12..26]);
+        // A runt is left as it is.
+        let mut runt = [1u8; 8];
+        assert_eq!(reinsert_tag(&mut runt, 8, 0x8100, 0), 8);
+        assert_eq!(runt, [1; 8]);
+    }
+
+    #[test]
+    fn macs_parse_with_colons_or_dashes_and_nothing_else() {
+        assert_eq!(
+            parse_mac("0a:1b:2c:3d:4e:5f"),
+            Some(MacAddr([0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]))
+        );
+        assert_eq!(parse_mac("0a-1b-2c-3d-4e-5f").map(|m| m.0[5]), Some(0x5f));
+        assert_eq!(parse_mac("0a:1b:2c:3d:4e"), None);
+        assert_eq!(parse_mac("0a:1b:2c:3d:4e:5f:60"), None);
+        assert_eq!(parse_mac("zz:1b:2c:3d:4e:5f"), None);
+    }
 }

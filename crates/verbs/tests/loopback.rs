@@ -2959,3 +2959,76 @@ fn queue_pairs_share_a_slow_line_turn_by_turn() {
     assert!(got == data, "data differs");
     eprintln!("completion order (queue pair of each): {order:?}");
 }
+
+/// A device that tags its frames (`DeviceConfig::vlan`) but knows no MAC address for its peer
+/// sends untagged through its UDP socket, and says so: on `lo`, which has no neighbour table
+/// (no ARP), every packet of 1 MiB of Writes is counted in `tx_tag_unresolved`, none in
+/// `tx_tagged`, and every byte arrives, in both modes. A tagging device on an IPv6 address, or
+/// on an interface that does not exist, is refused. (The tagged path itself runs between
+/// namespaces: `tests/pfc_netns.rs::pcp_based_pfc_breaks_across_a_routed_hop_…`.)
+#[test]
+fn a_tagging_device_without_its_peers_mac_sends_untagged_and_counts_it() {
+    const TEST: &str = "a_tagging_device_without_its_peers_mac_sends_untagged_and_counts_it";
+    if !raw_permitted() {
+        precondition_missing(TEST, "needs CAP_NET_RAW for a packet socket on lo");
+        return;
+    }
+    const BYTES: usize = 1 << 20;
+    let vlan = |iface: &str| {
+        Some(irn_verbs::Vlan {
+            iface: iface.into(),
+            vid: 0,
+        })
+    };
+    for mode in MODES {
+        let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+        cfg.port = 0;
+        cfg.vlan = vlan("lo");
+        let a = side(irn_verbs::Device::open(cfg).expect("dev"), mode, 64);
+        let b = side(
+            device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("dev"),
+            mode,
+            64,
+        );
+        let p = connect(a, b, &QpAttr::default());
+        let src = p.a.pd.reg_mr(BYTES, all()).expect("mr");
+        let dst = p.b.pd.reg_mr(BYTES, all()).expect("mr");
+        let mut data = vec![0u8; BYTES];
+        pattern(4, &mut data);
+        src.write(0, &data).expect("write");
+        const MSG: usize = 64 << 10;
+        for i in 0..BYTES / MSG {
+            p.a.qp
+                .post_send(wr(
+                    i as u64,
+                    SendOp::Write(remote_of(&dst, (i * MSG) as u64)),
+                    vec![src.sge((i * MSG) as u64, MSG as u32)],
+                ))
+                .expect("post");
+        }
+        for i in 0..BYTES / MSG {
+            let wc = wait(&p.a.cq, 60);
+            assert_eq!(
+                (wc.wr_id, wc.status),
+                (i as u64, WcStatus::Success),
+                "{mode:?}"
+            );
+        }
+        let mut got = vec![0u8; BYTES];
+        dst.read(0, &mut got).expect("read");
+        assert!(got == data, "{mode:?}: data differs");
+        let c = p.a.dev.counters();
+        assert_eq!(c.tx_tagged, 0, "{mode:?}: {c:?}");
+        assert_eq!(c.tx_tag_unresolved, c.tx_packets, "{mode:?}: {c:?}");
+        assert!(c.tx_packets >= (BYTES / 4096) as u64, "{mode:?}: {c:?}");
+    }
+    let mut v6 = irn_verbs::DeviceConfig::new("::1".parse().expect("addr"));
+    v6.port = 0;
+    v6.vlan = vlan("lo");
+    let err = irn_verbs::Device::open(v6).expect_err("IPv6 is refused");
+    assert!(err.to_string().contains("vlan"), "{err}");
+    let mut nowhere = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
+    nowhere.port = 0;
+    nowhere.vlan = vlan("no-such-if0");
+    assert!(irn_verbs::Device::open(nowhere).is_err());
+}

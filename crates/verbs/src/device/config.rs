@@ -63,6 +63,21 @@ pub struct DeviceConfig {
     /// The NIC-side PFC watchdog (seed 001 §4.3): a priority paused without a break for this
     /// long stops the device honouring pauses, for good. Default none.
     pub pause_watchdog: Option<Duration>,
+    /// Send every frame with an 802.1Q tag whose PCP is its queue pair's priority (DSCP ÷
+    /// 8), through a packet socket on this interface (`CAP_NET_RAW`; IPv4): what a switch
+    /// doing VLAN-based PFC reads (`device/tagged.rs`). Default none: frames leave
+    /// untagged, the kernel writing their Ethernet header.
+    pub vlan: Option<Vlan>,
+}
+
+/// Where and in which VLAN a device tags its frames ([`DeviceConfig::vlan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vlan {
+    /// The interface the device's address is on.
+    pub iface: String,
+    /// The VLAN identifier, 0 to 4095; 0 (the default) sends priority tags, which carry the
+    /// PCP without VLAN membership and reach hosts that have no VLAN interface.
+    pub vid: u16,
 }
 
 /// What all of a device's queue pairs may have in flight together by default: 4 MiB.
@@ -107,6 +122,7 @@ impl DeviceConfig {
             pause_link_bps: 0,
             line_rate_bps: None,
             pause_watchdog: None,
+            vlan: None,
         }
     }
 }

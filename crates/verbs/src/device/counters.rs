@@ -75,4 +75,9 @@ pub struct DeviceCounters {
     pub tx_budget_holds: u64,
     /// The most bytes the device's queue pairs had in flight together.
     pub peak_in_flight_bytes: u64,
+    /// Frames sent with an 802.1Q tag ([`DeviceConfig::vlan`](super::DeviceConfig::vlan)).
+    pub tx_tagged: u64,
+    /// Packets a tagging device sent untagged, through the UDP socket: their peer had no
+    /// complete entry in the neighbour table yet (`device/tagged.rs`).
+    pub tx_tag_unresolved: u64,
 }

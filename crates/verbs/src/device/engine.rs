@@ -795,16 +795,34 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
 }
 
 /// Puts one IP packet the device built on the wire: its UDP payload to the peer, with the
-/// traffic class it was built with.
+/// traffic class it was built with — or, from a device that tags its frames, the whole
+/// packet behind its tagged Ethernet header (`device/tagged.rs`).
 pub(super) fn send_now(
     sock: &UdpSocket,
     counters: &mut DeviceCounters,
     capture: &mut Option<Capture>,
+    tagged: Option<&super::tagged::TaggedTx>,
     out: Outbound,
     ip_packet: &[u8],
 ) {
     if let Some(c) = capture.as_mut() {
         c.write(ip_packet);
+    }
+    if let Some(t) = tagged {
+        let datagram = ip_packet.len().saturating_sub(out.hdr) as u64;
+        match t.send(out.peer.ip(), out.tos, &[net::IoPart::of(ip_packet)]) {
+            super::tagged::Tagged::Sent => {
+                counters.tx_packets += 1;
+                counters.tx_bytes += datagram;
+                counters.tx_tagged += 1;
+                return;
+            }
+            super::tagged::Tagged::Failed => {
+                counters.tx_errors += 1;
+                return;
+            }
+            super::tagged::Tagged::Unresolved => counters.tx_tag_unresolved += 1,
+        }
     }
     let Some(datagram) = ip_packet.get(out.hdr..) else {
         counters.tx_errors += 1;
@@ -862,7 +880,15 @@ pub(super) fn release(
                 core.counters.tx_errors += 1;
                 return;
             };
-            send_now(sock, &mut core.counters, &mut core.capture, out, bytes);
+            let tagged = core.tx.tagged.clone();
+            send_now(
+                sock,
+                &mut core.counters,
+                &mut core.capture,
+                tagged.as_deref(),
+                out,
+                bytes,
+            );
         }
         None => core.receive(now, bytes),
     }

@@ -38,6 +38,8 @@ pub(crate) const SLACK: Dur = Dur::from_micros(200);
 #[derive(Debug)]
 pub(crate) struct Line {
     rate_bps: u64,
+    /// Bytes a frame carries besides its IP packet: [`ETH_FRAME_OVERHEAD`], and a tag's 4.
+    framing: usize,
     /// When the frames given to the line so far have all left it.
     free_at: Time,
     /// Queue pairs whose turn found the line booked, first come first served: each gets a
@@ -56,11 +58,18 @@ impl Line {
     pub(crate) fn new(rate_bps: u64) -> Line {
         Line {
             rate_bps: rate_bps.max(1),
+            framing: ETH_FRAME_OVERHEAD,
             free_at: Time::ZERO,
             waiting: VecDeque::new(),
             queued: BTreeSet::new(),
             held_turns: 0,
         }
+    }
+
+    /// The line's frames carry an 802.1Q tag (`device/tagged.rs`): 4 bytes more each.
+    pub(crate) fn tagged(mut self, tagged: bool) -> Line {
+        self.framing = ETH_FRAME_OVERHEAD + if tagged { 4 } else { 0 };
+        self
     }
 
     /// The line's rate, bits per second.
@@ -71,7 +80,7 @@ impl Line {
     /// When the line would be free if an IP packet of `ip_len` bytes were given to it at
     /// `now`.
     fn free_after(&self, ip_len: usize, now: Time) -> Time {
-        let bytes = (ip_len + ETH_FRAME_OVERHEAD) as u64;
+        let bytes = (ip_len + self.framing) as u64;
         self.free_at.max(now) + Dur::transmission(bytes, self.rate_bps)
     }
 

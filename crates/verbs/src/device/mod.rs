@@ -53,13 +53,14 @@ mod pause;
 mod ports;
 mod rx;
 mod table;
+mod tagged;
 mod turns;
 mod tx;
 mod ud;
 
 pub(crate) use config::cc_factory;
 pub use config::{
-    check_runtime_cc, check_runtime_mode, runtime_recovery, DeviceConfig, QpMode,
+    check_runtime_cc, check_runtime_mode, runtime_recovery, DeviceConfig, QpMode, Vlan,
     DEFAULT_IN_FLIGHT_BUDGET,
 };
 pub use counters::DeviceCounters;
@@ -379,6 +380,11 @@ impl Device {
         if cfg.in_flight_budget == 0 {
             return Err(Error::Config("in_flight_budget must be more than 0 bytes"));
         }
+        if cfg.vlan.is_some() && !cfg.addr.is_ipv4() {
+            return Err(Error::Config(
+                "vlan: tagged frames are built for IPv4 addresses only",
+            ));
+        }
         let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
         // Receive buffers reused burst after burst: no allocation per datagram. Each holds a
         // coalesced datagram of up to 64 packets on either path, split by the kernel's segment
@@ -400,7 +406,14 @@ impl Device {
             counters: DeviceCounters::default(),
             capture,
             rx: rx::RxState::new(socks.verifies_icrc(), cfg.socket_buffer),
-            tx: tx::TxState::new(local.is_ipv4()),
+            tx: tx::TxState::new(
+                local.is_ipv4(),
+                cfg.vlan
+                    .as_ref()
+                    .map(|v| tagged::TaggedTx::open(&v.iface, v.vid))
+                    .transpose()?
+                    .map(Arc::new),
+            ),
             ports: ports::SourcePorts::new(local, cfg.socket_buffer),
             payload: lent::Gathered::with_capacity(MAX_DATAGRAM),
             pause: pause_sock.as_ref().map(|s| {
@@ -415,7 +428,7 @@ impl Device {
                 (Some(r), _) => Some(r),
                 (None, Some(s)) => Some(link_rate(&cfg, s)),
             }
-            .map(|r| Box::new(line::Line::new(r))),
+            .map(|r| Box::new(line::Line::new(r).tagged(cfg.vlan.is_some()))),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),

@@ -17,6 +17,11 @@
 //! Every send holds `send_order`, so order on the wire is the order of sealing, as before, and
 //! the sockets' `SO_NO_CHECK` switches happen in that order too. Counters count what the
 //! kernel took once the queue has left.
+//!
+//! A device that tags its frames (`device/tagged.rs`) sends each packet whole — its IP
+//! packet as built in the slot, behind the tagged Ethernet header — through its packet
+//! socket instead, and a message whose peer's MAC address is not known yet through the UDP
+//! socket as above.
 
 use std::collections::VecDeque;
 use std::net::UdpSocket;
@@ -26,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::lent::Lent;
+use super::tagged::{Tagged, TaggedTx};
 use super::{Core, Shared, SourceSocket, SLOT, TX_SLOTS};
 use crate::net;
 
@@ -86,6 +92,8 @@ pub(super) struct MainSocket<'a> {
     pub(super) sock: &'a UdpSocket,
     pub(super) no_check: &'a AtomicBool,
     pub(super) ipv4: bool,
+    /// The device tags its frames: they leave through this instead.
+    pub(super) tagged: Option<&'a TaggedTx>,
 }
 
 impl TxQueue {
@@ -134,6 +142,10 @@ impl TxQueue {
                 Some(s) => (&s.sock, &s.no_check),
                 None => (main.sock, main.no_check),
             };
+            if let Some(tagged) = main.tagged {
+                total += self.send_tagged(tagged, sock, run, &packets, &parts);
+                continue;
+            }
             if main.ipv4
                 && no_check.load(Ordering::Relaxed) == run.checksum
                 && net::sys::set_no_check(sock.as_fd(), !run.checksum).is_ok()
@@ -141,6 +153,53 @@ impl TxQueue {
                 no_check.store(!run.checksum, Ordering::Relaxed);
             }
             total += net::send_batch(sock, &self.msgs[run.msgs.clone()], &packets, &parts);
+        }
+        total
+    }
+
+    /// Sends the messages of `run` tagged, packet by packet, each gathered as its IP and
+    /// UDP headers from its slot and the rest of its parts; a message whose peer's MAC is
+    /// not known yet leaves untagged from `sock`. (A tagging device's IPv4 packets carry no
+    /// UDP checksum, as rxe sends them: the checksum settings of the UDP path do not apply.)
+    fn send_tagged(
+        &self,
+        tagged: &TaggedTx,
+        sock: &UdpSocket,
+        run: &TxRun,
+        packets: &[Range<usize>],
+        parts: &[net::IoPart],
+    ) -> net::Sent {
+        let mut total = net::Sent::default();
+        let mut frame = Vec::new();
+        for m in &self.msgs[run.msgs.clone()] {
+            for i in m.first..m.first + m.count {
+                let p = &self.batch[i];
+                let slot = &self.buf[p.slot * SLOT..(p.slot + 1) * SLOT];
+                frame.clear();
+                frame.push(net::IoPart::of(&slot[..p.hdr]));
+                frame.extend_from_slice(&parts[packets[i].clone()]);
+                match tagged.send(m.dest.ip(), m.tos, &frame) {
+                    Tagged::Sent => {
+                        total.packets += 1;
+                        total.tagged += 1;
+                        total.bytes += p.datagram_len() as u64;
+                        total.calls += 1;
+                    }
+                    Tagged::Failed => total.errors += 1,
+                    Tagged::Unresolved => {
+                        // The rest of the message untagged, as the UDP path sends it.
+                        let rest = net::TxMsg {
+                            first: i,
+                            count: m.first + m.count - i,
+                            ..*m
+                        };
+                        let sent = net::send_batch(sock, &[rest], packets, parts);
+                        total.unresolved += sent.packets;
+                        total += sent;
+                        break;
+                    }
+                }
+            }
         }
         total
     }
@@ -165,10 +224,12 @@ pub(crate) struct TxState {
     /// The device's own socket currently sends IPv4 without a checksum (`SO_NO_CHECK`).
     main_no_check: Arc<AtomicBool>,
     ipv4: bool,
+    /// The device tags its frames (`device/tagged.rs`).
+    pub(super) tagged: Option<Arc<TaggedTx>>,
 }
 
 impl TxState {
-    pub(super) fn new(ipv4: bool) -> TxState {
+    pub(super) fn new(ipv4: bool, tagged: Option<Arc<TaggedTx>>) -> TxState {
         TxState {
             cur: TxQueue::new(),
             ready: VecDeque::new(),
@@ -180,6 +241,7 @@ impl TxState {
             // An IPv4 socket is opened without checksums, as rxe sends (`net`).
             main_no_check: Arc::new(AtomicBool::new(ipv4)),
             ipv4,
+            tagged,
         }
     }
 
@@ -240,10 +302,12 @@ impl Core {
     pub(super) fn flush_tx(&mut self, main: &UdpSocket) {
         self.seal_tx();
         let (order, no_check) = (self.tx.send_order.clone(), self.tx.main_no_check.clone());
+        let tagged = self.tx.tagged.clone();
         let main = MainSocket {
             sock: main,
             no_check: &no_check,
             ipv4: self.tx.ipv4,
+            tagged: tagged.as_deref(),
         };
         let _turn = order.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(q) = self.tx.ready.pop_front() {
@@ -258,6 +322,8 @@ impl Core {
         self.counters.tx_errors += sent.errors;
         self.counters.tx_gso_messages += sent.gso;
         self.counters.tx_calls += sent.calls;
+        self.counters.tx_tagged += sent.tagged;
+        self.counters.tx_tag_unresolved += sent.unresolved;
         q.clear();
         // A few spares: more were made only for a burst.
         if self.tx.spare.len() < 4 {
@@ -279,10 +345,12 @@ impl Shared {
         }
         core.tx.sending = true;
         let (order, no_check) = (core.tx.send_order.clone(), core.tx.main_no_check.clone());
+        let tagged = core.tx.tagged.clone();
         let main = MainSocket {
             sock: &self.socks.udp,
             no_check: &no_check,
             ipv4: core.tx.ipv4,
+            tagged: tagged.as_deref(),
         };
         for _ in 0..FLUSH_MAX {
             let Some(q) = core.tx.ready.pop_front() else {

@@ -279,6 +279,112 @@ pub(super) fn sendmmsg(
     }
 }
 
+/// `setsockopt(SOL_PACKET, PACKET_AUXDATA)`: every frame received on the packet socket comes
+/// with a `tpacket_auxdata` control message, which holds the 802.1Q tag the kernel took off
+/// the frame before the socket saw it ([`recv_frame`]).
+pub(crate) fn packet_auxdata(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_option(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_AUXDATA,
+        &(1 as libc::c_int),
+    )
+}
+
+/// A frame [`recv_frame`] took: its length, and the TPID and TCI of the VLAN tag the kernel
+/// took off it, if it had one.
+pub(crate) type RecvFrame = (usize, Option<(u16, u16)>);
+
+/// `recvmsg(MSG_DONTWAIT)` of one frame into `buf` on a packet socket with
+/// [`packet_auxdata`]: its length (at most `buf`'s), and the TPID and TCI of the VLAN tag the
+/// kernel took off it, if it had one; `None` if no frame waits.
+pub(crate) fn recv_frame(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<RecvFrame>> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Aligned for cmsghdr, room for one auxdata message and more.
+    let mut ctrl = [0u64; 16];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctrl.as_mut_ptr().cast();
+    h.msg_controllen = size_of_val(&ctrl) as _;
+    let n = loop {
+        // SAFETY: the header points at `iov` (over `buf`) and `ctrl`, alive and unmoved
+        // until the call returns, of the lengths given.
+        let rc = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
+        if rc >= 0 {
+            break rc as usize;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(e),
+        }
+    };
+    let mut tag = None;
+    // SAFETY: the kernel filled `ctrl` up to msg_controllen; the CMSG macros walk only
+    // within it, and an auxdata message's data is a whole tpacket_auxdata (read unaligned).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_PACKET
+                && (*c).cmsg_type == libc::PACKET_AUXDATA
+                && (*c).cmsg_len as usize
+                    >= libc::CMSG_LEN(size_of::<libc::tpacket_auxdata>() as u32) as usize
+            {
+                let aux = libc::CMSG_DATA(c)
+                    .cast::<libc::tpacket_auxdata>()
+                    .read_unaligned();
+                if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
+                    let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                        aux.tp_vlan_tpid
+                    } else {
+                        0x8100
+                    };
+                    tag = Some((tpid, aux.tp_vlan_tci));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&h, c);
+        }
+    }
+    Ok(Some((n.min(buf.len()), tag)))
+}
+
+/// `sendmsg` of one frame gathered from `parts`, in order, on a packet socket bound to its
+/// interface (no address: the bound one). Returns the bytes the kernel took.
+pub(crate) fn send_gather(fd: BorrowedFd<'_>, parts: &[super::IoPart]) -> io::Result<usize> {
+    let mut iovs: Vec<libc::iovec> = parts
+        .iter()
+        .map(|part| libc::iovec {
+            iov_base: part.ptr.cast_mut().cast(),
+            iov_len: part.len,
+        })
+        .collect();
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header (no name, no control).
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = iovs.as_mut_ptr();
+    h.msg_iovlen = iovs.len() as _;
+    loop {
+        // SAFETY: the header points into `iovs`, alive until the call returns; the iovecs
+        // point at the frame's parts, which the kernel only reads (an unreadable one fails
+        // the call with EFAULT).
+        let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &h, 0) };
+        match rc {
+            n if n >= 0 => return Ok(n as usize),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
 /// `setsockopt(SOL_UDP, UDP_NO_CHECK6_RX)`: accept IPv6 UDP datagrams with checksum 0
 /// (linux/udp.h; the libc crate does not export the constant for Linux).
 pub(super) fn set_no_check6_rx(fd: BorrowedFd<'_>) -> io::Result<()> {
