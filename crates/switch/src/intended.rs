@@ -21,7 +21,8 @@
 //! The switch-wide keys — `rate` (bits per second, or `"10g"`), `buffer_model`
 //! (`"per-queue"`, `"shared"`), `buffer` (bytes per queue, or the pool's), `xoff`,
 //! `headroom`, `alpha`, `pfc_alpha`, `pfc`, `pause`, `pause_quanta`, `ecn`, `kmin`, `kmax`,
-//! `pmax`, `classify`, `scheduler` (`"strict"`, `"dwrr"`), `dwrr` — are compared with the
+//! `pmax`, `classify`, `trust` (`"dscp"`, `"pcp"`), `routed`, `scheduler` (`"strict"`,
+//! `"dwrr"`), `dwrr` — are compared with the
 //! switch's own settings once, when it starts; the per-port keys — `mtu` and `up` (the
 //! link's operational state), for every port or in a `[port.NAME]` table, and a table naming
 //! a port the switch does not have — are read from the interfaces
@@ -36,7 +37,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use irn_sim::config::EcnMode;
+use irn_sim::config::{EcnMode, Trust};
 
 use crate::egress::Classify;
 use crate::mmu::Buffer;
@@ -76,6 +77,11 @@ pub struct Intended {
     pub pmax: Option<f64>,
     /// Which frames the priorities hold: `udp` or `ip`.
     pub classify: Option<Classify>,
+    /// What a frame's priority is read from: `dscp` or `pcp` (a switch trusting PCP in a
+    /// routed fabric loses PFC past the first hop: seed 001 §3).
+    pub trust: Option<Trust>,
+    /// The switch routes (sends frames on without their 802.1Q tag).
+    pub routed: Option<bool>,
     /// `strict` or `dwrr`.
     pub scheduler: Option<String>,
     /// DWRR weights, priority 0 to 7.
@@ -185,6 +191,8 @@ impl Intended {
         put("kmax", self.kmax.map(|b| b.to_string()));
         put("pmax", self.pmax.map(|p| p.to_string()));
         put("classify", self.classify.map(classify_name));
+        put("trust", self.trust.map(trust_name));
+        put("routed", self.routed.map(|r| r.to_string()));
         put("scheduler", self.scheduler.clone());
         put("dwrr", self.dwrr.as_deref().map(weights));
         out
@@ -220,6 +228,14 @@ fn ecn_name(e: EcnMode) -> String {
         EcnMode::Off => "off",
         EcnMode::Red => "red",
         EcnMode::Threshold => "threshold",
+    }
+    .into()
+}
+
+fn trust_name(t: Trust) -> String {
+    match t {
+        Trust::Dscp => "dscp",
+        Trust::Pcp => "pcp",
     }
     .into()
 }
@@ -271,6 +287,8 @@ impl Options {
             ("kmax", self.kmax.to_string()),
             ("pmax", self.pmax.to_string()),
             ("classify", classify_name(self.classify)),
+            ("trust", trust_name(self.trust)),
+            ("routed", self.routed.to_string()),
             (
                 "scheduler",
                 if self.dwrr.is_some() {
@@ -513,6 +531,8 @@ mod tests {
             ecn = "red"
             pmax = 0.2
             classify = "udp"
+            trust = "dscp"
+            routed = false
             scheduler = "strict"
             "#,
         );
@@ -527,6 +547,7 @@ mod tests {
             headroom = 60000
             pfc = [3]
             ecn = "off"
+            trust = "pcp"
             "#,
         );
         let mut m = ConfigMonitor::new(other);
@@ -544,16 +565,17 @@ mod tests {
                 ("headroom", "60000", "none"),
                 ("pfc", "3", "3,4"),
                 ("ecn", "off", "red"),
+                ("trust", "pcp", "dscp"),
             ]
         );
-        assert_eq!(found.len(), 5);
+        assert_eq!(found.len(), 6);
         assert_eq!(
             found[3].to_string(),
             "configuration drift: pfc is 3,4, intended 3"
         );
         // Checked again: the same findings, not new ones.
         assert!(m.check_settings(&running, 1.0).is_empty());
-        assert_eq!(m.findings.len(), 5);
+        assert_eq!(m.findings.len(), 6);
     }
 
     #[test]
