@@ -78,11 +78,16 @@ fn is_root() -> bool {
 /// `irn exec FLAGS -- PROGRAM…` as an unprivileged user (`nobody` when the test is root),
 /// optionally inside network namespace `ns`.
 fn exec(ns: Option<&str>, flags: &[&str], program: &[&str]) -> Command {
+    exec_as(ns, false, flags, program)
+}
+
+/// [`exec`], keeping root's privileges when `privileged` (a packet socket needs them).
+fn exec_as(ns: Option<&str>, privileged: bool, flags: &[&str], program: &[&str]) -> Command {
     let mut argv: Vec<String> = Vec::new();
     if let Some(ns) = ns {
         argv.extend(["ip", "netns", "exec", ns].map(String::from));
     }
-    if is_root() {
+    if is_root() && !privileged {
         argv.extend(
             [
                 "setpriv",
@@ -589,4 +594,60 @@ fn unmodified_programs_across_network_namespaces() {
     );
     both_ok("ibv_rc_pingpong over IPv6 GIDs", &s, &c);
     assert!(text(&c).contains("GID fd00:234::1"), "{}", text(&c));
+}
+
+/// Perftest's `--tclass` is the GRH traffic class of `ibv_qp_attr.ah_attr`: through the shim
+/// with `irn exec --vlan 0` (as root: a packet socket), `ib_write_bw --tclass 104` between two
+/// namespaces sends its Writes in 802.1Q frames whose PCP is that class's priority (DSCP 26:
+/// 3), as a capture on the receiver's link shows, and they arrive.
+#[test]
+fn a_traffic_class_is_the_pcp_of_the_tagged_frames() {
+    let test = "a_traffic_class_is_the_pcp_of_the_tagged_frames";
+    if !tools_present(test) {
+        return;
+    }
+    if Command::new("tcpdump").arg("--version").output().is_err() {
+        precondition_missing(test, "needs tcpdump");
+        return;
+    }
+    let Some(n) = Netns::setup(test, "it", 243) else {
+        return;
+    };
+    let dump = Command::new("ip")
+        .args([
+            "netns", "exec", &n.b, "tcpdump", "-i", &n.dev_b, "-n", "-e", "-c", "40",
+        ])
+        .args(["vlan", "and", "udp", "port", "4791"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump");
+    std::thread::sleep(Duration::from_millis(500));
+    let flags = |addr: &'static str| vec!["--mode", "irn", "--vlan", "0", "--addr", addr];
+    let perf = |server: Option<&'static str>| {
+        let mut a = vec!["ib_write_bw", "-x", "0", "-n", "300", "--tclass", "104"];
+        a.extend(server);
+        a
+    };
+    let (s, c) = pair(
+        exec_as(Some(&n.b), true, &flags("10.243.0.2"), &perf(None)),
+        || {
+            exec_as(
+                Some(&n.a),
+                true,
+                &flags("10.243.0.1"),
+                &perf(Some("10.243.0.2")),
+            )
+        },
+        120,
+    );
+    both_ok("ib_write_bw --tclass 104, tagged", &s, &c);
+    let dump = finish(dump, 20);
+    let shown = String::from_utf8_lossy(&dump.stdout).to_string();
+    let frames: Vec<&str> = shown.lines().filter(|l| l.contains("802.1Q")).collect();
+    assert!(frames.len() >= 20, "tcpdump: {}", text(&dump));
+    assert!(
+        frames.iter().all(|l| l.contains("vlan 0, p 3,")),
+        "every RoCEv2 frame tagged with PCP 3: {shown}"
+    );
 }

@@ -9,6 +9,8 @@
 //! | `IRN_IBV_SEED` | the seed of that loss | 1 |
 //! | `IRN_IBV_BUSY_POLL` | `1`: polling a CQ drives the device (no engine wake-ups) | 0 |
 //! | `IRN_IBV_POLL_WAIT_US` | how long an `ibv_poll_cq` on a CQ found empty 256 times in a row waits for a completion (0: never; `ibv_poll_cq` then always answers at once) | 100 |
+//! | `IRN_IBV_PAUSE` | `1`: each device honours the PFC and PAUSE frames that reach its interface, and serializes at the interface's rate (needs `CAP_NET_RAW`) | 0 |
+//! | `IRN_IBV_VLAN` | a VLAN, 0 to 4095: each device sends its frames with an 802.1Q tag of that VLAN whose PCP is the queue pair's priority, the GRH traffic class's DSCP ÷ 8 (0: priority tags; needs `CAP_NET_RAW`; IPv4) | none |
 //!
 //! A value that cannot mean anything is an error naming the variable: the device list comes
 //! back empty, with the reason on standard error (a program's own "no devices" message follows
@@ -25,6 +27,8 @@ pub struct DeviceSpec {
     pub name: String,
     /// The address its GID names and its socket binds.
     pub addr: IpAddr,
+    /// The interface that address is on, if the host has it.
+    pub iface: Option<String>,
 }
 
 /// The whole configuration.
@@ -44,6 +48,10 @@ pub struct Config {
     pub busy_poll: bool,
     /// How long a poll of a CQ that keeps being empty waits for a completion.
     pub poll_wait: std::time::Duration,
+    /// Devices honour link-level pauses on their interfaces.
+    pub pause: bool,
+    /// Devices tag their frames, in this VLAN.
+    pub vlan: Option<u16>,
 }
 
 /// A variable whose value cannot mean anything.
@@ -95,6 +103,7 @@ impl Config {
                         Some(DeviceSpec {
                             name: format!("irn{n}"),
                             addr: i.addr()?,
+                            iface: Some(i.name.clone()),
                         })
                     })
                     .collect()
@@ -141,6 +150,47 @@ impl Config {
                 .map(std::time::Duration::from_micros)
                 .ok_or_else(|| bad("IRN_IBV_POLL_WAIT_US", &v, "microseconds, 0 to 1000000"))?,
         };
+        let pause = match var("IRN_IBV_PAUSE").as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(bad("IRN_IBV_PAUSE", v, "0 or 1")),
+        };
+        let vlan = match var("IRN_IBV_VLAN") {
+            None => None,
+            Some(v) => Some(
+                v.parse::<u16>()
+                    .ok()
+                    .filter(|&vid| vid <= 4095)
+                    .ok_or_else(|| bad("IRN_IBV_VLAN", &v, "a VLAN identifier, 0 to 4095"))?,
+            ),
+        };
+        if pause || vlan.is_some() {
+            // Both need the interface a device's address is on.
+            if let Some(d) = devices.iter().find(|d| d.iface.is_none()) {
+                let key = if vlan.is_some() {
+                    "IRN_IBV_VLAN"
+                } else {
+                    "IRN_IBV_PAUSE"
+                };
+                let value = var(key).unwrap_or_default();
+                return Err(ConfigError {
+                    key,
+                    value,
+                    expected: if d.addr.is_ipv4() {
+                        "devices on addresses the host's interfaces hold"
+                    } else {
+                        "devices on IPv4 addresses the host's interfaces hold"
+                    },
+                });
+            }
+            if vlan.is_some() && devices.iter().any(|d| !d.addr.is_ipv4()) {
+                return Err(bad(
+                    "IRN_IBV_VLAN",
+                    &var("IRN_IBV_VLAN").unwrap_or_default(),
+                    "devices on IPv4 addresses (tagged frames are built for IPv4)",
+                ));
+            }
+        }
         Ok(Config {
             devices,
             mode,
@@ -149,6 +199,8 @@ impl Config {
             seed,
             busy_poll,
             poll_wait,
+            pause,
+            vlan,
         })
     }
 
@@ -198,9 +250,18 @@ fn parse_devices(list: &str, ifaces: &[Interface]) -> Option<Vec<DeviceSpec>> {
             Some((n, a)) => (n.trim().to_string(), a.trim()),
             None => (format!("irn{i}"), entry),
         };
-        let addr: IpAddr = match addr.parse() {
-            Ok(a) => a,
-            Err(_) => ifaces.iter().find(|f| f.name == addr)?.addr()?,
+        let (addr, iface): (IpAddr, Option<String>) = match addr.parse() {
+            Ok(a) => (
+                a,
+                ifaces
+                    .iter()
+                    .find(|f| f.addrs.contains(&a))
+                    .map(|f| f.name.clone()),
+            ),
+            Err(_) => {
+                let f = ifaces.iter().find(|f| f.name == addr)?;
+                (f.addr()?, Some(f.name.clone()))
+            }
         };
         let valid_name = !name.is_empty()
             && name.len() < 64
@@ -210,7 +271,7 @@ fn parse_devices(list: &str, ifaces: &[Interface]) -> Option<Vec<DeviceSpec>> {
         if !valid_name || out.iter().any(|d| d.name == name) {
             return None;
         }
-        out.push(DeviceSpec { name, addr });
+        out.push(DeviceSpec { name, addr, iface });
     }
     Some(out)
 }
@@ -351,20 +412,48 @@ mod tests {
             c.devices[0],
             DeviceSpec {
                 name: "irn0".into(),
-                addr: "127.0.0.2".parse().expect("ip")
+                addr: "127.0.0.2".parse().expect("ip"),
+                iface: None,
             }
         );
         assert_eq!(
             c.devices[1],
             DeviceSpec {
                 name: "east".into(),
-                addr: "::1".parse().expect("ip")
+                addr: "::1".parse().expect("ip"),
+                iface: Some("lo".into()),
             }
         );
         assert_eq!(
             (c.mode, c.port, c.loss, c.seed, c.busy_poll),
             (QpMode::Irn, 5000, 0.01, 9, true)
         );
+    }
+
+    #[test]
+    fn tagging_and_pauses_need_each_devices_interface() {
+        let c = read(&[
+            ("IRN_IBV_DEVICES", "eth0,10.9.9.9"),
+            ("IRN_IBV_VLAN", "0"),
+            ("IRN_IBV_PAUSE", "1"),
+        ])
+        .expect("valid");
+        let ifaces: Vec<_> = c.devices.iter().map(|d| d.iface.as_deref()).collect();
+        assert_eq!(ifaces, [Some("eth0"), Some("eth2")]);
+        assert_eq!((c.vlan, c.pause), (Some(0), true));
+        let d = read(&[]).expect("valid");
+        assert_eq!((d.vlan, d.pause), (None, false));
+        // An address no interface holds has no interface to tag or read pauses on.
+        let e = read(&[("IRN_IBV_DEVICES", "10.1.1.1"), ("IRN_IBV_VLAN", "5")])
+            .expect_err("no interface");
+        assert_eq!(e.key, "IRN_IBV_VLAN");
+        let e = read(&[("IRN_IBV_DEVICES", "10.1.1.1"), ("IRN_IBV_PAUSE", "1")])
+            .expect_err("no interface");
+        assert_eq!(e.key, "IRN_IBV_PAUSE");
+        // Tagged frames are IPv4's; pauses are any device's.
+        let e = read(&[("IRN_IBV_DEVICES", "eth1"), ("IRN_IBV_VLAN", "0")]).expect_err("IPv6");
+        assert!(e.to_string().contains("IPv4"), "{e}");
+        assert!(read(&[("IRN_IBV_DEVICES", "eth1"), ("IRN_IBV_PAUSE", "1")]).is_ok());
     }
 
     #[test]
@@ -382,6 +471,9 @@ mod tests {
             ("IRN_IBV_BUSY_POLL", "yes"),
             ("IRN_IBV_POLL_WAIT_US", "-5"),
             ("IRN_IBV_POLL_WAIT_US", "2000000"),
+            ("IRN_IBV_PAUSE", "yes"),
+            ("IRN_IBV_VLAN", "4096"),
+            ("IRN_IBV_VLAN", "pcp"),
         ] {
             let e = read(&[(key, value)]).expect_err(value);
             assert_eq!(e.key, key);

@@ -129,6 +129,16 @@ impl DeviceEntry {
         dc.tx_impairment = Impairment::loss(cfg.loss);
         dc.seed = cfg.seed.wrapping_add(self.index as u64);
         dc.busy_poll = cfg.busy_poll;
+        // The configuration refuses both without an interface (`config.rs`).
+        if let Some(iface) = &self.spec.iface {
+            if cfg.pause {
+                dc.pause_iface = Some(iface.clone());
+            }
+            dc.vlan = cfg.vlan.map(|vid| irn_verbs::Vlan {
+                iface: iface.clone(),
+                vid,
+            });
+        }
         let d = Arc::new(Device::open(dc)?);
         *open = Arc::downgrade(&d);
         Ok(d)

@@ -51,6 +51,14 @@ pub struct ExecArgs {
     /// Polling a completion queue drives the device (lowest latency, a core per poller).
     #[arg(long)]
     pub busy_poll: bool,
+    /// Each device honours the PFC and PAUSE frames that reach its interface, and serializes
+    /// at the interface's rate (needs CAP_NET_RAW).
+    #[arg(long)]
+    pub pause: bool,
+    /// Each device tags its frames in this VLAN (0: priority tags), the PCP being the queue
+    /// pair's priority — its GRH traffic class's DSCP ÷ 8 (needs CAP_NET_RAW; IPv4).
+    #[arg(long, value_name = "VID", value_parser = clap::value_parser!(u16).range(0..=4095))]
+    pub vlan: Option<u16>,
     /// The shim to load (default: `libibverbs.so` beside the `irn` binary, as cargo builds
     /// it; or `IRN_IBVERBS_LIB`).
     #[arg(long, value_name = "FILE")]
@@ -146,6 +154,12 @@ pub fn environment(args: &ExecArgs, dir: &Path) -> Vec<(String, OsString)> {
     if !args.addrs.is_empty() {
         env.push(("IRN_IBV_DEVICES".into(), args.addrs.join(",").into()));
     }
+    if args.pause {
+        env.push(("IRN_IBV_PAUSE".into(), "1".into()));
+    }
+    if let Some(vid) = args.vlan {
+        env.push(("IRN_IBV_VLAN".into(), vid.to_string().into()));
+    }
     let mut path = OsString::from(dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
         path.push(":");
@@ -175,6 +189,8 @@ pub fn run(args: ExecArgs) -> Result<bool> {
     if args.addrs.is_empty() {
         cmd.env_remove("IRN_IBV_DEVICES");
     }
+    // So would a tag or pauses left over: the flags say all of it.
+    cmd.env_remove("IRN_IBV_PAUSE").env_remove("IRN_IBV_VLAN");
     cmd.envs(environment(&args, &dir));
     let e = cmd.exec();
     Err(Error::Failed(format!(
@@ -224,6 +240,16 @@ mod tests {
         );
         assert_eq!(get("IRN_IBV_LOSS").as_deref(), Some("0.01"));
         assert!(get("LD_LIBRARY_PATH").expect("set").starts_with("/run/x"));
+        assert_eq!((get("IRN_IBV_PAUSE"), get("IRN_IBV_VLAN")), (None, None));
+        let tagged =
+            Cli::try_parse_from(["irn", "--pause", "--vlan", "0", "--", "x"]).expect("valid flags");
+        let env = environment(&tagged.exec, Path::new("/run/x"));
+        let has = |k: &str, v: &str| env.iter().any(|(n, x)| n == k && x == v);
+        assert!(
+            has("IRN_IBV_PAUSE", "1") && has("IRN_IBV_VLAN", "0"),
+            "{env:?}"
+        );
+        assert!(Cli::try_parse_from(["irn", "--vlan", "4096", "--", "x"]).is_err());
         assert!(Cli::try_parse_from(["irn", "--mode", "gbn", "--", "x"]).is_err());
         assert!(
             Cli::try_parse_from(["irn"]).is_err(),
