@@ -623,7 +623,7 @@ fn a_traffic_class_is_the_pcp_of_the_tagged_frames() {
         .spawn()
         .expect("tcpdump");
     std::thread::sleep(Duration::from_millis(500));
-    let flags = |addr: &'static str| vec!["--mode", "irn", "--vlan", "0", "--addr", addr];
+    let flags = |addr: &'static str| vec!["--mode", "irn", "--vlan", "--addr", addr];
     let perf = |server: Option<&'static str>| {
         let mut a = vec!["ib_write_bw", "-x", "0", "-n", "300", "--tclass", "104"];
         a.extend(server);

@@ -166,7 +166,7 @@ impl Config {
         };
         if pause || vlan.is_some() {
             // Both need the interface a device's address is on.
-            if let Some(d) = devices.iter().find(|d| d.iface.is_none()) {
+            if devices.iter().any(|d| d.iface.is_none()) {
                 let key = if vlan.is_some() {
                     "IRN_IBV_VLAN"
                 } else {
@@ -176,11 +176,7 @@ impl Config {
                 return Err(ConfigError {
                     key,
                     value,
-                    expected: if d.addr.is_ipv4() {
-                        "devices on addresses the host's interfaces hold"
-                    } else {
-                        "devices on IPv4 addresses the host's interfaces hold"
-                    },
+                    expected: "devices on addresses the host's interfaces hold",
                 });
             }
             if vlan.is_some() && devices.iter().any(|d| !d.addr.is_ipv4()) {

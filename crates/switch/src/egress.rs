@@ -273,7 +273,8 @@ impl Egress {
         let len = frame.len() as u64;
         let c = queue_of(class, prio);
         let q = self.bytes[c];
-        match mmu.admit(q, len, prio) {
+        // Admitted by what its ingress is charged ([`Mmu::queued`]): the frame as it came.
+        match mmu.admit(q, arrived_len, prio) {
             Admit::Yes => {}
             Admit::Overflow => self.counters.headroom_overflow += 1,
             Admit::No => {

@@ -368,11 +368,11 @@ pub struct Options {
     /// What a frame's priority is read from (`--trust`): its DSCP, or its 802.1Q tag's PCP
     /// (an untagged frame is then priority 0, a port's default).
     pub trust: Trust,
-    /// The switch routes (`--routed`): every frame it forwards leaves in a new Ethernet
-    /// header, without the 802.1Q tag it arrived with, as a routed hop sends it on (seed 001
-    /// §3). Its priority at this switch is read from the frame as it arrived. The addresses
-    /// stay as they were: the hosts behind the switch share one subnet, and only the tag's
-    /// fate matters here.
+    /// The switch routes (`--routed`): every frame it forwards leaves without the 802.1Q tag
+    /// it arrived with, as a routed hop's new Ethernet header carries none (seed 001 §3).
+    /// Its priority at this switch is read from the frame as it arrived. Only the tag's fate
+    /// is a router's here: the MAC addresses are left as they came (the hosts behind the
+    /// switch share one subnet).
     pub routed: bool,
     /// The fabric's intended configuration, checked against what the switch runs
     /// (`--intended FILE`, [`intended`]).
@@ -699,11 +699,12 @@ pub fn run(args: &Options) -> Result<Report, Error> {
         })
         .collect();
     let mut bridge = Bridge::default();
+    // The largest frame a port receives: its MTU, the Ethernet header and an 802.1Q tag.
     let max_frame = egress
         .iter()
-        .map(|e| e.max_frame() as u64)
+        .map(|e| (e.max_frame() + egress::VLAN_TAG_LEN) as u64)
         .max()
-        .unwrap_or(1514);
+        .unwrap_or(1518);
     let fastest = pause_rates.iter().copied().max().unwrap_or(args.rate_bps);
     let layout = args.buffer_layout(max_frame, fastest);
     args.check_layout(layout)?;

@@ -2,7 +2,8 @@
 //! PAUSE (Annex 31B) towards the hosts, without I/O.
 //!
 //! A frame's priority is its DSCP's top three bits (DSCP-based PFC, seed 001 §3: the switch
-//! reads the IP header, so untagged frames keep their priority). Each ingress port counts the
+//! reads the IP header, so untagged frames keep their priority), or with `--trust pcp` its
+//! 802.1Q tag's PCP ([`crate::Egress::with_trust`]). Each ingress port counts the
 //! bytes of every lossless priority it has queued at any egress ([`Lossless::queued`]); above
 //! the XOFF threshold it sends its upstream a pause for that priority — under PAUSE, for the
 //! whole link once all its frames together pass it — and a resume (0 quanta) once it has

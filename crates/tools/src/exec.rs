@@ -55,10 +55,14 @@ pub struct ExecArgs {
     /// at the interface's rate (needs CAP_NET_RAW).
     #[arg(long)]
     pub pause: bool,
-    /// Each device tags its frames in this VLAN (0: priority tags), the PCP being the queue
-    /// pair's priority — its GRH traffic class's DSCP ÷ 8 (needs CAP_NET_RAW; IPv4).
-    #[arg(long, value_name = "VID", value_parser = clap::value_parser!(u16).range(0..=4095))]
-    pub vlan: Option<u16>,
+    /// Each device tags its frames, on its own interface, with an 802.1Q tag whose PCP is the
+    /// queue pair's priority — its GRH traffic class's DSCP ÷ 8 (needs CAP_NET_RAW; IPv4).
+    #[arg(long)]
+    pub vlan: bool,
+    /// The tag's VLAN: 0 (the default) sends priority tags, which every host takes.
+    #[arg(long, value_name = "VID", default_value_t = 0, requires = "vlan",
+          value_parser = clap::value_parser!(u16).range(0..=4095))]
+    pub vlan_id: u16,
     /// The shim to load (default: `libibverbs.so` beside the `irn` binary, as cargo builds
     /// it; or `IRN_IBVERBS_LIB`).
     #[arg(long, value_name = "FILE")]
@@ -157,8 +161,8 @@ pub fn environment(args: &ExecArgs, dir: &Path) -> Vec<(String, OsString)> {
     if args.pause {
         env.push(("IRN_IBV_PAUSE".into(), "1".into()));
     }
-    if let Some(vid) = args.vlan {
-        env.push(("IRN_IBV_VLAN".into(), vid.to_string().into()));
+    if args.vlan {
+        env.push(("IRN_IBV_VLAN".into(), args.vlan_id.to_string().into()));
     }
     let mut path = OsString::from(dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
@@ -242,14 +246,19 @@ mod tests {
         assert!(get("LD_LIBRARY_PATH").expect("set").starts_with("/run/x"));
         assert_eq!((get("IRN_IBV_PAUSE"), get("IRN_IBV_VLAN")), (None, None));
         let tagged =
-            Cli::try_parse_from(["irn", "--pause", "--vlan", "0", "--", "x"]).expect("valid flags");
+            Cli::try_parse_from(["irn", "--pause", "--vlan", "--", "x"]).expect("valid flags");
         let env = environment(&tagged.exec, Path::new("/run/x"));
         let has = |k: &str, v: &str| env.iter().any(|(n, x)| n == k && x == v);
         assert!(
             has("IRN_IBV_PAUSE", "1") && has("IRN_IBV_VLAN", "0"),
             "{env:?}"
         );
-        assert!(Cli::try_parse_from(["irn", "--vlan", "4096", "--", "x"]).is_err());
+        let vid = Cli::try_parse_from(["irn", "--vlan", "--vlan-id", "7", "--", "x"])
+            .expect("valid flags");
+        let env = environment(&vid.exec, Path::new("/run/x"));
+        assert!(env.iter().any(|(n, x)| n == "IRN_IBV_VLAN" && x == "7"));
+        assert!(Cli::try_parse_from(["irn", "--vlan", "--vlan-id", "4096", "--", "x"]).is_err());
+        assert!(Cli::try_parse_from(["irn", "--vlan-id", "3", "--", "x"]).is_err());
         assert!(Cli::try_parse_from(["irn", "--mode", "gbn", "--", "x"]).is_err());
         assert!(
             Cli::try_parse_from(["irn"]).is_err(),

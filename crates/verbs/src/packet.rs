@@ -303,7 +303,7 @@ impl PacketSocket {
 /// Puts the VLAN tag (`tpid`, `tci`) back into the frame of `n` bytes in `buf`, after its
 /// addresses; returns its length, which loses its last bytes if `buf` has no room for them.
 fn reinsert_tag(buf: &mut [u8], n: usize, tpid: u16, tci: u16) -> usize {
-    if n < 12 {
+    if n < 12 || buf.len() < 16 {
         return n;
     }
     let len = (n + 4).min(buf.len());
@@ -350,10 +350,13 @@ mod tests {
         assert_eq!(reinsert_tag(&mut tight, 30, 0x88a8, 0), 30);
         assert_eq!(&tight[12..16], &[0x88, 0xa8, 0, 0]);
         assert_eq!(&tight[16..], &frame[12..26]);
-        // A runt is left as it is.
+        // A runt is left as it is, and so is a frame in a buffer too small for the tag.
         let mut runt = [1u8; 8];
         assert_eq!(reinsert_tag(&mut runt, 8, 0x8100, 0), 8);
         assert_eq!(runt, [1; 8]);
+        let mut small = [2u8; 14];
+        assert_eq!(reinsert_tag(&mut small, 14, 0x8100, 0), 14);
+        assert_eq!(small, [2; 14]);
     }
 
     #[test]

@@ -308,7 +308,10 @@ impl Core {
             self.counters.tx_impaired_drops += 1;
             return;
         }
-        let coalesce = self.tx.coalescing && (!tx_imp.is_active() || only_drops);
+        // A tagging device sends packet by packet (`device/tagged.rs`): no GSO message, whose
+        // untagged fallback would need the UDP checksum the tagged path does without.
+        let coalesce =
+            self.tx.coalescing && self.tx.tagged.is_none() && (!tx_imp.is_active() || only_drops);
         // The index this packet takes in the batch's last message, if it joins it: that
         // message may take more while its packets so far are all of its first one's length.
         let last_len = self.tx.cur.batch.last().map(TxPacket::datagram_len);
@@ -808,6 +811,7 @@ pub(super) fn send_now(
     if let Some(c) = capture.as_mut() {
         c.write(ip_packet);
     }
+    let mut unresolved = false;
     if let Some(t) = tagged {
         let datagram = ip_packet.len().saturating_sub(out.hdr) as u64;
         match t.send(out.peer.ip(), out.tos, &[net::IoPart::of(ip_packet)]) {
@@ -821,7 +825,7 @@ pub(super) fn send_now(
                 counters.tx_errors += 1;
                 return;
             }
-            super::tagged::Tagged::Unresolved => counters.tx_tag_unresolved += 1,
+            super::tagged::Tagged::Unresolved => unresolved = true,
         }
     }
     let Some(datagram) = ip_packet.get(out.hdr..) else {
@@ -839,6 +843,9 @@ pub(super) fn send_now(
     };
     let parts = [net::IoPart::of(datagram)];
     let sent = net::send_batch(sock, &[msg], std::slice::from_ref(&(0..1)), &parts);
+    if unresolved {
+        counters.tx_tag_unresolved += sent.packets;
+    }
     counters.tx_packets += sent.packets;
     counters.tx_bytes += sent.bytes;
     counters.tx_errors += sent.errors;

@@ -4,7 +4,8 @@
 //! PFC (seed 001 §3; the PCP is IEEE 802.1Q's priority code point, §6.9.3).
 //!
 //! The UDP socket cannot do this: the kernel writes the Ethernet header, and only a VLAN
-//! interface (`CONFIG_VLAN_8021Q`) would put a tag in it. So a tagged device sends through a
+//! interface (`CONFIG_VLAN_8021Q`) or tc's `vlan` action would put a tag in it — this
+//! machine's kernel has neither. So a tagged device sends through a
 //! packet socket on the interface named ([`TaggedTx`]): header, then the IP packet it built
 //! in its transmit batch (`device/tx.rs`), gathered by the kernel in one `sendmsg`. The IP
 //! packet is the one the UDP socket would have sent — the same IP and UDP headers, IPv4
@@ -13,7 +14,10 @@
 //! (`/proc/net/arp`, which the out-of-band exchange with the peer fills as any TCP
 //! connection does). A packet to a peer with no complete entry leaves untagged through the
 //! UDP socket, whose kernel resolves the address, and is counted (`tx_tag_unresolved`);
-//! the table is read again at most every [`REREAD`].
+//! the table is read again at most every [`REREAD`], and a known address is read again
+//! once it is older than [`REFRESH`] (a peer whose MAC changed). Only peers on the
+//! interface's own subnet are found: the entry looked up is the peer's own, not a
+//! gateway's, so a peer behind a router gets its packets untagged (and counted).
 //!
 //! The default VLAN is 0: a *priority tag* (IEEE 802.1Q §9.6), which carries the PCP and no
 //! VLAN membership, and which a host without VLAN interfaces accepts — Linux takes the tag
@@ -33,6 +37,9 @@ use crate::packet::{parse_mac, PacketSocket};
 
 /// How often a device whose peer has no neighbour entry reads the table again, at most.
 pub(crate) const REREAD: Duration = Duration::from_millis(10);
+
+/// How long a peer's MAC address is used before the table is read for it again.
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 
 /// Length of a tagged Ethernet header: addresses, tag, EtherType.
 pub(crate) const TAGGED_HEADER_LEN: usize = 18;
@@ -66,8 +73,10 @@ impl TaggedTx {
                 format!("VLAN {vid}: a VLAN identifier is 0 to 4095"),
             ));
         }
+        let sock = PacketSocket::open_sender(iface)
+            .map_err(|e| io::Error::new(e.kind(), format!("vlan on {iface}: {e}")))?;
         Ok(TaggedTx {
-            sock: PacketSocket::open_sender(iface)?,
+            sock,
             vid,
             neighbours: Mutex::new(Neighbours::new(iface)),
         })
@@ -120,7 +129,8 @@ pub(crate) fn header(src: MacAddr, dst: MacAddr, vid: u16, tos: u8) -> [u8; TAGG
 #[derive(Debug)]
 struct Neighbours {
     iface: String,
-    macs: BTreeMap<Ipv4Addr, MacAddr>,
+    /// Each peer's address, and when the table gave it.
+    macs: BTreeMap<Ipv4Addr, (MacAddr, Instant)>,
     read_at: Option<Instant>,
 }
 
@@ -133,21 +143,26 @@ impl Neighbours {
         }
     }
 
-    /// `ip`'s MAC address: known, or found in the table `read` returns (read at most every
-    /// [`REREAD`]).
+    /// `ip`'s MAC address: known for less than [`REFRESH`], or found in the table `read`
+    /// returns (read at most every [`REREAD`]); an address the table no longer has is kept.
     fn lookup(&mut self, ip: Ipv4Addr, now: Instant, read: fn() -> String) -> Option<MacAddr> {
-        if let Some(m) = self.macs.get(&ip) {
-            return Some(*m);
+        let known = self.macs.get(&ip).copied();
+        if let Some((m, at)) = known {
+            if now.saturating_duration_since(at) < REFRESH {
+                return Some(m);
+            }
         }
         if self
             .read_at
             .is_some_and(|t| now.saturating_duration_since(t) < REREAD)
         {
-            return None;
+            return known.map(|(m, _)| m);
         }
         self.read_at = Some(now);
-        self.macs.extend(parse_arp(&read(), &self.iface));
-        self.macs.get(&ip).copied()
+        for (a, m) in parse_arp(&read(), &self.iface) {
+            self.macs.insert(a, (m, now));
+        }
+        self.macs.get(&ip).map(|&(m, _)| m)
     }
 }
 
@@ -212,6 +227,19 @@ IP address       HW type     Flags       HW address            Mask     Device
         let mac = Some(MacAddr([10, 11, 12, 13, 14, 3]));
         assert_eq!(n.lookup(peer, t + REREAD, || TABLE.into()), mac);
         assert_eq!(n.lookup(peer, t + REREAD, String::new), mac);
+        // Past REFRESH the table is read again: a new MAC replaces the old one, and a table
+        // that lost the entry leaves the last one known.
+        let moved = || TABLE.replace("0a:0b:0c:0d:0e:03", "0a:0b:0c:0d:0e:33");
+        let later = t + REREAD + REFRESH;
+        assert_eq!(
+            n.lookup(peer, later, moved),
+            Some(MacAddr([10, 11, 12, 13, 14, 0x33]))
+        );
+        let much_later = later + REFRESH + REREAD;
+        assert_eq!(
+            n.lookup(peer, much_later, String::new),
+            Some(MacAddr([10, 11, 12, 13, 14, 0x33]))
+        );
     }
 
     #[test]

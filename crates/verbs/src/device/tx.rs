@@ -159,8 +159,9 @@ impl TxQueue {
 
     /// Sends the messages of `run` tagged, packet by packet, each gathered as its IP and
     /// UDP headers from its slot and the rest of its parts; a message whose peer's MAC is
-    /// not known yet leaves untagged from `sock`. (A tagging device's IPv4 packets carry no
-    /// UDP checksum, as rxe sends them: the checksum settings of the UDP path do not apply.)
+    /// not known yet leaves untagged from `sock`. A tagging device builds no GSO message
+    /// (`Core::queue_tx`), so every message is one packet, which over IPv4 goes without a UDP
+    /// checksum either way, as rxe sends it.
     fn send_tagged(
         &self,
         tagged: &TaggedTx,
