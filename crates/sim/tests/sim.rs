@@ -729,6 +729,11 @@ fn config_errors_name_the_key_and_the_file() {
         ),
         ("[cc.dcqcn]\nai_mbps = 1e-9\n", "cc.dcqcn.ai_mbps"),
         (
+            "[cc.dcqcn]\nmodel = \"mlx\"\ndecrease_interval_us = 0\n",
+            "cc.dcqcn.decrease_interval_us",
+        ),
+        ("[cc.dcqcn]\nmodel = \"ns3\"\n", "model"),
+        (
             "[transport]\ncc = \"aimd\"\nrecovery = \"roce-go-back-0\"\n",
             "transport.cc",
         ),

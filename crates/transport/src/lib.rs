@@ -74,8 +74,9 @@ mod window;
 pub mod wr;
 
 pub use cc::{
-    BackoffOnLossFactory, CcKind, Controller, ControllerFactory, DcqcnConfig, DcqcnFactory, NoCc,
-    NoCcFactory, TimelyConfig, TimelyFactory, WindowAlgorithm, WindowConfig, WindowFactory,
+    BackoffOnLossFactory, CcKind, Controller, ControllerFactory, DcqcnConfig, DcqcnFactory,
+    DcqcnModel, NoCc, NoCcFactory, TimelyConfig, TimelyFactory, WindowAlgorithm, WindowConfig,
+    WindowFactory,
 };
 pub use config::{bdp_cap_packets, RTO_BACKOFF_AFTER, STANDARD_ACK_EVERY};
 pub use config::{

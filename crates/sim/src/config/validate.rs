@@ -27,6 +27,7 @@ impl SimConfig {
             (d.ai_mbps, "cc.dcqcn.ai_mbps"),
             (d.hai_mbps, "cc.dcqcn.hai_mbps"),
             (d.min_rate_mbps, "cc.dcqcn.min_rate_mbps"),
+            (d.decrease_interval_us, "cc.dcqcn.decrease_interval_us"),
             (self.cc.timely.delta_mbps, "cc.timely.delta_mbps"),
             (self.cc.timely.min_rtt_us, "cc.timely.min_rtt_us"),
             (self.cc.timely.min_rate_mbps, "cc.timely.min_rate_mbps"),

@@ -27,6 +27,15 @@
 //! brings it within one `R_AI` of it: a departure from the paper's asymptotic approach, by at
 //! most `R_AI` (40 Mb/s of 40 Gb/s). A simulator with thousands of queue pairs at line rate
 //! therefore pays nothing for DCQCN until a CNP arrives.
+//!
+//! [`DcqcnModel::Mlx`] is the reaction point the ns-3 RDMA simulators model as Mellanox's
+//! (HPCC's `rdma-hw.cc`, which ConWeave's ns-3 keeps; experiments/crossval): a CNP only sets
+//! a bit, and the rate is cut at most once per `decrease_interval` (4 µs) when the bit is
+//! set — the first CNP sets α = 1 and cuts nothing until that check; α is updated once per
+//! `K` from whether a CNP came in the period (`(1 − g)·α + g` if one did, `(1 − g)·α` if
+//! not); a cut sets the target to the current rate only if an increase event came since the
+//! last cut; increases come from the timer alone (no byte counter): `F` events of fast
+//! recovery, one of additive increase, then hyper increase by a constant `R_HAI` each.
 
 use crate::rng::Rng;
 use crate::time::{Dur, Time};
@@ -65,6 +74,31 @@ pub struct DcqcnConfig {
     /// Each timer period is drawn uniformly within ± this fraction of its nominal value.
     /// Default 0.1 (55 µs ± 5.5 µs).
     pub timer_jitter: f64,
+    /// Which reaction point: the DCQCN paper's (default) or the ns-3 simulators' Mellanox
+    /// model ([`DcqcnModel::Mlx`]).
+    pub model: DcqcnModel,
+    /// [`DcqcnModel::Mlx`]: how often the rate may be cut, at most. Default 4 µs (ns-3's
+    /// `RateDecreaseInterval`).
+    pub decrease_interval: Dur,
+}
+
+/// Which DCQCN reaction point ([`DcqcnConfig::model`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
+pub enum DcqcnModel {
+    /// The DCQCN paper's (Zhu et al. §3.2, Figure 7): a cut per CNP, a byte counter beside
+    /// the timer, hyper increase by `(min(t, b) − F) · R_HAI`.
+    #[default]
+    Paper,
+    /// The Mellanox model of the ns-3 RDMA simulators (HPCC's and ConWeave's `mlx`): cuts at
+    /// most once per decrease interval, α updated per period from a CNP-arrived bit, the
+    /// timer alone, one additive step after `F` fast-recovery steps, then a constant
+    /// `R_HAI` per step.
+    Mlx,
 }
 
 impl Default for DcqcnConfig {
@@ -80,6 +114,8 @@ impl Default for DcqcnConfig {
             min_rate_bps: 100_000_000,
             initial_alpha: 1.0,
             timer_jitter: 0.1,
+            model: DcqcnModel::Paper,
+            decrease_interval: Dur::from_micros(4),
         }
     }
 }
@@ -115,6 +151,10 @@ pub struct DcqcnParams {
     pub timer_jitter: f64,
     /// The notification point sends at most one CNP per this interval, µs. Default 50.
     pub cnp_interval_us: f64,
+    /// The reaction point: `paper` (default) or `mlx`, the ns-3 simulators' Mellanox model.
+    pub model: DcqcnModel,
+    /// `mlx`: the rate is cut at most once per this interval, µs. Default 4.
+    pub decrease_interval_us: f64,
 }
 
 impl Default for DcqcnParams {
@@ -134,6 +174,8 @@ impl Default for DcqcnParams {
             cnp_interval_us: crate::QpConfig::default()
                 .cnp_interval
                 .map_or(50.0, Dur::as_micros_f64),
+            model: d.model,
+            decrease_interval_us: d.decrease_interval.as_micros_f64(),
         }
     }
 }
@@ -152,6 +194,8 @@ impl DcqcnParams {
             min_rate_bps: super::mbps(self.min_rate_mbps),
             initial_alpha: self.initial_alpha,
             timer_jitter: self.timer_jitter,
+            model: self.model,
+            decrease_interval: Dur::from_micros_f64(self.decrease_interval_us),
         }
     }
 
@@ -182,7 +226,22 @@ pub struct Dcqcn {
     b_stage: u32,
     /// Bytes sent towards the next byte-counter stage.
     bytes: u64,
+    /// [`DcqcnModel::Mlx`]: a CNP came since the last cut check, and since the last α
+    /// update; `None` until the first CNP, then when the cut checks' grid started.
+    mlx: Option<MlxState>,
     rng: Rng,
+}
+
+/// The Mellanox model's state between events ([`DcqcnModel::Mlx`]).
+#[derive(Debug, Clone, Copy)]
+struct MlxState {
+    /// The first CNP: α's periods and the cut checks run on grids from here.
+    start: Time,
+    /// The next cut check, when a CNP came since the last one (checks that would find none
+    /// are not run).
+    check_at: Option<Time>,
+    /// A CNP came in α's current period.
+    cnp_in_period: bool,
 }
 
 impl Dcqcn {
@@ -200,14 +259,100 @@ impl Dcqcn {
             t_stage: 0,
             b_stage: 0,
             bytes: 0,
+            mlx: None,
             rng: Rng::new(seed),
         }
     }
 
-    /// α now (with the decays due since its last update).
+    /// α now (with the decays due since its last update; under [`DcqcnModel::Mlx`], the
+    /// first period due also counts the CNPs that came in it).
     pub fn alpha(&self, now: Time) -> f64 {
         let periods = self.alpha_periods(now);
-        self.alpha * (1.0 - self.cfg.g).powi(periods.min(i32::MAX as u64) as i32)
+        if periods == 0 {
+            return self.alpha;
+        }
+        let g = self.cfg.g;
+        let (first, rest) = match self.mlx {
+            Some(m) if m.cnp_in_period => ((1.0 - g) * self.alpha + g, periods - 1),
+            _ => (self.alpha, periods),
+        };
+        first * (1.0 - g).powi(rest.min(i32::MAX as u64) as i32)
+    }
+
+    /// [`DcqcnModel::Mlx`]: brings α up to `now`'s period (the updates due since the last).
+    fn mlx_advance_alpha(&mut self, now: Time) {
+        let periods = self.alpha_periods(now);
+        if periods > 0 {
+            self.alpha = self.alpha(now);
+            let k = self.cfg.alpha_period.as_picos().max(1);
+            if let Some(at) = self.alpha_at.as_mut() {
+                *at += Dur::from_picos(periods * k);
+            }
+            if let Some(m) = self.mlx.as_mut() {
+                m.cnp_in_period = false;
+            }
+        }
+    }
+
+    /// [`DcqcnModel::Mlx`]: the first cut check after `now`, on the decrease interval's grid
+    /// from the first CNP at `start`.
+    fn mlx_check_after(&self, start: Time, now: Time) -> Time {
+        let d = self.cfg.decrease_interval.as_picos().max(1);
+        let n = now.since(start).as_picos() / d + 1;
+        start + Dur::from_picos(n * d)
+    }
+
+    /// [`DcqcnModel::Mlx`]: the cut a check makes when a CNP came since the last one.
+    fn mlx_cut(&mut self, now: Time) {
+        self.mlx_advance_alpha(now);
+        if self.t_stage > 0 {
+            self.rt = self.rc;
+        }
+        let floor = (self.cfg.min_rate_bps.max(1) as f64).min(self.line);
+        self.rc = (self.rc * (1.0 - self.alpha / 2.0)).max(floor);
+        self.t_stage = 0;
+        if let Some(m) = self.mlx.as_mut() {
+            m.check_at = None;
+        }
+        self.next_increase = Some(now + self.jittered(self.cfg.increase_period));
+    }
+
+    /// [`DcqcnModel::Mlx`]: the cut checks and increase events due by `now`, in time order.
+    fn mlx_on_timer(&mut self, now: Time) {
+        loop {
+            let check = self.mlx.and_then(|m| m.check_at).filter(|&t| t <= now);
+            let inc = self.next_increase.filter(|&t| t <= now);
+            match (check, inc) {
+                (Some(c), i) if i.is_none_or(|i| c <= i) => self.mlx_cut(c),
+                (_, Some(t)) => {
+                    self.mlx_increase();
+                    self.next_increase = if self.at_line_rate() {
+                        None
+                    } else {
+                        Some(t + self.jittered(self.cfg.increase_period))
+                    };
+                }
+                (_, None) => return,
+            }
+        }
+    }
+
+    /// [`DcqcnModel::Mlx`]: one timer event — `F` of fast recovery, one additive step, then
+    /// a constant hyper step each.
+    fn mlx_increase(&mut self) {
+        let f = self.cfg.fast_recovery_steps;
+        if self.t_stage == f {
+            self.rt += self.cfg.ai_bps as f64;
+        } else if self.t_stage > f {
+            self.rt += self.cfg.hai_bps as f64;
+        }
+        self.rt = self.rt.min(self.line);
+        self.rc = ((self.rt + self.rc) / 2.0).min(self.line);
+        self.t_stage = self.t_stage.saturating_add(1);
+        if self.line - self.rc < self.cfg.ai_bps.max(1) as f64 {
+            self.rc = self.line;
+            self.rt = self.line;
+        }
     }
 
     /// The target rate `RT` in bits per second.
@@ -268,7 +413,7 @@ impl Controller for Dcqcn {
     }
 
     fn on_send(&mut self, _now: Time, bytes: u64) {
-        if self.at_line_rate() || self.cfg.byte_counter == 0 {
+        if self.at_line_rate() || self.cfg.byte_counter == 0 || self.cfg.model == DcqcnModel::Mlx {
             return;
         }
         self.bytes += bytes;
@@ -284,6 +429,29 @@ impl Controller for Dcqcn {
     }
 
     fn on_cnp(&mut self, now: Time) {
+        if self.cfg.model == DcqcnModel::Mlx {
+            match self.mlx {
+                None => {
+                    // α starts at 1 with its periods; the first check, one interval on, cuts.
+                    self.alpha = 1.0;
+                    self.alpha_at = Some(now);
+                    self.mlx = Some(MlxState {
+                        start: now,
+                        check_at: Some(now + self.cfg.decrease_interval.max(Dur::from_picos(1))),
+                        cnp_in_period: false,
+                    });
+                }
+                Some(m) => {
+                    let check = m.check_at.unwrap_or(self.mlx_check_after(m.start, now));
+                    self.mlx_advance_alpha(now);
+                    if let Some(m) = self.mlx.as_mut() {
+                        m.check_at = Some(check);
+                        m.cnp_in_period = true;
+                    }
+                }
+            }
+            return;
+        }
         let alpha = self.alpha(now);
         self.rt = self.rc;
         let floor = (self.cfg.min_rate_bps.max(1) as f64).min(self.line);
@@ -303,10 +471,17 @@ impl Controller for Dcqcn {
     }
 
     fn next_timer(&self) -> Option<Time> {
-        self.next_increase
+        match (self.mlx.and_then(|m| m.check_at), self.next_increase) {
+            (Some(c), Some(i)) => Some(c.min(i)),
+            (c, i) => c.or(i),
+        }
     }
 
     fn on_timer(&mut self, now: Time) {
+        if self.cfg.model == DcqcnModel::Mlx {
+            self.mlx_on_timer(now);
+            return;
+        }
         while let Some(t) = self.next_increase.filter(|&t| t <= now) {
             self.t_stage = self.t_stage.saturating_add(1);
             self.increase();
@@ -518,5 +693,110 @@ mod tests {
                 "{d}"
             );
         }
+    }
+
+    fn mlx() -> DcqcnConfig {
+        DcqcnConfig {
+            model: DcqcnModel::Mlx,
+            ..exact()
+        }
+    }
+
+    #[test]
+    fn mlx_cuts_at_the_check_after_cnps_at_most_once_per_interval() {
+        let mut c = Dcqcn::new(mlx(), Time::ZERO, LINE, 1);
+        // The first CNP cuts nothing yet; the check 4 µs on does, with α = 1.
+        c.on_cnp(us(10));
+        assert_eq!(c.rate_bps(), None);
+        assert_eq!(c.next_timer(), Some(us(14)));
+        // More CNPs before the check: still one cut.
+        c.on_cnp(us(11));
+        c.on_cnp(us(13));
+        c.on_timer(us(14));
+        assert_eq!(c.rate_bps(), Some(LINE / 2));
+        assert_eq!(c.target_bps(), LINE);
+        // No CNP since: no check, only the increase timer, 55 µs after the cut.
+        assert_eq!(c.next_timer(), Some(us(69)));
+        // A CNP at 15 µs waits for the grid's next check, at 18 µs; no increase event came
+        // between the cuts, so the target stays (ns-3's ClampTargetRate off).
+        c.on_cnp(us(15));
+        assert_eq!(c.next_timer(), Some(us(18)));
+        c.on_timer(us(18));
+        assert_eq!(c.rate_bps(), Some(LINE / 4));
+        assert_eq!(c.target_bps(), LINE);
+    }
+
+    #[test]
+    fn mlx_updates_alpha_per_period_from_whether_a_cnp_came() {
+        let g: f64 = 1.0 / 256.0;
+        let mut c = Dcqcn::new(mlx(), Time::ZERO, LINE, 1);
+        c.on_cnp(Time::ZERO);
+        // The first CNP sets α = 1 and does not count in its period: one period later α has
+        // decayed once.
+        assert!((c.alpha(us(55)) - (1.0 - g)).abs() < 1e-12);
+        // A CNP in the second period raises α at its end; the third decays it.
+        c.on_cnp(us(60));
+        let a2 = (1.0 - g) * (1.0 - g) + g;
+        assert!(
+            (c.alpha(us(110)) - a2).abs() < 1e-12,
+            "{}",
+            c.alpha(us(110))
+        );
+        assert!((c.alpha(us(165)) - a2 * (1.0 - g)).abs() < 1e-12);
+        // Many CNPs in one period count once.
+        let mut d = Dcqcn::new(mlx(), Time::ZERO, LINE, 1);
+        d.on_cnp(Time::ZERO);
+        for t in 56..100 {
+            d.on_cnp(us(t));
+        }
+        assert!((d.alpha(us(110)) - a2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mlx_recovers_by_the_timer_alone_then_adds_one_step_then_constant_hyper_steps() {
+        let cfg = DcqcnConfig {
+            byte_counter: 1_000,
+            ..mlx()
+        };
+        let mut c = Dcqcn::new(cfg, Time::ZERO, LINE, 1);
+        c.on_cnp(Time::ZERO);
+        c.on_timer(us(4));
+        // One increase event, then a CNP: the next cut clamps the target to the rate.
+        c.on_timer(us(59));
+        c.on_cnp(us(60));
+        c.on_timer(us(64));
+        let rt0 = c.target_bps() as f64;
+        assert!(rt0 < LINE as f64 * 0.8, "{rt0}");
+        // Bytes move nothing: no byte counter in this model.
+        c.on_send(us(64), 1_000_000);
+        assert_eq!(c.target_bps() as f64, rt0);
+        // F = 5 fast-recovery events leave the target; the sixth adds R_AI, the next ones
+        // R_HAI each, not (stage − F) × R_HAI.
+        let mut t = 64;
+        for _ in 0..5 {
+            t += 55;
+            c.on_timer(us(t));
+            assert_eq!(c.target_bps() as f64, rt0);
+        }
+        t += 55;
+        c.on_timer(us(t));
+        assert_eq!(c.target_bps() as f64, rt0 + 40e6);
+        for k in 1..=3 {
+            t += 55;
+            c.on_timer(us(t));
+            assert_eq!(c.target_bps() as f64, rt0 + 40e6 + f64::from(k) * 400e6);
+        }
+    }
+
+    #[test]
+    fn the_model_is_a_parameter_and_paper_is_the_default() {
+        assert_eq!(DcqcnParams::default().model, DcqcnModel::Paper);
+        let p = DcqcnParams {
+            model: DcqcnModel::Mlx,
+            decrease_interval_us: 8.0,
+            ..DcqcnParams::default()
+        };
+        assert_eq!(p.config().model, DcqcnModel::Mlx);
+        assert_eq!(p.config().decrease_interval, Dur::from_micros(8));
     }
 }

@@ -27,7 +27,7 @@ pub mod timely;
 pub mod window;
 
 pub use backoff::{BackoffOnLoss, BackoffOnLossFactory};
-pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory, DcqcnParams};
+pub use dcqcn::{Dcqcn, DcqcnConfig, DcqcnFactory, DcqcnModel, DcqcnParams};
 pub use timely::{Timely, TimelyConfig, TimelyFactory, TimelyParams};
 pub use window::{WindowAlgorithm, WindowCc, WindowConfig, WindowFactory, WindowParams};
 
