@@ -72,6 +72,13 @@ fn interface(iface: &str) -> io::Result<(i32, usize, MacAddr)> {
     Ok((ifindex, mtu, mac))
 }
 
+/// `iface`'s index in the network namespace of socket `fd` (an ioctl): /sys shows the
+/// namespace it was mounted in, which a thread that entered another one does not see.
+fn ns_ifindex(fd: &OwnedFd, iface: &str) -> io::Result<i32> {
+    i32::try_from(rustix::net::netdevice::name_to_index(fd, iface)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))
+}
+
 /// A packet socket for every protocol (`ETH_P_ALL`).
 fn socket_all() -> io::Result<OwnedFd> {
     let proto = Protocol::from_raw(
@@ -107,6 +114,18 @@ impl AsFd for PacketSocket {
 }
 
 impl PacketSocket {
+    /// A socket whose frames come as the kernel hands them over (no tag put back).
+    fn plain(fd: OwnedFd, mac: MacAddr, ifindex: i32, mtu: usize, iface: &str) -> PacketSocket {
+        PacketSocket {
+            fd,
+            auxdata: false,
+            mac,
+            ifindex,
+            mtu,
+            iface: iface.to_string(),
+        }
+    }
+
     /// Opens `iface` as a port of a switch (`irn switch`): every frame the interface receives,
     /// of any type and to any destination (the interface is made promiscuous), and none of
     /// the frames this host sends on it. Frames are read as the kernel hands them over: a
@@ -136,10 +155,7 @@ impl PacketSocket {
     /// group no stack joins): what a NIC's flow control reads.
     pub fn open_mac_control(iface: &str) -> io::Result<PacketSocket> {
         let fd = socket_unbound()?;
-        // The index from the socket's own network namespace (an ioctl): /sys shows the
-        // namespace it was mounted in, which a thread that entered another one does not see.
-        let ifindex = i32::try_from(rustix::net::netdevice::name_to_index(&fd, iface)?)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
+        let ifindex = ns_ifindex(&fd, iface)?;
         let (mtu, mac) = interface(iface)
             .ok()
             .filter(|&(i, ..)| i == ifindex)
@@ -149,23 +165,14 @@ impl PacketSocket {
             ifindex,
             u16::from(irn_wire::ethernet::EtherType::MacControl),
         )?;
-        Ok(PacketSocket {
-            fd,
-            auxdata: false,
-            mac,
-            ifindex,
-            mtu,
-            iface: iface.to_string(),
-        })
+        Ok(PacketSocket::plain(fd, mac, ifindex, mtu, iface))
     }
 
     /// Opens `iface` to send whole frames on, receiving none (bound to protocol 0): how a
     /// device puts its own Ethernet header, an 802.1Q tag in it, in front of its packets.
     pub fn open_sender(iface: &str) -> io::Result<PacketSocket> {
         let fd = socket_unbound()?;
-        // The index from the socket's own network namespace, as for MAC control.
-        let ifindex = i32::try_from(rustix::net::netdevice::name_to_index(&fd, iface)?)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad ifindex"))?;
+        let ifindex = ns_ifindex(&fd, iface)?;
         let (mtu, mac) = match interface(iface) {
             Ok((i, mtu, mac)) if i == ifindex => (mtu, mac),
             _ => {
@@ -176,14 +183,7 @@ impl PacketSocket {
             }
         };
         crate::net::sys::bind_packet(fd.as_fd(), ifindex, 0)?;
-        Ok(PacketSocket {
-            fd,
-            auxdata: false,
-            mac,
-            ifindex,
-            mtu,
-            iface: iface.to_string(),
-        })
+        Ok(PacketSocket::plain(fd, mac, ifindex, mtu, iface))
     }
 
     /// Sends one frame gathered from `parts` (header included, FCS not).
@@ -232,14 +232,7 @@ impl PacketSocket {
         // Frames of other types that arrived between socket() and the filter: drain them.
         let mut scratch = [0u8; 64];
         while rustix::net::recv(&fd, &mut scratch[..], RecvFlags::DONTWAIT).is_ok() {}
-        Ok(PacketSocket {
-            fd,
-            auxdata: false,
-            mac,
-            ifindex,
-            mtu,
-            iface: iface.to_string(),
-        })
+        Ok(PacketSocket::plain(fd, mac, ifindex, mtu, iface))
     }
 
     /// This interface's MAC address.

@@ -2824,6 +2824,53 @@ fn pfc_frames_hold_a_queue_pair_of_that_priority_until_the_resume_or_the_watchdo
     }
 }
 
+/// A connected pair in `mode`: side a on a device opened with `cfg`, side b on a plain one
+/// on 127.0.0.1 (UDP receive path).
+fn pair_beside(cfg: irn_verbs::DeviceConfig, mode: QpMode) -> Pair {
+    let a = side(irn_verbs::Device::open(cfg).expect("dev"), mode, 64);
+    let b = side(
+        device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("dev"),
+        mode,
+        64,
+    );
+    connect(a, b, &QpAttr::default())
+}
+
+/// Writes `bytes` of pattern `seed` from `p.a` to `p.b` in 64 KiB Writes posted at once,
+/// checks each completes, in order, and that every byte arrived; returns how long it took
+/// from the first post (`what` names the case in a failure).
+fn writes_arrive(p: &Pair, bytes: usize, seed: u64, what: &str) -> Duration {
+    const MSG: usize = 64 << 10;
+    let src = p.a.pd.reg_mr(bytes, all()).expect("mr");
+    let dst = p.b.pd.reg_mr(bytes, all()).expect("mr");
+    let mut data = vec![0u8; bytes];
+    pattern(seed, &mut data);
+    src.write(0, &data).expect("write");
+    let start = Instant::now();
+    for i in 0..bytes / MSG {
+        p.a.qp
+            .post_send(wr(
+                i as u64,
+                SendOp::Write(remote_of(&dst, (i * MSG) as u64)),
+                vec![src.sge((i * MSG) as u64, MSG as u32)],
+            ))
+            .expect("post");
+    }
+    for i in 0..bytes / MSG {
+        let wc = wait(&p.a.cq, 60);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (i as u64, WcStatus::Success),
+            "{what}"
+        );
+    }
+    let took = start.elapsed();
+    let mut got = vec![0u8; bytes];
+    dst.read(0, &mut got).expect("read");
+    assert!(got == data, "{what}: data differs");
+    took
+}
+
 /// A device with a line rate (`DeviceConfig::line_rate_bps`) puts its frames on the wire no
 /// faster than that rate, as a NIC's port serializes them, in both modes: 4 MiB of Writes at
 /// 200 Mb/s take at least their payload's time on the line (frames carry headers too; the
@@ -2839,41 +2886,8 @@ fn a_device_with_a_line_rate_sends_no_faster_than_it() {
             cfg.port = 0;
             cfg.receive = ReceivePath::Udp;
             cfg.line_rate_bps = Some(line.unwrap_or(0));
-            let a = side(irn_verbs::Device::open(cfg).expect("dev"), mode, 64);
-            let b = side(
-                device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("dev"),
-                mode,
-                64,
-            );
-            let p = connect(a, b, &QpAttr::default());
-            let src = p.a.pd.reg_mr(BYTES, all()).expect("mr");
-            let dst = p.b.pd.reg_mr(BYTES, all()).expect("mr");
-            let mut data = vec![0u8; BYTES];
-            pattern(9, &mut data);
-            src.write(0, &data).expect("write");
-            let start = Instant::now();
-            const MSG: usize = 64 << 10;
-            for i in 0..BYTES / MSG {
-                p.a.qp
-                    .post_send(wr(
-                        i as u64,
-                        SendOp::Write(remote_of(&dst, (i * MSG) as u64)),
-                        vec![src.sge((i * MSG) as u64, MSG as u32)],
-                    ))
-                    .expect("post");
-            }
-            for i in 0..BYTES / MSG {
-                let wc = wait(&p.a.cq, 60);
-                assert_eq!(
-                    (wc.wr_id, wc.status),
-                    (i as u64, WcStatus::Success),
-                    "{mode:?} {line:?}"
-                );
-            }
-            let took = start.elapsed();
-            let mut got = vec![0u8; BYTES];
-            dst.read(0, &mut got).expect("read");
-            assert!(got == data, "{mode:?} {line:?}: data differs");
+            let p = pair_beside(cfg, mode);
+            let took = writes_arrive(&p, BYTES, 9, &format!("{mode:?} {line:?}"));
             let c = p.a.dev.counters();
             eprintln!("{mode:?} line {line:?}: {took:?}, {c:?}");
             match line {
@@ -2986,40 +3000,9 @@ fn a_tagging_device_without_its_peers_mac_sends_untagged_and_counts_it() {
         let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("addr"));
         cfg.port = 0;
         cfg.vlan = vlan("lo");
-        let a = side(irn_verbs::Device::open(cfg).expect("dev"), mode, 64);
-        let b = side(
-            device_on("127.0.0.1", ReceivePath::Udp, 0.0, 5).expect("dev"),
-            mode,
-            64,
-        );
-        let p = connect(a, b, &QpAttr::default());
+        let p = pair_beside(cfg, mode);
         p.a.qp.set_peer_gso(true).expect("gso");
-        let src = p.a.pd.reg_mr(BYTES, all()).expect("mr");
-        let dst = p.b.pd.reg_mr(BYTES, all()).expect("mr");
-        let mut data = vec![0u8; BYTES];
-        pattern(4, &mut data);
-        src.write(0, &data).expect("write");
-        const MSG: usize = 64 << 10;
-        for i in 0..BYTES / MSG {
-            p.a.qp
-                .post_send(wr(
-                    i as u64,
-                    SendOp::Write(remote_of(&dst, (i * MSG) as u64)),
-                    vec![src.sge((i * MSG) as u64, MSG as u32)],
-                ))
-                .expect("post");
-        }
-        for i in 0..BYTES / MSG {
-            let wc = wait(&p.a.cq, 60);
-            assert_eq!(
-                (wc.wr_id, wc.status),
-                (i as u64, WcStatus::Success),
-                "{mode:?}"
-            );
-        }
-        let mut got = vec![0u8; BYTES];
-        dst.read(0, &mut got).expect("read");
-        assert!(got == data, "{mode:?}: data differs");
+        writes_arrive(&p, BYTES, 4, &format!("{mode:?}"));
         let c = p.a.dev.counters();
         assert_eq!(
             (c.tx_tagged, c.tx_gso_messages, c.tx_errors),
