@@ -35,7 +35,10 @@
 //! `K` from whether a CNP came in the period (`(1 − g)·α + g` if one did, `(1 − g)·α` if
 //! not); a cut sets the target to the current rate only if an increase event came since the
 //! last cut; increases come from the timer alone (no byte counter): `F` events of fast
-//! recovery, one of additive increase, then hyper increase by a constant `R_HAI` each.
+//! recovery, one of additive increase, then hyper increase by a constant `R_HAI` each. An
+//! increase event due at a check's instant comes first, as ns-3 orders them; ns-3's checks
+//! fall 1 ns after the grid's points, which is not modelled. `byte_counter` and
+//! `initial_alpha` do not apply to this model.
 
 use crate::rng::Rng;
 use crate::time::{Dur, Time};
@@ -323,7 +326,9 @@ impl Dcqcn {
             let check = self.mlx.and_then(|m| m.check_at).filter(|&t| t <= now);
             let inc = self.next_increase.filter(|&t| t <= now);
             match (check, inc) {
-                (Some(c), i) if i.is_none_or(|i| c <= i) => self.mlx_cut(c),
+                // At the same instant the increase goes first: ns-3 scheduled its timer event
+                // a period earlier than the check.
+                (Some(c), i) if i.is_none_or(|i| c < i) => self.mlx_cut(c),
                 (_, Some(t)) => {
                     self.mlx_increase();
                     self.next_increase = if self.at_line_rate() {
@@ -464,8 +469,8 @@ impl Controller for Dcqcn {
         self.next_increase = Some(now + self.jittered(self.cfg.increase_period));
     }
 
-    /// A loss backs off as a CNP does: the reaction point cuts its rate by α/2 and starts
-    /// its recovery anew.
+    /// A loss backs off as a CNP does: the paper's reaction point cuts its rate by α/2 and
+    /// starts its recovery anew; the Mellanox model's cuts at its next check.
     fn back_off(&mut self, now: Time) {
         self.on_cnp(now);
     }
@@ -730,26 +735,29 @@ mod tests {
     fn mlx_updates_alpha_per_period_from_whether_a_cnp_came() {
         let g: f64 = 1.0 / 256.0;
         let mut c = Dcqcn::new(mlx(), Time::ZERO, LINE, 1);
-        c.on_cnp(Time::ZERO);
-        // The first CNP sets α = 1 and does not count in its period: one period later α has
-        // decayed once.
-        assert!((c.alpha(us(55)) - (1.0 - g)).abs() < 1e-12);
-        // A CNP in the second period raises α at its end; the third decays it.
-        c.on_cnp(us(60));
-        let a2 = (1.0 - g) * (1.0 - g) + g;
+        c.on_cnp(us(5));
+        // The first CNP sets α = 1 and does not count in its period: one period later (its
+        // periods run from the first CNP) α has decayed once.
+        assert!((c.alpha(us(59)) - 1.0).abs() < 1e-12);
+        assert!((c.alpha(us(60)) - (1.0 - g)).abs() < 1e-12);
+        // A CNP right on a period's boundary (115 µs) counts in the period it opens, the
+        // third: α rises at its end, and the fourth, without a CNP, decays it.
+        c.on_cnp(us(115));
+        let a3 = (1.0 - g).powi(3) + g;
+        assert!((c.alpha(us(115)) - (1.0 - g) * (1.0 - g)).abs() < 1e-12);
         assert!(
-            (c.alpha(us(110)) - a2).abs() < 1e-12,
+            (c.alpha(us(170)) - a3).abs() < 1e-12,
             "{}",
-            c.alpha(us(110))
+            c.alpha(us(170))
         );
-        assert!((c.alpha(us(165)) - a2 * (1.0 - g)).abs() < 1e-12);
+        assert!((c.alpha(us(225)) - a3 * (1.0 - g)).abs() < 1e-12);
         // Many CNPs in one period count once.
         let mut d = Dcqcn::new(mlx(), Time::ZERO, LINE, 1);
-        d.on_cnp(Time::ZERO);
-        for t in 56..100 {
+        d.on_cnp(us(5));
+        for t in 116..170 {
             d.on_cnp(us(t));
         }
-        assert!((d.alpha(us(110)) - a2).abs() < 1e-12);
+        assert!((d.alpha(us(170)) - a3).abs() < 1e-12);
     }
 
     #[test]
@@ -786,6 +794,30 @@ mod tests {
             c.on_timer(us(t));
             assert_eq!(c.target_bps() as f64, rt0 + 40e6 + f64::from(k) * 400e6);
         }
+    }
+
+    #[test]
+    fn mlx_runs_an_increase_due_at_a_checks_instant_before_the_cut() {
+        let mut c = Dcqcn::new(mlx(), Time::ZERO, LINE, 1);
+        // First CNP at 10 µs: checks at 14, 18, … µs; the cut at 14 starts the timer, whose
+        // events fall at 69, 124, 179 and 234 µs — a check's instant (10 + 4 × 56).
+        c.on_cnp(us(10));
+        c.on_timer(us(14));
+        c.on_timer(us(179));
+        let (rate, target) = (c.rate_bps().expect("cut") as f64, c.target_bps() as f64);
+        c.on_cnp(us(231));
+        assert_eq!(c.next_timer(), Some(us(234)));
+        c.on_timer(us(234));
+        // Fast recovery first (its fourth event), then the cut clamps the target to it.
+        let recovered = (rate + target) / 2.0;
+        assert!(
+            (c.target_bps() as f64 - recovered).abs() < 2.0,
+            "{}",
+            c.target_bps()
+        );
+        assert!((c.rate_bps().expect("cut") as f64) < recovered);
+        // The cut restarted the timer: its next event is T after the cut.
+        assert_eq!(c.next_timer(), Some(us(289)));
     }
 
     #[test]
