@@ -734,6 +734,14 @@ fn config_errors_name_the_key_and_the_file() {
         ),
         ("[cc.dcqcn]\nmodel = \"ns3\"\n", "model"),
         (
+            "[transport]\nrecovery = \"roce\"\nrto_adaptive = true\n",
+            "transport.rto_adaptive",
+        ),
+        (
+            "[transport]\nrto_adaptive = true\ntcp_max_rto_us = 100\n",
+            "transport.tcp_max_rto_us",
+        ),
+        (
             "[transport]\ncc = \"aimd\"\nrecovery = \"roce-go-back-0\"\n",
             "transport.cc",
         ),

@@ -494,6 +494,12 @@ pub struct TransportConfig {
     pub rto_high_us: f64,
     /// IRN's N: RTO_low applies with at most N packets in flight. Default 3.
     pub rto_n: u32,
+    /// The IRN modes time out by RFC 6298's adaptive timer instead of RTO_low / RTO_high:
+    /// SRTT + 4·RTTVAR from the ACKs of packets never resent, never below `rto_high_us`
+    /// (where it starts), doubled per expiry up to `tcp_max_rto_us` — so that queueing longer
+    /// than RTO_high (an incast's) stretches the timer rather than drawing copies of packets
+    /// still queued (experiments/e8/README.md). Default false: the paper's fixed timers.
+    pub rto_adaptive: bool,
     /// RoCE's fixed timeout in µs. Default 320 (RTO_high, as the paper sets it).
     pub roce_rto_us: f64,
     /// RoCE keeps its timeout over PFC. Default false (the paper disables it: nothing is lost).
@@ -592,6 +598,7 @@ impl Default for TransportConfig {
             rto_low_us: 100.0,
             rto_high_us: 320.0,
             rto_n: 3,
+            rto_adaptive: false,
             roce_rto_us: 320.0,
             roce_timeout_with_pfc: false,
             cc: CcKind::None,

@@ -432,6 +432,16 @@ impl SimConfig {
             "transport.roce_rto_us",
             "must be positive (at least 1 ps)",
         )?;
+        check(
+            !t.rto_adaptive || (t.recovery.is_irn() && t.recovery != Recovery::Tcp),
+            "transport.rto_adaptive",
+            "applies to the IRN modes only (RoCE's timer is the verbs timeout, TCP's is adaptive)",
+        )?;
+        check(
+            !t.rto_adaptive || t.tcp_max_rto_us >= t.rto_high_us,
+            "transport.tcp_max_rto_us",
+            "must be ≥ rto_high_us, the adaptive timer's floor",
+        )?;
         Ok(())
     }
 

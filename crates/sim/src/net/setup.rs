@@ -133,10 +133,18 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
     let bdp_cap = tr
         .bdp_cap
         .unwrap_or_else(|| bdp_cap_packets(host_rate, topo.max_rtt(), mtu_wire(cfg)));
-    let irn_rto = RtoPolicy::Irn {
-        low: us(tr.rto_low_us),
-        high: us(tr.rto_high_us),
-        n: tr.rto_n,
+    let irn_rto = if tr.rto_adaptive {
+        RtoPolicy::Adaptive {
+            min: us(tr.rto_high_us),
+            max: us(tr.tcp_max_rto_us),
+            initial: us(tr.rto_high_us),
+        }
+    } else {
+        RtoPolicy::Irn {
+            low: us(tr.rto_low_us),
+            high: us(tr.rto_high_us),
+            n: tr.rto_n,
+        }
     };
     let roce_rto = if net.pfc && !tr.roce_timeout_with_pfc {
         RtoPolicy::Disabled
