@@ -22,7 +22,7 @@ use irn_sim::config::Trust;
 use irn_sim::net::sched::{self, Dwrr, Weights};
 use irn_sim::net::Marking;
 use irn_transport::rng::Rng;
-use irn_wire::ethernet::EtherType;
+use irn_wire::ethernet::{EtherType, EthernetFrame};
 use irn_wire::mac_control::MacControlRepr;
 use irn_wire::{Ecn, Ipv4Packet, Ipv6Packet};
 
@@ -376,12 +376,15 @@ impl Egress {
 
 /// Whether an Ethernet frame carries an 802.1Q tag.
 pub fn is_tagged(frame: &[u8]) -> bool {
-    frame.get(12..14) == Some(&u16::from(EtherType::Vlan).to_be_bytes()[..])
+    pcp_of(frame).is_some()
 }
 
-/// The PCP of a frame's 802.1Q tag, if it has one.
+/// The PCP of a frame's 802.1Q tag, if it has a whole one.
 pub fn pcp_of(frame: &[u8]) -> Option<u8> {
-    is_tagged(frame).then(|| frame.get(14).map(|b| b >> 5))?
+    EthernetFrame::new_checked(frame)
+        .ok()?
+        .vlan()
+        .map(|t| t.pcp)
 }
 
 /// What the switch reads of an IPv4 or IPv6 frame, tagged or not.
@@ -402,11 +405,11 @@ struct IpInfo {
 /// tag) whose header is whole.
 fn ip_info(frame: &[u8]) -> Option<IpInfo> {
     const UDP: u8 = 17;
-    let pcp = pcp_of(frame);
-    let at = if pcp.is_some() { 14 + VLAN_TAG_LEN } else { 14 };
-    let t = u16::from_be_bytes([*frame.get(at - 2)?, *frame.get(at - 1)?]);
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let pcp = eth.vlan().map(|t| t.pcp);
+    let (at, t) = (eth.header_len(), eth.ethertype());
     let ip = frame.get(at..)?;
-    if t == u16::from(EtherType::Ipv4) {
+    if t == EtherType::Ipv4 {
         let p = Ipv4Packet::new_checked(ip).ok()?;
         Some(IpInfo {
             at,
@@ -416,7 +419,7 @@ fn ip_info(frame: &[u8]) -> Option<IpInfo> {
             ecn: p.ecn(),
             dscp: p.dscp(),
         })
-    } else if t == u16::from(EtherType::Ipv6) {
+    } else if t == EtherType::Ipv6 {
         let p = Ipv6Packet::new_checked(ip).ok()?;
         Some(IpInfo {
             at,
