@@ -186,10 +186,11 @@ impl PacketSocket {
         Ok(PacketSocket::plain(fd, mac, ifindex, mtu, iface))
     }
 
-    /// Sends one frame gathered from `parts` (header included, FCS not).
-    pub(crate) fn send_gather(&self, parts: &[crate::net::IoPart]) -> io::Result<()> {
-        let want: usize = parts.iter().map(|p| p.len).sum();
-        let n = crate::net::sys::send_gather(self.fd.as_fd(), parts)?;
+    /// Sends one frame: its Ethernet header `head`, then what it gathers from `parts` (FCS
+    /// not included).
+    pub(crate) fn send_gather(&self, head: &[u8], parts: &[crate::net::IoPart]) -> io::Result<()> {
+        let want = head.len() + parts.iter().map(|p| p.len).sum::<usize>();
+        let n = crate::net::sys::send_gather(self.fd.as_fd(), head, parts)?;
         if n != want {
             return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
         }

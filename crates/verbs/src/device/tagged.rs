@@ -96,10 +96,7 @@ impl TaggedTx {
             return Tagged::Unresolved;
         };
         let header = header(self.sock.mac(), dst, self.vid, tos);
-        let mut parts = Vec::with_capacity(packet.len() + 1);
-        parts.push(IoPart::of(&header));
-        parts.extend_from_slice(packet);
-        match self.sock.send_gather(&parts) {
+        match self.sock.send_gather(&header, packet) {
             Ok(()) => Tagged::Sent,
             Err(_) => Tagged::Failed,
         }

@@ -354,11 +354,15 @@ pub(crate) fn recv_frame(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Optio
     Ok(Some((n.min(buf.len()), tag)))
 }
 
-/// `sendmsg` of one frame gathered from `parts`, in order, on a packet socket bound to its
-/// interface (no address: the bound one). Returns the bytes the kernel took.
-pub(crate) fn send_gather(fd: BorrowedFd<'_>, parts: &[super::IoPart]) -> io::Result<usize> {
-    let mut iovs: Vec<libc::iovec> = parts
-        .iter()
+/// `sendmsg` of one frame gathered from `head` then `parts`, in order, on a packet socket
+/// bound to its interface (no address: the bound one). Returns the bytes the kernel took.
+pub(crate) fn send_gather(
+    fd: BorrowedFd<'_>,
+    head: &[u8],
+    parts: &[super::IoPart],
+) -> io::Result<usize> {
+    let mut iovs: Vec<libc::iovec> = std::iter::once(super::IoPart::of(head))
+        .chain(parts.iter().copied())
         .map(|part| libc::iovec {
             iov_base: part.ptr.cast_mut().cast(),
             iov_len: part.len,
