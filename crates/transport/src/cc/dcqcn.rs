@@ -330,7 +330,7 @@ impl Dcqcn {
                 // a period earlier than the check.
                 (Some(c), i) if i.is_none_or(|i| c < i) => self.mlx_cut(c),
                 (_, Some(t)) => {
-                    self.mlx_increase();
+                    self.increase();
                     self.next_increase = if self.at_line_rate() {
                         None
                     } else {
@@ -339,24 +339,6 @@ impl Dcqcn {
                 }
                 (_, None) => return,
             }
-        }
-    }
-
-    /// [`DcqcnModel::Mlx`]: one timer event — `F` of fast recovery, one additive step, then
-    /// a constant hyper step each.
-    fn mlx_increase(&mut self) {
-        let f = self.cfg.fast_recovery_steps;
-        if self.t_stage == f {
-            self.rt += self.cfg.ai_bps as f64;
-        } else if self.t_stage > f {
-            self.rt += self.cfg.hai_bps as f64;
-        }
-        self.rt = self.rt.min(self.line);
-        self.rc = ((self.rt + self.rc) / 2.0).min(self.line);
-        self.t_stage = self.t_stage.saturating_add(1);
-        if self.line - self.rc < self.cfg.ai_bps.max(1) as f64 {
-            self.rc = self.line;
-            self.rt = self.line;
         }
     }
 
@@ -380,26 +362,43 @@ impl Dcqcn {
         Dur::from_picos((d.as_picos() as f64 * f) as u64)
     }
 
-    /// One rate-increase event (the timer's or the byte counter's stage count already
-    /// advanced).
+    /// One rate-increase event: the target rises by the model's step (none in fast recovery,
+    /// towards the rate before the cut), the current rate halves its distance to it. The
+    /// paper's model counts the event's stage before (the timer's or the byte counter's);
+    /// the Mellanox model reads its timer stage, then counts it — `F` events of fast
+    /// recovery, one additive step, then a constant hyper step each.
     fn increase(&mut self) {
         let f = self.cfg.fast_recovery_steps;
-        let (lo, hi) = if self.cfg.byte_counter == 0 {
-            (self.t_stage, self.t_stage)
-        } else {
-            (
-                self.t_stage.min(self.b_stage),
-                self.t_stage.max(self.b_stage),
-            )
+        let (ai, hai) = (self.cfg.ai_bps as f64, self.cfg.hai_bps as f64);
+        let step = match self.cfg.model {
+            DcqcnModel::Paper => {
+                let (lo, hi) = if self.cfg.byte_counter == 0 {
+                    (self.t_stage, self.t_stage)
+                } else {
+                    (
+                        self.t_stage.min(self.b_stage),
+                        self.t_stage.max(self.b_stage),
+                    )
+                };
+                if hi <= f {
+                    0.0
+                } else if lo > f {
+                    f64::from(lo - f) * hai
+                } else {
+                    ai
+                }
+            }
+            DcqcnModel::Mlx => {
+                let stage = self.t_stage;
+                self.t_stage = stage.saturating_add(1);
+                match stage.cmp(&f) {
+                    std::cmp::Ordering::Less => 0.0,
+                    std::cmp::Ordering::Equal => ai,
+                    std::cmp::Ordering::Greater => hai,
+                }
+            }
         };
-        if hi <= f {
-            // Fast recovery: towards the rate before the cut.
-        } else if lo > f {
-            self.rt += f64::from(lo - f) * self.cfg.hai_bps as f64;
-        } else {
-            self.rt += self.cfg.ai_bps as f64;
-        }
-        self.rt = self.rt.min(self.line);
+        self.rt = (self.rt + step).min(self.line);
         self.rc = ((self.rt + self.rc) / 2.0).min(self.line);
         if self.line - self.rc < self.cfg.ai_bps.max(1) as f64 {
             self.rc = self.line;
