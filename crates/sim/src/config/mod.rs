@@ -154,6 +154,21 @@ pub enum EcnMode {
     Threshold,
 }
 
+/// Where a switch decides a packet's ECN mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EcnPoint {
+    /// As the packet joins its egress queue, on the bytes ahead of it: RED's rule (Floyd &
+    /// Jacobson 1993, on each arriving packet; RFC 3168 §5) and DCTCP's ("mark arriving
+    /// packets", RFC 8257 §3.1), which DCQCN's switch follows (Zhu et al., SIGCOMM 2015 §3).
+    #[default]
+    Enqueue,
+    /// As the packet leaves for the link, on the bytes behind it: the ns-3 RDMA simulators'
+    /// rule (HPCC's and ConWeave's `SwitchNode::SwitchNotifyDequeue`), which tells the sender
+    /// one queueing delay sooner ("mark from front").
+    Dequeue,
+}
+
 /// `[switch]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -187,6 +202,9 @@ pub struct SwitchConfig {
     pub ecn_kmax_bytes: u64,
     /// ECN Pmax. Default 0.01.
     pub ecn_pmax: f64,
+    /// Where the mark is decided: `enqueue` (default; on the queue a packet joins) or
+    /// `dequeue` (on the queue it leaves behind, as the ns-3 RDMA simulators mark).
+    pub ecn_mark_at: EcnPoint,
 }
 
 impl Default for SwitchConfig {
@@ -202,6 +220,7 @@ impl Default for SwitchConfig {
             ecn_kmin_bytes: 5_000,
             ecn_kmax_bytes: 200_000,
             ecn_pmax: 0.01,
+            ecn_mark_at: EcnPoint::Enqueue,
         }
     }
 }

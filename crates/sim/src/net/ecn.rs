@@ -6,13 +6,16 @@
 //! * **RED** (DCQCN's marking, Zhu et al., SIGCOMM 2015 §3): no mark up to Kmin, every
 //!   packet from Kmax on, and in between with a probability rising linearly from 0 to Pmax.
 //!
-//! The queue length is the egress queue of the packet's output and class before it joins.
+//! The queue length is the egress queue of the packet's output and class: by default before
+//! the packet joins it (RED's and DCTCP's rule), or with `switch.ecn_mark_at = "dequeue"` as
+//! the packet leaves it — the bytes queued behind it, as the ns-3 RDMA simulators mark
+//! ([`EcnPoint`]).
 //!
-//! `irn switch` (a user-space Ethernet switch for real hosts) marks by the same rule.
+//! `irn switch` (a user-space Ethernet switch for real hosts) marks by the same rule, at enqueue.
 
 use irn_transport::rng::Rng;
 
-use crate::config::{EcnMode, SwitchConfig};
+use crate::config::{EcnMode, EcnPoint, SwitchConfig};
 
 /// A switch's marking rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,6 +24,7 @@ pub struct Marking {
     kmin: u64,
     kmax: u64,
     pmax: f64,
+    at: EcnPoint,
 }
 
 impl Marking {
@@ -31,6 +35,7 @@ impl Marking {
             kmin: cfg.ecn_kmin_bytes,
             kmax: cfg.ecn_kmax_bytes,
             pmax: cfg.ecn_pmax,
+            at: cfg.ecn_mark_at,
         }
     }
 
@@ -41,18 +46,23 @@ impl Marking {
             kmin: 0,
             kmax: 0,
             pmax: 0.0,
+            at: EcnPoint::Enqueue,
         }
     }
 
     /// The rule as an operator reads it in a switch's configuration.
     pub fn describe(&self) -> String {
-        match self.mode {
-            EcnMode::Off => "off".into(),
+        let rule = match self.mode {
+            EcnMode::Off => return "off".into(),
             EcnMode::Threshold => format!("threshold K = {} B", self.kmin),
             EcnMode::Red => format!(
                 "red Kmin {} B, Kmax {} B, Pmax {}",
                 self.kmin, self.kmax, self.pmax
             ),
+        };
+        match self.at {
+            EcnPoint::Enqueue => rule,
+            EcnPoint::Dequeue => format!("{rule}, at dequeue"),
         }
     }
 
@@ -60,6 +70,18 @@ impl Marking {
     #[inline]
     pub fn is_on(&self) -> bool {
         self.mode != EcnMode::Off
+    }
+
+    /// Whether packets are marked as they join their egress queue.
+    #[inline]
+    pub fn on_enqueue(&self) -> bool {
+        self.mode != EcnMode::Off && self.at == EcnPoint::Enqueue
+    }
+
+    /// Whether packets are marked as they leave their egress queue for the link.
+    #[inline]
+    pub fn on_dequeue(&self) -> bool {
+        self.mode != EcnMode::Off && self.at == EcnPoint::Dequeue
     }
 
     /// The probability that a packet joining a queue of `q` bytes is marked.
@@ -79,7 +101,8 @@ impl Marking {
         }
     }
 
-    /// Whether a packet joining a queue of `q` bytes is marked; a random draw only where the
+    /// Whether a packet joining (or, marking at dequeue, leaving behind) a queue of `q` bytes
+    /// is marked; a random draw only where the
     /// outcome is uncertain (RED between Kmin and Kmax), so that a run's draws do not depend
     /// on how many packets pass outside that band.
     #[inline]
@@ -110,6 +133,7 @@ mod tests {
             kmin: 5_000,
             kmax: 200_000,
             pmax: 0.01,
+            at: EcnPoint::Enqueue,
         }
     }
 
@@ -166,5 +190,28 @@ mod tests {
         };
         assert!(!off.is_on());
         assert!(!off.mark(1 << 40, &mut rng));
+    }
+
+    #[test]
+    fn a_rule_marks_at_one_point_only_and_says_which() {
+        let enq = red();
+        assert!(enq.on_enqueue() && !enq.on_dequeue());
+        let deq = Marking {
+            at: EcnPoint::Dequeue,
+            ..red()
+        };
+        assert!(deq.on_dequeue() && !deq.on_enqueue());
+        assert!(
+            deq.describe().ends_with(", at dequeue"),
+            "{}",
+            deq.describe()
+        );
+        assert_ne!(deq.describe(), enq.describe());
+        let off = Marking {
+            mode: EcnMode::Off,
+            ..deq
+        };
+        assert!(!off.on_enqueue() && !off.on_dequeue());
+        assert_eq!(off.describe(), "off");
     }
 }

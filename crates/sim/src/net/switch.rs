@@ -476,15 +476,8 @@ impl Switch {
         let wire = u64::from(hop.wire);
         let i = usize::from(inp);
         // ECN marking on the egress queue this packet joins.
-        if self.marking.is_on()
-            && matches!(hop.ecn(), Ecn::Ect0 | Ecn::Ect1)
-            && self
-                .marking
-                .mark(self.ports[out].egress[c], &mut self.ecn_rng)
-        {
-            hop.mark_ce();
-            fx.pool.meta[pkt as usize].hop.mark_ce();
-            self.stats[out].ecn_marked += 1;
+        if self.marking.on_enqueue() {
+            self.mark(fx, out, c, pkt, &mut hop);
         }
         // Nothing queued for an idle output: the packet leaves at once (exactly as queueing it
         // and serving the queue would do, without touching queue or packet metadata).
@@ -664,7 +657,29 @@ impl Switch {
         true
     }
 
-    /// Serializes `pkt` (class `c`, out of the switch's books) onto the free link of `out`.
+    /// Marks `pkt` (its record and `hop`, the copy travelling with it) Congestion Experienced
+    /// if it is ECN-capable and the rule says so for the queue of (`out`, `c`) as it stands.
+    fn mark<M: SimMemory>(
+        &mut self,
+        fx: &mut Fabric<M>,
+        out: usize,
+        c: usize,
+        pkt: u32,
+        hop: &mut Hop,
+    ) {
+        if matches!(hop.ecn(), Ecn::Ect0 | Ecn::Ect1)
+            && self
+                .marking
+                .mark(self.ports[out].egress[c], &mut self.ecn_rng)
+        {
+            hop.mark_ce();
+            fx.pool.meta[pkt as usize].hop.mark_ce();
+            self.stats[out].ecn_marked += 1;
+        }
+    }
+
+    /// Serializes `pkt` (class `c`, out of the switch's books) onto the free link of `out`;
+    /// marking at dequeue, on the bytes of its class it leaves queued behind.
     #[inline]
     fn put_on_link<M: SimMemory>(
         &mut self,
@@ -673,8 +688,11 @@ impl Switch {
         out: usize,
         c: usize,
         pkt: u32,
-        hop: Hop,
+        mut hop: Hop,
     ) {
+        if self.marking.on_dequeue() {
+            self.mark(fx, out, c, pkt, &mut hop);
+        }
         // A routed hop's frame leaves untagged; the packet's record follows, since the next
         // hop accounts for it by what it received. A flooded copy is bridged within the
         // ToR's VLAN, tag and all (and its copies share one record).

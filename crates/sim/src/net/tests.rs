@@ -908,3 +908,49 @@ fn a_shared_buffer_pauses_an_ingress_at_pfc_alpha_of_the_free_buffer() {
     );
     assert_eq!(frames_to_xoff(None).0, n1, "absent: dt_alpha's");
 }
+
+/// Which of five 1000-byte frames, arriving together for one output, leave it marked CE under
+/// a threshold of 2 500 bytes, marking at `at`.
+fn marked_of_five(at: crate::config::EcnPoint) -> Vec<bool> {
+    let mut cfg = config(false);
+    cfg.switch.ecn = crate::config::EcnMode::Threshold;
+    cfg.switch.ecn_kmin_bytes = 2_500;
+    cfg.switch.ecn_mark_at = at;
+    let mut fx = fabric(&cfg);
+    let mut sw = switch(&cfg, &fx, LEFT);
+    for _ in 0..5 {
+        let (pkt, hop) = frame(&mut fx, &cfg, 2, 1000);
+        sw.receive(&mut fx, Time::ZERO, 0, pkt, hop);
+    }
+    let evs = run_switch(&mut sw, &mut fx);
+    let marked: Vec<bool> = evs
+        .iter()
+        .filter_map(|&(_, e)| match e {
+            Ev::Arrive { pkt, hop, .. } => {
+                assert_eq!(hop.ecn(), fx.pool.meta[pkt as usize].hop.ecn(), "one mark");
+                Some(hop.ecn() == Ecn::Ce)
+            }
+            _ => None,
+        })
+        .collect();
+    let n = marked.iter().filter(|&&m| m).count() as u64;
+    assert_eq!(sw.stats[2].ecn_marked, n);
+    marked
+}
+
+#[test]
+fn a_switch_marks_on_the_queue_a_frame_joins_or_on_the_one_it_leaves_behind() {
+    use crate::config::EcnPoint;
+    // The first frame goes straight out; the others find 0, 1 000, 2 000 and 3 000 bytes
+    // ahead of them: only the last is above the threshold.
+    assert_eq!(
+        marked_of_five(EcnPoint::Enqueue),
+        [false, false, false, false, true]
+    );
+    // Leaving, they leave 0 (the first, never queued), 3 000, 2 000, 1 000 and 0 bytes
+    // behind: only the second is marked, one queueing delay before the last would be.
+    assert_eq!(
+        marked_of_five(EcnPoint::Dequeue),
+        [false, true, false, false, false]
+    );
+}
