@@ -2129,6 +2129,142 @@ fn posts_of_a_busy_poller_that_stops_polling_still_leave() {
     }
 }
 
+/// One end of a busy-polled Write ping-pong as perftest's `ib_write_lat` runs it, 200 messages
+/// of 64 bytes: the opener writes message `i` and waits for its completion, then for the
+/// peer's message `i` to land (its last byte is `i`), polling the CQ as it spins; the other
+/// end waits for the opener's message `i`, then answers with its own. Exact bytes each time.
+fn write_pingpong_end(s: &Side, mr: &irn_verbs::Mr, peer: irn_verbs::Remote, opener: bool) {
+    const MSG: usize = 64;
+    let message = |i: u64| {
+        let mut m = vec![0u8; MSG];
+        pattern(i, &mut m);
+        m[MSG - 1] = i as u8;
+        m
+    };
+    let land = |i: u64| {
+        let start = Instant::now();
+        let mut last = [0u8; 1];
+        loop {
+            mr.read(MSG as u64 - 1, &mut last).expect("read");
+            if last[0] == i as u8 {
+                break;
+            }
+            assert!(
+                s.cq.poll(1).expect("poll").is_empty(),
+                "no completion is due"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "write {i} never landed"
+            );
+        }
+        let mut got = vec![0u8; MSG];
+        mr.read(0, &mut got).expect("read");
+        assert!(got == message(i), "message {i}: exact bytes");
+    };
+    let write = |i: u64| {
+        mr.write(MSG as u64, &message(i)).expect("fill");
+        s.qp.post_send(wr(
+            i,
+            SendOp::Write(peer),
+            vec![mr.sge(MSG as u64, MSG as u32)],
+        ))
+        .expect("write");
+        let wc = wait(&s.cq, 10);
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+    };
+    for i in 1..=200 {
+        if opener {
+            write(i);
+            land(i);
+        } else {
+            land(i);
+            write(i);
+        }
+    }
+}
+
+/// A busy poller's round that receives leaves what it provoked (the ACK of the peer's Write)
+/// for its next visit, so that it leaves in one system call with what the program posts in
+/// answer: in a Write ping-pong of 200 messages each end makes about one `sendmmsg` per
+/// message (the ACK of the peer's Write beside its own), not two. Exact bytes, one completion
+/// per Write, both modes.
+#[test]
+fn a_busy_pollers_ack_leaves_with_its_answer() {
+    for mode in MODES {
+        let p = connect(
+            side(udp_device(71, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
+            side(udp_device(72, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
+            &QpAttr::default(),
+        );
+        let (ma, mb) = (
+            p.a.pd.reg_mr(128, all()).expect("mr"),
+            p.b.pd.reg_mr(128, all()).expect("mr"),
+        );
+        let (to_a, to_b) = (remote_of(&ma, 0), remote_of(&mb, 0));
+        let (calls_a, calls_b) = (p.a.dev.counters().tx_calls, p.b.dev.counters().tx_calls);
+        std::thread::scope(|sc| {
+            sc.spawn(|| write_pingpong_end(&p.b, &mb, to_a, false));
+            write_pingpong_end(&p.a, &ma, to_b, true);
+        });
+        for (end, dev, before) in [("A", &p.a.dev, calls_a), ("B", &p.b.dev, calls_b)] {
+            let calls = dev.counters().tx_calls - before;
+            // 200 Writes and the 200 ACKs of the peer's (A's last ACK aside): one call per
+            // pair, give or take rounds that found an ACK and its answer apart.
+            assert!(
+                calls <= 240,
+                "{mode:?}: {end} made {calls} sendmmsg calls for 200 Writes and 200 ACKs"
+            );
+        }
+        assert!(p.a.cq.is_empty() && p.b.cq.is_empty());
+    }
+}
+
+/// What a busy poller's round held for the poller's next visit leaves even if no visit comes:
+/// A, busy-polling, receives B's Write by polling until it lands, then stops polling; B's
+/// Write still completes (A's engine takes over within a millisecond and sends the ACK).
+#[test]
+fn a_held_ack_leaves_when_its_poller_stops() {
+    for mode in MODES {
+        let p = connect(
+            side(udp_device(73, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
+            side(udp_device(74, DEFAULT_IN_FLIGHT_BUDGET, false), mode, 1024),
+            &QpAttr::default(),
+        );
+        let (ma, mb) = (
+            p.a.pd.reg_mr(4096, all()).expect("mr"),
+            p.b.pd.reg_mr(4096, all()).expect("mr"),
+        );
+        let mut data = vec![0u8; 512];
+        pattern(5, &mut data);
+        data[511] = 1;
+        mb.write(0, &data).expect("fill");
+        p.b.qp
+            .post_send(wr(
+                7,
+                SendOp::Write(remote_of(&ma, 0)),
+                vec![mb.sge(0, 512)],
+            ))
+            .expect("write");
+        let start = Instant::now();
+        let mut got = vec![0u8; 512];
+        loop {
+            assert!(p.a.cq.poll(1).expect("poll").is_empty());
+            ma.read(0, &mut got).expect("read");
+            if got == data {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{mode:?}: never landed"
+            );
+        }
+        // A polls no more; B's completion needs A's ACK.
+        let wc = wait(&p.b.cq, 10);
+        assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success), "{mode:?}");
+    }
+}
+
 /// A device on 127.0.0.1 (any port) receiving on the UDP path, with an in-flight budget and
 /// busy polling or not.
 fn udp_device(seed: u64, budget: usize, busy_poll: bool) -> irn_verbs::Device {

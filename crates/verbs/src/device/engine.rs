@@ -940,7 +940,7 @@ pub(super) fn engine(shared: &Shared) {
             park(shared, true, sleep);
         }
         let mut batch = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
-        run_once(shared, &mut batch);
+        run_once(shared, &mut batch, false);
         drop(batch);
     }
 }
@@ -968,11 +968,19 @@ fn park(shared: &Shared, socket: bool, sleep: Duration) {
     let _ = rustix::io::read(&shared.wake, &mut drain);
 }
 
-/// One round of the device's work, on the engine thread or a busy-polling one (which holds
-/// `batch`): what the socket holds is received and processed, held and delayed packets whose
-/// time has come are released, due timers fire, and queue pairs waiting for the budget or
-/// with more to send get their turns; what they built leaves.
-pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
+/// One round of the device's work, on the engine thread or a busy-polling one (`poller`; either
+/// holds `batch`): what the socket holds is received and processed, held and delayed packets
+/// whose time has come are released, due timers fire, and queue pairs waiting for the budget
+/// or with more to send get their turns; what they built leaves — except that a poller's round
+/// that received packets leaves what they provoked for the poller's next visit
+/// ([`super::tx::TxState::held`]), and sends what the round before it held first.
+pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, poller: bool) {
+    if poller {
+        let core = shared.lock();
+        if core.tx.held {
+            drop(shared.flush(core));
+        }
+    }
     // Bursts of packets (one system call each, read without the lock) until the socket
     // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
     // pairs with more to send: acknowledgements free the queue pairs' windows and the
@@ -1046,6 +1054,11 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch) {
         core.transmit(sock, now, qpn);
         core.drain_completions(qpn);
     }
-    // What every turn of this wake-up built leaves now.
+    // What every turn of this wake-up built leaves now — or, a poller's round having received,
+    // with what its program does next.
+    if poller && taken > 0 && core.tx.waiting() {
+        core.tx.held = true;
+        return;
+    }
     drop(shared.flush(core));
 }

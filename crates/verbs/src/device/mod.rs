@@ -293,9 +293,10 @@ impl Shared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Busy polling ([`DeviceConfig::busy_poll`]): receives and processes what waits, fires
-    /// due timers and gives the queue pairs their turns, on the calling thread — unless
-    /// another thread is receiving for the device right now.
+    /// Busy polling ([`DeviceConfig::busy_poll`]): sends what the last round held for this
+    /// visit, receives and processes what waits, fires due timers and gives the queue pairs
+    /// their turns, on the calling thread — unless another thread is receiving for the device
+    /// right now.
     pub(crate) fn progress(&self) {
         self.last_poll
             .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -304,7 +305,7 @@ impl Shared {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        engine::run_once(self, &mut batch);
+        engine::run_once(self, &mut batch, true);
     }
 
     /// A thread busy-polled within the last millisecond.

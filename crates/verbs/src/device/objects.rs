@@ -309,7 +309,7 @@ impl Cq {
             // This thread receives and processes for the device (DeviceConfig::busy_poll).
             self.shared.progress();
         }
-        let mut core = self.shared.flush(self.shared.lock());
+        let mut core = self.shared.flush_unless_held(self.shared.lock());
         let cq = core.objects.cq_mut(self.id)?;
         if std::mem::take(&mut cq.overrun) {
             return Err(Error::CqOverrun(self.id));
@@ -508,7 +508,9 @@ impl Qp {
         let Some(e) = core.objects.qps.get(&self.qpn) else {
             return Err(Error::Gone);
         };
-        let defer = !flush && (e.qp.in_flight() > 0 || core.tx_waiting());
+        // A batch a busy poller holds leaves with a post to an idle queue pair (it waits for
+        // this: `TxState::held`).
+        let defer = !flush && (e.qp.in_flight() > 0 || (core.tx_waiting() && !core.tx.held));
         let now = self.shared.now();
         let r = f(&mut core, now);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);

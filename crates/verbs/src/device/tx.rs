@@ -216,6 +216,13 @@ pub(crate) struct TxState {
     /// Posts left packets in the batch and the engine was woken to send them
     /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
     pub(super) doorbell: bool,
+    /// A busy poller's round that received packets left what they provoked (ACKs above all)
+    /// for the poller's next visit — its next poll, or a post that leaves at once — so that
+    /// they go out in one system call with what the program posts in answer: in a Write
+    /// ping-pong the ACK of the peer's Write and this end's own Write. At most one round
+    /// long: the next poll sends it before it receives, and if polling stops the engine
+    /// takes over within a millisecond (`engine::engine`). Cleared when the batch leaves.
+    pub(super) held: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`super::Qp::set_peer_gso`]).
     pub(super) coalescing: bool,
@@ -237,6 +244,7 @@ impl TxState {
             spare: Vec::new(),
             sending: false,
             doorbell: false,
+            held: false,
             coalescing: false,
             send_order: Arc::new(Mutex::new(())),
             // An IPv4 socket is opened without checksums, as rxe sends (`net`).
@@ -266,6 +274,7 @@ impl Core {
     /// covers it) — and queues it to be sent.
     pub(super) fn seal_tx(&mut self) {
         self.tx.doorbell = false;
+        self.tx.held = false;
         if self.tx.cur.batch.is_empty() {
             return;
         }
@@ -371,6 +380,19 @@ impl Shared {
             self.wake_engine();
         }
         core
+    }
+
+    /// [`Shared::flush`], unless a busy poller's round holds the batch for its next visit
+    /// ([`TxState::held`]).
+    pub(crate) fn flush_unless_held<'a>(
+        &'a self,
+        core: MutexGuard<'a, Core>,
+    ) -> MutexGuard<'a, Core> {
+        if core.tx.held {
+            core
+        } else {
+            self.flush(core)
+        }
     }
 }
 
