@@ -6,9 +6,13 @@
 //! of one stream moving MB MiB in `write(2)`s of WRITE bytes (default 1 MiB; iperf3 writes
 //! 128 KiB, perftest's Write messages are 64 KiB — the size moves the kernel's rate by a
 //! quarter here, docs/BENCHMARKS.md), the receiver reading 1 MiB at a time;
-//! `... -- udp ITERS SIZE [busy]` prints the median round trip and its 99th percentile in µs:
-//! a blocking ping-pong (each end sleeps in `recvfrom`), or with `busy` both ends spinning on
-//! non-blocking sockets (the form a busy-polled RDMA round trip compares with);
+//! `... -- udp ITERS SIZE [busy] [acked]` prints the median round trip and its 99th percentile
+//! in µs: a blocking ping-pong (each end sleeps in `recvfrom`), or with `busy` both ends
+//! spinning on non-blocking sockets (the form a busy-polled RDMA round trip compares with);
+//! with `acked` each message goes with an acknowledgement of the one before it, a 20-byte
+//! datagram (a RoCE ACK's BTH, AETH and ICRC) sent in the same `sendmmsg(2)` and received in
+//! the same `recvmmsg(2)` loop: the kernel's part of a reliable-connected Write ping-pong over
+//! UDP, which moves the responder's ACK beside every message, and so its floor;
 //! `... -- blast COUNT SIZE [gso] [busy]` prints the datagrams per second (millions) a UDP
 //! blaster moves: one thread sends COUNT datagrams of SIZE bytes, 64 messages per
 //! `sendmmsg(2)`, another receives them 64 per `recvmmsg(2)`; with `gso` each message carries
@@ -63,6 +67,11 @@ fn main() -> std::io::Result<()> {
                 .map_err(|_| std::io::Error::other("receiver panicked"))??;
             println!("{:.2}", n as f64 / t.elapsed().as_secs_f64() / 1048576.0);
         }
+        Some("udp") if flag("acked") => {
+            let (iters, size) = (arg(2, 10000), arg(3, 64) as usize);
+            let (p50, p99) = acked_pingpong(iters, size, flag("busy"))?;
+            println!("{p50:.2} {p99:.2}");
+        }
         Some("udp") => {
             let (iters, size) = (arg(2, 10000), arg(3, 64) as usize);
             let busy = flag("busy");
@@ -102,7 +111,7 @@ fn main() -> std::io::Result<()> {
             );
         }
         _ => eprintln!(
-            "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE [busy] | \
+            "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE [busy] [acked] | \
              baseline blast COUNT SIZE [gso] [busy]"
         ),
     }
@@ -117,6 +126,128 @@ fn recv_from(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, std::net:
             r => return r,
         }
     }
+}
+
+/// A RoCE ACK's UDP payload: BTH (12 bytes), AETH (4) and ICRC (4).
+const ACK_BYTES: usize = 20;
+
+/// Two datagrams on a connected socket in one `sendmmsg(2)`: an ACK-sized one, then `msg`.
+fn send_acked(s: &UdpSocket, msg: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ack = [0u8; ACK_BYTES];
+    let mut iov = [
+        libc::iovec {
+            iov_base: ack.as_ptr() as *mut libc::c_void,
+            iov_len: ack.len(),
+        },
+        libc::iovec {
+            iov_base: msg.as_ptr() as *mut libc::c_void,
+            iov_len: msg.len(),
+        },
+    ];
+    // SAFETY: zeroed mmsghdr is valid (null name, no control); each points at one iovec of
+    // `iov`, over buffers that outlive the call.
+    let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let mut sent = 0;
+    while sent < 2 {
+        // SAFETY: `msgs[sent..]` are valid headers (above).
+        let n = unsafe {
+            libc::sendmmsg(
+                s.as_raw_fd(),
+                msgs.as_mut_ptr().add(sent),
+                (2 - sent) as u32,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            continue;
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
+/// Receives the two datagrams `send_acked` sends, with `recvmmsg(2)` (spinning on a
+/// non-blocking socket, or sleeping for the first on a blocking one).
+fn recv_acked(s: &UdpSocket, bufs: &mut [Vec<u8>; 2]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut got = 0;
+    while got < 2 {
+        let mut iov: Vec<libc::iovec> = bufs[got..]
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: as in `send_acked`, over `bufs`.
+        let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: `msgs[..2 - got]` are valid headers.
+        let n = unsafe {
+            libc::recvmmsg(
+                s.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                (2 - got) as u32,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        got += n as usize;
+    }
+    Ok(())
+}
+
+/// The `acked` ping-pong: median and 99th-percentile round trip, µs.
+fn acked_pingpong(iters: u64, size: usize, busy: bool) -> std::io::Result<(f64, f64)> {
+    let a = UdpSocket::bind("127.0.0.1:0")?;
+    let b = UdpSocket::bind("127.0.0.1:0")?;
+    a.connect(b.local_addr()?)?;
+    b.connect(a.local_addr()?)?;
+    a.set_nonblocking(busy)?;
+    b.set_nonblocking(busy)?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut bufs = [vec![0u8; 65536], vec![0u8; 65536]];
+        let msg = vec![2u8; size];
+        for _ in 0..iters {
+            recv_acked(&b, &mut bufs)?;
+            send_acked(&b, &msg)?;
+        }
+        Ok(())
+    });
+    let msg = vec![1u8; size];
+    let mut bufs = [vec![0u8; 65536], vec![0u8; 65536]];
+    let mut rtt = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        let t = Instant::now();
+        send_acked(&a, &msg)?;
+        recv_acked(&a, &mut bufs)?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    echo.join()
+        .map_err(|_| std::io::Error::other("echo panicked"))??;
+    rtt.sort_by(f64::total_cmp);
+    let p99 = rtt[(rtt.len() * 99 / 100).min(rtt.len() - 1)];
+    Ok((rtt[rtt.len() / 2], p99))
 }
 
 /// `setsockopt(fd, level, name, int)` on a socket the caller owns.
