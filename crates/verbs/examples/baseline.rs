@@ -90,18 +90,13 @@ fn main() -> std::io::Result<()> {
             });
             let msg = vec![1u8; size];
             let mut buf = vec![0u8; 65536];
-            let mut rtt = Vec::with_capacity(iters as usize);
-            for _ in 0..iters {
-                let t = Instant::now();
+            let (p50, p99) = round_trips(iters, || {
                 a.send_to(&msg, ba)?;
-                recv_from(&a, &mut buf)?;
-                rtt.push(t.elapsed().as_secs_f64() * 1e6);
-            }
+                recv_from(&a, &mut buf).map(|_| ())
+            })?;
             echo.join()
                 .map_err(|_| std::io::Error::other("echo panicked"))??;
-            rtt.sort_by(f64::total_cmp);
-            let p99 = rtt[(rtt.len() * 99 / 100).min(rtt.len() - 1)];
-            println!("{:.2} {:.2}", rtt[rtt.len() / 2], p99);
+            println!("{p50:.2} {p99:.2}");
         }
         Some("blast") => {
             let (count, size) = (arg(2, 2_000_000), arg(3, 64) as usize);
@@ -236,15 +231,29 @@ fn acked_pingpong(iters: u64, size: usize, busy: bool) -> std::io::Result<(f64, 
     });
     let msg = vec![1u8; size];
     let mut bufs = [vec![0u8; 65536], vec![0u8; 65536]];
+    let times = round_trips(iters, || {
+        send_acked(&a, &msg)?;
+        recv_acked(&a, &mut bufs)
+    })?;
+    echo.join()
+        .map_err(|_| std::io::Error::other("echo panicked"))??;
+    Ok(times)
+}
+
+/// Times `iters` round trips of `one`: the median and the 99th percentile, µs.
+fn round_trips(
+    iters: u64,
+    mut one: impl FnMut() -> std::io::Result<()>,
+) -> std::io::Result<(f64, f64)> {
+    if iters == 0 {
+        return Err(std::io::Error::other("ITERS must be at least 1"));
+    }
     let mut rtt = Vec::with_capacity(iters as usize);
     for _ in 0..iters {
         let t = Instant::now();
-        send_acked(&a, &msg)?;
-        recv_acked(&a, &mut bufs)?;
+        one()?;
         rtt.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    echo.join()
-        .map_err(|_| std::io::Error::other("echo panicked"))??;
     rtt.sort_by(f64::total_cmp);
     let p99 = rtt[(rtt.len() * 99 / 100).min(rtt.len() - 1)];
     Ok((rtt[rtt.len() / 2], p99))
