@@ -126,9 +126,19 @@ fn recv_from(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, std::net:
 /// A RoCE ACK's UDP payload: BTH (12 bytes), AETH (4) and ICRC (4).
 const ACK_BYTES: usize = 20;
 
-/// Two datagrams on a connected socket in one `sendmmsg(2)`: an ACK-sized one, then `msg`.
-fn send_acked(s: &UdpSocket, msg: &[u8]) -> std::io::Result<()> {
+/// Two datagrams to `to` (an IPv4 address) in one `sendmmsg(2)`: an ACK-sized one, then `msg`.
+/// The socket is not connected and each message names its destination, as the plain
+/// ping-pong's `send_to` and irn's device do.
+fn send_acked(s: &UdpSocket, to: std::net::SocketAddr, msg: &[u8]) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
+    let std::net::SocketAddr::V4(to) = to else {
+        return Err(std::io::Error::other("the acked ping-pong runs on IPv4"));
+    };
+    // SAFETY: sockaddr_in is plain data; all-zero is valid before the fields are set.
+    let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    name.sin_family = libc::AF_INET as libc::sa_family_t;
+    name.sin_port = to.port().to_be();
+    name.sin_addr.s_addr = u32::from(*to.ip()).to_be();
     let ack = [0u8; ACK_BYTES];
     let mut iov = [
         libc::iovec {
@@ -140,12 +150,14 @@ fn send_acked(s: &UdpSocket, msg: &[u8]) -> std::io::Result<()> {
             iov_len: msg.len(),
         },
     ];
-    // SAFETY: zeroed mmsghdr is valid (null name, no control); each points at one iovec of
-    // `iov`, over buffers that outlive the call.
+    // SAFETY: zeroed mmsghdr is valid (no control); each points at one iovec of `iov` and at
+    // `name`, which outlive the call.
     let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
     for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
         m.msg_hdr.msg_iov = v;
         m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_name = (&raw mut name).cast();
+        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     }
     let mut sent = 0;
     while sent < 2 {
@@ -170,8 +182,9 @@ fn send_acked(s: &UdpSocket, msg: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Receives the two datagrams `send_acked` sends, with `recvmmsg(2)` (spinning on a
-/// non-blocking socket, or sleeping for the first on a blocking one).
+/// Receives the two datagrams `send_acked` sends, with `recvmmsg(2)`: spinning on a
+/// non-blocking socket, or on a blocking one sleeping until both are there (no
+/// `MSG_WAITFORONE`: a blocking call waits for as many as it asks for).
 fn recv_acked(s: &UdpSocket, bufs: &mut [Vec<u8>; 2]) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut got = 0;
@@ -216,8 +229,7 @@ fn recv_acked(s: &UdpSocket, bufs: &mut [Vec<u8>; 2]) -> std::io::Result<()> {
 fn acked_pingpong(iters: u64, size: usize, busy: bool) -> std::io::Result<(f64, f64)> {
     let a = UdpSocket::bind("127.0.0.1:0")?;
     let b = UdpSocket::bind("127.0.0.1:0")?;
-    a.connect(b.local_addr()?)?;
-    b.connect(a.local_addr()?)?;
+    let (to_a, to_b) = (a.local_addr()?, b.local_addr()?);
     a.set_nonblocking(busy)?;
     b.set_nonblocking(busy)?;
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
@@ -225,14 +237,14 @@ fn acked_pingpong(iters: u64, size: usize, busy: bool) -> std::io::Result<(f64, 
         let msg = vec![2u8; size];
         for _ in 0..iters {
             recv_acked(&b, &mut bufs)?;
-            send_acked(&b, &msg)?;
+            send_acked(&b, to_a, &msg)?;
         }
         Ok(())
     });
     let msg = vec![1u8; size];
     let mut bufs = [vec![0u8; 65536], vec![0u8; 65536]];
     let times = round_trips(iters, || {
-        send_acked(&a, &msg)?;
+        send_acked(&a, to_b, &msg)?;
         recv_acked(&a, &mut bufs)
     })?;
     echo.join()

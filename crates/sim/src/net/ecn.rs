@@ -84,7 +84,8 @@ impl Marking {
         self.mode != EcnMode::Off && self.at == EcnPoint::Dequeue
     }
 
-    /// The probability that a packet joining a queue of `q` bytes is marked.
+    /// The probability that a packet joining (or, marking at dequeue, leaving behind) a queue
+    /// of `q` bytes is marked.
     pub fn probability(&self, q: u64) -> f64 {
         match self.mode {
             EcnMode::Off => 0.0,

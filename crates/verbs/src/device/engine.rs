@@ -940,7 +940,7 @@ pub(super) fn engine(shared: &Shared) {
             park(shared, true, sleep);
         }
         let mut batch = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
-        run_once(shared, &mut batch, false);
+        run_once(shared, &mut batch, Round::Engine);
         drop(batch);
     }
 }
@@ -968,16 +968,26 @@ fn park(shared: &Shared, socket: bool, sleep: Duration) {
     let _ = rustix::io::read(&shared.wake, &mut drain);
 }
 
-/// One round of the device's work, on the engine thread or a busy-polling one (`poller`; either
-/// holds `batch`): what the socket holds is received and processed, held and delayed packets
+/// Who runs a round of the device's work.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Round {
+    /// The engine thread.
+    Engine,
+    /// A thread busy-polling a CQ; `spinning`: its polls come under [`super::HOLD_SPIN`]
+    /// apart.
+    Poller { spinning: bool },
+}
+
+/// One round of the device's work, on the engine thread or a busy-polling one (either holds
+/// `batch`): what the socket holds is received and processed, held and delayed packets
 /// whose time has come are released, due timers fire, and queue pairs waiting for the budget
-/// or with more to send get their turns; what they built leaves — except that a poller's round
-/// that received packets leaves what they provoked for the poller's next visit
-/// ([`super::tx::TxState::held`]), and sends what the round before it held first.
-pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, poller: bool) {
-    if poller {
+/// or with more to send get their turns; what they built leaves — except that the round of a
+/// spinning poller that received packets leaves what they provoked for the poller's next
+/// visit ([`super::tx::TxState::held`]). A poller's round first sends what waits from before.
+pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, round: Round) {
+    if let Round::Poller { .. } = round {
         let core = shared.lock();
-        if core.tx.held {
+        if core.tx.due() {
             drop(shared.flush(core));
         }
     }
@@ -1056,7 +1066,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, poller: bool) {
     }
     // What every turn of this wake-up built leaves now — or, a poller's round having received,
     // with what its program does next.
-    if poller && taken > 0 && core.tx.waiting() {
+    if matches!(round, Round::Poller { spinning: true }) && taken > 0 && core.tx.waiting() {
         core.tx.held = true;
         return;
     }

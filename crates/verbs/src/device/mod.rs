@@ -298,14 +298,17 @@ impl Shared {
     /// their turns, on the calling thread — unless another thread is receiving for the device
     /// right now.
     pub(crate) fn progress(&self) {
-        self.last_poll
-            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let before = self.last_poll.swap(now, Ordering::Relaxed);
+        // A thread spinning on the device: its next poll comes soon enough to carry what this
+        // round provokes (`TxState::held`).
+        let spinning = before > 0 && now.saturating_sub(before) < HOLD_SPIN.as_nanos() as u64;
         let mut batch = match self.rx.try_lock() {
             Ok(b) => b,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        engine::run_once(self, &mut batch, true);
+        engine::run_once(self, &mut batch, engine::Round::Poller { spinning });
     }
 
     /// A thread busy-polled within the last millisecond.
@@ -338,6 +341,11 @@ impl Shared {
         }
     }
 }
+
+/// A busy poller whose polls come closer together than this spins on the device, and its round
+/// may hold what it provoked for the next poll (`TxState::held`); a program that polls less
+/// often has it sent at the end of each round.
+pub(crate) const HOLD_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// The largest receive buffer a device asks for (bytes).
 pub const MAX_RECEIVE_BUFFER: usize = 256 << 20;

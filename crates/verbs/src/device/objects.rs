@@ -508,12 +508,17 @@ impl Qp {
         let Some(e) = core.objects.qps.get(&self.qpn) else {
             return Err(Error::Gone);
         };
-        // A batch a busy poller holds leaves with a post to an idle queue pair (it waits for
-        // this: `TxState::held`).
-        let defer = !flush && (e.qp.in_flight() > 0 || (core.tx_waiting() && !core.tx.held));
+        let (busy_qp, waiting, held) = (e.qp.in_flight() > 0, core.tx_waiting(), core.tx.held);
+        let before = core.tx.filling();
         let now = self.shared.now();
         let r = f(&mut core, now);
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
+        // A batch a busy poller holds leaves with a post to an idle queue pair that adds
+        // packets to it (it waits for this: `TxState::held`); a post that adds none — a
+        // receive — leaves it held for the Send that answers.
+        // (Held still: a batch filled during the turn has left, and the hold with it.)
+        let added = core.tx.filling() > before;
+        let defer = !flush && (busy_qp || (waiting && !held) || (core.tx.held && !added));
         // A thread busy-polling the device sends what waits, serves the budget and gives
         // queue pairs their turns with its next poll, so the engine is left asleep (it wakes
         // within a millisecond to take over if the polling stops): in a busy-polled 64-byte

@@ -216,12 +216,13 @@ pub(crate) struct TxState {
     /// Posts left packets in the batch and the engine was woken to send them
     /// ([`Core::ring_doorbell`]); cleared when the batch leaves.
     pub(super) doorbell: bool,
-    /// A busy poller's round that received packets left what they provoked (ACKs above all)
-    /// for the poller's next visit — its next poll, or a post that leaves at once — so that
-    /// they go out in one system call with what the program posts in answer: in a Write
-    /// ping-pong the ACK of the peer's Write and this end's own Write. At most one round
-    /// long: the next poll sends it before it receives, and if polling stops the engine
-    /// takes over within a millisecond (`engine::engine`). Cleared when the batch leaves.
+    /// A busy poller spinning on the device (its polls under [`super::HOLD_SPIN`] apart)
+    /// left what its round's received packets provoked (ACKs above all) for its next visit —
+    /// its next poll, or a post that adds packets — so that they go out in one system call
+    /// with what the program posts in answer: in a Write ping-pong the ACK of the peer's Write
+    /// and this end's own Write. The next poll sends it before it receives; if the program
+    /// stops polling instead, the engine sends it when it takes over, one to two milliseconds
+    /// later, as it does a poller's posts (`engine::engine`). Cleared when the batch leaves.
     pub(super) held: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`super::Qp::set_peer_gso`]).
@@ -257,6 +258,17 @@ impl TxState {
     /// Packets built and not yet handed to the kernel (or being handed to it).
     pub(super) fn waiting(&self) -> bool {
         !self.cur.batch.is_empty() || !self.ready.is_empty()
+    }
+
+    /// Packets in the queue being filled.
+    pub(super) fn filling(&self) -> usize {
+        self.cur.batch.len()
+    }
+
+    /// Sealed queues wait to be sent, or a poller holds the batch: what a poller's next
+    /// round sends before it receives.
+    pub(super) fn due(&self) -> bool {
+        self.held || !self.ready.is_empty()
     }
 
     /// Packets waiting while no thread sends: the engine does not sleep on them. (While a
@@ -376,7 +388,10 @@ impl Shared {
             core.count_sent(sent, q);
         }
         core.tx.sending = false;
-        if !core.tx.ready.is_empty() {
+        // Queues beyond FLUSH_MAX, or a batch a poller held meanwhile (which the engine does
+        // not see as unsent while this thread sends): the engine sends them if nobody else
+        // does.
+        if !core.tx.ready.is_empty() || core.tx.held {
             self.wake_engine();
         }
         core
