@@ -150,15 +150,8 @@ fn send_acked(s: &UdpSocket, to: std::net::SocketAddr, msg: &[u8]) -> std::io::R
             iov_len: msg.len(),
         },
     ];
-    // SAFETY: zeroed mmsghdr is valid (no control); each points at one iovec of `iov` and at
-    // `name`, which outlive the call.
-    let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
-    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-        m.msg_hdr.msg_iov = v;
-        m.msg_hdr.msg_iovlen = 1;
-        m.msg_hdr.msg_name = (&raw mut name).cast();
-        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    }
+    // `iov` and `name` outlive the call.
+    let mut msgs = headers(&mut iov, Some(&mut name));
     let mut sent = 0;
     while sent < 2 {
         // SAFETY: `msgs[sent..]` are valid headers (above).
@@ -187,26 +180,16 @@ fn send_acked(s: &UdpSocket, to: std::net::SocketAddr, msg: &[u8]) -> std::io::R
 /// `MSG_WAITFORONE`: a blocking call waits for as many as it asks for).
 fn recv_acked(s: &UdpSocket, bufs: &mut [Vec<u8>; 2]) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
+    let mut iov = iovecs(bufs);
+    // `iov` and `bufs` outlive the calls.
+    let mut msgs = headers(&mut iov, None);
     let mut got = 0;
     while got < 2 {
-        let mut iov: Vec<libc::iovec> = bufs[got..]
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: as in `send_acked`, over `bufs`.
-        let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-        }
-        // SAFETY: `msgs[..2 - got]` are valid headers.
+        // SAFETY: `msgs[got..]` are valid headers over the buffers not yet filled.
         let n = unsafe {
             libc::recvmmsg(
                 s.as_raw_fd(),
-                msgs.as_mut_ptr(),
+                msgs.as_mut_ptr().add(got),
                 (2 - got) as u32,
                 0,
                 std::ptr::null_mut(),
@@ -250,6 +233,39 @@ fn acked_pingpong(iters: u64, size: usize, busy: bool) -> std::io::Result<(f64, 
     echo.join()
         .map_err(|_| std::io::Error::other("echo panicked"))??;
     Ok(times)
+}
+
+/// An iovec over each of `bufs`, whole.
+fn iovecs(bufs: &mut [Vec<u8>]) -> Vec<libc::iovec> {
+    bufs.iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        })
+        .collect()
+}
+
+/// One `sendmmsg(2)` / `recvmmsg(2)` header per iovec of `iov`, in order, each naming `name`
+/// when given (no control data). The headers point at `iov` and `name`: the caller keeps both,
+/// and what the iovecs point at, alive and in place while it uses them.
+fn headers(
+    iov: &mut [libc::iovec],
+    mut name: Option<&mut libc::sockaddr_in>,
+) -> Vec<libc::mmsghdr> {
+    iov.iter_mut()
+        .map(|v| {
+            // SAFETY: mmsghdr is plain data; all-zero is a valid empty header (no name, no
+            // control).
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+            if let Some(n) = name.as_deref_mut() {
+                m.msg_hdr.msg_name = std::ptr::from_mut(n).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            }
+            m
+        })
+        .collect()
 }
 
 /// Times `iters` round trips of `one`: the median and the 99th percentile, µs.
@@ -322,21 +338,9 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
     }
     let receiver = std::thread::spawn(move || -> std::io::Result<(u64, f64)> {
         let mut bufs = vec![vec![0u8; 65536]; BATCH];
-        let mut iov: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: zeroed mmsghdr is valid (null name, no control); iovecs point into `bufs`,
-        // which outlives every call.
-        let mut msgs: Vec<libc::mmsghdr> =
-            (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-        }
+        // `iov` points into `bufs`, and both outlive every call.
+        let mut iov = iovecs(&mut bufs);
+        let mut msgs = headers(&mut iov, None);
         let (mut got, mut first, mut last) = (0u64, None, Instant::now());
         let started = Instant::now();
         while got < count {
@@ -379,12 +383,8 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
             iov_len: payload.len(),
         })
         .collect();
-    // SAFETY: as above; the socket is connected, so no name is needed.
-    let mut msgs: Vec<libc::mmsghdr> = (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect();
-    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-        m.msg_hdr.msg_iov = v;
-        m.msg_hdr.msg_iovlen = 1;
-    }
+    // The socket is connected, so no name is needed; `iov` and `payload` outlive the calls.
+    let mut msgs = headers(&mut iov, None);
     let mut sent = 0u64;
     let per_call = (BATCH * segs) as u64;
     while sent < count {
