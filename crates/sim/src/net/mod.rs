@@ -71,6 +71,7 @@ mod ecn;
 mod fabric;
 mod failed;
 mod flows;
+mod l2;
 mod link;
 mod memory;
 mod monitor;
@@ -93,6 +94,7 @@ pub use ecn::Marking;
 use fabric::Fabric;
 pub use flows::FlowRecord;
 use flows::{QpSetup, Workload};
+use l2::L2Table;
 use link::Loss;
 pub use memory::{SharedChecked, SimMemory};
 use monitor::Monitor;
@@ -108,7 +110,7 @@ pub use safety::{Deadlock, SafetyStats};
 use safety::{Nodes, Safety};
 use sched::Weights;
 use setup::{mtu_wire, queue_pair_config};
-use switch::{Buffer, L2Table, PfcWatchdog, Switch};
+use switch::{Buffer, PfcWatchdog, Switch};
 
 /// Totals over the run.
 #[derive(Debug, Clone, Default)]

@@ -2,7 +2,7 @@
 //! Guo et al., "RDMA over Commodity Ethernet at Scale", SIGCOMM 2016, §4–§5; SPEC N4–N6):
 //!
 //! - **Layer-2 forwarding at the ToR** (§4.2): a switch *has* L2 tables
-//!   ([`L2Table`](super::switch::L2Table)); with a server dead its entry is incomplete and the
+//!   ([`L2Table`](super::l2::L2Table)); with a server dead its entry is incomplete and the
 //!   ToR floods. A copy of a lossless packet stuck behind a paused egress keeps its ingress
 //!   full: the buffer dependency that up-down routing was supposed to rule out, and Figure 4's
 //!   deadlock.

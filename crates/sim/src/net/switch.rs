@@ -18,8 +18,6 @@
 //! and, when it has them, its L2 tables' and watchdog's entries ([`Switch::link_down`],
 //! [`Switch::announce`], [`Switch::watchdog_poll`]).
 
-use std::collections::HashMap;
-
 use irn_transport::rng::{mix, Rng};
 use irn_transport::{Dur, Time};
 use irn_wire::Ecn;
@@ -27,6 +25,7 @@ use irn_wire::Ecn;
 use super::classes::MAX_CLASSES;
 use super::ecn::Marking;
 use super::fabric::Fabric;
+use super::l2::{L2Counts, L2Table};
 use super::memory::SimMemory;
 use super::monitor::PortStats;
 use super::packet::{Ev, Hop, Meta, NIL};
@@ -627,7 +626,7 @@ impl Switch {
         if self.may_discard() {
             let to_host = fx.topo.port_host(self.node, out);
             let mismatch = hop.flooded() && to_host != Some(hop.dst);
-            let down = to_host.is_some() && self.l2.as_ref().is_some_and(|l2| l2.down[out]);
+            let down = to_host.is_some() && self.l2.as_ref().is_some_and(|l2| l2.is_down(out));
             let discard = mismatch || down || (self.drops_stormed() && self.ports[out].stormed(c));
             if discard {
                 fx.mon.egress_drop(self.node, out as u16, c);
@@ -913,19 +912,19 @@ impl Switch {
             debug_assert!(false, "only a switch with L2 tables misses a MAC entry");
             return;
         };
-        if now >= l2.arp_until[out] {
+        if l2.arp_expired(now, out) {
             l2.counts.arp_drops += 1;
             self.ingress_drop(fx, inp, c, pkt);
             return;
         }
-        if l2.policy == UnknownUnicast::DropLossless && fx.classes.class_lossless(c) {
+        if l2.policy() == UnknownUnicast::DropLossless && fx.classes.class_lossless(c) {
             l2.counts.l2_drops += 1;
             self.ingress_drop(fx, inp, c, pkt);
             return;
         }
         let mut c = c;
-        if l2.policy == UnknownUnicast::FloodLossy {
-            let dscp = l2.flood_dscp;
+        if l2.policy() == UnknownUnicast::FloodLossy {
+            let dscp = l2.flood_dscp();
             let prio = fx.classes.of_dscp(dscp);
             hop.set_dscp(dscp, prio);
             c = fx.classes.class(prio);
@@ -934,7 +933,8 @@ impl Switch {
         l2.counts.floods += 1;
         let outs: Vec<usize> = (0..self.ports.len())
             .filter(|&p| {
-                p != usize::from(inp) && !(fx.topo.port_host(self.node, p).is_some() && l2.down[p])
+                p != usize::from(inp)
+                    && !(fx.topo.port_host(self.node, p).is_some() && l2.is_down(p))
             })
             .collect();
         let Some(&first) = outs.first() else {
@@ -969,9 +969,7 @@ impl Switch {
 
     /// Whether queued packet `pkt` shares its buffer with other copies, and which group.
     pub(super) fn flood_group(&self, pkt: u32) -> Option<u32> {
-        self.l2
-            .as_ref()
-            .and_then(|l2| l2.group_of.get(&pkt).copied())
+        self.l2.as_ref().and_then(|l2| l2.group_of(pkt))
     }
 
     /// The server at `port` went down: the ToR flushes its MAC entry (and ages its ARP entry
@@ -979,9 +977,7 @@ impl Switch {
     /// dropped.
     pub(super) fn link_down<M: SimMemory>(&mut self, fx: &mut Fabric<M>, now: Time, port: usize) {
         if let Some(l2) = &mut self.l2 {
-            l2.down[port] = true;
-            l2.flushed[port] = true;
-            l2.arp_until[port] = now + l2.arp_timeout;
+            l2.link_down(now, port);
         }
         fx.q.origin = self.node;
         for c in 0..MAX_CLASSES {
@@ -996,16 +992,14 @@ impl Switch {
     /// The server at `port` is back: its link is up and its ARP entry no longer ages.
     pub(super) fn link_up(&mut self, port: usize) {
         if let Some(l2) = &mut self.l2 {
-            l2.down[port] = false;
-            l2.arp_until[port] = Time::MAX;
+            l2.link_up(port);
         }
     }
 
     /// The server at `port` announced itself (a gratuitous ARP): the ToR learns its MAC again.
     pub(super) fn announce(&mut self, now: Time, port: usize) {
         if let Some(l2) = &mut self.l2 {
-            l2.learned[port] = now;
-            l2.flushed[port] = false;
+            l2.announce(now, port);
         }
     }
 
@@ -1120,121 +1114,6 @@ struct Placement {
     inp: u16,
     out: usize,
     c: usize,
-}
-
-/// What a ToR's L2 tables counted.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct L2Counts {
-    /// Packets flooded (an incomplete ARP entry).
-    pub(super) floods: u64,
-    /// Flooded copies discarded at an egress that did not lead to the destination.
-    pub(super) flood_discards: u64,
-    /// Lossless packets dropped for an incomplete ARP entry (`drop-lossless`).
-    pub(super) l2_drops: u64,
-    /// Packets dropped for a missing ARP entry.
-    pub(super) arp_drops: u64,
-}
-
-/// A switch's layer-2 tables for the servers it serves (seed 001 §4.2), per port: its ARP
-/// table (IP→MAC, `l2.arp_timeout_s`, 4 h) and its MAC table (MAC→port, learned from the
-/// server's frames, `l2.mac_timeout_s`, 5 min, flushed when the link goes down). With the
-/// ARP entry present and the MAC entry gone — a dead server — the entry is *incomplete*, and
-/// the ToR floods the packet to every port but the one it came in on. Each copy queues at its
-/// egress, in its class, holding its ingress buffer, and is discarded when it reaches the head
-/// of a queue that does not lead to the destination. `l2.unknown_unicast` chooses the paper's
-/// fix (`drop-lossless`) or flooding in a lossy class (`flood-lossy`).
-#[derive(Debug)]
-pub(super) struct L2Table {
-    /// Per port: when the MAC of the server there was last learned, and whether a link-down
-    /// flushed it.
-    learned: Vec<Time>,
-    flushed: Vec<bool>,
-    /// Per port: the ARP entry's expiry (`Time::MAX` while the server is up).
-    arp_until: Vec<Time>,
-    /// Per port: its link is down.
-    down: Vec<bool>,
-    mac_timeout: Dur,
-    arp_timeout: Dur,
-    policy: UnknownUnicast,
-    flood_dscp: u8,
-    /// Flooded packets' copies: each copy's group, and per group the copies still queued.
-    group_of: HashMap<u32, u32>,
-    groups: Vec<u32>,
-    free_groups: Vec<u32>,
-    counts: L2Counts,
-}
-
-impl L2Table {
-    /// The tables of a switch with `nports` ports, under the run's `[l2]` settings.
-    pub(super) fn new(cfg: &SimConfig, nports: usize) -> L2Table {
-        L2Table {
-            learned: vec![Time::ZERO; nports],
-            flushed: vec![false; nports],
-            arp_until: vec![Time::MAX; nports],
-            down: vec![false; nports],
-            mac_timeout: L2Table::mac_timeout(cfg),
-            arp_timeout: seconds(cfg.l2.arp_timeout_s),
-            policy: cfg.l2.unknown_unicast,
-            flood_dscp: cfg.l2.flood_dscp,
-            group_of: HashMap::new(),
-            groups: Vec::new(),
-            free_groups: Vec::new(),
-            counts: L2Counts::default(),
-        }
-    }
-
-    /// How long a MAC entry lives without a frame from its server (`l2.mac_timeout_s`).
-    pub(super) fn mac_timeout(cfg: &SimConfig) -> Dur {
-        seconds(cfg.l2.mac_timeout_s)
-    }
-
-    /// A frame from the server at `port` arrived: its MAC entry is fresh.
-    #[inline]
-    fn learn(&mut self, port: usize, now: Time) {
-        self.learned[port] = now;
-    }
-
-    /// Whether the MAC of the server at `port` is known.
-    #[inline]
-    fn known(&self, now: Time, port: usize) -> bool {
-        !self.flushed[port] && now.since(self.learned[port]) <= self.mac_timeout
-    }
-
-    /// Records `copies` as the copies of one flooded packet.
-    fn flood_group(&mut self, copies: &[u32]) {
-        let g = match self.free_groups.pop() {
-            Some(g) => g,
-            None => {
-                self.groups.push(0);
-                (self.groups.len() - 1) as u32
-            }
-        };
-        self.groups[g as usize] = copies.len() as u32;
-        for &q in copies {
-            self.group_of.insert(q, g);
-        }
-    }
-
-    /// A copy of a flooded packet leaves the buffer; returns whether it was the last one (or
-    /// not a shared copy at all), so that the packet's bytes leave its ingress.
-    fn flood_release(&mut self, pkt: u32) -> bool {
-        let Some(g) = self.group_of.remove(&pkt) else {
-            return true;
-        };
-        let left = &mut self.groups[g as usize];
-        *left -= 1;
-        if *left == 0 {
-            self.free_groups.push(g);
-            true
-        } else {
-            false
-        }
-    }
-}
-
-/// `s` seconds, as long as a duration can be (the L2 timeouts run to hours).
-fn seconds(s: f64) -> Dur {
-    Dur::from_picos((s * 1e12).min(u64::MAX as f64) as u64)
 }
 
 /// The switch watchdog's state of one (server-facing port, lossless class).
