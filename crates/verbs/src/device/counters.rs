@@ -57,6 +57,13 @@ pub struct DeviceCounters {
     /// more): `tx_packets` over this is the packets a call moved, which the doorbell for
     /// posts and UDP GSO raise ([`Qp::post_send`](super::Qp::post_send)).
     pub tx_calls: u64,
+    /// Rounds of a spinning busy poller that held what they provoked (ACKs above all) for
+    /// the poller's next visit, to leave with what the program posts in answer
+    /// ([`DeviceConfig::busy_poll`](super::DeviceConfig::busy_poll)).
+    pub tx_held: u64,
+    /// Of those, batches the poller left behind: it stopped spinning before its next visit,
+    /// and the engine sent them (at its next look, or as it took the device back).
+    pub tx_held_left: u64,
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,

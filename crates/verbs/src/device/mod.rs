@@ -311,6 +311,13 @@ impl Shared {
         engine::run_once(self, &mut batch, engine::Round::Poller { spinning });
     }
 
+    /// A thread busy-polls the device now: its last poll came under [`HOLD_SPIN`] ago.
+    pub(super) fn spinning(&self) -> bool {
+        let last = self.last_poll.load(Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        last > 0 && now.saturating_sub(last) < HOLD_SPIN.as_nanos() as u64
+    }
+
     /// A thread busy-polled within the last millisecond.
     pub(super) fn polled_recently(&self) -> bool {
         self.polled_before(self.now())
