@@ -2195,7 +2195,7 @@ fn write_pingpong_end(s: &Side, mr: &irn_verbs::Mr, peer: irn_verbs::Remote, ope
 fn a_busy_pollers_ack_leaves_with_its_answer() {
     for mode in MODES {
         let mut tries = Vec::new();
-        for seed in [71, 73, 75] {
+        for seed in [81, 83, 85] {
             let p = connect(
                 side(udp_device(seed, DEFAULT_IN_FLIGHT_BUDGET, true), mode, 1024),
                 side(
@@ -2239,12 +2239,14 @@ fn a_busy_pollers_ack_leaves_with_its_answer() {
 /// What a busy poller's round held for the poller's next visit leaves even if no visit comes:
 /// A spins on its CQ (longer than the engine's longest sleep, so that A's engine has left the
 /// device to the poller) while B writes into it; once the Write has landed A stops polling,
-/// and A's engine sends the ACK the poller held (A's counters say a batch was held and left
-/// to the engine; an engine that never sent one would leave B to time out, resend, and draw
-/// a fresh ACK from A's engine instead) — twice, on fresh queue pairs each time. Whether a
-/// round holds depends on the scheduler (a poller descheduled between two polls is not
-/// spinning, and its round sends at once): up to 20 attempts. How soon the held ACK leaves
-/// (at the engine's next look, `POLLER_WATCH`) is a matter of timing, measured outside tests.
+/// and A's engine sends the ACK the poller held at its next look, before it would take the
+/// device back (A's counters say a batch was held and that the engine's look sent it; an
+/// engine that left it to its takeover, a millisecond after the last poll and past B's
+/// timeout once B has measured a short round trip, fails) — twice, on fresh queue pairs
+/// each time. Whether a round holds, and whether the engine's look comes before its
+/// takeover, depend on the scheduler (a poller descheduled between two polls is not
+/// spinning, and its round sends at once; an engine woken late takes over): up to 50
+/// attempts. How soon the held ACK leaves is timing, measured outside tests.
 #[test]
 fn a_held_ack_leaves_when_its_poller_stops() {
     for mode in MODES {
@@ -2263,7 +2265,7 @@ fn a_held_ack_leaves_when_its_poller_stops() {
             (pd, cq, qp)
         };
         let mut left = 0;
-        for k in 1..=20u8 {
+        for k in 1..=50u8 {
             if left == 2 {
                 break;
             }
@@ -2323,7 +2325,7 @@ fn a_held_ack_leaves_when_its_poller_stops() {
         assert_eq!(
             left,
             2,
-            "{mode:?}: A's poller held no batch for its engine in 20 attempts: {:?}",
+            "{mode:?}: A's engine sent {left} batches its poller held in 50 attempts: {:?}",
             dev_a.counters()
         );
     }

@@ -57,12 +57,14 @@ pub struct DeviceCounters {
     /// more): `tx_packets` over this is the packets a call moved, which the doorbell for
     /// posts and UDP GSO raise ([`Qp::post_send`](super::Qp::post_send)).
     pub tx_calls: u64,
-    /// Rounds of a spinning busy poller that held what they provoked (ACKs above all) for
-    /// the poller's next visit, to leave with what the program posts in answer
-    /// ([`DeviceConfig::busy_poll`](super::DeviceConfig::busy_poll)).
+    /// Transmit batches a spinning busy poller's rounds held (what received packets provoked,
+    /// ACKs above all) for the poller's next visit, to leave with what the program posts in
+    /// answer ([`DeviceConfig::busy_poll`](super::DeviceConfig::busy_poll)).
     pub tx_held: u64,
     /// Of those, batches the poller left behind: it stopped spinning before its next visit,
-    /// and the engine sent them (at its next look, or as it took the device back).
+    /// and the engine sent them at its next look (`POLLER_WATCH`). A batch still held when
+    /// the engine takes the device back, a millisecond after the last poll, leaves with the
+    /// engine's first round and is not counted here.
     pub tx_held_left: u64,
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.

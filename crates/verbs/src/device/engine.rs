@@ -951,8 +951,8 @@ pub(super) fn engine(shared: &Shared) {
 /// left in the transmit batch (a held batch: [`super::tx::TxState::held`], or its last posts)
 /// leaves at most this long (plus [`super::HOLD_SPIN`]) after its last poll. Each look wakes
 /// a thread, which on a host whose cores all spin (two busy-polled ends on two cores) takes
-/// one from a poller: at 200 µs a busy-polled 64-byte Write round trip took 15 % longer on
-/// average and at the 99th percentile than at a millisecond (docs/VERBS.md). An IRN peer
+/// one from a poller: at 200 µs a busy-polled 64-byte Write round trip took 18 % longer on
+/// average and 20 % at the 99th percentile than at a millisecond (docs/VERBS.md). An IRN peer
 /// whose timeout is shorter than this (the runtime's floor is 500 µs,
 /// [`super::runtime_recovery`]) may so time out once on the last ACK of a poller that
 /// stopped, and resend one packet.
@@ -960,11 +960,16 @@ pub(super) const POLLER_WATCH: Duration = Duration::from_millis(1);
 
 /// What a busy poller's rounds left to be sent, once it has stopped spinning (no poll for
 /// [`super::HOLD_SPIN`]): a batch its round held for its next visit, or posts it left for its
-/// next poll. A poller still spinning sends them itself.
+/// next poll. A poller still spinning sends them itself, and so does one in the middle of a
+/// round (it holds the receive buffers: a round may take longer than `HOLD_SPIN`); the
+/// buffers stay taken while this sends, so that no round holds a batch meanwhile.
 fn send_left_behind(shared: &Shared) {
     if shared.spinning() {
         return;
     }
+    let Ok(_round) = shared.rx.try_lock() else {
+        return;
+    };
     let mut core = shared.lock();
     if !core.tx.unsent() {
         return;
@@ -1015,22 +1020,11 @@ pub(super) enum Round {
 /// spinning poller that received packets leaves what they provoked for the poller's next
 /// visit ([`super::tx::TxState::held`]). A poller's round first sends what waits from before.
 pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, round: Round) {
-    match round {
-        Round::Poller { .. } => {
-            let core = shared.lock();
-            if core.tx.due() {
-                drop(shared.flush(core));
-            }
+    if let Round::Poller { .. } = round {
+        let core = shared.lock();
+        if core.tx.due() {
+            drop(shared.flush(core));
         }
-        // The engine taking the device back from a poller that held a batch: this round
-        // sends it.
-        Round::Engine if shared.busy_poll => {
-            let mut core = shared.lock();
-            if core.tx.held {
-                core.counters.tx_held_left += 1;
-            }
-        }
-        Round::Engine => {}
     }
     // Bursts of packets (one system call each, read without the lock) until the socket
     // is empty or RX_PACKETS have been taken, before the timers and the turns of queue
@@ -1107,7 +1101,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, round: Round) {
     }
     // What every turn of this wake-up built leaves now — or, a poller's round having received,
     // with what its program does next.
-    if matches!(round, Round::Poller { spinning: true }) && taken > 0 && core.tx.waiting() {
+    if matches!(round, Round::Poller { spinning: true }) && taken > 0 && core.tx.filling() > 0 {
         if !core.tx.held {
             core.counters.tx_held += 1;
         }

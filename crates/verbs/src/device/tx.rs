@@ -222,8 +222,9 @@ pub(crate) struct TxState {
     /// with what the program posts in answer: in a Write ping-pong the ACK of the peer's Write
     /// and this end's own Write. The next poll sends it before it receives; if the program
     /// stops polling instead, the engine sends it at its next look, at most
-    /// [`super::engine::POLLER_WATCH`] later, as it does a poller's last posts
-    /// (`engine::engine`). Cleared when the batch leaves.
+    /// [`super::engine::POLLER_WATCH`] + [`super::HOLD_SPIN`] after the last poll (and the
+    /// scheduler's lateness), as it does a poller's last posts (`engine::engine`). Cleared
+    /// when the batch leaves.
     pub(super) held: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`super::Qp::set_peer_gso`]).
