@@ -967,8 +967,10 @@ fn send_left_behind(shared: &Shared) {
     if shared.spinning() {
         return;
     }
-    let Ok(_round) = shared.rx.try_lock() else {
-        return;
+    let _round = match shared.rx.try_lock() {
+        Ok(b) => b,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
     };
     let mut core = shared.lock();
     if !core.tx.unsent() {
