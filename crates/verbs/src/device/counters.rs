@@ -58,8 +58,9 @@ pub struct DeviceCounters {
     /// posts and UDP GSO raise ([`Qp::post_send`](super::Qp::post_send)).
     pub tx_calls: u64,
     /// Transmit batches a spinning busy poller's rounds held (what received packets provoked,
-    /// ACKs above all, with any posts of its own still waiting) for the poller's next visit, to leave with what the program posts in
-    /// answer ([`DeviceConfig::busy_poll`](super::DeviceConfig::busy_poll)).
+    /// ACKs above all, with any posts of its own still waiting) for the poller's next visit,
+    /// to leave with what the program posts in answer
+    /// ([`DeviceConfig::busy_poll`](super::DeviceConfig::busy_poll)).
     pub tx_held: u64,
     /// Of those, batches the poller left behind: it stopped spinning before its next visit,
     /// and the engine sent them at its next look (`POLLER_WATCH`). A batch still held when

@@ -302,7 +302,7 @@ impl Shared {
         let before = self.last_poll.swap(now, Ordering::Relaxed);
         // A thread spinning on the device: its next poll comes soon enough to carry what this
         // round provokes (`TxState::held`).
-        let spinning = before > 0 && now.saturating_sub(before) < HOLD_SPIN.as_nanos() as u64;
+        let spinning = polled_within(before, now, HOLD_SPIN);
         let mut batch = match self.rx.try_lock() {
             Ok(b) => b,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -314,8 +314,7 @@ impl Shared {
     /// A thread busy-polls the device now: its last poll came under [`HOLD_SPIN`] ago.
     pub(super) fn spinning(&self) -> bool {
         let last = self.last_poll.load(Ordering::Relaxed);
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        last > 0 && now.saturating_sub(last) < HOLD_SPIN.as_nanos() as u64
+        polled_within(last, self.epoch.elapsed().as_nanos() as u64, HOLD_SPIN)
     }
 
     /// A thread busy-polled within the last millisecond.
@@ -327,7 +326,7 @@ impl Shared {
     /// once by a caller that has it).
     pub(super) fn polled_before(&self, now: Time) -> bool {
         let last = self.last_poll.load(Ordering::Relaxed);
-        last > 0 && (now.as_picos() / 1000).saturating_sub(last) < 1_000_000
+        polled_within(last, now.as_picos() / 1000, Duration::from_millis(1))
     }
 
     fn wake_engine(&self) {
@@ -349,10 +348,16 @@ impl Shared {
     }
 }
 
+/// Whether a poll at `last` (ns on the device's clock, 0: never) came less than `span` before
+/// `now` (ns).
+fn polled_within(last: u64, now: u64, span: Duration) -> bool {
+    last > 0 && now.saturating_sub(last) < span.as_nanos() as u64
+}
+
 /// A busy poller whose polls come closer together than this spins on the device, and its round
 /// may hold what it provoked for the next poll (`TxState::held`); a program that polls less
 /// often has it sent at the end of each round.
-pub(crate) const HOLD_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+pub(crate) const HOLD_SPIN: Duration = Duration::from_micros(20);
 
 /// The largest receive buffer a device asks for (bytes).
 pub const MAX_RECEIVE_BUFFER: usize = 256 << 20;
