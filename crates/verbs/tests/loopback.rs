@@ -2254,21 +2254,12 @@ fn a_held_ack_leaves_when_its_poller_stops() {
             udp_device(73, DEFAULT_IN_FLIGHT_BUDGET, true),
             udp_device(74, DEFAULT_IN_FLIGHT_BUDGET, false),
         );
-        let open = |dev: &irn_verbs::Device| {
-            let pd = dev.alloc_pd();
-            let cq = dev.create_cq(64).expect("cq");
-            let init = QpInit {
-                mode,
-                ..QpInit::default()
-            };
-            let qp = pd.create_qp(&cq, &cq, init).expect("qp");
-            (pd, cq, qp)
-        };
         let (mut k, mut held, mut left) = (0u64, 0, 0);
         let start = Instant::now();
         while left < 2 && start.elapsed() < Duration::from_secs(30) {
             k += 1;
-            let ((pd_a, cq_a, qp_a), (pd_b, cq_b, qp_b)) = (open(&dev_a), open(&dev_b));
+            let ((pd_a, cq_a, qp_a), (pd_b, cq_b, qp_b)) =
+                (queue_pair(&dev_a, mode, 64), queue_pair(&dev_b, mode, 64));
             let attr = QpAttr::default();
             qp_a.connect(&attr, &remote_at(&dev_b, &qp_b), 5)
                 .expect("connect A");

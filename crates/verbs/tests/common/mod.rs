@@ -57,6 +57,13 @@ pub fn raw_permitted() -> bool {
 }
 
 pub fn side(dev: Device, mode: QpMode, cq_depth: usize) -> Side {
+    let (pd, cq, qp) = queue_pair(&dev, mode, cq_depth);
+    Side { dev, pd, cq, qp }
+}
+
+/// A protection domain, a CQ of `cq_depth` and a queue pair of `mode` on `dev`, which the
+/// caller keeps (several sides on one device).
+pub fn queue_pair(dev: &Device, mode: QpMode, cq_depth: usize) -> (Pd, Cq, Qp) {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(cq_depth).expect("cq");
     let qp = pd
@@ -71,7 +78,7 @@ pub fn side(dev: Device, mode: QpMode, cq_depth: usize) -> Side {
             },
         )
         .expect("qp");
-    Side { dev, pd, cq, qp }
+    (pd, cq, qp)
 }
 
 pub fn remote(s: &Side, psn: u32) -> RemoteQp {
