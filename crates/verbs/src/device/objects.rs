@@ -515,8 +515,8 @@ impl Qp {
         let more = core.transmit(&self.shared.socks.udp, now, self.qpn);
         // A batch a busy poller holds leaves with a post to an idle queue pair that adds
         // packets to it (it waits for this: `TxState::held`); a post that adds none — a
-        // receive — leaves it held for the Send that answers.
-        // (Held still: a batch filled during the turn has left, and the hold with it.)
+        // receive — leaves it held for the Send that answers. (`held` is read after the turn:
+        // a batch the turn filled to the brim has left, and its hold with it.)
         let added = core.tx.filling() > before;
         let defer = !flush && (busy_qp || (waiting && !held) || (core.tx.held && !added));
         // A thread busy-polling the device sends what waits, serves the budget and gives
