@@ -446,8 +446,12 @@ impl QueuePair {
                     self.fail_send(self.req.sq.get(idx).map(|w| w.first_psn), status);
                     return;
                 }
-                self.cmp.rrecv.accept(psn, 1, None);
                 let mut advanced = 0;
+                if self.cmp.rrecv.advance_in_order(psn, 1) {
+                    advanced += 1;
+                } else {
+                    self.cmp.rrecv.accept(psn, 1, None);
+                }
                 while self.cmp.rrecv.pop_ready().is_some() {
                     advanced += 1;
                 }

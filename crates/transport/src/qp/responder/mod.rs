@@ -521,14 +521,20 @@ impl QueuePair {
                     }
                 }
                 let before = self.rsp.rwin.epsn();
-                self.rsp.rwin.accept(psn, covers, action);
-                while let Some((p, action)) = self.rsp.rwin.pop_ready() {
+                let mut ready = if self.rsp.rwin.advance_in_order(psn, covers) {
+                    Some((psn, action))
+                } else {
+                    self.rsp.rwin.accept(psn, covers, action);
+                    self.rsp.rwin.pop_ready()
+                };
+                while let Some((p, action)) = ready {
                     if let Some(a) = action {
                         self.run_action(p, a, mem);
                         if self.state == QpState::Err {
                             return;
                         }
                     }
+                    ready = self.rsp.rwin.pop_ready();
                 }
                 if self.rsp.rwin.epsn() != before {
                     // The hole, if any, moved: it is open from now.
