@@ -74,3 +74,47 @@ impl Drop for Capture {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcap::PcapReader;
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("irn-capture-{}-{name}", std::process::id()))
+    }
+
+    /// What is written is read back as raw IP packets, byte for byte and in order, once the
+    /// capture is dropped (its buffer flushed), and the count says how many.
+    #[test]
+    fn packets_read_back_as_raw_ip_in_order() {
+        let path = temp("two");
+        let packets: [&[u8]; 2] = [&[0x45, 0, 0, 20, 1, 2, 3], &[0x45; 60]];
+        {
+            let mut c = Capture::create(&path).expect("created");
+            for p in packets {
+                assert!(c.write(p));
+            }
+            assert_eq!(c.written, 2);
+        }
+        let file = File::open(&path).expect("written");
+        let mut r = PcapReader::new(file).expect("a pcap file");
+        assert_eq!(r.header().datalink, DataLink::RAW);
+        let mut read = Vec::new();
+        while let Some(p) = r.next_packet() {
+            let p = p.expect("a whole record");
+            assert_eq!(p.orig_len as usize, p.data.len());
+            read.push(p.data.into_owned());
+        }
+        assert_eq!(read, packets.map(<[u8]>::to_vec));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A file that cannot be created is an error naming it.
+    #[test]
+    fn a_file_that_cannot_be_created_is_named() {
+        let path = temp("missing-dir").join("capture.pcap");
+        let e = Capture::create(&path).expect_err("no such directory");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    }
+}

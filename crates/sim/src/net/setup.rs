@@ -216,3 +216,128 @@ pub(super) fn queue_pair_config(cfg: &SimConfig, topo: &Topology) -> (QpConfig, 
     let state_window = qp_cfg.recovery.state_window(bdp_cap, qp_cfg.ooo_window);
     (qp_cfg, qp_attr, state_window)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{TopologyConfig, TopologyKind, TrafficConfig};
+
+    fn config(recovery: Recovery, pfc: bool) -> SimConfig {
+        let mut cfg = SimConfig {
+            topology: TopologyConfig {
+                kind: TopologyKind::Dumbbell,
+                hosts_per_side: 2,
+                ..TopologyConfig::default()
+            },
+            ..SimConfig::default()
+        };
+        cfg.transport.recovery = recovery;
+        cfg.network.pfc = pfc;
+        cfg
+    }
+
+    fn qp(cfg: &SimConfig) -> (QpConfig, QpAttr, u32) {
+        let topo = Topology::build(&cfg.topology, Path::new(".")).expect("a dumbbell");
+        queue_pair_config(cfg, &topo)
+    }
+
+    /// Each recovery gets its own timer: IRN's two timeouts (T5), RoCE's one — none over a
+    /// lossless fabric unless asked for, as in the IRN evaluation — and the TCP model's
+    /// adaptive one.
+    #[test]
+    fn each_recovery_gets_its_own_timer() {
+        let mut irn = config(Recovery::Irn, false);
+        irn.transport.rto_low_us = 100.0;
+        irn.transport.rto_high_us = 320.0;
+        irn.transport.rto_n = 3;
+        assert_eq!(
+            qp(&irn).0.recovery.rto,
+            RtoPolicy::Irn {
+                low: us(100.0),
+                high: us(320.0),
+                n: 3
+            }
+        );
+        irn.transport.rto_adaptive = true;
+        assert!(matches!(
+            qp(&irn).0.recovery.rto,
+            RtoPolicy::Adaptive { min, initial, .. } if min == us(320.0) && initial == us(320.0)
+        ));
+
+        let mut roce = config(Recovery::Roce, true);
+        roce.transport.roce_rto_us = 640.0;
+        assert_eq!(qp(&roce).0.recovery.rto, RtoPolicy::Disabled);
+        roce.transport.roce_timeout_with_pfc = true;
+        assert_eq!(qp(&roce).0.recovery.rto, RtoPolicy::Fixed(us(640.0)));
+        roce.network.pfc = false;
+        roce.transport.roce_timeout_with_pfc = false;
+        assert_eq!(qp(&roce).0.recovery.rto, RtoPolicy::Fixed(us(640.0)));
+
+        let mut tcp = config(Recovery::Tcp, false);
+        tcp.transport.tcp_min_rto_us = 1000.0;
+        assert!(matches!(
+            qp(&tcp).0.recovery.rto,
+            RtoPolicy::Adaptive { min, .. } if min == us(1000.0)
+        ));
+    }
+
+    /// The BDP cap is the path's round trip at the host rate in largest frames unless
+    /// configured, and only recoveries that have one (IRN, not RoCE) get it.
+    #[test]
+    fn the_bdp_cap_is_the_round_trip_in_frames_unless_configured() {
+        let irn = config(Recovery::Irn, false);
+        let topo = Topology::build(&irn.topology, Path::new(".")).expect("a dumbbell");
+        let derived = bdp_cap_packets(topo.host_port(0).rate_bps, topo.max_rtt(), mtu_wire(&irn));
+        assert!(derived > 1);
+        assert_eq!(qp(&irn).0.recovery.bdp_cap, Some(derived));
+        let mut fixed = irn.clone();
+        fixed.transport.bdp_cap = Some(7);
+        assert_eq!(qp(&fixed).0.recovery.bdp_cap, Some(7));
+        assert_eq!(qp(&config(Recovery::Roce, true)).0.recovery.bdp_cap, None);
+    }
+
+    /// The largest frame grows by the 802.1Q tag when frames carry one, and by the TCP
+    /// model's larger headers when any class runs it; only the TCP model adds header bytes
+    /// per packet.
+    #[test]
+    fn the_largest_frame_counts_tags_and_the_tcp_models_headers() {
+        let mut cfg = config(Recovery::Irn, false);
+        let plain = mtu_wire(&cfg);
+        assert_eq!(plain, cfg.network.mtu + FRAME_OVERHEAD + LARGEST_HEADERS);
+        assert_eq!(extra_headers(&cfg), [0, 0]);
+        cfg.network.vlan = true;
+        assert_eq!(mtu_wire(&cfg), plain + VLAN_TAG_LEN);
+        cfg.network.vlan = false;
+        cfg.traffic.push(TrafficConfig {
+            recovery: Some(Recovery::Tcp),
+            ..TrafficConfig::default()
+        });
+        assert_eq!(mtu_wire(&cfg), plain + TCP_EXTRA_HEADERS[0]);
+        assert_eq!(
+            extra_headers(&cfg),
+            [0, 0],
+            "the run's own transport is IRN"
+        );
+        let tcp = config(Recovery::Tcp, false);
+        assert_eq!(extra_headers(&tcp), TCP_EXTRA_HEADERS);
+    }
+
+    /// CNPs are sent only to a controller that reads them (DCQCN), and a queue pair retries
+    /// without limit unless `retry_cnt` gives verbs' limit.
+    #[test]
+    fn cnps_only_for_dcqcn_and_retries_unlimited_unless_configured() {
+        let mut cfg = config(Recovery::Irn, false);
+        let (c, _, _) = qp(&cfg);
+        assert_eq!(c.cnp_interval, None);
+        assert!(c.retry_limit.is_some_and(|l| l >= u32::MAX / 2));
+        cfg.transport.cc = CcKind::Dcqcn;
+        cfg.transport.retry_cnt = Some(3);
+        let (c, attr, _) = qp(&cfg);
+        assert_eq!(c.cnp_interval, Some(cfg.cc.dcqcn.cnp_interval()));
+        assert_eq!(c.retry_limit, None);
+        assert_eq!(attr.retry_cnt, 3);
+        assert_eq!(attr.path_mtu, cfg.network.mtu);
+    }
+}
