@@ -83,8 +83,8 @@
 //! # }
 //! ```
 
-// `unsafe` is allowed in four places only: `net::sys`, `device::app_memory`, `device::lent` and
-// `Pd::reg_mr_raw` (`device::objects`).
+// `unsafe` is allowed in four modules only: `net::sys`, `device::app_memory`, `device::lent` and,
+// for `Pd::reg_mr_raw` and `Pd::reg_mr_raw_iova`, `device::objects`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
