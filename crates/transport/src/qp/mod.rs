@@ -38,8 +38,10 @@ use crate::state::{
 use crate::time::{Dur, Time};
 use crate::window::{RecvWindow, SendWindow};
 use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus};
+use first_inline::FirstInline;
 
 mod completer;
+mod first_inline;
 mod requester;
 mod reread;
 mod responder;
@@ -130,8 +132,8 @@ pub struct QueuePair {
     cc: Box<dyn Controller>,
     counters: Counters,
     completions: VecDeque<Completion>,
-    /// Control packets waiting to go out ahead of data.
-    ctrl: VecDeque<Ctrl>,
+    /// Control packets waiting to go out ahead of data (usually one: inline).
+    ctrl: FirstInline<Ctrl>,
     /// Notification point: when the last CNP went out.
     last_cnp: Option<Time>,
     /// Sending requests.
@@ -175,7 +177,7 @@ impl QueuePair {
             cc,
             counters: Counters::default(),
             completions: VecDeque::new(),
-            ctrl: VecDeque::new(),
+            ctrl: FirstInline::default(),
             last_cnp: None,
             req: Requester::new(mode),
             cmp: Completer::new(),
