@@ -148,7 +148,8 @@ impl<A> RecvWindow<A> {
     /// beyond it: the window steps past it at once and the caller runs its action — what
     /// [`accept`](RecvWindow::accept) and then [`pop_ready`](RecvWindow::pop_ready) would do,
     /// without writing the packet into the bitmap and reading it back. That is every packet
-    /// of a path that loses and reorders nothing, and it leaves a queue pair's bitmap
+    /// of one PSN on a path that loses and reorders nothing (an extended-IB Read, which
+    /// occupies several PSNs, still goes through the bitmap), and it leaves a queue pair's bitmap
     /// untouched (unallocated, if it never held a packet) until a packet arrives out of
     /// order. False, and nothing changed, otherwise.
     pub(crate) fn advance_in_order(&mut self, psn: Psn, covers: u32) -> bool {
@@ -242,6 +243,21 @@ mod tests {
                 prop_assert_eq!(slow.loss_bitmap(), fast.loss_bitmap());
             }
         });
+    }
+
+    /// The step is taken exactly when the expected PSN of one PSN arrives with nothing held,
+    /// and leaves the bitmap empty; otherwise it changes nothing.
+    #[test]
+    fn the_in_order_step_is_taken_only_with_nothing_held() {
+        let mut r: RecvWindow<()> = RecvWindow::new(p(5), true, 8);
+        assert!(!r.advance_in_order(p(6), 1), "not the expected PSN");
+        assert!(!r.advance_in_order(p(5), 2), "more than one PSN");
+        assert_eq!(r.epsn(), p(5));
+        assert!(r.advance_in_order(p(5), 1));
+        assert_eq!((r.epsn(), r.slots.len()), (p(6), 0));
+        r.accept(p(8), 1, None);
+        assert!(!r.advance_in_order(p(6), 1), "a packet is held beyond it");
+        assert_eq!((r.epsn(), r.held()), (p(6), 1));
     }
 
     #[test]

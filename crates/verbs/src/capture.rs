@@ -97,8 +97,11 @@ mod tests {
             }
             assert_eq!(c.written, 2);
         }
-        let file = File::open(&path).expect("written");
-        let mut r = PcapReader::new(file).expect("a pcap file");
+        // Read whole, and the file removed, before anything is asserted.
+        let bytes = std::fs::read(&path);
+        let _ = std::fs::remove_file(&path);
+        let bytes = bytes.expect("written");
+        let mut r = PcapReader::new(&bytes[..]).expect("a pcap file");
         assert_eq!(r.header().datalink, DataLink::RAW);
         let mut read = Vec::new();
         while let Some(p) = r.next_packet() {
@@ -107,7 +110,6 @@ mod tests {
             read.push(p.data.into_owned());
         }
         assert_eq!(read, packets.map(<[u8]>::to_vec));
-        let _ = std::fs::remove_file(&path);
     }
 
     /// A file that cannot be created is an error naming it.

@@ -222,19 +222,12 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::config::{TopologyConfig, TopologyKind, TrafficConfig};
+    use crate::config::TrafficConfig;
 
+    /// The components' tests' dumbbell, with `recovery`.
     fn config(recovery: Recovery, pfc: bool) -> SimConfig {
-        let mut cfg = SimConfig {
-            topology: TopologyConfig {
-                kind: TopologyKind::Dumbbell,
-                hosts_per_side: 2,
-                ..TopologyConfig::default()
-            },
-            ..SimConfig::default()
-        };
+        let mut cfg = super::super::tests::config(pfc);
         cfg.transport.recovery = recovery;
-        cfg.network.pfc = pfc;
         cfg
     }
 
@@ -305,7 +298,8 @@ mod tests {
     fn the_largest_frame_counts_tags_and_the_tcp_models_headers() {
         let mut cfg = config(Recovery::Irn, false);
         let plain = mtu_wire(&cfg);
-        assert_eq!(plain, cfg.network.mtu + FRAME_OVERHEAD + LARGEST_HEADERS);
+        // Ethernet 14 + FCS 4 + IPv4 20 + UDP 8 + ICRC 4, and BTH 12 + RETH 16 + IRNETH 16.
+        assert_eq!(plain, cfg.network.mtu + 50 + 44);
         assert_eq!(extra_headers(&cfg), [0, 0]);
         cfg.network.vlan = true;
         assert_eq!(mtu_wire(&cfg), plain + VLAN_TAG_LEN);

@@ -16,7 +16,7 @@ use packet::{Meta, Packet, NIL};
 
 type Mem = SharedChecked;
 
-fn config(pfc: bool) -> SimConfig {
+pub(super) fn config(pfc: bool) -> SimConfig {
     let mut cfg = SimConfig {
         topology: TopologyConfig {
             kind: TopologyKind::Dumbbell,
