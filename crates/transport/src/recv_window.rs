@@ -125,8 +125,26 @@ impl<A> RecvWindow<A> {
     }
 
     /// Records the arrival of `psn` (classified `Expected` or `Ahead`), covering `covers` PSNs,
-    /// with an action to run once every PSN before it has arrived.
-    pub(crate) fn accept(&mut self, psn: Psn, covers: u32, action: Option<A>) {
+    /// with an action to run once every PSN before it has arrived, and returns the first
+    /// arrival now ready in order, if any, as [`pop_ready`](RecvWindow::pop_ready) does (which
+    /// gives the rest). The expected PSN with nothing held beyond it is stepped past at once
+    /// ([`advance_in_order`](RecvWindow::advance_in_order)), never entering the bitmap.
+    pub(crate) fn arrive(
+        &mut self,
+        psn: Psn,
+        covers: u32,
+        action: Option<A>,
+    ) -> Option<(Psn, Option<A>)> {
+        if self.advance_in_order(psn, covers) {
+            return Some((psn, action));
+        }
+        self.accept(psn, covers, action);
+        self.pop_ready()
+    }
+
+    /// Records the arrival of `psn` (classified `Expected` or `Ahead`), covering `covers` PSNs,
+    /// with an action to run once every PSN before it has arrived: into the bitmap.
+    fn accept(&mut self, psn: Psn, covers: u32, action: Option<A>) {
         let d = self.epsn.distance(psn).max(0) as usize;
         let covers = covers.max(1) as usize;
         while self.slots.len() < d + covers {
@@ -152,7 +170,7 @@ impl<A> RecvWindow<A> {
     /// occupies several PSNs, still goes through the bitmap), and it leaves a queue pair's bitmap
     /// untouched (unallocated, if it never held a packet) until a packet arrives out of
     /// order. False, and nothing changed, otherwise.
-    pub(crate) fn advance_in_order(&mut self, psn: Psn, covers: u32) -> bool {
+    fn advance_in_order(&mut self, psn: Psn, covers: u32) -> bool {
         if covers > 1 || psn != self.epsn || !self.slots.is_empty() {
             return false;
         }
@@ -230,12 +248,9 @@ mod tests {
                 let action = Some(i as u32);
                 slow.accept(psn, covers, action);
                 let slow_popped: Vec<_> = std::iter::from_fn(|| slow.pop_ready()).collect();
-                let fast_popped: Vec<_> = if fast.advance_in_order(psn, covers) {
-                    vec![(psn, action)]
-                } else {
-                    fast.accept(psn, covers, action);
-                    std::iter::from_fn(|| fast.pop_ready()).collect()
-                };
+                let first = fast.arrive(psn, covers, action);
+                let fast_popped: Vec<_> =
+                    first.into_iter().chain(std::iter::from_fn(|| fast.pop_ready())).collect();
                 prop_assert_eq!(slow_popped, fast_popped);
                 prop_assert_eq!(slow.epsn(), fast.epsn());
                 prop_assert_eq!(slow.held(), fast.held());

@@ -446,16 +446,10 @@ impl QueuePair {
                     self.fail_send(self.req.sq.get(idx).map(|w| w.first_psn), status);
                     return;
                 }
-                let mut advanced = 0;
-                if self.cmp.rrecv.advance_in_order(psn, 1) {
-                    advanced += 1;
-                } else {
-                    self.cmp.rrecv.accept(psn, 1, None);
-                }
-                while self.cmp.rrecv.pop_ready().is_some() {
-                    advanced += 1;
-                }
-                if advanced > 0 {
+                // The rPSN space has no actions to run: what is ready only advances it.
+                let advanced = self.cmp.rrecv.arrive(psn, 1, None).is_some();
+                while self.cmp.rrecv.pop_ready().is_some() {}
+                if advanced {
                     self.credit_responses();
                     // Responses moving in order are progress of the requester's outstanding
                     // Reads: the local ACK timeout measures time without a response, so it

@@ -521,12 +521,7 @@ impl QueuePair {
                     }
                 }
                 let before = self.rsp.rwin.epsn();
-                let mut ready = if self.rsp.rwin.advance_in_order(psn, covers) {
-                    Some((psn, action))
-                } else {
-                    self.rsp.rwin.accept(psn, covers, action);
-                    self.rsp.rwin.pop_ready()
-                };
+                let mut ready = self.rsp.rwin.arrive(psn, covers, action);
                 while let Some((p, action)) = ready {
                     if let Some(a) = action {
                         self.run_action(p, a, mem);
