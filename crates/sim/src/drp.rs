@@ -395,7 +395,6 @@ fn wire_time(len: usize, rate_gbps: f64) -> Dur {
 }
 
 /// Runs one method at one point for one run.
-#[allow(clippy::too_many_arguments)]
 fn run_one(
     exp: &DrpExperiment,
     mode: DrpMode,

@@ -200,16 +200,7 @@ fn generate_class(
     // Poisson arrivals: the whole workload, or an incast's background traffic.
     if w.kind == WorkloadKind::Poisson || (w.kind == WorkloadKind::Incast && w.load > 0.0) {
         let cdf = SizeCdf::named(&w.sizes, &cfg.base_dir)?;
-        poisson(
-            &mut flows,
-            &cdf,
-            cfg.seed,
-            hosts,
-            host_rate_bps,
-            w.load,
-            duration,
-            max,
-        );
+        flows = poisson(&cdf, cfg.seed, hosts, host_rate_bps, w.load, duration, max);
     }
     match w.kind {
         WorkloadKind::Poisson => {}
@@ -353,9 +344,10 @@ pub fn pingmesh_probes(cfg: &SimConfig, topo: &Topology) -> Vec<Flow> {
     out
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Poisson arrivals from every host, each its own random stream: exponential gaps so that the
+/// offered payload is `load` × `rate_bps`, sizes from `cdf`, destinations uniform over the other
+/// hosts, until `duration` or `max` flows per host.
 fn poisson(
-    flows: &mut Vec<Flow>,
     cdf: &SizeCdf,
     seed: u64,
     hosts: u32,
@@ -363,7 +355,8 @@ fn poisson(
     load: f64,
     duration: Dur,
     max: u64,
-) {
+) -> Vec<Flow> {
+    let mut flows = Vec::new();
     // Arrivals per host per picosecond so that the offered payload is `load` × line rate.
     let mean_gap_ps = cdf.mean() * 8.0 / (load * rate_bps as f64) * 1e12;
     for h in 0..hosts {
@@ -389,6 +382,7 @@ fn poisson(
             t += rng.exponential(mean_gap_ps);
         }
     }
+    flows
 }
 
 #[cfg(test)]

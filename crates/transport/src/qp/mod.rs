@@ -714,15 +714,7 @@ impl QueuePair {
         if self.state == QpState::Err {
             // Only the ACK/NAKs decided before the error go out.
             let a = self.rsp.wire.pop_decided_ack()?;
-            let t = self.build_ack(
-                Opcode::RC_ACKNOWLEDGE,
-                a.psn,
-                a.syndrome,
-                a.msn,
-                a.lost.map(|(_, h)| h),
-                a.lost.map(|(b, _)| b),
-                a.becn,
-            );
+            let t = self.build_queued_ack(a);
             self.count_tx(&t);
             return Some(t);
         }
@@ -769,15 +761,7 @@ impl QueuePair {
         let t = if let Some(c) = self.ctrl.pop_front() {
             self.build_ctrl(c, payload, M::HOLDS_BYTES)
         } else if let Some(a) = self.rsp.wire.pop_queued_ack() {
-            self.build_ack(
-                Opcode::RC_ACKNOWLEDGE,
-                a.psn,
-                a.syndrome,
-                a.msn,
-                a.lost.map(|(_, h)| h),
-                a.lost.map(|(b, _)| b),
-                a.becn,
-            )
+            self.build_queued_ack(a)
         } else {
             return None;
         };
@@ -861,26 +845,35 @@ impl QueuePair {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// An ACK or NAK (`opcode`: RC's, or IRN's read (N)ACK) of `psn` saying `aeth`, with the
+    /// SACK and loss bitmap of `feedback` where the wire carries IRN's header.
     fn build_ack(
         &self,
         opcode: Opcode,
         psn: Psn,
-        syndrome: Syndrome,
-        msn: u32,
-        sack: Option<Psn>,
-        lost: Option<LossBitmap>,
+        aeth: AethRepr,
+        (sack, lost): (Option<Psn>, Option<LossBitmap>),
         becn: bool,
     ) -> Transmit {
         let mut bth = self.bth(opcode, psn);
         bth.becn = becn;
         let mut ib = IbRepr::new(bth);
-        ib.aeth = Some(AethRepr { syndrome, msn });
+        ib.aeth = Some(aeth);
         ib.irn = self.wire().ack_header(sack, lost);
         Transmit {
             ib,
             ecn: Ecn::NotEct,
         }
+    }
+
+    /// The RC ACK or NAK a standard responder decided.
+    fn build_queued_ack(&self, a: responder::QueuedAck) -> Transmit {
+        let aeth = AethRepr {
+            syndrome: a.syndrome,
+            msn: a.msn,
+        };
+        let feedback = (a.lost.map(|(_, h)| h), a.lost.map(|(b, _)| b));
+        self.build_ack(Opcode::RC_ACKNOWLEDGE, a.psn, aeth, feedback, a.becn)
     }
 
     fn build_ctrl<'m>(&self, c: Ctrl, payload: &mut impl TxPayload<'m>, bytes: bool) -> Transmit {
@@ -892,13 +885,19 @@ impl QueuePair {
                 sack,
                 lost,
                 becn,
-            } => self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn, sack, lost, becn),
+            } => {
+                let aeth = AethRepr { syndrome, msn };
+                self.build_ack(Opcode::RC_ACKNOWLEDGE, psn, aeth, (sack, lost), becn)
+            }
             Ctrl::ReadAck {
                 psn,
                 syndrome,
                 sack,
                 lost,
-            } => self.build_ack(Opcode::RC_IRN_READ_ACK, psn, syndrome, 0, sack, lost, false),
+            } => {
+                let aeth = AethRepr { syndrome, msn: 0 };
+                self.build_ack(Opcode::RC_IRN_READ_ACK, psn, aeth, (sack, lost), false)
+            }
             Ctrl::Cnp => {
                 let mut bth = self.bth(Opcode::CNP, Psn::new(0));
                 bth.tver = TVER_STANDARD;

@@ -402,23 +402,9 @@ impl QueuePair {
         };
         let job = s.jobs.front_mut()?;
         match *job {
-            RespJob::Ack {
-                psn,
-                syndrome,
-                msn,
-                becn,
-                lost,
-            } => {
-                s.jobs.pop_front();
-                Some(self.build_ack(
-                    Opcode::RC_ACKNOWLEDGE,
-                    psn,
-                    syndrome,
-                    msn,
-                    lost.map(|(_, h)| h),
-                    lost.map(|(b, _)| b),
-                    becn,
-                ))
+            RespJob::Ack { .. } => {
+                let a = s.jobs.pop_front().and_then(RespJob::into_ack)?;
+                Some(self.build_queued_ack(a))
             }
             RespJob::Atomic { psn, orig, msn } => {
                 s.jobs.pop_front();
