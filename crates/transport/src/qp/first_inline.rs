@@ -11,8 +11,9 @@
 use std::collections::VecDeque;
 
 /// A FIFO queue (the subset of [`VecDeque`]'s interface the control queue uses) with its
-/// first element inline. Invariant: `more` is empty whenever `first` is `None`.
-#[derive(Debug, Clone)]
+/// first element inline. Invariant: `more` is empty whenever `first` is `None`. Printed with
+/// `{:?}` as the list it is, front first, as a `VecDeque` prints.
+#[derive(Clone)]
 pub(crate) struct FirstInline<T> {
     first: Option<T>,
     more: VecDeque<T>,
@@ -24,6 +25,14 @@ impl<T> Default for FirstInline<T> {
             first: None,
             more: VecDeque::new(),
         }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for FirstInline<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.first.iter().chain(self.more.iter()))
+            .finish()
     }
 }
 
@@ -89,7 +98,8 @@ mod tests {
     }
 
     proptest! {
-        /// Any sequence of operations gives what a `VecDeque` gives, step by step.
+        /// Any sequence of operations gives what a `VecDeque` gives, step by step, and prints
+        /// as it does.
         #[test]
         fn behaves_as_a_vecdeque(ops in proptest::collection::vec(op(), 0..200)) {
             let mut q = FirstInline::default();
@@ -110,6 +120,7 @@ mod tests {
                 prop_assert_eq!(q.is_empty(), model.is_empty());
                 prop_assert_eq!(q.back(), model.back());
                 prop_assert_eq!(q.more.is_empty() || q.first.is_some(), true);
+                prop_assert_eq!(format!("{q:?}"), format!("{model:?}"));
             }
             let rest: Vec<_> = std::iter::from_fn(|| q.pop_front()).collect();
             prop_assert_eq!(rest, Vec::from(model));
