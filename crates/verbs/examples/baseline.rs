@@ -20,7 +20,18 @@
 //! (`UDP_GRO`), with `busy` the receiver spins instead of sleeping — both together are the
 //! kernel's best datagram rate. The rate is what arrived over the time it took (datagrams the
 //! receiver's socket dropped do not count; `BLAST_DEBUG=1` prints how many were sent and
-//! received).
+//! received);
+//! `... -- stream MB [SEG] [place] [crc]` prints MB/s (2^20) of payload a UDP stream moves in
+//! the form a Write of 64 KiB messages takes on the UDP path (GSO messages of SEG-byte
+//! datagrams, by default 4 112: BTH, a 4 096-byte MTU's payload and the ICRC; received
+//! coalesced through GRO by a spinning receiver), each datagram's payload — SEG less a 16-byte
+//! header and trailer — then, with `place`, copied to its place in a 64 MiB region, and with
+//! `crc` read once more for a CRC-32 — and each datagram sent read for one too — as RoCE's
+//! ICRC has a sender and a receiver placing RDMA Writes do with every byte.
+//! The sender keeps at most 4 MiB ahead of what the receiver has taken (an atomic between the
+//! two threads: flow control at no cost in packets, unlike a transport's ACKs), so that
+//! nothing is dropped. What it prints is a floor's rate: the kernel's part of a Write stream
+//! over UDP, and of each byte's handling only the copy and the read named.
 
 // The blaster calls `sendmmsg(2)` / `recvmmsg(2)` directly, as the device's own `net::sys`
 // does: a kernel baseline of those calls, with no wrapper between.
@@ -105,9 +116,17 @@ fn main() -> std::io::Result<()> {
                 blast(count, size, flag("gso"), flag("busy"))? / 1e6
             );
         }
+        Some("stream") => {
+            let (mb, seg) = (arg(2, 2048), arg(3, 4112) as usize);
+            let work = Work {
+                place: flag("place"),
+                crc: flag("crc"),
+            };
+            println!("{:.2}", stream(mb, seg, work)?);
+        }
         _ => eprintln!(
             "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE [busy] [acked] | \
-             baseline blast COUNT SIZE [gso] [busy]"
+             baseline blast COUNT SIZE [gso] [busy] | baseline stream MB [SEG] [place] [crc]"
         ),
     }
     Ok(())
@@ -402,4 +421,163 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
         eprintln!("sent {sent}, received {got} in {secs:.3} s");
     }
     Ok(if secs > 0.0 { got as f64 / secs } else { 0.0 })
+}
+
+/// What the stream's receiver does with each datagram's payload besides receiving it.
+#[derive(Clone, Copy)]
+struct Work {
+    /// Copy it to its place in the region.
+    place: bool,
+    /// Read it for a CRC-32 (the ICRC's pass over the packet), and each datagram sent too.
+    crc: bool,
+}
+
+/// The UDP stream floor of a Write of 64 KiB messages: payload MB/s received (see the
+/// module's doc).
+fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const BATCH: usize = 16;
+    const HDR: usize = 12;
+    const TRAILER: usize = 4;
+    const AHEAD: u64 = 4 << 20;
+    const REGION: usize = 64 << 20;
+    if seg <= HDR + TRAILER || seg > 65000 {
+        return Err(std::io::Error::other("SEG must be 17 to 65000 bytes"));
+    }
+    let payload = seg - HDR - TRAILER;
+    let segs = (65000 / seg).clamp(1, 64);
+    let total = (mb << 20).div_ceil(payload as u64);
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    tx.connect(rx.local_addr()?)?;
+    // Room for what the sender may have ahead (beyond `net.core.rmem_max` as root).
+    set_int(
+        rx.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        32 << 20,
+    );
+    set_int(
+        tx.as_raw_fd(),
+        libc::SOL_UDP,
+        UDP_SEGMENT,
+        seg as libc::c_int,
+    );
+    set_int(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
+    rx.set_nonblocking(true)?;
+    // Datagrams the receiver has taken: the sender stays within AHEAD bytes of it.
+    let taken = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&taken);
+    // The receiver has stopped (all arrived, or 200 ms without a datagram: some were dropped).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let receiver = std::thread::spawn(move || -> std::io::Result<(u64, f64)> {
+        let mut bufs = vec![vec![0u8; 65536]; BATCH];
+        let mut region = vec![0u8; REGION];
+        // `iov` points into `bufs`, and both outlive every call.
+        let mut iov = iovecs(&mut bufs);
+        let mut msgs = headers(&mut iov, None);
+        let (mut got, mut at, mut check) = (0u64, 0usize, 0u32);
+        let mut first = None;
+        let mut last = Instant::now();
+        while got < total {
+            // SAFETY: `msgs` holds BATCH valid headers (see above).
+            let n = unsafe {
+                libc::recvmmsg(
+                    rx.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    BATCH as u32,
+                    0,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n <= 0 {
+                let limit = if first.is_some() { 200 } else { 5000 };
+                if last.elapsed().as_millis() > limit {
+                    break;
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            last = Instant::now();
+            first.get_or_insert(last);
+            for (m, buf) in msgs[..n as usize].iter().zip(&bufs) {
+                for d in buf[..m.msg_len as usize].chunks(seg) {
+                    let body = &d[HDR.min(d.len())..d.len().saturating_sub(TRAILER)];
+                    if work.place {
+                        if at + body.len() > REGION {
+                            at = 0;
+                        }
+                        region[at..at + body.len()].copy_from_slice(body);
+                        at += body.len();
+                    }
+                    if work.crc {
+                        check ^= crc32fast::hash(d);
+                    }
+                    got += 1;
+                }
+            }
+            seen.store(got, Ordering::Release);
+        }
+        stopped.store(true, Ordering::Release);
+        let secs = first.map_or(0.0, |f: Instant| last.duration_since(f).as_secs_f64());
+        std::hint::black_box((check, &region));
+        Ok((got, secs))
+    });
+    let data = vec![7u8; seg * segs];
+    let mut iov: Vec<libc::iovec> = (0..BATCH)
+        .map(|_| libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        })
+        .collect();
+    // The socket is connected, so no name is needed; `iov` and `data` outlive the calls.
+    let mut msgs = headers(&mut iov, None);
+    let ahead = AHEAD / seg as u64;
+    let (mut sent, mut sum) = (0u64, 0u32);
+    while sent < total && !stop.load(Ordering::Acquire) {
+        if sent >= taken.load(Ordering::Acquire) + ahead {
+            std::thread::yield_now();
+            continue;
+        }
+        let room = (taken.load(Ordering::Acquire) + ahead).saturating_sub(sent);
+        let want = room.min(total - sent);
+        let k = (want.div_ceil(segs as u64) as usize).clamp(1, BATCH);
+        // The last message may carry fewer datagrams.
+        let last = (want - (k as u64 - 1) * segs as u64).min(segs as u64) as usize;
+        for (i, v) in iov.iter_mut().enumerate().take(k) {
+            v.iov_len = seg * if i + 1 == k { last } else { segs };
+        }
+        if work.crc {
+            // The sender's ICRC: every datagram of the call, before it leaves.
+            for v in &iov[..k] {
+                for d in data[..v.iov_len].chunks(seg) {
+                    sum ^= crc32fast::hash(d);
+                }
+            }
+        }
+        // SAFETY: `msgs[..k]` are valid headers whose iovecs point into `data`.
+        let n = unsafe { libc::sendmmsg(tx.as_raw_fd(), msgs.as_mut_ptr(), k as u32, 0) };
+        if n > 0 {
+            let n = n as usize;
+            sent += (0..n).map(|i| (iov[i].iov_len / seg) as u64).sum::<u64>();
+        }
+        for v in iov.iter_mut() {
+            v.iov_len = data.len();
+        }
+    }
+    std::hint::black_box(sum);
+    let (got, secs) = receiver
+        .join()
+        .map_err(|_| std::io::Error::other("receiver panicked"))??;
+    if got < total {
+        eprintln!("stream: {got} of {total} datagrams arrived (the rest were dropped)");
+    }
+    Ok(if secs > 0.0 {
+        (got * payload as u64) as f64 / secs / 1048576.0
+    } else {
+        0.0
+    })
 }
