@@ -264,6 +264,33 @@ fn iovecs(bufs: &mut [Vec<u8>]) -> Vec<libc::iovec> {
         .collect()
 }
 
+/// `n` iovecs over the whole of `buf`, for sending it `n` times in one call.
+fn repeated(buf: &[u8], n: usize) -> Vec<libc::iovec> {
+    (0..n)
+        .map(|_| libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        })
+        .collect()
+}
+
+/// One `recvmmsg(2)` into `msgs` from `s`, not waiting past what the socket's mode says: the
+/// messages taken, or 0 or less when none.
+fn recv_batch(s: &UdpSocket, msgs: &mut [libc::mmsghdr]) -> libc::c_int {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the caller's headers are valid (built by `headers` over iovecs it keeps alive
+    // and in place), and at most `msgs.len()` are filled.
+    unsafe {
+        libc::recvmmsg(
+            s.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            msgs.len() as u32,
+            0,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
 /// One `sendmmsg(2)` / `recvmmsg(2)` header per iovec of `iov`, in order, each naming `name`
 /// when given (no control data). The headers point at `iov` and `name`: the caller keeps both,
 /// and what the iovecs point at, alive and in place while it uses them.
@@ -363,16 +390,7 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
         let (mut got, mut first, mut last) = (0u64, None, Instant::now());
         let started = Instant::now();
         while got < count {
-            // SAFETY: `msgs` holds BATCH valid headers (see above).
-            let n = unsafe {
-                libc::recvmmsg(
-                    rx.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    BATCH as u32,
-                    0,
-                    std::ptr::null_mut(),
-                )
-            };
+            let n = recv_batch(&rx, &mut msgs);
             if n <= 0 {
                 // Nothing for 200 ms after the last datagram (5 s before the first): the
                 // sender is done and the rest was dropped. Sleeping, the read timeout says so.
@@ -396,12 +414,7 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
         Ok((got, secs))
     });
     let payload = vec![7u8; size * segs];
-    let mut iov: Vec<libc::iovec> = (0..BATCH)
-        .map(|_| libc::iovec {
-            iov_base: payload.as_ptr() as *mut libc::c_void,
-            iov_len: payload.len(),
-        })
-        .collect();
+    let mut iov = repeated(&payload, BATCH);
     // The socket is connected, so no name is needed; `iov` and `payload` outlive the calls.
     let mut msgs = headers(&mut iov, None);
     let mut sent = 0u64;
@@ -483,16 +496,7 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
         let mut first = None;
         let mut last = Instant::now();
         while got < total {
-            // SAFETY: `msgs` holds BATCH valid headers (see above).
-            let n = unsafe {
-                libc::recvmmsg(
-                    rx.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    BATCH as u32,
-                    0,
-                    std::ptr::null_mut(),
-                )
-            };
+            let n = recv_batch(&rx, &mut msgs);
             if n <= 0 {
                 let limit = if first.is_some() { 200 } else { 5000 };
                 if last.elapsed().as_millis() > limit {
@@ -527,12 +531,7 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
         Ok((got, secs))
     });
     let data = vec![7u8; seg * segs];
-    let mut iov: Vec<libc::iovec> = (0..BATCH)
-        .map(|_| libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        })
-        .collect();
+    let mut iov = repeated(&data, BATCH);
     // The socket is connected, so no name is needed; `iov` and `data` outlive the calls.
     let mut msgs = headers(&mut iov, None);
     let ahead = AHEAD / seg as u64;
