@@ -21,17 +21,18 @@
 //! kernel's best datagram rate. The rate is what arrived over the time it took (datagrams the
 //! receiver's socket dropped do not count; `BLAST_DEBUG=1` prints how many were sent and
 //! received);
-//! `... -- stream MB [SEG] [place] [crc]` prints MB/s (2^20) of payload a UDP stream moves in
-//! the form a Write of 64 KiB messages takes on the UDP path (GSO messages of SEG-byte
-//! datagrams, by default 4 112: BTH, a 4 096-byte MTU's payload and the ICRC; received
-//! coalesced through GRO by a spinning receiver), each datagram's payload — SEG less a 16-byte
-//! header and trailer — then, with `place`, copied to its place in a 64 MiB region, and with
-//! `crc` read once more for a CRC-32 — and each datagram sent read for one too — as RoCE's
-//! ICRC has a sender and a receiver placing RDMA Writes do with every byte.
-//! The sender keeps at most 4 MiB ahead of what the receiver has taken (an atomic between the
-//! two threads: flow control at no cost in packets, unlike a transport's ACKs), so that
-//! nothing is dropped. What it prints is a floor's rate: the kernel's part of a Write stream
-//! over UDP, and of each byte's handling only the copy and the read named.
+//! `... -- stream MB [SEG] [place] [crc] [verify]` prints MB/s (2^20) of payload a UDP stream
+//! moves in the form a Write of 64 KiB messages takes on the UDP path (GSO messages of
+//! SEG-byte datagrams, by default 4 112: BTH, a 4 096-byte MTU's payload and the ICRC;
+//! received coalesced through GRO by a spinning receiver); with `place` each datagram's payload
+//! — SEG less a 16-byte header and trailer — is copied to its place in a 64 MiB region, as a
+//! receiver placing RDMA Writes does; with `crc` the sender reads every datagram for a CRC-32
+//! before it leaves (the ICRC), and with `verify` the receiver does too (irn's raw path verifies
+//! every ICRC; its IPv4 UDP path cannot). The sender keeps at most 4 MiB (or half the receive
+//! buffer it got) ahead of what the receiver has taken — an atomic between the two threads:
+//! flow control at no cost in packets, unlike a transport's ACKs — so that nothing is dropped.
+//! What it prints is a floor's rate: the kernel's part of a Write stream over UDP, and of each
+//! byte's handling only the copy and the reads named.
 
 // The blaster calls `sendmmsg(2)` / `recvmmsg(2)` directly, as the device's own `net::sys`
 // does: a kernel baseline of those calls, with no wrapper between.
@@ -121,12 +122,13 @@ fn main() -> std::io::Result<()> {
             let work = Work {
                 place: flag("place"),
                 crc: flag("crc"),
+                verify: flag("verify"),
             };
             println!("{:.2}", stream(mb, seg, work)?);
         }
         _ => eprintln!(
             "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE [busy] [acked] | \
-             baseline blast COUNT SIZE [gso] [busy] | baseline stream MB [SEG] [place] [crc]"
+             baseline blast COUNT SIZE [gso] [busy] | baseline stream MB [SEG] [place] [crc] [verify]"
         ),
     }
     Ok(())
@@ -276,10 +278,15 @@ fn repeated(buf: &[u8], n: usize) -> Vec<libc::iovec> {
 
 /// One `recvmmsg(2)` into `msgs` from `s`, not waiting past what the socket's mode says: the
 /// messages taken, or 0 or less when none.
-fn recv_batch(s: &UdpSocket, msgs: &mut [libc::mmsghdr]) -> libc::c_int {
+///
+/// # Safety
+///
+/// Every header of `msgs` points at iovecs (and each iovec at a buffer of its length) that are
+/// alive and unmoved for the call, as `headers` builds them over `iovecs`: the kernel writes
+/// through them.
+unsafe fn recv_batch(s: &UdpSocket, msgs: &mut [libc::mmsghdr]) -> libc::c_int {
     use std::os::fd::AsRawFd;
-    // SAFETY: the caller's headers are valid (built by `headers` over iovecs it keeps alive
-    // and in place), and at most `msgs.len()` are filled.
+    // SAFETY: the caller's promise covers the headers; at most `msgs.len()` are filled.
     unsafe {
         libc::recvmmsg(
             s.as_raw_fd(),
@@ -331,6 +338,20 @@ fn round_trips(
     rtt.sort_by(f64::total_cmp);
     let p99 = rtt[(rtt.len() * 99 / 100).min(rtt.len() - 1)];
     Ok((rtt[rtt.len() / 2], p99))
+}
+
+/// `getsockopt(fd, level, name)` of an int-sized option of a socket the caller owns; 0 if it
+/// fails.
+fn get_int(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a plain getsockopt into an int-sized value whose length is passed with it.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&raw mut v).cast(), &mut len) };
+    if r == 0 {
+        v
+    } else {
+        0
+    }
 }
 
 /// `setsockopt(fd, level, name, int)` on a socket the caller owns.
@@ -390,7 +411,9 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
         let (mut got, mut first, mut last) = (0u64, None, Instant::now());
         let started = Instant::now();
         while got < count {
-            let n = recv_batch(&rx, &mut msgs);
+            // SAFETY: `msgs` holds BATCH headers built by `headers` over `iov`, which points
+            // into `bufs`; all three live, unmoved, until the loop ends.
+            let n = unsafe { recv_batch(&rx, &mut msgs) };
             if n <= 0 {
                 // Nothing for 200 ms after the last datagram (5 s before the first): the
                 // sender is done and the rest was dropped. Sleeping, the read timeout says so.
@@ -436,20 +459,23 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
     Ok(if secs > 0.0 { got as f64 / secs } else { 0.0 })
 }
 
-/// What the stream's receiver does with each datagram's payload besides receiving it.
+/// What the stream does with each datagram besides sending and receiving it.
 #[derive(Clone, Copy)]
 struct Work {
-    /// Copy it to its place in the region.
+    /// The receiver copies its payload to its place in the region.
     place: bool,
-    /// Read it for a CRC-32 (the ICRC's pass over the packet), and each datagram sent too.
+    /// The sender reads it for a CRC-32 (the ICRC's pass over the packet) before it leaves.
     crc: bool,
+    /// The receiver reads it for a CRC-32 too (verifying the ICRC, as irn's raw path does; its
+    /// IPv4 UDP path cannot: a UDP socket hides the IP identification the ICRC covers).
+    verify: bool,
 }
 
 /// The UDP stream floor of a Write of 64 KiB messages: payload MB/s received (see the
 /// module's doc).
 fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
     use std::os::fd::AsRawFd;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     const BATCH: usize = 16;
     const HDR: usize = 12;
@@ -465,13 +491,18 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
     let rx = UdpSocket::bind("127.0.0.1:0")?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     tx.connect(rx.local_addr()?)?;
-    // Room for what the sender may have ahead (beyond `net.core.rmem_max` as root).
+    // Room for what the sender may have ahead: as much as `net.core.rmem_max` allows, past it
+    // as root; the sender then stays within half of what the socket got (the kernel reports
+    // twice the bytes it accounts packets against), so that nothing is dropped.
+    set_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 32 << 20);
     set_int(
         rx.as_raw_fd(),
         libc::SOL_SOCKET,
         libc::SO_RCVBUFFORCE,
         32 << 20,
     );
+    let room = get_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).max(0) as u64 / 2;
+    let ahead = (AHEAD.min(room) / seg as u64).max(1);
     set_int(
         tx.as_raw_fd(),
         libc::SOL_UDP,
@@ -480,11 +511,11 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
     );
     set_int(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
     rx.set_nonblocking(true)?;
-    // Datagrams the receiver has taken: the sender stays within AHEAD bytes of it.
+    // Datagrams the receiver has taken: the sender stays within `ahead` of it.
     let taken = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&taken);
     // The receiver has stopped (all arrived, or 200 ms without a datagram: some were dropped).
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let stopped = Arc::clone(&stop);
     let receiver = std::thread::spawn(move || -> std::io::Result<(u64, f64)> {
         let mut bufs = vec![vec![0u8; 65536]; BATCH];
@@ -496,7 +527,9 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
         let mut first = None;
         let mut last = Instant::now();
         while got < total {
-            let n = recv_batch(&rx, &mut msgs);
+            // SAFETY: `msgs` was built by `headers` over `iov`, which points into `bufs`; all
+            // three live, unmoved, until the loop ends.
+            let n = unsafe { recv_batch(&rx, &mut msgs) };
             if n <= 0 {
                 let limit = if first.is_some() { 200 } else { 5000 };
                 if last.elapsed().as_millis() > limit {
@@ -517,7 +550,7 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
                         region[at..at + body.len()].copy_from_slice(body);
                         at += body.len();
                     }
-                    if work.crc {
+                    if work.verify {
                         check ^= crc32fast::hash(d);
                     }
                     got += 1;
@@ -532,39 +565,37 @@ fn stream(mb: u64, seg: usize, work: Work) -> std::io::Result<f64> {
     });
     let data = vec![7u8; seg * segs];
     let mut iov = repeated(&data, BATCH);
-    // The socket is connected, so no name is needed; `iov` and `data` outlive the calls.
-    let mut msgs = headers(&mut iov, None);
-    let ahead = AHEAD / seg as u64;
     let (mut sent, mut sum) = (0u64, 0u32);
     while sent < total && !stop.load(Ordering::Acquire) {
-        if sent >= taken.load(Ordering::Acquire) + ahead {
+        let room = (taken.load(Ordering::Acquire) + ahead).saturating_sub(sent);
+        if room == 0 {
             std::thread::yield_now();
             continue;
         }
-        let room = (taken.load(Ordering::Acquire) + ahead).saturating_sub(sent);
         let want = room.min(total - sent);
         let k = (want.div_ceil(segs as u64) as usize).clamp(1, BATCH);
-        // The last message may carry fewer datagrams.
-        let last = (want - (k as u64 - 1) * segs as u64).min(segs as u64) as usize;
-        for (i, v) in iov.iter_mut().enumerate().take(k) {
-            v.iov_len = seg * if i + 1 == k { last } else { segs };
+        // Each message carries `segs` datagrams, the last of the call what is left.
+        for (i, v) in iov.iter_mut().enumerate() {
+            let before = (i * segs) as u64;
+            v.iov_len = seg * want.saturating_sub(before).min(segs as u64) as usize;
         }
-        if work.crc {
-            // The sender's ICRC: every datagram of the call, before it leaves.
-            for v in &iov[..k] {
+        // Built after the lengths are set, so that the headers point at `iov` as it is; the
+        // socket is connected, so no name is needed.
+        let mut msgs = headers(&mut iov, None);
+        // SAFETY: `msgs[..k]` are valid headers whose iovecs point into `data`, and both
+        // outlive the call.
+        let n = unsafe { libc::sendmmsg(tx.as_raw_fd(), msgs.as_mut_ptr(), k as u32, 0) };
+        if n <= 0 {
+            continue;
+        }
+        for v in &iov[..n as usize] {
+            sent += (v.iov_len / seg) as u64;
+            if work.crc {
+                // The sender's ICRC of every datagram that left.
                 for d in data[..v.iov_len].chunks(seg) {
                     sum ^= crc32fast::hash(d);
                 }
             }
-        }
-        // SAFETY: `msgs[..k]` are valid headers whose iovecs point into `data`.
-        let n = unsafe { libc::sendmmsg(tx.as_raw_fd(), msgs.as_mut_ptr(), k as u32, 0) };
-        if n > 0 {
-            let n = n as usize;
-            sent += (0..n).map(|i| (iov[i].iov_len / seg) as u64).sum::<u64>();
-        }
-        for v in iov.iter_mut() {
-            v.iov_len = data.len();
         }
     }
     std::hint::black_box(sum);
