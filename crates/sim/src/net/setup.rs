@@ -226,7 +226,7 @@ mod tests {
 
     /// The components' tests' dumbbell, with `recovery`.
     fn config(recovery: Recovery, pfc: bool) -> SimConfig {
-        let mut cfg = super::super::tests::config(pfc);
+        let mut cfg = crate::net::tests::config(pfc);
         cfg.transport.recovery = recovery;
         cfg
     }
