@@ -215,8 +215,14 @@ impl IbRepr {
 
     /// Writes BTH (with the pad count) and extension headers at the start of `buf`.
     pub fn emit_header(&self, buf: &mut [u8]) -> Result<usize> {
+        self.emit_header_of_len(buf, self.header_len())
+    }
+
+    /// [`IbRepr::emit_header`] for a caller that has [`IbRepr::header_len`] already, `len`:
+    /// a sender asks for the lengths of every layer before it writes one.
+    pub(crate) fn emit_header_of_len(&self, buf: &mut [u8], len: usize) -> Result<usize> {
+        debug_assert_eq!(len, self.header_len());
         self.check()?;
-        let len = self.header_len();
         room(buf.len(), len)?;
         let mut at = self.bth.emit(buf)?;
         Bth::new_unchecked(&mut buf[..BTH_LEN]).set_pad_count(self.pad_len() as u8);

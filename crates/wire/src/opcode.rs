@@ -228,6 +228,21 @@ const fn operation_layout(op: u8) -> Option<Layout> {
     Some(Layout { headers, payload })
 }
 
+/// [`Opcode::layout`] for every opcode under TVer 0, 1 and 2 (the versions with layouts).
+static LAYOUTS: [[Option<Layout>; 256]; 3] = {
+    let mut t = [[None; 256]; 3];
+    let mut tver = 0;
+    while tver < 3 {
+        let mut op = 0;
+        while op < 256 {
+            t[tver][op] = Opcode(op as u8).layout_by_rule(tver as u8);
+            op += 1;
+        }
+        tver += 1;
+    }
+    t
+};
+
 impl Opcode {
     /// The transport service (bits 7–5).
     pub const fn transport(self) -> Transport {
@@ -255,7 +270,18 @@ impl Opcode {
     /// `tver == 2` (extended-IB selective retransmission, SPEC T8(c–d)) the layout is the same
     /// but for `RC_IRN_READ_ACK`, which that design does not have (its Read responses share the
     /// request PSN space, as standard RoCE's do).
+    #[inline]
     pub const fn layout(self, tver: u8) -> Option<Layout> {
+        // Every packet built, checked or parsed asks for its layout, most more than once: a
+        // table read, built at compile time from the rules below.
+        if tver as usize >= LAYOUTS.len() {
+            return None;
+        }
+        LAYOUTS[tver as usize][self.0 as usize]
+    }
+
+    /// [`Opcode::layout`] by its rules: what the table holds for TVer 0–2, `None` above.
+    const fn layout_by_rule(self, tver: u8) -> Option<Layout> {
         let op = self.operation();
         match (self.transport(), tver) {
             (Transport::Rc, 0) => match op {
@@ -463,6 +489,22 @@ mod tests {
             assert!(o.is_read_response());
             assert_eq!((o.is_first(), o.is_last()), (first, last), "{o}");
         }
+    }
+
+    #[test]
+    fn the_layout_table_holds_the_rules() {
+        for tver in 0..=u8::MAX {
+            for op in 0..=u8::MAX {
+                let want = if tver < 3 {
+                    Opcode(op).layout_by_rule(tver)
+                } else {
+                    None
+                };
+                assert_eq!(Opcode(op).layout(tver), want, "opcode {op:#x}, TVer {tver}");
+            }
+        }
+        // TVer 3 and above have no layouts by the rules either.
+        assert_eq!(Opcode::RC_SEND_ONLY.layout_by_rule(3), None);
     }
 
     #[test]

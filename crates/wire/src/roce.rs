@@ -314,16 +314,21 @@ impl RoceRepr {
                 what: "payload pieces' length differs from payload_len",
             });
         }
-        let mut ip = self.ip;
-        ip.set_payload_len(self.ip_payload_len());
-        let ib_at = ip.header_len() + UDP_LEN;
-        let head = ib_at + self.ib.header_len();
+        // The InfiniBand headers' length once: the IP and UDP lengths and where the trailer
+        // goes all follow from it.
+        let ib_header_len = self.ib.header_len();
         let pad = self.ib.pad_len();
+        let ib_len = ib_header_len + self.ib.payload_len + pad;
+        let mut ip = self.ip;
+        ip.set_payload_len(UDP_LEN + ib_len + ICRC_LEN);
+        let ib_at = ip.header_len() + UDP_LEN;
+        let head = ib_at + ib_header_len;
         room(buf.len(), head + pad + ICRC_LEN)?;
         let ip_len = ip.emit(buf)?;
-        self.ib.emit_header(&mut buf[ib_at..])?;
+        self.ib
+            .emit_header_of_len(&mut buf[ib_at..], ib_header_len)?;
         self.udp
-            .emit_header(&mut buf[ip_len..ib_at], self.ib.buffer_len() + ICRC_LEN)?;
+            .emit_header(&mut buf[ip_len..ib_at], ib_len + ICRC_LEN)?;
         let (headers, trailer) = buf.split_at_mut(head);
         trailer[..pad].fill(0);
         let crc = icrc::compute_gather(

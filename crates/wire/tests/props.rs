@@ -386,6 +386,27 @@ proptest! {
         }
     }
 
+    /// An IRNETH's representation reads every field where the view's accessors read it, for
+    /// any set of flags, any bitmap length and any field contents.
+    #[test]
+    fn irneth_parse_reads_what_the_view_reads(
+        flags in any::<u8>(),
+        words in 0u8..=MAX_BITMAP_WORDS as u8,
+        rest in proptest::collection::vec(any::<u8>(), 92),
+    ) {
+        let mut bytes = vec![flags & irn_wire::irn::FLAGS_KNOWN, words, 0, 0];
+        bytes.extend_from_slice(&rest);
+        let v = IrnEth::new_checked(&bytes[..]).expect("known flags, every field present");
+        let r = IrnEthRepr::parse(&v).expect("parses");
+        prop_assert_eq!(r.wqe_sn, v.wqe_sn());
+        prop_assert_eq!(r.psn_offset, v.psn_offset());
+        prop_assert_eq!(r.ssn, v.ssn());
+        prop_assert_eq!(r.local, v.local());
+        prop_assert_eq!(r.sack_psn, v.sack_psn());
+        prop_assert_eq!(r.loss_bitmap, v.loss_bitmap());
+        prop_assert_eq!(r.buffer_len(), v.header_len());
+    }
+
     /// Arbitrary bytes never panic, through every entry point.
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1600)) {
