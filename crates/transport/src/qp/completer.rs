@@ -406,8 +406,7 @@ impl QueuePair {
             return Err(WcStatus::BadRespErr);
         }
         if M::HOLDS_BYTES {
-            let sg = w.wr.sg_list.clone();
-            scatter(mem, &sg, off, payload).map_err(|_| WcStatus::LocProtErr)?;
+            scatter(mem, &w.wr.sg_list, off, payload).map_err(|_| WcStatus::LocProtErr)?;
         }
         Ok(())
     }

@@ -710,8 +710,7 @@ impl QueuePair {
             let Some(rwqe) = self.recv_wqe(sn) else {
                 return Err(Refused::Rnr);
             };
-            let sg = rwqe.wr.sg_list.clone();
-            let cap = rwqe.len;
+            let (sg, cap) = (&rwqe.wr.sg_list, rwqe.len);
             let at = u64::from(off) * u64::from(mtu);
             if at + plen > cap {
                 return Err(Refused::Fatal(
@@ -719,7 +718,7 @@ impl QueuePair {
                     Some((sn, WcStatus::LocLenErr)),
                 ));
             }
-            if place_local(mem, &sg, at, plen, payload).is_err() {
+            if place_local(mem, sg, at, plen, payload).is_err() {
                 return Err(Refused::Fatal(
                     NakCode::RemoteOperationalError,
                     Some((sn, WcStatus::LocProtErr)),
