@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
         let wr = SendWr {
             wr_id: 1,
             op,
-            sg_list: vec![Sge { addr: src, len: 5000, lkey: sk.lkey }],
+            sg_list: irn_transport::sgl![Sge { addr: src, len: 5000, lkey: sk.lkey }],
             signaled: true,
             fence: false,
             solicited: false,

@@ -21,8 +21,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use irn_verbs::{
-    Access, AttrMask, QpAttr, QpInit, QpState, RecvWr, Remote, SendOp, SendWr, Sge, UdAttr, UdInit,
-    UdSend,
+    Access, AttrMask, QpAttr, QpInit, QpState, RecvWr, Remote, SendOp, SendWr, SgList, Sge, UdAttr,
+    UdInit, UdSend,
 };
 
 use crate::abi::*;
@@ -580,11 +580,12 @@ pub unsafe extern "C" fn irn_ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut c_void) ->
 ///
 /// # Safety
 /// `list` holds `n` entries when `n > 0`.
-unsafe fn sges(list: *const ibv_sge, n: c_int, max: u32) -> Result<Vec<Sge>, i32> {
+unsafe fn sges(list: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32> {
     if n < 0 || n as u32 > max || (n > 0 && list.is_null()) {
         return Err(errno::EINVAL);
     }
-    let mut v = Vec::with_capacity(n as usize);
+    // One entry, as most posts carry, stays inline: a post allocates nothing.
+    let mut v = SgList::with_capacity(n as usize);
     for i in 0..n as usize {
         // SAFETY: the caller's contract.
         let s = unsafe { *list.add(i) };
@@ -633,7 +634,7 @@ impl Inline {
 ///
 /// # Safety
 /// `w` is the program's work request, its lists valid.
-unsafe fn rc_wr(q: &Qp, w: &ibv_send_wr, sg: Vec<Sge>) -> Result<SendWr, i32> {
+unsafe fn rc_wr(q: &Qp, w: &ibv_send_wr, sg: SgList) -> Result<SendWr, i32> {
     // SAFETY: the union's `rdma` member, which the opcodes that use it name (verbs.h).
     let rdma = || unsafe { w.wr.rdma };
     // SAFETY: the `atomic` member, likewise.
@@ -753,7 +754,7 @@ pub(crate) unsafe extern "C" fn post_send(
         let sg = match ring.as_deref_mut() {
             // SAFETY: inline data names the program's readable bytes.
             Some(r) => match unsafe { inline_copy(r, &sg) } {
-                Ok(s) => vec![s],
+                Ok(s) => irn_verbs::sgl![s],
                 Err(e) => return fail(cur, e),
             },
             None => sg,
@@ -803,7 +804,7 @@ pub(crate) unsafe extern "C" fn post_send(
 ///
 /// # Safety
 /// `w` is the program's work request; its `wr.ud.ah` an address handle of this library's.
-unsafe fn ud_send(q: &Qp, ud: &irn_verbs::UdQp, w: &ibv_send_wr, sg: Vec<Sge>) -> Result<(), i32> {
+unsafe fn ud_send(q: &Qp, ud: &irn_verbs::UdQp, w: &ibv_send_wr, sg: SgList) -> Result<(), i32> {
     let imm = match w.opcode {
         wr_opcode::SEND => None,
         wr_opcode::SEND_WITH_IMM => Some(u32::from_be(w.imm_data)),

@@ -30,7 +30,7 @@ fn write_4mb(rec: RecoveryConfig, loss: f64) -> u64 {
             addr: dst,
             rkey: dk.rkey,
         }),
-        sg_list: vec![Sge {
+        sg_list: irn_transport::sgl![Sge {
             addr: src,
             len: LEN as u32,
             lkey: k.lkey,

@@ -96,4 +96,4 @@ pub use time::{Dur, Time};
 pub use ud::{
     UdAttr, UdCounters, UdDest, UdModifyError, UdQueuePair, UdSendWr, UdTransmit, GRH_LEN,
 };
-pub use wr::{Completion, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus};
+pub use wr::{Completion, RecvWr, Remote, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus};

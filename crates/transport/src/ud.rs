@@ -25,7 +25,7 @@ use irn_wire::{BthRepr, DethRepr, IbRepr, Opcode, Psn, TVER_STANDARD};
 use crate::memory::Memory;
 use crate::qp::PostError;
 use crate::state::QpState;
-use crate::wr::{Completion, RecvWr, Sge, WcOpcode, WcStatus};
+use crate::wr::{Completion, RecvWr, SgList, WcOpcode, WcStatus};
 
 /// Bytes at the start of every UD receive buffer that hold the GRH (IBTA §11.4.1.1).
 pub const GRH_LEN: usize = 40;
@@ -50,7 +50,7 @@ pub struct UdSendWr {
     /// The destination.
     pub dest: UdDest,
     /// The message (at most one path MTU).
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Immediate data (`IBV_WR_SEND_WITH_IMM`).
     pub imm: Option<u32>,
     /// Whether a successful completion is reported (errors always are).
@@ -475,6 +475,7 @@ pub fn grh_source(grh: &[u8]) -> Option<GrhSource> {
 mod tests {
     use super::*;
     use crate::memory::{Access, ByteMemory};
+    use crate::wr::Sge;
 
     #[test]
     fn the_grh_area_gives_back_the_sender_it_was_filled_from() {
@@ -536,7 +537,7 @@ mod tests {
         let mut b = ready(0x22, 0x1111_1111);
         b.post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![Sge {
+            sg_list: crate::sgl![Sge {
                 addr: dst,
                 len: 100,
                 lkey: dk.lkey,
@@ -550,7 +551,7 @@ mod tests {
                 remote_qpn: 0x22,
                 remote_qkey: 0x1111_1111,
             },
-            sg_list: vec![Sge {
+            sg_list: crate::sgl![Sge {
                 addr: src,
                 len: 15,
                 lkey: sk.lkey,
@@ -630,7 +631,7 @@ mod tests {
         for id in [1, 2] {
             b.post_recv(RecvWr {
                 wr_id: id,
-                sg_list: vec![Sge {
+                sg_list: crate::sgl![Sge {
                     addr: dst,
                     len: 48,
                     lkey: dk.lkey,
@@ -664,20 +665,20 @@ mod tests {
         assert!(matches!(
             q.post_recv(RecvWr {
                 wr_id: 1,
-                sg_list: vec![]
+                sg_list: crate::sgl![]
             }),
             Err(PostError::InvalidState(QpState::Reset))
         ));
         q.modify(QpState::Init, &attr).expect("init");
         q.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![],
+            sg_list: crate::sgl![],
         })
         .expect("recv in INIT");
         assert_eq!(
             q.post_recv(RecvWr {
                 wr_id: 2,
-                sg_list: vec![]
+                sg_list: crate::sgl![]
             }),
             Err(PostError::QueueFull)
         );
@@ -690,7 +691,7 @@ mod tests {
                 remote_qpn: 2,
                 remote_qkey: 1,
             },
-            sg_list: vec![Sge {
+            sg_list: crate::sgl![Sge {
                 addr: 0,
                 len: 257,
                 lkey: 0,

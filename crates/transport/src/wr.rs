@@ -14,6 +14,21 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// A work request's scatter/gather list. Its first entry is held inline, so that a work
+/// request of one entry — almost every one a verbs program posts — costs no allocation to build
+/// and none to free when it completes, as `ibv_post_send(3)` copies a caller's list into the
+/// send queue without one; longer lists spill to the heap. Build one with [`sgl!`](crate::sgl)
+/// (as `vec!` builds a `Vec`), [`SgList::from_slice`] or by collecting entries.
+pub type SgList = smallvec::SmallVec<[Sge; 1]>;
+
+/// Builds an [`SgList`] from its entries, as `vec!` builds a `Vec`: `sgl![mr.sge(0, 64)]`.
+#[macro_export]
+macro_rules! sgl {
+    ($($sge:expr),* $(,)?) => {
+        <$crate::SgList as ::core::iter::FromIterator<$crate::Sge>>::from_iter([$($sge),*])
+    };
+}
+
 /// Remote memory a one-sided operation targets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Remote {
@@ -102,7 +117,7 @@ pub struct SendWr {
     /// What to do.
     pub op: SendOp,
     /// Local buffers: gathered for Send/Write, scattered for Read, one 8-byte entry for atomics.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Whether a successful completion is reported (errors always are).
     pub signaled: bool,
     /// Wait for all earlier Reads and atomics to complete before starting (`IBV_SEND_FENCE`).
@@ -129,7 +144,7 @@ pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Where an incoming Send is scattered.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 impl RecvWr {
@@ -264,5 +279,39 @@ impl Completion {
             qp_num,
             src_qp: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn sge(addr: u64) -> Sge {
+        Sge {
+            addr,
+            len: 64,
+            lkey: 7,
+        }
+    }
+
+    #[test]
+    fn a_list_of_one_entry_is_held_inline_and_longer_ones_in_order() {
+        let none = crate::sgl![];
+        assert!(none.is_empty() && !none.spilled());
+        let one = crate::sgl![sge(0x1000)];
+        assert_eq!(one.as_slice(), [sge(0x1000)]);
+        assert!(!one.spilled(), "one entry needs no allocation");
+        let three = crate::sgl![sge(1), sge(2), sge(3)];
+        assert_eq!(three.as_slice(), [sge(1), sge(2), sge(3)]);
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            sg_list: three,
+            signaled: true,
+            fence: false,
+            solicited: false,
+        };
+        assert_eq!(wr.len(), 192);
+        assert_eq!(SgList::from_slice(&[sge(4)]), crate::sgl![sge(4)]);
     }
 }

@@ -39,7 +39,7 @@ fn every_operation_runs_without_payload_bytes() {
             rkey: kb.rkey,
         };
         let local = |len: u32| {
-            vec![Sge {
+            irn_transport::sgl![Sge {
                 addr: la,
                 len,
                 lkey: ka.lkey,
@@ -55,7 +55,7 @@ fn every_operation_runs_without_payload_bytes() {
         for _ in 0..2 {
             b.post_recv(RecvWr {
                 wr_id: 50,
-                sg_list: vec![Sge {
+                sg_list: irn_transport::sgl![Sge {
                     addr: rb,
                     len: 1 << 20,
                     lkey: kb.lkey,

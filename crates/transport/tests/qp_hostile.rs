@@ -45,7 +45,7 @@ fn hostile_run(irn: bool, packets: &[(bool, u32, Vec<u8>)]) -> bool {
         p.a.post_send(SendWr {
             wr_id: 1,
             op,
-            sg_list: vec![Sge {
+            sg_list: irn_transport::sgl![Sge {
                 addr: src,
                 len: 5000,
                 lkey: sk.lkey,

@@ -98,7 +98,7 @@ fn write_wr(sge: Sge, remote: Remote) -> SendWr {
     SendWr {
         wr_id: 1,
         op: SendOp::Write(remote),
-        sg_list: vec![sge],
+        sg_list: irn_transport::sgl![sge],
         signaled: true,
         fence: false,
         solicited: false,
@@ -1197,7 +1197,7 @@ fn post_recv_at_b(p: &mut Pair, len: usize) -> u64 {
         .expect("reg");
     p.b.post_recv(RecvWr {
         wr_id: 9,
-        sg_list: vec![Sge {
+        sg_list: irn_transport::sgl![Sge {
             addr: dst,
             len: len as u32,
             lkey: dk.lkey,
@@ -1211,7 +1211,7 @@ fn one_op(p: &mut Pair, op: SendOp, local: Sge) {
     p.a.post_send(SendWr {
         wr_id: 77,
         op,
-        sg_list: vec![local],
+        sg_list: irn_transport::sgl![local],
         signaled: true,
         fence: false,
         solicited: false,
@@ -1220,7 +1220,7 @@ fn one_op(p: &mut Pair, op: SendOp, local: Sge) {
     p.a.post_send(SendWr {
         wr_id: 78,
         op: SendOp::Send,
-        sg_list: vec![],
+        sg_list: irn_transport::sgl![],
         signaled: true,
         fence: false,
         solicited: false,
@@ -1304,7 +1304,7 @@ fn send_without_a_receive_gets_rnr_naks_until_one_is_posted() {
         p.a.post_send(SendWr {
             wr_id: 1,
             op: SendOp::Send,
-            sg_list: vec![Sge {
+            sg_list: irn_transport::sgl![Sge {
                 addr: src,
                 len: 5,
                 lkey: k.lkey,
@@ -1344,7 +1344,7 @@ fn irn_resends_after_an_rnr_wait_only_what_the_receiver_did_not_sack() {
     let mut wrs = vec![SendWr {
         wr_id: 1,
         op: SendOp::Send,
-        sg_list: vec![sge(5)],
+        sg_list: irn_transport::sgl![sge(5)],
         signaled: true,
         fence: false,
         solicited: false,
@@ -1356,7 +1356,7 @@ fn irn_resends_after_an_rnr_wait_only_what_the_receiver_did_not_sack() {
                 addr: dst + 64 * i,
                 rkey: dk.rkey,
             }),
-            sg_list: vec![sge(64)],
+            sg_list: irn_transport::sgl![sge(64)],
             signaled: true,
             fence: false,
             solicited: false,
@@ -1443,7 +1443,7 @@ fn verbs_in_the_wrong_state_are_typed_errors() {
     let wr = SendWr {
         wr_id: 1,
         op: SendOp::Send,
-        sg_list: vec![],
+        sg_list: irn_transport::sgl![],
         signaled: true,
         fence: false,
         solicited: false,
@@ -1452,7 +1452,7 @@ fn verbs_in_the_wrong_state_are_typed_errors() {
     assert!(q
         .post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![]
+            sg_list: irn_transport::sgl![]
         })
         .is_err());
     assert!(q
@@ -1622,7 +1622,7 @@ fn send_with_invalidate_revokes_its_key_in_psn_order() {
     let rk = mem.register(r, 64, Access::LOCAL_WRITE).expect("reg");
     q.post_recv(RecvWr {
         wr_id: 3,
-        sg_list: vec![Sge {
+        sg_list: irn_transport::sgl![Sge {
             addr: r,
             len: 64,
             lkey: rk.lkey,
@@ -2003,8 +2003,8 @@ fn read_with_holes(rec: RecoveryConfig) -> (QueuePair, ByteMemory, u64, Vec<u8>,
         lkey: lk.lkey,
     };
     for (wr_id, op, sg) in [
-        (1, SendOp::Read(remote), vec![sge]),
-        (2, SendOp::Send, vec![]),
+        (1, SendOp::Read(remote), irn_transport::sgl![sge]),
+        (2, SendOp::Send, irn_transport::sgl![]),
     ] {
         q.post_send(SendWr {
             wr_id,
@@ -2222,8 +2222,8 @@ fn to_a_dead_peer(recovery: RecoveryConfig) -> Pair {
     let (mem, sge, remote, _) = memory(64);
     p.mem_a = mem;
     for (id, op, sg) in [
-        (77, SendOp::Write(remote), vec![sge]),
-        (78, SendOp::Send, vec![]),
+        (77, SendOp::Write(remote), irn_transport::sgl![sge]),
+        (78, SendOp::Send, irn_transport::sgl![]),
     ] {
         p.a.post_send(SendWr {
             wr_id: id,

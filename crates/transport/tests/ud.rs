@@ -68,7 +68,7 @@ proptest! {
             guards.push((kg1.lkey, g1));
             q.post_recv(RecvWr {
                 wr_id: i as u64,
-                sg_list: vec![Sge { addr: b, len, lkey: k.lkey }],
+                sg_list: irn_transport::sgl![Sge { addr: b, len, lkey: k.lkey }],
             }).expect("recv");
         }
         let grh = [0x6eu8; GRH_LEN];

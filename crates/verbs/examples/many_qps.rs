@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     addr: dst.addr(),
                     rkey: dst.rkey(),
                 }),
-                sg_list: vec![Sge {
+                sg_list: irn_transport::sgl![Sge {
                     addr: src.addr(),
                     len: size,
                     lkey: src.lkey(),

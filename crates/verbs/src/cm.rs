@@ -155,7 +155,7 @@ impl Gsi {
         for i in 0..SLOTS {
             qp.post_recv(RecvWr {
                 wr_id: i,
-                sg_list: vec![mr.sge(i * SLOT, SLOT as u32)],
+                sg_list: irn_transport::sgl![mr.sge(i * SLOT, SLOT as u32)],
             })?;
         }
         qp.ready(1024, 0)?;
@@ -192,7 +192,7 @@ impl Gsi {
             ah: &self.ahs[i].2,
             remote_qpn: GSI_QPN,
             remote_qkey: GSI_QKEY,
-            sg_list: vec![self.mr.sge(SEND_AT, MAD_LEN as u32)],
+            sg_list: irn_transport::sgl![self.mr.sge(SEND_AT, MAD_LEN as u32)],
             imm: None,
             signaled: true,
         })?;
@@ -235,7 +235,7 @@ impl Gsi {
         };
         self.qp.post_recv(RecvWr {
             wr_id: slot,
-            sg_list: vec![self.mr.sge(slot * SLOT, SLOT as u32)],
+            sg_list: irn_transport::sgl![self.mr.sge(slot * SLOT, SLOT as u32)],
         })?;
         if got.is_none() {
             self.dropped += 1;

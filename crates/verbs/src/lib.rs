@@ -69,7 +69,7 @@
 //! qa.post_send(SendWr {
 //!     wr_id: 1,
 //!     op: SendOp::Write(Remote { addr: dst.addr(), rkey: dst.rkey() }),
-//!     sg_list: vec![src.sge(0, 5)],
+//!     sg_list: irn_transport::sgl![src.sge(0, 5)],
 //!     signaled: true,
 //!     fence: false,
 //!     solicited: false,
@@ -106,8 +106,8 @@ pub use device::{
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;
 pub use irn_transport::{
-    Access, AttrMask, CcKind, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr, Sge,
-    UdAttr, UdCounters, WcOpcode, WcStatus, GRH_LEN,
+    sgl, Access, AttrMask, CcKind, Counters, QpAttr, QpState, RecvWr, Remote, SendOp, SendWr,
+    SgList, Sge, UdAttr, UdCounters, WcOpcode, WcStatus, GRH_LEN,
 };
 pub use irn_wire::{Psn, DEFAULT_PKEY};
 pub use net::{active_mtu, roce_source_port, ReceivePath};

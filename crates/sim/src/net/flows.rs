@@ -12,7 +12,8 @@ use crate::config::{FlowOp, SimConfig};
 use crate::workload::Flow;
 use irn_transport::rng::mix;
 use irn_transport::{
-    connect_qp, Dur, MrKeys, QpAttr, QpConfig, RecvWr, Remote, SendOp, SendWr, Sge, Time, WcStatus,
+    connect_qp, Dur, MrKeys, QpAttr, QpConfig, RecvWr, Remote, SendOp, SendWr, SgList, Sge, Time,
+    WcStatus,
 };
 use irn_wire::Psn;
 
@@ -71,9 +72,9 @@ impl FlowState {
 }
 
 /// Scatter/gather entries covering `len` bytes at `addr` (an entry holds at most 2^32 − 1).
-fn sg_list(addr: u64, len: u64, lkey: u32) -> Vec<Sge> {
+fn sg_list(addr: u64, len: u64, lkey: u32) -> SgList {
     const CHUNK: u64 = 1 << 30;
-    let mut v = Vec::with_capacity(1);
+    let mut v = SgList::new();
     let mut off = 0;
     while off < len || (len == 0 && v.is_empty()) {
         let n = (len - off).min(CHUNK);

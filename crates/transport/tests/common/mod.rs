@@ -5,7 +5,7 @@
 
 use irn_transport::pair::{Pair, Rng};
 use irn_transport::{
-    Access, Completion, MrKeys, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Access, Completion, MrKeys, RecvWr, Remote, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus,
 };
 
 /// One operation A performs on B.
@@ -81,9 +81,9 @@ fn fill(rng: &mut Rng, n: usize) -> Vec<u8> {
     (0..n).map(|_| rng.next_u64() as u8).collect()
 }
 
-fn sg_list(addr: u64, len: usize, lkey: u32, pieces: usize) -> Vec<Sge> {
+fn sg_list(addr: u64, len: usize, lkey: u32, pieces: usize) -> SgList {
     let pieces = pieces.clamp(1, 4).min(len.max(1));
-    let mut out = Vec::new();
+    let mut out = SgList::new();
     let mut at = 0usize;
     for i in 0..pieces {
         let n = if i + 1 == pieces {
@@ -179,7 +179,7 @@ impl Workload {
                             pair.b
                                 .post_recv(RecvWr {
                                     wr_id: recv_id,
-                                    sg_list: vec![],
+                                    sg_list: irn_transport::sgl![],
                                 })
                                 .expect("post recv");
                             e.recv =
@@ -223,7 +223,7 @@ impl Workload {
                         .mem_a
                         .register(dst, 8, Access::LOCAL_WRITE)
                         .expect("register atomic dst");
-                    sg = vec![Sge {
+                    sg = irn_transport::sgl![Sge {
                         addr: dst,
                         len: 8,
                         lkey: dk.lkey,

@@ -5,7 +5,7 @@
 
 use super::engine::{post_reserving, push_wc};
 use super::*;
-use irn_transport::{UdAttr, UdCounters, UdDest, UdQueuePair, UdSendWr};
+use irn_transport::{SgList, UdAttr, UdCounters, UdDest, UdQueuePair, UdSendWr};
 
 /// A UD queue pair in the device.
 pub(super) struct UdEntry {
@@ -60,7 +60,7 @@ pub struct UdSend<'a> {
     /// The destination's Q_Key (most significant bit set: this queue pair's own).
     pub remote_qkey: u32,
     /// The message: at most the path MTU.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Immediate data.
     pub imm: Option<u32>,
     /// Whether a successful completion is reported.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use irn_verbs::{
     Access, Cq, Device, DeviceConfig, Impairment, Mr, Pd, Qp, QpAttr, QpInit, QpMode, ReceivePath,
-    Remote, RemoteQp, SendOp, SendWr, Sge, Wc,
+    Remote, RemoteQp, SendOp, SendWr, SgList, Wc,
 };
 
 pub struct Side {
@@ -117,11 +117,12 @@ pub fn connect(a: Side, b: Side, attr: &QpAttr) -> Pair {
     Pair { a, b }
 }
 
-pub fn wr(wr_id: u64, op: SendOp, sg: Vec<Sge>) -> SendWr {
+/// A signaled work request; `sg` a `Vec` or an [`SgList`].
+pub fn wr(wr_id: u64, op: SendOp, sg: impl Into<SgList>) -> SendWr {
     SendWr {
         wr_id,
         op,
-        sg_list: sg,
+        sg_list: sg.into(),
         signaled: true,
         fence: false,
         solicited: false,
