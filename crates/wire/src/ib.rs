@@ -259,15 +259,25 @@ impl IbRepr {
     /// Writes headers, `payload` (which must be `payload_len` bytes) and zero pad at the start of
     /// `buf`; returns [`IbRepr::buffer_len`].
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        self.emit_of_header_len(buf, payload, self.header_len())
+    }
+
+    /// [`IbRepr::emit`] for a caller that has [`IbRepr::header_len`] already, `len`.
+    pub(crate) fn emit_of_header_len(
+        &self,
+        buf: &mut [u8],
+        payload: &[u8],
+        len: usize,
+    ) -> Result<usize> {
         if payload.len() != self.payload_len {
             return Err(Error::Invalid {
                 layer: Layer::Payload,
                 what: "payload slice length differs from payload_len",
             });
         }
-        let total = self.buffer_len();
+        let total = len + self.payload_len + self.pad_len();
         room(buf.len(), total)?;
-        let at = self.emit_header(buf)?;
+        let at = self.emit_header_of_len(buf, len)?;
         buf[at..at + payload.len()].copy_from_slice(payload);
         buf[at + payload.len()..total].fill(0);
         Ok(total)

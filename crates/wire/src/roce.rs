@@ -266,13 +266,19 @@ impl RoceRepr {
     /// Writes the IP packet — headers, `payload`, pad and ICRC — at the start of `buf`, deriving
     /// the IP and UDP lengths. Returns [`RoceRepr::buffer_len`].
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
-        let total = self.buffer_len();
+        // The InfiniBand headers' length once: every other length follows from it.
+        let ib_header_len = self.ib.header_len();
+        let ip_payload_len =
+            UDP_LEN + ib_header_len + self.ib.payload_len + self.ib.pad_len() + ICRC_LEN;
+        let total = self.ip.header_len() + ip_payload_len;
         room(buf.len(), total)?;
         let mut ip = self.ip;
-        ip.set_payload_len(self.ip_payload_len());
+        ip.set_payload_len(ip_payload_len);
         let ip_len = ip.emit(buf)?;
         let ib_at = ip_len + UDP_LEN;
-        let ib_len = self.ib.emit(&mut buf[ib_at..], payload)?;
+        let ib_len = self
+            .ib
+            .emit_of_header_len(&mut buf[ib_at..], payload, ib_header_len)?;
         let datagram_len = UDP_LEN + ib_len + ICRC_LEN;
         self.udp.emit(
             &mut buf[ip_len..ip_len + datagram_len],
