@@ -14,11 +14,12 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// A work request's scatter/gather list. Its first entry is held inline, so that a work
-/// request of one entry — almost every one a verbs program posts — costs no allocation to build
-/// and none to free when it completes, as `ibv_post_send(3)` copies a caller's list into the
-/// send queue without one; longer lists spill to the heap. Build one with [`sgl!`](crate::sgl)
-/// (as `vec!` builds a `Vec`), [`SgList::from_slice`] or by collecting entries.
+/// A work request's scatter/gather list. Its first entry is held inline, so that the list of a
+/// work request of one entry — almost every one a verbs program posts — costs no allocation to
+/// build and none to free when it completes, as `ibv_post_send(3)` copies a caller's list into
+/// the send queue without one; longer lists spill to the heap. It is a `smallvec::SmallVec`
+/// (smallvec 1.x), with that type's whole API: build one with [`sgl!`](crate::sgl) (as `vec!`
+/// builds a `Vec`), [`SgList::from_slice`] or by collecting entries.
 pub type SgList = smallvec::SmallVec<[Sge; 1]>;
 
 /// Builds an [`SgList`] from its entries, as `vec!` builds a `Vec`: `sgl![mr.sge(0, 64)]`.
@@ -313,5 +314,10 @@ mod tests {
         };
         assert_eq!(wr.len(), 192);
         assert_eq!(SgList::from_slice(&[sge(4)]), crate::sgl![sge(4)]);
+        // Inline storage costs a work request nothing beside a `Vec` (smallvec's `union`).
+        assert_eq!(
+            std::mem::size_of::<SgList>(),
+            std::mem::size_of::<Vec<Sge>>()
+        );
     }
 }
