@@ -584,7 +584,7 @@ unsafe fn sges(list: *const ibv_sge, n: c_int, max: u32) -> Result<SgList, i32> 
     if n < 0 || n as u32 > max || (n > 0 && list.is_null()) {
         return Err(errno::EINVAL);
     }
-    // One entry, as most posts carry, stays inline: a post allocates nothing.
+    // One entry, as most posts carry, stays inline: the list allocates nothing.
     let mut v = SgList::with_capacity(n as usize);
     for i in 0..n as usize {
         // SAFETY: the caller's contract.

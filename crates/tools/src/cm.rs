@@ -200,7 +200,7 @@ impl CmChannel {
     fn post_recv(&self) -> Result<()> {
         self.qp.post_recv(RecvWr {
             wr_id: 0,
-            sg_list: irn_transport::sgl![self.mr.sge(0, SLOT)],
+            sg_list: irn_verbs::sgl![self.mr.sge(0, SLOT)],
         })?;
         Ok(())
     }
@@ -219,7 +219,7 @@ impl CmChannel {
         self.qp.post_send(SendWr {
             wr_id: 1,
             op: SendOp::Send,
-            sg_list: irn_transport::sgl![self.mr.sge(u64::from(SLOT), bytes.len() as u32)],
+            sg_list: irn_verbs::sgl![self.mr.sge(u64::from(SLOT), bytes.len() as u32)],
             signaled: true,
             fence: false,
             solicited: false,

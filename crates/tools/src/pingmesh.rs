@@ -300,7 +300,7 @@ fn probe(
         .post_send(SendWr {
             wr_id: id,
             op: SendOp::Write(link.remote),
-            sg_list: irn_transport::sgl![mr.sge(0, size)],
+            sg_list: irn_verbs::sgl![mr.sge(0, size)],
             signaled: true,
             fence: false,
             solicited: false,

@@ -106,11 +106,11 @@ impl Endpoint {
         match self {
             Endpoint::Rc { qp, .. } => qp.post_recv(RecvWr {
                 wr_id: RECV_WRID,
-                sg_list: irn_transport::sgl![buf.sge(0, size)],
+                sg_list: irn_verbs::sgl![buf.sge(0, size)],
             }),
             Endpoint::Ud { qp, .. } => qp.post_recv(RecvWr {
                 wr_id: RECV_WRID,
-                sg_list: irn_transport::sgl![buf.sge(0, size + GRH_LEN as u32)],
+                sg_list: irn_verbs::sgl![buf.sge(0, size + GRH_LEN as u32)],
             }),
         }
     }
@@ -133,7 +133,7 @@ impl Endpoint {
             Endpoint::Rc { qp, .. } => qp.post_send(SendWr {
                 wr_id: SEND_WRID,
                 op: SendOp::Send,
-                sg_list: irn_transport::sgl![buf.sge(0, size)],
+                sg_list: irn_verbs::sgl![buf.sge(0, size)],
                 signaled: true,
                 fence: false,
                 solicited: false,
@@ -147,7 +147,7 @@ impl Endpoint {
                     ah,
                     remote_qpn: *qpn,
                     remote_qkey: UD_QKEY,
-                    sg_list: irn_transport::sgl![buf.sge(GRH_LEN as u64, size)],
+                    sg_list: irn_verbs::sgl![buf.sge(GRH_LEN as u64, size)],
                     imm: None,
                     signaled: true,
                 })?;

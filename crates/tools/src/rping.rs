@@ -129,7 +129,7 @@ impl End {
     fn post_recv(&self) -> Result<()> {
         self.qp.post_recv(RecvWr {
             wr_id: 0,
-            sg_list: irn_transport::sgl![self.recv.sge(0, INFO_LEN)],
+            sg_list: irn_verbs::sgl![self.recv.sge(0, INFO_LEN)],
         })?;
         Ok(())
     }
@@ -144,7 +144,7 @@ impl End {
         self.qp.post_send(SendWr {
             wr_id: 1,
             op: SendOp::Send,
-            sg_list: irn_transport::sgl![self.send.sge(0, INFO_LEN)],
+            sg_list: irn_verbs::sgl![self.send.sge(0, INFO_LEN)],
             signaled: true,
             fence: false,
             solicited: false,
@@ -156,7 +156,7 @@ impl End {
         self.qp.post_send(SendWr {
             wr_id: 2,
             op,
-            sg_list: irn_transport::sgl![from.sge(0, len)],
+            sg_list: irn_verbs::sgl![from.sge(0, len)],
             signaled: true,
             fence: false,
             solicited: false,

@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     addr: dst.addr(),
                     rkey: dst.rkey(),
                 }),
-                sg_list: irn_transport::sgl![Sge {
+                sg_list: irn_verbs::sgl![Sge {
                     addr: src.addr(),
                     len: size,
                     lkey: src.lkey(),

@@ -69,7 +69,7 @@
 //! qa.post_send(SendWr {
 //!     wr_id: 1,
 //!     op: SendOp::Write(Remote { addr: dst.addr(), rkey: dst.rkey() }),
-//!     sg_list: irn_transport::sgl![src.sge(0, 5)],
+//!     sg_list: irn_verbs::sgl![src.sge(0, 5)],
 //!     signaled: true,
 //!     fence: false,
 //!     solicited: false,

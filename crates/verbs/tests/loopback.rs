@@ -65,7 +65,7 @@ fn every_operation_in_both_modes() {
         // Send / Recv with immediate.
         b.qp.post_recv(RecvWr {
             wr_id: 30,
-            sg_list: irn_transport::sgl![dst.sge(6000, 2000)],
+            sg_list: irn_verbs::sgl![dst.sge(6000, 2000)],
         })
         .expect("recv");
         a.qp.post_send(wr(3, SendOp::SendWithImm(0xfeed), vec![src.sge(0, 1500)]))
@@ -85,7 +85,7 @@ fn every_operation_in_both_modes() {
         // Write with immediate: data placed, and a receive completion at b.
         b.qp.post_recv(RecvWr {
             wr_id: 40,
-            sg_list: irn_transport::sgl![],
+            sg_list: irn_verbs::sgl![],
         })
         .expect("recv");
         a.qp.post_send(wr(
@@ -166,7 +166,7 @@ fn stream(mode: QpMode, loss: f64, total: u64, msg: u32, slots: u64) -> Duration
     for i in 0..slots.min(n) {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: irn_transport::sgl![dst.sge(off(i), msg)],
+            sg_list: irn_verbs::sgl![dst.sge(off(i), msg)],
         })
         .expect("recv");
     }
@@ -220,7 +220,7 @@ fn stream(mode: QpMode, loss: f64, total: u64, msg: u32, slots: u64) -> Duration
                 if next < n {
                     b.qp.post_recv(RecvWr {
                         wr_id: next,
-                        sg_list: irn_transport::sgl![dst.sge(off(next), msg)],
+                        sg_list: irn_verbs::sgl![dst.sge(off(next), msg)],
                     })
                     .expect("recv");
                 }
@@ -435,13 +435,13 @@ fn posting_errors_are_typed() {
     for i in 0..2 {
         s.qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: irn_transport::sgl![mr.sge(0, 8)],
+            sg_list: irn_verbs::sgl![mr.sge(0, 8)],
         })
         .expect("recv");
     }
     let r = s.qp.post_recv(RecvWr {
         wr_id: 2,
-        sg_list: irn_transport::sgl![mr.sge(0, 8)],
+        sg_list: irn_verbs::sgl![mr.sge(0, 8)],
     });
     assert!(matches!(r, Err(Error::CqFull(_))), "{r:?}");
     // An atomic needs one 8-byte buffer.
@@ -694,7 +694,7 @@ fn ud_datagrams_carry_the_grh_area_and_drop_what_they_must() {
     // Receives posted in INIT, as ibv_ud_pingpong posts them before its exchange.
     qb.post_recv(RecvWr {
         wr_id: 70,
-        sg_list: irn_transport::sgl![mb.sge(0, 1024 + GRH_LEN as u32)],
+        sg_list: irn_verbs::sgl![mb.sge(0, 1024 + GRH_LEN as u32)],
     })
     .expect("recv");
     qa.ready(1024, 0x42).expect("rts");
@@ -708,7 +708,7 @@ fn ud_datagrams_carry_the_grh_area_and_drop_what_they_must() {
         ah: &to_b,
         remote_qpn: qb.qpn(),
         remote_qkey: qkey,
-        sg_list: irn_transport::sgl![ma.sge(0, len)],
+        sg_list: irn_verbs::sgl![ma.sge(0, len)],
         imm: Some(7),
         signaled: true,
     };
@@ -1020,7 +1020,7 @@ fn the_cm_counts_and_drops_malformed_and_forged_mads() {
             ah: &ah,
             remote_qpn: GSI_QPN,
             remote_qkey: GSI_QKEY,
-            sg_list: irn_transport::sgl![mr.sge(0, bytes.len() as u32)],
+            sg_list: irn_verbs::sgl![mr.sge(0, bytes.len() as u32)],
             imm: None,
             signaled: true,
         })
@@ -1285,7 +1285,7 @@ fn gso_round(addr: &str, path: ReceivePath, mode: QpMode, mtu: u32, gso: bool) {
     for (i, &n) in sizes.iter().enumerate() {
         b.qp.post_recv(RecvWr {
             wr_id: 100 + i as u64,
-            sg_list: irn_transport::sgl![dst.sge(LEN as u64 + at, n.max(1))],
+            sg_list: irn_verbs::sgl![dst.sge(LEN as u64 + at, n.max(1))],
         })
         .expect("recv");
         a.qp.post_send(wr(100 + i as u64, SendOp::Send, vec![src.sge(at, n)]))
@@ -2002,13 +2002,13 @@ fn busy_polling_threads_drive_their_devices() {
             p.b.qp
                 .post_recv(RecvWr {
                     wr_id: i,
-                    sg_list: irn_transport::sgl![mb.sge(8192, 4096)],
+                    sg_list: irn_verbs::sgl![mb.sge(8192, 4096)],
                 })
                 .expect("recv");
             p.a.qp
                 .post_recv(RecvWr {
                     wr_id: i,
-                    sg_list: irn_transport::sgl![ma.sge(8192, 4096)],
+                    sg_list: irn_verbs::sgl![ma.sge(8192, 4096)],
                 })
                 .expect("recv");
             p.a.qp
@@ -2358,7 +2358,7 @@ fn posts_behind_packets_in_flight_leave_together_and_without_a_poll() {
         for i in 0..N {
             b.qp.post_recv(RecvWr {
                 wr_id: i,
-                sg_list: irn_transport::sgl![dst.sge(i * 64, 64)],
+                sg_list: irn_verbs::sgl![dst.sge(i * 64, 64)],
             })
             .expect("recv");
         }
@@ -2421,7 +2421,7 @@ fn list_posts_deliver_each_in_order_and_stop_at_the_first_refused() {
         src.write(0, &data).expect("write");
         let recvs = (0..n).map(|i| RecvWr {
             wr_id: 100 + i,
-            sg_list: irn_transport::sgl![dst.sge(i * len as u64, len as u32)],
+            sg_list: irn_verbs::sgl![dst.sge(i * len as u64, len as u32)],
         });
         assert_eq!(p.b.qp.post_recv_list(recvs).expect("receives"), n as usize);
         let sends = (0..n).map(|i| wr(i, SendOp::Send, vec![src.sge(i * len as u64, len as u32)]));
@@ -2636,7 +2636,7 @@ fn lent_round(mode: QpMode, mtu: u32) {
         let third = total / 3;
         b.qp.post_recv(RecvWr {
             wr_id: 100 + id,
-            sg_list: irn_transport::sgl![
+            sg_list: irn_verbs::sgl![
                 dst.sge(0, third),
                 dst.sge(u64::from(third) + 11, third),
                 dst.sge(2 * u64::from(third) + 22, total - 2 * third),

@@ -117,7 +117,7 @@ impl LatEnd<'_> {
         self.qp.post_send(SendWr {
             wr_id,
             op,
-            sg_list: irn_transport::sgl![self.mr.sge(off, self.p.size as u32)],
+            sg_list: irn_verbs::sgl![self.mr.sge(off, self.p.size as u32)],
             signaled: true,
             fence: false,
             solicited: false,
@@ -357,7 +357,7 @@ impl LatEnd<'_> {
 fn post_recv(qp: &Qp, mr: &Mr, p: &PerfParams, i: u64) -> Result<()> {
     qp.post_recv(RecvWr {
         wr_id: i,
-        sg_list: irn_transport::sgl![mr.sge(0, p.size as u32)],
+        sg_list: irn_verbs::sgl![mr.sge(0, p.size as u32)],
     })?;
     Ok(())
 }

@@ -659,7 +659,7 @@ impl<'a> Receiver<'a> {
         let p = self.p;
         RecvWr {
             wr_id: (q as u64) << 40 | i,
-            sg_list: irn_transport::sgl![mr.sge((i % self.side.slots) * p.size, p.size as u32)],
+            sg_list: irn_verbs::sgl![mr.sge((i % self.side.slots) * p.size, p.size as u32)],
         }
     }
 
@@ -1107,7 +1107,7 @@ impl Runner<'_> {
         Ok(SendWr {
             wr_id: (q as u64) << 40 | i,
             op,
-            sg_list: irn_transport::sgl![mr.sge(off, p.size as u32)],
+            sg_list: irn_verbs::sgl![mr.sge(off, p.size as u32)],
             signaled: self.signaled(i),
             fence: false,
             solicited: false,
