@@ -108,7 +108,13 @@ impl IbRepr {
     /// Length of headers, payload and pad: the UDP payload minus the 4-byte ICRC.
     #[inline]
     pub fn buffer_len(&self) -> usize {
-        self.header_len() + self.payload_len + self.pad_len()
+        self.buffer_len_with(self.header_len())
+    }
+
+    /// [`IbRepr::buffer_len`] from the headers' length, `header_len`, a sender has already.
+    #[inline]
+    pub(crate) fn buffer_len_with(&self, header_len: usize) -> usize {
+        header_len + self.payload_len + self.pad_len()
     }
 
     /// Checks that the headers and payload length fit the opcode's layout.
@@ -275,7 +281,7 @@ impl IbRepr {
                 what: "payload slice length differs from payload_len",
             });
         }
-        let total = len + self.payload_len + self.pad_len();
+        let total = self.buffer_len_with(len);
         room(buf.len(), total)?;
         let at = self.emit_header_of_len(buf, len)?;
         buf[at..at + payload.len()].copy_from_slice(payload);

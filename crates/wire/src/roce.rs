@@ -163,7 +163,14 @@ impl RoceRepr {
     /// Length of the IP payload this packet has: UDP header, IB packet, ICRC.
     #[inline]
     pub fn ip_payload_len(&self) -> usize {
-        UDP_LEN + self.ib.buffer_len() + ICRC_LEN
+        self.ip_payload_len_with(self.ib.header_len())
+    }
+
+    /// [`RoceRepr::ip_payload_len`] from the InfiniBand headers' length, which a sender
+    /// computes once ([`RoceRepr::emit`], [`RoceRepr::emit_gather`]).
+    #[inline]
+    fn ip_payload_len_with(&self, ib_header_len: usize) -> usize {
+        UDP_LEN + self.ib.buffer_len_with(ib_header_len) + ICRC_LEN
     }
 
     /// Length of the whole IP packet.
@@ -268,8 +275,7 @@ impl RoceRepr {
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
         // The InfiniBand headers' length once: every other length follows from it.
         let ib_header_len = self.ib.header_len();
-        let ip_payload_len =
-            UDP_LEN + ib_header_len + self.ib.payload_len + self.ib.pad_len() + ICRC_LEN;
+        let ip_payload_len = self.ip_payload_len_with(ib_header_len);
         let total = self.ip.header_len() + ip_payload_len;
         room(buf.len(), total)?;
         let mut ip = self.ip;
@@ -324,9 +330,9 @@ impl RoceRepr {
         // goes all follow from it.
         let ib_header_len = self.ib.header_len();
         let pad = self.ib.pad_len();
-        let ib_len = ib_header_len + self.ib.payload_len + pad;
+        let ib_len = self.ib.buffer_len_with(ib_header_len);
         let mut ip = self.ip;
-        ip.set_payload_len(UDP_LEN + ib_len + ICRC_LEN);
+        ip.set_payload_len(self.ip_payload_len_with(ib_header_len));
         let ib_at = ip.header_len() + UDP_LEN;
         let head = ib_at + ib_header_len;
         room(buf.len(), head + pad + ICRC_LEN)?;
