@@ -274,33 +274,12 @@ impl IrnEthRepr {
     /// Parses a view.
     pub fn parse<T: AsRef<[u8]>>(v: &IrnEth<T>) -> Result<Self> {
         v.check_len()?;
-        // The fields in wire order, each read where the one before it ended: what the view's
-        // accessors give one by one (each finding its own offset), in one pass.
-        let (b, flags) = (v.buffer.as_ref(), v.flags());
-        let mut at = HEAD_LEN;
-        let mut field = |flag: u8, len: usize| {
-            let here = at;
-            if flags & flag != 0 {
-                at += len;
-                Some(here)
-            } else {
-                None
-            }
-        };
-        let wqe_sn = field(FLAG_WQE_SN, 4).map(|at| u32_at(b, at));
-        let psn_offset = field(FLAG_PSN_OFFSET, 4).map(|at| u24_at(b, at + 1));
-        let ssn = field(FLAG_SSN, 4).map(|at| u24_at(b, at + 1));
-        let local = field(FLAG_LOCAL, 12).map(|at| LocalBuffer {
-            va: u64_at(b, at),
-            lkey: u32_at(b, at + 8),
-        });
-        let sack_psn = field(FLAG_SACK, 4).map(|at| Psn::new(u24_at(b, at + 1)));
         Ok(IrnEthRepr {
-            wqe_sn,
-            psn_offset,
-            ssn,
-            local,
-            sack_psn,
+            wqe_sn: v.wqe_sn(),
+            psn_offset: v.psn_offset(),
+            ssn: v.ssn(),
+            local: v.local(),
+            sack_psn: v.sack_psn(),
             loss_bitmap: v.loss_bitmap(),
         })
     }
