@@ -4,7 +4,7 @@
 use irn_transport::pair::{connect, LinkConfig, Pair, PairConfig};
 use irn_transport::{
     Access, ByteMemory, Dur, Memory, QpAttr, QpConfig, QpState, QueuePair, RecoveryConfig, RecvWr,
-    Remote, RtoPolicy, SendOp, SendWr, Sge, Time, WcStatus,
+    Remote, RtoPolicy, SendOp, SendWr, Sge, Time, Transmit, WcStatus,
 };
 use irn_wire::{
     AethRepr, AtomicEthRepr, BthRepr, CreditCode, Ecn, IbRepr, IrnEthRepr, NakCode, Opcode, Psn,
@@ -112,6 +112,109 @@ fn give(q: &mut QueuePair, mem: &mut ByteMemory, now: Time, ib: &IbRepr) {
 
 fn psns(pkts: &[IbRepr]) -> Vec<u32> {
     pkts.iter().map(|p| p.bth.psn.value() - SQ_PSN).collect()
+}
+
+// ---- Building packets in the driver's slot -----------------------------------------------------
+
+/// Every packet a queue pair sends, built into one reused [`Transmit::SLOT`]
+/// (`poll_transmit_into`, the drivers' way), is the packet `poll_transmit` returns fresh:
+/// nothing an earlier packet left in the slot (an AETH, a RETH, an atomic header, an ECN
+/// codepoint, a payload) shows in a later one. Both queue pairs see the same inputs: a peer's
+/// Write out of order (a NAK or IRN's NACK, then ACKs), then a Write of three packets, a Read
+/// and a fetch-and-add of their own.
+#[test]
+fn a_packet_built_in_a_reused_slot_is_the_packet_built_fresh() {
+    for recovery in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
+        let irn = recovery.wire == irn_transport::Wire::Irn;
+        let run = |into: bool| {
+            let mut q = qp(recovery);
+            let (mut mem, sge, remote, _) = memory(4096);
+            let sge = Sge { len: 3000, ..sge };
+            let (_, _, peer_remote, _) = memory(4096);
+            let data = vec![7u8; 1024];
+            for i in [0u32, 2, 3, 1] {
+                let p = write_pkt(i, 1024, peer_remote, 4096, irn);
+                let p = IbRepr {
+                    reth: p.reth.map(|r| RethRepr {
+                        rkey: remote.rkey,
+                        va: remote.addr,
+                        ..r
+                    }),
+                    ..p
+                };
+                q.handle_packet(T0, &p, &data, Ecn::NotEct, &mut mem);
+            }
+            let ops = [
+                SendOp::Write(remote),
+                SendOp::Read(Remote {
+                    addr: remote.addr,
+                    rkey: remote.rkey,
+                }),
+                SendOp::FetchAdd { remote, add: 5 },
+            ];
+            for (i, op) in ops.into_iter().enumerate() {
+                let sge = Sge {
+                    len: if i == 2 { 8 } else { sge.len },
+                    ..sge
+                };
+                q.post_send(SendWr {
+                    wr_id: i as u64,
+                    op,
+                    sg_list: irn_transport::sgl![sge],
+                    signaled: true,
+                    fence: false,
+                    solicited: false,
+                })
+                .expect("post");
+            }
+            let mut buf = Vec::new();
+            let mut slot = Transmit::SLOT;
+            let mut sent = Vec::new();
+            loop {
+                let t = if into {
+                    q.poll_transmit_into(T0, &mem, &mut buf, &mut slot)
+                        .then_some(slot)
+                } else {
+                    q.poll_transmit(T0, &mem, &mut buf)
+                };
+                let Some(t) = t else { break };
+                sent.push((t, buf.clone()));
+            }
+            sent
+        };
+        let fresh = run(false);
+
+        let reused = run(true);
+        assert_eq!(reused, fresh, "irn {irn}");
+        // The sequence does put a packet without each header after one with it.
+        let after = |has: fn(&IbRepr) -> bool| {
+            fresh
+                .windows(2)
+                .any(|w| has(&w[0].0.ib) && !has(&w[1].0.ib))
+        };
+        assert!(
+            after(|ib| ib.aeth.is_some()),
+            "irn {irn}: an AETH, then none"
+        );
+        assert!(
+            after(|ib| ib.reth.is_some()),
+            "irn {irn}: a RETH, then none"
+        );
+        assert!(
+            fresh.iter().any(|(t, _)| t.ib.atomic_eth.is_some()),
+            "irn {irn}: the atomic"
+        );
+        assert!(
+            fresh.windows(2).any(|w| w[0].0.ecn != w[1].0.ecn),
+            "irn {irn}: ECT(0) and not-ECT"
+        );
+        assert!(
+            fresh
+                .windows(2)
+                .any(|w| !w[0].1.is_empty() && w[1].1.is_empty()),
+            "irn {irn}: a payload, then none"
+        );
+    }
 }
 
 // ---- IRN sender (T5) -------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use irn_transport::Time;
+use irn_transport::{Time, Transmit};
 
 use super::classes::Classes;
 use super::failed::FailedHosts;
@@ -32,6 +32,9 @@ pub(super) struct Fabric<M> {
     cross: Crossing,
     /// Where a NIC's queue pair builds the payload of the packet it sends.
     pub(super) scratch: Vec<u8>,
+    /// Where it builds that packet's headers, kept from packet to packet (a fresh one per
+    /// look at a NIC's queue pairs cost as much as building in place saves).
+    pub(super) headers: Transmit,
     /// The hosts faults hold now, and what was sent to them.
     pub(super) failed: FailedHosts,
     /// What pause frames carry and how often a congested ingress refreshes them.
@@ -75,6 +78,7 @@ impl<M: SimMemory> Fabric<M> {
                 outbox: Vec::new(),
             },
             scratch: Vec::new(),
+            headers: Transmit::SLOT,
             failed: FailedHosts::default(),
             pause: PauseTiming::DEFAULT,
             bookkeeping: 0,

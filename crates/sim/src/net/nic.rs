@@ -523,28 +523,29 @@ impl<M: SimMemory> Nic<M> {
             // With the data priority paused only a control packet can go, and only a queue
             // pair whose flag says it has one is asked (exactly when it would answer); the
             // others are passed over without touching them.
-            let t = if data_paused {
+            let sent = if data_paused {
                 // The flag first: a queue pair without one is passed over without loading
                 // its slot (a cache miss each, where a paused NIC walks thousands).
                 if separate && !ctrl_paused && ctrl_flags[i] {
                     match self.slots[i].qp.as_mut() {
-                        Some(qp) => qp.poll_control(&self.mem, &mut fx.scratch),
-                        None => None,
+                        Some(qp) => {
+                            qp.poll_control_into(&self.mem, &mut fx.scratch, &mut fx.headers)
+                        }
+                        None => false,
                     }
                 } else {
-                    None
+                    false
                 }
             } else {
                 match self.slots[i].qp.as_mut() {
                     Some(qp) if !(separate && ctrl_paused && qp.has_control()) => {
-                        qp.poll_transmit(now, &self.mem, &mut fx.scratch)
+                        qp.poll_transmit_into(now, &self.mem, &mut fx.scratch, &mut fx.headers)
                     }
-                    _ => None,
+                    _ => false,
                 }
             };
-            // Borrowed, not moved out of the option: the headers are copied once, into the
-            // packet table.
-            let Some(t) = t.as_ref() else {
+            // Built in place: the headers are copied once, into the packet table.
+            if !sent {
                 if data_paused || ctrl_paused {
                     // It may still have data once the pause ends.
                     lane.ready.push_back(slot);
@@ -552,7 +553,8 @@ impl<M: SimMemory> Nic<M> {
                     listed[i] = false;
                 }
                 continue;
-            };
+            }
+            let t = &fx.headers;
             let s = &mut self.slots[i];
             let Some(qp) = s.qp.as_mut() else {
                 continue;

@@ -115,7 +115,9 @@ fn says_no_more(syndrome: &Syndrome, lost: &Option<LossBitmap>, nacks: bool) -> 
 /// 3. after each of those calls, drains the outputs:
 ///    * [`poll_transmit`](QueuePair::poll_transmit) until it returns `None` (or the link is
 ///      busy: calling it later is fine — packets are built when polled, so a NIC that polls
-///      only when its port is free gets exactly the scheduling it wants);
+///      only when its port is free gets exactly the scheduling it wants), or
+///      [`poll_transmit_into`](QueuePair::poll_transmit_into) until it returns `false`, which
+///      builds each packet in a slot the driver keeps;
 ///    * [`poll_completion`](QueuePair::poll_completion) until `None`;
 ///    * [`poll_timeout`](QueuePair::poll_timeout): the next deadline at which to call
 ///      `handle_timeout` (replacing any earlier one).
@@ -689,59 +691,74 @@ impl QueuePair {
         mem: &'m M,
         payload: &mut P,
     ) -> Option<Transmit> {
-        payload.clear();
-        self.next_transmit(now, mem, payload)
+        let mut t = Transmit::SLOT;
+        self.poll_transmit_into(now, mem, payload, &mut t)
+            .then_some(t)
     }
 
-    /// [`poll_transmit`](QueuePair::poll_transmit)'s packet, built into an empty `payload`.
+    /// [`poll_transmit`](QueuePair::poll_transmit), the packet built in `out` (a driver's
+    /// [`Transmit::SLOT`], kept from call to call): `true` if there is one. A packet's headers
+    /// are a few hundred bytes; built where the driver reads them, they are not copied from
+    /// builder to caller on the way out.
+    pub fn poll_transmit_into<'m, M: Memory, P: TxPayload<'m>>(
+        &mut self,
+        now: Time,
+        mem: &'m M,
+        payload: &mut P,
+        out: &mut Transmit,
+    ) -> bool {
+        payload.clear();
+        self.next_transmit(now, mem, payload, out)
+    }
+
+    /// [`poll_transmit_into`](QueuePair::poll_transmit_into)'s packet, built into an empty
+    /// `payload`.
     fn next_transmit<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
         mem: &'m M,
         payload: &mut P,
-    ) -> Option<Transmit> {
+        out: &mut Transmit,
+    ) -> bool {
         if self.req.pacing_until <= now {
             self.req.pacing_until = Time::ZERO;
         }
         if matches!(self.state, QpState::Reset | QpState::Init) {
-            return None;
+            return false;
         }
         if let Some(c) = self.ctrl.pop_front() {
-            let t = self.build_ctrl(c, payload, M::HOLDS_BYTES);
-            self.count_tx(&t);
-            return Some(t);
+            *out = self.build_ctrl(c, payload, M::HOLDS_BYTES);
+            self.count_tx(out);
+            return true;
         }
         if self.state == QpState::Err {
             // Only the ACK/NAKs decided before the error go out.
-            let a = self.rsp.wire.pop_decided_ack()?;
-            let t = self.build_queued_ack(a);
-            self.count_tx(&t);
-            return Some(t);
+            let Some(a) = self.rsp.wire.pop_decided_ack() else {
+                return false;
+            };
+            *out = self.build_queued_ack(a);
+            self.count_tx(out);
+            return true;
         }
         if self.req.pacing_until > now {
             // Acknowledgements are not paced; data waits.
             if !self.rsp.wire.ack_first() {
-                return None;
+                return false;
             }
         }
-        let Some(t) = self
-            .next_response(now, mem, payload)
-            .or_else(|| self.next_request(now, mem, payload))
-        else {
+        if !(self.next_response(now, mem, payload, out)
+            || self.next_request(now, mem, payload, out))
+        {
             // A fault found while building a packet queued a NAK and ended the connection:
             // send that NAK now.
-            return if self.state == QpState::Err {
-                self.poll_transmit(now, mem, payload)
-            } else {
-                None
-            };
-        };
-        self.count_tx(&t);
-        if t.ib.payload_len > 0 || t.ib.bth.opcode.is_request() {
-            // The controller counts what the packet puts on the IP network.
-            self.pace(now, (t.ib.buffer_len() + ROCEV2_IPV4_ENCAP_LEN) as u64);
+            return self.state == QpState::Err && self.poll_transmit_into(now, mem, payload, out);
         }
-        Some(t)
+        self.count_tx(out);
+        if out.ib.payload_len > 0 || out.ib.bth.opcode.is_request() {
+            // The controller counts what the packet puts on the IP network.
+            self.pace(now, (out.ib.buffer_len() + ROCEV2_IPV4_ENCAP_LEN) as u64);
+        }
+        true
     }
 
     /// Like [`poll_transmit`](QueuePair::poll_transmit) but returns only control packets:
@@ -751,22 +768,35 @@ impl QueuePair {
     /// packets are neither paced nor counted as data.
     pub fn poll_control<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
-        _mem: &'m M,
+        mem: &'m M,
         payload: &mut P,
     ) -> Option<Transmit> {
+        let mut t = Transmit::SLOT;
+        self.poll_control_into(mem, payload, &mut t).then_some(t)
+    }
+
+    /// [`poll_control`](QueuePair::poll_control), the packet built in `out`, as
+    /// [`poll_transmit_into`](QueuePair::poll_transmit_into) builds it: `true` if there is
+    /// one.
+    pub fn poll_control_into<'m, M: Memory, P: TxPayload<'m>>(
+        &mut self,
+        _mem: &'m M,
+        payload: &mut P,
+        out: &mut Transmit,
+    ) -> bool {
         payload.clear();
         if matches!(self.state, QpState::Reset | QpState::Init) {
-            return None;
+            return false;
         }
-        let t = if let Some(c) = self.ctrl.pop_front() {
+        *out = if let Some(c) = self.ctrl.pop_front() {
             self.build_ctrl(c, payload, M::HOLDS_BYTES)
         } else if let Some(a) = self.rsp.wire.pop_queued_ack() {
             self.build_queued_ack(a)
         } else {
-            return None;
+            return false;
         };
-        self.count_tx(&t);
-        Some(t)
+        self.count_tx(out);
+        true
     }
 
     /// Whether a control packet (see [`poll_control`](QueuePair::poll_control)) is waiting.

@@ -163,12 +163,13 @@ impl QueuePair {
         now: Time,
         mem: &'m M,
         payload: &mut P,
-    ) -> Option<Transmit> {
+        out: &mut Transmit,
+    ) -> bool {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.cmp.rnr_until.is_some() {
-            return None;
+            return false;
         }
-        if let Some(t) = self.next_reread(mem, payload) {
-            return Some(t);
+        if self.next_reread(mem, payload, out) {
+            return true;
         }
         let allowed = self.retransmit_allowed();
         while let Some(psn) = self.req.swin.next_retransmit().filter(|_| allowed) {
@@ -181,45 +182,45 @@ impl QueuePair {
                 // The TCP model's loss event: one window cut per fast retransmit.
                 self.cc.on_loss(now);
             }
-            let (mut t, covers) = self.build_request(idx, psn, mem, payload);
+            let covers = self.build_request(idx, psn, mem, payload, out);
             self.req.swin.on_retransmitted(now, psn, covers);
             self.counters.retransmitted += 1;
-            self.counters.retransmitted_bytes += t.ib.payload_len as u64;
-            self.ask_for_feedback(&mut t);
-            return Some(t);
+            self.counters.retransmitted_bytes += out.ib.payload_len as u64;
+            self.ask_for_feedback(out);
+            return true;
         }
         if self.state == QpState::Sqd && self.req.tx_off == 0 {
-            return None;
+            return false;
         }
         if self.hold_new || !self.req.swin.may_send_new(self.cfg.recovery.bdp_cap) {
-            return None;
+            return false;
         }
         if !self.cc_window_open() {
-            return None;
+            return false;
         }
         let idx = self.req.tx_idx;
         if idx >= self.req.sq.len() {
-            return None;
+            return false;
         }
         if !self.req.sq[idx].started && !self.start_wqe(idx, mem) {
-            return None;
+            return false;
         }
         if self.state == QpState::Err {
-            return None;
+            return false;
         }
         let w = &self.req.sq[idx];
         let psn = w.first_psn.add(self.req.tx_off);
-        let (mut t, covers) = self.build_request(idx, psn, mem, payload);
+        let covers = self.build_request(idx, psn, mem, payload, out);
         self.req.swin.on_sent_new(now, covers);
-        let out = u64::from(self.req.swin.in_flight());
-        self.counters.peak_in_flight = self.counters.peak_in_flight.max(out);
-        self.ask_for_feedback(&mut t);
+        let in_flight = u64::from(self.req.swin.in_flight());
+        self.counters.peak_in_flight = self.counters.peak_in_flight.max(in_flight);
+        self.ask_for_feedback(out);
         self.req.tx_off += covers;
         if self.req.tx_off >= self.req.sq[idx].npsn {
             self.req.tx_idx += 1;
             self.req.tx_off = 0;
         }
-        Some(t)
+        true
     }
 
     /// A standard go-back-N responder ACKs only when asked: ask as often as the congestion
@@ -341,7 +342,8 @@ impl QueuePair {
         &mut self,
         mem: &'m M,
         payload: &mut P,
-    ) -> Option<Transmit> {
+        out: &mut Transmit,
+    ) -> bool {
         let mtu = u64::from(self.mtu());
         while let Some((psn, n)) = self.req.rereads.pop_front() {
             let Some(idx) = self
@@ -352,25 +354,27 @@ impl QueuePair {
             else {
                 continue;
             };
-            let (mut t, _) = self.build_request(idx, psn, mem, payload);
-            if let Some(r) = t.ib.reth.as_mut() {
+            self.build_request(idx, psn, mem, payload, out);
+            if let Some(r) = out.ib.reth.as_mut() {
                 r.dma_len = u64::from(r.dma_len).min(u64::from(n) * mtu) as u32;
             }
             self.counters.retransmitted += 1;
             self.counters.read_rerequests += 1;
-            return Some(t);
+            return true;
         }
-        None
+        false
     }
 
-    /// The request packet of WQE `idx` at `psn`, and how many PSNs it covers.
+    /// Builds the request packet of WQE `idx` at `psn` in `out`; returns how many PSNs it
+    /// covers.
     fn build_request<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         idx: usize,
         psn: Psn,
         mem: &'m M,
         payload: &mut P,
-    ) -> (Transmit, u32) {
+        out: &mut Transmit,
+    ) -> u32 {
         let mtu = self.mtu();
         let wire = self.wire();
         let mode = self.mode();
@@ -380,7 +384,7 @@ impl QueuePair {
         let n = w.npkts;
         let (first, last) = (k == 0, k + 1 >= w.npsn);
         let mut bth = bth0;
-        let mut ib;
+        let ib = &mut out.ib;
         let mut covers = 1;
         let off = u64::from(k) * u64::from(mtu);
         let chunk = w.len.saturating_sub(off).min(u64::from(mtu));
@@ -413,7 +417,7 @@ impl QueuePair {
                         Opcode::RC_SEND_LAST,
                     ),
                 };
-                ib = IbRepr::new(bth);
+                *ib = IbRepr::new(bth);
                 if last {
                     match w.wr.op {
                         SendOp::SendWithImm(imm) => ib.imm = Some(imm),
@@ -444,7 +448,7 @@ impl QueuePair {
                         Opcode::RC_RDMA_WRITE_LAST,
                     )
                 };
-                ib = IbRepr::new(bth);
+                *ib = IbRepr::new(bth);
                 let reth = RethRepr {
                     va: remote.addr,
                     rkey: remote.rkey,
@@ -461,7 +465,7 @@ impl QueuePair {
             }
             SendOp::Read(remote) => {
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
-                ib = IbRepr::new(bth);
+                *ib = IbRepr::new(bth);
                 // Standard RoCE resends a Read from a missing response as a Read of the rest.
                 let (va, len) = if wire.splits_response_psns() {
                     (remote.addr, w.len)
@@ -484,7 +488,7 @@ impl QueuePair {
                 swap,
             } => {
                 bth.opcode = Opcode::RC_COMPARE_SWAP;
-                ib = IbRepr::new(bth);
+                *ib = IbRepr::new(bth);
                 ib.atomic_eth = Some(AtomicEthRepr {
                     va: remote.addr,
                     rkey: remote.rkey,
@@ -495,7 +499,7 @@ impl QueuePair {
             }
             SendOp::FetchAdd { remote, add } => {
                 bth.opcode = Opcode::RC_FETCH_ADD;
-                ib = IbRepr::new(bth);
+                *ib = IbRepr::new(bth);
                 ib.atomic_eth = Some(AtomicEthRepr {
                     va: remote.addr,
                     rkey: remote.rkey,
@@ -524,6 +528,7 @@ impl QueuePair {
                 }
             }
         }
-        (Transmit { ib, ecn: Ecn::Ect0 }, covers.max(1))
+        out.ecn = Ecn::Ect0;
+        covers.max(1)
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use irn_wire::{Ecn, IbRepr, Psn, DEFAULT_PKEY};
+use irn_wire::{BthRepr, Ecn, IbRepr, Opcode, Psn, DEFAULT_PKEY};
 
 use crate::cc::{ControllerFactory, NoCcFactory};
 use crate::config::{ConfigError, RecoveryConfig};
@@ -327,4 +327,25 @@ pub struct Transmit {
     pub ib: IbRepr,
     /// The ECN field the IP header should carry: ECT(0) on data, not-ECT on control packets.
     pub ecn: Ecn,
+}
+
+impl Transmit {
+    /// A place for [`QueuePair::poll_transmit_into`](super::QueuePair::poll_transmit_into)
+    /// to build packets in, kept by a driver from one call to the next: what it holds means
+    /// nothing until a call returns `true` (an empty RC Send-only to no one).
+    pub const SLOT: Transmit = Transmit {
+        ib: IbRepr::new(BthRepr {
+            opcode: Opcode::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            tver: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qpn: 0,
+            ack_req: false,
+            psn: Psn::new(0),
+        }),
+        ecn: Ecn::NotEct,
+    };
 }

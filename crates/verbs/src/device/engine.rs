@@ -47,6 +47,7 @@ impl Core {
             return false;
         }
         let mut payload = std::mem::take(&mut self.payload);
+        let mut t = Transmit::SLOT;
         let mut budget = TX_BURST;
         let mut more = false;
         self.recharge(qpn);
@@ -68,9 +69,9 @@ impl Core {
             let (Some(peer), Some(pd)) = (e.remote, self.objects.pds.get(&e.pd)) else {
                 break;
             };
-            let Some(mut t) = e.qp.poll_transmit(now, &pd.mem, &mut payload) else {
+            if !e.qp.poll_transmit_into(now, &pd.mem, &mut payload, &mut t) {
                 break;
-            };
+            }
             let sport = e.sport;
             let dscp = e.dscp;
             let op = t.ib.bth.opcode;

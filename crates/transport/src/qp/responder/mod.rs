@@ -999,18 +999,27 @@ impl QueuePair {
         });
     }
 
-    /// The responder's next data packet: a standard response in order, or IRN's rPSN stream.
+    /// The responder's next data packet, built in `out` (`true` if there is one): a standard
+    /// response in order, or IRN's rPSN stream.
     pub(super) fn next_response<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,
         mem: &'m M,
         payload: &mut P,
-    ) -> Option<Transmit> {
-        match self.rsp.wire {
+        out: &mut Transmit,
+    ) -> bool {
+        let t = match self.rsp.wire {
             ResponderWire::Irn(_) => self.next_response_irn(now, mem, payload),
             ResponderWire::Standard(_) | ResponderWire::ExtIb(_) => {
                 self.next_response_standard(mem, payload)
             }
+        };
+        match t {
+            Some(t) => {
+                *out = t;
+                true
+            }
+            None => false,
         }
     }
 
