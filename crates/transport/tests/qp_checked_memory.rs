@@ -1,12 +1,14 @@
 //! The simulator's way of running the core: memory that checks keys and bounds but holds no
 //! bytes, and packets whose payload is a length only.
 
+use std::collections::VecDeque;
+
 use irn_transport::pair::connect;
 use irn_transport::{
-    Access, CheckedMemory, QpAttr, QpConfig, QueuePair, RecoveryConfig, RecvWr, Remote, SendOp,
-    SendWr, Sge, Time, WcOpcode, WcStatus,
+    Access, CheckedMemory, Dur, QpAttr, QpConfig, QueuePair, RecoveryConfig, RecvWr, Remote,
+    SendOp, SendWr, Sge, Time, Transmit, WcOpcode, WcStatus,
 };
-use irn_wire::Psn;
+use irn_wire::{Ecn, Opcode, Psn};
 
 #[test]
 fn every_operation_runs_without_payload_bytes() {
@@ -110,4 +112,161 @@ fn every_operation_runs_without_payload_bytes() {
         assert_eq!(moved, 300_000 + 200_000 + 5_000 + 10);
         assert!(a.counters().dropped_invalid + b.counters().dropped_invalid == 0);
     }
+}
+
+/// A poll that returns a control packet (an ACK, a read ACK, a CNP) moves no deadline earlier
+/// and arms none: a driver that read `poll_timeout` after the queue pair's last input need not
+/// read it again after sending one (the simulator's NIC relies on it). Checked at every poll
+/// of two queue pairs running a Write, a Read, a Send and an atomic at each other, 2 µs apart,
+/// over a path that loses every seventh of the first 400 packets and marks every fifth CE,
+/// for every loss recovery.
+#[test]
+fn a_control_packet_moves_no_deadline_earlier() {
+    let presets = [
+        RecoveryConfig::roce_go_back_0(),
+        RecoveryConfig::roce(),
+        RecoveryConfig::irn(),
+        RecoveryConfig::irn_go_back_n(),
+        RecoveryConfig::irn_without_sack(),
+        RecoveryConfig::reorder_buffer(),
+        RecoveryConfig::ext_ib(),
+        RecoveryConfig::tcp(),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    for rec in presets {
+        let cfg = QpConfig {
+            recovery: rec,
+            cnp_interval: Some(Dur::from_micros(5)),
+            ..QpConfig::default()
+        };
+        let mut qps = [1u32, 2].map(|qpn| {
+            QueuePair::new(Time::ZERO, QpConfig { qpn, ..cfg.clone() })
+                .expect("a valid queue-pair configuration")
+        });
+        connect(
+            &mut qps[0],
+            &QpAttr::default(),
+            2,
+            Psn::new(10),
+            Psn::new(20),
+        );
+        connect(
+            &mut qps[1],
+            &QpAttr::default(),
+            1,
+            Psn::new(20),
+            Psn::new(10),
+        );
+        let mut mems = [CheckedMemory::new(1), CheckedMemory::new(2)];
+        let regions = mems.each_mut().map(|m| {
+            let addr = m.alloc(1 << 20);
+            (addr, m.register(addr, 1 << 20, Access::ALL).expect("reg"))
+        });
+        for (i, q) in qps.iter_mut().enumerate() {
+            let (addr, k) = regions[i];
+            let (peer, pk) = regions[1 - i];
+            let remote = Remote {
+                addr: peer,
+                rkey: pk.rkey,
+            };
+            let sge = |len: u32| Sge {
+                addr,
+                len,
+                lkey: k.lkey,
+            };
+            q.post_recv(RecvWr {
+                wr_id: 9,
+                sg_list: irn_transport::sgl![sge(1 << 20)],
+            })
+            .expect("post recv");
+            let ops = [
+                (SendOp::Write(remote), 60_000),
+                (SendOp::Read(remote), 30_000),
+                (SendOp::Send, 3_000),
+                (SendOp::FetchAdd { remote, add: 1 }, 8),
+            ];
+            for (id, (op, len)) in ops.into_iter().enumerate() {
+                q.post_send(SendWr {
+                    wr_id: id as u64,
+                    op,
+                    sg_list: irn_transport::sgl![sge(len)],
+                    signaled: true,
+                    fence: false,
+                    solicited: false,
+                })
+                .expect("post");
+            }
+        }
+        let delay = Dur::from_micros(2);
+        let mut wire: VecDeque<(Time, usize, Transmit)> = VecDeque::new();
+        let mut completions = [Vec::new(), Vec::new()];
+        let mut buf = Vec::new();
+        let (mut now, mut sent, mut controls) = (Time::ZERO, 0u32, 0u32);
+        for _ in 0..1_000_000 {
+            while wire.front().is_some_and(|w| w.0 <= now) {
+                let (_, to, t) = wire.pop_front().expect("a packet");
+                qps[to].handle_packet(now, &t.ib, &[], t.ecn, &mut mems[to]);
+            }
+            for i in 0..2 {
+                if qps[i].poll_timeout().is_some_and(|d| d <= now) {
+                    qps[i].handle_timeout(now);
+                }
+                loop {
+                    let before = qps[i].poll_timeout();
+                    let Some(t) = qps[i].poll_transmit(now, &mems[i], &mut buf) else {
+                        break;
+                    };
+                    if t.ib.bth.opcode.is_control() {
+                        let after = qps[i].poll_timeout();
+                        assert!(
+                            after.is_none_or(|a| before.is_some_and(|b| a >= b)),
+                            "{rec:?}: a {:?} moved the deadline {before:?} -> {after:?}",
+                            t.ib.bth.opcode
+                        );
+                        controls += 1;
+                        seen.insert(t.ib.bth.opcode);
+                    }
+                    sent += 1;
+                    if sent < 400 && sent % 7 == 3 {
+                        continue;
+                    }
+                    let ecn = match t.ecn {
+                        Ecn::NotEct => Ecn::NotEct,
+                        _ if sent % 5 == 0 => Ecn::Ce,
+                        e => e,
+                    };
+                    wire.push_back((now + delay, 1 - i, Transmit { ecn, ..t }));
+                }
+                completions[i].extend(std::iter::from_fn(|| qps[i].poll_completion()));
+            }
+            if wire.is_empty() && completions.iter().all(|c| c.len() == 5) {
+                break;
+            }
+            let next = [
+                wire.front().map(|w| w.0),
+                qps[0].poll_timeout(),
+                qps[1].poll_timeout(),
+            ];
+            now = next
+                .into_iter()
+                .flatten()
+                .min()
+                .map_or(now, |t| t.max(now))
+                .max(now + Dur::from_nanos(1));
+        }
+        for c in &completions {
+            assert_eq!(c.len(), 5, "{rec:?}: {c:?}");
+            assert!(
+                c.iter().all(|c| c.status == WcStatus::Success),
+                "{rec:?}: {c:?}"
+            );
+        }
+        assert!(controls >= 10, "{rec:?}: {controls} control packets");
+    }
+    let kinds = [Opcode::RC_ACKNOWLEDGE, Opcode::RC_IRN_READ_ACK, Opcode::CNP];
+    assert_eq!(
+        seen,
+        kinds.into(),
+        "every kind of control packet was checked"
+    );
 }

@@ -304,6 +304,15 @@ fn arm_timer(q: &mut Events, now: Time, s: &mut Slot, host: u32, slot: u32) {
     }
 }
 
+/// Whether [`arm_timer`] would leave `s` as it is: no deadline, or an event pending at or
+/// before it.
+fn timer_stands(s: &Slot, now: Time) -> bool {
+    match s.qp.as_ref().and_then(QueuePair::poll_timeout) {
+        None => true,
+        Some(d) => s.timer.is_some_and(|t| t <= d.max(now)),
+    }
+}
+
 impl<M: SimMemory> Nic<M> {
     /// The NIC of `host`, sending on `link`, with memory `mem`, marking its frames as `tag`
     /// says; `rx`: its receive pipeline, if the run models one.
@@ -576,12 +585,18 @@ impl<M: SimMemory> Nic<M> {
                 .max_in_flight
                 .max(qp.in_flight())
                 .max(qp.responses_in_flight());
-            // Sending may have started the retransmission timer.
-            arm_timer(&mut fx.q, now, s, host, slot);
+            // Sending data may have started a timer. A control packet moves no deadline
+            // earlier (`QueuePair::poll_transmit_into`): the event armed after the queue
+            // pair's last input stands, and half of IRN's packets are ACKs.
+            let control = t.ib.bth.opcode.is_control();
+            if control {
+                debug_assert!(timer_stands(s, now), "a control packet moved a deadline");
+            } else {
+                arm_timer(&mut fx.q, now, s, host, slot);
+            }
             debug_assert_eq!(t.ib.bth.dest_qpn, qpn(s.flow, 1 - usize::from(s.end)));
             let peer_host = s.peer;
             let (flow, end) = (s.flow, usize::from(s.end));
-            let control = t.ib.bth.opcode.is_control();
             let marks = &self.tag.marks[usize::from(s.class)];
             let (dscp, prio) = if control {
                 (marks.ctrl_dscp, marks.ctrl_prio)

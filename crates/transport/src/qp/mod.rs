@@ -120,7 +120,10 @@ fn says_no_more(syndrome: &Syndrome, lost: &Option<LossBitmap>, nacks: bool) -> 
 ///      builds each packet in a slot the driver keeps;
 ///    * [`poll_completion`](QueuePair::poll_completion) until `None`;
 ///    * [`poll_timeout`](QueuePair::poll_timeout): the next deadline at which to call
-///      `handle_timeout` (replacing any earlier one).
+///      `handle_timeout` (replacing any earlier one). A poll that returns a control packet
+///      (an ACK, a read ACK or a CNP: [`Opcode::is_control`](irn_wire::Opcode::is_control))
+///      moves no deadline earlier and arms none, so a driver that read the deadline after
+///      the last input need not read it again after sending one.
 ///
 /// Application memory is passed into the calls that touch it, so one memory (a protection
 /// domain's regions) serves many queue pairs. Every call takes `now`; time never goes
