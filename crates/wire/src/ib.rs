@@ -12,7 +12,8 @@ use crate::ext::{
     ImmDt, Reth, RethRepr,
 };
 use crate::irn::{IrnEth, IrnEthRepr};
-use crate::opcode::{Headers, Layout, PayloadRule};
+use crate::opcode::{Headers, Layout, Opcode, PayloadRule};
+use crate::psn::Psn;
 
 /// BTH, extension headers and payload length of one InfiniBand packet.
 ///
@@ -45,6 +46,22 @@ pub struct IbRepr {
 }
 
 impl IbRepr {
+    /// A place to keep for packets to be parsed into ([`IbRepr::parse_into`]) or built in
+    /// (a queue pair's transmit slot): what it holds means nothing until it is written (an
+    /// empty RC Send-only to queue pair 0).
+    pub const SLOT: IbRepr = IbRepr::new(BthRepr {
+        opcode: Opcode::RC_SEND_ONLY,
+        solicited: false,
+        mig_req: false,
+        tver: 0,
+        pkey: crate::DEFAULT_PKEY,
+        fecn: false,
+        becn: false,
+        dest_qpn: 0,
+        ack_req: false,
+        psn: Psn::new(0),
+    });
+
     /// A packet with only a BTH and no payload; fill in the rest.
     pub const fn new(bth: BthRepr) -> IbRepr {
         IbRepr {
@@ -142,14 +159,15 @@ impl IbRepr {
     ///
     /// [`parse`]: IbRepr::parse
     pub fn header_len_of(packet: &[u8]) -> Result<usize> {
-        IbRepr::parse_headers(packet).map(|(_, at)| at)
+        let mut headers = IbRepr::SLOT;
+        IbRepr::parse_headers(packet, &mut headers)
     }
 
-    /// The BTH and extension headers at the start of `packet` (as its opcode's layout calls
-    /// for them), and where they end; the payload is not looked at.
-    fn parse_headers(packet: &[u8]) -> Result<(IbRepr, usize)> {
+    /// Parses the BTH and extension headers at the start of `packet` (as its opcode's layout
+    /// calls for them) into `repr`, and returns where they end; the payload is not looked at.
+    fn parse_headers(packet: &[u8], repr: &mut IbRepr) -> Result<usize> {
         let bth_view = Bth::new_checked(packet)?;
-        let mut repr = IbRepr::new(BthRepr::parse(&bth_view)?);
+        *repr = IbRepr::new(BthRepr::parse(&bth_view)?);
         let mut at = BTH_LEN;
         let headers = repr.layout().map_or(Headers::NONE, |l| l.headers);
         let rest = |at: usize| &packet[at..];
@@ -188,13 +206,23 @@ impl IbRepr {
             repr.ieth = Some(Ieth::new_checked(rest(at))?.rkey());
             at += 4;
         }
-        Ok((repr, at))
+        Ok(at)
     }
 
     /// Parses the bytes between the UDP header and the ICRC. Returns the representation and the
     /// payload (without pad).
     pub fn parse(packet: &[u8]) -> Result<(IbRepr, &[u8])> {
-        let (mut repr, at) = IbRepr::parse_headers(packet)?;
+        let mut repr = IbRepr::SLOT;
+        let payload = IbRepr::parse_into(packet, &mut repr)?;
+        Ok((repr, payload))
+    }
+
+    /// [`IbRepr::parse`], the representation written into `repr` (a receiver's
+    /// [`IbRepr::SLOT`], kept from packet to packet: its few hundred bytes are then not moved
+    /// from parser to caller); returns the payload. After an error `repr` holds nothing
+    /// meaningful.
+    pub fn parse_into<'p>(packet: &'p [u8], repr: &mut IbRepr) -> Result<&'p [u8]> {
+        let at = IbRepr::parse_headers(packet, repr)?;
         let data = &packet[at..];
         if packet.len() % 4 != 0 {
             return Err(Error::Malformed {
@@ -216,7 +244,7 @@ impl IbRepr {
             layer: Layer::Payload,
             what,
         })?;
-        Ok((repr, payload))
+        Ok(payload)
     }
 
     /// Writes BTH (with the pad count) and extension headers at the start of `buf`.

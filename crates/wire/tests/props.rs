@@ -235,6 +235,35 @@ proptest! {
         prop_assert_eq!(IbRepr::header_len_of(&buf), Ok(ib.header_len()));
     }
 
+    /// Packets parsed one after another into one slot (`IbRepr::parse_into`, a receiver's way)
+    /// read as each parses alone: nothing one packet's headers leave in the slot shows in the
+    /// next, and a packet that fails to parse fails the same way.
+    #[test]
+    fn a_reused_slot_parses_each_packet_as_a_fresh_one(
+        packets in proptest::collection::vec(arb_ib(), 1..8),
+        damage in proptest::collection::vec((any::<bool>(), any::<usize>(), any::<u8>()), 8),
+    ) {
+        let mut slot = IbRepr::SLOT;
+        for ((ib, payload), (damaged, at, byte)) in packets.iter().zip(damage) {
+            let mut buf = vec![0u8; ib.buffer_len()];
+            ib.emit(&mut buf, payload).expect("emits");
+            if damaged {
+                let at = at % buf.len();
+                buf[at] ^= byte | 1;
+            }
+            let fresh = IbRepr::parse(&buf);
+            let reused = IbRepr::parse_into(&buf, &mut slot);
+            match (fresh, reused) {
+                (Ok((want, p)), Ok(q)) => {
+                    prop_assert_eq!(slot, want);
+                    prop_assert_eq!(p, q);
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                (a, b) => prop_assert!(false, "{:?} against {:?}", a, b),
+            }
+        }
+    }
+
     /// Whole frames over IPv4/IPv6, with and without VLAN tag and UDP checksum: the frame
     /// parses back to the same headers and payload, and its ICRC verifies.
     #[test]

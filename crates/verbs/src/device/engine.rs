@@ -648,7 +648,7 @@ impl Core {
     /// area holds the IP header) — `None` only for a segment sure to be a connected queue
     /// pair's ([`Core::receive_segment`]).
     fn deliver(&mut self, now: Time, from: SocketAddr, ecn: Ecn, ib: &[u8], packet: Option<&[u8]>) {
-        let Ok((ib, payload)) = IbRepr::parse(ib) else {
+        let Ok((ib, payload)) = self.rx.parse(ib) else {
             self.counters.rx_malformed += 1;
             return;
         };
@@ -659,7 +659,7 @@ impl Core {
                     // A datagram: the GRH area of its receive holds the IP header.
                     let grh = irn_transport::ud::grh_area(packet);
                     if let Some(pd) = self.objects.pds.get_mut(&u.pd) {
-                        u.qp.handle_packet(&ib, payload, &grh, &mut pd.mem);
+                        u.qp.handle_packet(ib, payload, &grh, &mut pd.mem);
                     }
                     self.drain_ud(qpn);
                 }
@@ -692,7 +692,7 @@ impl Core {
         let Some(pd) = self.objects.pds.get_mut(&e.pd) else {
             return;
         };
-        e.qp.handle_packet(now, &ib, payload, ecn, &mut pd.mem);
+        e.qp.handle_packet(now, ib, payload, ecn, &mut pd.mem);
         // Its turn comes once the burst is processed ([`Core::take_turns`]): the ACKs a burst
         // provokes then coalesce in the queue pair (IRN acknowledges every packet; consecutive
         // plain ACKs collapse into the newest), one ACK for a run of in-order packets instead of

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use irn_wire::Ecn;
+use irn_wire::{Ecn, IbRepr};
 
 use super::MAX_RECEIVE_BUFFER;
 use crate::net::SegmentHeaders;
@@ -24,6 +24,9 @@ pub(super) struct RxState {
     /// What the connected queue pairs' peers may have in flight: the configured buffer plus
     /// each connection's BDP cap in bytes.
     wanted: usize,
+    /// Where a received packet's InfiniBand headers are parsed into, kept from packet to
+    /// packet ([`RxState::parse`]).
+    ib: IbRepr,
 }
 
 impl RxState {
@@ -35,7 +38,16 @@ impl RxState {
             seg_headers: None,
             buffer,
             wanted: buffer,
+            ib: IbRepr::SLOT,
         }
+    }
+
+    /// The InfiniBand headers and the payload of `packet` (the bytes between the UDP header
+    /// and the ICRC), the headers parsed in place: a few hundred bytes, not moved from parser
+    /// to caller for every packet received.
+    pub(super) fn parse<'p>(&mut self, packet: &'p [u8]) -> irn_wire::Result<(&IbRepr, &'p [u8])> {
+        let payload = IbRepr::parse_into(packet, &mut self.ib)?;
+        Ok((&self.ib, payload))
     }
 
     /// Whether received ICRCs are verified.
