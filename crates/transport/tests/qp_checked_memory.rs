@@ -1,14 +1,16 @@
 //! The simulator's way of running the core: memory that checks keys and bounds but holds no
 //! bytes, and packets whose payload is a length only.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use irn_transport::pair::connect;
 use irn_transport::{
-    Access, CheckedMemory, Dur, QpAttr, QpConfig, QueuePair, RecoveryConfig, RecvWr, Remote,
-    SendOp, SendWr, Sge, Time, Transmit, WcOpcode, WcStatus,
+    Access, CheckedMemory, Completion, ControllerFactory, DcqcnFactory, Dur, NoCcFactory, QpAttr,
+    QpConfig, QueuePair, RecoveryConfig, RecvWr, Remote, SendOp, SendWr, Sge, Time, TimelyConfig,
+    TimelyFactory, Transmit, WcOpcode, WcStatus,
 };
-use irn_wire::{Ecn, Opcode, Psn};
+use irn_wire::{Ecn, IbRepr, NakCode, Opcode, Psn, Syndrome};
 
 #[test]
 fn every_operation_runs_without_payload_bytes() {
@@ -114,12 +116,198 @@ fn every_operation_runs_without_payload_bytes() {
     }
 }
 
-/// A poll that returns a control packet (an ACK, a read ACK, a CNP) moves no deadline earlier
-/// and arms none: a driver that read `poll_timeout` after the queue pair's last input need not
-/// read it again after sending one (the simulator's NIC relies on it). Checked at every poll
-/// of two queue pairs running a Write, a Read, a Send and an atomic at each other, 2 µs apart,
-/// over a path that loses every seventh of the first 400 packets and marks every fifth CE,
-/// for every loss recovery.
+/// What [`exchange`] saw.
+#[derive(Default)]
+struct Exchange {
+    /// The control packets it checked, by opcode and acknowledgement kind.
+    kinds: BTreeSet<(Opcode, &'static str)>,
+    /// Polls that returned no packet, checked too.
+    empty_polls: u32,
+    timeouts: u64,
+    completions: [Vec<Completion>; 2],
+}
+
+/// The kind of acknowledgement `ib` carries, if any.
+fn ack_kind(ib: &IbRepr) -> &'static str {
+    match ib.aeth.map(|a| a.syndrome) {
+        None => "",
+        Some(Syndrome::Ack(_)) => "ack",
+        Some(Syndrome::Nak(NakCode::PsnSequenceError)) => "nak-sequence",
+        Some(Syndrome::Nak(_)) => "nak-error",
+        Some(_) => "other",
+    }
+}
+
+/// Two queue pairs under `rec` and `cc` running a Write, a Read, a Send and an atomic at each
+/// other, 2 µs apart, over a path that loses every seventh of the first 400 packets and
+/// marks every fifth CE (with `fault`, the first also sends a Write under a wrong R_Key, which
+/// ends both connections), driven as the simulator's NIC drives them: the deadline read again
+/// after every input and every data packet, and not after a control packet (an ACK, a read
+/// ACK, a CNP) or a poll that finds nothing — after which it must not have moved earlier, or
+/// the timer the driver armed would miss it. The second queue pair's control packets are
+/// sometimes taken with `poll_control`, as a paused NIC takes them.
+fn exchange(rec: RecoveryConfig, cc: Arc<dyn ControllerFactory>, fault: bool) -> Exchange {
+    let cfg = QpConfig {
+        recovery: rec,
+        cc,
+        cnp_interval: Some(Dur::from_micros(5)),
+        ..QpConfig::default()
+    };
+    let mut qps = [1u32, 2].map(|qpn| {
+        QueuePair::new(Time::ZERO, QpConfig { qpn, ..cfg.clone() })
+            .expect("a valid queue-pair configuration")
+    });
+    connect(
+        &mut qps[0],
+        &QpAttr::default(),
+        2,
+        Psn::new(10),
+        Psn::new(20),
+    );
+    connect(
+        &mut qps[1],
+        &QpAttr::default(),
+        1,
+        Psn::new(20),
+        Psn::new(10),
+    );
+    let mut mems = [CheckedMemory::new(1), CheckedMemory::new(2)];
+    let regions = mems.each_mut().map(|m| {
+        let addr = m.alloc(1 << 20);
+        (addr, m.register(addr, 1 << 20, Access::ALL).expect("reg"))
+    });
+    let mut posted = [0; 2];
+    for (i, q) in qps.iter_mut().enumerate() {
+        let (addr, k) = regions[i];
+        let (peer, pk) = regions[1 - i];
+        let remote = Remote {
+            addr: peer,
+            rkey: pk.rkey,
+        };
+        let sge = |len: u32| Sge {
+            addr,
+            len,
+            lkey: k.lkey,
+        };
+        q.post_recv(RecvWr {
+            wr_id: 9,
+            sg_list: irn_transport::sgl![sge(1 << 20)],
+        })
+        .expect("post recv");
+        let mut ops = vec![
+            (SendOp::Write(remote), 60_000),
+            (SendOp::Read(remote), 30_000),
+            (SendOp::Send, 3_000),
+            (SendOp::FetchAdd { remote, add: 1 }, 8),
+        ];
+        if fault && i == 0 {
+            let wrong = Remote {
+                rkey: pk.rkey ^ 0x5a00,
+                ..remote
+            };
+            ops.push((SendOp::Write(wrong), 2_000));
+        }
+        posted[i] = 1 + ops.len();
+        for (id, (op, len)) in ops.into_iter().enumerate() {
+            q.post_send(SendWr {
+                wr_id: id as u64,
+                op,
+                sg_list: irn_transport::sgl![sge(len)],
+                signaled: true,
+                fence: false,
+                solicited: false,
+            })
+            .expect("post");
+        }
+    }
+    let delay = Dur::from_micros(2);
+    let mut wire: VecDeque<(Time, usize, Transmit)> = VecDeque::new();
+    let mut seen = Exchange::default();
+    let mut armed = [qps[0].poll_timeout(), qps[1].poll_timeout()];
+    let mut buf = Vec::new();
+    let (mut now, mut sent, mut round) = (Time::ZERO, 0u32, 0u32);
+    let check = |q: &QueuePair, armed: Option<Time>, what: &str| {
+        let d = q.poll_timeout();
+        assert!(
+            d.is_none_or(|d| armed.is_some_and(|a| d >= a)),
+            "{rec:?}: {what} moved the deadline {armed:?} -> {d:?}"
+        );
+    };
+    for _ in 0..1_000_000 {
+        round += 1;
+        while wire.front().is_some_and(|w| w.0 <= now) {
+            let (_, to, t) = wire.pop_front().expect("a packet");
+            qps[to].handle_packet(now, &t.ib, &[], t.ecn, &mut mems[to]);
+            armed[to] = qps[to].poll_timeout();
+        }
+        for i in 0..2 {
+            if qps[i].poll_timeout().is_some_and(|d| d <= now) {
+                qps[i].handle_timeout(now);
+                armed[i] = qps[i].poll_timeout();
+            }
+            let mut out = Vec::new();
+            if i == 1 && round % 3 == 0 {
+                while let Some(t) = qps[i].poll_control(&mems[i], &mut buf) {
+                    assert!(t.ib.bth.opcode.is_control(), "{rec:?}: {t:?}");
+                    check(&qps[i], armed[i], "poll_control's packet");
+                    out.push(t);
+                }
+            }
+            loop {
+                let Some(t) = qps[i].poll_transmit(now, &mems[i], &mut buf) else {
+                    check(&qps[i], armed[i], "a poll without a packet");
+                    seen.empty_polls += 1;
+                    break;
+                };
+                if t.ib.bth.opcode.is_control() {
+                    check(&qps[i], armed[i], "a control packet");
+                } else {
+                    armed[i] = qps[i].poll_timeout();
+                }
+                out.push(t);
+            }
+            for t in out {
+                if t.ib.bth.opcode.is_control() {
+                    seen.kinds.insert((t.ib.bth.opcode, ack_kind(&t.ib)));
+                }
+                sent += 1;
+                if sent < 400 && sent % 7 == 3 {
+                    continue;
+                }
+                let ecn = match t.ecn {
+                    Ecn::NotEct => Ecn::NotEct,
+                    _ if sent % 5 == 0 => Ecn::Ce,
+                    e => e,
+                };
+                wire.push_back((now + delay, 1 - i, Transmit { ecn, ..t }));
+            }
+            seen.completions[i].extend(std::iter::from_fn(|| qps[i].poll_completion()));
+        }
+        if wire.is_empty() && (0..2).all(|i| seen.completions[i].len() == posted[i]) {
+            break;
+        }
+        let next = [
+            wire.front().map(|w| w.0),
+            qps[0].poll_timeout(),
+            qps[1].poll_timeout(),
+        ];
+        now = next
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(now, |t| t.max(now))
+            .max(now + Dur::from_nanos(1));
+    }
+    seen.timeouts = qps.iter().map(|q| q.counters().timeouts).sum();
+    seen
+}
+
+/// A poll that returns a control packet (an ACK or NAK, a read ACK, a CNP), or no packet,
+/// moves no deadline earlier and arms none: a driver that read `poll_timeout` after the queue
+/// pair's last input, and after its last data packet, need not read it again after those (the
+/// simulator's NIC relies on it). Checked at every poll ([`exchange`]) for every loss recovery,
+/// with no congestion control, DCQCN (its timers and pacing live) and TIMELY, with and without
+/// a fault that ends the connections.
 #[test]
 fn a_control_packet_moves_no_deadline_earlier() {
     let presets = [
@@ -132,141 +320,53 @@ fn a_control_packet_moves_no_deadline_earlier() {
         RecoveryConfig::ext_ib(),
         RecoveryConfig::tcp(),
     ];
-    let mut seen = std::collections::BTreeSet::new();
+    let ccs: [Arc<dyn ControllerFactory>; 3] = [
+        Arc::new(NoCcFactory),
+        Arc::new(DcqcnFactory::default()),
+        Arc::new(TimelyFactory(TimelyConfig::default())),
+    ];
+    let mut kinds = BTreeSet::new();
+    let (mut empty_polls, mut timeouts) = (0, 0);
     for rec in presets {
-        let cfg = QpConfig {
-            recovery: rec,
-            cnp_interval: Some(Dur::from_micros(5)),
-            ..QpConfig::default()
-        };
-        let mut qps = [1u32, 2].map(|qpn| {
-            QueuePair::new(Time::ZERO, QpConfig { qpn, ..cfg.clone() })
-                .expect("a valid queue-pair configuration")
-        });
-        connect(
-            &mut qps[0],
-            &QpAttr::default(),
-            2,
-            Psn::new(10),
-            Psn::new(20),
-        );
-        connect(
-            &mut qps[1],
-            &QpAttr::default(),
-            1,
-            Psn::new(20),
-            Psn::new(10),
-        );
-        let mut mems = [CheckedMemory::new(1), CheckedMemory::new(2)];
-        let regions = mems.each_mut().map(|m| {
-            let addr = m.alloc(1 << 20);
-            (addr, m.register(addr, 1 << 20, Access::ALL).expect("reg"))
-        });
-        for (i, q) in qps.iter_mut().enumerate() {
-            let (addr, k) = regions[i];
-            let (peer, pk) = regions[1 - i];
-            let remote = Remote {
-                addr: peer,
-                rkey: pk.rkey,
-            };
-            let sge = |len: u32| Sge {
-                addr,
-                len,
-                lkey: k.lkey,
-            };
-            q.post_recv(RecvWr {
-                wr_id: 9,
-                sg_list: irn_transport::sgl![sge(1 << 20)],
-            })
-            .expect("post recv");
-            let ops = [
-                (SendOp::Write(remote), 60_000),
-                (SendOp::Read(remote), 30_000),
-                (SendOp::Send, 3_000),
-                (SendOp::FetchAdd { remote, add: 1 }, 8),
-            ];
-            for (id, (op, len)) in ops.into_iter().enumerate() {
-                q.post_send(SendWr {
-                    wr_id: id as u64,
-                    op,
-                    sg_list: irn_transport::sgl![sge(len)],
-                    signaled: true,
-                    fence: false,
-                    solicited: false,
-                })
-                .expect("post");
-            }
-        }
-        let delay = Dur::from_micros(2);
-        let mut wire: VecDeque<(Time, usize, Transmit)> = VecDeque::new();
-        let mut completions = [Vec::new(), Vec::new()];
-        let mut buf = Vec::new();
-        let (mut now, mut sent, mut controls) = (Time::ZERO, 0u32, 0u32);
-        for _ in 0..1_000_000 {
-            while wire.front().is_some_and(|w| w.0 <= now) {
-                let (_, to, t) = wire.pop_front().expect("a packet");
-                qps[to].handle_packet(now, &t.ib, &[], t.ecn, &mut mems[to]);
-            }
-            for i in 0..2 {
-                if qps[i].poll_timeout().is_some_and(|d| d <= now) {
-                    qps[i].handle_timeout(now);
+        for cc in &ccs {
+            for fault in [false, true] {
+                let x = exchange(rec, cc.clone(), fault);
+                let [a, b] = &x.completions;
+                assert_eq!(
+                    (a.len(), b.len()),
+                    (5 + usize::from(fault), 5),
+                    "{rec:?}: one completion per work request"
+                );
+                if fault {
+                    // The wrong key ends the responder's connection: the Write is refused,
+                    // or, where earlier packets still wait for it, the requester gives up.
+                    assert!(
+                        a.iter().any(|c| matches!(
+                            c.status,
+                            WcStatus::RemAccessErr | WcStatus::RetryExcErr
+                        )),
+                        "{rec:?}: {a:?}"
+                    );
+                } else {
+                    assert!(
+                        a.iter().chain(b).all(|c| c.status == WcStatus::Success),
+                        "{rec:?}: {a:?} {b:?}"
+                    );
                 }
-                loop {
-                    let before = qps[i].poll_timeout();
-                    let Some(t) = qps[i].poll_transmit(now, &mems[i], &mut buf) else {
-                        break;
-                    };
-                    if t.ib.bth.opcode.is_control() {
-                        let after = qps[i].poll_timeout();
-                        assert!(
-                            after.is_none_or(|a| before.is_some_and(|b| a >= b)),
-                            "{rec:?}: a {:?} moved the deadline {before:?} -> {after:?}",
-                            t.ib.bth.opcode
-                        );
-                        controls += 1;
-                        seen.insert(t.ib.bth.opcode);
-                    }
-                    sent += 1;
-                    if sent < 400 && sent % 7 == 3 {
-                        continue;
-                    }
-                    let ecn = match t.ecn {
-                        Ecn::NotEct => Ecn::NotEct,
-                        _ if sent % 5 == 0 => Ecn::Ce,
-                        e => e,
-                    };
-                    wire.push_back((now + delay, 1 - i, Transmit { ecn, ..t }));
-                }
-                completions[i].extend(std::iter::from_fn(|| qps[i].poll_completion()));
+                kinds.extend(x.kinds);
+                empty_polls += x.empty_polls;
+                timeouts += x.timeouts;
             }
-            if wire.is_empty() && completions.iter().all(|c| c.len() == 5) {
-                break;
-            }
-            let next = [
-                wire.front().map(|w| w.0),
-                qps[0].poll_timeout(),
-                qps[1].poll_timeout(),
-            ];
-            now = next
-                .into_iter()
-                .flatten()
-                .min()
-                .map_or(now, |t| t.max(now))
-                .max(now + Dur::from_nanos(1));
         }
-        for c in &completions {
-            assert_eq!(c.len(), 5, "{rec:?}: {c:?}");
-            assert!(
-                c.iter().all(|c| c.status == WcStatus::Success),
-                "{rec:?}: {c:?}"
-            );
-        }
-        assert!(controls >= 10, "{rec:?}: {controls} control packets");
     }
-    let kinds = [Opcode::RC_ACKNOWLEDGE, Opcode::RC_IRN_READ_ACK, Opcode::CNP];
-    assert_eq!(
-        seen,
-        kinds.into(),
-        "every kind of control packet was checked"
-    );
+    for kind in [
+        (Opcode::RC_ACKNOWLEDGE, "ack"),
+        (Opcode::RC_ACKNOWLEDGE, "nak-sequence"),
+        (Opcode::RC_ACKNOWLEDGE, "nak-error"),
+        (Opcode::RC_IRN_READ_ACK, "ack"),
+        (Opcode::CNP, ""),
+    ] {
+        assert!(kinds.contains(&kind), "{kind:?} checked: {kinds:?}");
+    }
+    assert!(empty_polls > 0 && timeouts > 0, "{empty_polls} {timeouts}");
 }

@@ -120,8 +120,8 @@ fn psns(pkts: &[IbRepr]) -> Vec<u32> {
 /// (`poll_transmit_into`, the drivers' way), is the packet `poll_transmit` returns fresh:
 /// nothing an earlier packet left in the slot (an AETH, a RETH, an atomic header, an ECN
 /// codepoint, a payload) shows in a later one. Both queue pairs see the same inputs: a peer's
-/// Write out of order (a NAK or IRN's NACK, then ACKs), then a Write of three packets, a Read
-/// and a fetch-and-add of their own.
+/// Write out of order (a NAK or IRN's NACK, then ACKs), then a Write of three packets, a Read,
+/// a fetch-and-add and a Send of their own.
 #[test]
 fn a_packet_built_in_a_reused_slot_is_the_packet_built_fresh() {
     for recovery in [RecoveryConfig::roce(), RecoveryConfig::irn()] {
@@ -151,10 +151,11 @@ fn a_packet_built_in_a_reused_slot_is_the_packet_built_fresh() {
                     rkey: remote.rkey,
                 }),
                 SendOp::FetchAdd { remote, add: 5 },
+                SendOp::Send,
             ];
             for (i, op) in ops.into_iter().enumerate() {
                 let sge = Sge {
-                    len: if i == 2 { 8 } else { sge.len },
+                    len: [sge.len, sge.len, 8, 100][i],
                     ..sge
                 };
                 q.post_send(SendWr {
@@ -201,8 +202,8 @@ fn a_packet_built_in_a_reused_slot_is_the_packet_built_fresh() {
             "irn {irn}: a RETH, then none"
         );
         assert!(
-            fresh.iter().any(|(t, _)| t.ib.atomic_eth.is_some()),
-            "irn {irn}: the atomic"
+            after(|ib| ib.atomic_eth.is_some()),
+            "irn {irn}: an atomic header, then none"
         );
         assert!(
             fresh.windows(2).any(|w| w[0].0.ecn != w[1].0.ecn),

@@ -32,8 +32,8 @@ pub(super) struct Fabric<M> {
     cross: Crossing,
     /// Where a NIC's queue pair builds the payload of the packet it sends.
     pub(super) scratch: Vec<u8>,
-    /// Where it builds that packet's headers, kept from packet to packet (a fresh one per
-    /// look at a NIC's queue pairs cost as much as building in place saves).
+    /// Where it builds that packet's headers, kept from packet to packet: a fresh one per
+    /// look at a NIC's queue pairs costs as much as building in place saves.
     pub(super) headers: Transmit,
     /// The hosts faults hold now, and what was sent to them.
     pub(super) failed: FailedHosts,

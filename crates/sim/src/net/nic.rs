@@ -586,8 +586,8 @@ impl<M: SimMemory> Nic<M> {
                 .max(qp.in_flight())
                 .max(qp.responses_in_flight());
             // Sending data may have started a timer. A control packet moves no deadline
-            // earlier (`QueuePair::poll_transmit_into`): the event armed after the queue
-            // pair's last input stands, and half of IRN's packets are ACKs.
+            // earlier (`QueuePair`'s driver contract, at `poll_timeout`): the event armed
+            // after the queue pair's last input stands, and half of IRN's packets are ACKs.
             let control = t.ib.bth.opcode.is_control();
             if control {
                 debug_assert!(timer_stands(s, now), "a control packet moved a deadline");

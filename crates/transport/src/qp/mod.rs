@@ -121,9 +121,10 @@ fn says_no_more(syndrome: &Syndrome, lost: &Option<LossBitmap>, nacks: bool) -> 
 ///    * [`poll_completion`](QueuePair::poll_completion) until `None`;
 ///    * [`poll_timeout`](QueuePair::poll_timeout): the next deadline at which to call
 ///      `handle_timeout` (replacing any earlier one). A poll that returns a control packet
-///      (an ACK, a read ACK or a CNP: [`Opcode::is_control`](irn_wire::Opcode::is_control))
-///      moves no deadline earlier and arms none, so a driver that read the deadline after
-///      the last input need not read it again after sending one.
+///      (an ACK or NAK, a read ACK or a CNP:
+///      [`Opcode::is_control`](irn_wire::Opcode::is_control)), or no packet, moves no
+///      deadline earlier and arms none: a driver that read the deadline after the last
+///      input and after the last data packet need not read it again after those.
 ///
 /// Application memory is passed into the calls that touch it, so one memory (a protection
 /// domain's regions) serves many queue pairs. Every call takes `now`; time never goes
@@ -701,8 +702,9 @@ impl QueuePair {
 
     /// [`poll_transmit`](QueuePair::poll_transmit), the packet built in `out` (a driver's
     /// [`Transmit::SLOT`], kept from call to call): `true` if there is one. A packet's headers
-    /// are a few hundred bytes; built where the driver reads them, they are not copied from
-    /// builder to caller on the way out.
+    /// are a few hundred bytes: a request is built in `out` itself, not copied from builder to
+    /// caller on its way out; a response or a control packet, built by its own builder, is
+    /// copied into it once.
     pub fn poll_transmit_into<'m, M: Memory, P: TxPayload<'m>>(
         &mut self,
         now: Time,

@@ -378,13 +378,16 @@ impl QueuePair {
         let mtu = self.mtu();
         let wire = self.wire();
         let mode = self.mode();
-        let bth0 = self.bth(Opcode::RC_SEND_ONLY, psn);
+        // Every field reset first, whatever the slot held: each arm below only adds.
+        *out = Transmit {
+            ib: IbRepr::new(self.bth(Opcode::RC_SEND_ONLY, psn)),
+            ecn: Ecn::Ect0,
+        };
+        let ib = &mut out.ib;
         let w = &self.req.sq[idx];
         let k = w.first_psn.distance(psn).max(0) as u32;
         let n = w.npkts;
         let (first, last) = (k == 0, k + 1 >= w.npsn);
-        let mut bth = bth0;
-        let ib = &mut out.ib;
         let mut covers = 1;
         let off = u64::from(k) * u64::from(mtu);
         let chunk = w.len.saturating_sub(off).min(u64::from(mtu));
@@ -397,7 +400,7 @@ impl QueuePair {
         let mut data = false;
         match w.wr.op {
             SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => {
-                bth.opcode = match w.wr.op {
+                ib.bth.opcode = match w.wr.op {
                     SendOp::SendWithImm(_) => pick(
                         Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
                         Opcode::RC_SEND_FIRST,
@@ -417,7 +420,6 @@ impl QueuePair {
                         Opcode::RC_SEND_LAST,
                     ),
                 };
-                *ib = IbRepr::new(bth);
                 if last {
                     match w.wr.op {
                         SendOp::SendWithImm(imm) => ib.imm = Some(imm),
@@ -433,7 +435,7 @@ impl QueuePair {
                     SendOp::WriteWithImm(_, imm) => Some(imm),
                     _ => None,
                 };
-                bth.opcode = if imm.is_some() {
+                ib.bth.opcode = if imm.is_some() {
                     pick(
                         Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
                         Opcode::RC_RDMA_WRITE_FIRST,
@@ -448,7 +450,6 @@ impl QueuePair {
                         Opcode::RC_RDMA_WRITE_LAST,
                     )
                 };
-                *ib = IbRepr::new(bth);
                 let reth = RethRepr {
                     va: remote.addr,
                     rkey: remote.rkey,
@@ -464,8 +465,7 @@ impl QueuePair {
                 data = true;
             }
             SendOp::Read(remote) => {
-                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
-                *ib = IbRepr::new(bth);
+                ib.bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 // Standard RoCE resends a Read from a missing response as a Read of the rest.
                 let (va, len) = if wire.splits_response_psns() {
                     (remote.addr, w.len)
@@ -487,8 +487,7 @@ impl QueuePair {
                 compare,
                 swap,
             } => {
-                bth.opcode = Opcode::RC_COMPARE_SWAP;
-                *ib = IbRepr::new(bth);
+                ib.bth.opcode = Opcode::RC_COMPARE_SWAP;
                 ib.atomic_eth = Some(AtomicEthRepr {
                     va: remote.addr,
                     rkey: remote.rkey,
@@ -498,8 +497,7 @@ impl QueuePair {
                 ib.irn = wire.atomic_header(w);
             }
             SendOp::FetchAdd { remote, add } => {
-                bth.opcode = Opcode::RC_FETCH_ADD;
-                *ib = IbRepr::new(bth);
+                ib.bth.opcode = Opcode::RC_FETCH_ADD;
                 ib.atomic_eth = Some(AtomicEthRepr {
                     va: remote.addr,
                     rkey: remote.rkey,
@@ -528,7 +526,6 @@ impl QueuePair {
                 }
             }
         }
-        out.ecn = Ecn::Ect0;
         covers.max(1)
     }
 }

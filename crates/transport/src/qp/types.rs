@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use irn_wire::{BthRepr, Ecn, IbRepr, Opcode, Psn, DEFAULT_PKEY};
+use irn_wire::{Ecn, IbRepr, Psn, DEFAULT_PKEY};
 
 use crate::cc::{ControllerFactory, NoCcFactory};
 use crate::config::{ConfigError, RecoveryConfig};
@@ -319,7 +319,8 @@ impl core::ops::AddAssign for Counters {
 }
 
 /// A packet the queue pair wants sent. Its payload, when the memory holds bytes, is in the
-/// buffer given to [`QueuePair::poll_transmit`](super::QueuePair::poll_transmit).
+/// buffer given to [`QueuePair::poll_transmit`](super::QueuePair::poll_transmit) or
+/// [`QueuePair::poll_transmit_into`](super::QueuePair::poll_transmit_into).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// BTH onward, as a structured description (the simulator forwards it as is; the UDP
@@ -334,18 +335,7 @@ impl Transmit {
     /// to build packets in, kept by a driver from one call to the next: what it holds means
     /// nothing until a call returns `true` (an empty RC Send-only to no one).
     pub const SLOT: Transmit = Transmit {
-        ib: IbRepr::new(BthRepr {
-            opcode: Opcode::RC_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            tver: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qpn: 0,
-            ack_req: false,
-            psn: Psn::new(0),
-        }),
+        ib: IbRepr::SLOT,
         ecn: Ecn::NotEct,
     };
 }

@@ -1014,12 +1014,11 @@ impl QueuePair {
                 self.next_response_standard(mem, payload)
             }
         };
-        match t {
-            Some(t) => {
-                *out = t;
-                true
-            }
-            None => false,
+        if let Some(t) = t {
+            *out = t;
+            true
+        } else {
+            false
         }
     }
 
