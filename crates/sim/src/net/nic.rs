@@ -555,6 +555,11 @@ impl<M: SimMemory> Nic<M> {
             };
             // Built in place: the headers are copied once, into the packet table.
             if !sent {
+                // A poll that finds nothing moves no deadline earlier either.
+                debug_assert!(
+                    timer_stands(&self.slots[i], now),
+                    "an empty poll moved a deadline"
+                );
                 if data_paused || ctrl_paused {
                     // It may still have data once the pause ends.
                     lane.ready.push_back(slot);
