@@ -83,8 +83,9 @@
 //! # }
 //! ```
 
-// `unsafe` is allowed in four modules only: `net::sys`, `device::app_memory`, `device::lent` and,
-// for `Pd::reg_mr_raw` and `Pd::reg_mr_raw_iova`, `device::objects`.
+// `unsafe` is allowed in five modules only: `net::sys`, `device::app_memory`, `device::lent`,
+// `device::sched` (the watcher thread's scheduling policy) and, for `Pd::reg_mr_raw` and
+// `Pd::reg_mr_raw_iova`, `device::objects`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

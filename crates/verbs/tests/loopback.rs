@@ -2239,14 +2239,15 @@ fn a_busy_pollers_ack_leaves_with_its_answer() {
 /// What a busy poller's round held for the poller's next visit leaves even if no visit comes:
 /// A spins on its CQ (longer than the engine's longest sleep, so that A's engine has left the
 /// device to the poller) while B writes into it; once the Write has landed A stops polling,
-/// and A's engine sends the ACK the poller held at its next look, before it would take the
-/// device back a millisecond after the last poll (A's counters say a batch was held and that
-/// the engine's look sent it; an engine that left it to its takeover fails) — twice, on
-/// fresh queue pairs each time, so that B's timer (10 ms before a first round trip) does not
-/// fire on a slow machine. Whether a round holds, and whether the engine's look comes before
-/// its takeover, depend on the scheduler (a poller descheduled between two polls is not
-/// spinning, and its round sends at once; an engine woken late takes over): attempts for up
-/// to 30 s. How soon the held ACK leaves is timing, measured outside tests.
+/// A's watcher finds the poller stopped at its next look and wakes A's engine, which sends
+/// the ACK the poller held before it would take the device back a millisecond after the last
+/// poll (A's counters say a batch was held and that it was sent so; an engine that left it to
+/// its takeover fails) — twice, on fresh queue pairs each time, so that B's timer (10 ms
+/// before a first round trip) does not fire on a slow machine. Whether a round holds, and
+/// whether the look comes before the takeover, depend on the scheduler (a poller
+/// descheduled between two polls is not spinning, and its round sends at once; a watcher or
+/// an engine woken late leaves it to the takeover): attempts for up to 30 s. How soon the
+/// held ACK leaves is timing, measured outside tests.
 #[test]
 fn a_held_ack_leaves_when_its_poller_stops() {
     for mode in MODES {
@@ -2310,7 +2311,7 @@ fn a_held_ack_leaves_when_its_poller_stops() {
         assert_eq!(
             left,
             2,
-            "{mode:?}: of {k} attempts, A's poller held the ACK in {held} and A's engine's look \
+            "{mode:?}: of {k} attempts, A's poller held the ACK in {held} and A's watcher's look \
              sent it in {left}: {:?}",
             dev_a.counters()
         );

@@ -40,9 +40,11 @@ pub struct DeviceConfig {
     /// wake-up between a packet's arrival and its completion, at the price of a core per
     /// polling thread. While a thread has polled within the last millisecond the engine
     /// leaves the whole device to it — the socket, the timers, the queue pairs' turns and the
-    /// posts' batches, for which posts then ring no doorbell — and looks again every
-    /// millisecond; otherwise it works as without busy polling. Threads that wait all the time
-    /// for rare events should not poll (the connection manager's agent sleeps).
+    /// posts' batches, for which posts then ring no doorbell — and a watcher thread of the
+    /// device's, under `SCHED_IDLE` so that it never takes a poller's core, looks every
+    /// millisecond whether the poller has stopped; otherwise it works as without busy
+    /// polling. Threads that wait all the time for rare events should not poll (the
+    /// connection manager's agent sleeps).
     pub busy_poll: bool,
     /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (the
     /// one the device's address is on; a packet socket: needs `CAP_NET_RAW`): a queue pair of

@@ -63,7 +63,8 @@ pub struct DeviceCounters {
     /// ([`DeviceConfig::busy_poll`](super::DeviceConfig::busy_poll)).
     pub tx_held: u64,
     /// Of those, batches the poller left behind: it stopped spinning before its next visit,
-    /// and the engine sent them at its next look (`POLLER_WATCH`). A batch still held when
+    /// and the engine sent them when the device's watcher next looked (`POLLER_WATCH`) or
+    /// at its own look. A batch still held when
     /// the engine takes the device back, a millisecond after the last poll, leaves with the
     /// engine's first round and is not counted here.
     pub tx_held_left: u64,

@@ -909,12 +909,21 @@ pub(super) fn engine(shared: &Shared) {
             // A thread busy-polling a completion queue receives, fires the timers and sends
             // for the device (`Shared::progress`): the engine leaves all of it to that
             // thread — taking the receive buffers from it made both threads queue on their
-            // locks — and takes over once a millisecond passes without a poll. Meanwhile it
-            // looks every `POLLER_WATCH` for what a poller that stopped spinning left behind.
+            // locks — and takes over once a millisecond passes without a poll. Meanwhile the
+            // watcher looks every `POLLER_WATCH` and wakes the engine when the poller has
+            // stopped spinning: the engine sends what it left behind, and takes the device
+            // back once polling has stopped. The engine looks itself at its longest sleep too,
+            // for a host whose busy cores leave the idle-class watcher none (`watcher`).
+            if !shared.watching.swap(true, Ordering::AcqRel) {
+                if let Some(w) = shared.watcher.get() {
+                    w.unpark();
+                }
+            }
             send_left_behind(shared);
-            park(shared, false, POLLER_WATCH);
+            park(shared, false, MAX_SLEEP);
             continue;
         }
+        shared.watching.store(false, Ordering::Release);
         // Sleep until a packet comes or the next timer is due.
         let mut sleep = MAX_SLEEP;
         let busy = {
@@ -948,12 +957,48 @@ pub(super) fn engine(shared: &Shared) {
     }
 }
 
-/// How often the engine looks at a device a thread busy-polls: what that thread's rounds
-/// left in the transmit batch (a held batch: [`super::tx::TxState::held`], or its last posts)
-/// leaves at most this long (plus [`super::HOLD_SPIN`]) after its last poll. Each look wakes
-/// a thread, which on a host whose cores all spin (two busy-polled ends on two cores) takes
-/// one from a poller: at 200 µs a busy-polled 64-byte Write round trip took 18 % longer on
-/// average and 20 % at the 99th percentile than at a millisecond (docs/VERBS.md). An IRN peer
+/// The watcher of a device that a thread busy-polls, while the engine has left the device to
+/// the poller: every [`POLLER_WATCH`] it reads when the poller last polled, and if that was
+/// over [`super::HOLD_SPIN`] ago — the poller has stopped spinning, and may have left a batch
+/// behind (held for its next visit, or its last posts), or has stopped polling for good — it
+/// wakes the engine, which sends what was left and takes the device back once a millisecond
+/// has passed without a poll. It runs under `SCHED_IDLE` ([`super::sched`]), so that its
+/// wake-ups wait for a free core instead of taking a spinning poller's, and it takes no lock:
+/// an idle-class thread preempted while holding the device's lock would keep the poller that
+/// waits for it off its core until the idle thread's turn came, and it did (below). Where the
+/// kernel refuses `SCHED_IDLE` it looks under the policy it has. It sleeps while the engine
+/// has the device.
+///
+/// Measured with both ends busy-polled on this 2-core host (docs/BENCHMARKS.md), against the
+/// engine looking itself every millisecond: the 99th percentile of a 64-byte Write's latency
+/// 21.1–26.9 → 14.7–18.2 µs (half round trips), 64-byte Sends 1.61–1.72 → 1.70–1.80 Mpps. A
+/// watcher that sent the left-behind batch itself, under the device's lock, ran the Sends at
+/// 1.13–1.56 Mpps with ten times the timeouts (18–19 in a million Sends, against 1–2).
+pub(super) fn watcher(shared: &Shared) {
+    let _ = super::sched::lower_to_idle();
+    while !shared.closed() {
+        if !shared.watching.load(Ordering::Acquire) {
+            // The engine has the device: nothing to look at until it leaves it to a poller
+            // (it unparks this thread then).
+            std::thread::park_timeout(MAX_SLEEP);
+            continue;
+        }
+        std::thread::park_timeout(POLLER_WATCH);
+        if shared.watching.load(Ordering::Acquire) && !shared.spinning() {
+            shared.wake_engine();
+        }
+    }
+}
+
+/// How often a device that a thread busy-polls is looked at ([`watcher`]): what that thread's
+/// rounds left in the transmit batch (a held batch: [`super::tx::TxState::held`], or its last
+/// posts) leaves at most this long (plus [`super::HOLD_SPIN`]) after its last poll, and the
+/// engine takes the device back at most this long after the millisecond without a poll that
+/// makes it do so — when a core is free for the watcher, which runs under `SCHED_IDLE`; on a
+/// host whose every core is busy with other work, the engine's own look at [`MAX_SLEEP`]
+/// bounds both. At 200 µs, with the engine looking (a thread that preempts a poller), a
+/// busy-polled 64-byte Write round trip took 18 % longer on average and 20 % at the 99th
+/// percentile than at a millisecond (docs/VERBS.md). An IRN peer
 /// whose timeout is shorter than this (the runtime's floor is 500 µs,
 /// [`super::runtime_recovery`]) may so time out once on the last ACK of a poller that
 /// stopped, and resend one packet.

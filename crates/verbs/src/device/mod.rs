@@ -9,7 +9,10 @@
 //! the earliest queue-pair deadline as timeout, then locks the core to hand it a burst of
 //! received packets, fire expired timers and transmit the answers. Completions go to their CQ,
 //! whose own condition variable wakes the threads blocked in [`Cq::wait`] on it — only when one
-//! sleeps there, so a completion costs no system call otherwise.
+//! sleeps there, so a completion costs no system call otherwise. With busy polling
+//! ([`DeviceConfig::busy_poll`]) a thread polling a CQ does the engine's work while it spins,
+//! and a watcher thread under `SCHED_IDLE` (`engine::watcher`, `sched`) wakes the engine when
+//! it stops.
 //!
 //! # Wire
 //!
@@ -52,6 +55,7 @@ mod objects;
 mod pause;
 mod ports;
 mod rx;
+mod sched;
 mod table;
 mod tagged;
 mod turns;
@@ -266,6 +270,11 @@ pub(crate) struct Shared {
     busy_poll: bool,
     /// When a thread last busy-polled, nanoseconds after `epoch`.
     last_poll: AtomicU64,
+    /// The engine has left the device to a busy poller, and the watcher looks at it
+    /// (`engine::watcher`).
+    watching: AtomicBool,
+    /// The watcher's thread, which the engine unparks as it leaves the device to a poller.
+    watcher: std::sync::OnceLock<std::thread::Thread>,
     /// The packet socket pause frames arrive on ([`DeviceConfig::pause_iface`]).
     pause_sock: Option<crate::packet::PacketSocket>,
 }
@@ -367,6 +376,8 @@ pub const MAX_RECEIVE_BUFFER: usize = 256 << 20;
 pub struct Device {
     shared: Arc<Shared>,
     engine: Option<JoinHandle<()>>,
+    /// A busy-polled device's watcher ([`DeviceConfig::busy_poll`], `engine::watcher`).
+    watcher: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -465,8 +476,21 @@ impl Device {
             rx: Mutex::new(rx),
             busy_poll: cfg.busy_poll,
             last_poll: AtomicU64::new(0),
+            watching: AtomicBool::new(false),
+            watcher: std::sync::OnceLock::new(),
             pause_sock,
         });
+        let watcher = if cfg.busy_poll {
+            let s = shared.clone();
+            let w = std::thread::Builder::new()
+                // Thread names are cut at 15 bytes: the port tells the device's apart.
+                .name(format!("irn-watch {}", local.port()))
+                .spawn(move || engine::watcher(&s))?;
+            let _ = shared.watcher.set(w.thread().clone());
+            Some(w)
+        } else {
+            None
+        };
         let s = shared.clone();
         let engine = std::thread::Builder::new()
             .name(format!("irn-engine {local}"))
@@ -474,6 +498,7 @@ impl Device {
         Ok(Device {
             shared,
             engine: Some(engine),
+            watcher,
         })
     }
 
@@ -581,6 +606,10 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
+        if let Some(w) = self.watcher.take() {
+            w.thread().unpark();
+            let _ = w.join();
+        }
         if let Some(t) = self.engine.take() {
             let _ = t.join();
         }

@@ -221,11 +221,13 @@ pub(crate) struct TxState {
     /// its next poll, or a post that adds packets — so that they go out in one system call
     /// with what the program posts in answer: in a Write ping-pong the ACK of the peer's Write
     /// and this end's own Write. The next poll sends it before it receives; if the program
-    /// stops polling instead, the engine sends it at its next look or, if that look came
-    /// under [`super::HOLD_SPIN`] after the last poll, as it takes the device back: at most
-    /// [`super::engine::POLLER_WATCH`] + `HOLD_SPIN` after the last poll (and the scheduler's
-    /// lateness), as it does a poller's last posts (`engine::engine`). Cleared when the batch
-    /// leaves.
+    /// stops polling instead, the engine sends it when the watcher's next look finds the
+    /// poller stopped (`engine::watcher`) or, if that look came under [`super::HOLD_SPIN`]
+    /// after the last poll, as it takes the device back: at most
+    /// [`super::engine::POLLER_WATCH`] + `HOLD_SPIN` after the last poll where a core is free
+    /// for the watcher (and the scheduler's lateness; on a host whose cores are all busy, the
+    /// engine's own look at [`super::MAX_SLEEP`]), as it does a poller's last posts
+    /// (`engine::engine`). Cleared when the batch leaves.
     pub(super) held: bool,
     /// The queue pair whose turn it is may have its packets coalesced (its peer said it takes
     /// GSO batches: [`super::Qp::set_peer_gso`]).
