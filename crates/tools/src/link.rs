@@ -65,6 +65,12 @@ pub(crate) struct LinkArgs {
     /// a core kept busy).
     #[arg(long)]
     pub(crate) busy_poll: bool,
+    /// A thread waiting for completions receives and processes this side's packets itself,
+    /// asleep in poll(2) on the device's socket between rounds, instead of being woken by the
+    /// engine thread: busy polling's sleeping counterpart (one wake-up per completion instead
+    /// of two, and no core kept busy).
+    #[arg(long, conflicts_with = "busy_poll")]
+    pub(crate) wait_drives: bool,
     /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (a
     /// packet socket: needs CAP_NET_RAW): queue pairs of a paused priority (their DSCP ÷ 8,
     /// `--tclass`) send nothing until the pause runs out or a resume comes.
@@ -230,6 +236,7 @@ pub(crate) fn device_config(ip: IpAddr, port: u16, link: &LinkArgs) -> Result<De
     cfg.pcap = link.pcap.clone();
     cfg.receive = link.rx;
     cfg.busy_poll = link.busy_poll;
+    cfg.wait_drives = link.wait_drives;
     cfg.pause_iface = link.pause_iface.clone();
     cfg.pause_link_bps = link.pause_rate.unwrap_or(0);
     cfg.line_rate_bps = link.line_rate;

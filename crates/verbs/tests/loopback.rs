@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use irn_verbs::{
-    Access, Error, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp, WcOpcode,
-    WcStatus, DEFAULT_IN_FLIGHT_BUDGET,
+    Access, AttrMask, Error, QpAttr, QpInit, QpMode, QpState, ReceivePath, RecvWr, SendOp,
+    WcOpcode, WcStatus, DEFAULT_IN_FLIGHT_BUDGET,
 };
 
 const MODES: [QpMode; 2] = [QpMode::Roce, QpMode::Irn];
@@ -2316,6 +2316,330 @@ fn a_held_ack_leaves_when_its_poller_stops() {
             dev_a.counters()
         );
     }
+}
+
+/// A device whose waiting threads drive it (`DeviceConfig::wait_drives`): `Cq::wait`
+/// receives and processes on the calling thread, asleep in `poll(2)` between rounds. Both
+/// modes, both ends so: a ping-pong of Sends with exact data and one completion each, reaped
+/// with `Cq::wait` alone; then a stream of Writes of many sizes into B, which waits for nothing
+/// meanwhile (its engine takes the device back from the waiter that left) — exact data, one
+/// completion per work request — and a Read of it back. Each end's waiting threads ran rounds
+/// of the device's work.
+#[test]
+fn waiting_threads_drive_their_devices() {
+    for mode in MODES {
+        let p = connect(
+            side(wait_device(65), mode, 1024),
+            side(wait_device(66), mode, 1024),
+            &QpAttr::default(),
+        );
+        let (ma, mb) = (
+            p.a.pd.reg_mr(1 << 20, all()).expect("mr"),
+            p.b.pd.reg_mr(1 << 20, all()).expect("mr"),
+        );
+        for i in 0..200u64 {
+            let n = 1 + (i as usize * 37) % 3000;
+            let mut msg = vec![0u8; n];
+            pattern(i, &mut msg);
+            ma.write(0, &msg).expect("fill");
+            for (qp, mr) in [(&p.b.qp, &mb), (&p.a.qp, &ma)] {
+                qp.post_recv(RecvWr {
+                    wr_id: i,
+                    sg_list: irn_verbs::sgl![mr.sge(8192, 4096)],
+                })
+                .expect("recv");
+            }
+            p.a.qp
+                .post_send(wr(i, SendOp::Send, vec![ma.sge(0, n as u32)]))
+                .expect("send");
+            let got = wait(&p.b.cq, 10);
+            assert_eq!(
+                (got.wr_id, got.status, got.opcode, got.byte_len),
+                (i, WcStatus::Success, WcOpcode::Recv, n as u32),
+                "{mode:?}"
+            );
+            let mut back = vec![0u8; n];
+            mb.read(8192, &mut back).expect("read");
+            assert!(back == msg, "{mode:?}: message {i}");
+            mb.write(0, &back).expect("echo");
+            p.b.qp
+                .post_send(wr(i, SendOp::Send, vec![mb.sge(0, n as u32)]))
+                .expect("send");
+            let mut seen = [0u32; 2];
+            for _ in 0..2 {
+                let wc = wait(&p.a.cq, 10);
+                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{mode:?}");
+                seen[usize::from(wc.opcode == WcOpcode::Recv)] += 1;
+            }
+            assert_eq!(seen, [1, 1], "{mode:?}: one completion each");
+            assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
+            ma.read(8192, &mut back).expect("read");
+            assert!(back == msg, "{mode:?}: echo {i}");
+        }
+        // Writes of many sizes into B, which waits for nothing now.
+        let mut data = vec![0u8; 1 << 19];
+        pattern(5, &mut data);
+        ma.write(0, &data).expect("fill");
+        let (mut off, mut posted, mut done) = (0usize, 0u64, vec![false; 300]);
+        while done.iter().any(|d| !d) {
+            while posted < 300 && posted - (done.iter().filter(|d| **d).count() as u64) < 16 {
+                let n = 1 + (posted as usize * 7919) % 9000;
+                let n = n.min((1 << 19) - off);
+                p.a.qp
+                    .post_send(wr(
+                        posted,
+                        SendOp::Write(remote_of(&mb, off as u64)),
+                        vec![ma.sge(off as u64, n as u32)],
+                    ))
+                    .expect("write");
+                off = (off + n) % (1 << 19);
+                posted += 1;
+            }
+            let wc = wait(&p.a.cq, 10);
+            assert_eq!(wc.status, WcStatus::Success, "{mode:?}");
+            let k = wc.wr_id as usize;
+            assert!(!done[k], "{mode:?}: Write {k} completed twice");
+            done[k] = true;
+        }
+        let mut got = vec![0u8; 1 << 19];
+        mb.read(0, &mut got).expect("read");
+        assert!(got[..off] == data[..off], "{mode:?}: the Writes' data");
+        // And read back what was written.
+        p.a.qp
+            .post_send(wr(
+                900,
+                SendOp::Read(remote_of(&mb, 0)),
+                vec![ma.sge(1 << 19, off as u32)],
+            ))
+            .expect("read");
+        let wc = wait(&p.a.cq, 10);
+        assert_eq!((wc.wr_id, wc.status), (900, WcStatus::Success), "{mode:?}");
+        let mut back = vec![0u8; off];
+        ma.read(1 << 19, &mut back).expect("read");
+        assert!(back == data[..off], "{mode:?}: the Read's data");
+        assert!(p.a.cq.is_empty() && p.b.cq.is_empty());
+        for (who, dev) in [("A", &p.a.dev), ("B", &p.b.dev)] {
+            let c = dev.counters();
+            assert!(
+                c.wait_rounds > 0,
+                "{mode:?}: {who}'s waiters ran no round: {c:?}"
+            );
+        }
+    }
+}
+
+/// A thread asleep in a driving wait is woken by a completion another thread makes on its
+/// CQ (the CQ's eventfd), not left to its next timeout: a receive posted to a queue pair in
+/// the error state completes at once with `WrFlushErr`, on the posting thread, while the
+/// waiter sleeps; the waiter returns it, and counts a wake by a completion. The waiter may
+/// happen to be awake at the post (it wakes at least every 20 ms): attempts for up to 30 s.
+#[test]
+fn a_waiting_thread_is_woken_by_a_completion_another_thread_makes() {
+    let dev = wait_device(67);
+    let (_pd, cq, qp) = queue_pair(&dev, QpMode::Irn, 64);
+    qp.modify(QpState::Err, &QpAttr::default(), AttrMask::NONE, None)
+        .expect("to the error state");
+    let (start, mut k) = (Instant::now(), 0u64);
+    loop {
+        k += 1;
+        let before = dev.counters().wait_woken_by_completion;
+        std::thread::scope(|sc| {
+            let waiter = sc.spawn(|| cq.wait(Duration::from_secs(10)));
+            std::thread::sleep(Duration::from_millis(30));
+            qp.post_recv(RecvWr {
+                wr_id: k,
+                sg_list: irn_verbs::sgl![],
+            })
+            .expect("post");
+            let wc = waiter
+                .join()
+                .expect("waiter")
+                .expect("wait")
+                .expect("a completion");
+            assert_eq!((wc.wr_id, wc.status), (k, WcStatus::WrFlushErr));
+        });
+        if dev.counters().wait_woken_by_completion > before {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no wake by a completion in {k} attempts: {:?}",
+            dev.counters()
+        );
+    }
+    assert!(cq.is_empty());
+}
+
+/// A thread asleep in a driving wait sends what another thread's post left in the device's
+/// transmit batch: with a thread waiting on an idle CQ of A's device, the main thread posts
+/// two Writes back to back (the second, behind the first in flight, is left for the device's
+/// driver and rings no engine), and then only watches B's memory. Both land, in both modes,
+/// and the waiter counts a wake by a post. Whether the waiter sleeps at the second post
+/// depends on the scheduler: attempts for up to 30 s.
+#[test]
+fn a_waiting_thread_sends_what_another_threads_post_left() {
+    for mode in MODES {
+        let p = connect(
+            side(wait_device(68), mode, 1024),
+            side(udp_device(69, DEFAULT_IN_FLIGHT_BUDGET, false), mode, 1024),
+            &QpAttr::default(),
+        );
+        let (_pd, idle_cq, _idle_qp) = queue_pair(&p.a.dev, mode, 64);
+        let (ma, mb) = (
+            p.a.pd.reg_mr(8192, all()).expect("mr"),
+            p.b.pd.reg_mr(8192, all()).expect("mr"),
+        );
+        let (start, mut k) = (Instant::now(), 0u64);
+        loop {
+            k += 1;
+            let before = p.a.dev.counters().wait_woken_by_post;
+            let mut data = vec![0u8; 8192];
+            pattern(k, &mut data);
+            ma.write(0, &data).expect("fill");
+            std::thread::scope(|sc| {
+                let waiter = sc.spawn(|| idle_cq.wait(Duration::from_millis(300)));
+                std::thread::sleep(Duration::from_millis(30));
+                for (i, half) in [0u64, 4096].into_iter().enumerate() {
+                    p.a.qp
+                        .post_send(wr(
+                            2 * k + i as u64,
+                            SendOp::Write(remote_of(&mb, half)),
+                            vec![ma.sge(half, 4096)],
+                        ))
+                        .expect("write");
+                }
+                let mut got = vec![0u8; 8192];
+                let landed = Instant::now();
+                loop {
+                    mb.read(0, &mut got).expect("read");
+                    if got == data {
+                        break;
+                    }
+                    assert!(
+                        landed.elapsed() < Duration::from_secs(10),
+                        "{mode:?}: the Writes did not land"
+                    );
+                    std::thread::yield_now();
+                }
+                assert!(waiter.join().expect("waiter").expect("wait").is_none());
+            });
+            for i in 0..2 {
+                let wc = wait(&p.a.cq, 10);
+                assert_eq!(
+                    (wc.wr_id, wc.status),
+                    (2 * k + i, WcStatus::Success),
+                    "{mode:?}"
+                );
+            }
+            if p.a.dev.counters().wait_woken_by_post > before {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{mode:?}: no wake by a post in {k} attempts: {:?}",
+                p.a.dev.counters()
+            );
+        }
+        assert!(p.a.cq.is_empty() && idle_cq.is_empty());
+    }
+}
+
+/// Several threads wait on several CQs of one device at once, each driving it: B sends to
+/// four queue pairs of A, each with a CQ of its own and a thread waiting on it; every thread
+/// gets exactly its queue pair's receives, in order, with their data.
+#[test]
+fn several_waiting_threads_share_a_device() {
+    const N: u64 = 300;
+    let (dev_a, dev_b) = (wait_device(70), wait_device(71));
+    let (pd_b, cq_b, _) = queue_pair(&dev_b, QpMode::Irn, 4096);
+    let sides: Vec<_> = (0..4)
+        .map(|_| {
+            let (pd, cq, qp) = queue_pair(&dev_a, QpMode::Irn, 4096);
+            let qp_b = pd_b
+                .create_qp(
+                    &cq_b,
+                    &cq_b,
+                    irn_verbs::QpInit {
+                        mode: QpMode::Irn,
+                        max_send_wr: 4096,
+                        max_recv_wr: 4096,
+                        ..irn_verbs::QpInit::default()
+                    },
+                )
+                .expect("qp");
+            let attr = QpAttr::default();
+            qp.connect(&attr, &remote_at(&dev_b, &qp_b), 5)
+                .expect("connect");
+            qp_b.connect(&attr, &remote_at(&dev_a, &qp), 5)
+                .expect("connect");
+            let mr = pd.reg_mr(N as usize * 64, all()).expect("mr");
+            for i in 0..N {
+                qp.post_recv(RecvWr {
+                    wr_id: i,
+                    sg_list: irn_verbs::sgl![mr.sge(i * 64, 64)],
+                })
+                .expect("recv");
+            }
+            (pd, cq, qp, mr, qp_b)
+        })
+        .collect();
+    let src = pd_b.reg_mr(4096, all()).expect("mr");
+    std::thread::scope(|sc| {
+        let waiters: Vec<_> = sides
+            .iter()
+            .map(|(_, cq, _, _, _)| {
+                sc.spawn(move || (0..N).map(|_| wait(cq, 10)).collect::<Vec<_>>())
+            })
+            .collect();
+        for i in 0..N {
+            for (q, (_, _, _, _, qp_b)) in sides.iter().enumerate() {
+                let mut msg = [0u8; 64];
+                pattern(i * 4 + q as u64, &mut msg);
+                let at = (i * 4 + q as u64) % 64 * 64;
+                src.write(at, &msg).expect("fill");
+                qp_b.post_send(wr(i, SendOp::Send, vec![src.sge(at, 64)]))
+                    .expect("send");
+            }
+            if i % 16 == 15 {
+                for _ in 0..64 {
+                    assert_eq!(wait(&cq_b, 10).status, WcStatus::Success);
+                }
+            }
+        }
+        for (q, w) in waiters.into_iter().enumerate() {
+            let got = w.join().expect("a waiter");
+            let ids: Vec<u64> = got.iter().map(|wc| wc.wr_id).collect();
+            assert_eq!(ids, (0..N).collect::<Vec<_>>(), "queue pair {q}");
+            assert!(got
+                .iter()
+                .all(|wc| wc.status == WcStatus::Success && wc.byte_len == 64));
+            let mut buf = vec![0u8; N as usize * 64];
+            sides[q].3.read(0, &mut buf).expect("read");
+            for i in 0..N {
+                let mut msg = [0u8; 64];
+                pattern(i * 4 + q as u64, &mut msg);
+                assert_eq!(
+                    buf[i as usize * 64..][..64],
+                    msg,
+                    "queue pair {q}, message {i}"
+                );
+            }
+        }
+    });
+    for _ in 0..(N % 16) * 4 {
+        assert_eq!(wait(&cq_b, 10).status, WcStatus::Success);
+    }
+    assert!(sides.iter().all(|s| s.1.is_empty()) && cq_b.is_empty());
+}
+
+/// A device on 127.0.0.1 (any port) receiving on the UDP path whose waiting threads drive it.
+fn wait_device(seed: u64) -> irn_verbs::Device {
+    let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+    cfg.port = 0;
+    cfg.seed = seed;
+    cfg.receive = ReceivePath::Udp;
+    cfg.wait_drives = true;
+    irn_verbs::Device::open(cfg).expect("open a device")
 }
 
 /// A device on 127.0.0.1 (any port) receiving on the UDP path, with an in-flight budget and

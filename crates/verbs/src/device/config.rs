@@ -46,6 +46,18 @@ pub struct DeviceConfig {
     /// polling. Threads that wait all the time for rare events should not poll (the
     /// connection manager's agent sleeps).
     pub busy_poll: bool,
+    /// A thread waiting on a completion queue drives the device: [`Cq::wait`] (and
+    /// [`Cq::wait_ready`], and a [`Cq::poll`]) receives and processes the device's packets,
+    /// runs its timers and sends its batches on the calling thread, as under
+    /// [`DeviceConfig::busy_poll`], but sleeps in `poll(2)` on the device's socket between
+    /// rounds instead of spinning — the sleeping counterpart of busy polling, and what a
+    /// blocking socket program does. A packet's arrival wakes the waiting thread itself, not
+    /// the engine and then the waiter. While a thread waits, or has polled or waited within
+    /// the last millisecond, the engine leaves the device to it, as to a busy poller, and the
+    /// watcher hands it back once that millisecond has passed (`device/drive.rs`). Several
+    /// threads may wait at once; each is woken by the device's packets. Ignored with
+    /// `busy_poll`.
+    pub wait_drives: bool,
     /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (the
     /// one the device's address is on; a packet socket: needs `CAP_NET_RAW`): a queue pair of
     /// a paused priority — its DSCP ÷ 8 — sends nothing until the pause runs out
@@ -120,6 +132,7 @@ impl DeviceConfig {
             receive: ReceivePath::Auto,
             in_flight_budget: DEFAULT_IN_FLIGHT_BUDGET,
             busy_poll: false,
+            wait_drives: false,
             pause_iface: None,
             pause_link_bps: 0,
             line_rate_bps: None,

@@ -68,6 +68,15 @@ pub struct DeviceCounters {
     /// the engine takes the device back, a millisecond after the last poll, leaves with the
     /// engine's first round and is not counted here.
     pub tx_held_left: u64,
+    /// Rounds of the device's work run by threads waiting on a CQ
+    /// ([`DeviceConfig::wait_drives`](super::DeviceConfig::wait_drives)).
+    pub wait_rounds: u64,
+    /// Times such a thread, asleep in `poll(2)`, was woken by a completion another thread
+    /// made on the CQ it waits on (`device/drive.rs`).
+    pub wait_woken_by_completion: u64,
+    /// Times such a thread was woken by another thread's post, which left it packets to send
+    /// or a queue pair's turn to give.
+    pub wait_woken_by_post: u64,
     /// Coalesced datagrams received (a GSO peer's messages, or what GRO merged), each split
     /// back into the packets counted in `rx_packets`.
     pub rx_coalesced: u64,

@@ -788,9 +788,16 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
         }
         // Under the core lock, which the sleepers wait with: none can miss it. Once per
         // sleep: a sleeper waiting with `notified` set was notified after it began to wait.
-        if cq.sleepers > 0 && !cq.notified {
+        // Threads asleep in `poll(2)` driving the device (`drive`) are woken by the CQ's
+        // eventfd.
+        if (cq.sleepers > 0 || cq.drivers > 0) && !cq.notified {
             cq.notified = true;
-            cq.ready.notify_all();
+            if cq.sleepers > 0 {
+                cq.ready.notify_all();
+            }
+            if let (true, Some(fd)) = (cq.drivers > 0, &cq.drive_wake) {
+                super::drive::wake_waiters(fd);
+            }
         }
         if let Some(notify) = cq.armed.take() {
             notify();
@@ -905,7 +912,7 @@ pub(super) fn release(
 /// The engine thread: receive, process, fire timers, sleep until the next deadline.
 pub(super) fn engine(shared: &Shared) {
     while !shared.closed() {
-        if shared.busy_poll && shared.polled_recently() {
+        if shared.driven() && shared.polled_recently() {
             // A thread busy-polling a completion queue receives, fires the timers and sends
             // for the device (`Shared::progress`): the engine leaves all of it to that
             // thread — taking the receive buffers from it made both threads queue on their
@@ -925,36 +932,43 @@ pub(super) fn engine(shared: &Shared) {
         }
         shared.watching.store(false, Ordering::Release);
         // Sleep until a packet comes or the next timer is due.
-        let mut sleep = MAX_SLEEP;
-        let busy = {
+        let sleep = {
             let mut core = shared.lock();
             let now = shared.now();
-            if let Some(d) = core.next_deadline() {
-                sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
-            }
-            if let Some(d) = core.next_pause_release(now) {
-                sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
-            }
-            if let Some(d) = core.next_line_release() {
-                sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
-            }
-            if let Some(at) = core.impairer.next_at() {
-                sleep = sleep.min(at.saturating_duration_since(Instant::now()));
-            }
-            // Queue pairs with more to send, or waiting for a budget that has room (and a line
-            // that takes frames), or packets waiting in the transmit batch that no thread is
-            // sending (a busy poller's last posts, which rang no doorbell): no sleeping.
-            core.turns.any_pending()
-                || (core.budget.has_room() && !core.line_busy(now))
-                || core.tx.unsent()
+            wake_in(&mut core, now)
         };
-        if !busy && !sleep.is_zero() {
+        if let Some(sleep) = sleep.filter(|s| !s.is_zero()) {
             park(shared, true, sleep);
         }
         let mut batch = shared.rx.lock().unwrap_or_else(|p| p.into_inner());
         run_once(shared, &mut batch, Round::Engine);
         drop(batch);
     }
+}
+
+/// How long whoever receives for the device may sleep before its next round: until the next
+/// timer, pause release, line release or impaired packet's time, at most [`MAX_SLEEP`];
+/// `None` if a round is due now — queue pairs with more to send, or waiting for a budget that
+/// has room (and a line that takes frames), or packets waiting in the transmit batch that no
+/// thread is sending (a poller's last posts, which rang no doorbell).
+pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
+    let mut sleep = MAX_SLEEP;
+    if let Some(d) = core.next_deadline() {
+        sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+    }
+    if let Some(d) = core.next_pause_release(now) {
+        sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+    }
+    if let Some(d) = core.next_line_release() {
+        sleep = sleep.min(Duration::from_nanos(d.since(now).as_nanos()));
+    }
+    if let Some(at) = core.impairer.next_at() {
+        sleep = sleep.min(at.saturating_duration_since(Instant::now()));
+    }
+    let busy = core.turns.any_pending()
+        || (core.budget.has_room() && !core.line_busy(now))
+        || core.tx.unsent();
+    (!busy).then_some(sleep)
 }
 
 /// The watcher of a device that a thread busy-polls, while the engine has left the device to
@@ -984,7 +998,9 @@ pub(super) fn watcher(shared: &Shared) {
             continue;
         }
         std::thread::park_timeout(POLLER_WATCH);
-        if shared.watching.load(Ordering::Acquire) && !shared.spinning() {
+        // A thread waiting in `poll(2)` to drive the device (`drive`) needs no engine.
+        let waiter = shared.drive.as_ref().is_some_and(|d| d.waiting());
+        if shared.watching.load(Ordering::Acquire) && !shared.spinning() && !waiter {
             shared.wake_engine();
         }
     }

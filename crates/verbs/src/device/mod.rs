@@ -47,6 +47,7 @@ mod app_memory;
 mod budget;
 mod config;
 mod counters;
+mod drive;
 mod engine;
 mod error;
 mod lent;
@@ -164,6 +165,11 @@ struct CqState {
     /// Threads asleep on `ready`: with none, a completion needs no wake-up (a notify is a
     /// system call even when nobody waits).
     sleepers: usize,
+    /// Threads asleep in `poll(2)` in a wait that drives the device
+    /// ([`DeviceConfig::wait_drives`]), which a completion wakes through `drive_wake`.
+    drivers: usize,
+    /// The eventfd those threads sleep on, made by the first of them.
+    drive_wake: Option<Arc<rustix::fd::OwnedFd>>,
     /// `ready` was notified since the last thread went to sleep on it: the other completions
     /// of a burst need no system call each (the woken thread takes them all once it has the
     /// lock).
@@ -268,6 +274,9 @@ pub(crate) struct Shared {
     rx: Mutex<RxBatch>,
     /// [`DeviceConfig::busy_poll`].
     busy_poll: bool,
+    /// [`DeviceConfig::wait_drives`] (without `busy_poll`): the threads waiting on CQs that
+    /// drive the device.
+    drive: Option<drive::Drive>,
     /// When a thread last busy-polled, nanoseconds after `epoch`.
     last_poll: AtomicU64,
     /// The engine has left the device to a busy poller, and the watcher looks at it
@@ -320,6 +329,18 @@ impl Shared {
         engine::run_once(self, &mut batch, engine::Round::Poller { spinning });
     }
 
+    /// Threads polling or waiting on the device's CQs drive it: busy polling, or waiting
+    /// threads that drive it ([`DeviceConfig::wait_drives`]).
+    pub(super) fn driven(&self) -> bool {
+        self.busy_poll || self.drive.is_some()
+    }
+
+    /// A thread drove the device just now: a driving wait ended (`drive`).
+    pub(super) fn polled_now(&self) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.last_poll.store(now.max(1), Ordering::Relaxed);
+    }
+
     /// A thread busy-polls the device now: its last poll came under [`HOLD_SPIN`] ago.
     pub(super) fn spinning(&self) -> bool {
         let last = self.last_poll.load(Ordering::Relaxed);
@@ -334,6 +355,9 @@ impl Shared {
     /// A thread busy-polled within the millisecond before `now` (the device's clock, read
     /// once by a caller that has it).
     pub(super) fn polled_before(&self, now: Time) -> bool {
+        if self.drive.as_ref().is_some_and(drive::Drive::waiting) {
+            return true;
+        }
         let last = self.last_poll.load(Ordering::Relaxed);
         polled_within(last, now.as_picos() / 1000, Duration::from_millis(1))
     }
@@ -475,12 +499,17 @@ impl Device {
             cm: Mutex::new(std::sync::Weak::new()),
             rx: Mutex::new(rx),
             busy_poll: cfg.busy_poll,
+            drive: if cfg.wait_drives && !cfg.busy_poll {
+                Some(drive::Drive::new()?)
+            } else {
+                None
+            },
             last_poll: AtomicU64::new(0),
             watching: AtomicBool::new(false),
             watcher: std::sync::OnceLock::new(),
             pause_sock,
         });
-        let watcher = if cfg.busy_poll {
+        let watcher = if shared.driven() {
             let s = shared.clone();
             let w = std::thread::Builder::new()
                 // Thread names are cut at 15 bytes: the port tells the device's apart.
@@ -590,6 +619,8 @@ impl Device {
                 overrun: false,
                 ready: Arc::new(Condvar::new()),
                 sleepers: 0,
+                drivers: 0,
+                drive_wake: None,
                 notified: false,
                 armed: None,
                 queued: queued.clone(),
@@ -639,6 +670,9 @@ impl Drop for Device {
         for cq in core.objects.cqs.values() {
             if cq.sleepers > 0 {
                 cq.ready.notify_all();
+            }
+            if let (true, Some(fd)) = (cq.drivers > 0, &cq.drive_wake) {
+                drive::wake_waiters(fd);
             }
         }
     }

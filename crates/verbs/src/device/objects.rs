@@ -305,8 +305,9 @@ impl Cq {
 
     /// [`Cq::poll`] appending to `out` instead of allocating: the number taken.
     pub fn poll_into(&self, max: usize, out: &mut Vec<Wc>) -> Result<usize> {
-        if self.shared.busy_poll {
-            // This thread receives and processes for the device (DeviceConfig::busy_poll).
+        if self.shared.driven() {
+            // This thread receives and processes for the device (DeviceConfig::busy_poll,
+            // DeviceConfig::wait_drives).
             self.shared.progress();
         }
         let mut core = self.shared.flush_unless_held(self.shared.lock());
@@ -347,6 +348,10 @@ impl Cq {
         if self.shared.busy_poll {
             return self.spin(Instant::now() + timeout);
         }
+        if let Some(drive) = &self.shared.drive {
+            let id = self.id;
+            return self.drive_until(drive, Instant::now() + timeout, |cq| take_one(id, cq));
+        }
         self.sleep(timeout)
     }
 
@@ -368,9 +373,12 @@ impl Cq {
                 std::hint::spin_loop();
             }
         }
-        let ready = self.sleep_until(deadline, |cq| {
-            (cq.overrun || !cq.entries.is_empty()).then_some(Ok(()))
-        })?;
+        let ready =
+            |cq: &mut super::CqState| (cq.overrun || !cq.entries.is_empty()).then_some(Ok(()));
+        let ready = match &self.shared.drive {
+            Some(drive) => self.drive_until(drive, deadline, ready)?,
+            None => self.sleep_until(deadline, ready)?,
+        };
         Ok(ready.is_some())
     }
 
@@ -382,14 +390,7 @@ impl Cq {
     /// wakes it.
     pub(crate) fn sleep(&self, timeout: Duration) -> Result<Option<Wc>> {
         let id = self.id;
-        self.sleep_until(Instant::now() + timeout, |cq| {
-            if std::mem::take(&mut cq.overrun) {
-                return Some(Err(Error::CqOverrun(id)));
-            }
-            let wc = cq.entries.pop_front()?;
-            cq.queued.store(cq.entries.len(), Ordering::Release);
-            Some(Ok(wc))
-        })
+        self.sleep_until(Instant::now() + timeout, |cq| take_one(id, cq))
     }
 
     /// Sleeps on the CQ's condition variable (with the device's lock, which completions are
@@ -473,6 +474,16 @@ impl Cq {
     }
 }
 
+/// What a wait on CQ `id` takes: its overrun, reported once, or its first completion.
+fn take_one(id: u32, cq: &mut super::CqState) -> Option<Result<Wc>> {
+    if std::mem::take(&mut cq.overrun) {
+        return Some(Err(Error::CqOverrun(id)));
+    }
+    let wc = cq.entries.pop_front()?;
+    cq.queued.store(cq.entries.len(), Ordering::Release);
+    Some(Ok(wc))
+}
+
 impl Drop for Cq {
     fn drop(&mut self) {
         self.shared.lock().objects.cqs.remove(&self.id);
@@ -524,7 +535,7 @@ impl Qp {
         // within a millisecond to take over if the polling stops): in a busy-polled 64-byte
         // Send stream the engine's wake-ups for doorbells were a quarter of the sender's
         // cycles (docs/BENCHMARKS.md).
-        let poller = self.shared.busy_poll && self.shared.polled_before(now);
+        let poller = self.shared.driven() && self.shared.polled_before(now);
         let more = if defer {
             // The first deferred post of a batch wakes the engine (one eventfd write per
             // batch): a thread that polls now may stop before it sends the batch.
@@ -539,6 +550,13 @@ impl Qp {
         drop(core);
         if more && !poller {
             self.shared.wake_engine();
+        }
+        // What a thread asleep in a driving wait is left to send or to give a turn to: wake
+        // it (`drive`). A thread that posts and then waits finds none asleep.
+        if poller && (defer || more) {
+            if let Some(d) = self.shared.drive.as_ref().filter(|d| d.asleep()) {
+                d.wake_for_post();
+            }
         }
         r
     }
