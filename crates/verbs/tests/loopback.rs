@@ -2323,8 +2323,8 @@ fn a_held_ack_leaves_when_its_poller_stops() {
 /// modes, both ends so: a ping-pong of Sends with exact data and one completion each, reaped
 /// with `Cq::wait` alone; then a stream of Writes of many sizes into B, which waits for nothing
 /// meanwhile (its engine takes the device back from the waiter that left) — exact data, one
-/// completion per work request — and a Read of it back. Each end's waiting threads ran rounds
-/// of the device's work.
+/// completion per work request — and a Read of it back. In the ping-pong the waiting threads,
+/// not the engines, receive.
 #[test]
 fn waiting_threads_drive_their_devices() {
     for mode in MODES {
@@ -2337,6 +2337,7 @@ fn waiting_threads_drive_their_devices() {
             p.a.pd.reg_mr(1 << 20, all()).expect("mr"),
             p.b.pd.reg_mr(1 << 20, all()).expect("mr"),
         );
+        let before = (p.a.dev.counters(), p.b.dev.counters());
         for i in 0..200u64 {
             let n = 1 + (i as usize * 37) % 3000;
             let mut msg = vec![0u8; n];
@@ -2375,6 +2376,20 @@ fn waiting_threads_drive_their_devices() {
             assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
             ma.read(8192, &mut back).expect("read");
             assert!(back == msg, "{mode:?}: echo {i}");
+        }
+        // The waiting threads received: each end's engine ran rounds only where a wait came
+        // over a millisecond after the one before (a descheduled test thread), where with the
+        // engine receiving it runs one or more per packet that arrives.
+        for (who, dev, was) in [("A", &p.a.dev, &before.0), ("B", &p.b.dev, &before.1)] {
+            let c = dev.counters();
+            let (engine, waiters) = (
+                c.engine_rounds - was.engine_rounds,
+                c.wait_rounds - was.wait_rounds,
+            );
+            assert!(
+                waiters >= 200 && engine * 4 < waiters,
+                "{mode:?}: {who}'s engine ran {engine} rounds and its waiting threads {waiters}"
+            );
         }
         // Writes of many sizes into B, which waits for nothing now.
         let mut data = vec![0u8; 1 << 19];
@@ -2418,13 +2433,6 @@ fn waiting_threads_drive_their_devices() {
         ma.read(1 << 19, &mut back).expect("read");
         assert!(back == data[..off], "{mode:?}: the Read's data");
         assert!(p.a.cq.is_empty() && p.b.cq.is_empty());
-        for (who, dev) in [("A", &p.a.dev), ("B", &p.b.dev)] {
-            let c = dev.counters();
-            assert!(
-                c.wait_rounds > 0,
-                "{mode:?}: {who}'s waiters ran no round: {c:?}"
-            );
-        }
     }
 }
 
@@ -2630,6 +2638,95 @@ fn several_waiting_threads_share_a_device() {
         assert_eq!(wait(&cq_b, 10).status, WcStatus::Success);
     }
     assert!(sides.iter().all(|s| s.1.is_empty()) && cq_b.is_empty());
+}
+
+/// Three threads wait on one CQ of a device they drive, each taking one completion per wait,
+/// while B sends bursts of three Sends into A's queue pair: every receive completes exactly
+/// once, with its data, and some waits were woken by a completion
+/// another thread made (the first of a burst's three, taken by the thread that received it,
+/// leaves two for threads asleep on the CQ, whose wake-up is written once and passed on).
+/// How long a wake-up that was not passed on would take (a thread's sleep, at most 20 ms) is
+/// timing, measured outside tests.
+#[test]
+fn waiting_threads_on_one_cq_take_each_completion_once() {
+    const BURSTS: u64 = 100;
+    let p = connect(
+        side(wait_device(72), QpMode::Irn, 4096),
+        side(wait_device(73), QpMode::Irn, 4096),
+        &QpAttr::default(),
+    );
+    let (ma, mb) = (
+        p.a.pd.reg_mr(BURSTS as usize * 3 * 64, all()).expect("mr"),
+        p.b.pd.reg_mr(3 * 64, all()).expect("mr"),
+    );
+    for i in 0..BURSTS * 3 {
+        p.a.qp
+            .post_recv(RecvWr {
+                wr_id: i,
+                sg_list: irn_verbs::sgl![ma.sge(i * 64, 64)],
+            })
+            .expect("recv");
+    }
+    let taken = std::sync::Mutex::new(Vec::new());
+    let woken = p.a.dev.counters().wait_woken_by_completion;
+    std::thread::scope(|sc| {
+        for _ in 0..3 {
+            sc.spawn(|| loop {
+                if taken.lock().expect("taken").len() as u64 >= BURSTS * 3 {
+                    return;
+                }
+                match p.a.cq.wait(Duration::from_millis(200)).expect("wait") {
+                    Some(wc) => {
+                        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 64));
+                        taken.lock().expect("taken").push(wc.wr_id);
+                    }
+                    None => continue,
+                }
+            });
+        }
+        for b in 0..BURSTS {
+            for k in 0..3 {
+                let mut msg = [0u8; 64];
+                pattern(b * 3 + k, &mut msg);
+                mb.write(k * 64, &msg).expect("fill");
+                p.b.qp
+                    .post_send(wr(b * 3 + k, SendOp::Send, vec![mb.sge(k * 64, 64)]))
+                    .expect("send");
+            }
+            for _ in 0..3 {
+                assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
+            }
+            // The burst's three are taken before the next is sent.
+            let start = Instant::now();
+            while (taken.lock().expect("taken").len() as u64) < (b + 1) * 3 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "burst {b} not taken"
+                );
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut ids = taken.into_inner().expect("taken");
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..BURSTS * 3).collect::<Vec<_>>(),
+        "each completion once"
+    );
+    let mut buf = vec![0u8; BURSTS as usize * 3 * 64];
+    ma.read(0, &mut buf).expect("read");
+    for i in 0..BURSTS * 3 {
+        let mut msg = [0u8; 64];
+        pattern(i, &mut msg);
+        assert_eq!(buf[i as usize * 64..][..64], msg, "message {i}");
+    }
+    assert!(
+        p.a.dev.counters().wait_woken_by_completion > woken,
+        "no wait was woken by another thread's completion: {:?}",
+        p.a.dev.counters()
+    );
+    assert!(p.a.cq.is_empty());
 }
 
 /// A device on 127.0.0.1 (any port) receiving on the UDP path whose waiting threads drive it.

@@ -47,16 +47,17 @@ pub struct DeviceConfig {
     /// connection manager's agent sleeps).
     pub busy_poll: bool,
     /// A thread waiting on a completion queue drives the device: [`Cq::wait`] (and
-    /// [`Cq::wait_ready`], and a [`Cq::poll`]) receives and processes the device's packets,
-    /// runs its timers and sends its batches on the calling thread, as under
-    /// [`DeviceConfig::busy_poll`], but sleeps in `poll(2)` on the device's socket between
-    /// rounds instead of spinning — the sleeping counterpart of busy polling, and what a
-    /// blocking socket program does. A packet's arrival wakes the waiting thread itself, not
-    /// the engine and then the waiter. While a thread waits, or has polled or waited within
-    /// the last millisecond, the engine leaves the device to it, as to a busy poller, and the
-    /// watcher hands it back once that millisecond has passed (`device/drive.rs`). Several
-    /// threads may wait at once; each is woken by the device's packets. Ignored with
-    /// `busy_poll`.
+    /// [`Cq::wait_ready`]) receives and processes the device's packets, runs its timers and
+    /// sends its batches on the calling thread, as under [`DeviceConfig::busy_poll`], but
+    /// sleeps in `poll(2)` on the device's socket between rounds instead of spinning — the
+    /// sleeping counterpart of busy polling, and what a blocking socket program does; a
+    /// [`Cq::poll`] runs one round, without sleeping. A packet's arrival wakes the waiting
+    /// thread itself, not the engine and then the waiter. While a thread waits, or has polled
+    /// or waited within the last millisecond, the engine leaves the device to it, as to a busy
+    /// poller, and the watcher hands it back after that millisecond — at its next look, about
+    /// a millisecond later, or, where every core is busy with other work, at the engine's own
+    /// look every 20 ms (`device/drive.rs`). Several threads may wait at once; each is woken by
+    /// the device's packets. Ignored with `busy_poll`.
     pub wait_drives: bool,
     /// Honour the 802.1Qbb PFC and 802.3x PAUSE frames that arrive on this interface (the
     /// one the device's address is on; a packet socket: needs `CAP_NET_RAW`): a queue pair of

@@ -68,6 +68,9 @@ pub struct DeviceCounters {
     /// the engine takes the device back, a millisecond after the last poll, leaves with the
     /// engine's first round and is not counted here.
     pub tx_held_left: u64,
+    /// Rounds of the device's work the engine thread ran (a wake-up's: what the socket
+    /// held, timers, turns).
+    pub engine_rounds: u64,
     /// Rounds of the device's work run by threads waiting on a CQ
     /// ([`DeviceConfig::wait_drives`](super::DeviceConfig::wait_drives)).
     pub wait_rounds: u64,

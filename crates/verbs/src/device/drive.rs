@@ -14,12 +14,18 @@
 //! The engine leaves the device to such threads as it does to a busy poller (`engine::engine`):
 //! while one waits, and for a millisecond after the last wait or poll, so that a program's
 //! next wait, a few microseconds later, finds the socket to itself. The watcher
-//! (`engine::watcher`) wakes the engine once that millisecond has passed, and it takes the
-//! device back; while a thread waits the watcher leaves the engine asleep.
+//! (`engine::watcher`) wakes the engine at its first look after that millisecond (about two
+//! after the last wait; where every core is busy with other work the idle-class watcher may
+//! get none, and the engine looks itself every 20 ms), and it takes the device back; while a
+//! thread waits the watcher leaves the engine asleep. What wakes the engine otherwise — more
+//! to send than a turn allows, budget freed, a batch left to send (`Shared::wake_engine`) —
+//! wakes a thread asleep here too.
 //!
 //! Several threads may wait at once, on one CQ or several: each sleeps on the socket and its
-//! CQ's eventfd, and whichever wakes first for a packet receives it (the others find the
-//! socket empty, or their completion made).
+//! CQ's eventfd, and whichever wakes first for a packet receives it, the others running their
+//! rounds after its (they find the socket empty, or their completion made). A completion
+//! writes its CQ's eventfd once for the threads asleep on it; one that takes it and leaves
+//! more passes the wake-up on.
 //!
 //! Measured on loopback, both ends waiting so, against the same binary with a sleeping
 //! engine, six alternating rounds (docs/BENCHMARKS.md): 64-byte Sends 0.37–0.79 → 0.97–1.34
@@ -128,13 +134,23 @@ impl Cq {
     ) -> Result<Option<R>> {
         let _entered = Entered::new(&self.shared, drive);
         loop {
-            self.shared.progress();
+            // After the round of a thread receiving for the device now, if there is one.
+            self.shared.progress_with(true);
             // Whatever the round made or held leaves now: a waiting thread leaves nothing
-            // in the batch (holding its ACKs for the program's next post measured no
-            // faster).
+            // in the batch (holding its ACKs for the program's next post is no faster).
             let mut core = self.shared.flush(self.shared.lock());
             core.counters.wait_rounds += 1;
-            if let Some(r) = take(core.objects.cq_mut(self.id)?) {
+            let cq = core.objects.cq_mut(self.id)?;
+            if let Some(r) = take(cq) {
+                // Threads still asleep on this CQ: the wake-up that brought this completion
+                // may have been read by this thread alone; pass it on if more are there, and
+                // let the next completion write the eventfd again if not.
+                if cq.drivers > 0 {
+                    cq.drive_rung = cq.overrun || !cq.entries.is_empty();
+                    if let (true, Some(fd)) = (cq.drive_rung, &cq.drive_wake) {
+                        wake_waiters(fd);
+                    }
+                }
                 return r.map(Some);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -155,7 +171,7 @@ impl Cq {
             // Under the lock completions are added with: a completion from now on writes the
             // eventfd (`engine::push_wc`), and a post sees `asleep` and writes the device's.
             cq.drivers += 1;
-            cq.notified = false;
+            cq.drive_rung = false;
             drive.asleep.fetch_add(1, Ordering::AcqRel);
             drop(core);
             let woken = self.sleep_in_poll(drive, &fd, sleep.min(left));

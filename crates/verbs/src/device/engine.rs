@@ -788,16 +788,15 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
         }
         // Under the core lock, which the sleepers wait with: none can miss it. Once per
         // sleep: a sleeper waiting with `notified` set was notified after it began to wait.
-        // Threads asleep in `poll(2)` driving the device (`drive`) are woken by the CQ's
-        // eventfd.
-        if (cq.sleepers > 0 || cq.drivers > 0) && !cq.notified {
+        if cq.sleepers > 0 && !cq.notified {
             cq.notified = true;
-            if cq.sleepers > 0 {
-                cq.ready.notify_all();
-            }
-            if let (true, Some(fd)) = (cq.drivers > 0, &cq.drive_wake) {
-                super::drive::wake_waiters(fd);
-            }
+            cq.ready.notify_all();
+        }
+        // Threads asleep in `poll(2)` driving the device (`drive`) are woken by the CQ's
+        // eventfd, likewise once.
+        if let (true, false, Some(fd)) = (cq.drivers > 0, cq.drive_rung, &cq.drive_wake) {
+            cq.drive_rung = true;
+            super::drive::wake_waiters(fd);
         }
         if let Some(notify) = cq.armed.take() {
             notify();
@@ -930,7 +929,9 @@ pub(super) fn engine(shared: &Shared) {
             park(shared, false, MAX_SLEEP);
             continue;
         }
-        shared.watching.store(false, Ordering::Release);
+        if shared.driven() {
+            shared.watching.store(false, Ordering::Release);
+        }
         // Sleep until a packet comes or the next timer is due.
         let sleep = {
             let mut core = shared.lock();
@@ -978,15 +979,15 @@ pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
 /// wakes the engine, which sends what was left and takes the device back once a millisecond
 /// has passed without a poll. It runs under `SCHED_IDLE` ([`super::sched`]), so that its
 /// wake-ups wait for a free core instead of taking a spinning poller's, and it takes no lock:
-/// an idle-class thread preempted while holding the device's lock would keep the poller that
-/// waits for it off its core until the idle thread's turn came, and it did (below). Where the
-/// kernel refuses `SCHED_IDLE` it looks under the policy it has. It sleeps while the engine
-/// has the device.
+/// an idle-class thread preempted while holding the device's lock keeps the poller that waits
+/// for it off its core until the idle thread's turn comes (below). Where the kernel refuses
+/// `SCHED_IDLE` it looks under the policy it has. It sleeps while the engine has the device,
+/// and leaves the engine asleep while a thread waits on a CQ to drive the device (`drive`).
 ///
 /// Measured with both ends busy-polled on this 2-core host (docs/BENCHMARKS.md), against the
 /// engine looking itself every millisecond: the 99th percentile of a 64-byte Write's latency
 /// 21.1–26.9 → 14.7–18.2 µs (half round trips), 64-byte Sends 1.61–1.72 → 1.70–1.80 Mpps. A
-/// watcher that sent the left-behind batch itself, under the device's lock, ran the Sends at
+/// watcher that sends the left-behind batch itself, under the device's lock, runs the Sends at
 /// 1.13–1.56 Mpps with ten times the timeouts (18–19 in a million Sends, against 1–2).
 pub(super) fn watcher(shared: &Shared) {
     let _ = super::sched::lower_to_idle();
@@ -1026,7 +1027,10 @@ pub(super) const POLLER_WATCH: Duration = Duration::from_millis(1);
 /// round (it holds the receive buffers: a round may take longer than `HOLD_SPIN`); the
 /// buffers stay taken while this sends, so that no round holds a batch meanwhile.
 fn send_left_behind(shared: &Shared) {
-    if shared.spinning() {
+    // A thread waiting on a CQ asleep in `poll(2)` (`drive`) polled last before it slept: it
+    // counts as spinning, but sends nothing until it wakes.
+    let asleep = shared.drive.as_ref().is_some_and(|d| d.asleep());
+    if shared.spinning() && !asleep {
         return;
     }
     let _round = match shared.rx.try_lock() {
@@ -1147,6 +1151,9 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, round: Round) {
     let mut core = shared.lock();
     let now = shared.now();
     let sock = &shared.socks.udp;
+    if let Round::Engine = round {
+        core.counters.engine_rounds += 1;
+    }
     core.release_paused(shared.pause_sock.as_ref(), now);
     core.serve_line(sock, now);
     // Impaired packets whose time has come (delayed ones in the order they were held: a slow

@@ -170,6 +170,10 @@ struct CqState {
     drivers: usize,
     /// The eventfd those threads sleep on, made by the first of them.
     drive_wake: Option<Arc<rustix::fd::OwnedFd>>,
+    /// `drive_wake` was written since the last of those threads went to sleep, for a
+    /// completion it has not taken yet: the other completions of a burst need no system call
+    /// each. A thread that takes one and leaves more passes the wake-up on (`drive`).
+    drive_rung: bool,
     /// `ready` was notified since the last thread went to sleep on it: the other completions
     /// of a burst need no system call each (the woken thread takes them all once it has the
     /// lock).
@@ -316,6 +320,13 @@ impl Shared {
     /// their turns, on the calling thread — unless another thread is receiving for the device
     /// right now.
     pub(crate) fn progress(&self) {
+        self.progress_with(false);
+    }
+
+    /// [`Shared::progress`]; with `wait_turn`, a thread receiving for the device right now is
+    /// waited for, and the round runs after its own (a thread that sleeps in `poll(2)` between
+    /// rounds, `drive`: trying again at once would spin on the lock against that round).
+    pub(super) fn progress_with(&self, wait_turn: bool) {
         let now = self.epoch.elapsed().as_nanos() as u64;
         let before = self.last_poll.swap(now, Ordering::Relaxed);
         // A thread spinning on the device: its next poll comes soon enough to carry what this
@@ -324,6 +335,9 @@ impl Shared {
         let mut batch = match self.rx.try_lock() {
             Ok(b) => b,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if wait_turn => {
+                self.rx.lock().unwrap_or_else(|p| p.into_inner())
+            }
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
         engine::run_once(self, &mut batch, engine::Round::Poller { spinning });
@@ -362,8 +376,14 @@ impl Shared {
         polled_within(last, now.as_picos() / 1000, Duration::from_millis(1))
     }
 
+    /// Wakes the engine for more to send, a turn to give or a budget to serve — and a thread
+    /// asleep in a wait that drives the device (`drive`), which does that work while the
+    /// engine leaves the device to it.
     fn wake_engine(&self) {
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        if let Some(d) = self.drive.as_ref().filter(|d| d.asleep()) {
+            d.wake_for_post();
+        }
     }
 
     /// Grows the receive buffer to what the connected queue pairs' peers may have in flight
@@ -509,26 +529,28 @@ impl Device {
             watcher: std::sync::OnceLock::new(),
             pause_sock,
         });
-        let watcher = if shared.driven() {
-            let s = shared.clone();
-            let w = std::thread::Builder::new()
-                // Thread names are cut at 15 bytes: the port tells the device's apart.
-                .name(format!("irn-watch {}", local.port()))
-                .spawn(move || engine::watcher(&s))?;
-            let _ = shared.watcher.set(w.thread().clone());
-            Some(w)
-        } else {
-            None
-        };
         let s = shared.clone();
         let engine = std::thread::Builder::new()
             .name(format!("irn-engine {local}"))
             .spawn(move || engine(&s))?;
-        Ok(Device {
+        let mut device = Device {
             shared,
             engine: Some(engine),
-            watcher,
-        })
+            watcher: None,
+        };
+        if device.shared.driven() {
+            // The engine unparks the watcher once it is known; until then the watcher finds
+            // the engine watching at its own first look. (A failed spawn drops `device`,
+            // which stops the engine.)
+            let s = device.shared.clone();
+            let w = std::thread::Builder::new()
+                // Thread names are cut at 15 bytes: the port tells the device's apart.
+                .name(format!("irn-watch {}", local.port()))
+                .spawn(move || engine::watcher(&s))?;
+            let _ = device.shared.watcher.set(w.thread().clone());
+            device.watcher = Some(w);
+        }
+        Ok(device)
     }
 
     /// The slot of the device's connection manager.
@@ -621,6 +643,7 @@ impl Device {
                 sleepers: 0,
                 drivers: 0,
                 drive_wake: None,
+                drive_rung: false,
                 notified: false,
                 armed: None,
                 queued: queued.clone(),
@@ -637,6 +660,7 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake_engine();
         if let Some(w) = self.watcher.take() {
             w.thread().unpark();
             let _ = w.join();

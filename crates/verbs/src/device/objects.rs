@@ -358,7 +358,9 @@ impl Cq {
     /// Waits up to `timeout` for the CQ to hold a completion (or to have overrun), without
     /// taking it: whether one is there. For a program that spins on [`Cq::poll`] — an
     /// `ibv_poll_cq` loop — to give the host's CPU to the engine that makes its completions
-    /// between polls. A busy-polled device is driven meanwhile, as by a poll.
+    /// between polls. A busy-polled device is driven meanwhile, as by a poll; with
+    /// [`DeviceConfig::wait_drives`] the calling thread drives the device and sleeps in
+    /// `poll(2)` between rounds, as [`Cq::wait`] does.
     pub fn wait_ready(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         if self.shared.busy_poll {
@@ -452,8 +454,10 @@ impl Cq {
         self.shared.closed()
     }
 
-    /// Whether polling this CQ drives its device (busy polling, [`DeviceConfig::busy_poll`]):
-    /// a program spinning on memory for a peer's Write then polls the CQ as it spins.
+    /// Whether the device busy-polls ([`DeviceConfig::busy_poll`]): polling this CQ drives it
+    /// and waiting spins, so a program spinning on memory for a peer's Write polls the CQ as
+    /// it spins. (With [`DeviceConfig::wait_drives`] a poll drives the device too, but a wait
+    /// sleeps: this is false.)
     pub fn busy_polls(&self) -> bool {
         self.shared.busy_poll
     }
