@@ -2729,6 +2729,79 @@ fn waiting_threads_on_one_cq_take_each_completion_once() {
     assert!(p.a.cq.is_empty());
 }
 
+/// A program that arms a CQ for a completion event (`Cq::req_notify`, `ibv_req_notify_cq`)
+/// waits for the event outside `Cq::wait`: on a device whose waiting threads drive it, arming
+/// hands the device back to its engine at once, so the event follows a Send's arrival instead
+/// of coming a millisecond or two after the program's last wait, for which the engine leaves
+/// the device to the program. A's program waits (for nothing, briefly), arms its CQ, and B
+/// sends to it, twenty times: without the hand-back every other event comes about 2 ms after
+/// the Send (the engine, woken by the one before, went back to leaving the device to the
+/// program), with it each within tens of microseconds. A batch passes with at most 3 of its
+/// 20 events later than a millisecond; up to three batches, for a loaded machine.
+#[test]
+fn arming_a_cq_hands_a_driven_device_back_to_its_engine() {
+    let p = connect(
+        side(wait_device(74), QpMode::Irn, 64),
+        side(
+            udp_device(75, DEFAULT_IN_FLIGHT_BUDGET, false),
+            QpMode::Irn,
+            64,
+        ),
+        &QpAttr::default(),
+    );
+    let (ma, mb) = (
+        p.a.pd.reg_mr(4096, all()).expect("mr"),
+        p.b.pd.reg_mr(4096, all()).expect("mr"),
+    );
+    let fired = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut late = vec![];
+    for batch in 0..3u64 {
+        let mut n = 0;
+        for i in 0..20u64 {
+            let k = batch * 20 + i;
+            p.a.qp
+                .post_recv(RecvWr {
+                    wr_id: k,
+                    sg_list: irn_verbs::sgl![ma.sge(0, 64)],
+                })
+                .expect("recv");
+            assert!(p
+                .a
+                .cq
+                .wait(Duration::from_micros(50))
+                .expect("wait")
+                .is_none());
+            *fired.lock().expect("fired") = None;
+            let f = fired.clone();
+            p.a.cq
+                .req_notify(std::sync::Arc::new(move || {
+                    *f.lock().expect("fired") = Some(Instant::now());
+                }))
+                .expect("arm");
+            let posted = Instant::now();
+            p.b.qp
+                .post_send(wr(k, SendOp::Send, vec![mb.sge(0, 64)]))
+                .expect("send");
+            let at = loop {
+                if let Some(at) = *fired.lock().expect("fired") {
+                    break at;
+                }
+                assert!(posted.elapsed() < Duration::from_secs(10), "no event");
+                std::thread::sleep(Duration::from_micros(20));
+            };
+            n += usize::from(at - posted > Duration::from_millis(1));
+            let wc = wait(&p.a.cq, 10);
+            assert_eq!((wc.wr_id, wc.status), (k, WcStatus::Success));
+            assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
+        }
+        late.push(n);
+        if n <= 3 {
+            return;
+        }
+    }
+    panic!("events later than a millisecond, of 20 per batch: {late:?}");
+}
+
 /// A device on 127.0.0.1 (any port) receiving on the UDP path whose waiting threads drive it.
 fn wait_device(seed: u64) -> irn_verbs::Device {
     let mut cfg = irn_verbs::DeviceConfig::new("127.0.0.1".parse().expect("address"));

@@ -41,7 +41,7 @@ pub struct DeviceConfig {
     /// polling thread. While a thread has polled within the last millisecond the engine
     /// leaves the whole device to it — the socket, the timers, the queue pairs' turns and the
     /// posts' batches, for which posts then ring no doorbell — and a watcher thread of the
-    /// device's, under `SCHED_IDLE` so that it never takes a poller's core, looks every
+    /// device's, under `SCHED_IDLE` so that its wake-ups never preempt a poller, looks every
     /// millisecond whether the poller has stopped; otherwise it works as without busy
     /// polling. Threads that wait all the time for rare events should not poll (the
     /// connection manager's agent sleeps).

@@ -14,10 +14,11 @@
 //! The engine leaves the device to such threads as it does to a busy poller (`engine::engine`):
 //! while one waits, and for a millisecond after the last wait or poll, so that a program's
 //! next wait, a few microseconds later, finds the socket to itself. The watcher
-//! (`engine::watcher`) wakes the engine at its first look after that millisecond (about two
-//! after the last wait; where every core is busy with other work the idle-class watcher may
-//! get none, and the engine looks itself every 20 ms), and it takes the device back; while a
-//! thread waits the watcher leaves the engine asleep. What wakes the engine otherwise — more
+//! (`engine::watcher`) wakes the engine at each look once the program's last poll is over
+//! 20 µs old, and the engine takes the device back at the first look after that millisecond
+//! (about two after the last wait; it looks itself every 20 ms too); while a thread waits the
+//! watcher leaves the engine asleep. Nothing is held for a program's next visit on such a
+//! device (`TxState::held`): a thread asleep here would keep it. What wakes the engine otherwise — more
 //! to send than a turn allows, budget freed, a batch left to send (`Shared::wake_engine`) —
 //! wakes a thread asleep here too.
 //!
@@ -28,9 +29,9 @@
 //! more passes the wake-up on.
 //!
 //! Measured on loopback, both ends waiting so, against the same binary with a sleeping
-//! engine, six alternating rounds (docs/BENCHMARKS.md): 64-byte Sends 0.37–0.79 → 0.97–1.34
+//! engine, six alternating rounds (docs/BENCHMARKS.md): 64-byte Sends 0.74–0.83 → 1.40–1.47
 //! Mpps; a 64-byte Send ping-pong's latency (half a round trip, each end asleep in its wait)
-//! 39–55 → 28–40 µs.
+//! 38.5–40.2 → 26.9–28.6 µs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -133,9 +134,12 @@ impl Cq {
         mut take: impl FnMut(&mut CqState) -> Option<Result<R>>,
     ) -> Result<Option<R>> {
         let _entered = Entered::new(&self.shared, drive);
+        // Woken by a completion another thread made: its round need not wait for a round in
+        // progress elsewhere (the completion is there).
+        let mut made = false;
         loop {
             // After the round of a thread receiving for the device now, if there is one.
-            self.shared.progress_with(true);
+            self.shared.progress_with(!made);
             // Whatever the round made or held leaves now: a waiting thread leaves nothing
             // in the batch (holding its ACKs for the program's next post is no faster).
             let mut core = self.shared.flush(self.shared.lock());
@@ -175,6 +179,7 @@ impl Cq {
             drive.asleep.fetch_add(1, Ordering::AcqRel);
             drop(core);
             let woken = self.sleep_in_poll(drive, &fd, sleep.min(left));
+            made = woken.completion;
             drive.asleep.fetch_sub(1, Ordering::AcqRel);
             let mut core = self.shared.lock();
             core.counters.wait_woken_by_completion += u64::from(woken.completion);

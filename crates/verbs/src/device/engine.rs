@@ -982,7 +982,10 @@ pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
 /// an idle-class thread preempted while holding the device's lock keeps the poller that waits
 /// for it off its core until the idle thread's turn comes (below). Where the kernel refuses
 /// `SCHED_IDLE` it looks under the policy it has. It sleeps while the engine has the device,
-/// and leaves the engine asleep while a thread waits on a CQ to drive the device (`drive`).
+/// and leaves the engine asleep while a thread waits on a CQ to drive the device (`drive`). On
+/// such a device ([`DeviceConfig::wait_drives`]) no thread spins and the watcher keeps its
+/// normal policy: under `SCHED_IDLE` a program whose own threads fill the cores between waits
+/// would get the device back only at the engine's 20 ms look.
 ///
 /// Measured with both ends busy-polled on this 2-core host (docs/BENCHMARKS.md), against the
 /// engine looking itself every millisecond: the 99th percentile of a 64-byte Write's latency
@@ -990,7 +993,9 @@ pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
 /// watcher that sends the left-behind batch itself, under the device's lock, runs the Sends at
 /// 1.13–1.56 Mpps with ten times the timeouts (18–19 in a million Sends, against 1–2).
 pub(super) fn watcher(shared: &Shared) {
-    let _ = super::sched::lower_to_idle();
+    if shared.busy_poll {
+        let _ = super::sched::lower_to_idle();
+    }
     while !shared.closed() {
         if !shared.watching.load(Ordering::Acquire) {
             // The engine has the device: nothing to look at until it leaves it to a poller

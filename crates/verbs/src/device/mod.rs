@@ -11,7 +11,7 @@
 //! whose own condition variable wakes the threads blocked in [`Cq::wait`] on it — only when one
 //! sleeps there, so a completion costs no system call otherwise. With busy polling
 //! ([`DeviceConfig::busy_poll`]) a thread polling a CQ does the engine's work while it spins,
-//! and a watcher thread under `SCHED_IDLE` (`engine::watcher`, `sched`) wakes the engine when
+//! and a watcher thread (under `SCHED_IDLE`: `engine::watcher`, `sched`) wakes the engine when
 //! it stops.
 //!
 //! # Wire
@@ -283,10 +283,10 @@ pub(crate) struct Shared {
     drive: Option<drive::Drive>,
     /// When a thread last busy-polled, nanoseconds after `epoch`.
     last_poll: AtomicU64,
-    /// The engine has left the device to a busy poller, and the watcher looks at it
-    /// (`engine::watcher`).
+    /// The engine has left the device to a busy poller or to the threads that wait on its
+    /// CQs ([`Shared::driven`]), and the watcher looks at it (`engine::watcher`).
     watching: AtomicBool,
-    /// The watcher's thread, which the engine unparks as it leaves the device to a poller.
+    /// The watcher's thread, which the engine unparks as it leaves the device to the program.
     watcher: std::sync::OnceLock<std::thread::Thread>,
     /// The packet socket pause frames arrive on ([`DeviceConfig::pause_iface`]).
     pause_sock: Option<crate::packet::PacketSocket>,
@@ -330,8 +330,10 @@ impl Shared {
         let now = self.epoch.elapsed().as_nanos() as u64;
         let before = self.last_poll.swap(now, Ordering::Relaxed);
         // A thread spinning on the device: its next poll comes soon enough to carry what this
-        // round provokes (`TxState::held`).
-        let spinning = polled_within(before, now, HOLD_SPIN);
+        // round provokes (`TxState::held`). Where waiting threads drive the device nothing is
+        // held: a thread asleep in `poll(2)` would keep it, and the watcher leaves the engine
+        // asleep while one waits.
+        let spinning = polled_within(before, now, HOLD_SPIN) && self.drive.is_none();
         let mut batch = match self.rx.try_lock() {
             Ok(b) => b,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -347,6 +349,13 @@ impl Shared {
     /// threads that drive it ([`DeviceConfig::wait_drives`]).
     pub(super) fn driven(&self) -> bool {
         self.busy_poll || self.drive.is_some()
+    }
+
+    /// The program no longer drives the device: the engine takes it back at its next
+    /// wake-up, which this is (unless a thread is in a driving wait now, which drives it).
+    pub(super) fn hand_back(&self) {
+        self.last_poll.store(0, Ordering::Relaxed);
+        self.wake_engine();
     }
 
     /// A thread drove the device just now: a driving wait ended (`drive`).
@@ -420,7 +429,8 @@ pub const MAX_RECEIVE_BUFFER: usize = 256 << 20;
 pub struct Device {
     shared: Arc<Shared>,
     engine: Option<JoinHandle<()>>,
-    /// A busy-polled device's watcher ([`DeviceConfig::busy_poll`], `engine::watcher`).
+    /// The watcher of a device its program's threads drive ([`DeviceConfig::busy_poll`],
+    /// [`DeviceConfig::wait_drives`], `engine::watcher`).
     watcher: Option<JoinHandle<()>>,
 }
 

@@ -336,9 +336,18 @@ impl Cq {
     /// callback. Every completion counts, solicited or not: a consumer that asked for
     /// solicited completions only may see an event for another, and polls as it would
     /// after any event (`ibv_get_cq_event(3)` allows events that find nothing).
+    ///
+    /// On a device whose waiting threads drive it ([`DeviceConfig::wait_drives`]), arming
+    /// hands the device back to the engine at once: the program waits for its event outside
+    /// [`Cq::wait`] (a completion channel), and the engine would otherwise leave the device
+    /// to it for a millisecond after its last poll or wait.
     pub fn req_notify(&self, notify: super::CqNotify) -> Result<()> {
         let mut core = self.shared.lock();
         core.objects.cq_mut(self.id)?.armed = Some(notify);
+        drop(core);
+        if self.shared.drive.is_some() {
+            self.shared.hand_back();
+        }
         Ok(())
     }
 

@@ -1,4 +1,5 @@
-//! The scheduling class of the thread that watches a busy-polled device.
+//! The scheduling class of the thread that watches a busy-polled device (a device whose
+//! waiting threads drive it has a watcher too, under its normal policy: no thread spins there).
 //!
 //! A busy-polling thread does the device's work itself ([`super::DeviceConfig::busy_poll`]),
 //! and something must still look, every [`super::engine::POLLER_WATCH`], whether the poller has
@@ -142,15 +143,31 @@ mod tests {
         crate::Device::open(cfg).expect("open a device")
     }
 
+    /// A device whose waiting threads drive it has a watcher too, under the policy it started
+    /// with: no thread spins on such a device, and an idle-class watcher would hand the device
+    /// back late to a program whose threads fill the cores.
+    #[test]
+    fn a_wait_driven_devices_watcher_keeps_its_policy() {
+        let mut cfg = crate::DeviceConfig::new("127.0.0.1".parse().expect("address"));
+        cfg.port = 0;
+        cfg.receive = crate::ReceivePath::Udp;
+        cfg.wait_drives = true;
+        let dev = crate::Device::open(cfg).expect("open a device");
+        let name = format!("irn-watch {}", dev.local_addr().port());
+        // Long enough for a watcher that lowered itself to have done so.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(named(&name), [libc::SCHED_OTHER]);
+    }
+
     /// A busy-polled device has a watcher thread, which lowers itself to `SCHED_IDLE` and ends
-    /// with the device; a device without busy polling has none.
+    /// with the device; a device whose program's threads do not drive it has none.
     #[test]
     fn a_busy_polled_device_has_an_idle_class_watcher_until_it_closes() {
         let plain = device(false);
         assert_eq!(
             named(&format!("irn-watch {}", plain.local_addr().port())),
             [],
-            "a device without busy polling started a watcher"
+            "a device its program does not drive started a watcher"
         );
         let dev = device(true);
         let name = format!("irn-watch {}", dev.local_addr().port());
