@@ -912,14 +912,16 @@ pub(super) fn release(
 pub(super) fn engine(shared: &Shared) {
     while !shared.closed() {
         if shared.driven() && shared.polled_recently() {
-            // A thread busy-polling a completion queue receives, fires the timers and sends
-            // for the device (`Shared::progress`): the engine leaves all of it to that
-            // thread — taking the receive buffers from it made both threads queue on their
-            // locks — and takes over once a millisecond passes without a poll. Meanwhile the
-            // watcher looks every `POLLER_WATCH` and wakes the engine when the poller has
-            // stopped spinning: the engine sends what it left behind, and takes the device
-            // back once polling has stopped. The engine looks itself at its longest sleep too,
-            // for a host whose busy cores leave the idle-class watcher none (`watcher`).
+            // A thread busy-polling a completion queue, or waiting on one that drives the
+            // device (`drive`), receives, fires the timers and sends for the device
+            // (`Shared::progress`): the engine leaves all of it to that thread — taking the
+            // receive buffers from it made both threads queue on their locks — and takes over
+            // once a millisecond passes without a poll or a wait. Meanwhile the watcher looks
+            // every `POLLER_WATCH` and wakes the engine when the program has stopped spinning
+            // (and no thread waits): the engine sends what it left behind, and takes the
+            // device back once polling has stopped. The engine looks itself at its longest
+            // sleep too, for a host whose busy cores leave an idle-class watcher little
+            // (`watcher`).
             if !shared.watching.swap(true, Ordering::AcqRel) {
                 if let Some(w) = shared.watcher.get() {
                     w.unpark();
@@ -972,8 +974,9 @@ pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
     (!busy).then_some(sleep)
 }
 
-/// The watcher of a device that a thread busy-polls, while the engine has left the device to
-/// the poller: every [`POLLER_WATCH`] it reads when the poller last polled, and if that was
+/// The watcher of a device that a thread busy-polls (or whose waiting threads drive it), while
+/// the engine has left the device to the program: every [`POLLER_WATCH`] it reads when the
+/// program last polled, and if that was
 /// over [`super::HOLD_SPIN`] ago — the poller has stopped spinning, and may have left a batch
 /// behind (held for its next visit, or its last posts), or has stopped polling for good — it
 /// wakes the engine, which sends what was left and takes the device back once a millisecond

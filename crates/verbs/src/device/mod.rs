@@ -12,7 +12,9 @@
 //! sleeps there, so a completion costs no system call otherwise. With busy polling
 //! ([`DeviceConfig::busy_poll`]) a thread polling a CQ does the engine's work while it spins,
 //! and a watcher thread (under `SCHED_IDLE`: `engine::watcher`, `sched`) wakes the engine when
-//! it stops.
+//! it stops; with [`DeviceConfig::wait_drives`] a thread waiting on a CQ does it between its
+//! sleeps in `poll(2)` (`drive`), and the watcher hands the device back once the program has
+//! stopped waiting.
 //!
 //! # Wire
 //!
