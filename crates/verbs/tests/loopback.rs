@@ -1994,50 +1994,7 @@ fn busy_polling_threads_drive_their_devices() {
         };
         // A ping-pong of Sends: B answers each of A's messages; completions only through
         // `Cq::poll` on A's side, `Cq::wait` (which spins) on B's.
-        for i in 0..200u64 {
-            let n = 1 + (i as usize * 37) % 3000;
-            let mut msg = vec![0u8; n];
-            pattern(i, &mut msg);
-            ma.write(0, &msg).expect("fill");
-            p.b.qp
-                .post_recv(RecvWr {
-                    wr_id: i,
-                    sg_list: irn_verbs::sgl![mb.sge(8192, 4096)],
-                })
-                .expect("recv");
-            p.a.qp
-                .post_recv(RecvWr {
-                    wr_id: i,
-                    sg_list: irn_verbs::sgl![ma.sge(8192, 4096)],
-                })
-                .expect("recv");
-            p.a.qp
-                .post_send(wr(i, SendOp::Send, vec![ma.sge(0, n as u32)]))
-                .expect("send");
-            let got = wait(&p.b.cq, 10);
-            assert_eq!(
-                (got.wr_id, got.status, got.byte_len),
-                (i, WcStatus::Success, n as u32)
-            );
-            let mut back = vec![0u8; n];
-            mb.read(8192, &mut back).expect("read");
-            assert!(back == msg, "{mode:?}: message {i}");
-            mb.write(0, &back).expect("echo");
-            p.b.qp
-                .post_send(wr(i, SendOp::Send, vec![mb.sge(0, n as u32)]))
-                .expect("send");
-            let mut seen = [false; 2];
-            while !(seen[0] && seen[1]) {
-                let wc = poll_one(&p.a.cq);
-                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{mode:?}");
-                let k = usize::from(wc.opcode == WcOpcode::Recv);
-                assert!(!seen[k], "{mode:?}: one completion each");
-                seen[k] = true;
-            }
-            assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
-            ma.read(8192, &mut back).expect("read");
-            assert!(back == msg, "{mode:?}: echo {i}");
-        }
+        send_pingpong(&p, &ma, &mb, 200, &poll_one, &format!("{mode:?}"));
         // Writes into B, which polls nothing now: its engine receives.
         let mut data = vec![0u8; 1 << 19];
         pattern(3, &mut data);
@@ -2056,6 +2013,59 @@ fn busy_polling_threads_drive_their_devices() {
         mb.read(0, &mut got).expect("read");
         assert!(got == data, "{mode:?}: the Writes' data");
         assert!(p.a.cq.is_empty() && p.b.cq.is_empty());
+    }
+}
+
+/// A ping-pong of `rounds` Sends of many sizes between the sides of `p` (regions `ma` and
+/// `mb`, at least 12 KiB each): B answers each of A's messages with what it received. Every
+/// message arrives whole; A's two completions of a round (its Send's and its receive's),
+/// taken with `take_a`, come once each, and B's through `Cq::wait`.
+fn send_pingpong(
+    p: &Pair,
+    ma: &irn_verbs::Mr,
+    mb: &irn_verbs::Mr,
+    rounds: u64,
+    take_a: &dyn Fn(&irn_verbs::Cq) -> irn_verbs::Wc,
+    what: &str,
+) {
+    for i in 0..rounds {
+        let n = 1 + (i as usize * 37) % 3000;
+        let mut msg = vec![0u8; n];
+        pattern(i, &mut msg);
+        ma.write(0, &msg).expect("fill");
+        for (qp, mr) in [(&p.b.qp, mb), (&p.a.qp, ma)] {
+            qp.post_recv(RecvWr {
+                wr_id: i,
+                sg_list: irn_verbs::sgl![mr.sge(8192, 4096)],
+            })
+            .expect("recv");
+        }
+        p.a.qp
+            .post_send(wr(i, SendOp::Send, vec![ma.sge(0, n as u32)]))
+            .expect("send");
+        let got = wait(&p.b.cq, 10);
+        assert_eq!(
+            (got.wr_id, got.status, got.opcode, got.byte_len),
+            (i, WcStatus::Success, WcOpcode::Recv, n as u32),
+            "{what}"
+        );
+        let mut back = vec![0u8; n];
+        mb.read(8192, &mut back).expect("read");
+        assert!(back == msg, "{what}: message {i}");
+        mb.write(0, &back).expect("echo");
+        p.b.qp
+            .post_send(wr(i, SendOp::Send, vec![mb.sge(0, n as u32)]))
+            .expect("send");
+        let mut seen = [0u32; 2];
+        for _ in 0..2 {
+            let wc = take_a(&p.a.cq);
+            assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{what}");
+            seen[usize::from(wc.opcode == WcOpcode::Recv)] += 1;
+        }
+        assert_eq!(seen, [1, 1], "{what}: one completion each");
+        assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success, "{what}");
+        ma.read(8192, &mut back).expect("read");
+        assert!(back == msg, "{what}: echo {i}");
     }
 }
 
@@ -2338,45 +2348,7 @@ fn waiting_threads_drive_their_devices() {
             p.b.pd.reg_mr(1 << 20, all()).expect("mr"),
         );
         let before = (p.a.dev.counters(), p.b.dev.counters());
-        for i in 0..200u64 {
-            let n = 1 + (i as usize * 37) % 3000;
-            let mut msg = vec![0u8; n];
-            pattern(i, &mut msg);
-            ma.write(0, &msg).expect("fill");
-            for (qp, mr) in [(&p.b.qp, &mb), (&p.a.qp, &ma)] {
-                qp.post_recv(RecvWr {
-                    wr_id: i,
-                    sg_list: irn_verbs::sgl![mr.sge(8192, 4096)],
-                })
-                .expect("recv");
-            }
-            p.a.qp
-                .post_send(wr(i, SendOp::Send, vec![ma.sge(0, n as u32)]))
-                .expect("send");
-            let got = wait(&p.b.cq, 10);
-            assert_eq!(
-                (got.wr_id, got.status, got.opcode, got.byte_len),
-                (i, WcStatus::Success, WcOpcode::Recv, n as u32),
-                "{mode:?}"
-            );
-            let mut back = vec![0u8; n];
-            mb.read(8192, &mut back).expect("read");
-            assert!(back == msg, "{mode:?}: message {i}");
-            mb.write(0, &back).expect("echo");
-            p.b.qp
-                .post_send(wr(i, SendOp::Send, vec![mb.sge(0, n as u32)]))
-                .expect("send");
-            let mut seen = [0u32; 2];
-            for _ in 0..2 {
-                let wc = wait(&p.a.cq, 10);
-                assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{mode:?}");
-                seen[usize::from(wc.opcode == WcOpcode::Recv)] += 1;
-            }
-            assert_eq!(seen, [1, 1], "{mode:?}: one completion each");
-            assert_eq!(wait(&p.b.cq, 10).status, WcStatus::Success);
-            ma.read(8192, &mut back).expect("read");
-            assert!(back == msg, "{mode:?}: echo {i}");
-        }
+        send_pingpong(&p, &ma, &mb, 200, &|cq| wait(cq, 10), &format!("{mode:?}"));
         // The waiting threads received: each end's engine ran rounds only where a wait came
         // over a millisecond after the one before (a descheduled test thread), where with the
         // engine receiving it runs one or more per packet that arrives.
