@@ -18,9 +18,9 @@
 //! 20 µs old, and the engine takes the device back at the first look after that millisecond
 //! (about two after the last wait; it looks itself every 20 ms too); while a thread waits the
 //! watcher leaves the engine asleep. Nothing is held for a program's next visit on such a
-//! device (`TxState::held`): a thread asleep here would keep it. What wakes the engine otherwise — more
-//! to send than a turn allows, budget freed, a batch left to send (`Shared::wake_engine`) —
-//! wakes a thread asleep here too.
+//! device (`TxState::held`): a thread asleep here would keep it. What wakes the engine
+//! otherwise — more to send than a turn allows, budget freed, a batch left to send
+//! (`Shared::wake_engine`) — wakes a thread asleep here too.
 //!
 //! Several threads may wait at once, on one CQ or several: each sleeps on the socket and its
 //! CQ's eventfd, and whichever wakes first for a packet receives it, the others running their
@@ -134,12 +134,13 @@ impl Cq {
         mut take: impl FnMut(&mut CqState) -> Option<Result<R>>,
     ) -> Result<Option<R>> {
         let _entered = Entered::new(&self.shared, drive);
-        // Woken by a completion another thread made: its round need not wait for a round in
-        // progress elsewhere (the completion is there).
+        // Woken by a completion another thread made: the first round after need not wait for
+        // a round in progress elsewhere (the completion is likely there; if another thread
+        // took it, the rounds after wait again).
         let mut made = false;
         loop {
             // After the round of a thread receiving for the device now, if there is one.
-            self.shared.progress_with(!made);
+            self.shared.progress_with(!std::mem::take(&mut made));
             // Whatever the round made or held leaves now: a waiting thread leaves nothing
             // in the batch (holding its ACKs for the program's next post is no faster).
             let mut core = self.shared.flush(self.shared.lock());

@@ -357,7 +357,8 @@ impl Shared {
     /// wake-up, which this is (unless a thread is in a driving wait now, which drives it).
     pub(super) fn hand_back(&self) {
         self.last_poll.store(0, Ordering::Relaxed);
-        self.wake_engine();
+        // The engine's eventfd alone: a thread in a driving wait keeps the device anyway.
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
     }
 
     /// A thread drove the device just now: a driving wait ended (`drive`).

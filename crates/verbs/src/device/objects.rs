@@ -305,9 +305,12 @@ impl Cq {
 
     /// [`Cq::poll`] appending to `out` instead of allocating: the number taken.
     pub fn poll_into(&self, max: usize, out: &mut Vec<Wc>) -> Result<usize> {
-        if self.shared.driven() {
-            // This thread receives and processes for the device (DeviceConfig::busy_poll,
-            // DeviceConfig::wait_drives).
+        // This thread receives and processes for the device (DeviceConfig::busy_poll,
+        // DeviceConfig::wait_drives) — but not through a CQ armed for an event on a device
+        // its waiting threads drive: the program waits for the event elsewhere, the engine
+        // has the device (`Cq::req_notify`), and a poll that drove it would take it back for
+        // a millisecond (the poll after arming that verbs programs make).
+        if self.shared.busy_poll || (self.shared.drive.is_some() && !self.armed()) {
             self.shared.progress();
         }
         let mut core = self.shared.flush_unless_held(self.shared.lock());
@@ -319,6 +322,14 @@ impl Cq {
         out.extend(cq.entries.drain(..n));
         cq.queued.store(cq.entries.len(), Ordering::Release);
         Ok(n)
+    }
+
+    /// Armed for a completion event ([`Cq::req_notify`]) that has not come yet.
+    fn armed(&self) -> bool {
+        let mut core = self.shared.lock();
+        core.objects
+            .cq_mut(self.id)
+            .is_ok_and(|cq| cq.armed.is_some())
     }
 
     /// How many completions the CQ holds, read without the device lock: what a program
@@ -340,7 +351,8 @@ impl Cq {
     /// On a device whose waiting threads drive it ([`DeviceConfig::wait_drives`]), arming
     /// hands the device back to the engine at once: the program waits for its event outside
     /// [`Cq::wait`] (a completion channel), and the engine would otherwise leave the device
-    /// to it for a millisecond after its last poll or wait.
+    /// to it for a millisecond after its last poll or wait. Polls of the armed CQ, until its
+    /// event, leave the device to the engine ([`Cq::poll`]).
     pub fn req_notify(&self, notify: super::CqNotify) -> Result<()> {
         let mut core = self.shared.lock();
         core.objects.cq_mut(self.id)?.armed = Some(notify);
