@@ -76,12 +76,12 @@ impl Drive {
     /// Wakes the threads asleep in a driving wait for what a post left them: its packets in
     /// the transmit batch, or a turn the queue pair still needs.
     pub(super) fn wake_for_post(&self) {
-        let _ = rustix::io::write(&self.posted, &1u64.to_ne_bytes());
+        ring(&self.posted);
     }
 }
 
-/// A non-blocking eventfd.
-fn eventfd() -> std::io::Result<OwnedFd> {
+/// A non-blocking eventfd: the device's wake-ups (the engine's, the waiters').
+pub(super) fn eventfd() -> std::io::Result<OwnedFd> {
     rustix::event::eventfd(
         0,
         rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
@@ -89,8 +89,9 @@ fn eventfd() -> std::io::Result<OwnedFd> {
     .map_err(std::io::Error::from)
 }
 
-/// Writes a CQ's eventfd: a completion for the threads asleep in a driving wait on it.
-pub(super) fn wake_waiters(fd: &OwnedFd) {
+/// Writes an eventfd, waking whoever polls it: the engine (`Shared::wake`), the threads asleep
+/// in a driving wait on a CQ (its `drive_wake`), or on the device (`Drive::posted`).
+pub(super) fn ring(fd: &OwnedFd) {
     let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
 }
 
@@ -153,7 +154,7 @@ impl Cq {
                 if cq.drivers > 0 {
                     cq.drive_rung = cq.overrun || !cq.entries.is_empty();
                     if let (true, Some(fd)) = (cq.drive_rung, &cq.drive_wake) {
-                        wake_waiters(fd);
+                        ring(fd);
                     }
                 }
                 return r.map(Some);

@@ -796,7 +796,7 @@ pub(super) fn push_wc(cqs: &mut BTreeMap<u32, CqState>, to: u32, wc: Wc) {
         // eventfd, likewise once.
         if let (true, false, Some(fd)) = (cq.drivers > 0, cq.drive_rung, &cq.drive_wake) {
             cq.drive_rung = true;
-            super::drive::wake_waiters(fd);
+            super::drive::ring(fd);
         }
         if let Some(notify) = cq.armed.take() {
             notify();

@@ -358,7 +358,7 @@ impl Shared {
     pub(super) fn hand_back(&self) {
         self.last_poll.store(0, Ordering::Relaxed);
         // The engine's eventfd alone: a thread in a driving wait keeps the device anyway.
-        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        drive::ring(&self.wake);
     }
 
     /// A thread drove the device just now: a driving wait ended (`drive`).
@@ -392,7 +392,7 @@ impl Shared {
     /// asleep in a wait that drives the device (`drive`), which does that work while the
     /// engine leaves the device to it.
     fn wake_engine(&self) {
-        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        drive::ring(&self.wake);
         if let Some(d) = self.drive.as_ref().filter(|d| d.asleep()) {
             d.wake_for_post();
         }
@@ -522,11 +522,7 @@ impl Device {
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             socks,
-            wake: rustix::event::eventfd(
-                0,
-                rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
-            )
-            .map_err(io::Error::from)?,
+            wake: drive::eventfd()?,
             epoch: Instant::now(),
             closed: AtomicBool::new(false),
             cm: Mutex::new(std::sync::Weak::new()),
@@ -709,7 +705,7 @@ impl Drop for Device {
                 cq.ready.notify_all();
             }
             if let (true, Some(fd)) = (cq.drivers > 0, &cq.drive_wake) {
-                drive::wake_waiters(fd);
+                drive::ring(fd);
             }
         }
     }
