@@ -682,3 +682,68 @@ fn two_hundred_fifty_six_queue_pairs_stream_without_giving_up() {
         );
     }
 }
+
+/// `irn perf --engines 2` at both ends: a group of two engines each, three queue pairs spread
+/// over them (two on the first, one on the second), through loss, every operation's data
+/// verified by each member's own exchange; the client prints each member's report and the
+/// aggregate, the server one line per member's test.
+#[test]
+fn perf_spreads_its_queue_pairs_over_a_group_of_engines() {
+    for op in ["write", "read", "send", "atomic"] {
+        let flags = [
+            "--engines",
+            "2",
+            "-q",
+            "3",
+            "--verify",
+            "--loss",
+            "0.01",
+            "-n",
+            "300",
+            "-s",
+            "16384",
+        ];
+        let (server, client) = perf(op, &flags, &["--engines", "2", "--loss", "0.01"]);
+        assert!(client.status.success(), "{op}: client\n{}", text(&client));
+        assert!(server.status.success(), "{op}: server\n{}", text(&server));
+        let out = String::from_utf8_lossy(&client.stdout);
+        assert_eq!(out.matches("verify: ok").count(), 2, "{op}: {out}");
+        assert_eq!(out.matches("BW average[MB/sec]").count(), 2, "{op}: {out}");
+        // 300 messages on each of three queue pairs.
+        assert!(
+            out.contains("aggregate of 2 engines") && out.contains("(900 messages in"),
+            "{op}: {out}"
+        );
+        let sout = String::from_utf8_lossy(&server.stdout);
+        assert!(
+            sout.contains("irn perf server: 2 engines on"),
+            "{op}: {sout}"
+        );
+        assert_eq!(
+            (
+                sout.matches("on 2 QP(s)").count(),
+                sout.matches("on 1 QP(s)").count()
+            ),
+            (1, 1),
+            "{op}: {sout}"
+        );
+    }
+}
+
+/// `--engines` is refused where it cannot mean anything, before any connection.
+#[test]
+fn perf_refuses_engines_it_cannot_use() {
+    for (flags, says) in [
+        (&["--engines", "2"][..], "give -q at least 2"),
+        (&["--engines", "2", "--latency"], "not with -R or --latency"),
+        (&["--engines", "0"], "1 to 64 engines"),
+        (&["--engines", "65", "-q", "65"], "1 to 64 engines"),
+    ] {
+        let mut args = vec!["perf", "write", "127.0.0.1", "-p", "9"];
+        args.extend_from_slice(flags);
+        let out = irn().args(&args).output().expect("irn runs");
+        assert!(!out.status.success(), "{flags:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{flags:?}: {err}");
+    }
+}

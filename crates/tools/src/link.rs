@@ -12,7 +12,7 @@ use crate::error::{Context, Result};
 use crate::{bail, usage};
 
 /// The flags both tools share: the device's UDP port, impairment, capture and counters.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub(crate) struct LinkArgs {
     /// Drop this fraction (0–1) of the packets this side sends and receives (seeded).
     #[arg(long, default_value_t = 0.0)]

@@ -102,7 +102,8 @@ pub mod packet;
 pub use device::{
     check_runtime_cc, check_runtime_mode, random_psn, runtime_recovery, Ah, Cq, CqNotify, Device,
     DeviceConfig, DeviceCounters, Error, Mr, Pd, PostListError, Qp, QpInit, QpMode, RemoteQp,
-    Result, UdInit, UdQp, UdSend, Vlan, Wc, DEFAULT_IN_FLIGHT_BUDGET, MAX_SOURCE_PORTS, ROCE_PORT,
+    Result, UdInit, UdQp, UdSend, Vlan, Wc, DEFAULT_IN_FLIGHT_BUDGET, MAX_ENGINES,
+    MAX_SOURCE_PORTS, ROCE_PORT,
 };
 pub use gid::{Gid, GidParseError};
 pub use impair::Impairment;

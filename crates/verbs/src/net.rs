@@ -195,15 +195,36 @@ pub(crate) fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) {
 
 impl Sockets {
     /// Binds the UDP socket to `addr:port` (and, for the raw path, the raw socket to `addr`),
-    /// with receive and send buffers of `buffer` bytes (0: the system's default).
+    /// with receive and send buffers of `buffer` bytes (0: the system's default). For member
+    /// `i` of a group of `n` (`share`, `device/group.rs`) the UDP socket joins the port's
+    /// reuse-port group — member 0's attaches the program that steers datagrams by their
+    /// destination queue pair ([`steering_program`]) — and the raw socket keeps only member
+    /// `i`'s packets.
     pub(crate) fn open(
         addr: IpAddr,
         port: u16,
         path: ReceivePath,
         buffer: usize,
+        share: Option<(u32, u32)>,
     ) -> io::Result<Sockets> {
         use rustix::net::sockopt;
-        let udp = UdpSocket::bind(SocketAddr::new(addr, port))?;
+        let udp = match share {
+            None => UdpSocket::bind(SocketAddr::new(addr, port))?,
+            Some((0, members)) => {
+                // A port another program's reuse-port group holds would take this socket
+                // in (a group on the same host, the same user): the first member binds the
+                // port alone first, which fails where anyone holds it, and a free port is
+                // chosen so too.
+                let port = UdpSocket::bind(SocketAddr::new(addr, port))?
+                    .local_addr()?
+                    .port();
+                let udp = bind_shared(SocketAddr::new(addr, port))?;
+                sys::attach_reuseport_filter(udp.as_fd(), &steering_program(members))?;
+                udp
+            }
+            // The later members join the first's group, on its port.
+            Some(_) => bind_shared(SocketAddr::new(addr, port))?,
+        };
         prepare_sender(&udp, buffer)?;
         if addr.is_ipv6() {
             // Linux rxe (and RoCE NICs) send IPv6 UDP with checksum 0, which RFC 8200 §8.1
@@ -221,8 +242,8 @@ impl Sockets {
                 "the raw receive path is IPv4 only (an IPv6 device verifies ICRCs on the UDP path)",
             )),
             (ReceivePath::Auto, SocketAddr::V6(_)) => None,
-            (ReceivePath::Raw, SocketAddr::V4(v4)) => Some(open_raw(v4)?),
-            (ReceivePath::Auto, SocketAddr::V4(v4)) => match open_raw(v4) {
+            (ReceivePath::Raw, SocketAddr::V4(v4)) => Some(open_raw(v4, share)?),
+            (ReceivePath::Auto, SocketAddr::V4(v4)) => match open_raw(v4, share) {
                 Ok(fd) => Some(fd),
                 Err(e) if e.kind() == io::ErrorKind::PermissionDenied => None,
                 Err(e) => return Err(e),
@@ -298,9 +319,27 @@ impl Sockets {
     }
 }
 
+/// A UDP socket bound to `at` in the port's reuse-port group (`SO_REUSEPORT`), as a member of
+/// a group of devices binds it.
+fn bind_shared(at: SocketAddr) -> io::Result<UdpSocket> {
+    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+    let family = if at.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+    sockopt::set_socket_reuseport(&fd, true)?;
+    match at {
+        SocketAddr::V4(a) => rustix::net::bind(&fd, &a)?,
+        SocketAddr::V6(a) => rustix::net::bind(&fd, &a)?,
+    }
+    Ok(UdpSocket::from(fd))
+}
+
 /// Opens the raw IPv4 socket of the raw path, bound to `local`'s address and filtered to its
-/// port.
-fn open_raw(local: SocketAddrV4) -> io::Result<OwnedFd> {
+/// port (and, for member `i` of `n`, to member `i`'s queue pairs).
+fn open_raw(local: SocketAddrV4, share: Option<(u32, u32)>) -> io::Result<OwnedFd> {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};
     let fd = rustix::net::socket_with(
         AddressFamily::INET,
@@ -309,7 +348,7 @@ fn open_raw(local: SocketAddrV4) -> io::Result<OwnedFd> {
         Some(rustix::net::ipproto::UDP),
     )?;
     rustix::net::bind(&fd, &SocketAddrV4::new(*local.ip(), 0))?;
-    sys::attach_filter(fd.as_fd(), &port_filter(local.port()))?;
+    sys::attach_filter(fd.as_fd(), &port_filter(local.port(), share))?;
     Ok(fd)
 }
 
@@ -334,6 +373,11 @@ const LDX_B_MSH: u16 = 0xb1; // X = 4 * (byte at k & 0xf): the IPv4 header lengt
 const JSET_K: u16 = 0x45; // if A & k
 const JEQ_K: u16 = 0x15; // if A == k
 const RET_K: u16 = 0x06; // accept k bytes (0: drop)
+const RET_A: u16 = 0x16; // return A
+const LD_W_IND: u16 = 0x40; // A = 32-bit word at X + k
+const AND_K: u16 = 0x54; // A &= k
+const MOD_K: u16 = 0x94; // A %= k
+const JGT_K: u16 = 0x25; // if A > k
 
 /// Drops every packet.
 const DROP_ALL: [Insn; 1] = [insn(RET_K, 0, 0, 0)];
@@ -368,18 +412,53 @@ pub(crate) fn setup_packet_socket(
     sys::attach_filter(fd, &ethertype_filter(mac, ethertype))
 }
 
-/// Over an IPv4 packet (a raw socket's filter sees it from the IP header on): accepts whole,
-/// unfragmented datagrams to UDP port `port`, drops everything else.
-fn port_filter(port: u16) -> [Insn; 7] {
+/// A reuse-port group's steering (`SO_ATTACH_REUSEPORT_CBPF`; the kernel runs it over the UDP
+/// payload, the BTH): the index of the member that owns the datagram's destination queue
+/// pair among `members` — its number modulo `members`, member 0 for QPNs 0 and 1
+/// (`device/group.rs`). A datagram too short for a BTH goes to member 0, which counts it.
+pub(crate) fn steering_program(members: u32) -> [Insn; 6] {
     [
-        insn(LD_H_ABS, 0, 0, 6),        // flags and fragment offset
-        insn(JSET_K, 4, 0, 0x3fff),     // MF or an offset: a fragment, drop
-        insn(LDX_B_MSH, 0, 0, 0),       // X = IP header length
-        insn(LD_H_IND, 0, 0, 2),        // UDP destination port
-        insn(JEQ_K, 0, 1, port.into()), // ours?
-        insn(RET_K, 0, 0, 0x0004_0000), // accept, whole
-        insn(RET_K, 0, 0, 0),           // drop
+        insn(LD_W_ABS, 0, 0, 4),        // BTH bytes 4–7: reserved, destination QP
+        insn(AND_K, 0, 0, 0x00ff_ffff), // the destination QP
+        insn(JGT_K, 1, 0, 1),           // 0 and 1: member 0's
+        insn(RET_K, 0, 0, 0),
+        insn(MOD_K, 0, 0, members.max(1)),
+        insn(RET_A, 0, 0, 0),
     ]
+}
+
+/// Over an IPv4 packet (a raw socket's filter sees it from the IP header on): accepts whole,
+/// unfragmented datagrams to UDP port `port` — for member `i` of a group of `n` (`share`),
+/// only those whose destination queue pair member `i` owns, as [`steering_program`] picks —
+/// and drops everything else.
+fn port_filter(port: u16, share: Option<(u32, u32)>) -> Vec<Insn> {
+    const ACCEPT: u32 = 0x0004_0000; // whole
+    match share {
+        None | Some((_, 0 | 1)) => vec![
+            insn(LD_H_ABS, 0, 0, 6),        // flags and fragment offset
+            insn(JSET_K, 4, 0, 0x3fff),     // MF or an offset: a fragment, drop
+            insn(LDX_B_MSH, 0, 0, 0),       // X = IP header length
+            insn(LD_H_IND, 0, 0, 2),        // UDP destination port
+            insn(JEQ_K, 0, 1, port.into()), // ours?
+            insn(RET_K, 0, 0, ACCEPT),
+            insn(RET_K, 0, 0, 0), // drop
+        ],
+        Some((index, members)) => vec![
+            insn(LD_H_ABS, 0, 0, 6),
+            insn(JSET_K, 10, 0, 0x3fff), // a fragment: drop
+            insn(LDX_B_MSH, 0, 0, 0),
+            insn(LD_H_IND, 0, 0, 2),
+            insn(JEQ_K, 0, 7, port.into()), // not ours: drop
+            insn(LD_W_IND, 0, 0, 8 + 4),    // the BTH's bytes 4–7, after the UDP header
+            insn(AND_K, 0, 0, 0x00ff_ffff), // the destination QP
+            insn(JGT_K, 0, 3, 1),           // 0 and 1: member 0's
+            insn(MOD_K, 0, 0, members),
+            insn(JEQ_K, 0, 2, index), // another member's: drop
+            insn(RET_K, 0, 0, ACCEPT),
+            insn(RET_K, 0, 0, if index == 0 { ACCEPT } else { 0 }),
+            insn(RET_K, 0, 0, 0), // drop
+        ],
+    }
 }
 
 /// One received packet in a [`RxBatch`].
@@ -716,6 +795,10 @@ pub(crate) struct TxMsg {
     /// Its queue pair's peer takes GSO messages, so it may take more packets; sent with a UDP
     /// checksum, which GSO needs (the caller has the socket's `SO_NO_CHECK` cleared).
     pub(crate) coalesce: bool,
+    /// The destination queue pair of its packets: a message carries one queue pair's, since
+    /// a receiver that steers by queue pair (a group of engines, `device/group.rs`) steers
+    /// a coalesced message by its first packet.
+    pub(crate) dest_qpn: u32,
 }
 
 /// What [`send_batch`] did.

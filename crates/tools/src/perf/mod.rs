@@ -39,6 +39,7 @@ use irn_verbs::{
     SendWr, WcStatus, ROCE_PORT,
 };
 
+mod engines;
 pub mod lat;
 pub mod oob;
 
@@ -58,7 +59,7 @@ const SLOT_BYTES: u64 = 64 << 20;
 const ALL_SLOT_BYTES: u64 = 2 << 30;
 
 /// `irn perf` flags.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct PerfArgs {
     /// write, read, send or atomic: the same at both ends (an irn server takes the rest of
     /// the test — size, count, queue pairs, mode, congestion control, --latency, --verify —
@@ -81,6 +82,13 @@ pub struct PerfArgs {
     /// Queue pairs.
     #[arg(short = 'q', long, default_value_t = 1)]
     qps: u32,
+    /// Engines per end, an engine per core: the device is a group of this many sharing its
+    /// address and UDP port (`Device::open_group`), the queue pairs spread over them as
+    /// evenly as they go, each member driven by its own thread over its own exchange, and
+    /// the client prints the aggregate from a common start. Both ends take the same; a
+    /// bandwidth test between irn ends, without `-R`.
+    #[arg(long, default_value_t = 1)]
+    engines: usize,
     /// Loss recovery: `roce` or `irn`, one of IRN's factor-analysis variants (`irn-go-back-n`,
     /// `irn-no-bdp-fc`, `irn-no-sack`), early RoCE's `roce-go-back-0`, or seed 002's
     /// `reorder-buffer` and `ext-ib` (the client's choice; the server follows). Default: irn
@@ -403,6 +411,9 @@ pub fn run(args: PerfArgs) -> Result<bool> {
     if args.latency && args.host.is_some() {
         lat::check_params(&args.client_params()?)?;
     }
+    if args.engines != 1 {
+        return engines::run(&args);
+    }
     if args.host.is_some() {
         client(args)
     } else {
@@ -447,8 +458,13 @@ fn test_device(oob: &Oob, dev: Option<Device>, args: &PerfArgs) -> Result<Device
 }
 
 fn server(args: PerfArgs) -> Result<bool> {
-    let (mut oob, mtu, dev) = server_open(&args)?;
+    let (oob, mtu, dev) = server_open(&args)?;
     let dev = test_device(&oob, dev, &args)?;
+    serve(&args, oob, mtu, dev)
+}
+
+/// The server's test over exchange `oob` on device `dev`.
+fn serve(args: &PerfArgs, mut oob: Oob, mtu: u32, dev: Device) -> Result<bool> {
     let (p, side, client) = if oob.peer_irn {
         // The client proposes; we adopt its parameters and answer with our UDP port.
         let theirs = oob.recv_msg(PerfParams::WIRE_LEN, TIMEOUT)?;
@@ -467,15 +483,15 @@ fn server(args: PerfArgs) -> Result<bool> {
             lat::check_params(&p)?;
         }
         let client = args.peer_link(p.udp_port, p.gso);
-        let side = setup(&p, dev, &args)?;
+        let side = setup(&p, dev, args)?;
         p.udp_port = side.dev.local_addr().port();
         p.gso = side.dev.accepts_gso();
         let reply: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
         oob.send_msg(&reply)?;
         (p, side, client)
     } else {
-        let p = own_params(&args)?;
-        let side = setup(&p, dev, &args)?;
+        let p = own_params(args)?;
+        let side = setup(&p, dev, args)?;
         (p, side, PeerLink::PERFTEST)
     };
     let r = server_test(oob, mtu, &p, &side, client);
@@ -843,12 +859,25 @@ fn client_open(args: &PerfArgs, host: &str) -> Result<(Oob, u32, Option<Device>)
 
 fn client(args: PerfArgs) -> Result<bool> {
     let host = args.host.clone().expect("a client has a host");
-    let (mut oob, mtu, dev) = client_open(&args, &host)?;
+    let (oob, mtu, dev) = client_open(&args, &host)?;
     let dev = test_device(&oob, dev, &args)?;
+    Ok(run_client(&args, oob, mtu, dev, None)?.0)
+}
+
+/// The client's test over exchange `oob` on device `dev`, its bandwidth loop starting once
+/// `start` lets it (the members of a group start together): whether it passed, and its
+/// bandwidth report (none for a latency test).
+fn run_client(
+    args: &PerfArgs,
+    mut oob: Oob,
+    mtu: u32,
+    dev: Device,
+    start: Option<&engines::Gate>,
+) -> Result<(bool, Option<BwReport>)> {
     let (p, side, server) = if oob.peer_irn {
         // `run` checked them (a latency test's too) before connecting.
         let mut p = args.client_params()?;
-        let side = setup(&p, dev, &args)?;
+        let side = setup(&p, dev, args)?;
         p.udp_port = side.dev.local_addr().port();
         p.gso = side.dev.accepts_gso();
         let line: [u8; PerfParams::WIRE_LEN] = exchange::padded(&p.to_line());
@@ -856,11 +885,11 @@ fn client(args: PerfArgs) -> Result<bool> {
         let reply = PerfParams::parse(exchange::unpadded(&reply)?)?;
         (p, side, args.peer_link(reply.udp_port, reply.gso))
     } else {
-        let p = own_params(&args)?;
-        let side = setup(&p, dev, &args)?;
+        let p = own_params(args)?;
+        let side = setup(&p, dev, args)?;
         (p, side, PeerLink::PERFTEST)
     };
-    let r = client_test(&args, oob, mtu, &p, &side, server);
+    let r = client_test(args, oob, mtu, &p, &side, server, start);
     // The counters help most when the run failed.
     if args.link.counters {
         print_counters(&side);
@@ -908,11 +937,12 @@ fn client_test(
     p: &PerfParams,
     side: &Side,
     server: PeerLink,
-) -> Result<bool> {
+    start: Option<&engines::Gate>,
+) -> Result<(bool, Option<BwReport>)> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     let (mine, theirs) = exchange_keys(&mut oob, side, p, mtu, &psns, server, || Ok(()))?;
     if p.latency {
-        return latency_test(oob, side, p, &theirs[0], &mine[0]);
+        return Ok((latency_test(oob, side, p, &theirs[0], &mine[0])?, None));
     }
     let run = Runner {
         side,
@@ -928,6 +958,7 @@ fn client_test(
         },
         post_list: args.post_list.max(1) as usize,
         cq_mod: 0,
+        start,
     };
     // At most half the requests a queue pair keeps outstanding — its depth, or fewer with
     // fewer message slots (large messages, thousands of queue pairs) — so that one is always
@@ -960,7 +991,7 @@ fn client_test(
     if p.verify {
         println!("verify: {}", if ok { "ok" } else { "FAILED" });
     }
-    Ok(ok)
+    Ok((ok, Some(report)))
 }
 
 impl PerfArgs {
@@ -1047,6 +1078,8 @@ struct Runner<'a> {
     /// Every `cq_mod`-th work request of a queue pair is signaled, and its last
     /// (`--cq-mod`).
     cq_mod: u64,
+    /// What the bandwidth loop waits for before it starts its clock (`--engines`).
+    start: Option<&'a engines::Gate>,
 }
 
 impl Runner<'_> {
@@ -1171,6 +1204,9 @@ impl Runner<'_> {
         let mut stamps = Vec::with_capacity(total as usize);
         let mut ok = true;
         let depth = u64::from(self.depth).min(self.side.slots);
+        if let Some(g) = self.start {
+            g.pass();
+        }
         let start = Instant::now();
         let mut completed = 0u64;
         while completed < total {

@@ -19,6 +19,11 @@ pub struct DeviceCounters {
     pub rx_icrc_errors: u64,
     /// Received packets for a queue pair this device does not have (dropped, as rxe does).
     pub rx_unknown_qp: u64,
+    /// Received packets for a queue pair another member of this device's group owns, handed
+    /// to that member ([`Device::open_group`](super::Device::open_group)): the kernel steers
+    /// each packet to its owner, and these are what it could not (a group being opened, a
+    /// member closed, a peer's GRO merging two queue pairs' datagrams).
+    pub rx_forwarded: u64,
     /// Received packets whose source is not the queue pair's peer: another address (dropped, as
     /// rxe does), or another UDP port — in the IRN modes, whose peer is always an irn device
     /// sending from the port it was told, any other; in the RoCE modes, any other than the one

@@ -322,6 +322,7 @@ impl Core {
                 && last_len == Some(usize::from(m.seg_len))
                 && m.dest == peer
                 && m.sport == sport
+                && m.dest_qpn == t.ib.bth.dest_qpn
                 && m.tos == net::tos(dscp, t.ecn)
                 && m.count < net::GSO_MAX_SEGMENTS
                 && (m.count + 1) * usize::from(m.seg_len) <= net::GSO_MAX_BYTES
@@ -385,6 +386,7 @@ impl Core {
                 seg_len: datagram as u16,
                 tos: net::tos(dscp, t.ecn),
                 coalesce,
+                dest_qpn: t.ib.bth.dest_qpn,
             }),
         }
     }
@@ -438,9 +440,14 @@ impl Core {
         let qpn = datagram
             .get(5..8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        // A UD queue pair's receive needs the IP header, and so does a packet handed to the
+        // group member that owns its queue pair (`group.rs`).
         let headers_needed = self.capture.is_some()
             || self.impairer.rx().is_active()
-            || qpn.is_some_and(|q| self.objects.uds.contains_key(&q));
+            || qpn.is_some_and(|q| {
+                self.objects.uds.contains_key(&q)
+                    || self.member.as_deref().is_some_and(|m| m.foreign(q))
+            });
         if headers_needed {
             let mut scratch = self.rx.take_scratch();
             match net::with_headers(&mut scratch, from, self.local, ecn, k, datagram) {
@@ -664,7 +671,13 @@ impl Core {
                     self.drain_ud(qpn);
                 }
                 (Some(_), None) => self.counters.rx_malformed += 1,
-                (None, _) => self.counters.rx_unknown_qp += 1,
+                (None, packet) => {
+                    if packet.is_some_and(|p| self.forward(qpn, p)) {
+                        self.counters.rx_forwarded += 1;
+                    } else {
+                        self.counters.rx_unknown_qp += 1;
+                    }
+                }
             }
             return;
         };
@@ -700,6 +713,29 @@ impl Core {
         if !e.turn_due {
             e.turn_due = true;
             self.turns.received(qpn);
+        }
+    }
+
+    /// Hands `packet` (whole), for queue pair `qpn`, to the member of the device's group that
+    /// owns `qpn`, if another does and is open (`group.rs`).
+    fn forward(&self, qpn: u32, packet: &[u8]) -> bool {
+        self.member
+            .as_deref()
+            .is_some_and(|m| m.foreign(qpn) && m.forward(qpn, packet))
+    }
+
+    /// The packets other members of the device's group received for its queue pairs
+    /// (`group.rs`), each delivered as [`Core::receive`] would have (already counted and
+    /// captured where it arrived; its ICRC verified there where it could be).
+    pub(super) fn receive_forwarded(&mut self, now: Time) {
+        let Some(m) = self.member.clone() else {
+            return;
+        };
+        for packet in m.take_inbox() {
+            match net::split(&packet, false) {
+                Ok(rx) => self.deliver(now, rx.from, rx.ecn, rx.ib, Some(&packet)),
+                Err(_) => self.counters.rx_malformed += 1,
+            }
         }
     }
 
@@ -847,6 +883,7 @@ pub(super) fn send_now(
         seg_len: datagram.len() as u16,
         tos: out.tos,
         coalesce: false,
+        dest_qpn: 0,
     };
     let parts = [net::IoPart::of(datagram)];
     let sent = net::send_batch(sock, &[msg], std::slice::from_ref(&(0..1)), &parts);
@@ -953,7 +990,8 @@ pub(super) fn engine(shared: &Shared) {
 /// timer, pause release, line release or impaired packet's time, at most [`MAX_SLEEP`];
 /// `None` if a round is due now — queue pairs with more to send, or waiting for a budget that
 /// has room (and a line that takes frames), or packets waiting in the transmit batch that no
-/// thread is sending (a poller's last posts, which rang no doorbell).
+/// thread is sending (a poller's last posts, which rang no doorbell), or packets another
+/// member of the device's group handed over (`group.rs`).
 pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
     let mut sleep = MAX_SLEEP;
     if let Some(d) = core.next_deadline() {
@@ -970,7 +1008,11 @@ pub(super) fn wake_in(core: &mut Core, now: Time) -> Option<Duration> {
     }
     let busy = core.turns.any_pending()
         || (core.budget.has_room() && !core.line_busy(now))
-        || core.tx.unsent();
+        || core.tx.unsent()
+        || core
+            .member
+            .as_deref()
+            .is_some_and(super::group::Member::inbox_waiting);
     (!busy).then_some(sleep)
 }
 
@@ -1162,6 +1204,7 @@ pub(super) fn run_once(shared: &Shared, batch: &mut RxBatch, round: Round) {
     if let Round::Engine = round {
         core.counters.engine_rounds += 1;
     }
+    core.receive_forwarded(now);
     core.release_paused(shared.pause_sock.as_ref(), now);
     core.serve_line(sock, now);
     // Impaired packets whose time has come (delayed ones in the order they were held: a slow

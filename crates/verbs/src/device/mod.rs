@@ -52,6 +52,7 @@ mod counters;
 mod drive;
 mod engine;
 mod error;
+mod group;
 mod lent;
 mod line;
 mod objects;
@@ -72,6 +73,7 @@ pub use config::{
 };
 pub use counters::DeviceCounters;
 pub use error::{Error, PostListError, Result, Wc};
+pub use group::MAX_ENGINES;
 pub use ud::{Ah, UdInit, UdQp, UdSend};
 
 use crate::impair::{Impairer, Impairment};
@@ -225,6 +227,8 @@ pub(crate) struct Core {
     pause: Option<Box<pause::PauseIn>>,
     /// The line frames leave by, at its rate ([`DeviceConfig::line_rate_bps`]).
     line: Option<Box<line::Line>>,
+    /// Its place in a group of engines sharing its address ([`Device::open_group`]).
+    member: Option<Arc<group::Member>>,
 }
 
 /// The rate of the link pause frames arrive on (socket `s`): [`DeviceConfig::pause_link_bps`],
@@ -292,6 +296,9 @@ pub(crate) struct Shared {
     watcher: std::sync::OnceLock<std::thread::Thread>,
     /// The packet socket pause frames arrive on ([`DeviceConfig::pause_iface`]).
     pause_sock: Option<crate::packet::PacketSocket>,
+    /// Its place in a group of engines sharing its address ([`Device::open_group`]): the
+    /// packets other members hand it.
+    member: Option<Arc<group::Member>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -463,6 +470,67 @@ pub fn random_psn() -> u32 {
 impl Device {
     /// Opens a device: binds the UDP socket, starts the engine thread.
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        Device::open_in(cfg, None)
+    }
+
+    /// Opens `engines` devices that share `cfg.addr` and `cfg.port` — an engine per core, with
+    /// the queue pairs spread over them by number (`device/group.rs`): member `i` gives its
+    /// queue pairs the numbers `q` with `q mod engines = i`, and the kernel delivers each
+    /// packet to the member owning its destination queue pair. Peers see one device; the
+    /// members share nothing else, so a program drives each from its own thread with its own
+    /// PD, memory regions and CQs. Port 0 takes a free port, the same for all members.
+    ///
+    /// Each member gets `cfg`, with the impairment seed `cfg.seed + i` and, when capturing,
+    /// the file `cfg.pcap` for member 0 and `STEM.i.EXT` beside it for member `i`. A paced
+    /// line or pause frames ([`DeviceConfig::line_rate_bps`], [`DeviceConfig::pause_iface`])
+    /// belong to one engine, and tagged frames ([`DeviceConfig::vlan`]) are sent and
+    /// received by one packet socket: a group of more than one refuses them. The group's
+    /// connection manager is member 0's, where peers' QP1 packets arrive.
+    pub fn open_group(cfg: DeviceConfig, engines: usize) -> Result<Vec<Device>> {
+        if engines == 0 || engines > MAX_ENGINES {
+            return Err(Error::Config("engines: a group has 1 to 64 members"));
+        }
+        if engines == 1 {
+            return Ok(vec![Device::open(cfg)?]);
+        }
+        if cfg.line_rate_bps.is_some_and(|r| r > 0) || cfg.pause_iface.is_some() {
+            return Err(Error::Config(
+                "line_rate_bps, pause_iface: a paced line is one engine's, not a group's",
+            ));
+        }
+        if cfg.vlan.is_some() {
+            return Err(Error::Config(
+                "vlan: tagged frames go through one packet socket, not a group's",
+            ));
+        }
+        let group = Arc::new(group::Group::default());
+        let mut members: Vec<Device> = Vec::with_capacity(engines);
+        for i in 0..engines {
+            let mut c = cfg.clone();
+            c.seed = cfg.seed.wrapping_add(i as u64);
+            if let Some(first) = members.first() {
+                // The members bind in index order: the kernel numbers a reuse-port group's
+                // sockets so, and the steering program names them by that number.
+                c.port = first.local_addr().port();
+                c.pcap = cfg.pcap.as_deref().map(|p| group::capture_path(p, i));
+            }
+            let member = group::Member::new(i as u32, engines as u32, group.clone());
+            members.push(Device::open_in(c, Some(Arc::new(member)))?);
+        }
+        group.seal(members.iter().map(|d| Arc::downgrade(&d.shared)).collect());
+        Ok(members)
+    }
+
+    /// This device's place in its group ([`Device::open_group`]): its index and the group's
+    /// size; `(0, 1)` for a device opened alone.
+    pub fn group_member(&self) -> (usize, usize) {
+        self.shared.member.as_deref().map_or((0, 1), |m| {
+            let (i, n) = m.place();
+            (i as usize, n as usize)
+        })
+    }
+
+    fn open_in(cfg: DeviceConfig, member: Option<Arc<group::Member>>) -> Result<Device> {
         if !cfg.tx_impairment.is_valid() || !cfg.rx_impairment.is_valid() {
             return Err(Error::Config("impairment probabilities must be in 0–1"));
         }
@@ -474,7 +542,8 @@ impl Device {
                 "vlan: tagged frames are built for IPv4 addresses only",
             ));
         }
-        let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer)?;
+        let share = member.as_deref().map(group::Member::place);
+        let socks = Sockets::open(cfg.addr, cfg.port, cfg.receive, cfg.socket_buffer, share)?;
         // Receive buffers reused burst after burst: no allocation per datagram. Each holds a
         // coalesced datagram of up to 64 packets on either path, split by the kernel's segment
         // size (UDP path) or where the engine finds the cut (raw path).
@@ -488,7 +557,7 @@ impl Device {
             .transpose()?;
         let core = Core {
             local,
-            objects: table::Objects::new(),
+            objects: table::Objects::new(share.unwrap_or((0, 1))),
             impairer: Impairer::new(cfg.tx_impairment, cfg.rx_impairment, cfg.seed),
             turns: turns::Turns::default(),
             budget: budget::Budget::new(cfg.in_flight_budget as u64),
@@ -518,6 +587,7 @@ impl Device {
                 (None, Some(s)) => Some(link_rate(&cfg, s)),
             }
             .map(|r| Box::new(line::Line::new(r).tagged(cfg.vlan.is_some()))),
+            member: member.clone(),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
@@ -537,6 +607,7 @@ impl Device {
             watching: AtomicBool::new(false),
             watcher: std::sync::OnceLock::new(),
             pause_sock,
+            member,
         });
         let s = shared.clone();
         let engine = std::thread::Builder::new()

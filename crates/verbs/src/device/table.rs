@@ -18,11 +18,15 @@ pub(super) struct Objects {
     pub(super) ahs: BTreeMap<u32, SocketAddr>,
     /// The next PD, CQ, memory key or address handle number.
     next_id: u32,
+    /// The device's place in its group (index, members): its queue pairs' numbers are
+    /// `index` modulo `members` (`group.rs`).
+    qpn_class: (u32, u32),
 }
 
 impl Objects {
-    /// No objects; numbers start at 1.
-    pub(super) fn new() -> Objects {
+    /// No objects; numbers start at 1; queue pair numbers in the class `qpn_class` (index,
+    /// members) of a group's member, `(0, 1)` for a device alone.
+    pub(super) fn new(qpn_class: (u32, u32)) -> Objects {
         Objects {
             pds: BTreeMap::new(),
             cqs: BTreeMap::new(),
@@ -30,6 +34,7 @@ impl Objects {
             uds: BTreeMap::new(),
             ahs: BTreeMap::new(),
             next_id: 1,
+            qpn_class,
         }
     }
 
@@ -40,11 +45,17 @@ impl Objects {
         id
     }
 
-    /// A random 24-bit QPN above the special ones (0, 1), used by no queue pair.
+    /// A random 24-bit QPN above the special ones (0, 1) in the device's class, used by no
+    /// queue pair.
     pub(super) fn fresh_qpn(&self) -> u32 {
+        let (index, members) = self.qpn_class;
         loop {
             let q = (random_u64() as u32) & 0x00ff_ffff;
-            if q > 1 && !self.qps.contains_key(&q) && !self.uds.contains_key(&q) {
+            if q > 1
+                && super::group::Member::owner_of(q, members) == index
+                && !self.qps.contains_key(&q)
+                && !self.uds.contains_key(&q)
+            {
                 return q;
             }
         }
@@ -67,7 +78,7 @@ mod tests {
 
     #[test]
     fn numbers_are_never_reused_and_qpns_avoid_the_special_ones() {
-        let mut objects = Objects::new();
+        let mut objects = Objects::new((0, 1));
         let ids: Vec<u32> = (0..100).map(|_| objects.fresh_id()).collect();
         assert_eq!(ids, (1..=100).collect::<Vec<u32>>());
         for _ in 0..1000 {
@@ -76,5 +87,17 @@ mod tests {
         }
         assert!(!objects.pd_in_use(1));
         assert!(matches!(objects.cq_mut(1), Err(Error::Gone)));
+    }
+
+    #[test]
+    fn a_group_members_qpns_are_its_own() {
+        for (index, members) in [(0, 2), (1, 2), (2, 3), (0, 5)] {
+            let objects = Objects::new((index, members));
+            for _ in 0..200 {
+                let q = objects.fresh_qpn();
+                assert!(q > 1 && q <= 0x00ff_ffff, "{q:#x}");
+                assert_eq!(q % members, index, "{q:#x}");
+            }
+        }
     }
 }

@@ -38,6 +38,11 @@ fn set_option<T: Copy>(
 
 /// `setsockopt(SO_ATTACH_FILTER)` with a classic-BPF program.
 pub(super) fn attach_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
+    set_program(fd, libc::SO_ATTACH_FILTER, prog)
+}
+
+/// Gives socket option `opt` (a classic-BPF program's) the program `prog`.
+fn set_program(fd: BorrowedFd<'_>, opt: libc::c_int, prog: &[Insn]) -> io::Result<()> {
     let mut filter: Vec<libc::sock_filter> = prog
         .iter()
         .map(|i| libc::sock_filter {
@@ -53,7 +58,17 @@ pub(super) fn attach_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()>
         // Alive until the call returns: the kernel copies the program.
         filter: filter.as_mut_ptr(),
     };
-    set_option(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+    set_option(fd, libc::SOL_SOCKET, opt, &fprog)
+}
+
+/// `SO_ATTACH_REUSEPORT_CBPF` (include/uapi/asm-generic/socket.h; the same on x86 and arm).
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// `setsockopt(SO_ATTACH_REUSEPORT_CBPF)`: the classic-BPF program that picks, for each
+/// datagram, the socket of `fd`'s reuse-port group that receives it (by its index in the
+/// group; an index past the group's size falls back to the kernel's hash).
+pub(super) fn attach_reuseport_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
+    set_program(fd, SO_ATTACH_REUSEPORT_CBPF, prog)
 }
 
 /// `setsockopt(SO_RCVBUFFORCE)`: a receive buffer past `net.core.rmem_max` (needs

@@ -1,0 +1,288 @@
+//! `irn perf --engines N`: a bandwidth test over a group of `N` engines at each end
+//! (`Device::open_group`), the queue pairs spread over the members.
+//!
+//! Each member runs its share of the test as a test of its own, on its own thread, over its
+//! own exchange: the client opens `N` exchanges one after the other, the server accepts them
+//! in the same order, and member `i` of each end serves exchange `i` (its queue pairs are
+//! numbered in member `i`'s class, and the peer's kernel steers their packets to its member
+//! `i`). The client's members start their bandwidth loops together ([`Gate`]), and the client
+//! prints each member's report and their aggregate: all bytes over the time from the common
+//! start to the last member's end.
+
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{
+    is_addr_in_use, oob_connect, run_client, serve, Chan, Oob, PerfArgs, Result, ROCE_PORT,
+};
+use crate::error::Context;
+use crate::link::{device_config, local_ip};
+use crate::{bail, usage};
+use irn_verbs::exchange::BwReport;
+use irn_verbs::{Device, MAX_ENGINES};
+
+/// How long the server waits for the client's next exchange, and a member for the others at
+/// the start.
+const GATHER: Duration = Duration::from_secs(30);
+
+/// Where the members of a group meet before their bandwidth loops: each passes once all have
+/// come, or after [`GATHER`] (a member whose test failed before it never comes).
+pub(super) struct Gate {
+    came: Mutex<usize>,
+    all: Condvar,
+    members: usize,
+}
+
+impl Gate {
+    fn new(members: usize) -> Gate {
+        Gate {
+            came: Mutex::new(0),
+            all: Condvar::new(),
+            members,
+        }
+    }
+
+    /// Waits until every member has come (or [`GATHER`] has passed).
+    pub(super) fn pass(&self) {
+        let mut came = self.came.lock().unwrap_or_else(|p| p.into_inner());
+        *came += 1;
+        self.all.notify_all();
+        let deadline = Instant::now() + GATHER;
+        while *came < self.members {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            came = self
+                .all
+                .wait_timeout(came, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+pub(super) fn run(args: &PerfArgs) -> Result<bool> {
+    let n = args.engines;
+    if n == 0 || n > MAX_ENGINES {
+        usage!("--engines: 1 to {MAX_ENGINES} engines per end, not {n}");
+    }
+    if args.rdma_cm || args.latency {
+        usage!("--engines: a bandwidth test over TCP exchanges (not with -R or --latency)");
+    }
+    if args.host.is_some() && (args.qps as usize) < n {
+        usage!(
+            "--engines {n}: each engine needs a queue pair; give -q at least {n}, not {}",
+            args.qps
+        );
+    }
+    match &args.host {
+        Some(host) => client(args, host),
+        None => server(args),
+    }
+}
+
+/// The group on `ip`: at `--udp-port`, or, with 4791 taken and an irn peer told our port, at
+/// any free one (both ends on one address).
+fn open_group(ip: IpAddr, args: &PerfArgs) -> Result<Vec<Device>> {
+    let open = |port| {
+        Device::open_group(device_config(ip, port, &args.link)?, args.engines)
+            .map_err(crate::Error::from)
+    };
+    match open(args.link.udp_port) {
+        Ok(g) => Ok(g),
+        Err(e) if args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0),
+        Err(e) => Err(e).context(format!(
+            "opening a group of {} engines on {ip}",
+            args.engines
+        )),
+    }
+}
+
+/// The exchange over `tcp`, which must be with an irn peer.
+fn exchange(tcp: TcpStream, client: bool, args: &PerfArgs) -> Result<(Oob, u32)> {
+    let (oob, mtu) = Oob::open(Chan::Tcp(tcp), client, args.mtu)?;
+    if !oob.peer_irn {
+        bail!("--engines: the peer is perftest, which runs one exchange; an irn peer is needed");
+    }
+    Ok((oob, mtu))
+}
+
+fn server(args: &PerfArgs) -> Result<bool> {
+    let n = args.engines;
+    let l = TcpListener::bind(("::", args.port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
+        .with_context(|| format!("listening on TCP port {}", args.port))?;
+    let (first, _) = l.accept().context("accepting the out-of-band connection")?;
+    let ip = local_ip(&first, &args.link)?;
+    let mut exchanges = vec![exchange(first, false, args)?];
+    l.set_nonblocking(true)?;
+    let deadline = Instant::now() + GATHER;
+    while exchanges.len() < n {
+        match l.accept() {
+            Ok((tcp, _)) => {
+                tcp.set_nonblocking(false)?;
+                exchanges.push(exchange(tcp, false, args)?);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    bail!(
+                        "--engines {n}: {} of {n} exchanges connected within {} s: give the \
+                         client the same --engines",
+                        exchanges.len(),
+                        GATHER.as_secs()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e).context("accepting the out-of-band connection"),
+        }
+    }
+    let group = open_group(ip, args)?;
+    println!("irn perf server: {n} engines on {}", group[0].local_addr());
+    let results: Vec<Result<bool>> = std::thread::scope(|s| {
+        let runs: Vec<_> = exchanges
+            .into_iter()
+            .zip(group)
+            .map(|((oob, mtu), dev)| s.spawn(move || serve(args, oob, mtu, dev)))
+            .collect();
+        runs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("an engine's test panicked"))
+            })
+            .collect()
+    });
+    let mut ok = true;
+    for r in results {
+        ok &= r?;
+    }
+    Ok(ok)
+}
+
+/// `-q` spread over `n` members: the first `qps mod n` get one more.
+fn shares(qps: u32, n: usize) -> Vec<u32> {
+    let n32 = n as u32;
+    (0..n32)
+        .map(|i| qps / n32 + u32::from(i < qps % n32))
+        .collect()
+}
+
+fn client(args: &PerfArgs, host: &str) -> Result<bool> {
+    let n = args.engines;
+    let mut exchanges = Vec::with_capacity(n);
+    let mut ip = None;
+    for _ in 0..n {
+        let tcp = oob_connect(Some(host), args.port)?;
+        if ip.is_none() {
+            ip = Some(local_ip(&tcp, &args.link)?);
+        }
+        exchanges.push(exchange(tcp, true, args)?);
+    }
+    let ip = ip.expect("at least one engine");
+    let group = open_group(ip, args)?;
+    let gate = Gate::new(n);
+    let shares = shares(args.qps, n);
+    let results: Vec<Result<(bool, Option<BwReport>)>> = std::thread::scope(|s| {
+        let runs: Vec<_> = exchanges
+            .into_iter()
+            .zip(group)
+            .zip(&shares)
+            .map(|(((oob, mtu), dev), &qps)| {
+                let mine = PerfArgs {
+                    qps,
+                    ..args.clone()
+                };
+                let gate = &gate;
+                s.spawn(move || {
+                    let r = run_client(&mine, oob, mtu, dev, Some(gate));
+                    if r.is_err() {
+                        // It may have failed before the gate: the others need not wait.
+                        gate.pass();
+                    }
+                    r
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("an engine's test panicked"))
+            })
+            .collect()
+    });
+    let mut ok = true;
+    let mut reports = Vec::with_capacity(n);
+    for (r, &qps) in results.into_iter().zip(&shares) {
+        let (passed, report) = r?;
+        ok &= passed;
+        if let Some(rep) = report {
+            reports.push((rep, qps));
+        }
+    }
+    if let Some(line) = aggregate(&reports) {
+        println!("{line}");
+    }
+    Ok(ok)
+}
+
+/// The aggregate of the members' reports (each with its queue pairs): all their bytes over
+/// the longest member's time (they started together), and all their messages so.
+fn aggregate(reports: &[(BwReport, u32)]) -> Option<String> {
+    let mut bytes = 0.0;
+    let mut msgs = 0.0;
+    let mut longest: f64 = 0.0;
+    for (r, qps) in reports {
+        let m = (r.iters * u64::from(*qps)) as f64;
+        if r.msg_rate <= 0.0 {
+            return None;
+        }
+        let secs = m / (r.msg_rate * 1e6);
+        bytes += m * r.size as f64;
+        msgs += m;
+        longest = longest.max(secs);
+    }
+    (longest > 0.0).then(|| {
+        format!(
+            "aggregate of {} engines: {:.2} MB/s, {:.6} Mpps ({} messages in {:.3} s from \
+             their common start)",
+            reports.len(),
+            bytes / longest / (1024.0 * 1024.0),
+            msgs / longest / 1e6,
+            msgs,
+            longest
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_pairs_are_spread_as_evenly_as_they_go() {
+        assert_eq!(shares(4, 2), vec![2, 2]);
+        assert_eq!(shares(5, 3), vec![2, 2, 1]);
+        assert_eq!(shares(3, 3), vec![1, 1, 1]);
+        assert_eq!(shares(7, 4).iter().sum::<u32>(), 7);
+    }
+
+    #[test]
+    fn the_aggregate_is_all_bytes_over_the_longest_member() {
+        let r = |iters, rate| BwReport {
+            size: 1 << 20,
+            iters,
+            bw_peak: 0.0,
+            bw_avg: 0.0,
+            msg_rate: rate,
+        };
+        // 1 000 MiB in 1 s and 500 MiB in 1 s (two queue pairs of 250): 1 500 MB/s.
+        let line = aggregate(&[(r(1000, 0.001), 1), (r(250, 0.0005), 2)]).expect("line");
+        assert!(line.contains("1500.00 MB/s"), "{line}");
+        // A member that took twice as long halves the rate of the whole.
+        let line = aggregate(&[(r(1000, 0.001), 1), (r(1000, 0.0005), 1)]).expect("line");
+        assert!(line.contains("1000.00 MB/s"), "{line}");
+        assert!(aggregate(&[(r(1, 0.0), 1)]).is_none());
+    }
+}

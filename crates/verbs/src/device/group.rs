@@ -1,0 +1,186 @@
+//! Engines per core: a group of devices that share one address and UDP port, each with its own
+//! engine thread and its own share of the queue pair numbers ([`Device::open_group`]).
+//!
+//! A device's engine is one thread, so one device moves what one core can. A NIC spreads its
+//! queue pairs over receive queues and completion vectors, one per core, and steers each
+//! packet by its destination queue pair; a group does the same with the host's kernel as the
+//! NIC:
+//!
+//! * **Numbers.** Member `i` of `n` gives its queue pairs (both kinds) numbers `q` with
+//!   `q mod n = i` ([`Member::owner`]); QPNs 0 and 1 (the subnet manager's and the general
+//!   services', the CM's) belong to member 0.
+//! * **Steering.** The members' UDP sockets form one `SO_REUSEPORT` group whose classic-BPF
+//!   program (`SO_ATTACH_REUSEPORT_CBPF`, `net::steering_program`) picks the socket by the BTH's
+//!   destination QP — the kernel delivers each datagram to the member that owns its queue
+//!   pair, a GRO-coalesced datagram by its first packet. On the raw path each member's raw
+//!   socket filter keeps only its own members' packets (`net::port_filter`).
+//! * **Forwarding.** A member that receives a packet for a queue pair another member owns —
+//!   the kernel hashes while the group is still being built, or after a member closed (the
+//!   kernel then moves the last socket into the closed one's place), or a peer's GRO merged
+//!   two queue pairs' datagrams — hands it to the owner ([`Member::forward`]), which delivers
+//!   it at its next round. Nothing is lost to the steering; `rx_forwarded` counts these.
+//!
+//! The members share nothing else: each has its own protection domains, memory regions,
+//! completion queues and connection manager (member 0's is the one peers reach). A program
+//! drives each member from its own thread — the pattern of a verbs program that scales over
+//! cores with a context, PD and CQ per thread. Registering the same application memory with
+//! several members ([`Pd::reg_mr_raw`]) gives each its own keys for it, as registering a buffer
+//! with two NICs does.
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use super::Shared;
+
+/// The most members a group may have.
+pub const MAX_ENGINES: usize = 64;
+
+/// The members of one group, by index, once all are open.
+#[derive(Default)]
+pub(super) struct Group {
+    members: OnceLock<Vec<Weak<Shared>>>,
+}
+
+impl Group {
+    /// Records the members (in index order) once they are all open.
+    pub(super) fn seal(&self, members: Vec<Weak<Shared>>) {
+        let _ = self.members.set(members);
+    }
+}
+
+/// A device's place in its group.
+pub(super) struct Member {
+    index: u32,
+    count: u32,
+    group: Arc<Group>,
+    /// Packets other members received for this one's queue pairs, whole IP packets.
+    inbox: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Member {
+    pub(super) fn new(index: u32, count: u32, group: Arc<Group>) -> Member {
+        debug_assert!(index < count);
+        Member {
+            index,
+            count,
+            group,
+            inbox: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The index of the member that owns queue pair number `qpn` among `count` members.
+    pub(super) fn owner_of(qpn: u32, count: u32) -> u32 {
+        if qpn <= 1 {
+            0
+        } else {
+            qpn % count
+        }
+    }
+
+    /// The index of the member that owns `qpn`.
+    pub(super) fn owner(&self, qpn: u32) -> u32 {
+        Member::owner_of(qpn, self.count)
+    }
+
+    /// Whether another member owns `qpn`.
+    pub(super) fn foreign(&self, qpn: u32) -> bool {
+        self.owner(qpn) != self.index
+    }
+
+    /// This member's index and the group's size.
+    pub(super) fn place(&self) -> (u32, u32) {
+        (self.index, self.count)
+    }
+
+    /// Hands `packet` (a whole IP packet) to the member that owns `qpn` and wakes whoever
+    /// receives for it; `false` if that member is gone (closed) or the group is not yet sealed.
+    pub(super) fn forward(&self, qpn: u32, packet: &[u8]) -> bool {
+        let owner = self.owner(qpn) as usize;
+        let Some(to) = self
+            .group
+            .members
+            .get()
+            .and_then(|m| m.get(owner))
+            .and_then(Weak::upgrade)
+        else {
+            return false;
+        };
+        let Some(m) = to.member.as_deref() else {
+            return false;
+        };
+        m.inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(packet.to_vec());
+        to.wake_engine();
+        true
+    }
+
+    /// The packets other members handed over since the last call.
+    pub(super) fn take_inbox(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether packets wait in the inbox.
+    pub(super) fn inbox_waiting(&self) -> bool {
+        !self
+            .inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+}
+
+/// Member `i`'s capture file beside `path`: `STEM.i.EXT` (`STEM.i` without an extension).
+pub(super) fn capture_path(path: &std::path::Path, i: usize) -> std::path::PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.{i}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{i}"),
+    };
+    path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_number_has_one_owner_and_the_special_ones_are_member_zeros() {
+        for count in 1..=8 {
+            assert_eq!(Member::owner_of(0, count), 0);
+            assert_eq!(Member::owner_of(1, count), 0);
+            let mut seen = vec![0u32; count as usize];
+            for q in 2..2 + 8 * count {
+                let o = Member::owner_of(q, count);
+                assert!(o < count);
+                assert_eq!(o, q % count);
+                seen[o as usize] += 1;
+            }
+            assert!(seen.iter().all(|&s| s == 8), "{seen:?}");
+        }
+    }
+
+    #[test]
+    fn each_member_captures_beside_the_first() {
+        use std::path::Path;
+        assert_eq!(
+            capture_path(Path::new("/t/run.pcap"), 2),
+            Path::new("/t/run.2.pcap")
+        );
+        assert_eq!(capture_path(Path::new("cap"), 1), Path::new("cap.1"));
+    }
+
+    #[test]
+    fn a_member_forwards_nothing_before_the_group_is_sealed_or_after_its_owner_closed() {
+        let g = Arc::new(Group::default());
+        let m = Member::new(0, 2, g.clone());
+        assert!(!m.foreign(4) && m.foreign(5));
+        assert!(!m.forward(5, &[1, 2, 3]));
+        g.seal(vec![Weak::new(), Weak::new()]);
+        assert!(!m.forward(5, &[1, 2, 3]));
+        assert!(m.take_inbox().is_empty());
+    }
+}
