@@ -737,6 +737,10 @@ fn perf_refuses_engines_it_cannot_use() {
         (&["--engines", "2"][..], "give -q at least 2"),
         (&["--engines", "2", "--latency"], "not with -R or --latency"),
         (&["--engines", "0"], "1 to 64 engines"),
+        (
+            &["--engines", "2", "-q", "2", "--vlan", "lo"],
+            "one engine's",
+        ),
         (&["--engines", "65", "-q", "65"], "1 to 64 engines"),
     ] {
         let mut args = vec!["perf", "write", "127.0.0.1", "-p", "9"];

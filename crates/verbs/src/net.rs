@@ -210,20 +210,14 @@ impl Sockets {
         use rustix::net::sockopt;
         let udp = match share {
             None => UdpSocket::bind(SocketAddr::new(addr, port))?,
-            Some((0, members)) => {
-                // A port another program's reuse-port group holds would take this socket
-                // in (a group on the same host, the same user): the first member binds the
-                // port alone first, which fails where anyone holds it, and a free port is
-                // chosen so too.
-                let port = UdpSocket::bind(SocketAddr::new(addr, port))?
-                    .local_addr()?
-                    .port();
+            Some((index, members)) => {
+                // The port was reserved for the group ([`reserve_shared_port`]).
                 let udp = bind_shared(SocketAddr::new(addr, port))?;
-                sys::attach_reuseport_filter(udp.as_fd(), &steering_program(members))?;
+                if index == 0 {
+                    sys::attach_reuseport_filter(udp.as_fd(), &steering_program(members))?;
+                }
                 udp
             }
-            // The later members join the first's group, on its port.
-            Some(_) => bind_shared(SocketAddr::new(addr, port))?,
         };
         prepare_sender(&udp, buffer)?;
         if addr.is_ipv6() {
@@ -319,6 +313,52 @@ impl Sockets {
     }
 }
 
+/// Holds a port for a group of devices until its members have bound it: an exclusive lock
+/// on a file named for the address and port in the temporary directory, which every irn
+/// program's group takes before it binds.
+pub(crate) struct PortLock {
+    _file: std::fs::File,
+}
+
+/// The port a group of devices binds on `addr` (`port`, or a free one for 0), free — a
+/// socket bound to it without `SO_REUSEPORT` was refused nowhere — and locked against other
+/// irn programs' groups ([`PortLock`]) until the caller has bound every member: a reuse-port
+/// bind would otherwise join whatever group of the same user holds the port, or one that
+/// another program forms between the check and the bind. `AddrInUse` for a given port that is
+/// taken; for 0, tries other free ports.
+pub(crate) fn reserve_shared_port(addr: IpAddr, port: u16) -> io::Result<(u16, PortLock)> {
+    let mut last = None;
+    for _ in 0..16 {
+        let p = match port {
+            0 => UdpSocket::bind(SocketAddr::new(addr, 0))?
+                .local_addr()?
+                .port(),
+            p => p,
+        };
+        let path = std::env::temp_dir().join(format!("irn-port-{addr}-{p}.lock"));
+        let file = match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            // Another user's lock file: theirs cannot join ours (a reuse-port group is one
+            // user's), so its lock is not needed — but it is still honoured if readable.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => std::fs::File::open(&path)?,
+            Err(e) => return Err(e),
+        };
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        // Under the lock, the port must still be free.
+        match UdpSocket::bind(SocketAddr::new(addr, p)) {
+            Ok(_) => return Ok((p, PortLock { _file: file })),
+            Err(e) if port == 0 && e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
+}
+
 /// A UDP socket bound to `at` in the port's reuse-port group (`SO_REUSEPORT`), as a member of
 /// a group of devices binds it.
 fn bind_shared(at: SocketAddr) -> io::Result<UdpSocket> {
@@ -378,6 +418,9 @@ const LD_W_IND: u16 = 0x40; // A = 32-bit word at X + k
 const AND_K: u16 = 0x54; // A &= k
 const MOD_K: u16 = 0x94; // A %= k
 const JGT_K: u16 = 0x25; // if A > k
+const JGE_K: u16 = 0x35; // if A >= k
+const LD_W_LEN: u16 = 0x80; // A = the packet's length
+const SUB_X: u16 = 0x1c; // A -= X
 
 /// Drops every packet.
 const DROP_ALL: [Insn; 1] = [insn(RET_K, 0, 0, 0)];
@@ -445,13 +488,16 @@ fn port_filter(port: u16, share: Option<(u32, u32)>) -> Vec<Insn> {
         ],
         Some((index, members)) => vec![
             insn(LD_H_ABS, 0, 0, 6),
-            insn(JSET_K, 10, 0, 0x3fff), // a fragment: drop
+            insn(JSET_K, 13, 0, 0x3fff), // a fragment: drop
             insn(LDX_B_MSH, 0, 0, 0),
             insn(LD_H_IND, 0, 0, 2),
-            insn(JEQ_K, 0, 7, port.into()), // not ours: drop
-            insn(LD_W_IND, 0, 0, 8 + 4),    // the BTH's bytes 4–7, after the UDP header
+            insn(JEQ_K, 0, 10, port.into()), // not ours: drop
+            insn(LD_W_LEN, 0, 0, 0),
+            insn(SUB_X, 0, 0, 0),
+            insn(JGE_K, 0, 6, 8 + 8), // too short for a BTH's QP: member 0's, which counts it
+            insn(LD_W_IND, 0, 0, 8 + 4), // the BTH's bytes 4–7, after the UDP header
             insn(AND_K, 0, 0, 0x00ff_ffff), // the destination QP
-            insn(JGT_K, 0, 3, 1),           // 0 and 1: member 0's
+            insn(JGT_K, 0, 3, 1),     // 0 and 1: member 0's
             insn(MOD_K, 0, 0, members),
             insn(JEQ_K, 0, 2, index), // another member's: drop
             insn(RET_K, 0, 0, ACCEPT),

@@ -26,30 +26,28 @@ use irn_verbs::{Device, MAX_ENGINES};
 /// the start.
 const GATHER: Duration = Duration::from_secs(30);
 
-/// Where the members of a group meet before their bandwidth loops: each passes once all have
-/// come, or after [`GATHER`] (a member whose test failed before it never comes).
+/// Where the members of a group meet before their bandwidth loops: each passes once every
+/// member has come or left (a member whose test failed before the gate leaves it), or after
+/// [`GATHER`].
 pub(super) struct Gate {
-    came: Mutex<usize>,
+    came: Mutex<Vec<bool>>,
     all: Condvar,
-    members: usize,
 }
 
 impl Gate {
     fn new(members: usize) -> Gate {
         Gate {
-            came: Mutex::new(0),
+            came: Mutex::new(vec![false; members]),
             all: Condvar::new(),
-            members,
         }
     }
 
-    /// Waits until every member has come (or [`GATHER`] has passed).
-    pub(super) fn pass(&self) {
-        let mut came = self.came.lock().unwrap_or_else(|p| p.into_inner());
-        *came += 1;
-        self.all.notify_all();
+    /// Member `member` has come: waits until every member has come or left (or [`GATHER`]
+    /// has passed).
+    pub(super) fn pass(&self, member: usize) {
+        let mut came = self.arrive(member);
         let deadline = Instant::now() + GATHER;
-        while *came < self.members {
+        while !came.iter().all(|&c| c) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
@@ -61,6 +59,19 @@ impl Gate {
                 .0;
         }
     }
+
+    /// Member `member` will not come (its test failed), or came already: the others need not
+    /// wait for it.
+    fn leave(&self, member: usize) {
+        drop(self.arrive(member));
+    }
+
+    fn arrive(&self, member: usize) -> std::sync::MutexGuard<'_, Vec<bool>> {
+        let mut came = self.came.lock().unwrap_or_else(|p| p.into_inner());
+        came[member] = true;
+        self.all.notify_all();
+        came
+    }
 }
 
 pub(super) fn run(args: &PerfArgs) -> Result<bool> {
@@ -70,6 +81,15 @@ pub(super) fn run(args: &PerfArgs) -> Result<bool> {
     }
     if args.rdma_cm || args.latency {
         usage!("--engines: a bandwidth test over TCP exchanges (not with -R or --latency)");
+    }
+    if args.link.line_rate.is_some_and(|r| r > 0)
+        || args.link.pause_iface.is_some()
+        || args.link.vlan.is_some()
+    {
+        usage!(
+            "--engines {n}: a paced line, pause frames and tagged frames are one engine's \
+             (not with --line-rate, --pause-iface or --vlan)"
+        );
     }
     if args.host.is_some() && (args.qps as usize) < n {
         usage!(
@@ -139,6 +159,8 @@ fn server(args: &PerfArgs) -> Result<bool> {
             Err(e) => return Err(e).context("accepting the out-of-band connection"),
         }
     }
+    // A client with more engines is refused at once.
+    drop(l);
     let group = open_group(ip, args)?;
     println!("irn perf server: {n} engines on {}", group[0].local_addr());
     let results: Vec<Result<bool>> = std::thread::scope(|s| {
@@ -155,10 +177,30 @@ fn server(args: &PerfArgs) -> Result<bool> {
             .collect()
     });
     let mut ok = true;
-    for r in results {
-        ok &= r?;
+    for r in member_results(results)? {
+        ok &= r;
     }
     Ok(ok)
+}
+
+/// The members' results, or, if any failed, each failure said (the first is returned).
+fn member_results<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    let n = results.len();
+    let mut oks = Vec::with_capacity(n);
+    let mut first = None;
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(v) => oks.push(v),
+            Err(e) => {
+                eprintln!("irn perf: engine {i} of {n}: {e:#}");
+                first.get_or_insert(e);
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(oks),
+    }
 }
 
 /// `-q` spread over `n` members: the first `qps mod n` get one more.
@@ -173,8 +215,13 @@ fn client(args: &PerfArgs, host: &str) -> Result<bool> {
     let n = args.engines;
     let mut exchanges = Vec::with_capacity(n);
     let mut ip = None;
-    for _ in 0..n {
-        let tcp = oob_connect(Some(host), args.port)?;
+    for i in 0..n {
+        let tcp = oob_connect(Some(host), args.port).with_context(|| {
+            format!(
+                "exchange {} of {n}: a server runs as many exchanges as its --engines",
+                i + 1
+            )
+        })?;
         if ip.is_none() {
             ip = Some(local_ip(&tcp, &args.link)?);
         }
@@ -189,18 +236,17 @@ fn client(args: &PerfArgs, host: &str) -> Result<bool> {
             .into_iter()
             .zip(group)
             .zip(&shares)
-            .map(|(((oob, mtu), dev), &qps)| {
+            .enumerate()
+            .map(|(i, (((oob, mtu), dev), &qps))| {
                 let mine = PerfArgs {
                     qps,
                     ..args.clone()
                 };
                 let gate = &gate;
                 s.spawn(move || {
-                    let r = run_client(&mine, oob, mtu, dev, Some(gate));
-                    if r.is_err() {
-                        // It may have failed before the gate: the others need not wait.
-                        gate.pass();
-                    }
+                    let r = run_client(&mine, oob, mtu, dev, Some((gate, i)));
+                    // Failed before the gate, the others need not wait for it.
+                    gate.leave(i);
                     r
                 })
             })
@@ -214,8 +260,7 @@ fn client(args: &PerfArgs, host: &str) -> Result<bool> {
     });
     let mut ok = true;
     let mut reports = Vec::with_capacity(n);
-    for (r, &qps) in results.into_iter().zip(&shares) {
-        let (passed, report) = r?;
+    for ((passed, report), &qps) in member_results(results)?.into_iter().zip(&shares) {
         ok &= passed;
         if let Some(rep) = report {
             reports.push((rep, qps));

@@ -813,17 +813,22 @@ fn print_counters(side: &Side) {
 }
 
 /// perftest's bandwidth columns.
+/// Prints perftest's bandwidth table in one write (the members of a group print theirs from
+/// their own threads: `--engines`).
 fn print_bw(r: &BwReport) {
-    println!("{LINE}");
-    println!(
-        " {:<10} {:<15} {:<18} {:<20} {:<15}",
-        "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
+    print!(
+        "{LINE}\n {:<10} {:<15} {:<18} {:<20} {:<15}\n {:<10} {:<15} {:<18.2} {:<20.2} {:<15.6}\n{LINE}\n",
+        "#bytes",
+        "#iterations",
+        "BW peak[MB/sec]",
+        "BW average[MB/sec]",
+        "MsgRate[Mpps]",
+        r.size,
+        r.iters,
+        r.bw_peak,
+        r.bw_avg,
+        r.msg_rate
     );
-    println!(
-        " {:<10} {:<15} {:<18.2} {:<20.2} {:<15.6}",
-        r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate
-    );
-    println!("{LINE}");
 }
 
 /// The client's exchange (TCP, or with `-R` a CM connection from a device opened on the
@@ -872,7 +877,7 @@ fn run_client(
     mut oob: Oob,
     mtu: u32,
     dev: Device,
-    start: Option<&engines::Gate>,
+    start: Option<(&engines::Gate, usize)>,
 ) -> Result<(bool, Option<BwReport>)> {
     let (p, side, server) = if oob.peer_irn {
         // `run` checked them (a latency test's too) before connecting.
@@ -937,7 +942,7 @@ fn client_test(
     p: &PerfParams,
     side: &Side,
     server: PeerLink,
-    start: Option<&engines::Gate>,
+    start: Option<(&engines::Gate, usize)>,
 ) -> Result<(bool, Option<BwReport>)> {
     let psns: Vec<u32> = side.qps.iter().map(|_| irn_verbs::random_psn()).collect();
     let (mine, theirs) = exchange_keys(&mut oob, side, p, mtu, &psns, server, || Ok(()))?;
@@ -1078,8 +1083,9 @@ struct Runner<'a> {
     /// Every `cq_mod`-th work request of a queue pair is signaled, and its last
     /// (`--cq-mod`).
     cq_mod: u64,
-    /// What the bandwidth loop waits for before it starts its clock (`--engines`).
-    start: Option<&'a engines::Gate>,
+    /// What the bandwidth loop waits for before it starts its clock, and its member's index
+    /// there (`--engines`).
+    start: Option<(&'a engines::Gate, usize)>,
 }
 
 impl Runner<'_> {
@@ -1204,8 +1210,8 @@ impl Runner<'_> {
         let mut stamps = Vec::with_capacity(total as usize);
         let mut ok = true;
         let depth = u64::from(self.depth).min(self.side.slots);
-        if let Some(g) = self.start {
-            g.pass();
+        if let Some((g, member)) = self.start {
+            g.pass(member);
         }
         let start = Instant::now();
         let mut completed = 0u64;

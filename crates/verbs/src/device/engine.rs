@@ -495,8 +495,8 @@ impl Core {
     /// ICRC (a stream of large Writes, Sends, Read responses), then at every shorter length
     /// a packet can have (a multiple of 4 from its headers and ICRC on); a length is taken when
     /// a BTH with the first one's P_Key, for the first packet's queue pair or another of this
-    /// device's, starts where each later packet would, and the first packet's ICRC holds under
-    /// it. Each segment is then received under the IPv4 identification the kernel would have
+    /// device's (or of another member of its group, `group.rs`), starts where each later packet
+    /// would, and the first packet's ICRC holds under it. Each segment is then received under the IPv4 identification the kernel would have
     /// given it (the first's + its index). A datagram no longer than one packet can be is
     /// taken as one when its ICRC holds, which is checked first.
     ///
@@ -592,6 +592,7 @@ impl Core {
                         q == q0
                             || self.objects.qps.contains_key(&q)
                             || self.objects.uds.contains_key(&q)
+                            || self.member.as_deref().is_some_and(|m| m.foreign(q))
                     })
             });
             if !starts {

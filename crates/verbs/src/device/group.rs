@@ -12,13 +12,19 @@
 //! * **Steering.** The members' UDP sockets form one `SO_REUSEPORT` group whose classic-BPF
 //!   program (`SO_ATTACH_REUSEPORT_CBPF`, `net::steering_program`) picks the socket by the BTH's
 //!   destination QP — the kernel delivers each datagram to the member that owns its queue
-//!   pair, a GRO-coalesced datagram by its first packet. On the raw path each member's raw
-//!   socket filter keeps only its own members' packets (`net::port_filter`).
+//!   pair, a coalesced one (a GSO message that stays whole on loopback, or what a NIC's GRO
+//!   merged) by its first packet; irn's own GSO messages carry one queue pair's packets. On
+//!   the raw path each member's raw socket filter keeps only its own queue pairs' packets
+//!   (`net::port_filter`). The sockets stay open until the whole group closes
+//!   ([`Group::retain`]), so the steering stays exact while any member lives.
+//! * **Binding.** The first member binds the port alone before the members bind it shared,
+//!   under a lock file that other irn programs' groups take too (`net::reserve_shared_port`):
+//!   a group never joins another's on a port that is taken.
 //! * **Forwarding.** A member that receives a packet for a queue pair another member owns —
-//!   the kernel hashes while the group is still being built, or after a member closed (the
-//!   kernel then moves the last socket into the closed one's place), or a peer's GRO merged
-//!   two queue pairs' datagrams — hands it to the owner ([`Member::forward`]), which delivers
-//!   it at its next round. Nothing is lost to the steering; `rx_forwarded` counts these.
+//!   the kernel hashes while the group is still being built, or a peer's GSO message (an
+//!   older irn's) mixed two queue pairs' packets — hands it to the owner ([`Member::forward`]),
+//!   which delivers it at its next round; `rx_forwarded` counts these. A packet for a closed
+//!   member's queue pair is dropped as one for an unknown queue pair is.
 //!
 //! The members share nothing else: each has its own protection domains, memory regions,
 //! completion queues and connection manager (member 0's is the one peers reach). A program
@@ -34,16 +40,31 @@ use super::Shared;
 /// The most members a group may have.
 pub const MAX_ENGINES: usize = 64;
 
-/// The members of one group, by index, once all are open.
+/// The members of one group, by index, once all are open, and their UDP sockets.
 #[derive(Default)]
 pub(super) struct Group {
     members: OnceLock<Vec<Weak<Shared>>>,
+    /// Each member's UDP socket, open until the last member closes: a socket leaving a
+    /// reuse-port group makes the kernel move the group's last socket into its place, which
+    /// would give the last member's packets to the hash — and to any socket that later
+    /// joins the port with `SO_REUSEPORT` (another device's send-only source port). Kept
+    /// open, a closed member's socket takes its own class's packets (its queue pairs are
+    /// gone), and a later socket's index is past the program's reach.
+    sockets: Mutex<Vec<std::net::UdpSocket>>,
 }
 
 impl Group {
     /// Records the members (in index order) once they are all open.
     pub(super) fn seal(&self, members: Vec<Weak<Shared>>) {
         let _ = self.members.set(members);
+    }
+
+    /// Keeps `socket` (a member's, duplicated) open for as long as the group lives.
+    pub(super) fn retain(&self, socket: std::net::UdpSocket) {
+        self.sockets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(socket);
     }
 }
 
@@ -92,7 +113,10 @@ impl Member {
     }
 
     /// Hands `packet` (a whole IP packet) to the member that owns `qpn` and wakes whoever
-    /// receives for it; `false` if that member is gone (closed) or the group is not yet sealed.
+    /// receives for it; `false` if that member is closed or the group is not yet sealed.
+    /// Whoever receives for the owner drains the whole inbox at each round, so only the
+    /// packet that finds it empty wakes them (the wake-up of the packets before is still
+    /// pending).
     pub(super) fn forward(&self, qpn: u32, packet: &[u8]) -> bool {
         let owner = self.owner(qpn) as usize;
         let Some(to) = self
@@ -101,17 +125,21 @@ impl Member {
             .get()
             .and_then(|m| m.get(owner))
             .and_then(Weak::upgrade)
+            .filter(|to| !to.closed())
         else {
             return false;
         };
         let Some(m) = to.member.as_deref() else {
             return false;
         };
-        m.inbox
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(packet.to_vec());
-        to.wake_engine();
+        let first = {
+            let mut inbox = m.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            inbox.push(packet.to_vec());
+            inbox.len() == 1
+        };
+        if first {
+            to.wake_for_forward();
+        }
         true
     }
 

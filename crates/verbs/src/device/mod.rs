@@ -405,6 +405,16 @@ impl Shared {
         }
     }
 
+    /// Wakes whoever receives for the device — the engine, or threads asleep in a wait that
+    /// drives it, whether or not one is asleep yet — for packets another member of its group
+    /// handed over (`group.rs`): an eventfd stays readable until the next sleep's wake-up.
+    fn wake_for_forward(&self) {
+        drive::ring(&self.wake);
+        if let Some(d) = self.drive.as_ref() {
+            d.wake_for_post();
+        }
+    }
+
     /// Grows the receive buffer to what the connected queue pairs' peers may have in flight
     /// at once (`RxState::grow`: the sum of their BDP caps in bytes, which an irn peer
     /// sizes as this side does), at most [`MAX_RECEIVE_BUFFER`]. A NIC's buffer absorbs the
@@ -503,20 +513,26 @@ impl Device {
                 "vlan: tagged frames go through one packet socket, not a group's",
             ));
         }
+        // The port, free, and held against other irn programs' groups until every member has
+        // bound it.
+        let (port, lock) = net::reserve_shared_port(cfg.addr, cfg.port)?;
         let group = Arc::new(group::Group::default());
         let mut members: Vec<Device> = Vec::with_capacity(engines);
         for i in 0..engines {
             let mut c = cfg.clone();
             c.seed = cfg.seed.wrapping_add(i as u64);
-            if let Some(first) = members.first() {
-                // The members bind in index order: the kernel numbers a reuse-port group's
-                // sockets so, and the steering program names them by that number.
-                c.port = first.local_addr().port();
+            // The members bind in index order: the kernel numbers a reuse-port group's
+            // sockets so, and the steering program names them by that number.
+            c.port = port;
+            if i > 0 {
                 c.pcap = cfg.pcap.as_deref().map(|p| group::capture_path(p, i));
             }
             let member = group::Member::new(i as u32, engines as u32, group.clone());
-            members.push(Device::open_in(c, Some(Arc::new(member)))?);
+            let d = Device::open_in(c, Some(Arc::new(member)))?;
+            group.retain(d.shared.socks.udp.try_clone()?);
+            members.push(d);
         }
+        drop(lock);
         group.seal(members.iter().map(|d| Arc::downgrade(&d.shared)).collect());
         Ok(members)
     }

@@ -116,6 +116,11 @@ impl Pd {
             Some(q) if core.objects.uds.contains_key(&q) || core.objects.qps.contains_key(&q) => {
                 return Err(Error::Config("the device already has a QP1"));
             }
+            Some(q) if core.member.as_deref().is_some_and(|m| m.foreign(q)) => {
+                return Err(Error::Config(
+                    "QP1: a group's general services QP is member 0's, where QP1's packets arrive",
+                ));
+            }
             Some(q) => q,
             None => core.objects.fresh_qpn(),
         };

@@ -61,7 +61,9 @@ fn set_program(fd: BorrowedFd<'_>, opt: libc::c_int, prog: &[Insn]) -> io::Resul
     set_option(fd, libc::SOL_SOCKET, opt, &fprog)
 }
 
-/// `SO_ATTACH_REUSEPORT_CBPF` (include/uapi/asm-generic/socket.h; the same on x86 and arm).
+/// `SO_ATTACH_REUSEPORT_CBPF`, which the libc crate does not name for Linux: 51 in
+/// include/uapi/asm-generic/socket.h, which x86, arm, riscv and MIPS use (SPARC and PA-RISC
+/// number it otherwise; irn does not build for them).
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
 
 /// `setsockopt(SO_ATTACH_REUSEPORT_CBPF)`: the classic-BPF program that picks, for each
