@@ -488,7 +488,9 @@ impl Device {
     /// queue pairs the numbers `q` with `q mod engines = i`, and the kernel delivers each
     /// packet to the member owning its destination queue pair. Peers see one device; the
     /// members share nothing else, so a program drives each from its own thread with its own
-    /// PD, memory regions and CQs. Port 0 takes a free port, the same for all members.
+    /// PD, memory regions and CQs. Port 0 takes a free port, the same for all members; a port
+    /// anyone holds is refused (`AddrInUse`), and the members' sockets stay in the port's
+    /// reuse-port group until every member has closed, which keeps the steering exact.
     ///
     /// Each member gets `cfg`, with the impairment seed `cfg.seed + i` and, when capturing,
     /// the file `cfg.pcap` for member 0 and `STEM.i.EXT` beside it for member `i`. A paced
