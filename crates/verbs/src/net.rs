@@ -157,10 +157,13 @@ pub(crate) fn open_source_socket(ip: IpAddr, port: u16, buffer: usize) -> io::Re
     let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
     sockopt::set_socket_reuseport(&fd, true)?;
     sys::attach_filter(fd.as_fd(), &DROP_ALL)?;
+    // Not while a group of devices binds its members ([`BINDING`]).
+    let binding = binding();
     match SocketAddr::new(ip, port) {
         SocketAddr::V4(a) => rustix::net::bind(&fd, &a)?,
         SocketAddr::V6(a) => rustix::net::bind(&fd, &a)?,
     }
+    drop(binding);
     let udp = UdpSocket::from(fd);
     prepare_sender(&udp, buffer)?;
     Ok(udp)
@@ -313,20 +316,38 @@ impl Sockets {
     }
 }
 
-/// Holds a port for a group of devices until its members have bound it: an exclusive lock
-/// on a file named for the address and port in the temporary directory, which every irn
-/// program's group takes before it binds.
-pub(crate) struct PortLock {
-    _file: std::fs::File,
+/// This process's binds of reuse-port sockets: a group's members (while [`PortLock`] holds
+/// it) and the send-only source-port sockets ([`open_source_socket`]), which would otherwise
+/// join a group being built on their port and take a member's place in it.
+static BINDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn binding() -> std::sync::MutexGuard<'static, ()> {
+    BINDING.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// Holds a port for a group of devices until its members have bound it: this process's
+/// reuse-port binds ([`BINDING`]), and a lock every irn program's group takes before it binds
+/// — an abstract Unix socket named for the user, the address and the port, which the network
+/// namespace scopes as it scopes the port, and which ends with the process.
+pub(crate) struct PortLock {
+    _lock: std::os::unix::net::UnixDatagram,
+    _binding: std::sync::MutexGuard<'static, ()>,
+}
+
+/// How long [`reserve_shared_port`] waits for another program's group to bind its port.
+const PORT_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The port a group of devices binds on `addr` (`port`, or a free one for 0), free — a
 /// socket bound to it without `SO_REUSEPORT` was refused nowhere — and locked against other
 /// irn programs' groups ([`PortLock`]) until the caller has bound every member: a reuse-port
 /// bind would otherwise join whatever group of the same user holds the port, or one that
-/// another program forms between the check and the bind. `AddrInUse` for a given port that is
-/// taken; for 0, tries other free ports.
+/// another program forms between the check and the bind (a reuse-port group is one user's).
+/// `AddrInUse` for a given port that is taken; for 0, tries other free ports; `TimedOut` if
+/// another program held the lock for [`PORT_LOCK_WAIT`].
 pub(crate) fn reserve_shared_port(addr: IpAddr, port: u16) -> io::Result<(u16, PortLock)> {
+    use std::os::linux::net::SocketAddrExt;
+    let binding = binding();
+    let uid = rustix::process::getuid().as_raw();
     let mut last = None;
     for _ in 0..16 {
         let p = match port {
@@ -335,28 +356,49 @@ pub(crate) fn reserve_shared_port(addr: IpAddr, port: u16) -> io::Result<(u16, P
                 .port(),
             p => p,
         };
-        let path = std::env::temp_dir().join(format!("irn-port-{addr}-{p}.lock"));
-        let file = match std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
-            Ok(f) => f,
-            // Another user's lock file: theirs cannot join ours (a reuse-port group is one
-            // user's), so its lock is not needed — but it is still honoured if readable.
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => std::fs::File::open(&path)?,
-            Err(e) => return Err(e),
+        let name = format!("irn-port-{uid}-{addr}-{p}");
+        let at = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let deadline = std::time::Instant::now() + PORT_LOCK_WAIT;
+        let lock = loop {
+            match std::os::unix::net::UnixDatagram::bind_addr(&at) {
+                Ok(l) => break l,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("another program holds port {p}'s group lock ({name})"),
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(e) => return Err(e),
+            }
         };
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         // Under the lock, the port must still be free.
         match UdpSocket::bind(SocketAddr::new(addr, p)) {
-            Ok(_) => return Ok((p, PortLock { _file: file })),
+            Ok(_) => {
+                return Ok((
+                    p,
+                    PortLock {
+                        _lock: lock,
+                        _binding: binding,
+                    },
+                ))
+            }
             Err(e) if port == 0 && e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
             Err(e) => return Err(e),
         }
     }
     Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
+}
+
+/// Makes a closed group member's UDP socket, which stays in its group (`device/group.rs`),
+/// drop whatever reaches it, empties it, and shrinks its buffer. Best effort.
+pub(crate) fn retire(udp: &UdpSocket) {
+    let _ = sys::attach_filter(udp.as_fd(), &DROP_ALL);
+    let _ = rustix::net::sockopt::set_socket_recv_buffer_size(udp, 4096);
+    let mut scratch = [0u8; 64];
+    while rustix::net::recv(udp, &mut scratch, rustix::net::RecvFlags::DONTWAIT).is_ok() {}
 }
 
 /// A UDP socket bound to `at` in the port's reuse-port group (`SO_REUSEPORT`), as a member of

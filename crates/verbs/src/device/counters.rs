@@ -21,9 +21,13 @@ pub struct DeviceCounters {
     pub rx_unknown_qp: u64,
     /// Received packets for a queue pair another member of this device's group owns, handed
     /// to that member ([`Device::open_group`](super::Device::open_group)): the kernel steers
-    /// each packet to its owner, and these are what it could not (a group being opened, a
-    /// member closed, a peer's GRO merging two queue pairs' datagrams).
+    /// each packet to its owner, and these are what it could not — the later packets of a
+    /// coalesced datagram that mixed members' queue pairs (an older peer's GSO message, or
+    /// what a NIC's GRO merged from queue pairs sharing a flow).
     pub rx_forwarded: u64,
+    /// Such packets dropped because their owner's inbox was full (its program has not let
+    /// it receive for a whole burst).
+    pub rx_forward_dropped: u64,
     /// Received packets whose source is not the queue pair's peer: another address (dropped, as
     /// rxe does), or another UDP port — in the IRN modes, whose peer is always an irn device
     /// sending from the port it was told, any other; in the RoCE modes, any other than the one

@@ -3,6 +3,7 @@
 //! queue pairs, timers, and the engine thread that receives bursts and runs them. Everything
 //! here runs with the device's [`Core`] locked.
 
+use super::group::Forward;
 use super::lent::Gathered;
 use super::tx::TxPacket;
 use super::*;
@@ -572,35 +573,56 @@ impl Core {
         // BTH's queue pair number is payload bytes there) and one per packet at its own; a
         // forged datagram whose bytes repeat a queue pair's number could make many lengths
         // look right as far as their last piece.
-        let mut lookups = 2048 + len / 4;
-        let mut icrcs = 16u32;
+        //
+        // A member of a group (`group.rs`) that finds no cut so searches again, taking a BTH
+        // for another member's queue pair too — a datagram mixing members' queue pairs (an
+        // older peer's GSO message) reaches the member of its first packet — where the BTH's
+        // reserved bits are clear and its TVer one irn sends (0, 1 or 2): most numbers are some
+        // other member's, and payload bytes should not pass for them where this device's own
+        // queue pairs' packets do not mix
+        // (`groups.rs::payload_bytes_do_not_pass_for_another_members_packets`).
         let mut cut = None;
-        for seg in std::iter::once(full).chain((h..full).step_by(4)) {
-            if lookups == 0 || icrcs == 0 {
-                break;
+        let foreign = self.member.clone();
+        for others in [None, foreign.as_deref()] {
+            let mut lookups = 2048 + len / 4;
+            let mut icrcs = 16u32;
+            for seg in std::iter::once(full).chain((h..full).step_by(4)) {
+                if lookups == 0 || icrcs == 0 {
+                    break;
+                }
+                if seg >= len || (len - 1) % seg + 1 < irn_wire::BTH_LEN + irn_wire::ICRC_LEN {
+                    continue;
+                }
+                // A BTH with the first one's P_Key, for the first packet's queue pair or
+                // another of this device's (or, searching again, another member's).
+                let starts = (1..len.div_ceil(seg)).all(|k| {
+                    lookups = lookups.saturating_sub(1);
+                    let at = k * seg;
+                    lookups > 0
+                        && payload.get(at + 2..at + 4) == pkey
+                        && qpn(at).is_some_and(|q| {
+                            q == q0
+                                || self.objects.qps.contains_key(&q)
+                                || self.objects.uds.contains_key(&q)
+                                || others.is_some_and(|m| {
+                                    m.foreign(q)
+                                        && payload
+                                            .get(at + 1)
+                                            .is_some_and(|b| b & 0x0f <= irn_wire::TVER_EXT_IB)
+                                        && payload.get(at + 4).is_some_and(|b| b & 0x3f == 0)
+                                })
+                        })
+                });
+                if !starts {
+                    continue;
+                }
+                icrcs -= 1;
+                if hdrs.verify(ident, &payload[..seg]).is_ok() {
+                    cut = Some(seg);
+                    break;
+                }
             }
-            if seg >= len || (len - 1) % seg + 1 < irn_wire::BTH_LEN + irn_wire::ICRC_LEN {
-                continue;
-            }
-            // A BTH with the first one's P_Key, for the first packet's queue pair or another
-            // of this device's.
-            let starts = (1..len.div_ceil(seg)).all(|k| {
-                lookups = lookups.saturating_sub(1);
-                lookups > 0
-                    && payload.get(k * seg + 2..k * seg + 4) == pkey
-                    && qpn(k * seg).is_some_and(|q| {
-                        q == q0
-                            || self.objects.qps.contains_key(&q)
-                            || self.objects.uds.contains_key(&q)
-                            || self.member.as_deref().is_some_and(|m| m.foreign(q))
-                    })
-            });
-            if !starts {
-                continue;
-            }
-            icrcs -= 1;
-            if hdrs.verify(ident, &payload[..seg]).is_ok() {
-                cut = Some(seg);
+            if cut.is_some() || foreign.is_none() {
                 break;
             }
         }
@@ -672,13 +694,11 @@ impl Core {
                     self.drain_ud(qpn);
                 }
                 (Some(_), None) => self.counters.rx_malformed += 1,
-                (None, packet) => {
-                    if packet.is_some_and(|p| self.forward(qpn, p)) {
-                        self.counters.rx_forwarded += 1;
-                    } else {
-                        self.counters.rx_unknown_qp += 1;
-                    }
-                }
+                (None, packet) => match packet.map(|p| self.forward(qpn, p)) {
+                    Some(Forward::Handed) => self.counters.rx_forwarded += 1,
+                    Some(Forward::Full) => self.counters.rx_forward_dropped += 1,
+                    _ => self.counters.rx_unknown_qp += 1,
+                },
             }
             return;
         };
@@ -719,10 +739,10 @@ impl Core {
 
     /// Hands `packet` (whole), for queue pair `qpn`, to the member of the device's group that
     /// owns `qpn`, if another does and is open (`group.rs`).
-    fn forward(&self, qpn: u32, packet: &[u8]) -> bool {
+    fn forward(&self, qpn: u32, packet: &[u8]) -> Forward {
         self.member
             .as_deref()
-            .is_some_and(|m| m.foreign(qpn) && m.forward(qpn, packet))
+            .map_or(Forward::NoOwner, |m| m.forward(qpn, packet))
     }
 
     /// The packets other members of the device's group received for its queue pairs

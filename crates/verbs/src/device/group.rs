@@ -17,14 +17,15 @@
 //!   the raw path each member's raw socket filter keeps only its own queue pairs' packets
 //!   (`net::port_filter`). The sockets stay open until the whole group closes
 //!   ([`Group::retain`]), so the steering stays exact while any member lives.
-//! * **Binding.** The first member binds the port alone before the members bind it shared,
-//!   under a lock file that other irn programs' groups take too (`net::reserve_shared_port`):
-//!   a group never joins another's on a port that is taken.
-//! * **Forwarding.** A member that receives a packet for a queue pair another member owns —
-//!   the kernel hashes while the group is still being built, or a peer's GSO message (an
-//!   older irn's) mixed two queue pairs' packets — hands it to the owner ([`Member::forward`]),
-//!   which delivers it at its next round; `rx_forwarded` counts these. A packet for a closed
-//!   member's queue pair is dropped as one for an unknown queue pair is.
+//! * **Binding.** Before the members bind the port shared, a socket bound to it alone checks
+//!   that nobody holds it, under a lock every irn group takes (`net::reserve_shared_port`): a
+//!   group never joins another's on a port that is taken.
+//! * **Forwarding.** A coalesced datagram whose packets are for two members' queue pairs (an
+//!   older irn peer's GSO message, or what a NIC's GRO merged from queue pairs that share a
+//!   flow) reaches the member of its first packet, which hands the others' packets to their
+//!   owners ([`Member::forward`]), who deliver them at their next round: `rx_forwarded`
+//!   counts these, and `rx_forward_dropped` those an owner's full inbox refused. A closed
+//!   member's socket drops what reaches it (`net::retire`).
 //!
 //! The members share nothing else: each has its own protection domains, memory regions,
 //! completion queues and connection manager (member 0's is the one peers reach). A program
@@ -39,6 +40,22 @@ use super::Shared;
 
 /// The most members a group may have.
 pub const MAX_ENGINES: usize = 64;
+
+/// The most packets a member's inbox holds: what one receive burst brings (`RX_PACKETS`),
+/// while whoever receives for the owner has not yet run its round.
+const INBOX_MAX: usize = super::RX_PACKETS;
+
+/// What [`Member::forward`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Forward {
+    /// Handed to its owner.
+    Handed,
+    /// Its owner's inbox was full: dropped.
+    Full,
+    /// No other member owns it (this one does, or its owner is closed, or the group is not
+    /// yet sealed).
+    NoOwner,
+}
 
 /// The members of one group, by index, once all are open, and their UDP sockets.
 #[derive(Default)]
@@ -117,7 +134,10 @@ impl Member {
     /// Whoever receives for the owner drains the whole inbox at each round, so only the
     /// packet that finds it empty wakes them (the wake-up of the packets before is still
     /// pending).
-    pub(super) fn forward(&self, qpn: u32, packet: &[u8]) -> bool {
+    pub(super) fn forward(&self, qpn: u32, packet: &[u8]) -> Forward {
+        if !self.foreign(qpn) {
+            return Forward::NoOwner;
+        }
         let owner = self.owner(qpn) as usize;
         let Some(to) = self
             .group
@@ -127,20 +147,23 @@ impl Member {
             .and_then(Weak::upgrade)
             .filter(|to| !to.closed())
         else {
-            return false;
+            return Forward::NoOwner;
         };
         let Some(m) = to.member.as_deref() else {
-            return false;
+            return Forward::NoOwner;
         };
         let first = {
             let mut inbox = m.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            if inbox.len() >= INBOX_MAX {
+                return Forward::Full;
+            }
             inbox.push(packet.to_vec());
             inbox.len() == 1
         };
         if first {
             to.wake_for_forward();
         }
-        true
+        Forward::Handed
     }
 
     /// The packets other members handed over since the last call.
@@ -206,9 +229,10 @@ mod tests {
         let g = Arc::new(Group::default());
         let m = Member::new(0, 2, g.clone());
         assert!(!m.foreign(4) && m.foreign(5));
-        assert!(!m.forward(5, &[1, 2, 3]));
+        assert_eq!(m.forward(5, &[1, 2, 3]), Forward::NoOwner);
         g.seal(vec![Weak::new(), Weak::new()]);
-        assert!(!m.forward(5, &[1, 2, 3]));
+        assert_eq!(m.forward(5, &[1, 2, 3]), Forward::NoOwner);
+        assert_eq!(m.forward(4, &[1, 2, 3]), Forward::NoOwner);
         assert!(m.take_inbox().is_empty());
     }
 }

@@ -766,6 +766,10 @@ impl Drop for Device {
         if let Some(t) = self.engine.take() {
             let _ = t.join();
         }
+        if self.shared.member.is_some() {
+            // Its socket stays in the group until the last member closes (`group.rs`).
+            net::retire(&self.shared.socks.udp);
+        }
         let mut core = self.shared.lock();
         // Posts' packets still waiting for the doorbell leave before the queue pairs close.
         core.flush_tx(&self.shared.socks.udp);
