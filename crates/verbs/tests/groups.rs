@@ -22,6 +22,19 @@ fn group(engines: usize, path: ReceivePath, seed: u64) -> Vec<Device> {
     Device::open_group(cfg, engines).expect("open a group")
 }
 
+/// The UDP path, and the raw path where the process may open raw sockets (`test` says what
+/// goes untested where it may not: a failure in CI).
+fn both_paths(test: &str, untested: &str) -> Vec<ReceivePath> {
+    if raw_permitted() {
+        return vec![ReceivePath::Udp, ReceivePath::Raw];
+    }
+    precondition_missing(
+        test,
+        &format!("raw sockets (root): {untested} is not tested"),
+    );
+    vec![ReceivePath::Udp]
+}
+
 /// One end of a connection: a queue pair with its own PD, CQ and region on one device.
 struct End {
     _pd: Pd,
@@ -128,16 +141,10 @@ fn check_written(from: &End, to: &End, what: &str) {
 /// none met an unknown queue pair). Both paths where the process may open raw sockets.
 #[test]
 fn a_groups_queue_pairs_are_spread_over_its_members_and_each_packet_reaches_its_owner() {
-    let mut paths = vec![ReceivePath::Udp];
-    if raw_permitted() {
-        paths.push(ReceivePath::Raw);
-    } else {
-        precondition_missing(
-            "a_groups_queue_pairs_are_spread_over_its_members_and_each_packet_reaches_its_owner",
-            "raw sockets (root): the raw path's per-member filters are not tested",
-        );
-    }
-    for path in paths {
+    for path in both_paths(
+        "a_groups_queue_pairs_are_spread_over_its_members_and_each_packet_reaches_its_owner",
+        "the raw path's per-member filters",
+    ) {
         let (clients, servers) = (group(2, path, 1), group(3, path, 2));
         let port = servers[0].local_addr().port();
         for (i, s) in servers.iter().enumerate() {
@@ -303,16 +310,10 @@ fn send_only(
 /// where the process may open raw sockets (there the ICRCs are verified).
 #[test]
 fn a_coalesced_datagram_for_two_members_is_split_between_them() {
-    let mut paths = vec![ReceivePath::Udp];
-    if raw_permitted() {
-        paths.push(ReceivePath::Raw);
-    } else {
-        precondition_missing(
-            "a_coalesced_datagram_for_two_members_is_split_between_them",
-            "raw sockets (root): the raw path's cut of a mixed datagram is not tested",
-        );
-    }
-    for path in paths {
+    for path in both_paths(
+        "a_coalesced_datagram_for_two_members_is_split_between_them",
+        "the raw path's cut of a mixed datagram",
+    ) {
         let g = group(2, path, 8);
         let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
         rustix::net::sockopt::set_ip_mtu_discover(

@@ -169,18 +169,23 @@ fn server(args: &PerfArgs) -> Result<bool> {
             .zip(group)
             .map(|((oob, mtu), dev)| s.spawn(move || serve(args, oob, mtu, dev)))
             .collect();
-        runs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| bail!("an engine's test panicked"))
-            })
-            .collect()
+        joined(runs)
     });
     let mut ok = true;
     for r in member_results(results)? {
         ok &= r;
     }
     Ok(ok)
+}
+
+/// Each member thread's result, in order (a panic as an error).
+fn joined<T>(runs: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>) -> Vec<Result<T>> {
+    runs.into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| bail!("an engine's test panicked"))
+        })
+        .collect()
 }
 
 /// The members' results, or, if any failed, each failure said (the first is returned).
@@ -251,12 +256,7 @@ fn client(args: &PerfArgs, host: &str) -> Result<bool> {
                 })
             })
             .collect();
-        runs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| bail!("an engine's test panicked"))
-            })
-            .collect()
+        joined(runs)
     });
     let mut ok = true;
     let mut reports = Vec::with_capacity(n);
