@@ -8,6 +8,7 @@
 //! | `IRN_IBV_LOSS` | probability each sent packet is dropped (testing loss recovery) | 0 |
 //! | `IRN_IBV_SEED` | the seed of that loss | 1 |
 //! | `IRN_IBV_BUSY_POLL` | `1`: polling a CQ drives the device (no engine wake-ups) | 0 |
+//! | `IRN_IBV_WAIT_DRIVES` | `1`: a thread waiting for a completion drives the device, asleep in `poll(2)` on its socket between rounds (`DeviceConfig::wait_drives`; perftest's spinning `ibv_poll_cq` waits so after 256 empty polls); ignored with `IRN_IBV_BUSY_POLL=1` | 0 |
 //! | `IRN_IBV_POLL_WAIT_US` | how long an `ibv_poll_cq` on a CQ found empty 256 times in a row waits for a completion (0: never; `ibv_poll_cq` then always answers at once) | 100 |
 //! | `IRN_IBV_PAUSE` | `1`: each device honours the PFC and PAUSE frames that reach its interface, and serializes at the interface's rate (needs `CAP_NET_RAW`) | 0 |
 //! | `IRN_IBV_VLAN` | a VLAN, 0 to 4095: each device sends its frames with an 802.1Q tag of that VLAN whose PCP is the queue pair's priority, the GRH traffic class's DSCP ÷ 8 (0: priority tags; needs `CAP_NET_RAW`; IPv4) | none |
@@ -46,6 +47,8 @@ pub struct Config {
     pub seed: u64,
     /// Busy polling.
     pub busy_poll: bool,
+    /// Waiting threads drive the device (`DeviceConfig::wait_drives`).
+    pub wait_drives: bool,
     /// How long a poll of a CQ that keeps being empty waits for a completion.
     pub poll_wait: std::time::Duration,
     /// Devices honour link-level pauses on their interfaces.
@@ -141,6 +144,11 @@ impl Config {
             Some("1") => true,
             Some(v) => return Err(bad("IRN_IBV_BUSY_POLL", v, "0 or 1")),
         };
+        let wait_drives = match var("IRN_IBV_WAIT_DRIVES").as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(bad("IRN_IBV_WAIT_DRIVES", v, "0 or 1")),
+        };
         let poll_wait = match var("IRN_IBV_POLL_WAIT_US") {
             None => std::time::Duration::from_micros(100),
             Some(v) => v
@@ -194,6 +202,7 @@ impl Config {
             loss,
             seed,
             busy_poll,
+            wait_drives,
             poll_wait,
             pause,
             vlan,
@@ -402,6 +411,7 @@ mod tests {
             ("IRN_IBV_LOSS", "0.01"),
             ("IRN_IBV_SEED", "9"),
             ("IRN_IBV_BUSY_POLL", "1"),
+            ("IRN_IBV_WAIT_DRIVES", "1"),
         ])
         .expect("valid");
         assert_eq!(
@@ -421,8 +431,8 @@ mod tests {
             }
         );
         assert_eq!(
-            (c.mode, c.port, c.loss, c.seed, c.busy_poll),
-            (QpMode::Irn, 5000, 0.01, 9, true)
+            (c.mode, c.port, c.loss, c.seed, c.busy_poll, c.wait_drives),
+            (QpMode::Irn, 5000, 0.01, 9, true, true)
         );
     }
 
@@ -465,6 +475,7 @@ mod tests {
             ("IRN_IBV_LOSS", "NaN"),
             ("IRN_IBV_SEED", "-1"),
             ("IRN_IBV_BUSY_POLL", "yes"),
+            ("IRN_IBV_WAIT_DRIVES", "2"),
             ("IRN_IBV_POLL_WAIT_US", "-5"),
             ("IRN_IBV_POLL_WAIT_US", "2000000"),
             ("IRN_IBV_PAUSE", "yes"),

@@ -129,6 +129,7 @@ impl DeviceEntry {
         dc.tx_impairment = Impairment::loss(cfg.loss);
         dc.seed = cfg.seed.wrapping_add(self.index as u64);
         dc.busy_poll = cfg.busy_poll;
+        dc.wait_drives = cfg.wait_drives;
         // The configuration refuses both without an interface (`config.rs`).
         if let Some(iface) = &self.spec.iface {
             if cfg.pause {

@@ -51,6 +51,10 @@ pub struct ExecArgs {
     /// Polling a completion queue drives the device (lowest latency, a core per poller).
     #[arg(long)]
     pub busy_poll: bool,
+    /// A thread waiting for a completion drives the device, asleep in poll(2) on its socket
+    /// between rounds (busy polling's sleeping counterpart; ignored with --busy-poll).
+    #[arg(long)]
+    pub wait_drives: bool,
     /// Each device honours the PFC and PAUSE frames that reach its interface, and serializes
     /// at the interface's rate (needs CAP_NET_RAW).
     #[arg(long)]
@@ -158,6 +162,9 @@ pub fn environment(args: &ExecArgs, dir: &Path) -> Vec<(String, OsString)> {
     if !args.addrs.is_empty() {
         env.push(("IRN_IBV_DEVICES".into(), args.addrs.join(",").into()));
     }
+    if args.wait_drives {
+        env.push(("IRN_IBV_WAIT_DRIVES".into(), "1".into()));
+    }
     if args.pause {
         env.push(("IRN_IBV_PAUSE".into(), "1".into()));
     }
@@ -244,13 +251,22 @@ mod tests {
         );
         assert_eq!(get("IRN_IBV_LOSS").as_deref(), Some("0.01"));
         assert!(get("LD_LIBRARY_PATH").expect("set").starts_with("/run/x"));
-        assert_eq!((get("IRN_IBV_PAUSE"), get("IRN_IBV_VLAN")), (None, None));
-        let tagged =
-            Cli::try_parse_from(["irn", "--pause", "--vlan", "--", "x"]).expect("valid flags");
+        assert_eq!(
+            (
+                get("IRN_IBV_PAUSE"),
+                get("IRN_IBV_VLAN"),
+                get("IRN_IBV_WAIT_DRIVES")
+            ),
+            (None, None, None)
+        );
+        let tagged = Cli::try_parse_from(["irn", "--pause", "--vlan", "--wait-drives", "--", "x"])
+            .expect("valid flags");
         let env = environment(&tagged.exec, Path::new("/run/x"));
         let has = |k: &str, v: &str| env.iter().any(|(n, x)| n == k && x == v);
         assert!(
-            has("IRN_IBV_PAUSE", "1") && has("IRN_IBV_VLAN", "0"),
+            has("IRN_IBV_PAUSE", "1")
+                && has("IRN_IBV_VLAN", "0")
+                && has("IRN_IBV_WAIT_DRIVES", "1"),
             "{env:?}"
         );
         let vid = Cli::try_parse_from(["irn", "--vlan", "--vlan-id", "7", "--", "x"])
