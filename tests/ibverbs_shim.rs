@@ -216,32 +216,33 @@ fn the_abi_keeps_verbs_promises_in_both_modes_through_loss() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let exe = exe.to_string_lossy().to_string();
-    for (mode, loss) in [
-        ("roce", "0"),
-        ("irn", "0"),
-        ("irn", "0.05"),
-        ("roce", "0.05"),
+    // The last two: devices whose waiting threads drive them (`--wait-drives`), through the
+    // same promises — completion events, polls, waits — as the engine-driven ones.
+    for (mode, loss, waits) in [
+        ("roce", "0", false),
+        ("irn", "0", false),
+        ("irn", "0.05", false),
+        ("roce", "0.05", false),
+        ("irn", "0.05", true),
+        ("roce", "0.05", true),
     ] {
-        let out = finish(
-            spawn(exec(
-                None,
-                &[
-                    "--mode",
-                    mode,
-                    "--loss",
-                    loss,
-                    "--port",
-                    "4811",
-                    "--addr",
-                    "127.0.42.1,127.0.42.2",
-                ],
-                &[&exe],
-            )),
-            60,
-        );
+        let mut flags = vec![
+            "--mode",
+            mode,
+            "--loss",
+            loss,
+            "--port",
+            "4811",
+            "--addr",
+            "127.0.42.1,127.0.42.2",
+        ];
+        if waits {
+            flags.push("--wait-drives");
+        }
+        let out = finish(spawn(exec(None, &flags, &[&exe])), 60);
         assert!(
             out.status.success(),
-            "{mode} at {loss} loss: {}",
+            "{mode} at {loss} loss, waits driving: {waits}: {}",
             text(&out)
         );
         assert!(String::from_utf8_lossy(&out.stdout).contains("abi-check: ok"));
