@@ -8,7 +8,7 @@
 //! | `IRN_IBV_LOSS` | probability each sent packet is dropped (testing loss recovery) | 0 |
 //! | `IRN_IBV_SEED` | the seed of that loss | 1 |
 //! | `IRN_IBV_BUSY_POLL` | `1`: polling a CQ drives the device (no engine wake-ups) | 0 |
-//! | `IRN_IBV_WAIT_DRIVES` | `1`: a thread waiting for a completion drives the device, asleep in `poll(2)` on its socket between rounds (`DeviceConfig::wait_drives`; perftest's spinning `ibv_poll_cq` waits so after 256 empty polls); ignored with `IRN_IBV_BUSY_POLL=1` | 0 |
+//! | `IRN_IBV_WAIT_DRIVES` | `1`: a thread waiting for a completion drives the device, asleep in `poll(2)` on its socket between rounds (`DeviceConfig::wait_drives`; perftest's spinning `ibv_poll_cq` waits so after 256 empty polls); ignored with `IRN_IBV_BUSY_POLL=1` or `IRN_IBV_POLL_WAIT_US=0` | 0 |
 //! | `IRN_IBV_POLL_WAIT_US` | how long an `ibv_poll_cq` on a CQ found empty 256 times in a row waits for a completion (0: never; `ibv_poll_cq` then always answers at once) | 100 |
 //! | `IRN_IBV_PAUSE` | `1`: each device honours the PFC and PAUSE frames that reach its interface, and serializes at the interface's rate (needs `CAP_NET_RAW`) | 0 |
 //! | `IRN_IBV_VLAN` | a VLAN, 0 to 4095: each device sends its frames with an 802.1Q tag of that VLAN whose PCP is the queue pair's priority, the GRH traffic class's DSCP ÷ 8 (0: priority tags; needs `CAP_NET_RAW`; IPv4) | none |
@@ -367,7 +367,10 @@ mod tests {
     fn defaults_are_one_roce_device_per_interface() {
         let c = read(&[]).expect("valid");
         assert_eq!(c.mode, QpMode::Roce);
-        assert_eq!((c.port, c.loss, c.seed, c.busy_poll), (4791, 0.0, 1, false));
+        assert_eq!(
+            (c.port, c.loss, c.seed, c.busy_poll, c.wait_drives),
+            (4791, 0.0, 1, false, false)
+        );
         assert_eq!(c.poll_wait, std::time::Duration::from_micros(100));
         let names: Vec<_> = c
             .devices

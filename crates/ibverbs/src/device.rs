@@ -129,7 +129,10 @@ impl DeviceEntry {
         dc.tx_impairment = Impairment::loss(cfg.loss);
         dc.seed = cfg.seed.wrapping_add(self.index as u64);
         dc.busy_poll = cfg.busy_poll;
-        dc.wait_drives = cfg.wait_drives;
+        // Its waits are `ibv_poll_cq`'s after empty polls: without them (`IRN_IBV_POLL_WAIT_US=0`)
+        // no wait would drive the device, and the engine would stand back after each poll that
+        // found a completion.
+        dc.wait_drives = cfg.wait_drives && !cfg.poll_wait.is_zero();
         // The configuration refuses both without an interface (`config.rs`).
         if let Some(iface) = &self.spec.iface {
             if cfg.pause {

@@ -527,6 +527,9 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: 
         // Events go nowhere without a channel; arming is harmless.
         return 0;
     };
+    // The program's polls start counting again: the one it makes after arming answers at once
+    // rather than waiting (`poll_cq`).
+    c.empty_polls.store(0, Ordering::Relaxed);
     let write = ch.write.clone();
     let serial = c.serial;
     let armed = c.cq.req_notify(Arc::new(move || {

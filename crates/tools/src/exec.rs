@@ -52,8 +52,8 @@ pub struct ExecArgs {
     #[arg(long)]
     pub busy_poll: bool,
     /// A thread waiting for a completion drives the device, asleep in poll(2) on its socket
-    /// between rounds (busy polling's sleeping counterpart; ignored with --busy-poll).
-    #[arg(long)]
+    /// between rounds (busy polling's sleeping counterpart).
+    #[arg(long, conflicts_with = "busy_poll")]
     pub wait_drives: bool,
     /// Each device honours the PFC and PAUSE frames that reach its interface, and serializes
     /// at the interface's rate (needs CAP_NET_RAW).
@@ -201,7 +201,9 @@ pub fn run(args: ExecArgs) -> Result<bool> {
         cmd.env_remove("IRN_IBV_DEVICES");
     }
     // So would a tag or pauses left over: the flags say all of it.
-    cmd.env_remove("IRN_IBV_PAUSE").env_remove("IRN_IBV_VLAN");
+    cmd.env_remove("IRN_IBV_PAUSE")
+        .env_remove("IRN_IBV_VLAN")
+        .env_remove("IRN_IBV_WAIT_DRIVES");
     cmd.envs(environment(&args, &dir));
     let e = cmd.exec();
     Err(Error::Failed(format!(
@@ -275,6 +277,7 @@ mod tests {
         assert!(env.iter().any(|(n, x)| n == "IRN_IBV_VLAN" && x == "7"));
         assert!(Cli::try_parse_from(["irn", "--vlan", "--vlan-id", "4096", "--", "x"]).is_err());
         assert!(Cli::try_parse_from(["irn", "--vlan-id", "3", "--", "x"]).is_err());
+        assert!(Cli::try_parse_from(["irn", "--busy-poll", "--wait-drives", "--", "x"]).is_err());
         assert!(Cli::try_parse_from(["irn", "--mode", "gbn", "--", "x"]).is_err());
         assert!(
             Cli::try_parse_from(["irn"]).is_err(),

@@ -130,10 +130,10 @@ impl Member {
     }
 
     /// Hands `packet` (a whole IP packet) to the member that owns `qpn` and wakes whoever
-    /// receives for it; `false` if that member is closed or the group is not yet sealed.
-    /// Whoever receives for the owner drains the whole inbox at each round, so only the
-    /// packet that finds it empty wakes them (the wake-up of the packets before is still
-    /// pending).
+    /// receives for it: [`Forward::NoOwner`] if this member owns it, the owner is closed or
+    /// the group is not yet sealed, [`Forward::Full`] if the owner's inbox is full. Whoever
+    /// receives for the owner drains the whole inbox at each round, so only the packet that
+    /// finds it empty wakes them (the wake-up of the packets before is still pending).
     pub(super) fn forward(&self, qpn: u32, packet: &[u8]) -> Forward {
         if !self.foreign(qpn) {
             return Forward::NoOwner;

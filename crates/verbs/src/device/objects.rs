@@ -381,7 +381,9 @@ impl Cq {
     /// `ibv_poll_cq` loop — to give the host's CPU to the engine that makes its completions
     /// between polls. A busy-polled device is driven meanwhile, as by a poll; with
     /// [`DeviceConfig::wait_drives`] the calling thread drives the device and sleeps in
-    /// `poll(2)` between rounds, as [`Cq::wait`] does.
+    /// `poll(2)` between rounds, as [`Cq::wait`] does — unless the CQ is armed for an event,
+    /// whose program waits for the event and leaves the device to the engine (as a poll of
+    /// an armed CQ does, [`Cq::req_notify`]).
     pub fn wait_ready(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         if self.shared.busy_poll {
@@ -399,8 +401,8 @@ impl Cq {
         let ready =
             |cq: &mut super::CqState| (cq.overrun || !cq.entries.is_empty()).then_some(Ok(()));
         let ready = match &self.shared.drive {
-            Some(drive) => self.drive_until(drive, deadline, ready)?,
-            None => self.sleep_until(deadline, ready)?,
+            Some(drive) if !self.armed() => self.drive_until(drive, deadline, ready)?,
+            _ => self.sleep_until(deadline, ready)?,
         };
         Ok(ready.is_some())
     }
