@@ -812,8 +812,7 @@ fn print_counters(side: &Side) {
     println!("receive path: {}", side.dev.receive_path());
 }
 
-/// perftest's bandwidth columns.
-/// Prints perftest's bandwidth table in one write (the members of a group print theirs from
+/// Prints perftest's bandwidth columns in one write (the members of a group print theirs from
 /// their own threads: `--engines`).
 fn print_bw(r: &BwReport) {
     print!(
