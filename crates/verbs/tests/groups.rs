@@ -621,3 +621,66 @@ fn a_group_waits_for_another_groups_bind_on_its_port() {
     assert_eq!(g[1].local_addr().port(), port);
     release.join().expect("release");
 }
+
+/// A group's connection manager is member 0's, where peers' QP1 packets arrive, and it
+/// connects queue pairs of every member: a listener on member 0 accepts two connections, one
+/// for a queue pair of each member, and each then moves its Writes' data, steered to its own
+/// member.
+#[test]
+fn member_zeros_cm_connects_queue_pairs_of_every_member() {
+    use irn_verbs::cm::{self, CmConfig, CmListener};
+    let mut cfg = DeviceConfig::new("127.0.0.2".parse().expect("address"));
+    cfg.port = 0;
+    cfg.receive = ReceivePath::Udp;
+    let g = Device::open_group(cfg, 2).expect("group");
+    let client = device_on("127.0.0.1", ReceivePath::Udp, 0.0, 12).expect("client");
+    let to = |peer: &Device| CmConfig {
+        peer_port: peer.local_addr().port(),
+        ..CmConfig::default()
+    };
+    let attr = QpAttr::default();
+    let servers: Vec<End> = g.iter().map(|d| end(d, QpMode::Irn)).collect();
+    let clients: Vec<End> = (0..2).map(|_| end(&client, QpMode::Irn)).collect();
+    let server_ip = g[0].local_addr().ip();
+    thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let l = CmListener::bind(&g[0], 7175, to(&client)).expect("listen");
+            let conns: Vec<_> = servers
+                .iter()
+                .map(|e| {
+                    let req = l.get_request(Duration::from_secs(10)).expect("request");
+                    l.accept(&req, &e.qp, &attr, b"").expect("accept")
+                })
+                .collect();
+            for c in conns {
+                c.wait_disconnect(Duration::from_secs(20))
+                    .expect("disconnect");
+            }
+        });
+        for (c, e) in clients.iter().zip(&servers) {
+            let conn = cm::connect(
+                &client,
+                &c.qp,
+                &attr,
+                SocketAddr::new(server_ip, 7175),
+                b"",
+                to(&g[0]),
+            )
+            .expect("connect");
+            assert_eq!(conn.remote_qpn(), e.qp.qpn());
+            drive(c, e, 40 + u64::from(e.qp.qpn() % 2), 0);
+            check_written(c, e, "through the CM");
+            assert!(conn.disconnect().expect("disconnect"));
+        }
+        srv.join().expect("server");
+    });
+    for (i, d) in g.iter().enumerate() {
+        let c = d.counters();
+        assert!(c.rx_packets > 0, "member {i}");
+        assert_eq!(
+            (c.rx_forwarded, c.rx_unknown_qp),
+            (0, 0),
+            "member {i}: {c:?}"
+        );
+    }
+}
