@@ -148,23 +148,11 @@ pub fn roce_source_port(lqpn: u32, rqpn: u32) -> u16 {
 /// it (a classic-BPF filter: peers send to the device's port), and sends as the device's
 /// socket does (IPv4 without a UDP checksum, path MTU discovery on, `buffer` bytes).
 pub(crate) fn open_source_socket(ip: IpAddr, port: u16, buffer: usize) -> io::Result<UdpSocket> {
-    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
-    let family = if ip.is_ipv4() {
-        AddressFamily::INET
-    } else {
-        AddressFamily::INET6
-    };
-    let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
-    sockopt::set_socket_reuseport(&fd, true)?;
-    sys::attach_filter(fd.as_fd(), &DROP_ALL)?;
     // Not while a group of devices binds its members ([`BINDING`]).
-    let binding = binding();
-    match SocketAddr::new(ip, port) {
-        SocketAddr::V4(a) => rustix::net::bind(&fd, &a)?,
-        SocketAddr::V6(a) => rustix::net::bind(&fd, &a)?,
-    }
-    drop(binding);
-    let udp = UdpSocket::from(fd);
+    let udp = {
+        let _binding = binding();
+        bind_shared(SocketAddr::new(ip, port), Some(&DROP_ALL))?
+    };
     prepare_sender(&udp, buffer)?;
     Ok(udp)
 }
@@ -215,7 +203,7 @@ impl Sockets {
             None => UdpSocket::bind(SocketAddr::new(addr, port))?,
             Some((index, members)) => {
                 // The port was reserved for the group ([`reserve_shared_port`]).
-                let udp = bind_shared(SocketAddr::new(addr, port))?;
+                let udp = bind_shared(SocketAddr::new(addr, port), None)?;
                 if index == 0 {
                     sys::attach_reuseport_filter(udp.as_fd(), &steering_program(members))?;
                 }
@@ -402,8 +390,9 @@ pub(crate) fn retire(udp: &UdpSocket) {
 }
 
 /// A UDP socket bound to `at` in the port's reuse-port group (`SO_REUSEPORT`), as a member of
-/// a group of devices binds it.
-fn bind_shared(at: SocketAddr) -> io::Result<UdpSocket> {
+/// a group of devices and a send-only source-port socket bind it; with `filter`, that
+/// classic-BPF program is attached before the bind, so no datagram reaches it unfiltered.
+fn bind_shared(at: SocketAddr, filter: Option<&[Insn]>) -> io::Result<UdpSocket> {
     use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
     let family = if at.is_ipv4() {
         AddressFamily::INET
@@ -412,6 +401,9 @@ fn bind_shared(at: SocketAddr) -> io::Result<UdpSocket> {
     };
     let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
     sockopt::set_socket_reuseport(&fd, true)?;
+    if let Some(prog) = filter {
+        sys::attach_filter(fd.as_fd(), prog)?;
+    }
     match at {
         SocketAddr::V4(a) => rustix::net::bind(&fd, &a)?,
         SocketAddr::V6(a) => rustix::net::bind(&fd, &a)?,
