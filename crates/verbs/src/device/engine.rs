@@ -582,8 +582,8 @@ impl Core {
         // queue pairs' packets do not mix
         // (`groups.rs::payload_bytes_do_not_pass_for_another_members_packets`).
         let mut cut = None;
-        let foreign = self.member.clone();
-        for others in [None, foreign.as_deref()] {
+        let foreign = self.member.as_deref();
+        for others in [None, foreign] {
             let mut lookups = 2048 + len / 4;
             let mut icrcs = 16u32;
             for seg in std::iter::once(full).chain((h..full).step_by(4)) {
@@ -749,10 +749,10 @@ impl Core {
     /// (`group.rs`), each delivered as [`Core::receive`] would have (already counted and
     /// captured where it arrived; its ICRC verified there where it could be).
     pub(super) fn receive_forwarded(&mut self, now: Time) {
-        let Some(m) = self.member.clone() else {
+        let Some(packets) = self.member.as_deref().map(super::group::Member::take_inbox) else {
             return;
         };
-        for packet in m.take_inbox() {
+        for packet in packets {
             match net::split(&packet, false) {
                 Ok(rx) => self.deliver(now, rx.from, rx.ecn, rx.ib, Some(&packet)),
                 Err(_) => self.counters.rx_malformed += 1,
