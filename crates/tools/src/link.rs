@@ -141,13 +141,20 @@ pub(crate) fn oob_connect(host: Option<&str>, port: u16) -> Result<TcpStream> {
             }
         }
         None => {
-            let l = TcpListener::bind(("::", port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-                .with_context(|| format!("listening on TCP port {port}"))?;
-            let (s, _) = l.accept().context("accepting the out-of-band connection")?;
+            let (s, _) = oob_listen(port)?
+                .accept()
+                .context("accepting the out-of-band connection")?;
             Ok(s)
         }
     }
+}
+
+/// The listener of an out-of-band exchange: TCP `port` on every address, IPv6 and IPv4 (or
+/// IPv4 alone where the host has no IPv6).
+pub(crate) fn oob_listen(port: u16) -> Result<TcpListener> {
+    TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .with_context(|| format!("listening on TCP port {port}"))
 }
 
 /// The address the device binds and advertises as its GID: `--gid`, or the local address

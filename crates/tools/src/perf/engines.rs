@@ -9,18 +9,16 @@
 //! prints each member's report and their aggregate: all bytes over the time from the common
 //! start to the last member's end.
 
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{
-    is_addr_in_use, oob_connect, run_client, serve, Chan, Oob, PerfArgs, Result, ROCE_PORT,
-};
+use super::{oob_connect, open_devices, run_client, serve, Chan, Oob, PerfArgs, Result};
 use crate::error::Context;
-use crate::link::{device_config, local_ip};
+use crate::link::{local_ip, oob_listen};
 use crate::{bail, usage};
 use irn_verbs::exchange::BwReport;
-use irn_verbs::{Device, MAX_ENGINES};
+use irn_verbs::MAX_ENGINES;
 
 /// How long the server waits for the client's next exchange, and a member for the others at
 /// the start.
@@ -112,23 +110,6 @@ pub(super) fn run(args: &PerfArgs) -> Result<bool> {
     }
 }
 
-/// The group on `ip`: at `--udp-port`, or, with 4791 taken and an irn peer told our port, at
-/// any free one (both ends on one address).
-fn open_group(ip: IpAddr, args: &PerfArgs) -> Result<Vec<Device>> {
-    let open = |port| {
-        Device::open_group(device_config(ip, port, &args.link)?, args.engines)
-            .map_err(crate::Error::from)
-    };
-    match open(args.link.udp_port) {
-        Ok(g) => Ok(g),
-        Err(e) if args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0),
-        Err(e) => Err(e).context(format!(
-            "opening a group of {} engines on {ip}",
-            args.engines
-        )),
-    }
-}
-
 /// The exchange over `tcp`, which must be with an irn peer.
 fn exchange(tcp: TcpStream, client: bool, args: &PerfArgs) -> Result<(Oob, u32)> {
     let (oob, mtu) = Oob::open(Chan::Tcp(tcp), client, args.mtu)?;
@@ -140,9 +121,7 @@ fn exchange(tcp: TcpStream, client: bool, args: &PerfArgs) -> Result<(Oob, u32)>
 
 fn server(args: &PerfArgs) -> Result<bool> {
     let n = args.engines;
-    let l = TcpListener::bind(("::", args.port))
-        .or_else(|_| TcpListener::bind(("0.0.0.0", args.port)))
-        .with_context(|| format!("listening on TCP port {}", args.port))?;
+    let l = oob_listen(args.port)?;
     let (first, _) = l.accept().context("accepting the out-of-band connection")?;
     let ip = local_ip(&first, &args.link)?;
     let mut exchanges = vec![exchange(first, false, args)?];
@@ -172,7 +151,7 @@ fn server(args: &PerfArgs) -> Result<bool> {
     }
     // A client with more engines is refused at once.
     drop(l);
-    let group = open_group(ip, args)?;
+    let group = open_devices(ip, true, args, args.engines)?;
     println!("irn perf server: {n} engines on {}", group[0].local_addr());
     let results: Vec<Result<bool>> = std::thread::scope(|s| {
         let runs: Vec<_> = exchanges
@@ -244,7 +223,7 @@ fn client(args: &PerfArgs, host: &str) -> Result<bool> {
         exchanges.push(exchange(tcp, true, args)?);
     }
     let ip = ip.expect("at least one engine");
-    let group = open_group(ip, args)?;
+    let group = open_devices(ip, true, args, args.engines)?;
     let gate = Gate::new(n);
     let shares = shares(args.qps, n);
     let results: Vec<Result<(bool, Option<BwReport>)>> = std::thread::scope(|s| {

@@ -207,12 +207,26 @@ struct Side {
 /// Opens the device on `ip`. Both ends on one address: the peer has 4791; with an irn peer
 /// (`fallback`), whom the exchange tells our port, take any free one (perftest sends to 4791).
 fn open_device(ip: IpAddr, fallback: bool, args: &PerfArgs) -> Result<Device> {
-    let open =
-        |port| Device::open(device_config(ip, port, &args.link)?).map_err(crate::Error::from);
+    let mut one = open_devices(ip, fallback, args, 1)?;
+    Ok(one.pop().expect("a group of one"))
+}
+
+/// [`open_device`] for a group of `engines` (`--engines`; one: a device alone).
+fn open_devices(
+    ip: IpAddr,
+    fallback: bool,
+    args: &PerfArgs,
+    engines: usize,
+) -> Result<Vec<Device>> {
+    let open = |port| {
+        Device::open_group(device_config(ip, port, &args.link)?, engines)
+            .map_err(crate::Error::from)
+    };
     match open(args.link.udp_port) {
         Ok(d) => Ok(d),
         Err(e) if fallback && args.link.udp_port == ROCE_PORT && is_addr_in_use(&e) => open(0),
-        Err(e) => Err(e).context(format!("opening a device on {ip}")),
+        Err(e) if engines == 1 => Err(e).context(format!("opening a device on {ip}")),
+        Err(e) => Err(e).context(format!("opening a group of {engines} engines on {ip}")),
     }
 }
 
