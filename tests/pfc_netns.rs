@@ -125,6 +125,7 @@ fn run(star: &Star, senders: Senders, capture: Option<&std::path::Path>) -> Run 
         .iter()
         .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
         .collect();
+    star.wait_listening(r, &[5001, 5002]);
     let messages = MESSAGES.to_string();
     let tclass = match senders {
         Senders::Lossy => "0",
@@ -419,6 +420,7 @@ fn dwrr_shares_a_congested_port_between_classes_where_strict_priority_serves_one
             .iter()
             .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
             .collect();
+        star.wait_listening(r, &[5001, 5002]);
         let client =
             |ns: &str, port: &str, tclass: &str| irn_writer(&star, ns, "10.238.0.3", port, tclass);
         let (c3, c0) = std::thread::scope(|s| {
@@ -494,6 +496,7 @@ fn classify_ip_puts_tcp_in_a_priority_of_its_own_beside_rdma() {
             .stderr(Stdio::null())
             .spawn()
             .expect("iperf3 -s");
+        star.wait_listening(r, &[5001, 5201]);
         let tcp = || {
             let bytes = BYTES.to_string();
             for _ in 0..100 {
@@ -760,6 +763,7 @@ fn pcp_based_pfc_breaks_across_a_routed_hop_and_dscp_based_pfc_does_not() {
             .iter()
             .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
             .collect();
+        star.wait_listening(r, &[5001, 5002]);
         let client = |ns: &str, port: &str| {
             let mut args = paused_writer("10.242.0.3", port, &messages, "104", Some("300m"));
             args.extend(["--verify", "--vlan", "e0"]);

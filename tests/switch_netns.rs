@@ -66,6 +66,7 @@ fn run(star: &Star, mode: &str, cc: &str, round: usize) -> Run {
         .iter()
         .map(|port| star.spawn(r, &["perf", "write", "-p", port]))
         .collect();
+    star.wait_listening(r, &[5001, 5002]);
     let messages = MESSAGES.to_string();
     let client = |ns: &str, port: &str| {
         let args = [

@@ -313,6 +313,29 @@ impl Star {
         Err(format!("{a}–{b} never came up"))
     }
 
+    /// Waits (at most 10 s) until something in namespace `ns` listens on each TCP `port`
+    /// (`/proc/net/tcp` and `tcp6` read from inside it), so that clients started next start
+    /// together: a client that meets a server not yet listening starts again later, and a
+    /// test comparing two flows' rates would compare a flow that ran alone for part of its
+    /// time with one that did not.
+    pub fn wait_listening(&self, ns: &str, ports: &[u16]) {
+        let listening = |port: u16| {
+            ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+                Command::new("ip")
+                    .args(["netns", "exec", ns, "cat", table])
+                    .output()
+                    .is_ok_and(|o| listens(&String::from_utf8_lossy(&o.stdout), port))
+            })
+        };
+        for _ in 0..200 {
+            if ports.iter().all(|&p| listening(p)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("nothing in {ns} listened on every port of {ports:?} within 10 s");
+    }
+
     /// Runs `irn ARGS` in namespace `ns` to completion (at most `secs`), again while its
     /// server (in `server_ns`) has not started listening.
     pub fn client(&self, ns: &str, args: &[&str], server_ns: &str, secs: u64) -> Output {
@@ -365,4 +388,15 @@ impl Drop for Star {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
+}
+
+/// Whether a `/proc/net/tcp` table lists a socket listening (state `0A`) on local `port`.
+fn listens(table: &str, port: u16) -> bool {
+    let port = format!(":{port:04X}");
+    table.lines().skip(1).any(|line| {
+        let mut fields = line.split_whitespace();
+        let local = fields.nth(1).unwrap_or("");
+        let state = fields.nth(1).unwrap_or("");
+        local.ends_with(&port) && state == "0A"
+    })
 }
