@@ -90,8 +90,60 @@ pub(super) struct Member {
     index: u32,
     count: u32,
     group: Arc<Group>,
-    /// Packets other members received for this one's queue pairs, whole IP packets.
-    inbox: Mutex<Vec<Vec<u8>>>,
+    /// Packets other members received for this one's queue pairs.
+    inbox: Inbox,
+}
+
+/// A member's inbox: whole IP packets other members received for its queue pairs, at most
+/// `cap` of them, taken all at once by whoever receives for the member.
+struct Inbox {
+    packets: Mutex<Vec<Vec<u8>>>,
+    cap: usize,
+}
+
+/// What [`Inbox::offer`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offered {
+    /// Queued into an empty inbox: its receiver needs a wake-up.
+    First,
+    /// Queued behind others, whose wake-up is still pending.
+    Behind,
+    /// Refused: the inbox holds `cap` packets.
+    Full,
+}
+
+impl Inbox {
+    fn new(cap: usize) -> Inbox {
+        Inbox {
+            packets: Mutex::new(Vec::new()),
+            cap,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.packets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn offer(&self, packet: &[u8]) -> Offered {
+        let mut packets = self.lock();
+        if packets.len() >= self.cap {
+            return Offered::Full;
+        }
+        packets.push(packet.to_vec());
+        if packets.len() == 1 {
+            Offered::First
+        } else {
+            Offered::Behind
+        }
+    }
+
+    fn take(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn waiting(&self) -> bool {
+        !self.lock().is_empty()
+    }
 }
 
 impl Member {
@@ -101,7 +153,7 @@ impl Member {
             index,
             count,
             group,
-            inbox: Mutex::new(Vec::new()),
+            inbox: Inbox::new(INBOX_MAX),
         }
     }
 
@@ -152,32 +204,22 @@ impl Member {
         let Some(m) = to.member.as_deref() else {
             return Forward::NoOwner;
         };
-        let first = {
-            let mut inbox = m.inbox.lock().unwrap_or_else(|p| p.into_inner());
-            if inbox.len() >= INBOX_MAX {
-                return Forward::Full;
-            }
-            inbox.push(packet.to_vec());
-            inbox.len() == 1
-        };
-        if first {
-            to.wake_for_forward();
+        match m.inbox.offer(packet) {
+            Offered::Full => return Forward::Full,
+            Offered::First => to.wake_for_forward(),
+            Offered::Behind => {}
         }
         Forward::Handed
     }
 
     /// The packets other members handed over since the last call.
     pub(super) fn take_inbox(&self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|p| p.into_inner()))
+        self.inbox.take()
     }
 
     /// Whether packets wait in the inbox.
     pub(super) fn inbox_waiting(&self) -> bool {
-        !self
-            .inbox
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+        self.inbox.waiting()
     }
 }
 
@@ -234,5 +276,21 @@ mod tests {
         assert_eq!(m.forward(5, &[1, 2, 3]), Forward::NoOwner);
         assert_eq!(m.forward(4, &[1, 2, 3]), Forward::NoOwner);
         assert!(m.take_inbox().is_empty());
+    }
+
+    #[test]
+    fn an_inbox_wakes_on_its_first_packet_and_refuses_past_its_cap() {
+        let inbox = Inbox::new(3);
+        assert!(!inbox.waiting());
+        assert_eq!(inbox.offer(&[1]), Offered::First);
+        assert!(inbox.waiting());
+        assert_eq!(inbox.offer(&[2, 2]), Offered::Behind);
+        assert_eq!(inbox.offer(&[3]), Offered::Behind);
+        assert_eq!(inbox.offer(&[4]), Offered::Full);
+        assert_eq!(inbox.take(), vec![vec![1], vec![2, 2], vec![3]]);
+        assert!(!inbox.waiting());
+        // Drained, it takes packets again, and the next one needs a wake-up again.
+        assert_eq!(inbox.offer(&[5]), Offered::First);
+        assert_eq!(inbox.take(), vec![vec![5]]);
     }
 }
