@@ -634,6 +634,8 @@ fn a_shared_buffer_absorbs_a_slow_receivers_queue_where_a_static_one_pauses_the_
         let pausing = pauser(slow, "e0", stop.clone());
         let slow_srv = star.spawn(slow, &["perf", "write", "-p", "5001"]);
         let free_srv = star.spawn(free, &["perf", "write", "-p", "5002"]);
+        star.wait_listening(slow, &[5001]);
+        star.wait_listening(free, &[5002]);
         let sender = &star.hosts[0];
         let victim = std::thread::scope(|s| {
             // The flow to the slow receiver: its queue stands at the switch until the

@@ -327,7 +327,8 @@ impl Star {
                     .is_ok_and(|o| listens(&String::from_utf8_lossy(&o.stdout), port))
             })
         };
-        for _ in 0..200 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
             if ports.iter().all(|&p| listening(p)) {
                 return;
             }
