@@ -642,17 +642,17 @@ fn member_zeros_cm_connects_queue_pairs_of_every_member() {
     let servers: Vec<End> = g.iter().map(|d| end(d, QpMode::Irn)).collect();
     let clients: Vec<End> = (0..2).map(|_| end(&client, QpMode::Irn)).collect();
     let server_ip = g[0].local_addr().ip();
-    // Listening before the client connects: a REQ that reached member 0 before its
-    // connection manager existed would meet no QP1 there (and be sent again).
+    // Listening before the client connects, and until the counters are read: a REQ that
+    // reached member 0 before its connection manager existed, or a repeated DREQ after it
+    // closed, would meet no QP1 there.
     let l = CmListener::bind(&g[0], 7175, to(&client)).expect("listen");
-    let (servers_ref, attr_ref) = (&servers, &attr);
     thread::scope(|s| {
-        let srv = s.spawn(move || {
-            let conns: Vec<_> = servers_ref
+        let srv = s.spawn(|| {
+            let conns: Vec<_> = servers
                 .iter()
                 .map(|e| {
                     let req = l.get_request(Duration::from_secs(10)).expect("request");
-                    l.accept(&req, &e.qp, attr_ref, b"").expect("accept")
+                    l.accept(&req, &e.qp, &attr, b"").expect("accept")
                 })
                 .collect();
             for c in conns {
@@ -686,4 +686,5 @@ fn member_zeros_cm_connects_queue_pairs_of_every_member() {
             "member {i}: {c:?}"
         );
     }
+    drop(l);
 }
