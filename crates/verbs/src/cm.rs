@@ -34,7 +34,9 @@
 //! ID) to the call waiting for it, and answers what needs no consumer, as Linux's CM does in
 //! the kernel, whether or not the application is in a CM call: a DREQ with a DREP (also for a
 //! connection it no longer knows), a repeated REQ with the REP, a repeated REP with the RTU (a
-//! lost RTU), a REQ for a port nobody listens on with a REJ.
+//! lost RTU), a REQ for a port nobody listens on with a REJ. A copy of a REQ the application
+//! holds and has not answered yet (between `get_request` and `accept` or `reject`) is
+//! dropped: the answer follows.
 //!
 //! # Not built
 //!
@@ -121,6 +123,10 @@ const SLICE: Duration = Duration::from_millis(10);
 /// MADs kept for calls that have not asked for them yet (a REQ for a listener between two
 /// `get_request`s, a REP for a connect in progress); beyond, the oldest is counted and dropped.
 const PENDING_MAX: usize = 64;
+
+/// How long a REQ handed to the application stays taken (`Agent::taken`) without an answer:
+/// longer than a requester with the default timers waits for its REP (nine tries of 500 ms).
+const TAKEN_FOR: Duration = Duration::from_secs(60);
 
 /// QP1 of a device, with its buffers: sends and receives CM MADs.
 struct Gsi {
@@ -334,6 +340,11 @@ pub(crate) struct Agent {
     listening: BTreeSet<u16>,
     /// MADs for calls in progress that have not taken them yet.
     pending: VecDeque<(IpAddr, CmMad)>,
+    /// REQs a listener handed to the application (`CmListener::get_request`) that it has
+    /// not yet accepted or rejected, by requester and its communication ID, with when: a
+    /// copy of one (the requester sent it again, its REP not yet sent) is dropped, not kept
+    /// as a new request. Oldest first, at most `PENDING_MAX`.
+    taken: VecDeque<(IpAddr, u32, Instant)>,
 }
 
 /// The agent with what its thread needs outside the lock: the thread waits on QP1's receive
@@ -380,6 +391,7 @@ fn agent_of(dev: &Device, default_port: u16) -> CmResult<AgentRef> {
             conns: BTreeMap::new(),
             listening: BTreeSet::new(),
             pending: VecDeque::new(),
+            taken: VecDeque::new(),
         }),
         changed: Condvar::new(),
         rcq,
@@ -431,6 +443,32 @@ impl Agent {
         }
     }
 
+    /// Whether the application holds the REQ `remote_id` of `from` (`taken`).
+    fn is_taken(&self, from: IpAddr, remote_id: u32) -> bool {
+        self.taken
+            .iter()
+            .any(|&(f, id, _)| f == from && id == remote_id)
+    }
+
+    /// Records that the application holds the REQ `remote_id` of `from`, forgetting what it
+    /// took so long ago that the requester has given up on it, or beyond `PENDING_MAX`.
+    fn hold_req(&mut self, from: IpAddr, remote_id: u32) {
+        let now = Instant::now();
+        self.taken
+            .retain(|&(_, _, at)| now.duration_since(at) < TAKEN_FOR);
+        if self.taken.len() == PENDING_MAX {
+            self.taken.pop_front();
+        }
+        self.taken.push_back((from, remote_id, now));
+    }
+
+    /// The application answered the REQ `remote_id` of `from` (its REP is recorded with the
+    /// connection, or it rejected it).
+    fn answered(&mut self, from: IpAddr, remote_id: u32) {
+        self.taken
+            .retain(|&(f, id, _)| !(f == from && id == remote_id));
+    }
+
     fn keep(&mut self, from: IpAddr, m: CmMad) {
         if self.pending.len() == PENDING_MAX {
             self.pending.pop_front();
@@ -452,6 +490,10 @@ impl Agent {
                         let (rep, port) = (*rep, c.peer_port);
                         self.gsi.send(from, port, &rep)?;
                     }
+                    return Ok(());
+                }
+                if self.is_taken(from, r.local_comm_id) {
+                    // The application has it: its REP follows, or its REJ.
                     return Ok(());
                 }
                 if req_port(r).is_some_and(|p| self.listening.contains(&p)) {
@@ -993,10 +1035,16 @@ impl CmListener {
         else {
             return Err(CmError::Idle(timeout));
         };
-        // Copies of the same REQ (the requester sent it again before we got to it).
-        lock(&self.agent).pending.retain(|(f, m)| {
-            !(*f == from && matches!(&m.msg, CmMsg::Req(r) if r.local_comm_id == req.local_comm_id))
-        });
+        // Copies of the same REQ (the requester sent it again before we got to it), and
+        // those that come until the application answers it.
+        {
+            let mut a = lock(&self.agent);
+            a.pending.retain(|(f, m)| {
+                !(*f == from
+                    && matches!(&m.msg, CmMsg::Req(r) if r.local_comm_id == req.local_comm_id))
+            });
+            a.hold_req(from, req.local_comm_id);
+        }
         let cma = CmaHdr::parse(&req.private_data);
         let pd = &req.private_data[if cma.is_some() { CmaHdr::LEN } else { 0 }..];
         let used = pd.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
@@ -1012,9 +1060,9 @@ impl CmListener {
     /// Refuses a request (REJ, reason 28: the consumer rejected).
     pub fn reject(&self, request: &CmRequest) -> CmResult<()> {
         let rej = reject(&request.req, request.tid, 28);
-        lock(&self.agent)
-            .gsi
-            .send(request.peer, self.cfg.peer_port, &rej)
+        let mut a = lock(&self.agent);
+        a.answered(request.peer, request.req.local_comm_id);
+        a.gsi.send(request.peer, self.cfg.peer_port, &rej)
     }
 
     /// Accepts a request (`rdma_accept`): moves `qp` (RESET or INIT) to RTR and RTS towards
@@ -1081,7 +1129,9 @@ impl CmListener {
                 private_data: pd,
             }),
         };
-        lock(&self.agent).conns.insert(
+        let mut a = lock(&self.agent);
+        a.answered(request.peer, req.local_comm_id);
+        a.conns.insert(
             local_id,
             Conn {
                 peer: request.peer,
@@ -1093,6 +1143,7 @@ impl CmListener {
                 again: Some(rep),
             },
         );
+        drop(a);
         let conn = CmConnection {
             agent: self.agent.clone(),
             cfg: self.cfg,

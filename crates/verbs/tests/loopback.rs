@@ -850,6 +850,48 @@ fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
     });
 }
 
+/// A REQ that the requester sends again while the application holds the first (between
+/// `get_request` and `accept`, here 300 ms against a 50 ms retry timer) is the same request:
+/// the agent drops the copies, the connection is made once, and no second request waits.
+#[test]
+fn a_req_sent_again_while_the_application_holds_it_is_not_a_second_request() {
+    use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
+    let quick = CmConfig {
+        retry_timeout: Duration::from_millis(50),
+        max_retries: 40,
+        ..CmConfig::default()
+    };
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 3, quick);
+    let attr = one_read_attr();
+    let server_ip = b.dev.local_addr().ip();
+    let l = CmListener::bind(&b.dev, 7177, cfg_b).expect("listen");
+    std::thread::scope(|s| {
+        let srv = s.spawn(|| {
+            let req = l.get_request(Duration::from_secs(10)).expect("request");
+            std::thread::sleep(Duration::from_millis(300));
+            let conn = l.accept(&req, &b.qp, &attr, b"").expect("accept");
+            let again = l.get_request(Duration::from_millis(300));
+            assert!(matches!(again, Err(CmError::Idle(_))), "{again:?}");
+            conn.wait_disconnect(Duration::from_secs(10))
+                .expect("the client disconnects");
+        });
+        let conn = cm::connect(
+            &a.dev,
+            &a.qp,
+            &attr,
+            SocketAddr::new(server_ip, 7177),
+            b"",
+            cfg_a,
+        )
+        .expect("connect");
+        assert_eq!(conn.remote_qpn(), b.qp.qpn());
+        // Held until the server has looked for a second request.
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(conn.disconnect().expect("disconnect"));
+        srv.join().expect("server");
+    });
+}
+
 #[test]
 fn a_connection_dropped_while_established_ends_it_for_the_peer() {
     // As `rdma_destroy_id` of a connected ID (or its process exiting) on Linux: the peer
