@@ -124,9 +124,19 @@ const SLICE: Duration = Duration::from_millis(10);
 /// `get_request`s, a REP for a connect in progress); beyond, the oldest is counted and dropped.
 const PENDING_MAX: usize = 64;
 
-/// How long a REQ handed to the application stays taken (`Agent::taken`) without an answer:
-/// longer than a requester with the default timers waits for its REP (nine tries of 500 ms).
-const TAKEN_FOR: Duration = Duration::from_secs(60);
+/// How long a requester goes on sending `req` without an answer, by the timers it names
+/// (IBTA §12.7.27-28: `max_cm_retries` + 1 sends, each waiting 4.096 µs × 2^`remote CM
+/// response timeout`; rdma_cm's 16 sends of about 4.3 s each), and 5 s more; at most 5 min.
+/// A REQ the application holds unanswered stays taken (`Agent::taken`) so long.
+fn req_patience(req: &CmReq) -> Duration {
+    patience(req.remote_cm_response_timeout, req.max_cm_retries)
+}
+
+/// [`req_patience`] of a REQ naming response timeout `timeout` and `retries` retries.
+fn patience(timeout: u8, retries: u8) -> Duration {
+    let per_send = Duration::from_nanos(4096 << timeout.min(31));
+    (per_send * (u32::from(retries) + 1) + Duration::from_secs(5)).min(Duration::from_secs(300))
+}
 
 /// QP1 of a device, with its buffers: sends and receives CM MADs.
 struct Gsi {
@@ -341,9 +351,9 @@ pub(crate) struct Agent {
     /// MADs for calls in progress that have not taken them yet.
     pending: VecDeque<(IpAddr, CmMad)>,
     /// REQs a listener handed to the application (`CmListener::get_request`) that it has
-    /// not yet accepted or rejected, by requester and its communication ID, with when: a
-    /// copy of one (the requester sent it again, its REP not yet sent) is dropped, not kept
-    /// as a new request. Oldest first, at most `PENDING_MAX`.
+    /// not yet accepted or rejected, by requester and its communication ID, until when its
+    /// requester may send it again: a copy of one (its REP not yet sent) is dropped, not
+    /// kept as a new request. Oldest first, at most `PENDING_MAX`.
     taken: VecDeque<(IpAddr, u32, Instant)>,
 }
 
@@ -443,23 +453,26 @@ impl Agent {
         }
     }
 
-    /// Whether the application holds the REQ `remote_id` of `from` (`taken`).
+    /// Whether the application holds the REQ `remote_id` of `from` (`taken`), and its
+    /// requester may still send it again.
     fn is_taken(&self, from: IpAddr, remote_id: u32) -> bool {
-        self.taken
-            .iter()
-            .any(|&(f, id, _)| f == from && id == remote_id)
-    }
-
-    /// Records that the application holds the REQ `remote_id` of `from`, forgetting what it
-    /// took so long ago that the requester has given up on it, or beyond `PENDING_MAX`.
-    fn hold_req(&mut self, from: IpAddr, remote_id: u32) {
         let now = Instant::now();
         self.taken
-            .retain(|&(_, _, at)| now.duration_since(at) < TAKEN_FOR);
+            .iter()
+            .any(|&(f, id, until)| f == from && id == remote_id && now < until)
+    }
+
+    /// Records that the application holds `req` of `from`, for as long as its requester
+    /// may send it again ([`req_patience`]), forgetting what has outlived that, and the
+    /// oldest beyond `PENDING_MAX`.
+    fn hold_req(&mut self, from: IpAddr, req: &CmReq) {
+        let now = Instant::now();
+        self.taken.retain(|&(_, _, until)| now < until);
         if self.taken.len() == PENDING_MAX {
             self.taken.pop_front();
         }
-        self.taken.push_back((from, remote_id, now));
+        self.taken
+            .push_back((from, req.local_comm_id, now + req_patience(req)));
     }
 
     /// The application answered the REQ `remote_id` of `from` (its REP is recorded with the
@@ -492,12 +505,12 @@ impl Agent {
                     }
                     return Ok(());
                 }
-                if self.is_taken(from, r.local_comm_id) {
-                    // The application has it: its REP follows, or its REJ.
-                    return Ok(());
-                }
                 if req_port(r).is_some_and(|p| self.listening.contains(&p)) {
-                    self.keep(from, m);
+                    // A copy of a REQ the application holds is dropped: its REP follows, or
+                    // its REJ.
+                    if !self.is_taken(from, r.local_comm_id) {
+                        self.keep(from, m);
+                    }
                 } else {
                     let rej = reject(r, m.hdr.tid, 8);
                     let port = self.default_port;
@@ -1016,7 +1029,9 @@ impl CmListener {
 
     /// Waits up to `timeout` for a REQ to this port (`rdma_get_cm_event`:
     /// `RDMA_CM_EVENT_CONNECT_REQUEST`). REQs for ports nobody listens on are rejected
-    /// (reason 8) meanwhile.
+    /// (reason 8) meanwhile. Answer every request it returns ([`CmListener::accept`] or
+    /// [`CmListener::reject`]): until then the requester's copies of it are dropped, for as
+    /// long as its timers say it may send them.
     pub fn get_request(&self, timeout: Duration) -> CmResult<CmRequest> {
         let until = Instant::now() + timeout;
         let port = self.port;
@@ -1043,7 +1058,7 @@ impl CmListener {
                 !(*f == from
                     && matches!(&m.msg, CmMsg::Req(r) if r.local_comm_id == req.local_comm_id))
             });
-            a.hold_req(from, req.local_comm_id);
+            a.hold_req(from, &req);
         }
         let cma = CmaHdr::parse(&req.private_data);
         let pd = &req.private_data[if cma.is_some() { CmaHdr::LEN } else { 0 }..];
@@ -1219,6 +1234,22 @@ mod tests {
         g[8..24].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
         assert_eq!(grh_source(&g), Some("fd99::1".parse().expect("v6")));
         assert_eq!(grh_source(&[0u8; 40]), None);
+    }
+
+    #[test]
+    fn a_held_request_is_taken_for_as_long_as_its_requester_may_send_it_again() {
+        // rdma_cm's timers (20, 15): 16 sends of 4.096 µs × 2^20 each, about 68.7 s, and 5 s.
+        let p = patience(20, 15);
+        assert!(
+            p > Duration::from_secs(73) && p < Duration::from_secs(74),
+            "{p:?}"
+        );
+        // Short timers still leave the 5 s; long ones stop at 5 min.
+        assert_eq!(
+            patience(0, 0),
+            Duration::from_nanos(4096) + Duration::from_secs(5)
+        );
+        assert_eq!(patience(31, 15), Duration::from_secs(300));
     }
 
     #[test]

@@ -892,6 +892,41 @@ fn a_req_sent_again_while_the_application_holds_it_is_not_a_second_request() {
     });
 }
 
+/// A listener that goes away holding a request unanswered leaves no one to answer it: the
+/// requester's next copy meets a port nobody listens on and is refused (REJ, reason 8), as a
+/// REQ to any such port is, rather than dropped as a request the application holds.
+#[test]
+fn a_request_whose_listener_went_away_is_refused() {
+    use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
+    let quick = CmConfig {
+        retry_timeout: Duration::from_millis(50),
+        max_retries: 40,
+        ..CmConfig::default()
+    };
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 4, quick);
+    let attr = one_read_attr();
+    let server_ip = b.dev.local_addr().ip();
+    let l = CmListener::bind(&b.dev, 7178, cfg_b).expect("listen");
+    // Another listener keeps the device's CM agent (and its memory of the request) alive.
+    let _other = CmListener::bind(&b.dev, 7179, cfg_b).expect("listen");
+    std::thread::scope(|s| {
+        let srv = s.spawn(move || {
+            let _req = l.get_request(Duration::from_secs(10)).expect("request");
+            drop(l);
+        });
+        let refused = cm::connect(
+            &a.dev,
+            &a.qp,
+            &attr,
+            SocketAddr::new(server_ip, 7178),
+            b"",
+            cfg_a,
+        );
+        assert!(matches!(refused, Err(CmError::Rejected(8))), "{refused:?}");
+        srv.join().expect("server");
+    });
+}
+
 #[test]
 fn a_connection_dropped_while_established_ends_it_for_the_peer() {
     // As `rdma_destroy_id` of a connected ID (or its process exiting) on Linux: the peer
