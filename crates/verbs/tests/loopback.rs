@@ -850,18 +850,23 @@ fn the_cm_connects_by_address_and_port_and_refuses_other_ports() {
     });
 }
 
+/// CM timers that resend every 50 ms, 40 times: a requester that sends its REQ again while
+/// the server holds it a few hundred milliseconds, and still waits for the answer.
+fn quick_retries() -> irn_verbs::cm::CmConfig {
+    irn_verbs::cm::CmConfig {
+        retry_timeout: Duration::from_millis(50),
+        max_retries: 40,
+        ..irn_verbs::cm::CmConfig::default()
+    }
+}
+
 /// A REQ that the requester sends again while the application holds the first (between
 /// `get_request` and `accept`, here 300 ms against a 50 ms retry timer) is the same request:
 /// the agent drops the copies, the connection is made once, and no second request waits.
 #[test]
 fn a_req_sent_again_while_the_application_holds_it_is_not_a_second_request() {
-    use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
-    let quick = CmConfig {
-        retry_timeout: Duration::from_millis(50),
-        max_retries: 40,
-        ..CmConfig::default()
-    };
-    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 3, quick);
+    use irn_verbs::cm::{self, CmError, CmListener};
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 3, quick_retries());
     let attr = one_read_attr();
     let server_ip = b.dev.local_addr().ip();
     let l = CmListener::bind(&b.dev, 7177, cfg_b).expect("listen");
@@ -897,13 +902,8 @@ fn a_req_sent_again_while_the_application_holds_it_is_not_a_second_request() {
 /// REQ to any such port is, rather than dropped as a request the application holds.
 #[test]
 fn a_request_whose_listener_went_away_is_refused() {
-    use irn_verbs::cm::{self, CmConfig, CmError, CmListener};
-    let quick = CmConfig {
-        retry_timeout: Duration::from_millis(50),
-        max_retries: 40,
-        ..CmConfig::default()
-    };
-    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 4, quick);
+    use irn_verbs::cm::{self, CmError, CmListener};
+    let (a, b, cfg_a, cfg_b) = cm_sides(QpMode::Roce, 0.0, 4, quick_retries());
     let attr = one_read_attr();
     let server_ip = b.dev.local_addr().ip();
     let l = CmListener::bind(&b.dev, 7178, cfg_b).expect("listen");
