@@ -18,7 +18,12 @@
 //! `sendmmsg(2)`, another receives them 64 per `recvmmsg(2)`; with `gso` each message carries
 //! up to 64 datagrams cut by the kernel (`UDP_SEGMENT`) and the receiver takes them coalesced
 //! (`UDP_GRO`), with `busy` the receiver spins instead of sleeping — both together are the
-//! kernel's best datagram rate. The rate is what arrived over the time it took (datagrams the
+//! kernel's best datagram rate; with `crc` the sender reads every datagram for a CRC-32 before
+//! it leaves (the ICRC every RoCE packet carries, IBTA Annex A17.3.3, which a sender must
+//! compute over each packet), and with `verify` the receiver does too (the check a RoCE
+//! receiver makes where it can see the headers the ICRC covers): the kernel's best with a RoCE
+//! transport's one unavoidable pass over each packet, and nothing else of a transport's work.
+//! The rate is what arrived over the time it took (datagrams the
 //! receiver's socket dropped do not count; `BLAST_DEBUG=1` prints how many were sent and
 //! received);
 //! `... -- stream MB [SEG] [place] [crc] [verify]` prints MB/s (2^20) of payload a UDP stream
@@ -114,7 +119,16 @@ fn main() -> std::io::Result<()> {
             let (count, size) = (arg(2, 2_000_000), arg(3, 64) as usize);
             println!(
                 "{:.3}",
-                blast(count, size, flag("gso"), flag("busy"))? / 1e6
+                blast(
+                    count,
+                    size,
+                    flag("gso"),
+                    flag("busy"),
+                    Icrc {
+                        send: flag("crc"),
+                        verify: flag("verify"),
+                    }
+                )? / 1e6
             );
         }
         Some("stream") => {
@@ -128,7 +142,7 @@ fn main() -> std::io::Result<()> {
         }
         _ => eprintln!(
             "usage: baseline tcp MB [WRITE] | baseline udp ITERS SIZE [busy] [acked] | \
-             baseline blast COUNT SIZE [gso] [busy] | baseline stream MB [SEG] [place] [crc] [verify]"
+             baseline blast COUNT SIZE [gso] [busy] [crc] [verify] | baseline stream MB [SEG] [place] [crc] [verify]"
         ),
     }
     Ok(())
@@ -372,10 +386,20 @@ fn set_int(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, v: lib
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 
+/// Which ends of the blaster read every datagram for its ICRC (a CRC-32 over it).
+#[derive(Clone, Copy)]
+struct Icrc {
+    /// The sender, before the datagram leaves.
+    send: bool,
+    /// The receiver, once it has arrived.
+    verify: bool,
+}
+
 /// The UDP blaster: datagrams per second received. With `gso`, each sent message carries up
 /// to 64 datagrams (at most 64 KiB) and the receiver takes them coalesced; with `busy`, the
-/// receiver spins on a non-blocking socket.
-fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64> {
+/// receiver spins on a non-blocking socket; `icrc` says which ends read each datagram for
+/// its CRC.
+fn blast(count: u64, size: usize, gso: bool, busy: bool, icrc: Icrc) -> std::io::Result<f64> {
     use std::os::fd::AsRawFd;
     use std::time::Duration;
     const BATCH: usize = 64;
@@ -409,6 +433,7 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
         let mut iov = iovecs(&mut bufs);
         let mut msgs = headers(&mut iov, None);
         let (mut got, mut first, mut last) = (0u64, None, Instant::now());
+        let mut check = 0u32;
         let started = Instant::now();
         while got < count {
             // SAFETY: `msgs` holds BATCH headers built by `headers` over `iov`, which points
@@ -428,11 +453,17 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
             first.get_or_insert_with(Instant::now);
             last = Instant::now();
             // A coalesced message holds ⌈len / size⌉ datagrams (the last may be short).
-            got += msgs[..n as usize]
-                .iter()
-                .map(|m| (m.msg_len as usize).div_ceil(size.max(1)) as u64)
-                .sum::<u64>();
+            for (m, buf) in msgs[..n as usize].iter().zip(&bufs) {
+                let message = &buf[..m.msg_len as usize];
+                got += message.len().div_ceil(size.max(1)) as u64;
+                if icrc.verify {
+                    for d in message.chunks(size.max(1)) {
+                        check ^= crc32fast::hash(d);
+                    }
+                }
+            }
         }
+        std::hint::black_box(check);
         let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
         Ok((got, secs))
     });
@@ -441,15 +472,23 @@ fn blast(count: u64, size: usize, gso: bool, busy: bool) -> std::io::Result<f64>
     // The socket is connected, so no name is needed; `iov` and `payload` outlive the calls.
     let mut msgs = headers(&mut iov, None);
     let mut sent = 0u64;
+    let mut sum = 0u32;
     let per_call = (BATCH * segs) as u64;
     while sent < count {
         let k = BATCH.min((count - sent).div_ceil(segs as u64) as usize);
+        if icrc.send {
+            // The ICRC of every datagram the call carries, computed before it leaves.
+            for _ in 0..k * segs {
+                sum ^= crc32fast::hash(std::hint::black_box(&payload[..size]));
+            }
+        }
         // SAFETY: `msgs[..k]` are valid headers whose iovecs point into `payload`.
         let n = unsafe { libc::sendmmsg(tx.as_raw_fd(), msgs.as_mut_ptr(), k as u32, 0) };
         if n > 0 {
             sent += (n as u64 * segs as u64).min(per_call);
         }
     }
+    std::hint::black_box(sum);
     let (got, secs) = receiver
         .join()
         .map_err(|_| std::io::Error::other("receiver panicked"))??;
